@@ -1,0 +1,530 @@
+// Graph and node mutation, topological sorting and structural verification.
+#include <algorithm>
+#include <unordered_map>
+
+#include <absl/strings/str_cat.h>
+
+#include "core/ir/model.h"
+
+namespace graft::ir {
+
+bool is_onnx_domain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
+
+// ---------------------------------------------------------------------------------------------
+// Value
+
+void Value::set_initializer(onnx::TensorProto tensor) {
+  tensor.set_name(name_);
+  initializer_ = std::make_shared<const onnx::TensorProto>(std::move(tensor));
+  initializer_type_.reset();
+}
+
+const onnx::TypeProto* Value::type() const {
+  if (info_ && info_->has_type()) return &info_->type();
+  if (graph_input_) {
+    for (const auto& in : owner_->inputs())
+      if (in.value == this && in.info.has_type()) return &in.info.type();
+  }
+  for (const auto& [graph, index] : output_refs_) {
+    const auto& out = graph->outputs()[index];
+    if (out.info.has_type()) return &out.info.type();
+  }
+  if (initializer_) {
+    if (!initializer_type_) {
+      initializer_type_ = std::make_unique<onnx::TypeProto>();
+      auto* tt = initializer_type_->mutable_tensor_type();
+      tt->set_elem_type(initializer_->data_type());
+      auto* shape = tt->mutable_shape();
+      for (int64_t d : initializer_->dims()) shape->add_dim()->set_dim_value(d);
+    }
+    return initializer_type_.get();
+  }
+  return nullptr;
+}
+
+int32_t Value::elem_type() const {
+  if (initializer_) return initializer_->data_type();
+  const onnx::TypeProto* t = type();
+  if (t && t->has_tensor_type()) return t->tensor_type().elem_type();
+  return 0;
+}
+
+std::optional<std::vector<int64_t>> Value::static_shape() const {
+  if (initializer_) return std::vector<int64_t>(initializer_->dims().begin(),
+                                                initializer_->dims().end());
+  const onnx::TypeProto* t = type();
+  if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) return std::nullopt;
+  std::vector<int64_t> dims;
+  for (const auto& d : t->tensor_type().shape().dim()) {
+    if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
+    dims.push_back(d.dim_value());
+  }
+  return dims;
+}
+
+void Value::set_type(const onnx::TypeProto& type) {
+  if (!info_) {
+    info_ = std::make_unique<onnx::ValueInfoProto>();
+    info_order_ = owner_->next_info_order_++;
+  }
+  info_->set_name(name_);
+  *info_->mutable_type() = type;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node
+
+namespace {
+
+void erase_use(Value* v, Node* node, int index) {
+  auto& uses = const_cast<std::vector<Use>&>(v->uses());
+  auto it = std::find(uses.begin(), uses.end(), Use{node, index});
+  if (it != uses.end()) uses.erase(it);
+}
+
+}  // namespace
+
+int64_t Node::opset() const { return graph_->opset(domain()); }
+
+void Node::set_input(size_t i, Value* v) {
+  if (i >= inputs_.size()) inputs_.resize(i + 1, nullptr);
+  if (inputs_[i]) erase_use(inputs_[i], this, static_cast<int>(i));
+  inputs_[i] = v;
+  if (v) v->uses_.push_back({this, static_cast<int>(i)});
+}
+
+void Node::add_input(Value* v) { set_input(inputs_.size(), v); }
+
+void Node::truncate_inputs(size_t count) {
+  while (inputs_.size() > count) {
+    if (inputs_.back()) erase_use(inputs_.back(), this, static_cast<int>(inputs_.size() - 1));
+    inputs_.pop_back();
+  }
+}
+
+const onnx::AttributeProto* Node::attr(std::string_view name) const {
+  for (const auto& a : proto_.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+int64_t Node::attr_int(std::string_view name, int64_t def) const {
+  const auto* a = attr(name);
+  return a && a->has_i() ? a->i() : def;
+}
+
+float Node::attr_float(std::string_view name, float def) const {
+  const auto* a = attr(name);
+  return a && a->has_f() ? a->f() : def;
+}
+
+std::string Node::attr_string(std::string_view name, std::string def) const {
+  const auto* a = attr(name);
+  return a && a->has_s() ? a->s() : def;
+}
+
+std::optional<std::vector<int64_t>> Node::attr_ints(std::string_view name) const {
+  const auto* a = attr(name);
+  if (!a) return std::nullopt;
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+void Node::set_attr(onnx::AttributeProto attr) {
+  for (auto& a : *proto_.mutable_attribute()) {
+    if (a.name() == attr.name()) {
+      a = std::move(attr);
+      return;
+    }
+  }
+  *proto_.add_attribute() = std::move(attr);
+}
+
+void Node::remove_attr(std::string_view name) {
+  auto* attrs = proto_.mutable_attribute();
+  for (int i = 0; i < attrs->size(); ++i) {
+    if (attrs->Get(i).name() == name) {
+      attrs->DeleteSubrange(i, 1);
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graph
+
+int64_t Graph::opset(std::string_view domain) const {
+  const Graph* root = this;
+  while (root->parent_) root = root->parent_->graph();
+  const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>* imports = nullptr;
+  if (root == &model_->graph()) {
+    imports = &model_->rest().opset_import();
+  } else {
+    for (const auto& fn : model_->functions())
+      if (fn.body.get() == root) imports = &fn.rest.opset_import();
+  }
+  auto find = [&](const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& list)
+      -> int64_t {
+    for (const auto& op : list) {
+      bool match = is_onnx_domain(domain) ? is_onnx_domain(op.domain()) : op.domain() == domain;
+      if (match) return op.version();
+    }
+    return 0;
+  };
+  int64_t v = imports ? find(*imports) : 0;
+  if (v == 0 && imports != &model_->rest().opset_import()) v = find(model_->rest().opset_import());
+  return v;
+}
+
+std::vector<Node*> Graph::nodes() const {
+  if (!order_valid_) {
+    order_.clear();
+    order_.reserve(live_nodes_);
+    for (const auto& n : nodes_)
+      if (!n->dead_) order_.push_back(n.get());
+    order_valid_ = true;
+  }
+  return order_;
+}
+
+std::vector<Value*> Graph::initializers() const {
+  std::vector<Value*> out;
+  out.reserve(initializers_.size());
+  for (Value* v : initializers_)
+    if (!v->dead_ && v->initializer_) out.push_back(v);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Value* a, const Value* b) { return a->init_order_ < b->init_order_; });
+  return out;
+}
+
+Value* Graph::find_local(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Value* Graph::lookup(std::string_view name) const {
+  for (const Graph* g = this; g; g = g->parent_ ? g->parent_->graph() : nullptr)
+    if (Value* v = g->find_local(name)) return v;
+  return nullptr;
+}
+
+Value* Graph::new_value(std::string name) {
+  auto v = std::make_unique<Value>();
+  v->name_ = std::move(name);
+  v->owner_ = this;
+  Value* raw = v.get();
+  values_.push_back(std::move(v));
+  by_name_[raw->name_] = raw;
+  return raw;
+}
+
+Node* Graph::add_node(std::string op_type, std::vector<Value*> inputs,
+                      const std::vector<std::string>& output_hints, std::string domain) {
+  auto node = std::make_unique<Node>();
+  Node* n = node.get();
+  n->graph_ = this;
+  n->order_ = next_order_++;
+  n->proto_.set_op_type(std::move(op_type));
+  if (!domain.empty()) n->proto_.set_domain(std::move(domain));
+  n->proto_.set_name(model_->fresh_name(n->proto_.op_type()));
+  for (size_t i = 0; i < inputs.size(); ++i) n->set_input(i, inputs[i]);
+  for (size_t i = 0; i < output_hints.size(); ++i) {
+    Value* v = new_value(model_->fresh_name(output_hints[i]));
+    v->producer_ = n;
+    v->producer_index_ = static_cast<int>(i);
+    n->outputs_.push_back(v);
+  }
+  nodes_.push_back(std::move(node));
+  ++live_nodes_;
+  order_valid_ = false;
+  return n;
+}
+
+Value* Graph::add_initializer(std::string_view name_hint, onnx::TensorProto tensor) {
+  Value* v = new_value(model_->fresh_name(name_hint));
+  v->set_initializer(std::move(tensor));
+  v->init_order_ = next_init_order_++;
+  initializers_.push_back(v);
+  return v;
+}
+
+void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
+  bool registered = value->initializer_ != nullptr;
+  value->set_initializer(std::move(tensor));
+  if (!registered) {
+    value->init_order_ = next_init_order_++;
+    initializers_.push_back(value);
+  }
+}
+
+void Graph::remove_node(Node* node) {
+  if (node->dead_) return;
+  // Detach uses held by nested subgraph nodes and outputs first (they may capture outer values).
+  for (auto& sub : node->subgraphs_) {
+    Graph* g = sub.graph.get();
+    for (auto& out : g->outputs_) {
+      auto& refs = out.value->output_refs_;
+      refs.erase(std::remove_if(refs.begin(), refs.end(),
+                                [g](const auto& r) { return r.first == g; }),
+                 refs.end());
+    }
+    for (Node* inner : g->nodes()) g->remove_node(inner);
+  }
+  for (size_t i = 0; i < node->inputs_.size(); ++i)
+    if (node->inputs_[i]) erase_use(node->inputs_[i], node, static_cast<int>(i));
+  for (Value* out : node->outputs_) {
+    if (!out) continue;
+    out->producer_ = nullptr;
+    out->producer_index_ = -1;
+    // An output still in use keeps existing without a producer: verify() reports it, and the
+    // pipeline rolls the pass back.
+    if (out->uses_.empty() && out->output_refs_.empty()) remove_value(out);
+  }
+  node->dead_ = true;
+  --live_nodes_;
+  order_valid_ = false;
+}
+
+void Graph::remove_value(Value* value) {
+  if (value->dead_ || value->graph_input_ || value->producer_ || !value->uses_.empty() ||
+      !value->output_refs_.empty())
+    return;
+  Graph* g = value->owner_;
+  value->dead_ = true;
+  auto it = g->by_name_.find(value->name_);
+  if (it != g->by_name_.end() && it->second == value) g->by_name_.erase(it);
+}
+
+void Graph::replace_all_uses(Value* from, Value* to, bool keep_outputs) {
+  if (from == to) return;
+  for (const Use& u : from->uses_) {
+    u.node->inputs_[u.index] = to;
+    to->uses_.push_back(u);
+  }
+  from->uses_.clear();
+  if (!keep_outputs) {
+    for (const auto& [graph, index] : from->output_refs_) {
+      graph->outputs_[index].value = to;
+      to->output_refs_.emplace_back(graph, index);
+    }
+    from->output_refs_.clear();
+  }
+}
+
+void Graph::set_output(size_t i, Value* value) {
+  Value* old = outputs_[i].value;
+  if (old == value) return;
+  auto& refs = old->output_refs_;
+  refs.erase(std::find(refs.begin(), refs.end(), std::pair<Graph*, int>(this, static_cast<int>(i))));
+  outputs_[i].value = value;
+  value->output_refs_.emplace_back(this, static_cast<int>(i));
+}
+
+void Graph::move_output_name(Node* node, int index, Value* value) {
+  Value* old = node->outputs_[index];
+  if (value->producer_) {
+    Node* p = value->producer_;
+    p->outputs_[value->producer_index_] = nullptr;
+  }
+  replace_all_uses(old, value);
+  node->outputs_[index] = value;
+  value->producer_ = node;
+  value->producer_index_ = index;
+  old->producer_ = nullptr;
+  remove_value(old);
+  // `value` may now be defined in this graph while it was owned by another scope.
+  if (value->owner_ != this) {
+    Graph* prev = value->owner_;
+    auto it = prev->by_name_.find(value->name_);
+    if (it != prev->by_name_.end() && it->second == value) prev->by_name_.erase(it);
+    // Ownership of the Value object stays with `prev` storage; only scope changes.
+    value->owner_ = this;
+    by_name_[value->name_] = value;
+  }
+}
+
+int Graph::prune_orphan_value_info() {
+  int n = static_cast<int>(orphan_info_.size());
+  orphan_info_.clear();
+  return n;
+}
+
+absl::Status Graph::finalize() {
+  for (const auto& n : nodes_)
+    if (!n->dead_)
+      for (auto& sub : n->subgraphs_)
+        if (auto st = sub.graph->finalize(); !st.ok()) return st;
+  if (auto st = topo_sort(); !st.ok()) return st;
+  compact();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Producers in `g` that `node` depends on, including values captured by its subgraphs.
+void collect_deps(const Graph* g, const Node* node, std::vector<Node*>& deps) {
+  for (Value* v : node->inputs())
+    if (v && v->producer() && v->producer()->graph() == g) deps.push_back(v->producer());
+  for (const auto& sub : node->subgraphs()) {
+    for (const auto& out : sub.graph->outputs())
+      if (out.value->producer() && out.value->producer()->graph() == g)
+        deps.push_back(out.value->producer());
+    for (Node* inner : sub.graph->nodes()) collect_deps(g, inner, deps);
+  }
+}
+
+}  // namespace
+
+absl::Status Graph::topo_sort() {
+  std::vector<Node*> live;
+  live.reserve(live_nodes_);
+  for (const auto& n : nodes_)
+    if (!n->dead_) live.push_back(n.get());
+  std::stable_sort(live.begin(), live.end(),
+                   [](const Node* a, const Node* b) { return a->order_ < b->order_; });
+
+  enum : uint8_t { kNew = 0, kActive = 1, kDone = 2 };
+  std::unordered_map<const Node*, uint8_t> state;
+  state.reserve(live.size());
+  std::vector<Node*> sorted;
+  sorted.reserve(live.size());
+  struct Frame {
+    Node* node;
+    std::vector<Node*> deps;
+    size_t next = 0;
+  };
+  std::vector<Frame> stack;
+  for (Node* root : live) {
+    if (state[root] != kNew) continue;
+    state[root] = kActive;
+    stack.push_back({root, {}, 0});
+    collect_deps(this, root, stack.back().deps);
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      if (f.next < f.deps.size()) {
+        Node* dep = f.deps[f.next++];
+        uint8_t& s = state[dep];
+        if (s == kDone) continue;
+        if (s == kActive)
+          return absl::InvalidArgumentError(absl::StrCat(
+              "graph '", name(), "' has a cycle through node '", dep->name(), "' (",
+              dep->op_type(), ")"));
+        s = kActive;
+        stack.push_back({dep, {}, 0});
+        collect_deps(this, dep, stack.back().deps);
+        continue;
+      }
+      state[f.node] = kDone;
+      sorted.push_back(f.node);
+      stack.pop_back();
+    }
+  }
+  for (size_t i = 0; i < sorted.size(); ++i) sorted[i]->order_ = static_cast<int64_t>(i);
+  next_order_ = static_cast<int64_t>(sorted.size());
+  order_valid_ = false;
+  return absl::OkStatus();
+}
+
+void Graph::compact() {
+  std::vector<std::unique_ptr<Node>> kept;
+  kept.reserve(live_nodes_);
+  for (auto& n : nodes_)
+    if (!n->dead_) kept.push_back(std::move(n));
+  std::sort(kept.begin(), kept.end(),
+            [](const auto& a, const auto& b) { return a->order_ < b->order_; });
+  nodes_ = std::move(kept);
+  initializers_.erase(std::remove_if(initializers_.begin(), initializers_.end(),
+                                     [](Value* v) { return v->dead_ || !v->initializer_; }),
+                      initializers_.end());
+  // Values may be owned here while scoped elsewhere (move_output_name); free only dead ones.
+  values_.erase(std::remove_if(values_.begin(), values_.end(),
+                               [](const auto& v) { return v->dead_; }),
+                values_.end());
+  order_valid_ = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verification
+
+namespace {
+
+bool in_scope(const Graph* scope, const Graph* owner) {
+  for (const Graph* g = scope; g; g = g->parent() ? g->parent()->graph() : nullptr)
+    if (g == owner) return true;
+  return false;
+}
+
+std::string describe(const Node* n) {
+  return absl::StrCat("node '", n->name(), "' (", n->op_type(), ")");
+}
+
+}  // namespace
+
+absl::Status Graph::verify() const {
+  std::unordered_map<const Node*, size_t> position;
+  auto order = nodes();
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  for (const auto& [name, v] : by_name_) {
+    if (v->dead_) return absl::InternalError(absl::StrCat("dead value '", v->name_, "' in scope"));
+    if (v->name_ != name)
+      return absl::InternalError(absl::StrCat("value '", v->name_, "' indexed as '", std::string(name), "'"));
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node* n = order[i];
+    for (size_t k = 0; k < n->inputs_.size(); ++k) {
+      const Value* v = n->inputs_[k];
+      if (!v) continue;
+      if (v->dead_)
+        return absl::InternalError(
+            absl::StrCat(describe(n), " input ", k, " refers to a removed value"));
+      if (!in_scope(this, v->owner_) || v->owner_->find_local(v->name_) != v)
+        return absl::InternalError(
+            absl::StrCat(describe(n), " input '", v->name_, "' is not in scope"));
+      if (std::find(v->uses_.begin(), v->uses_.end(), Use{const_cast<Node*>(n), (int)k}) ==
+          v->uses_.end())
+        return absl::InternalError(
+            absl::StrCat("use list of '", v->name_, "' misses ", describe(n)));
+      if (!v->producer_ && !v->graph_input_ && !v->initializer_ &&
+          !v->owner_->rest_.sparse_initializer_size())
+        return absl::InternalError(absl::StrCat("value '", v->name_, "' used by ", describe(n),
+                                                " has no producer"));
+      if (v->producer_ && v->producer_->graph_ == this) {
+        auto it = position.find(v->producer_);
+        if (it == position.end() || it->second >= i)
+          return absl::InternalError(absl::StrCat(describe(n), " uses '", v->name_,
+                                                  "' before it is produced"));
+      }
+    }
+    for (size_t k = 0; k < n->outputs_.size(); ++k) {
+      const Value* v = n->outputs_[k];
+      if (!v) continue;
+      if (v->dead_ || v->producer_ != n || v->producer_index_ != (int)k)
+        return absl::InternalError(
+            absl::StrCat(describe(n), " output ", k, " has an inconsistent producer"));
+      if (find_local(v->name_) != v)
+        return absl::InternalError(
+            absl::StrCat(describe(n), " output '", v->name_, "' is not defined in its graph"));
+    }
+    for (const auto& sub : n->subgraphs_)
+      if (auto st = sub.graph->verify(); !st.ok()) return st;
+  }
+  for (const auto& [name, v] : by_name_) {
+    for (const Use& u : v->uses_)
+      if (u.node->dead_ || u.node->input(u.index) != v)
+        return absl::InternalError(absl::StrCat("use list of '", v->name_, "' is stale"));
+    if (v->producer_ && v->producer_->dead_)
+      return absl::InternalError(absl::StrCat("value '", v->name_, "' has a removed producer"));
+  }
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Value* v = outputs_[i].value;
+    if (!v || v->dead_)
+      return absl::InternalError(absl::StrCat("graph output ", i, " refers to a removed value"));
+    if (!in_scope(this, v->owner_))
+      return absl::InternalError(absl::StrCat("graph output '", v->name_, "' is not in scope"));
+    if (!v->producer_ && !v->graph_input_ && !v->initializer_)
+      return absl::InternalError(
+          absl::StrCat("graph output '", v->name_, "' is produced by nothing"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace graft::ir

@@ -1,0 +1,481 @@
+// Loading a ModelProto into the IR, saving it back, cloning.
+#include "core/ir/model.h"
+
+#include <algorithm>
+#include <climits>
+#include <fstream>
+#include <sstream>
+
+#include <absl/strings/str_cat.h>
+
+namespace graft::ir {
+
+namespace {
+
+absl::Status bad_model(std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("invalid model: ", std::string(what)));
+}
+
+// Moves every element out of a repeated field without copying it.
+template <typename T>
+std::vector<std::unique_ptr<T>> release_all(google::protobuf::RepeatedPtrField<T>* field) {
+  std::vector<std::unique_ptr<T>> out(field->size());
+  for (int i = field->size() - 1; i >= 0; --i) out[i].reset(field->ReleaseLast());
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+class Loader {
+ public:
+  explicit Loader(Model* model) : model_(model) {}
+
+  // Loads `src` (consumed) into `g`. Node inputs and outputs are resolved in scope, subgraphs
+  // recursively; the graph is then sorted topologically.
+  absl::Status load_graph(Graph* g, onnx::GraphProto* src) {
+    g->rest_.Swap(src);
+    auto nodes = release_all(g->rest_.mutable_node());
+    auto inits = release_all(g->rest_.mutable_initializer());
+    auto inputs = release_all(g->rest_.mutable_input());
+    auto outputs = release_all(g->rest_.mutable_output());
+    auto infos = release_all(g->rest_.mutable_value_info());
+    const std::string& gname = g->rest_.name();
+
+    for (auto& in : inputs) {
+      if (in->name().empty()) return bad_model(absl::StrCat("graph '", gname, "' has an unnamed input"));
+      if (g->find_local(in->name()))
+        return bad_model(absl::StrCat("graph '", gname, "' declares input '", in->name(), "' twice"));
+      Value* v = define(g, in->name());
+      v->graph_input_ = true;
+      g->inputs_.push_back({std::move(*in), v});
+    }
+    for (auto& t : inits) {
+      if (t->name().empty())
+        return bad_model(absl::StrCat("graph '", gname, "' has an unnamed initializer"));
+      Value* v = g->find_local(t->name());
+      if (v && (!v->graph_input_ || v->initializer_))
+        return bad_model(absl::StrCat("initializer '", t->name(), "' is defined twice"));
+      if (!v) v = define(g, t->name());
+      v->initializer_ = std::shared_ptr<const onnx::TensorProto>(t.release());
+      v->init_order_ = g->next_init_order_++;
+      g->initializers_.push_back(v);
+    }
+    for (const auto& sparse : g->rest_.sparse_initializer()) {
+      const std::string& name = sparse.values().name();
+      if (!name.empty() && !g->find_local(name)) define(g, name);
+    }
+
+    std::vector<Node*> loaded;
+    loaded.reserve(nodes.size());
+    std::vector<std::vector<std::string>> input_names(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      auto node = std::make_unique<Node>();
+      Node* n = node.get();
+      n->graph_ = g;
+      n->order_ = g->next_order_++;
+      n->proto_.Swap(nodes[i].get());
+      nodes[i].reset();
+      input_names[i].assign(n->proto_.input().begin(), n->proto_.input().end());
+      n->proto_.clear_input();
+      for (const std::string& out : n->proto_.output()) {
+        if (out.empty()) {
+          n->outputs_.push_back(nullptr);
+          continue;
+        }
+        if (Value* prev = g->find_local(out)) {
+          std::string who = prev->producer_ ? describe(prev->producer_)
+                                            : std::string("a graph input or initializer");
+          return bad_model(absl::StrCat("value '", out, "' is produced twice: by ", who, " and by ",
+                                        describe(n)));
+        }
+        Value* v = define(g, out);
+        v->producer_ = n;
+        v->producer_index_ = static_cast<int>(n->outputs_.size());
+        n->outputs_.push_back(v);
+      }
+      n->proto_.clear_output();
+      g->nodes_.push_back(std::move(node));
+      ++g->live_nodes_;
+      loaded.push_back(n);
+    }
+
+    // Subgraphs see every value of this graph, whatever the node order.
+    for (Node* n : loaded) {
+      for (auto& attr : *n->proto_.mutable_attribute()) {
+        if (attr.has_g()) {
+          std::unique_ptr<onnx::GraphProto> body(attr.release_g());
+          if (auto st = load_subgraph(n, attr.name(), -1, body.get()); !st.ok()) return st;
+        }
+        auto bodies = release_all(attr.mutable_graphs());
+        for (size_t k = 0; k < bodies.size(); ++k)
+          if (auto st = load_subgraph(n, attr.name(), static_cast<int>(k), bodies[k].get());
+              !st.ok())
+            return st;
+      }
+    }
+
+    for (size_t i = 0; i < loaded.size(); ++i) {
+      Node* n = loaded[i];
+      for (const std::string& name : input_names[i]) {
+        if (name.empty()) {
+          n->inputs_.push_back(nullptr);
+          continue;
+        }
+        Value* v = g->lookup(name);
+        if (!v)
+          return bad_model(
+              absl::StrCat(describe(n), " in graph '", gname, "' reads '", name,
+                           "', which no node, graph input or initializer defines"));
+        v->uses_.push_back({n, static_cast<int>(n->inputs_.size())});
+        n->inputs_.push_back(v);
+      }
+    }
+
+    for (auto& info : infos) {
+      Value* v = g->find_local(info->name());
+      int64_t order = g->next_info_order_++;
+      if (v && !v->info_) {
+        v->info_ = std::move(info);
+        v->info_order_ = order;
+      } else {
+        g->orphan_info_.emplace_back(order, std::move(*info));
+      }
+    }
+
+    for (auto& out : outputs) {
+      Value* v = g->lookup(out->name());
+      if (!v)
+        return bad_model(absl::StrCat("graph output '", out->name(), "' of graph '", gname,
+                                      "' is not produced by any node, input or initializer"));
+      v->output_refs_.emplace_back(g, static_cast<int>(g->outputs_.size()));
+      g->outputs_.push_back({std::move(*out), v});
+    }
+    if (auto st = g->topo_sort(); !st.ok()) return bad_model(std::string(st.message()));
+    g->compact();
+    return absl::OkStatus();
+  }
+
+  absl::Status load_function(Function* fn, onnx::FunctionProto* src) {
+    fn->rest.Swap(src);
+    onnx::GraphProto body;
+    body.set_name(fn->rest.name());
+    for (auto& n : *fn->rest.mutable_node()) body.add_node()->Swap(&n);
+    for (const auto& in : fn->rest.input()) body.add_input()->set_name(in);
+    for (const auto& out : fn->rest.output()) body.add_output()->set_name(out);
+    fn->rest.clear_node();
+    fn->rest.clear_input();
+    fn->rest.clear_output();
+    fn->body = std::make_unique<Graph>(model_, nullptr);
+    if (auto st = load_graph(fn->body.get(), &body); !st.ok())
+      return bad_model(absl::StrCat("in function '", fn->rest.name(), "': ", std::string(st.message())));
+    return absl::OkStatus();
+  }
+
+  static std::string describe(const Node* n) {
+    return absl::StrCat("node '", n->name(), "' (", n->op_type(), ")");
+  }
+
+ private:
+  absl::Status load_subgraph(Node* n, const std::string& attr, int index,
+                             onnx::GraphProto* body) {
+    Subgraph sub{attr, index, std::make_unique<Graph>(model_, n)};
+    Graph* g = sub.graph.get();
+    n->subgraphs_.push_back(std::move(sub));
+    return load_graph(g, body);
+  }
+
+  Value* define(Graph* g, const std::string& name) {
+    model_->names_.insert(name);
+    return g->new_value(name);
+  }
+
+  Model* model_;
+};
+
+Model::Model() : graph_(std::make_unique<Graph>(this, nullptr)) {}
+Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<Model>> Model::from_proto(onnx::ModelProto&& proto) {
+  if (!proto.has_graph()) return bad_model("the model has no graph");
+  auto model = std::make_unique<Model>();
+  model->rest_.Swap(&proto);
+  std::unique_ptr<onnx::GraphProto> graph(model->rest_.release_graph());
+  auto functions = release_all(model->rest_.mutable_functions());
+  Loader loader(model.get());
+  model->functions_.resize(functions.size());
+  for (size_t i = 0; i < functions.size(); ++i)
+    if (auto st = loader.load_function(&model->functions_[i], functions[i].get()); !st.ok())
+      return st;
+  if (auto st = loader.load_graph(model->graph_.get(), graph.get()); !st.ok()) return st;
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::parse(std::string_view bytes) {
+  if (bytes.empty()) return bad_model("empty input");
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    return bad_model(
+        "larger than protobuf's 2 GB message limit (store large weights as ONNX external data)");
+  onnx::ModelProto proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return bad_model("not a serialized ONNX ModelProto (protobuf parsing failed; truncated or "
+                     "not an .onnx file)");
+  return from_proto(std::move(proto));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::load_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  return parse(bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Saving
+
+void Graph::save(onnx::GraphProto* out, bool move_tensors) {
+  *out = rest_;
+  for (const auto& in : inputs_) {
+    auto* info = out->add_input();
+    *info = in.info;
+    info->set_name(in.value->name());
+  }
+  for (Value* v : initializers()) {
+    auto* t = out->add_initializer();
+    if (move_tensors && v->initializer_.use_count() == 1) {
+      // This model is the only owner: hand the bytes over instead of copying them.
+      t->Swap(const_cast<onnx::TensorProto*>(v->initializer_.get()));
+    } else {
+      *t = *v->initializer_;
+    }
+    t->set_name(v->name());
+  }
+  for (Node* n : nodes()) {
+    auto* np = out->add_node();
+    *np = n->proto_;
+    for (Value* v : n->inputs_) np->add_input(v ? v->name() : std::string());
+    for (Value* v : n->outputs_) np->add_output(v ? v->name() : std::string());
+    // GRAPHS attributes: bodies are re-added in index order.
+    std::vector<const Subgraph*> subs;
+    for (const auto& s : n->subgraphs_) subs.push_back(&s);
+    std::stable_sort(subs.begin(), subs.end(),
+                     [](const Subgraph* a, const Subgraph* b) { return a->index < b->index; });
+    for (const Subgraph* s : subs) {
+      for (auto& attr : *np->mutable_attribute()) {
+        if (attr.name() != s->attr_name) continue;
+        s->graph->save(s->index < 0 ? attr.mutable_g() : attr.add_graphs(), move_tensors);
+        break;
+      }
+    }
+  }
+  for (const auto& o : outputs_) {
+    auto* info = out->add_output();
+    *info = o.info;
+    info->set_name(o.value->name());
+  }
+  std::vector<std::pair<int64_t, const onnx::ValueInfoProto*>> infos;
+  for (const auto& v : values_)
+    if (!v->dead_ && v->info_ && v->owner_ == this) infos.emplace_back(v->info_order_, v->info_.get());
+  for (const auto& [order, info] : orphan_info_) infos.emplace_back(order, &info);
+  std::stable_sort(infos.begin(), infos.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [order, info] : infos) *out->add_value_info() = *info;
+}
+
+void save_function(Function& fn, onnx::FunctionProto* out, bool move_tensors) {
+  *out = fn.rest;
+  onnx::GraphProto body;
+  fn.body->save(&body, move_tensors);
+  for (const auto& in : body.input()) out->add_input(in.name());
+  for (const auto& o : body.output()) out->add_output(o.name());
+  for (auto& n : *body.mutable_node()) out->add_node()->Swap(&n);
+}
+
+onnx::ModelProto Model::to_proto() const {
+  onnx::ModelProto out = rest_;
+  auto* self = const_cast<Model*>(this);
+  self->graph_->save(out.mutable_graph(), /*move_tensors=*/false);
+  for (auto& fn : self->functions_) save_function(fn, out.add_functions(), false);
+  return out;
+}
+
+onnx::ModelProto Model::release_proto() {
+  onnx::ModelProto out;
+  out.Swap(&rest_);
+  graph_->save(out.mutable_graph(), /*move_tensors=*/true);
+  for (auto& fn : functions_) save_function(fn, out.add_functions(), true);
+  graph_ = std::make_unique<Graph>(this, nullptr);
+  functions_.clear();
+  return out;
+}
+
+absl::StatusOr<std::string> Model::serialize_and_release() {
+  onnx::ModelProto proto = release_proto();
+  size_t size = proto.ByteSizeLong();
+  if (size > static_cast<size_t>(INT_MAX))
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "optimized model is ", size, " bytes, above protobuf's 2 GB message limit"));
+  std::string bytes;
+  if (!proto.SerializeToString(&bytes)) return absl::InternalError("model serialization failed");
+  return bytes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cloning
+
+class Cloner {
+ public:
+  std::unique_ptr<Model> run(const Model& src) {
+    auto dst = std::make_unique<Model>();
+    dst->rest_ = src.rest_;
+    dst->names_ = src.names_;
+    dst->name_counter_ = src.name_counter_;
+    structure(*src.graph_, *dst->graph_);
+    dst->functions_.resize(src.functions_.size());
+    for (size_t i = 0; i < src.functions_.size(); ++i) {
+      dst->functions_[i].rest = src.functions_[i].rest;
+      dst->functions_[i].body = std::make_unique<Graph>(dst.get(), nullptr);
+      structure(*src.functions_[i].body, *dst->functions_[i].body);
+    }
+    wire(*src.graph_, *dst->graph_);
+    for (size_t i = 0; i < src.functions_.size(); ++i)
+      wire(*src.functions_[i].body, *dst->functions_[i].body);
+    return dst;
+  }
+
+ private:
+  // Pass 1: values, nodes and nested graphs, without links.
+  void structure(const Graph& s, Graph& d) {
+    d.rest_ = s.rest_;
+    d.next_info_order_ = s.next_info_order_;
+    d.next_init_order_ = s.next_init_order_;
+    d.next_order_ = s.next_order_;
+    d.orphan_info_ = s.orphan_info_;
+    for (const auto& v : s.values_) {
+      if (v->dead_) continue;
+      auto nv = std::make_unique<Value>();
+      nv->name_ = v->name_;
+      // owner_ is set in wire(): a value's scope may differ from the graph storing it.
+      nv->graph_input_ = v->graph_input_;
+      nv->initializer_ = v->initializer_;
+      if (v->info_) nv->info_ = std::make_unique<onnx::ValueInfoProto>(*v->info_);
+      nv->info_order_ = v->info_order_;
+      nv->init_order_ = v->init_order_;
+      values_[v.get()] = nv.get();
+      d.values_.push_back(std::move(nv));
+    }
+    for (const auto& n : s.nodes_) {
+      if (n->dead_) continue;
+      auto nn = std::make_unique<Node>();
+      nn->proto_ = n->proto_;
+      nn->graph_ = &d;
+      nn->order_ = n->order_;
+      for (const auto& sub : n->subgraphs_) {
+        Subgraph copy{sub.attr_name, sub.index,
+                      std::make_unique<Graph>(d.model_, nn.get())};
+        structure(*sub.graph, *copy.graph);
+        nn->subgraphs_.push_back(std::move(copy));
+      }
+      nodes_[n.get()] = nn.get();
+      d.nodes_.push_back(std::move(nn));
+      ++d.live_nodes_;
+    }
+  }
+
+  Value* map(Value* v) { return v ? values_.at(v) : nullptr; }
+
+  // Pass 2: links (producers, uses, scopes, graph inputs/outputs).
+  void wire(const Graph& s, Graph& d) {
+    // Every live value is indexed in exactly one scope; that scope is its owner.
+    for (const auto& [name, v] : s.by_name_) {
+      Value* nv = map(v);
+      nv->owner_ = &d;
+      d.by_name_[nv->name_] = nv;
+    }
+    for (const auto& n : s.nodes_) {
+      if (n->dead_) continue;
+      Node* nn = nodes_.at(n.get());
+      for (size_t i = 0; i < n->inputs_.size(); ++i) {
+        Value* nv = map(n->inputs_[i]);
+        nn->inputs_.push_back(nv);
+        if (nv) nv->uses_.push_back({nn, static_cast<int>(i)});
+      }
+      for (size_t i = 0; i < n->outputs_.size(); ++i) {
+        Value* nv = map(n->outputs_[i]);
+        nn->outputs_.push_back(nv);
+        if (nv) {
+          nv->producer_ = nn;
+          nv->producer_index_ = static_cast<int>(i);
+        }
+      }
+      for (size_t k = 0; k < n->subgraphs_.size(); ++k)
+        wire(*n->subgraphs_[k].graph, *nn->subgraphs_[k].graph);
+    }
+    for (const auto& in : s.inputs_) d.inputs_.push_back({in.info, map(in.value)});
+    for (const auto& out : s.outputs_) {
+      Value* nv = map(out.value);
+      nv->output_refs_.emplace_back(&d, static_cast<int>(d.outputs_.size()));
+      d.outputs_.push_back({out.info, nv});
+    }
+    for (Value* v : s.initializers_)
+      if (!v->dead_ && v->initializer_) d.initializers_.push_back(map(v));
+  }
+
+  std::unordered_map<const Value*, Value*> values_;
+  std::unordered_map<const Node*, Node*> nodes_;
+};
+
+std::unique_ptr<Model> Model::clone() const { return Cloner().run(*this); }
+
+// ---------------------------------------------------------------------------------------------
+// Model helpers
+
+std::vector<Graph*> Model::all_graphs() const {
+  std::vector<Graph*> out{graph_.get()};
+  for (const auto& fn : functions_) out.push_back(fn.body.get());
+  for (size_t i = 0; i < out.size(); ++i)
+    for (Node* n : out[i]->nodes())
+      for (const auto& sub : n->subgraphs()) out.push_back(sub.graph.get());
+  return out;
+}
+
+int64_t Model::opset(std::string_view domain) const { return graph_->opset(domain); }
+
+std::string Model::fresh_name(std::string_view hint) {
+  std::string base(hint.empty() ? "graft" : hint);
+  if (names_.insert(base).second) return base;
+  for (;;) {
+    std::string candidate = absl::StrCat(base, "_", ++name_counter_);
+    if (names_.insert(candidate).second) return candidate;
+  }
+}
+
+absl::Status Model::finalize() {
+  for (auto& fn : functions_)
+    if (auto st = fn.body->finalize(); !st.ok()) return st;
+  return graph_->finalize();
+}
+
+absl::Status Model::verify() const {
+  for (const auto& fn : functions_)
+    if (auto st = fn.body->verify(); !st.ok()) return st;
+  return graph_->verify();
+}
+
+size_t Model::total_nodes() const {
+  size_t n = 0;
+  for (Graph* g : all_graphs()) n += g->num_nodes();
+  return n;
+}
+
+uint64_t Model::initializer_bytes() const {
+  uint64_t bytes = 0;
+  for (Graph* g : all_graphs())
+    for (Value* v : g->initializers()) bytes += tensor_bytes(*v->initializer());
+  return bytes;
+}
+
+}  // namespace graft::ir

@@ -1,0 +1,322 @@
+// Graft's graph IR: a Model owns a main Graph and model-local functions; a Graph owns Nodes and
+// the Values they define; Values know their producer and every use (also uses from nested
+// subgraphs, which capture outer values by name in ONNX).
+//
+// Everything the IR does not model explicitly (doc strings, metadata, unknown fields, sparse
+// initializers, quantization annotations, training info) stays in "rest" protos with the
+// modelled fields cleared, so a load/save round trip is lossless.
+//
+// Mutation rules for passes:
+//  - nodes() returns a snapshot (a copy) in topological order; mutating while iterating it is
+//    safe. Removed nodes/values are marked dead and freed only by compact().
+//  - Nodes added during a pass are appended; the pipeline re-sorts (finalize()) after the pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+#include <onnx/onnx_pb.h>
+
+#include "core/ir/tensor.h"
+
+namespace graft::ir {
+
+class Graph;
+class Model;
+struct Function;
+class Node;
+
+struct Use {
+  Node* node;
+  int index;  // input slot of `node`
+  bool operator==(const Use&) const = default;
+};
+
+class Value {
+ public:
+  const std::string& name() const { return name_; }
+  Graph* owner() const { return owner_; }
+  Node* producer() const { return producer_; }
+  int producer_index() const { return producer_index_; }
+  const std::vector<Use>& uses() const { return uses_; }
+  bool dead() const { return dead_; }
+
+  bool is_graph_input() const { return graph_input_; }
+  // True if some graph (its own or a nested one) lists this value as an output.
+  bool is_graph_output() const { return !output_refs_.empty(); }
+  bool is_initializer() const { return initializer_ != nullptr; }
+  // True for values whose content is fixed at load time (initializers that are not also graph
+  // inputs: an initializer listed as a graph input is only a default that callers may override).
+  bool is_constant() const { return initializer_ != nullptr && !graph_input_; }
+  const onnx::TensorProto* initializer() const { return initializer_.get(); }
+  const std::shared_ptr<const onnx::TensorProto>& shared_initializer() const {
+    return initializer_;
+  }
+  // Replaces the tensor of an existing initializer (its name is forced to this value's name).
+  void set_initializer(onnx::TensorProto tensor);
+
+  // Best known type: value_info entry, graph input/output declaration, or initializer.
+  const onnx::TypeProto* type() const;
+  // Element type (TensorProto::DataType) if known, else 0.
+  int32_t elem_type() const;
+  // Static shape if the value is a tensor whose every dim is a known number.
+  std::optional<std::vector<int64_t>> static_shape() const;
+  // Records a type for this value (creates or replaces its value_info entry).
+  void set_type(const onnx::TypeProto& type);
+  const onnx::ValueInfoProto* value_info() const { return info_.get(); }
+
+  // Number of uses by nodes plus references as graph outputs.
+  size_t use_count() const { return uses_.size() + output_refs_.size(); }
+
+ private:
+  friend class Graph;
+  friend class Node;
+  friend class Model;
+  friend class Loader;
+  friend class Cloner;
+  std::string name_;
+  Graph* owner_ = nullptr;
+  Node* producer_ = nullptr;
+  int producer_index_ = -1;
+  std::vector<Use> uses_;
+  std::vector<std::pair<Graph*, int>> output_refs_;  // graph outputs naming this value
+  bool graph_input_ = false;
+  bool dead_ = false;
+  std::shared_ptr<const onnx::TensorProto> initializer_;
+  mutable std::unique_ptr<onnx::TypeProto> initializer_type_;  // derived, cached
+  std::unique_ptr<onnx::ValueInfoProto> info_;                 // graph value_info entry
+  int64_t info_order_ = 0;
+  int64_t init_order_ = 0;
+};
+
+// A subgraph held by a node attribute (If branches, Loop/Scan bodies).
+struct Subgraph {
+  std::string attr_name;
+  int index = -1;  // -1 for a GRAPH attribute, else position in a GRAPHS attribute
+  std::unique_ptr<Graph> graph;
+};
+
+class Node {
+ public:
+  const std::string& op_type() const { return proto_.op_type(); }
+  const std::string& domain() const { return proto_.domain(); }
+  const std::string& name() const { return proto_.name(); }
+  bool is_onnx_domain() const { return proto_.domain().empty() || proto_.domain() == "ai.onnx"; }
+  // True if the node is op `op` in the default ONNX domain.
+  bool is(std::string_view op) const { return is_onnx_domain() && op_type() == op; }
+  Graph* graph() const { return graph_; }
+  bool dead() const { return dead_; }
+  // Opset version of this node's domain, 0 if not imported.
+  int64_t opset() const;
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  // Input/output i, nullptr if absent (past the end or an empty optional name).
+  Value* input(size_t i) const { return i < inputs_.size() ? inputs_[i] : nullptr; }
+  Value* output(size_t i) const { return i < outputs_.size() ? outputs_[i] : nullptr; }
+  void set_input(size_t i, Value* v);
+  void add_input(Value* v);
+  // Drops trailing inputs past `count`.
+  void truncate_inputs(size_t count);
+
+  // Attributes. Graph-valued attributes are exposed as subgraphs().
+  const google::protobuf::RepeatedPtrField<onnx::AttributeProto>& attributes() const {
+    return proto_.attribute();
+  }
+  const onnx::AttributeProto* attr(std::string_view name) const;
+  int64_t attr_int(std::string_view name, int64_t def) const;
+  float attr_float(std::string_view name, float def) const;
+  std::string attr_string(std::string_view name, std::string def) const;
+  std::optional<std::vector<int64_t>> attr_ints(std::string_view name) const;
+  void set_attr(onnx::AttributeProto attr);  // replaces an attribute of the same name
+  void remove_attr(std::string_view name);
+
+  const std::vector<Subgraph>& subgraphs() const { return subgraphs_; }
+  // The node proto without inputs, outputs and graph attribute bodies.
+  const onnx::NodeProto& proto() const { return proto_; }
+  onnx::NodeProto& mutable_proto() { return proto_; }
+
+ private:
+  friend class Graph;
+  friend class Model;
+  friend class Loader;
+  friend class Cloner;
+  onnx::NodeProto proto_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<Subgraph> subgraphs_;
+  Graph* graph_ = nullptr;
+  bool dead_ = false;
+  int64_t order_ = 0;  // position hint for stable topological sorting
+};
+
+struct GraphInput {
+  onnx::ValueInfoProto info;  // name mirrors value->name()
+  Value* value;
+};
+struct GraphOutput {
+  onnx::ValueInfoProto info;  // declared type; the name saved is value->name()
+  Value* value;
+};
+
+class Graph {
+ public:
+  Graph(Model* model, Node* parent) : model_(model), parent_(parent) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Model* model() const { return model_; }
+  // The node whose attribute holds this graph, nullptr for the main graph and function bodies.
+  Node* parent() const { return parent_; }
+  const std::string& name() const { return rest_.name(); }
+  // Opset version of `domain` ("" and "ai.onnx" are the same) in scope, 0 if not imported.
+  int64_t opset(std::string_view domain) const;
+
+  // Live nodes in topological order (a copy: safe to mutate the graph while iterating).
+  std::vector<Node*> nodes() const;
+  size_t num_nodes() const { return live_nodes_; }
+  const std::vector<GraphInput>& inputs() const { return inputs_; }
+  const std::vector<GraphOutput>& outputs() const { return outputs_; }
+  // Live initializer values in their saved order.
+  std::vector<Value*> initializers() const;
+
+  // Looks a name up in this graph, then in enclosing graphs.
+  Value* lookup(std::string_view name) const;
+  // Looks a name up in this graph only.
+  Value* find_local(std::string_view name) const;
+
+  // Creates a node; outputs get fresh names derived from `output_hints`.
+  Node* add_node(std::string op_type, std::vector<Value*> inputs,
+                 const std::vector<std::string>& output_hints, std::string domain = "");
+  // Creates an initializer value with a fresh name derived from `name_hint`.
+  Value* add_initializer(std::string_view name_hint, onnx::TensorProto tensor);
+  // Turns `value` (owned by this graph, with no producer) into an initializer holding `tensor`.
+  void make_initializer(Value* value, onnx::TensorProto tensor);
+  // Detaches a node from its inputs; its outputs must have no uses left (they are removed).
+  void remove_node(Node* node);
+  // Removes a value that nobody uses or produces (e.g. an unused initializer).
+  void remove_value(Value* value);
+  // Redirects every use of `from` (node inputs anywhere in scope) to `to`. Graph outputs are
+  // redirected too unless `keep_outputs`.
+  static void replace_all_uses(Value* from, Value* to, bool keep_outputs = false);
+  // Makes `value` (a graph output) be produced by node output slot `index` of `node` in place of
+  // the value currently there, which is replaced everywhere by `value` and removed. Used to keep
+  // graph output names when the node computing them changes.
+  void move_output_name(Node* node, int index, Value* value);
+  // Points graph output `i` at `value` (its declared type info is kept).
+  void set_output(size_t i, Value* value);
+
+  // Removes value_info entries that name no live value. Returns how many.
+  int prune_orphan_value_info();
+
+  // Re-sorts nodes topologically (stable) and frees dead nodes/values, recursively.
+  absl::Status finalize();
+  // Structural check: scoping, use lists, producers, unique names, order. Recursive.
+  absl::Status verify() const;
+
+  const onnx::GraphProto& rest() const { return rest_; }
+  onnx::GraphProto& mutable_rest() { return rest_; }
+
+ private:
+  friend class Model;
+  friend class Loader;
+  friend class Cloner;
+  friend class Node;
+  friend class Value;
+  friend void save_function(Function& fn, onnx::FunctionProto* out, bool move_tensors);
+  Value* new_value(std::string name);
+  absl::Status topo_sort();
+  void compact();
+  void save(onnx::GraphProto* out, bool move_tensors);
+
+  Model* model_;
+  Node* parent_;
+  onnx::GraphProto rest_;  // name, doc_string, sparse_initializer, quantization_annotation...
+  std::vector<std::unique_ptr<Node>> nodes_;
+  mutable std::vector<Node*> order_;
+  mutable bool order_valid_ = false;
+  size_t live_nodes_ = 0;
+  int64_t next_order_ = 0;
+  std::vector<std::unique_ptr<Value>> values_;
+  std::unordered_map<std::string_view, Value*> by_name_;
+  std::vector<GraphInput> inputs_;
+  std::vector<GraphOutput> outputs_;
+  std::vector<Value*> initializers_;  // may contain dead values until compact()
+  std::vector<std::pair<int64_t, onnx::ValueInfoProto>> orphan_info_;
+  int64_t next_info_order_ = 0;
+  int64_t next_init_order_ = 0;
+  // Opsets of the enclosing model or function (set on root graphs).
+  const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>* opsets_ = nullptr;
+};
+
+struct Function;
+void save_function(Function& fn, onnx::FunctionProto* out, bool move_tensors);
+
+struct Function {
+  onnx::FunctionProto rest;  // without node/input/output (they live in body)
+  std::unique_ptr<Graph> body;
+};
+
+class Model {
+ public:
+  Model();
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Parses serialized ModelProto bytes. Errors are InvalidArgument with a precise reason.
+  static absl::StatusOr<std::unique_ptr<Model>> parse(std::string_view bytes);
+  static absl::StatusOr<std::unique_ptr<Model>> load_file(const std::string& path);
+  // Takes ownership of the proto's contents (initializer tensors are moved, not copied).
+  static absl::StatusOr<std::unique_ptr<Model>> from_proto(onnx::ModelProto&& proto);
+
+  // Copies the model out (initializer tensors are copied).
+  onnx::ModelProto to_proto() const;
+  // Moves the model out; the Model is left empty. Initializer tensors are moved when no
+  // clone shares them.
+  onnx::ModelProto release_proto();
+  absl::StatusOr<std::string> serialize_and_release();
+
+  // Deep copy of the structure; initializer tensors are shared (immutable) with the clone.
+  std::unique_ptr<Model> clone() const;
+
+  Graph& graph() { return *graph_; }
+  const Graph& graph() const { return *graph_; }
+  std::vector<Function>& functions() { return functions_; }
+  const std::vector<Function>& functions() const { return functions_; }
+  // Every graph: the main graph, function bodies and all nested subgraphs, parents first.
+  std::vector<Graph*> all_graphs() const;
+  int64_t opset(std::string_view domain) const;
+  const onnx::ModelProto& rest() const { return rest_; }
+  onnx::ModelProto& mutable_rest() { return rest_; }
+
+  // A name not used anywhere in the model, derived from `hint`.
+  std::string fresh_name(std::string_view hint);
+  void reserve_name(const std::string& name) { names_.insert(name); }
+
+  absl::Status finalize();
+  absl::Status verify() const;
+  size_t total_nodes() const;          // all graphs, including subgraphs and functions
+  uint64_t initializer_bytes() const;  // all graphs
+
+ private:
+  friend class Loader;
+  friend class Cloner;
+  onnx::ModelProto rest_;  // without graph and functions
+  std::unique_ptr<Graph> graph_;
+  std::vector<Function> functions_;
+  std::unordered_set<std::string> names_;
+  uint64_t name_counter_ = 0;
+};
+
+bool is_onnx_domain(std::string_view domain);
+
+}  // namespace graft::ir

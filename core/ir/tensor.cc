@@ -1,0 +1,211 @@
+#include "core/ir/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace graft::ir {
+
+using onnx::TensorProto;
+
+size_t element_size(int32_t data_type) {
+  switch (data_type) {
+    case TensorProto::FLOAT: return 4;
+    case TensorProto::UINT8: return 1;
+    case TensorProto::INT8: return 1;
+    case TensorProto::UINT16: return 2;
+    case TensorProto::INT16: return 2;
+    case TensorProto::INT32: return 4;
+    case TensorProto::INT64: return 8;
+    case TensorProto::BOOL: return 1;
+    case TensorProto::FLOAT16: return 2;
+    case TensorProto::DOUBLE: return 8;
+    case TensorProto::UINT32: return 4;
+    case TensorProto::UINT64: return 8;
+    case TensorProto::COMPLEX64: return 8;
+    case TensorProto::COMPLEX128: return 16;
+    case TensorProto::BFLOAT16: return 2;
+    default: return 0;
+  }
+}
+
+std::optional<int64_t> element_count(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) return std::nullopt;
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return std::nullopt;
+    n *= d;
+  }
+  return n;
+}
+
+std::optional<int64_t> element_count(const TensorProto& t) {
+  return element_count(std::vector<int64_t>(t.dims().begin(), t.dims().end()));
+}
+
+bool is_external(const TensorProto& t) {
+  return t.data_location() == TensorProto::EXTERNAL;
+}
+
+uint64_t tensor_bytes(const TensorProto& t) {
+  if (t.has_raw_data()) return t.raw_data().size();
+  uint64_t n = 0;
+  n += t.float_data_size() * 4ull + t.double_data_size() * 8ull + t.int64_data_size() * 8ull +
+       t.uint64_data_size() * 8ull;
+  // int32_data also carries 8/16-bit types and float16, one element per entry.
+  size_t es = element_size(t.data_type());
+  n += t.int32_data_size() * static_cast<uint64_t>(es ? es : 4);
+  for (const auto& s : t.string_data()) n += s.size();
+  return n;
+}
+
+namespace {
+
+template <typename T>
+bool read_raw(const std::string& raw, int64_t count, std::vector<T>& out) {
+  if (raw.size() != static_cast<size_t>(count) * sizeof(T)) return false;
+  out.resize(count);
+  if (count) std::memcpy(out.data(), raw.data(), raw.size());
+  return true;
+}
+
+template <typename Out, typename T>
+std::optional<std::vector<Out>> raw_as(const TensorProto& t, int64_t count) {
+  std::vector<T> tmp;
+  if (!read_raw(t.raw_data(), count, tmp)) return std::nullopt;
+  return std::vector<Out>(tmp.begin(), tmp.end());
+}
+
+template <typename Out, typename Field>
+std::optional<std::vector<Out>> field_as(const Field& f, int64_t count) {
+  if (f.size() != count) return std::nullopt;
+  return std::vector<Out>(f.begin(), f.end());
+}
+
+}  // namespace
+
+std::optional<std::vector<int64_t>> read_int64s(const TensorProto& t) {
+  if (is_external(t)) return std::nullopt;
+  auto count = element_count(t);
+  if (!count) return std::nullopt;
+  bool raw = t.has_raw_data();
+  switch (t.data_type()) {
+    case TensorProto::INT64:
+      return raw ? raw_as<int64_t, int64_t>(t, *count) : field_as<int64_t>(t.int64_data(), *count);
+    case TensorProto::INT32:
+      return raw ? raw_as<int64_t, int32_t>(t, *count) : field_as<int64_t>(t.int32_data(), *count);
+    case TensorProto::INT16:
+      return raw ? raw_as<int64_t, int16_t>(t, *count) : field_as<int64_t>(t.int32_data(), *count);
+    case TensorProto::INT8:
+      return raw ? raw_as<int64_t, int8_t>(t, *count) : field_as<int64_t>(t.int32_data(), *count);
+    case TensorProto::UINT8:
+    case TensorProto::BOOL:
+      return raw ? raw_as<int64_t, uint8_t>(t, *count) : field_as<int64_t>(t.int32_data(), *count);
+    case TensorProto::UINT16:
+      return raw ? raw_as<int64_t, uint16_t>(t, *count) : field_as<int64_t>(t.int32_data(), *count);
+    case TensorProto::UINT32:
+      return raw ? raw_as<int64_t, uint32_t>(t, *count) : field_as<int64_t>(t.uint64_data(), *count);
+    default: return std::nullopt;
+  }
+}
+
+std::optional<std::vector<double>> read_doubles(const TensorProto& t) {
+  if (is_external(t)) return std::nullopt;
+  auto count = element_count(t);
+  if (!count) return std::nullopt;
+  bool raw = t.has_raw_data();
+  switch (t.data_type()) {
+    case TensorProto::FLOAT:
+      return raw ? raw_as<double, float>(t, *count) : field_as<double>(t.float_data(), *count);
+    case TensorProto::DOUBLE:
+      return raw ? raw_as<double, double>(t, *count) : field_as<double>(t.double_data(), *count);
+    case TensorProto::FLOAT16: {
+      std::vector<uint16_t> bits;
+      if (raw) {
+        if (!read_raw(t.raw_data(), *count, bits)) return std::nullopt;
+      } else {
+        if (t.int32_data_size() != *count) return std::nullopt;
+        for (int32_t b : t.int32_data()) bits.push_back(static_cast<uint16_t>(b));
+      }
+      std::vector<double> out;
+      out.reserve(bits.size());
+      for (uint16_t b : bits) out.push_back(half_to_float(b));
+      return out;
+    }
+    default: return std::nullopt;
+  }
+}
+
+onnx::TensorProto make_float_tensor(int32_t data_type, const std::vector<int64_t>& dims,
+                                    const std::vector<double>& values) {
+  TensorProto t;
+  t.set_data_type(data_type);
+  for (int64_t d : dims) t.add_dims(d);
+  std::string raw;
+  if (data_type == TensorProto::DOUBLE) {
+    raw.resize(values.size() * 8);
+    std::memcpy(raw.data(), values.data(), raw.size());
+  } else if (data_type == TensorProto::FLOAT16) {
+    std::vector<uint16_t> h;
+    for (double v : values) h.push_back(float_to_half(static_cast<float>(v)));
+    raw.resize(h.size() * 2);
+    if (!h.empty()) std::memcpy(raw.data(), h.data(), raw.size());
+  } else {
+    std::vector<float> f(values.begin(), values.end());
+    raw.resize(f.size() * 4);
+    if (!f.empty()) std::memcpy(raw.data(), f.data(), raw.size());
+  }
+  t.set_raw_data(std::move(raw));
+  return t;
+}
+
+onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims,
+                                    const std::vector<int64_t>& values) {
+  TensorProto t;
+  t.set_data_type(TensorProto::INT64);
+  for (int64_t d : dims) t.add_dims(d);
+  std::string raw(values.size() * 8, '\0');
+  if (!values.empty()) std::memcpy(raw.data(), values.data(), raw.size());
+  t.set_raw_data(std::move(raw));
+  return t;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<float>(mant), -24);
+  } else if (exp == 31) {
+    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else {
+    v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  }
+  return sign ? -v : v;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t exp = (x >> 23) & 0xff;
+  uint32_t mant = x & 0x7fffff;
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  int32_t e = static_cast<int32_t>(exp) - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;  // may carry into exponent: correct
+  return static_cast<uint16_t>(half);
+}
+
+}  // namespace graft::ir

@@ -1,0 +1,38 @@
+// Reading and building TensorProtos: the small set of conversions passes need to inspect
+// constant operands (shapes, permutations, weights) and to write folded results.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+namespace graft::ir {
+
+// Bytes per element of a fixed-size data type, 0 for strings/undefined.
+size_t element_size(int32_t data_type);
+// Product of dims (1 for a scalar); nullopt on a negative dim or overflow.
+std::optional<int64_t> element_count(const std::vector<int64_t>& dims);
+std::optional<int64_t> element_count(const onnx::TensorProto& t);
+// Size in bytes of a tensor's payload (raw or typed fields).
+uint64_t tensor_bytes(const onnx::TensorProto& t);
+// True if the tensor's payload is stored outside the proto (ONNX external data).
+bool is_external(const onnx::TensorProto& t);
+
+// Integer contents of an INT64/INT32/INT16/INT8/UINT8/UINT16/UINT32/BOOL tensor.
+std::optional<std::vector<int64_t>> read_int64s(const onnx::TensorProto& t);
+// Contents of a FLOAT/DOUBLE/FLOAT16 tensor as doubles.
+std::optional<std::vector<double>> read_doubles(const onnx::TensorProto& t);
+
+// Builds a tensor of `data_type` (FLOAT, DOUBLE or FLOAT16) from doubles, stored as raw_data.
+onnx::TensorProto make_float_tensor(int32_t data_type, const std::vector<int64_t>& dims,
+                                    const std::vector<double>& values);
+onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims,
+                                    const std::vector<int64_t>& values);
+
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+
+}  // namespace graft::ir

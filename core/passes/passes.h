@@ -1,0 +1,19 @@
+// Factories of the built-in passes, one per file in core/passes/.
+#pragma once
+
+#include <memory>
+
+#include "core/passes/pass.h"
+
+namespace graft {
+
+std::unique_ptr<Pass> make_extract_constants();
+std::unique_ptr<Pass> make_eliminate_identity();
+std::unique_ptr<Pass> make_eliminate_noop();
+std::unique_ptr<Pass> make_dedup_initializers();
+std::unique_ptr<Pass> make_cse();
+std::unique_ptr<Pass> make_fuse_conv_batchnorm();
+std::unique_ptr<Pass> make_fuse_matmul_add();
+std::unique_ptr<Pass> make_prune();
+
+}  // namespace graft

@@ -1,0 +1,231 @@
+#include "core/pipeline/pipeline.h"
+
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <onnx/checker.h>
+#include <onnx/defs/printer.h>
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "core/passes/registry.h"
+
+namespace graft {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Names and declared types of the main graph's inputs and outputs: passes must not change them.
+std::string interface_of(const ir::Model& model) {
+  std::string sig;
+  for (const auto& in : model.graph().inputs())
+    absl::StrAppend(&sig, "in:", in.value->name(), ":", in.info.type().SerializeAsString(), ";");
+  for (const auto& out : model.graph().outputs())
+    absl::StrAppend(&sig, "out:", out.value->name(), ":", out.info.type().SerializeAsString(),
+                    ";");
+  return sig;
+}
+
+std::string safe_file_name(const std::string& s) {
+  std::string out = s;
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';
+  return out;
+}
+
+void dump_graph(const ir::Model& model, const std::string& dir, int step, int round,
+                const std::string& pass) {
+  std::filesystem::create_directories(dir);
+  std::ostringstream name;
+  name << std::setw(3) << std::setfill('0') << step << "_r" << round << "_" << safe_file_name(pass)
+       << ".onnxtxt";
+  std::ofstream out(std::filesystem::path(dir) / name.str());
+  onnx::ModelProto proto = model.to_proto();
+  out << proto.graph() << "\n";
+  for (const auto& fn : proto.functions()) out << fn << "\n";
+}
+
+}  // namespace
+
+absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::string* skipped) {
+  const auto& rest = model.rest();
+  if (rest.ir_version() > onnx::Version::IR_VERSION) {
+    if (skipped) *skipped = absl::StrCat("IR version ", rest.ir_version(), " is newer than libonnx knows");
+    return absl::OkStatus();
+  }
+  const auto& schemas = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  for (const auto& op : rest.opset_import()) {
+    std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
+    auto it = schemas.find(domain);
+    if (it == schemas.end() || op.version() > it->second.second) {
+      if (skipped)
+        *skipped = absl::StrCat("opset ", op.domain().empty() ? "ai.onnx" : op.domain(), " ",
+                                op.version(), " is newer than libonnx knows");
+      return absl::OkStatus();
+    }
+  }
+  onnx::ModelProto proto = model.to_proto();
+  try {
+    onnx::checker::check_model(proto);
+    if (shape_inference) {
+      onnx::ShapeInferenceOptions options{/*check_type=*/true, /*error_mode=*/1,
+                                          /*enable_data_propagation=*/false};
+      onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), options);
+    }
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(absl::StrCat("ONNX check failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config) {
+  if (config.max_rounds < 1 || config.max_rounds > 1000)
+    return absl::InvalidArgumentError(
+        absl::StrCat("max rounds must be between 1 and 1000, got ", config.max_rounds));
+  std::vector<std::string> names;
+  if (config.passes.empty()) {
+    if (config.level < 0 || config.level > kMaxLevel)
+      return absl::InvalidArgumentError(
+          absl::StrCat("level must be O0..O", kMaxLevel, ", got O", config.level));
+    names = passes_for_level(config.level);
+  } else {
+    names = config.passes;
+  }
+  std::vector<std::string> valid;
+  for (const auto& p : all_passes()) valid.push_back(p.name);
+  for (const auto& n : names)
+    if (!find_pass(n))
+      return absl::InvalidArgumentError(absl::StrCat("unknown pass '", n, "'; valid passes: ",
+                                                     absl::StrJoin(valid, ", ")));
+  for (const auto& [pass, options] : config.pass_options) {
+    const PassInfo* info = find_pass(pass);
+    if (!info)
+      return absl::InvalidArgumentError(absl::StrCat("options given for unknown pass '", pass,
+                                                     "'; valid passes: ",
+                                                     absl::StrJoin(valid, ", ")));
+    for (const auto& [key, value] : options) {
+      bool known = false;
+      for (const auto& o : info->options) known = known || o.name == key;
+      if (!known)
+        return absl::InvalidArgumentError(
+            absl::StrCat("pass '", pass, "' has no option '", key, "'"));
+    }
+  }
+  return names;
+}
+
+absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
+                                            const PipelineConfig& config) {
+  auto names = resolve_passes(config);
+  if (!names.ok()) return names.status();
+  auto start = Clock::now();
+
+  PipelineReport report;
+  report.nodes_before = model->total_nodes();
+  report.bytes_before = model->initializer_bytes();
+  const std::string interface = interface_of(*model);
+
+  bool check = config.onnx_checker || config.shape_inference;
+  if (check) {
+    std::string skipped;
+    absl::Status input_ok = onnx_check(*model, config.shape_inference, &skipped);
+    if (!skipped.empty()) {
+      report.checker_note = skipped;
+      check = false;
+    } else if (!input_ok.ok()) {
+      report.checker_note = absl::StrCat("input model fails the ONNX check, so it is not used to "
+                                         "judge passes: ", input_ok.message());
+      check = false;
+    }
+  }
+
+  struct Slot {
+    const PassInfo* info;
+    std::unique_ptr<Pass> pass;
+    PassStats stats;
+    bool disabled = false;
+  };
+  std::vector<Slot> slots;
+  for (const auto& n : *names) {
+    const PassInfo* info = find_pass(n);
+    slots.push_back({info, info->create(), PassStats{}, false});
+    slots.back().stats.name = n;
+  }
+  static const PassOptions kNoOptions;
+
+  int step = 0;
+  for (int round = 1; round <= config.max_rounds; ++round) {
+    report.rounds = round;
+    bool round_changed = false;
+    for (auto& slot : slots) {
+      if (slot.disabled) continue;
+      if (config.should_continue) {
+        if (auto st = config.should_continue(); !st.ok()) return st;
+      }
+      auto opt_it = config.pass_options.find(slot.info->name);
+      PassContext ctx(opt_it == config.pass_options.end() ? kNoOptions : opt_it->second);
+
+      PassStats& s = slot.stats;
+      size_t nodes_before = model->total_nodes();
+      uint64_t bytes_before = model->initializer_bytes();
+      if (s.runs == 0) {
+        s.nodes_before = nodes_before;
+        s.bytes_before = bytes_before;
+      }
+      auto pass_start = Clock::now();
+      std::unique_ptr<ir::Model> snapshot = model->clone();
+
+      absl::StatusOr<PassResult> result = PassResult{};
+      try {
+        result = slot.pass->run(*model, ctx);
+      } catch (const std::exception& e) {
+        result = absl::InternalError(absl::StrCat("pass threw: ", e.what()));
+      } catch (...) {
+        result = absl::InternalError("pass threw a non-standard exception");
+      }
+      absl::Status broken = result.status();
+      if (broken.ok() && result->changed) {
+        broken = model->finalize();
+        if (broken.ok()) broken = model->verify();
+        if (broken.ok() && interface_of(*model) != interface)
+          broken = absl::InternalError("the pass changed the model's inputs or outputs");
+        if (broken.ok() && check) broken = onnx_check(*model, config.shape_inference, nullptr);
+      }
+      ++s.runs;
+      if (!broken.ok()) {
+        model = std::move(snapshot);
+        ++s.rollbacks;
+        if (s.rollback_reason.empty()) s.rollback_reason = std::string(broken.message());
+        // A pass that broke the model once is not retried in later rounds.
+        slot.disabled = true;
+      } else if (result->changed) {
+        ++s.changed_runs;
+        s.rewrites += result->rewrites;
+        round_changed = true;
+        ++step;
+        if (!config.dump_dir.empty()) dump_graph(*model, config.dump_dir, step, round, s.name);
+      }
+      s.seconds += std::chrono::duration<double>(Clock::now() - pass_start).count();
+      s.nodes_after = model->total_nodes();
+      s.bytes_after = model->initializer_bytes();
+    }
+    if (!round_changed) {
+      report.reached_fixed_point = true;
+      break;
+    }
+  }
+  for (auto& slot : slots) report.passes.push_back(std::move(slot.stats));
+  report.nodes_after = model->total_nodes();
+  report.bytes_after = model->initializer_bytes();
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace graft

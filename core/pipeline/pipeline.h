@@ -1,0 +1,65 @@
+// Runs passes in order, repeated to a fixed point, checking the model after every pass and
+// rolling back any pass that fails, throws or leaves a broken graph.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+#include "core/ir/model.h"
+#include "core/passes/pass.h"
+
+namespace graft {
+
+struct PipelineConfig {
+  int level = 2;                                   // used when `passes` is empty
+  std::vector<std::string> passes;                 // explicit ordered pass list
+  std::map<std::string, PassOptions> pass_options;  // per pass name
+  int max_rounds = 10;
+  bool onnx_checker = false;    // run onnx::checker after each changing pass
+  bool shape_inference = false;  // run strict ONNX shape inference after each changing pass
+  std::string dump_dir;          // write the graph as ONNX text after each changing pass
+  // Polled between passes; a non-OK status stops the pipeline with that status.
+  std::function<absl::Status()> should_continue;
+};
+
+struct PassStats {
+  std::string name;
+  int runs = 0;           // rounds in which the pass ran
+  int changed_runs = 0;   // rounds in which it changed the model
+  double seconds = 0;
+  size_t nodes_before = 0, nodes_after = 0;      // first run's input, last run's output
+  uint64_t bytes_before = 0, bytes_after = 0;    // initializer bytes, same convention
+  int64_t rewrites = 0;
+  int rollbacks = 0;
+  std::string rollback_reason;  // of the first rollback
+};
+
+struct PipelineReport {
+  std::vector<PassStats> passes;
+  int rounds = 0;
+  bool reached_fixed_point = false;
+  size_t nodes_before = 0, nodes_after = 0;
+  uint64_t bytes_before = 0, bytes_after = 0;
+  double seconds = 0;
+  std::string checker_note;  // why ONNX checking was skipped, if it was asked for and skipped
+};
+
+// Validates a config (known pass names, options, rounds) and resolves the pass list.
+absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config);
+
+// Optimizes `model` in place (it may be replaced by a snapshot on rollback).
+// Errors: InvalidArgument for a bad config; the should_continue status when stopped.
+absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
+                                            const PipelineConfig& config);
+
+// ONNX checker (+ strict shape inference) on a copy of the model. OK when libonnx does not know
+// the model's IR version or opsets (best effort), with `skipped` set to the reason.
+absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::string* skipped);
+
+}  // namespace graft
