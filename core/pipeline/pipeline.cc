@@ -52,6 +52,13 @@ void dump_graph(const ir::Model& model, const std::string& dir, int step, int ro
   for (const auto& fn : proto.functions()) out << fn << "\n";
 }
 
+absl::Status check_rounds(const PipelineConfig& config) {
+  if (config.max_rounds < 1 || config.max_rounds > 1000)
+    return absl::InvalidArgumentError(
+        absl::StrCat("max rounds must be between 1 and 1000, got ", config.max_rounds));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::string* skipped) {
@@ -86,9 +93,7 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
 }
 
 absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config) {
-  if (config.max_rounds < 1 || config.max_rounds > 1000)
-    return absl::InvalidArgumentError(
-        absl::StrCat("max rounds must be between 1 and 1000, got ", config.max_rounds));
+  if (auto st = check_rounds(config); !st.ok()) return st;
   std::vector<std::string> names;
   if (config.passes.empty()) {
     if (config.level < 0 || config.level > kMaxLevel)
@@ -125,6 +130,19 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config) {
   auto names = resolve_passes(config);
   if (!names.ok()) return names.status();
+  std::vector<PassInstance> passes;
+  for (const auto& n : *names) {
+    auto opt_it = config.pass_options.find(n);
+    passes.push_back({n, find_pass(n)->create(),
+                      opt_it == config.pass_options.end() ? PassOptions{} : opt_it->second});
+  }
+  return run_passes(model, std::move(passes), config);
+}
+
+absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
+                                          std::vector<PassInstance> passes,
+                                          const PipelineConfig& config) {
+  if (auto st = check_rounds(config); !st.ok()) return st;
   auto start = Clock::now();
 
   PipelineReport report;
@@ -147,18 +165,15 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
   }
 
   struct Slot {
-    const PassInfo* info;
-    std::unique_ptr<Pass> pass;
+    PassInstance instance;
     PassStats stats;
     bool disabled = false;
   };
   std::vector<Slot> slots;
-  for (const auto& n : *names) {
-    const PassInfo* info = find_pass(n);
-    slots.push_back({info, info->create(), PassStats{}, false});
-    slots.back().stats.name = n;
+  for (auto& p : passes) {
+    slots.push_back({std::move(p), PassStats{}, false});
+    slots.back().stats.name = slots.back().instance.name;
   }
-  static const PassOptions kNoOptions;
 
   int step = 0;
   for (int round = 1; round <= config.max_rounds; ++round) {
@@ -169,8 +184,7 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
       if (config.should_continue) {
         if (auto st = config.should_continue(); !st.ok()) return st;
       }
-      auto opt_it = config.pass_options.find(slot.info->name);
-      PassContext ctx(opt_it == config.pass_options.end() ? kNoOptions : opt_it->second);
+      PassContext ctx(slot.instance.options);
 
       PassStats& s = slot.stats;
       size_t nodes_before = model->total_nodes();
@@ -184,7 +198,7 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
 
       absl::StatusOr<PassResult> result = PassResult{};
       try {
-        result = slot.pass->run(*model, ctx);
+        result = slot.instance.pass->run(*model, ctx);
       } catch (const std::exception& e) {
         result = absl::InternalError(absl::StrCat("pass threw: ", e.what()));
       } catch (...) {

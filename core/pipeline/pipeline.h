@@ -58,6 +58,16 @@ absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& co
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config);
 
+struct PassInstance {
+  std::string name;
+  std::unique_ptr<Pass> pass;
+  PassOptions options;
+};
+// The fixed-point driver over already-built pass instances (config.passes/level are ignored).
+absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
+                                          std::vector<PassInstance> passes,
+                                          const PipelineConfig& config);
+
 // ONNX checker (+ strict shape inference) on a copy of the model. OK when libonnx does not know
 // the model's IR version or opsets (best effort), with `skipped` set to the reason.
 absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::string* skipped);

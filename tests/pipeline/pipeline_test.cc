@@ -1,0 +1,273 @@
+// The fixed-point driver: levels, explicit lists, options, rollback of broken passes, stats.
+#include "core/passes/registry.h"
+#include "core/pipeline/pipeline.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+const char* kModel = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[2] x) => (float[2] y) {
+    c = Constant <value = float[2] {1.0, 2.0}> ()
+    a = Add (x, c)
+    y = Relu (a)
+  }
+)";
+
+// A pass that corrupts the graph: it drops the node producing the graph output.
+class BreakingPass final : public Pass {
+ public:
+  std::string_view name() const override { return "breaking"; }
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+    ir::Graph& g = model.graph();
+    for (ir::Node* n : g.nodes())
+      if (n->op_type() == "Relu") g.remove_node(n);
+    PassResult r;
+    r.add();
+    return r;
+  }
+};
+
+class ThrowingPass final : public Pass {
+ public:
+  std::string_view name() const override { return "throwing"; }
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+    model.graph().remove_node(model.graph().nodes().front());  // half-done work is undone
+    throw std::runtime_error("boom");
+  }
+};
+
+class FailingPass final : public Pass {
+ public:
+  std::string_view name() const override { return "failing"; }
+  absl::StatusOr<PassResult> run(ir::Model&, PassContext&) override {
+    return absl::InternalError("cannot");
+  }
+};
+
+// Renames the graph output: structurally valid, but changes the model's interface.
+class RenamingPass final : public Pass {
+ public:
+  std::string_view name() const override { return "renaming"; }
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+    ir::Graph& g = model.graph();
+    ir::Node* relu = g.outputs()[0].value->producer();
+    ir::Node* copy = g.add_node("Relu", {relu->input(0)}, {"renamed"});
+    g.set_output(0, copy->output(0));
+    g.remove_node(relu);
+    PassResult r;
+    r.add();
+    return r;
+  }
+};
+
+// Counts its runs and changes the model only in the first `changes` of them.
+class CountingPass final : public Pass {
+ public:
+  CountingPass(int* runs, int changes) : runs_(runs), changes_(changes) {}
+  std::string_view name() const override { return "counting"; }
+  absl::StatusOr<PassResult> run(ir::Model&, PassContext&) override {
+    PassResult r;
+    if ((*runs_)++ < changes_) r.add();
+    return r;
+  }
+
+ private:
+  int* runs_;
+  int changes_;
+};
+
+std::vector<PassInstance> instances(std::unique_ptr<Pass> pass) {
+  std::vector<PassInstance> v;
+  std::string name(pass->name());
+  v.push_back({name, std::move(pass), {}});
+  return v;
+}
+
+TEST(Pipeline, LevelsAreNestedAndO0IsEmpty) {
+  EXPECT_TRUE(passes_for_level(0).empty());
+  auto o1 = passes_for_level(1), o2 = passes_for_level(2), o3 = passes_for_level(3);
+  EXPECT_FALSE(o1.empty());
+  EXPECT_GT(o2.size(), o1.size());
+  for (const auto& p : o1) EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
+  for (const auto& p : o2) EXPECT_NE(std::find(o3.begin(), o3.end(), p), o3.end()) << p;
+}
+
+TEST(Pipeline, O0ChangesNothing) {
+  auto model = parse_text(kModel);
+  std::string before = model->to_proto().SerializeAsString();
+  PipelineConfig config;
+  config.level = 0;
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passes.empty());
+  EXPECT_EQ(model->to_proto().SerializeAsString(), before);
+}
+
+TEST(Pipeline, ExplicitListRunsOnlyThose) {
+  auto model = parse_text(kModel);
+  PipelineConfig config;
+  config.passes = {"extract_constants"};
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->passes.size(), 1u);
+  EXPECT_EQ(report->passes[0].name, "extract_constants");
+  EXPECT_EQ(report->passes[0].rewrites, 1);
+  EXPECT_EQ(report->passes[0].nodes_before, 3u);
+  EXPECT_EQ(report->passes[0].nodes_after, 2u);
+  EXPECT_EQ(report->passes[0].bytes_before, 0u);
+  EXPECT_EQ(report->passes[0].bytes_after, 8u);
+  EXPECT_EQ(report->rounds, 2);  // round 2 changes nothing: fixed point
+  EXPECT_TRUE(report->reached_fixed_point);
+  EXPECT_EQ(count_ops(*model, "Constant"), 0);
+}
+
+TEST(Pipeline, UnknownPassListsValidOnes) {
+  PipelineConfig config;
+  config.passes = {"extract_constants", "no_such_pass"};
+  auto names = resolve_passes(config);
+  ASSERT_FALSE(names.ok());
+  EXPECT_EQ(names.status().code(), absl::StatusCode::kInvalidArgument);
+  std::string msg(names.status().message());
+  EXPECT_NE(msg.find("no_such_pass"), std::string::npos);
+  EXPECT_NE(msg.find("prune"), std::string::npos);
+}
+
+TEST(Pipeline, BadConfigIsRejected) {
+  PipelineConfig config;
+  config.level = 7;
+  EXPECT_FALSE(resolve_passes(config).ok());
+  config.level = 2;
+  config.max_rounds = 0;
+  EXPECT_FALSE(resolve_passes(config).ok());
+  config.max_rounds = 10;
+  config.pass_options["prune"]["nonsense"] = "1";
+  EXPECT_FALSE(resolve_passes(config).ok());
+}
+
+void expect_rolled_back(std::unique_ptr<Pass> pass, const std::string& reason_fragment) {
+  auto model = parse_text(kModel);
+  std::string before = model->to_proto().SerializeAsString();
+  PipelineConfig config;
+  auto report = run_passes(model, instances(std::move(pass)), config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->passes.size(), 1u);
+  EXPECT_EQ(report->passes[0].rollbacks, 1);
+  EXPECT_NE(report->passes[0].rollback_reason.find(reason_fragment), std::string::npos)
+      << report->passes[0].rollback_reason;
+  EXPECT_EQ(report->passes[0].runs, 1);  // not retried in later rounds
+  EXPECT_EQ(model->to_proto().SerializeAsString(), before);
+  EXPECT_TRUE(model->verify().ok());
+}
+
+TEST(Pipeline, BrokenGraphIsRolledBack) {
+  expect_rolled_back(std::make_unique<BreakingPass>(), "produced by nothing");
+}
+TEST(Pipeline, ThrowingPassIsRolledBack) {
+  expect_rolled_back(std::make_unique<ThrowingPass>(), "boom");
+}
+TEST(Pipeline, FailingPassIsRolledBack) {
+  expect_rolled_back(std::make_unique<FailingPass>(), "cannot");
+}
+TEST(Pipeline, InterfaceChangeIsRolledBack) {
+  expect_rolled_back(std::make_unique<RenamingPass>(), "inputs or outputs");
+}
+
+TEST(Pipeline, RollbackKeepsOtherPassesWork) {
+  auto model = parse_text(kModel);
+  std::vector<PassInstance> passes = instances(find_pass("extract_constants")->create());
+  passes.push_back({"breaking", std::make_unique<BreakingPass>(), {}});
+  auto report = run_passes(model, std::move(passes), PipelineConfig{});
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->passes[1].rollbacks, 1);
+  EXPECT_EQ(count_ops(*model, "Constant"), 0);
+  EXPECT_EQ(count_ops(*model, "Relu"), 1);
+}
+
+TEST(Pipeline, FixedPointIsBoundedByMaxRounds) {
+  auto model = parse_text(kModel);
+  int runs = 0;
+  PipelineConfig config;
+  config.max_rounds = 4;
+  auto report = run_passes(model, instances(std::make_unique<CountingPass>(&runs, 100)), config);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(runs, 4);
+  EXPECT_EQ(report->rounds, 4);
+  EXPECT_FALSE(report->reached_fixed_point);
+}
+
+TEST(Pipeline, StopsWhenNothingChanges) {
+  auto model = parse_text(kModel);
+  int runs = 0;
+  auto report = run_passes(model, instances(std::make_unique<CountingPass>(&runs, 2)), {});
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(runs, 3);
+  EXPECT_TRUE(report->reached_fixed_point);
+  EXPECT_EQ(report->passes[0].changed_runs, 2);
+}
+
+TEST(Pipeline, CancellationStopsBetweenPasses) {
+  auto model = parse_text(kModel);
+  int polls = 0;
+  PipelineConfig config;
+  config.should_continue = [&] {
+    return ++polls > 1 ? absl::CancelledError("client went away") : absl::OkStatus();
+  };
+  auto report = run_pipeline(model, config);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(Pipeline, OnnxCheckerRollsBackInvalidModels) {
+  // A Relu given an attribute it does not have: structurally fine, rejected by the checker.
+  class BadAttrPass final : public Pass {
+   public:
+    std::string_view name() const override { return "bad_attr"; }
+    absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+      onnx::AttributeProto a;
+      a.set_name("alpha");
+      a.set_type(onnx::AttributeProto::FLOAT);
+      a.set_f(1);
+      for (ir::Node* n : model.graph().nodes())
+        if (n->op_type() == "Relu") n->set_attr(a);
+      PassResult r;
+      r.add();
+      return r;
+    }
+  };
+  auto model = parse_text(kModel);
+  PipelineConfig config;
+  config.onnx_checker = true;
+  auto report = run_passes(model, instances(std::make_unique<BadAttrPass>()), config);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->passes[0].rollbacks, 1);
+  EXPECT_EQ(report->checker_note, "");
+  EXPECT_EQ(model->graph().nodes().back()->attributes().size(), 0);
+
+  // Without the checker the same pass is kept: only the checker catches it.
+  auto unchecked = parse_text(kModel);
+  report = run_passes(unchecked, instances(std::make_unique<BadAttrPass>()), PipelineConfig{});
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->passes[0].rollbacks, 0);
+}
+
+TEST(Pipeline, DumpWritesTextAfterChangingPasses) {
+  auto model = parse_text(kModel);
+  PipelineConfig config;
+  config.passes = {"extract_constants"};
+  config.dump_dir = (std::filesystem::temp_directory_path() / "graft_dump_test").string();
+  std::filesystem::remove_all(config.dump_dir);
+  ASSERT_TRUE(run_pipeline(model, config).ok());
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(config.dump_dir))
+    files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  std::string text = read_file(files[0]);
+  EXPECT_NE(text.find("Relu"), std::string::npos);
+  EXPECT_EQ(text.find("Constant"), std::string::npos);
+  std::filesystem::remove_all(config.dump_dir);
+}
+
+}  // namespace
+}  // namespace graft::testing
