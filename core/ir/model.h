@@ -298,6 +298,9 @@ class Model {
   const onnx::ModelProto& rest() const { return rest_; }
   onnx::ModelProto& mutable_rest() { return rest_; }
 
+  // IR versions before 4 require every initializer to also be a graph input, so passes must not
+  // create initializers there (that would change the model's inputs).
+  bool allows_new_initializers() const { return rest_.ir_version() >= 4; }
   // A name not used anywhere in the model, derived from `hint`.
   std::string fresh_name(std::string_view hint);
   void reserve_name(const std::string& name) { names_.insert(name); }

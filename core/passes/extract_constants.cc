@@ -50,6 +50,7 @@ class ExtractConstants final : public Pass {
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
     PassResult result;
+    if (!model.allows_new_initializers()) return result;
     std::vector<ir::Graph*> graphs{&model.graph()};
     for (size_t i = 0; i < graphs.size(); ++i) {
       ir::Graph* g = graphs[i];

@@ -69,3 +69,24 @@ TEST(ExtractConstants, RecursesIntoSubgraphs) {
 
 }  // namespace
 }  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+TEST(ExtractConstants, OldIrVersionsKeepConstantNodes) {
+  // Before IR 4 every initializer must be a graph input: extracting would change the interface.
+  auto model = parse_text(R"(
+    <ir_version: 3, opset_import: ["" : 8]>
+    g (float[2] x) => (float[2] y) {
+      c = Constant <value = float[2] {1.0, 2.0}> ()
+      y = Add (x, c)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass(*model, "extract_constants").changed);
+  EXPECT_EQ(count_ops(*model, "Constant"), 1);
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+}  // namespace
+}  // namespace graft::testing

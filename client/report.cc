@@ -1,0 +1,83 @@
+#include "client/report.h"
+
+#include <cstdio>
+
+namespace graft::cli {
+
+namespace {
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+std::string line(const char* fmt, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_table(const RunSummary& run) {
+  const PipelineReport& r = run.pipeline;
+  std::string out;
+  out += line("%-22s %5s %10s %17s %25s %9s  %s\n", "pass", "runs", "time ms", "nodes",
+              "initializer bytes", "rewrites", "rolled back");
+  for (const PassStats& p : r.passes) {
+    std::string nodes = std::to_string(p.nodes_before) + " -> " + std::to_string(p.nodes_after);
+    std::string bytes = human_bytes(p.bytes_before) + " -> " + human_bytes(p.bytes_after);
+    std::string rolled = p.rollbacks ? "yes: " + p.rollback_reason : "-";
+    out += line("%-22s %5d %10.2f %17s %25s %9lld  %s\n", p.name.c_str(), p.runs,
+                p.seconds * 1e3, nodes.c_str(), bytes.c_str(),
+                static_cast<long long>(p.rewrites), rolled.c_str());
+  }
+  std::string nodes = std::to_string(r.nodes_before) + " -> " + std::to_string(r.nodes_after);
+  std::string bytes = human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after);
+  out += line("%-22s %5d %10.2f %17s %25s\n", "total (rounds)", r.rounds, r.seconds * 1e3,
+              nodes.c_str(), bytes.c_str());
+  out += line("load %.2f ms, save %.2f ms, %s in, %s out%s\n", run.load_seconds * 1e3,
+              run.save_seconds * 1e3, human_bytes(run.input_bytes).c_str(),
+              human_bytes(run.output_bytes).c_str(),
+              r.reached_fixed_point ? "" : ", stopped at max rounds before a fixed point");
+  if (!r.checker_note.empty()) out += "onnx check skipped: " + r.checker_note + "\n";
+  return out;
+}
+
+nlohmann::json to_json(const RunSummary& run) {
+  const PipelineReport& r = run.pipeline;
+  nlohmann::json passes = nlohmann::json::array();
+  for (const PassStats& p : r.passes) {
+    passes.push_back({{"name", p.name},
+                      {"runs", p.runs},
+                      {"changed_runs", p.changed_runs},
+                      {"seconds", p.seconds},
+                      {"nodes_before", p.nodes_before},
+                      {"nodes_after", p.nodes_after},
+                      {"initializer_bytes_before", p.bytes_before},
+                      {"initializer_bytes_after", p.bytes_after},
+                      {"rewrites", p.rewrites},
+                      {"rollbacks", p.rollbacks},
+                      {"rollback_reason", p.rollback_reason}});
+  }
+  return {{"input", run.input},
+          {"input_bytes", run.input_bytes},
+          {"output_bytes", run.output_bytes},
+          {"load_seconds", run.load_seconds},
+          {"save_seconds", run.save_seconds},
+          {"pipeline_seconds", r.seconds},
+          {"rounds", r.rounds},
+          {"reached_fixed_point", r.reached_fixed_point},
+          {"nodes_before", r.nodes_before},
+          {"nodes_after", r.nodes_after},
+          {"initializer_bytes_before", r.bytes_before},
+          {"initializer_bytes_after", r.bytes_after},
+          {"checker_note", r.checker_note},
+          {"passes", passes}};
+}
+
+}  // namespace graft::cli

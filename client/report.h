@@ -1,0 +1,23 @@
+// Human (table) and machine (JSON) renderings of a pipeline report.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/pipeline/pipeline.h"
+
+namespace graft::cli {
+
+struct RunSummary {
+  std::string input;  // path or "-"
+  uint64_t input_bytes = 0;
+  uint64_t output_bytes = 0;
+  double load_seconds = 0, save_seconds = 0;
+  PipelineReport pipeline;
+};
+
+std::string format_table(const RunSummary& run);
+nlohmann::json to_json(const RunSummary& run);
+
+}  // namespace graft::cli

@@ -1,0 +1,116 @@
+// Drives the real `graft` binary: exit codes, outputs, report, stdin/stdout, dumps.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+fs::path temp_dir() {
+  fs::path d = fs::temp_directory_path() / ("graft_cli_test_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+CliRun graft(const std::string& args, const std::string& stdin_file = "") {
+  fs::path dir = temp_dir();
+  std::string cmd = std::string(GRAFT_CLI) + " " + args + " >" + (dir / "stdout").string() +
+                    " 2>" + (dir / "stderr").string();
+  if (!stdin_file.empty()) cmd += " <" + stdin_file;
+  int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(dir / "stdout"),
+          read_file(dir / "stderr")};
+}
+
+const fs::path kExample = fs::path(GRAFT_SOURCE_DIR) / "models" / "ppocr_mobile_v2_cls.onnx";
+
+TEST(Cli, OptimizesWritesModelReportAndTable) {
+  fs::path out = temp_dir() / "out.onnx", report = temp_dir() / "report.json";
+  CliRun r = graft("optimize --local " + kExample.string() + " -o " + out.string() + " --report " +
+                report.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("fuse_conv_batchnorm"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("total"), std::string::npos);
+  auto model = ir::Model::parse(read_file(out));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(onnx_errors(**model), "");
+  auto json = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(json["nodes_before"], 471);
+  EXPECT_EQ(json["nodes_after"].get<size_t>(), (*model)->total_nodes());
+  EXPECT_EQ(json["output_bytes"].get<size_t>(), fs::file_size(out));
+  EXPECT_FALSE(json["passes"].empty());
+  for (const auto& p : json["passes"]) EXPECT_EQ(p["rollbacks"], 0) << p["name"];
+}
+
+TEST(Cli, StdinToStdoutGivesTheSameBytesAsFiles) {
+  fs::path out = temp_dir() / "file.onnx";
+  ASSERT_EQ(graft("optimize --local -q " + kExample.string() + " -o " + out.string()).code, 0);
+  CliRun r = graft("optimize --local -q - -o -", kExample.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, read_file(out));
+}
+
+TEST(Cli, LevelO0OutputEqualsInputModel) {
+  fs::path out = temp_dir() / "o0.onnx";
+  ASSERT_EQ(graft("optimize --local -q --level O0 " + kExample.string() + " -o " + out.string())
+                .code,
+            0);
+  onnx::ModelProto a, b;
+  ASSERT_TRUE(a.ParseFromString(read_file(kExample)));
+  ASSERT_TRUE(b.ParseFromString(read_file(out)));
+  EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
+}
+
+TEST(Cli, ExplicitPassesAndDumpDir) {
+  fs::path dump = temp_dir() / "dump";
+  fs::remove_all(dump);
+  CliRun r = graft("optimize --local --passes extract_constants,prune --dump-dir " + dump.string() +
+                " " + kExample.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("extract_constants"), std::string::npos);
+  EXPECT_EQ(r.err.find("cse"), std::string::npos);
+  ASSERT_TRUE(fs::exists(dump));
+  EXPECT_FALSE(fs::is_empty(dump));
+}
+
+TEST(Cli, PassesListsEveryPassWithLevel) {
+  CliRun r = graft("passes");
+  ASSERT_EQ(r.code, 0);
+  for (const char* p : {"extract_constants", "eliminate_identity", "eliminate_noop",
+                        "dedup_initializers", "cse", "fuse_conv_batchnorm", "fuse_matmul_add",
+                        "prune"})
+    EXPECT_NE(r.out.find(p), std::string::npos) << p;
+  EXPECT_NE(r.out.find("O2"), std::string::npos);
+}
+
+TEST(Cli, ExitCodes) {
+  EXPECT_EQ(graft("optimize --local /no/such/file.onnx").code, 4);
+  fs::path junk = temp_dir() / "junk.onnx";
+  std::ofstream(junk) << "definitely not protobuf \xff\xff";
+  CliRun bad = graft("optimize --local " + junk.string());
+  EXPECT_EQ(bad.code, 3);
+  EXPECT_NE(bad.err.find("invalid model"), std::string::npos) << bad.err;
+  CliRun unknown = graft("optimize --local --passes nope " + kExample.string());
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("valid passes"), std::string::npos) << unknown.err;
+  EXPECT_EQ(graft("optimize --local --level O9 " + kExample.string()).code, 2);
+  EXPECT_EQ(graft("optimize --local --option badformat " + kExample.string()).code, 2);
+  EXPECT_EQ(graft("frobnicate").code, 2);
+  EXPECT_EQ(graft("optimize --local " + kExample.string() + " -o /no/such/dir/out.onnx").code, 4);
+}
+
+}  // namespace
+}  // namespace graft::testing
