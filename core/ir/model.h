@@ -52,6 +52,8 @@ class Value {
   bool is_graph_input() const { return graph_input_; }
   // True if some graph (its own or a nested one) lists this value as an output.
   bool is_graph_output() const { return !output_refs_.empty(); }
+  // The graphs (and output positions) listing this value as an output.
+  const std::vector<std::pair<Graph*, int>>& output_refs() const { return output_refs_; }
   bool is_initializer() const { return initializer_ != nullptr; }
   // True for values whose content is fixed at load time (initializers that are not also graph
   // inputs: an initializer listed as a graph input is only a default that callers may override).

@@ -1,12 +1,123 @@
-// PLACEHOLDER: being written.
+// Initializers with the same data type, dims and payload bytes are merged into the first of them
+// (in initializer order): uses of the others are redirected to it and the others removed. Each
+// graph is deduplicated on its own, so a subgraph's initializers only merge with each other.
+//
+// Deliberately left alone:
+//  - initializers that are graph inputs (callers may override them: they are interface);
+//  - external-data tensors (their bytes are not in memory) and tensors using `segment`;
+//  - equal values stored differently (raw_data in one, typed fields in the other);
+//  - a duplicate whose kept twin is also a graph output: both names are interface.
+#include <cstring>
+#include <functional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+
 namespace graft {
+
 namespace {
-class P final : public Pass {
+
+using onnx::TensorProto;
+
+void mix(size_t& seed, size_t h) { seed ^= h + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2); }
+
+// The bytes of a repeated numeric field, viewed in place.
+template <typename T>
+std::string_view bytes_of(const google::protobuf::RepeatedField<T>& f) {
+  if (f.empty()) return {};
+  return std::string_view(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(T));
+}
+
+size_t tensor_hash(const TensorProto& t) {
+  std::hash<std::string_view> hash;
+  size_t h = static_cast<size_t>(t.data_type());
+  mix(h, t.dims_size());
+  mix(h, hash(bytes_of(t.dims())));
+  mix(h, t.has_raw_data());
+  if (t.has_raw_data()) {
+    mix(h, hash(t.raw_data()));
+    return h;
+  }
+  mix(h, hash(bytes_of(t.float_data())));
+  mix(h, hash(bytes_of(t.int32_data())));
+  mix(h, hash(bytes_of(t.int64_data())));
+  mix(h, hash(bytes_of(t.double_data())));
+  mix(h, hash(bytes_of(t.uint64_data())));
+  for (const std::string& s : t.string_data()) mix(h, hash(s));
+  return h;
+}
+
+// Bitwise comparison, so 0.0 and -0.0 (or NaNs with different payloads) stay distinct.
+template <typename T>
+bool same_field(const google::protobuf::RepeatedField<T>& a,
+                const google::protobuf::RepeatedField<T>& b) {
+  return bytes_of(a) == bytes_of(b);
+}
+
+bool same_tensor(const TensorProto& a, const TensorProto& b) {
+  if (a.data_type() != b.data_type() || !same_field(a.dims(), b.dims()) ||
+      a.has_raw_data() != b.has_raw_data())
+    return false;
+  if (a.has_raw_data()) return a.raw_data() == b.raw_data();
+  if (a.string_data_size() != b.string_data_size()) return false;
+  for (int i = 0; i < a.string_data_size(); ++i)
+    if (a.string_data(i) != b.string_data(i)) return false;
+  return same_field(a.float_data(), b.float_data()) && same_field(a.int32_data(), b.int32_data()) &&
+         same_field(a.int64_data(), b.int64_data()) &&
+         same_field(a.double_data(), b.double_data()) &&
+         same_field(a.uint64_data(), b.uint64_data());
+}
+
+bool can_merge(const ir::Value& v) {
+  if (v.is_graph_input() || !v.initializer()) return false;
+  const TensorProto& t = *v.initializer();
+  return !ir::is_external(t) && !t.has_segment() && t.external_data_size() == 0 &&
+         t.data_type() != TensorProto::UNDEFINED;
+}
+
+class DedupInitializers final : public Pass {
  public:
   std::string_view name() const override { return "dedup_initializers"; }
-  absl::StatusOr<PassResult> run(ir::Model&, PassContext&) override { return PassResult{}; }
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+    PassResult result;
+    for (ir::Graph* g : model.all_graphs()) run_graph(*g, result);
+    return result;
+  }
+
+ private:
+  static void run_graph(ir::Graph& g, PassResult& result) {
+    std::unordered_map<size_t, std::vector<ir::Value*>> kept;
+    for (ir::Value* v : g.initializers()) {
+      if (!can_merge(*v)) continue;
+      auto& bucket = kept[tensor_hash(*v->initializer())];
+      auto twin = bucket.begin();
+      while (twin != bucket.end() && !same_tensor(*(*twin)->initializer(), *v->initializer()))
+        ++twin;
+      if (twin == bucket.end()) {
+        bucket.push_back(v);
+        continue;
+      }
+      ir::Value* keep = *twin;
+      ir::Value* drop = v;
+      if (v->is_graph_output()) {
+        // A graph output's name is interface: keep this one instead of the earlier twin.
+        if (keep->is_graph_output()) continue;
+        std::swap(keep, drop);
+        *twin = keep;
+      }
+      ir::Graph::replace_all_uses(drop, keep);
+      g.remove_value(drop);
+      result.add();
+    }
+  }
 };
+
 }  // namespace
-std::unique_ptr<Pass> make_dedup_initializers() { return std::make_unique<P>(); }
+
+std::unique_ptr<Pass> make_dedup_initializers() { return std::make_unique<DedupInitializers>(); }
+
 }  // namespace graft

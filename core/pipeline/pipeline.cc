@@ -70,6 +70,9 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
   const auto& schemas = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
   for (const auto& op : rest.opset_import()) {
     std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
+    bool local_functions = false;  // domains the model defines itself need no schema
+    for (const auto& fn : model.functions()) local_functions |= fn.rest.domain() == op.domain();
+    if (local_functions) continue;
     auto it = schemas.find(domain);
     if (it == schemas.end() || op.version() > it->second.second) {
       if (skipped)
