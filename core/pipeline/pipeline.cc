@@ -193,8 +193,8 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
       size_t nodes_before = model->total_nodes();
       uint64_t bytes_before = model->initializer_bytes();
       if (s.runs == 0) {
-        s.nodes_before = nodes_before;
-        s.bytes_before = bytes_before;
+        s.nodes_before = s.nodes_after = nodes_before;
+        s.bytes_before = s.bytes_after = bytes_before;
       }
       auto pass_start = Clock::now();
       std::unique_ptr<ir::Model> snapshot = model->clone();
@@ -230,8 +230,8 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         if (!config.dump_dir.empty()) dump_graph(*model, config.dump_dir, step, round, s.name);
       }
       s.seconds += std::chrono::duration<double>(Clock::now() - pass_start).count();
-      s.nodes_after = model->total_nodes();
-      s.bytes_after = model->initializer_bytes();
+      s.nodes_after += model->total_nodes() - nodes_before;  // unsigned wrap-around is exact
+      s.bytes_after += model->initializer_bytes() - bytes_before;
     }
     if (!round_changed) {
       report.reached_fixed_point = true;

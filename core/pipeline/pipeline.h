@@ -33,8 +33,10 @@ struct PassStats {
   int runs = 0;           // rounds in which the pass ran
   int changed_runs = 0;   // rounds in which it changed the model
   double seconds = 0;
-  size_t nodes_before = 0, nodes_after = 0;      // first run's input, last run's output
-  uint64_t bytes_before = 0, bytes_after = 0;    // initializer bytes, same convention
+  // Counts when the pass first ran, and those counts changed only by this pass's own runs
+  // (other passes' effects in between are not attributed to it).
+  size_t nodes_before = 0, nodes_after = 0;
+  uint64_t bytes_before = 0, bytes_after = 0;  // initializer bytes, same convention
   int64_t rewrites = 0;
   int rollbacks = 0;
   std::string rollback_reason;  // of the first rollback
