@@ -1,12 +1,194 @@
-// PLACEHOLDER: being written.
+// Removes nodes and initializers whose values reach no graph output, and value_info entries that
+// name nothing. Liveness is relative to each root graph (the main graph, every function body):
+// a node is live if it computes an output of its graph, must run for its effects, or computes a
+// value that a live node reads, directly or from inside one of its subgraphs (which capture outer
+// values by name). Inside a live node's subgraph the same rule applies relative to the
+// subgraph's outputs.
+//
+// Kept regardless: graph inputs (interface, even unused), initializers that are also graph inputs
+// (caller-overridable defaults, so interface too), opset imports, unused functions, and nodes
+// that may have effects we cannot see: ops outside the standard ONNX domains, and the calls and
+// control flow that contain them (their operands stay live with them).
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
 #include "core/passes/passes.h"
+
 namespace graft {
+
 namespace {
-class P final : public Pass {
+
+// Nodes that must run even when nobody reads their outputs: ops outside the standard ONNX domains
+// (their effects are unknown), calls of model-local functions whose bodies hold such nodes, and
+// control flow whose subgraphs hold such nodes.
+class Effects {
+ public:
+  explicit Effects(const ir::Model& model) {
+    for (const auto& fn : model.functions())
+      functions_[{fn.rest.domain(), fn.rest.name()}] = fn.body.get();
+  }
+
+  bool pinned(const ir::Node* n) const { return pinned_.count(n) != 0; }
+
+  // Computes pinned() for every node of `root` and of its nested subgraphs.
+  void analyze(const ir::Graph& root) {
+    if (!state_.try_emplace(&root, kInProgress).second) return;
+    std::vector<const ir::Graph*> graphs{&root};
+    for (size_t i = 0; i < graphs.size(); ++i)
+      for (ir::Node* n : graphs[i]->nodes())
+        for (const auto& sub : n->subgraphs()) graphs.push_back(sub.graph.get());
+    // Innermost graphs first, so that a pinned node pins its enclosing nodes in turn.
+    for (auto it = graphs.rbegin(); it != graphs.rend(); ++it) {
+      for (ir::Node* n : (*it)->nodes()) {
+        if (!pinned(n) && !pure_op(*n)) pinned_.insert(n);
+        if (pinned(n) && (*it)->parent()) pinned_.insert((*it)->parent());
+      }
+    }
+    state_[&root] = kDone;
+  }
+
+ private:
+  bool pure_op(const ir::Node& n) {
+    // ONNX and ONNX-ML ops are functions of their inputs (random generators included).
+    if (n.is_onnx_domain() || n.domain() == "ai.onnx.ml") return true;
+    auto fn = functions_.find({n.domain(), n.op_type()});
+    if (fn == functions_.end()) return false;
+    const ir::Graph* body = fn->second;
+    analyze(*body);
+    // A body still being analyzed calls itself, which ONNX forbids: keep the call.
+    if (state_[body] != kDone) return false;
+    for (ir::Node* inner : body->nodes())
+      if (pinned(inner)) return false;
+    return true;
+  }
+
+  enum State { kInProgress, kDone };
+  std::map<std::pair<std::string, std::string>, const ir::Graph*> functions_;
+  std::unordered_map<const ir::Graph*, State> state_;
+  std::unordered_set<const ir::Node*> pinned_;
+};
+
+// Backward reachability from graph outputs and pinned nodes. Every value is pushed at most once
+// per use (or output reference), and every node is marked once, so the walk is linear in the
+// size of the model.
+class Liveness {
+ public:
+  Liveness(const Effects& effects, size_t expected_nodes) : effects_(effects) {
+    live_.reserve(expected_nodes);
+  }
+
+  bool is_live(const ir::Node* n) const { return live_.count(n) != 0; }
+
+  // Makes live everything `g`'s outputs and pinned nodes depend on.
+  void enter(const ir::Graph& g) {
+    for (const auto& out : g.outputs()) work_.push_back(out.value);
+    for (ir::Node* n : g.nodes())
+      if (effects_.pinned(n)) mark(n);
+    drain();
+  }
+
+ private:
+  void mark(ir::Node* n) {
+    if (!live_.insert(n).second) return;
+    for (ir::Value* v : n->inputs())
+      if (v) work_.push_back(v);
+    // A live node runs its subgraphs, which are live relative to their own outputs; values they
+    // capture from outer scopes show up as inputs of their nodes.
+    for (const auto& sub : n->subgraphs()) {
+      for (const auto& out : sub.graph->outputs()) work_.push_back(out.value);
+      for (ir::Node* inner : sub.graph->nodes())
+        if (effects_.pinned(inner)) mark(inner);
+    }
+  }
+
+  void drain() {
+    while (!work_.empty()) {
+      ir::Value* v = work_.back();
+      work_.pop_back();
+      if (ir::Node* p = v->producer()) mark(p);
+    }
+  }
+
+  const Effects& effects_;
+  std::unordered_set<const ir::Node*> live_;
+  std::vector<ir::Value*> work_;
+};
+
+size_t nested_nodes(const ir::Node& n) {
+  size_t count = 0;
+  for (const auto& sub : n.subgraphs())
+    for (ir::Node* inner : sub.graph->nodes()) count += 1 + nested_nodes(*inner);
+  return count;
+}
+
+class Prune final : public Pass {
  public:
   std::string_view name() const override { return "prune"; }
-  absl::StatusOr<PassResult> run(ir::Model&, PassContext&) override { return PassResult{}; }
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+    PassResult result;
+    Effects effects(model);
+    std::vector<ir::Graph*> roots{&model.graph()};
+    for (auto& fn : model.functions()) roots.push_back(fn.body.get());
+    // Purity of every function is settled before any body is pruned.
+    for (ir::Graph* root : roots) effects.analyze(*root);
+    for (ir::Graph* root : roots) prune_root(*root, effects, result);
+    return result;
+  }
+
+ private:
+  void prune_root(ir::Graph& root, const Effects& effects, PassResult& result) {
+    Liveness liveness(effects, root.num_nodes());
+    liveness.enter(root);
+
+    // The graphs that survive: the root and the subgraphs of its live nodes, parents first.
+    std::vector<ir::Graph*> graphs{&root};
+    std::vector<ir::Value*> orphans;
+    int64_t removed_nodes = 0;
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      ir::Graph* g = graphs[i];
+      std::vector<ir::Node*> nodes = g->nodes();
+      // Consumers go before producers so that each removed output has no uses left.
+      for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+        ir::Node* n = *it;
+        if (liveness.is_live(n)) {
+          for (const auto& sub : n->subgraphs()) graphs.push_back(sub.graph.get());
+          continue;
+        }
+        for (ir::Value* out : n->outputs())
+          if (out) orphans.push_back(out);
+        removed_nodes += 1 + static_cast<int64_t>(nested_nodes(*n));
+        g->remove_node(n);
+      }
+    }
+    // A value can outlive its producer's removal when a dead reader sat in another graph or out
+    // of order (nodes appended by an earlier pass are not sorted yet); it is unused by now.
+    for (ir::Value* v : orphans)
+      if (!v->dead()) v->owner()->remove_value(v);
+    result.add(removed_nodes);
+
+    int64_t removed_initializers = 0;
+    int64_t removed_info = 0;
+    for (ir::Graph* g : graphs) {
+      for (ir::Value* v : g->initializers()) {
+        if (v->is_graph_input() || v->use_count() != 0) continue;
+        g->remove_value(v);
+        ++removed_initializers;
+      }
+      removed_info += g->prune_orphan_value_info();
+    }
+    result.add(removed_initializers);
+    // value_info is metadata, not a rewrite, but dropping it still changes the model.
+    if (removed_info > 0) result.changed = true;
+  }
 };
+
 }  // namespace
-std::unique_ptr<Pass> make_prune() { return std::make_unique<P>(); }
+
+std::unique_ptr<Pass> make_prune() { return std::make_unique<Prune>(); }
+
 }  // namespace graft
