@@ -462,7 +462,8 @@ absl::Status Model::finalize() {
 absl::Status Model::verify() const {
   for (const auto& fn : functions_)
     if (auto st = fn.body->verify(); !st.ok()) return st;
-  return graph_->verify();
+  if (auto st = graph_->verify(); !st.ok()) return st;
+  return Graph::verify_use_lists(all_graphs());
 }
 
 size_t Model::total_nodes() const {

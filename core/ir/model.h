@@ -221,8 +221,10 @@ class Graph {
 
   // Re-sorts nodes topologically (stable) and frees dead nodes/values, recursively.
   absl::Status finalize();
-  // Structural check: scoping, use lists, producers, unique names, order. Recursive.
+  // Structural check: scoping, producers, unique names, order. Recursive. Use lists are
+  // checked model-wide by Model::verify (uses may come from other graphs).
   absl::Status verify() const;
+  static absl::Status verify_use_lists(const std::vector<Graph*>& graphs);
 
   const onnx::GraphProto& rest() const { return rest_; }
   onnx::GraphProto& mutable_rest() { return rest_; }
