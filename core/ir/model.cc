@@ -329,6 +329,13 @@ absl::StatusOr<std::string> Model::serialize_and_release() {
 class Cloner {
  public:
   std::unique_ptr<Model> run(const Model& src) {
+    size_t values = 0, nodes = 0;
+    for (const Graph* g : src.all_graphs()) {
+      values += g->values_.size();
+      nodes += g->nodes_.size();
+    }
+    values_.reserve(values);
+    nodes_.reserve(nodes);
     auto dst = std::make_unique<Model>();
     dst->rest_ = src.rest_;
     dst->names_ = src.names_;
@@ -354,6 +361,9 @@ class Cloner {
     d.next_init_order_ = s.next_init_order_;
     d.next_order_ = s.next_order_;
     d.orphan_info_ = s.orphan_info_;
+    d.values_.reserve(s.values_.size());
+    d.nodes_.reserve(s.nodes_.size());
+    d.by_name_.reserve(s.by_name_.size());
     for (const auto& v : s.values_) {
       if (v->dead_) continue;
       auto nv = std::make_unique<Value>();

@@ -178,17 +178,42 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
     slots.back().stats.name = slots.back().instance.name;
   }
 
+  // Runs one pass and checks the result; a non-OK status means the model is now broken.
+  auto run_checked = [&](Slot& slot, PassResult* out) -> absl::Status {
+    PassContext ctx(slot.instance.options);
+    absl::StatusOr<PassResult> result = PassResult{};
+    try {
+      result = slot.instance.pass->run(*model, ctx);
+    } catch (const std::exception& e) {
+      result = absl::InternalError(absl::StrCat("pass threw: ", e.what()));
+    } catch (...) {
+      result = absl::InternalError("pass threw a non-standard exception");
+    }
+    if (!result.ok()) return result.status();
+    *out = *result;
+    if (!result->changed) return absl::OkStatus();
+    if (auto st = model->finalize(); !st.ok()) return st;
+    if (auto st = model->verify(); !st.ok()) return st;
+    if (interface_of(*model) != interface)
+      return absl::InternalError("the pass changed the model's inputs or outputs");
+    if (check) return onnx_check(*model, config.shape_inference, nullptr);
+    return absl::OkStatus();
+  };
+
+  // One snapshot per round, not per pass: clones cost O(nodes) and rollbacks are rare. On a
+  // rollback the snapshot is restored and the passes that changed the model since it was taken
+  // are replayed (passes are deterministic), so their work is kept.
   int step = 0;
   for (int round = 1; round <= config.max_rounds; ++round) {
     report.rounds = round;
     bool round_changed = false;
+    std::unique_ptr<ir::Model> snapshot = model->clone();
+    std::vector<Slot*> since_snapshot;
     for (auto& slot : slots) {
       if (slot.disabled) continue;
       if (config.should_continue) {
         if (auto st = config.should_continue(); !st.ok()) return st;
       }
-      PassContext ctx(slot.instance.options);
-
       PassStats& s = slot.stats;
       size_t nodes_before = model->total_nodes();
       uint64_t bytes_before = model->initializer_bytes();
@@ -197,35 +222,29 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         s.bytes_before = s.bytes_after = bytes_before;
       }
       auto pass_start = Clock::now();
-      std::unique_ptr<ir::Model> snapshot = model->clone();
-
-      absl::StatusOr<PassResult> result = PassResult{};
-      try {
-        result = slot.instance.pass->run(*model, ctx);
-      } catch (const std::exception& e) {
-        result = absl::InternalError(absl::StrCat("pass threw: ", e.what()));
-      } catch (...) {
-        result = absl::InternalError("pass threw a non-standard exception");
-      }
-      absl::Status broken = result.status();
-      if (broken.ok() && result->changed) {
-        broken = model->finalize();
-        if (broken.ok()) broken = model->verify();
-        if (broken.ok() && interface_of(*model) != interface)
-          broken = absl::InternalError("the pass changed the model's inputs or outputs");
-        if (broken.ok() && check) broken = onnx_check(*model, config.shape_inference, nullptr);
-      }
+      PassResult result;
+      absl::Status broken = run_checked(slot, &result);
       ++s.runs;
       if (!broken.ok()) {
-        model = std::move(snapshot);
         ++s.rollbacks;
         if (s.rollback_reason.empty()) s.rollback_reason = std::string(broken.message());
         // A pass that broke the model once is not retried in later rounds.
         slot.disabled = true;
-      } else if (result->changed) {
+        model = std::move(snapshot);
+        for (Slot* earlier : since_snapshot) {
+          PassResult replayed;
+          if (auto st = run_checked(*earlier, &replayed); !st.ok())
+            return absl::InternalError(absl::StrCat("pass '", earlier->stats.name,
+                                                    "' failed when replayed after a rollback: ",
+                                                    std::string(st.message())));
+        }
+        snapshot = model->clone();
+        since_snapshot.clear();
+      } else if (result.changed) {
         ++s.changed_runs;
-        s.rewrites += result->rewrites;
+        s.rewrites += result.rewrites;
         round_changed = true;
+        since_snapshot.push_back(&slot);
         ++step;
         if (!config.dump_dir.empty()) dump_graph(*model, config.dump_dir, step, round, s.name);
       }

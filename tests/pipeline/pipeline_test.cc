@@ -176,13 +176,21 @@ TEST(Pipeline, InterfaceChangeIsRolledBack) {
 
 TEST(Pipeline, RollbackKeepsOtherPassesWork) {
   auto model = parse_text(kModel);
+  int later_runs = 0;
   std::vector<PassInstance> passes = instances(find_pass("extract_constants")->create());
   passes.push_back({"breaking", std::make_unique<BreakingPass>(), {}});
+  passes.push_back({"counting", std::make_unique<CountingPass>(&later_runs, 1), {}});
   auto report = run_passes(model, std::move(passes), PipelineConfig{});
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->passes[1].rollbacks, 1);
+  // The earlier pass's work survives the rollback (it is replayed, not counted twice) and the
+  // later pass still runs.
   EXPECT_EQ(count_ops(*model, "Constant"), 0);
   EXPECT_EQ(count_ops(*model, "Relu"), 1);
+  EXPECT_EQ(report->passes[0].rewrites, 1);
+  EXPECT_EQ(report->passes[0].runs, 2);
+  EXPECT_EQ(later_runs, 2);
+  EXPECT_TRUE(model->verify().ok());
 }
 
 TEST(Pipeline, FixedPointIsBoundedByMaxRounds) {
