@@ -215,17 +215,17 @@ struct Result {
   uint64_t init_in = 0, init_out = 0;
   // Medians over the repetitions.
   double floor = 0, load = 0, pipeline = 0, save = 0, graft = 0;
-  // Estimates of two fixed costs inside the pipeline: the snapshot cloned before every pass run
-  // (for rollback), and finalize() + verify() after every changing run. They are timed outside
-  // the stages, on the loaded and on the optimized model; the first pass run sees the input,
-  // later runs are charged at the optimized model's cost.
+  // Estimates of two fixed costs inside the pipeline: the snapshot cloned at the start of every
+  // round (for rollback), and finalize() + verify() after every changing run. They are timed
+  // outside the stages, on the loaded and on the optimized model; the first round's snapshot is
+  // of the input, later rounds are charged at the optimized model's cost.
   double clone_in = 0, clone_out = 0, check_out = 0;
   int pass_runs = 0, changed_runs = 0, rounds = 0;
   bool fixed_point = false;
   std::vector<graft::PassStats> passes;  // from the last repetition
   double ratio() const { return floor > 0 ? graft / floor : 0; }
   double clone_estimate() const {
-    return pass_runs > 0 ? clone_in + clone_out * (pass_runs - 1) : 0;
+    return rounds > 0 ? clone_in + clone_out * (rounds - 1) : 0;
   }
   double check_estimate() const { return check_out * changed_runs; }
 };
@@ -350,7 +350,7 @@ void print_ratio_table(const std::vector<Result>& results) {
 void print_shares(const std::vector<Result>& results) {
   std::printf(
       "\nWhere Graft's time goes (%% of load+pipe+save medians). Inside pipe: snapshot~ = rollback "
-      "clones "
+      "clones, one per round "
       "(estimated),\ncheck~ = finalize+verify after changing passes (estimated), passes~ = the "
       "rest (pass work).\n");
   std::printf("%-30s %6s %6s %6s | %9s %7s %8s | %10s %10s\n", "model", "load", "pipe", "save",
@@ -443,9 +443,15 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--chain-budget" && i + 1 < argc) {
       chain_budget_s = std::atof(argv[++i]);
+    } else if (arg == "--write-chain" && i + 2 < argc) {
+      // For profiling one size with the CLI, e.g. under perf.
+      std::string bytes = chain_model(std::atoll(argv[i + 1]));
+      std::ofstream(argv[i + 2], std::ios::binary).write(bytes.data(),
+                                                         static_cast<std::streamsize>(bytes.size()));
+      return 0;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--chain-budget SECONDS]\n"
+                   "usage: %s [--quick] [--chain-budget SECONDS] | --write-chain NODES FILE\n"
                    "  Times Graft (load + O2 pipeline + save) against protobuf parse + serialize\n"
                    "  of the same bytes. --quick uses tiny sizes (CI smoke run).\n"
                    "  --chain-budget: skip a chain size whose single repetition is predicted to\n"

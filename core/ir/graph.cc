@@ -386,8 +386,8 @@ absl::Status Graph::topo_sort() {
                    [](const Node* a, const Node* b) { return a->order_ < b->order_; });
 
   enum : uint8_t { kNew = 0, kActive = 1, kDone = 2 };
-  std::unordered_map<const Node*, uint8_t> state;
-  state.reserve(live.size());
+  for (Node* n : live) n->mark_ = kNew;
+  auto state = [](Node* n) -> uint8_t& { return n->mark_; };
   std::vector<Node*> sorted;
   sorted.reserve(live.size());
   struct Frame {
@@ -397,15 +397,15 @@ absl::Status Graph::topo_sort() {
   };
   std::vector<Frame> stack;
   for (Node* root : live) {
-    if (state[root] != kNew) continue;
-    state[root] = kActive;
+    if (state(root) != kNew) continue;
+    state(root) = kActive;
     stack.push_back({root, {}, 0});
     collect_deps(this, root, stack.back().deps);
     while (!stack.empty()) {
       Frame& f = stack.back();
       if (f.next < f.deps.size()) {
         Node* dep = f.deps[f.next++];
-        uint8_t& s = state[dep];
+        uint8_t& s = state(dep);
         if (s == kDone) continue;
         if (s == kActive)
           return absl::InvalidArgumentError(absl::StrCat(
@@ -416,7 +416,7 @@ absl::Status Graph::topo_sort() {
         collect_deps(this, dep, stack.back().deps);
         continue;
       }
-      state[f.node] = kDone;
+      state(f.node) = kDone;
       sorted.push_back(f.node);
       stack.pop_back();
     }
@@ -463,13 +463,14 @@ std::string describe(const Node* n) {
 }  // namespace
 
 absl::Status Graph::verify() const {
-  std::unordered_map<const Node*, size_t> position;
   auto order = nodes();
-  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  // Positions live in the nodes' scratch marks (dead or foreign nodes never match them).
+  for (size_t i = 0; i < order.size(); ++i) order[i]->position_ = i;
   for (const auto& [name, v] : by_name_) {
     if (v->dead_) return absl::InternalError(absl::StrCat("dead value '", v->name_, "' in scope"));
-    if (v->name_ != name)
-      return absl::InternalError(absl::StrCat("value '", v->name_, "' indexed as '", std::string(name), "'"));
+    if (v->name_ != name || v->owner_ != this)
+      return absl::InternalError(absl::StrCat("value '", v->name_, "' indexed as '",
+                                              std::string(name), "' in the wrong graph"));
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const Node* n = order[i];
@@ -479,7 +480,7 @@ absl::Status Graph::verify() const {
       if (v->dead_)
         return absl::InternalError(
             absl::StrCat(describe(n), " input ", k, " refers to a removed value"));
-      if (!in_scope(this, v->owner_) || v->owner_->find_local(v->name_) != v)
+      if (!in_scope(this, v->owner_))
         return absl::InternalError(
             absl::StrCat(describe(n), " input '", v->name_, "' is not in scope"));
       if (!v->producer_ && !v->graph_input_ && !v->initializer_ &&
@@ -487,8 +488,8 @@ absl::Status Graph::verify() const {
         return absl::InternalError(absl::StrCat("value '", v->name_, "' used by ", describe(n),
                                                 " has no producer"));
       if (v->producer_ && v->producer_->graph_ == this) {
-        auto it = position.find(v->producer_);
-        if (it == position.end() || it->second >= i)
+        const Node* p = v->producer_;
+        if (p->dead_ || p->position_ >= i || order[p->position_] != p)
           return absl::InternalError(absl::StrCat(describe(n), " uses '", v->name_,
                                                   "' before it is produced"));
       }
@@ -499,7 +500,7 @@ absl::Status Graph::verify() const {
       if (v->dead_ || v->producer_ != n || v->producer_index_ != (int)k)
         return absl::InternalError(
             absl::StrCat(describe(n), " output ", k, " has an inconsistent producer"));
-      if (find_local(v->name_) != v)
+      if (v->owner_ != this)
         return absl::InternalError(
             absl::StrCat(describe(n), " output '", v->name_, "' is not defined in its graph"));
     }
@@ -526,18 +527,18 @@ absl::Status Graph::verify_use_lists(const std::vector<Graph*>& graphs) {
   // Use lists must be exactly the node input slots naming each value: every entry valid, no
   // duplicates, and as many entries as slots. Counting keeps this O(uses log uses) even for
   // values with very many uses (shared shape constants).
-  std::unordered_map<const Value*, size_t> slots;
+  for (const Graph* g : graphs)
+    for (const auto& v : g->values_) v->scratch_ = 0;
   for (const Graph* g : graphs)
     for (const Node* n : g->nodes())
       for (const Value* v : n->inputs_)
-        if (v) ++slots[v];
+        if (v) ++v->scratch_;
   std::vector<Use> sorted;
   auto check = [&](const Value* v) -> absl::Status {
     for (const Use& u : v->uses_)
       if (u.node->dead_ || u.node->input(u.index) != v)
         return absl::InternalError(absl::StrCat("use list of '", v->name_, "' is stale"));
-    auto it = slots.find(v);
-    size_t expected = it == slots.end() ? 0 : it->second;
+    size_t expected = v->scratch_;
     if (v->uses_.size() != expected)
       return absl::InternalError(absl::StrCat("use list of '", v->name_, "' has ",
                                               v->uses_.size(), " entries for ", expected,

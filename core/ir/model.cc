@@ -329,13 +329,6 @@ absl::StatusOr<std::string> Model::serialize_and_release() {
 class Cloner {
  public:
   std::unique_ptr<Model> run(const Model& src) {
-    size_t values = 0, nodes = 0;
-    for (const Graph* g : src.all_graphs()) {
-      values += g->values_.size();
-      nodes += g->nodes_.size();
-    }
-    values_.reserve(values);
-    nodes_.reserve(nodes);
     auto dst = std::make_unique<Model>();
     dst->rest_ = src.rest_;
     dst->names_ = src.names_;
@@ -374,7 +367,7 @@ class Cloner {
       if (v->info_) nv->info_ = std::make_unique<onnx::ValueInfoProto>(*v->info_);
       nv->info_order_ = v->info_order_;
       nv->init_order_ = v->init_order_;
-      values_[v.get()] = nv.get();
+      v->twin_ = nv.get();
       d.values_.push_back(std::move(nv));
     }
     for (const auto& n : s.nodes_) {
@@ -389,13 +382,14 @@ class Cloner {
         structure(*sub.graph, *copy.graph);
         nn->subgraphs_.push_back(std::move(copy));
       }
-      nodes_[n.get()] = nn.get();
+      n->twin_ = nn.get();
       d.nodes_.push_back(std::move(nn));
       ++d.live_nodes_;
     }
   }
 
-  Value* map(Value* v) { return v ? values_.at(v) : nullptr; }
+  // Source objects point at their copies through their scratch `twin_` fields.
+  static Value* map(const Value* v) { return v ? v->twin_ : nullptr; }
 
   // Pass 2: links (producers, uses, scopes, graph inputs/outputs).
   void wire(const Graph& s, Graph& d) {
@@ -407,7 +401,7 @@ class Cloner {
     }
     for (const auto& n : s.nodes_) {
       if (n->dead_) continue;
-      Node* nn = nodes_.at(n.get());
+      Node* nn = n->twin_;
       for (size_t i = 0; i < n->inputs_.size(); ++i) {
         Value* nv = map(n->inputs_[i]);
         nn->inputs_.push_back(nv);
@@ -434,8 +428,6 @@ class Cloner {
       if (!v->dead_ && v->initializer_) d.initializers_.push_back(map(v));
   }
 
-  std::unordered_map<const Value*, Value*> values_;
-  std::unordered_map<const Node*, Node*> nodes_;
 };
 
 std::unique_ptr<Model> Model::clone() const { return Cloner().run(*this); }

@@ -97,6 +97,8 @@ class Value {
   std::unique_ptr<onnx::ValueInfoProto> info_;                 // graph value_info entry
   int64_t info_order_ = 0;
   int64_t init_order_ = 0;
+  mutable size_t scratch_ = 0;       // per-algorithm counter (verification)
+  mutable Value* twin_ = nullptr;    // the copy being made by a clone
 };
 
 // A subgraph held by a node attribute (If branches, Loop/Scan bodies).
@@ -158,6 +160,11 @@ class Node {
   Graph* graph_ = nullptr;
   bool dead_ = false;
   int64_t order_ = 0;  // position hint for stable topological sorting
+  // Per-algorithm scratch (sorting marks, verification positions); the model is used by one
+  // thread at a time.
+  uint8_t mark_ = 0;
+  mutable size_t position_ = 0;
+  mutable Node* twin_ = nullptr;  // the copy being made by a clone
 };
 
 struct GraphInput {
