@@ -75,33 +75,44 @@ void Value::set_type(const onnx::TypeProto& type) {
 // ---------------------------------------------------------------------------------------------
 // Node
 
-namespace {
-
-void erase_use(Value* v, Node* node, int index) {
-  // Search from the back: passes usually detach the most recent uses first (reverse
-  // topological removal), which makes each erase O(1) instead of O(uses).
-  auto& uses = const_cast<std::vector<Use>&>(v->uses());
-  auto it = std::find(uses.rbegin(), uses.rend(), Use{node, index});
-  if (it != uses.rend()) uses.erase(std::next(it).base());
+void Value::add_use(Node* node, int index) {
+  if (node->use_pos_.size() < node->inputs_.size()) node->use_pos_.resize(node->inputs_.size());
+  node->use_pos_[index] = static_cast<uint32_t>(uses_.size());
+  uses_.push_back({node, index});
 }
 
-}  // namespace
+void Value::remove_use(Node* node, int index) {
+  size_t pos = index < static_cast<int>(node->use_pos_.size()) ? node->use_pos_[index] : 0;
+  if (pos >= uses_.size() || !(uses_[pos] == Use{node, index})) {
+    auto it = std::find(uses_.begin(), uses_.end(), Use{node, index});
+    if (it == uses_.end()) return;
+    pos = static_cast<size_t>(it - uses_.begin());
+  }
+  // Swap with the last entry: use lists are unordered, and this keeps removal O(1) even for
+  // values shared by very many nodes.
+  if (pos + 1 != uses_.size()) {
+    uses_[pos] = uses_.back();
+    uses_[pos].node->use_pos_[uses_[pos].index] = static_cast<uint32_t>(pos);
+  }
+  uses_.pop_back();
+}
 
 int64_t Node::opset() const { return graph_->opset(domain()); }
 
 void Node::set_input(size_t i, Value* v) {
   if (i >= inputs_.size()) inputs_.resize(i + 1, nullptr);
-  if (inputs_[i]) erase_use(inputs_[i], this, static_cast<int>(i));
+  if (inputs_[i]) inputs_[i]->remove_use(this, static_cast<int>(i));
   inputs_[i] = v;
-  if (v) v->uses_.push_back({this, static_cast<int>(i)});
+  if (v) v->add_use(this, static_cast<int>(i));
 }
 
 void Node::add_input(Value* v) { set_input(inputs_.size(), v); }
 
 void Node::truncate_inputs(size_t count) {
   while (inputs_.size() > count) {
-    if (inputs_.back()) erase_use(inputs_.back(), this, static_cast<int>(inputs_.size() - 1));
+    if (inputs_.back()) inputs_.back()->remove_use(this, static_cast<int>(inputs_.size() - 1));
     inputs_.pop_back();
+    use_pos_.resize(std::min(use_pos_.size(), inputs_.size()));
   }
 }
 
@@ -273,7 +284,7 @@ void Graph::remove_node(Node* node) {
     for (Node* inner : g->nodes()) g->remove_node(inner);
   }
   for (size_t i = 0; i < node->inputs_.size(); ++i)
-    if (node->inputs_[i]) erase_use(node->inputs_[i], node, static_cast<int>(i));
+    if (node->inputs_[i]) node->inputs_[i]->remove_use(node, static_cast<int>(i));
   for (Value* out : node->outputs_) {
     if (!out) continue;
     out->producer_ = nullptr;
@@ -301,7 +312,7 @@ void Graph::replace_all_uses(Value* from, Value* to, bool keep_outputs) {
   if (from == to) return;
   for (const Use& u : from->uses_) {
     u.node->inputs_[u.index] = to;
-    to->uses_.push_back(u);
+    to->add_use(u.node, u.index);
   }
   from->uses_.clear();
   if (!keep_outputs) {
@@ -535,9 +546,13 @@ absl::Status Graph::verify_use_lists(const std::vector<Graph*>& graphs) {
         if (v) ++v->scratch_;
   std::vector<Use> sorted;
   auto check = [&](const Value* v) -> absl::Status {
-    for (const Use& u : v->uses_)
-      if (u.node->dead_ || u.node->input(u.index) != v)
+    for (size_t pos = 0; pos < v->uses_.size(); ++pos) {
+      const Use& u = v->uses_[pos];
+      if (u.node->dead_ || u.node->input(u.index) != v ||
+          u.node->use_pos_.size() <= static_cast<size_t>(u.index) ||
+          u.node->use_pos_[u.index] != pos)
         return absl::InternalError(absl::StrCat("use list of '", v->name_, "' is stale"));
+    }
     size_t expected = v->scratch_;
     if (v->uses_.size() != expected)
       return absl::InternalError(absl::StrCat("use list of '", v->name_, "' has ",

@@ -129,8 +129,8 @@ class Loader {
           return bad_model(
               absl::StrCat(describe(n), " in graph '", gname, "' reads '", name,
                            "', which no node, graph input or initializer defines"));
-        v->uses_.push_back({n, static_cast<int>(n->inputs_.size())});
         n->inputs_.push_back(v);
+        v->add_use(n, static_cast<int>(n->inputs_.size() - 1));
       }
     }
 
@@ -405,7 +405,7 @@ class Cloner {
       for (size_t i = 0; i < n->inputs_.size(); ++i) {
         Value* nv = map(n->inputs_[i]);
         nn->inputs_.push_back(nv);
-        if (nv) nv->uses_.push_back({nn, static_cast<int>(i)});
+        if (nv) nv->add_use(nn, static_cast<int>(i));
       }
       for (size_t i = 0; i < n->outputs_.size(); ++i) {
         Value* nv = map(n->outputs_[i]);

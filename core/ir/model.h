@@ -84,6 +84,10 @@ class Value {
   friend class Model;
   friend class Loader;
   friend class Cloner;
+  // Use list maintenance in O(1): each node input slot remembers its entry's position.
+  void add_use(Node* node, int index);
+  void remove_use(Node* node, int index);
+
   std::string name_;
   Graph* owner_ = nullptr;
   Node* producer_ = nullptr;
@@ -153,8 +157,10 @@ class Node {
   friend class Model;
   friend class Loader;
   friend class Cloner;
+  friend class Value;
   onnx::NodeProto proto_;
   std::vector<Value*> inputs_;
+  std::vector<uint32_t> use_pos_;  // per input slot: its entry's index in the value's uses_
   std::vector<Value*> outputs_;
   std::vector<Subgraph> subgraphs_;
   Graph* graph_ = nullptr;
