@@ -224,9 +224,7 @@ struct Result {
   bool fixed_point = false;
   std::vector<graft::PassStats> passes;  // from the last repetition
   double ratio() const { return floor > 0 ? graft / floor : 0; }
-  double clone_estimate() const {
-    return rounds > 0 ? clone_in + clone_out * (rounds - 1) : 0;
-  }
+  double clone_estimate() const { return rounds > 0 ? clone_in + clone_out * (rounds - 1) : 0; }
   double check_estimate() const { return check_out * changed_runs; }
 };
 
@@ -446,8 +444,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--write-chain" && i + 2 < argc) {
       // For profiling one size with the CLI, e.g. under perf.
       std::string bytes = chain_model(std::atoll(argv[i + 1]));
-      std::ofstream(argv[i + 2], std::ios::binary).write(bytes.data(),
-                                                         static_cast<std::streamsize>(bytes.size()));
+      std::ofstream(argv[i + 2], std::ios::binary)
+          .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
       return 0;
     } else {
       std::fprintf(stderr,

@@ -82,7 +82,8 @@ bool write_output(const std::string& path, const std::string& bytes, std::string
 }
 
 int level_from_string(const std::string& s) {
-  if (s.size() == 2 && (s[0] == 'O' || s[0] == 'o') && s[1] >= '0' && s[1] <= '9') return s[1] - '0';
+  if (s.size() == 2 && (s[0] == 'O' || s[0] == 'o') && s[1] >= '0' && s[1] <= '9')
+    return s[1] - '0';
   if (s.size() == 1 && s[0] >= '0' && s[0] <= '9') return s[0] - '0';
   return -1;
 }
@@ -108,7 +109,8 @@ int optimize(const OptimizeArgs& a) {
                 "in-process");
   PipelineConfig config;
   config.level = level_from_string(a.level);
-  if (config.level < 0) return fail(kUsage, "level must be O0, O1, O2 or O3, got '" + a.level + "'");
+  if (config.level < 0)
+    return fail(kUsage, "level must be O0, O1, O2 or O3, got '" + a.level + "'");
   config.passes = a.passes;
   config.max_rounds = a.max_rounds;
   config.onnx_checker = config.shape_inference = a.check;
@@ -117,8 +119,7 @@ int optimize(const OptimizeArgs& a) {
     auto dot = opt.find('.'), eq = opt.find('=');
     if (dot == std::string::npos || eq == std::string::npos || dot > eq)
       return fail(kUsage, "--option must look like pass.key=value, got '" + opt + "'");
-    config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] =
-        opt.substr(eq + 1);
+    config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] = opt.substr(eq + 1);
   }
   if (auto names = resolve_passes(config); !names.ok())
     return fail(kUsage, std::string(names.status().message()));
@@ -162,8 +163,9 @@ int list_passes() {
       std::printf("%-22s %-6s   option %s (default %s): %s\n", "", "", o.name.c_str(),
                   o.default_value.c_str(), o.description.c_str());
   }
-  std::printf("\nlevels: O0 runs nothing; O1 safe cleanups; O2 (default) adds fusions; O3 adds "
-              "aggressive passes (currently the same as O2)\n");
+  std::printf(
+      "\nlevels: O0 runs nothing; O1 safe cleanups; O2 (default) adds fusions; O3 adds "
+      "aggressive passes (currently the same as O2)\n");
   return kOk;
 }
 
@@ -185,8 +187,8 @@ int main(int argc, char** argv) {
                   "where to write the optimized model, - for standard output (omit for a "
                   "report-only dry run)");
   opt->add_flag("--local", args.local, "run the pipeline in this process (no server)");
-  auto* level = opt->add_option("--level", args.level, "optimization level O0..O3")
-                    ->capture_default_str();
+  auto* level =
+      opt->add_option("--level", args.level, "optimization level O0..O3")->capture_default_str();
   opt->add_option("--passes", args.passes, "explicit ordered pass list (comma separated)")
       ->delimiter(',')
       ->excludes(level);

@@ -8,10 +8,14 @@ namespace {
 
 std::string human_bytes(uint64_t b) {
   char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= (1ull << 10))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
   return buf;
 }
 
@@ -32,9 +36,8 @@ std::string format_table(const RunSummary& run) {
     std::string nodes = std::to_string(p.nodes_before) + " -> " + std::to_string(p.nodes_after);
     std::string bytes = human_bytes(p.bytes_before) + " -> " + human_bytes(p.bytes_after);
     std::string rolled = p.rollbacks ? "yes: " + p.rollback_reason : "-";
-    out += line("%-22s %5d %10.2f %17s %25s %9lld  %s\n", p.name.c_str(), p.runs,
-                p.seconds * 1e3, nodes.c_str(), bytes.c_str(),
-                static_cast<long long>(p.rewrites), rolled.c_str());
+    out += line("%-22s %5d %10.2f %17s %25s %9lld  %s\n", p.name.c_str(), p.runs, p.seconds * 1e3,
+                nodes.c_str(), bytes.c_str(), static_cast<long long>(p.rewrites), rolled.c_str());
   }
   std::string nodes = std::to_string(r.nodes_before) + " -> " + std::to_string(r.nodes_after);
   std::string bytes = human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after);

@@ -51,8 +51,8 @@ int32_t Value::elem_type() const {
 }
 
 std::optional<std::vector<int64_t>> Value::static_shape() const {
-  if (initializer_) return std::vector<int64_t>(initializer_->dims().begin(),
-                                                initializer_->dims().end());
+  if (initializer_)
+    return std::vector<int64_t>(initializer_->dims().begin(), initializer_->dims().end());
   const onnx::TypeProto* t = type();
   if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) return std::nullopt;
   std::vector<int64_t> dims;
@@ -176,8 +176,8 @@ int64_t Graph::opset(std::string_view domain) const {
     for (const auto& fn : model_->functions())
       if (fn.body.get() == root) imports = &fn.rest.opset_import();
   }
-  auto find = [&](const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& list)
-      -> int64_t {
+  auto find =
+      [&](const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& list) -> int64_t {
     for (const auto& op : list) {
       bool match = is_onnx_domain(domain) ? is_onnx_domain(op.domain()) : op.domain() == domain;
       if (match) return op.version();
@@ -277,9 +277,9 @@ void Graph::remove_node(Node* node) {
     Graph* g = sub.graph.get();
     for (auto& out : g->outputs_) {
       auto& refs = out.value->output_refs_;
-      refs.erase(std::remove_if(refs.begin(), refs.end(),
-                                [g](const auto& r) { return r.first == g; }),
-                 refs.end());
+      refs.erase(
+          std::remove_if(refs.begin(), refs.end(), [g](const auto& r) { return r.first == g; }),
+          refs.end());
     }
     for (Node* inner : g->nodes()) g->remove_node(inner);
   }
@@ -328,7 +328,8 @@ void Graph::set_output(size_t i, Value* value) {
   Value* old = outputs_[i].value;
   if (old == value) return;
   auto& refs = old->output_refs_;
-  refs.erase(std::find(refs.begin(), refs.end(), std::pair<Graph*, int>(this, static_cast<int>(i))));
+  refs.erase(
+      std::find(refs.begin(), refs.end(), std::pair<Graph*, int>(this, static_cast<int>(i))));
   outputs_[i].value = value;
   value->output_refs_.emplace_back(this, static_cast<int>(i));
 }
@@ -419,9 +420,9 @@ absl::Status Graph::topo_sort() {
         uint8_t& s = state(dep);
         if (s == kDone) continue;
         if (s == kActive)
-          return absl::InvalidArgumentError(absl::StrCat(
-              "graph '", name(), "' has a cycle through node '", dep->name(), "' (",
-              dep->op_type(), ")"));
+          return absl::InvalidArgumentError(absl::StrCat("graph '", name(),
+                                                         "' has a cycle through node '",
+                                                         dep->name(), "' (", dep->op_type(), ")"));
         s = kActive;
         stack.push_back({dep, {}, 0});
         collect_deps(this, dep, stack.back().deps);
@@ -450,9 +451,9 @@ void Graph::compact() {
                                      [](Value* v) { return v->dead_ || !v->initializer_; }),
                       initializers_.end());
   // Values may be owned here while scoped elsewhere (move_output_name); free only dead ones.
-  values_.erase(std::remove_if(values_.begin(), values_.end(),
-                               [](const auto& v) { return v->dead_; }),
-                values_.end());
+  values_.erase(
+      std::remove_if(values_.begin(), values_.end(), [](const auto& v) { return v->dead_; }),
+      values_.end());
   order_valid_ = false;
 }
 
@@ -496,13 +497,13 @@ absl::Status Graph::verify() const {
             absl::StrCat(describe(n), " input '", v->name_, "' is not in scope"));
       if (!v->producer_ && !v->graph_input_ && !v->initializer_ &&
           !v->owner_->rest_.sparse_initializer_size())
-        return absl::InternalError(absl::StrCat("value '", v->name_, "' used by ", describe(n),
-                                                " has no producer"));
+        return absl::InternalError(
+            absl::StrCat("value '", v->name_, "' used by ", describe(n), " has no producer"));
       if (v->producer_ && v->producer_->graph_ == this) {
         const Node* p = v->producer_;
         if (p->dead_ || p->position_ >= i || order[p->position_] != p)
-          return absl::InternalError(absl::StrCat(describe(n), " uses '", v->name_,
-                                                  "' before it is produced"));
+          return absl::InternalError(
+              absl::StrCat(describe(n), " uses '", v->name_, "' before it is produced"));
       }
     }
     for (size_t k = 0; k < n->outputs_.size(); ++k) {
@@ -555,9 +556,8 @@ absl::Status Graph::verify_use_lists(const std::vector<Graph*>& graphs) {
     }
     size_t expected = v->scratch_;
     if (v->uses_.size() != expected)
-      return absl::InternalError(absl::StrCat("use list of '", v->name_, "' has ",
-                                              v->uses_.size(), " entries for ", expected,
-                                              " uses"));
+      return absl::InternalError(absl::StrCat("use list of '", v->name_, "' has ", v->uses_.size(),
+                                              " entries for ", expected, " uses"));
     if (v->uses_.size() > 1) {
       sorted = v->uses_;
       auto less = [](const Use& a, const Use& b) {

@@ -45,9 +45,11 @@ class Loader {
     const std::string& gname = g->rest_.name();
 
     for (auto& in : inputs) {
-      if (in->name().empty()) return bad_model(absl::StrCat("graph '", gname, "' has an unnamed input"));
+      if (in->name().empty())
+        return bad_model(absl::StrCat("graph '", gname, "' has an unnamed input"));
       if (g->find_local(in->name()))
-        return bad_model(absl::StrCat("graph '", gname, "' declares input '", in->name(), "' twice"));
+        return bad_model(
+            absl::StrCat("graph '", gname, "' declares input '", in->name(), "' twice"));
       Value* v = define(g, in->name());
       v->graph_input_ = true;
       g->inputs_.push_back({std::move(*in), v});
@@ -126,9 +128,8 @@ class Loader {
         }
         Value* v = g->lookup(name);
         if (!v)
-          return bad_model(
-              absl::StrCat(describe(n), " in graph '", gname, "' reads '", name,
-                           "', which no node, graph input or initializer defines"));
+          return bad_model(absl::StrCat(describe(n), " in graph '", gname, "' reads '", name,
+                                        "', which no node, graph input or initializer defines"));
         n->inputs_.push_back(v);
         v->add_use(n, static_cast<int>(n->inputs_.size() - 1));
       }
@@ -170,7 +171,8 @@ class Loader {
     fn->rest.clear_output();
     fn->body = std::make_unique<Graph>(model_, nullptr);
     if (auto st = load_graph(fn->body.get(), &body); !st.ok())
-      return bad_model(absl::StrCat("in function '", fn->rest.name(), "': ", std::string(st.message())));
+      return bad_model(
+          absl::StrCat("in function '", fn->rest.name(), "': ", std::string(st.message())));
     return absl::OkStatus();
   }
 
@@ -179,8 +181,7 @@ class Loader {
   }
 
  private:
-  absl::Status load_subgraph(Node* n, const std::string& attr, int index,
-                             onnx::GraphProto* body) {
+  absl::Status load_subgraph(Node* n, const std::string& attr, int index, onnx::GraphProto* body) {
     Subgraph sub{attr, index, std::make_unique<Graph>(model_, n)};
     Graph* g = sub.graph.get();
     n->subgraphs_.push_back(std::move(sub));
@@ -220,8 +221,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::parse(std::string_view bytes) {
         "larger than protobuf's 2 GB message limit (store large weights as ONNX external data)");
   onnx::ModelProto proto;
   if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    return bad_model("not a serialized ONNX ModelProto (protobuf parsing failed; truncated or "
-                     "not an .onnx file)");
+    return bad_model(
+        "not a serialized ONNX ModelProto (protobuf parsing failed; truncated or "
+        "not an .onnx file)");
   return from_proto(std::move(proto));
 }
 
@@ -278,7 +280,8 @@ void Graph::save(onnx::GraphProto* out, bool move_tensors) {
   }
   std::vector<std::pair<int64_t, const onnx::ValueInfoProto*>> infos;
   for (const auto& v : values_)
-    if (!v->dead_ && v->info_ && v->owner_ == this) infos.emplace_back(v->info_order_, v->info_.get());
+    if (!v->dead_ && v->info_ && v->owner_ == this)
+      infos.emplace_back(v->info_order_, v->info_.get());
   for (const auto& [order, info] : orphan_info_) infos.emplace_back(order, &info);
   std::stable_sort(infos.begin(), infos.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -316,8 +319,8 @@ absl::StatusOr<std::string> Model::serialize_and_release() {
   onnx::ModelProto proto = release_proto();
   size_t size = proto.ByteSizeLong();
   if (size > static_cast<size_t>(INT_MAX))
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "optimized model is ", size, " bytes, above protobuf's 2 GB message limit"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("optimized model is ", size, " bytes, above protobuf's 2 GB message limit"));
   std::string bytes;
   if (!proto.SerializeToString(&bytes)) return absl::InternalError("model serialization failed");
   return bytes;
@@ -377,8 +380,7 @@ class Cloner {
       nn->graph_ = &d;
       nn->order_ = n->order_;
       for (const auto& sub : n->subgraphs_) {
-        Subgraph copy{sub.attr_name, sub.index,
-                      std::make_unique<Graph>(d.model_, nn.get())};
+        Subgraph copy{sub.attr_name, sub.index, std::make_unique<Graph>(d.model_, nn.get())};
         structure(*sub.graph, *copy.graph);
         nn->subgraphs_.push_back(std::move(copy));
       }
@@ -427,7 +429,6 @@ class Cloner {
     for (Value* v : s.initializers_)
       if (!v->dead_ && v->initializer_) d.initializers_.push_back(map(v));
   }
-
 };
 
 std::unique_ptr<Model> Model::clone() const { return Cloner().run(*this); }

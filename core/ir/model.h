@@ -101,8 +101,8 @@ class Value {
   std::unique_ptr<onnx::ValueInfoProto> info_;                 // graph value_info entry
   int64_t info_order_ = 0;
   int64_t init_order_ = 0;
-  mutable size_t scratch_ = 0;       // per-algorithm counter (verification)
-  mutable Value* twin_ = nullptr;    // the copy being made by a clone
+  mutable size_t scratch_ = 0;     // per-algorithm counter (verification)
+  mutable Value* twin_ = nullptr;  // the copy being made by a clone
 };
 
 // A subgraph held by a node attribute (If branches, Loop/Scan bodies).

@@ -10,22 +10,38 @@ using onnx::TensorProto;
 
 size_t element_size(int32_t data_type) {
   switch (data_type) {
-    case TensorProto::FLOAT: return 4;
-    case TensorProto::UINT8: return 1;
-    case TensorProto::INT8: return 1;
-    case TensorProto::UINT16: return 2;
-    case TensorProto::INT16: return 2;
-    case TensorProto::INT32: return 4;
-    case TensorProto::INT64: return 8;
-    case TensorProto::BOOL: return 1;
-    case TensorProto::FLOAT16: return 2;
-    case TensorProto::DOUBLE: return 8;
-    case TensorProto::UINT32: return 4;
-    case TensorProto::UINT64: return 8;
-    case TensorProto::COMPLEX64: return 8;
-    case TensorProto::COMPLEX128: return 16;
-    case TensorProto::BFLOAT16: return 2;
-    default: return 0;
+    case TensorProto::FLOAT:
+      return 4;
+    case TensorProto::UINT8:
+      return 1;
+    case TensorProto::INT8:
+      return 1;
+    case TensorProto::UINT16:
+      return 2;
+    case TensorProto::INT16:
+      return 2;
+    case TensorProto::INT32:
+      return 4;
+    case TensorProto::INT64:
+      return 8;
+    case TensorProto::BOOL:
+      return 1;
+    case TensorProto::FLOAT16:
+      return 2;
+    case TensorProto::DOUBLE:
+      return 8;
+    case TensorProto::UINT32:
+      return 4;
+    case TensorProto::UINT64:
+      return 8;
+    case TensorProto::COMPLEX64:
+      return 8;
+    case TensorProto::COMPLEX128:
+      return 16;
+    case TensorProto::BFLOAT16:
+      return 2;
+    default:
+      return 0;
   }
 }
 
@@ -43,9 +59,7 @@ std::optional<int64_t> element_count(const TensorProto& t) {
   return element_count(std::vector<int64_t>(t.dims().begin(), t.dims().end()));
 }
 
-bool is_external(const TensorProto& t) {
-  return t.data_location() == TensorProto::EXTERNAL;
-}
+bool is_external(const TensorProto& t) { return t.data_location() == TensorProto::EXTERNAL; }
 
 uint64_t tensor_bytes(const TensorProto& t) {
   if (t.has_raw_data()) return t.raw_data().size();
@@ -104,8 +118,10 @@ std::optional<std::vector<int64_t>> read_int64s(const TensorProto& t) {
     case TensorProto::UINT16:
       return raw ? raw_as<int64_t, uint16_t>(t, *count) : field_as<int64_t>(t.int32_data(), *count);
     case TensorProto::UINT32:
-      return raw ? raw_as<int64_t, uint32_t>(t, *count) : field_as<int64_t>(t.uint64_data(), *count);
-    default: return std::nullopt;
+      return raw ? raw_as<int64_t, uint32_t>(t, *count)
+                 : field_as<int64_t>(t.uint64_data(), *count);
+    default:
+      return std::nullopt;
   }
 }
 
@@ -132,7 +148,8 @@ std::optional<std::vector<double>> read_doubles(const TensorProto& t) {
       for (uint16_t b : bits) out.push_back(half_to_float(b));
       return out;
     }
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 

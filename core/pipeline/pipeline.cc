@@ -28,8 +28,7 @@ std::string interface_of(const ir::Model& model) {
   for (const auto& in : model.graph().inputs())
     absl::StrAppend(&sig, "in:", in.value->name(), ":", in.info.type().SerializeAsString(), ";");
   for (const auto& out : model.graph().outputs())
-    absl::StrAppend(&sig, "out:", out.value->name(), ":", out.info.type().SerializeAsString(),
-                    ";");
+    absl::StrAppend(&sig, "out:", out.value->name(), ":", out.info.type().SerializeAsString(), ";");
   return sig;
 }
 
@@ -64,7 +63,8 @@ absl::Status check_rounds(const PipelineConfig& config) {
 absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::string* skipped) {
   const auto& rest = model.rest();
   if (rest.ir_version() > onnx::Version::IR_VERSION) {
-    if (skipped) *skipped = absl::StrCat("IR version ", rest.ir_version(), " is newer than libonnx knows");
+    if (skipped)
+      *skipped = absl::StrCat("IR version ", rest.ir_version(), " is newer than libonnx knows");
     return absl::OkStatus();
   }
   const auto& schemas = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
@@ -110,14 +110,14 @@ absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& co
   for (const auto& p : all_passes()) valid.push_back(p.name);
   for (const auto& n : names)
     if (!find_pass(n))
-      return absl::InvalidArgumentError(absl::StrCat("unknown pass '", n, "'; valid passes: ",
-                                                     absl::StrJoin(valid, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown pass '", n, "'; valid passes: ", absl::StrJoin(valid, ", ")));
   for (const auto& [pass, options] : config.pass_options) {
     const PassInfo* info = find_pass(pass);
     if (!info)
-      return absl::InvalidArgumentError(absl::StrCat("options given for unknown pass '", pass,
-                                                     "'; valid passes: ",
-                                                     absl::StrJoin(valid, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("options given for unknown pass '", pass,
+                       "'; valid passes: ", absl::StrJoin(valid, ", ")));
     for (const auto& [key, value] : options) {
       bool known = false;
       for (const auto& o : info->options) known = known || o.name == key;
@@ -161,8 +161,10 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
       report.checker_note = skipped;
       check = false;
     } else if (!input_ok.ok()) {
-      report.checker_note = absl::StrCat("input model fails the ONNX check, so it is not used to "
-                                         "judge passes: ", input_ok.message());
+      report.checker_note = absl::StrCat(
+          "input model fails the ONNX check, so it is not used to "
+          "judge passes: ",
+          input_ok.message());
       check = false;
     }
   }
@@ -234,9 +236,9 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         for (Slot* earlier : since_snapshot) {
           PassResult replayed;
           if (auto st = run_checked(*earlier, &replayed); !st.ok())
-            return absl::InternalError(absl::StrCat("pass '", earlier->stats.name,
-                                                    "' failed when replayed after a rollback: ",
-                                                    std::string(st.message())));
+            return absl::InternalError(absl::StrCat(
+                "pass '", earlier->stats.name,
+                "' failed when replayed after a rollback: ", std::string(st.message())));
         }
         snapshot = model->clone();
         since_snapshot.clear();

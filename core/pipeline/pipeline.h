@@ -17,11 +17,11 @@
 namespace graft {
 
 struct PipelineConfig {
-  int level = 2;                                   // used when `passes` is empty
-  std::vector<std::string> passes;                 // explicit ordered pass list
+  int level = 2;                                    // used when `passes` is empty
+  std::vector<std::string> passes;                  // explicit ordered pass list
   std::map<std::string, PassOptions> pass_options;  // per pass name
   int max_rounds = 10;
-  bool onnx_checker = false;    // run onnx::checker after each changing pass
+  bool onnx_checker = false;     // run onnx::checker after each changing pass
   bool shape_inference = false;  // run strict ONNX shape inference after each changing pass
   std::string dump_dir;          // write the graph as ONNX text after each changing pass
   // Polled between passes; a non-OK status stops the pipeline with that status.
@@ -30,8 +30,8 @@ struct PipelineConfig {
 
 struct PassStats {
   std::string name;
-  int runs = 0;           // rounds in which the pass ran
-  int changed_runs = 0;   // rounds in which it changed the model
+  int runs = 0;          // rounds in which the pass ran
+  int changed_runs = 0;  // rounds in which it changed the model
   double seconds = 0;
   // Counts when the pass first ran, and those counts changed only by this pass's own runs
   // (other passes' effects in between are not attributed to it).

@@ -27,8 +27,8 @@ fs::path temp_dir() {
 
 CliRun graft(const std::string& args, const std::string& stdin_file = "") {
   fs::path dir = temp_dir();
-  std::string cmd = std::string(GRAFT_CLI) + " " + args + " >" + (dir / "stdout").string() +
-                    " 2>" + (dir / "stderr").string();
+  std::string cmd = std::string(GRAFT_CLI) + " " + args + " >" + (dir / "stdout").string() + " 2>" +
+                    (dir / "stderr").string();
   if (!stdin_file.empty()) cmd += " <" + stdin_file;
   int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(dir / "stdout"),
@@ -40,7 +40,7 @@ const fs::path kExample = fs::path(GRAFT_SOURCE_DIR) / "models" / "ppocr_mobile_
 TEST(Cli, OptimizesWritesModelReportAndTable) {
   fs::path out = temp_dir() / "out.onnx", report = temp_dir() / "report.json";
   CliRun r = graft("optimize --local " + kExample.string() + " -o " + out.string() + " --report " +
-                report.string());
+                   report.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("fuse_conv_batchnorm"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("total"), std::string::npos);
@@ -65,9 +65,8 @@ TEST(Cli, StdinToStdoutGivesTheSameBytesAsFiles) {
 
 TEST(Cli, LevelO0OutputEqualsInputModel) {
   fs::path out = temp_dir() / "o0.onnx";
-  ASSERT_EQ(graft("optimize --local -q --level O0 " + kExample.string() + " -o " + out.string())
-                .code,
-            0);
+  ASSERT_EQ(
+      graft("optimize --local -q --level O0 " + kExample.string() + " -o " + out.string()).code, 0);
   onnx::ModelProto a, b;
   ASSERT_TRUE(a.ParseFromString(read_file(kExample)));
   ASSERT_TRUE(b.ParseFromString(read_file(out)));
@@ -78,7 +77,7 @@ TEST(Cli, ExplicitPassesAndDumpDir) {
   fs::path dump = temp_dir() / "dump";
   fs::remove_all(dump);
   CliRun r = graft("optimize --local --passes extract_constants,prune --dump-dir " + dump.string() +
-                " " + kExample.string());
+                   " " + kExample.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("extract_constants"), std::string::npos);
   EXPECT_EQ(r.err.find("cse"), std::string::npos);
@@ -89,9 +88,9 @@ TEST(Cli, ExplicitPassesAndDumpDir) {
 TEST(Cli, PassesListsEveryPassWithLevel) {
   CliRun r = graft("passes");
   ASSERT_EQ(r.code, 0);
-  for (const char* p : {"extract_constants", "eliminate_identity", "eliminate_noop",
-                        "dedup_initializers", "cse", "fuse_conv_batchnorm", "fuse_matmul_add",
-                        "prune"})
+  for (const char* p :
+       {"extract_constants", "eliminate_identity", "eliminate_noop", "dedup_initializers", "cse",
+        "fuse_conv_batchnorm", "fuse_matmul_add", "prune"})
     EXPECT_NE(r.out.find(p), std::string::npos) << p;
   EXPECT_NE(r.out.find("O2"), std::string::npos);
 }

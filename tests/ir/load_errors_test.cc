@@ -93,7 +93,11 @@ TEST(LoadErrors, DanglingNameInsideSubgraph) {
     }
   )");
   onnx::ModelProto proto = model->to_proto();
-  proto.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_node(0)
+  proto.mutable_graph()
+      ->mutable_node(0)
+      ->mutable_attribute(0)
+      ->mutable_g()
+      ->mutable_node(0)
       ->set_input(0, "missing");
   expect_invalid(proto, "'missing'");
 }

@@ -69,8 +69,8 @@ TEST(RoundTrip, CloneSavesTheSameModel) {
     ASSERT_TRUE(model.ok()) << model.status();
     auto copy = (*model)->clone();
     EXPECT_TRUE(copy->verify().ok());
-    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals((*model)->to_proto(),
-                                                                   copy->to_proto()))
+    EXPECT_TRUE(
+        google::protobuf::util::MessageDifferencer::Equals((*model)->to_proto(), copy->to_proto()))
         << name;
     // The clone shares initializer tensors instead of copying them.
     auto a = (*model)->graph().initializers();
@@ -113,12 +113,53 @@ TEST(RoundTrip, UnknownFieldsAndMetadataSurvive) {
   meta->set_value("v");
   proto.mutable_graph()->mutable_node(0)->set_doc_string("why");
   // Field 999 is unknown to every ONNX version: it must still be carried through.
-  proto.mutable_graph()->mutable_node(0)->GetReflection()->MutableUnknownFields(
-      proto.mutable_graph()->mutable_node(0))->AddVarint(999, 42);
+  proto.mutable_graph()
+      ->mutable_node(0)
+      ->GetReflection()
+      ->MutableUnknownFields(proto.mutable_graph()->mutable_node(0))
+      ->AddVarint(999, 42);
   proto.GetReflection()->MutableUnknownFields(&proto)->AddLengthDelimited(998, "future");
   std::string bytes = proto.SerializeAsString();
   EXPECT_EQ(round_trip(bytes, false), "");
   EXPECT_EQ(round_trip(bytes, true), "");
+}
+
+}  // namespace
+}  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+TEST(RoundTrip, InitializerBytesAreMovedNotCopied) {
+  onnx::ModelProto proto = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4] x) => (float[4] y) {
+      y = Relu (x)
+    }
+  )")
+                               ->to_proto();
+  auto* add = proto.mutable_graph()->mutable_node(0);
+  add->set_op_type("Add");
+  add->add_input("w");
+  auto* w = proto.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  w->set_raw_data(std::string(16, '\x01'));
+  const char* bytes = proto.graph().initializer(0).raw_data().data();
+
+  auto model = ir::Model::from_proto(std::move(proto));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->graph().initializers()[0]->initializer()->raw_data().data(), bytes);
+  {
+    // While a snapshot shares the tensor, saving must copy (the snapshot keeps its bytes).
+    auto snapshot = (*model)->clone();
+    onnx::ModelProto copied = (*model)->clone()->release_proto();
+    EXPECT_NE(copied.graph().initializer(0).raw_data().data(), bytes);
+  }
+  onnx::ModelProto saved = (*model)->release_proto();
+  EXPECT_EQ(saved.graph().initializer(0).raw_data().data(), bytes);
+  EXPECT_EQ(saved.graph().initializer(0).raw_data(), std::string(16, '\x01'));
 }
 
 }  // namespace

@@ -79,8 +79,8 @@ TEST(ModelsAtO2, EverySharedModel) {
   for (const auto& e : fs::directory_iterator(root)) {
     if (e.path().extension() != ".onnx") continue;
     Outcome o = optimize_and_check(e.path());
-    std::cout << e.path().filename().string() << ": " << o.nodes_before << " -> "
-              << o.nodes_after << " nodes\n";
+    std::cout << e.path().filename().string() << ": " << o.nodes_before << " -> " << o.nodes_after
+              << " nodes\n";
   }
 }
 

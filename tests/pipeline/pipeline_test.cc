@@ -1,6 +1,6 @@
 // The fixed-point driver: levels, explicit lists, options, rollback of broken passes, stats.
-#include "core/passes/registry.h"
 #include "core/pipeline/pipeline.h"
+#include "core/passes/registry.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
