@@ -1,0 +1,118 @@
+#include "proto/convert.h"
+
+#include <absl/strings/str_cat.h>
+
+#include "core/passes/registry.h"
+
+namespace graft::api {
+
+absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
+  PipelineConfig out;
+  const std::string& level = config.level();
+  if (level.empty()) {
+    out.level = 2;
+  } else if (level.size() == 2 && (level[0] == 'O' || level[0] == 'o') && level[1] >= '0' &&
+             level[1] <= '0' + kMaxLevel) {
+    out.level = level[1] - '0';
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("level must be O0..O", kMaxLevel, ", got '", level, "'"));
+  }
+  out.passes.assign(config.passes().begin(), config.passes().end());
+  for (const auto& [pass, options] : config.pass_options())
+    for (const auto& [key, value] : options.values()) out.pass_options[pass][key] = value;
+  out.max_rounds = config.max_rounds() == 0 ? 10 : config.max_rounds();
+  out.onnx_checker = config.onnx_checker();
+  out.shape_inference = config.shape_inference();
+  if (auto names = resolve_passes(out); !names.ok()) return names.status();
+  return out;
+}
+
+v1::PipelineConfig to_proto(const PipelineConfig& config) {
+  v1::PipelineConfig out;
+  out.set_level(absl::StrCat("O", config.level));
+  for (const auto& p : config.passes) out.add_passes(p);
+  for (const auto& [pass, options] : config.pass_options) {
+    auto& values = *(*out.mutable_pass_options())[pass].mutable_values();
+    for (const auto& [key, value] : options) values[key] = value;
+  }
+  out.set_max_rounds(config.max_rounds);
+  out.set_onnx_checker(config.onnx_checker);
+  out.set_shape_inference(config.shape_inference);
+  return out;
+}
+
+absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
+  auto names = resolve_passes(config);
+  if (!names.ok()) return names.status();
+  // Lengths prefix every field, so no value can imitate a separator.
+  std::string out;
+  auto field = [&](const std::string& s) { absl::StrAppend(&out, s.size(), ":", s, ";"); };
+  field("passes");
+  for (const auto& n : *names) field(n);
+  field("options");
+  for (const auto& [pass, options] : config.pass_options)  // std::map: sorted
+    for (const auto& [key, value] : options) {
+      field(pass);
+      field(key);
+      field(value);
+    }
+  field(absl::StrCat("rounds=", config.max_rounds));
+  field(absl::StrCat("checker=", config.onnx_checker, ",shapes=", config.shape_inference));
+  return out;
+}
+
+void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
+  for (const auto& p : r.passes) {
+    auto* s = out->add_passes();
+    s->set_name(p.name);
+    s->set_runs(p.runs);
+    s->set_changed_runs(p.changed_runs);
+    s->set_seconds(p.seconds);
+    s->set_nodes_before(p.nodes_before);
+    s->set_nodes_after(p.nodes_after);
+    s->set_initializer_bytes_before(p.bytes_before);
+    s->set_initializer_bytes_after(p.bytes_after);
+    s->set_rewrites(p.rewrites);
+    s->set_rollbacks(p.rollbacks);
+    s->set_rollback_reason(p.rollback_reason);
+  }
+  out->set_rounds(r.rounds);
+  out->set_reached_fixed_point(r.reached_fixed_point);
+  out->set_nodes_before(r.nodes_before);
+  out->set_nodes_after(r.nodes_after);
+  out->set_initializer_bytes_before(r.bytes_before);
+  out->set_initializer_bytes_after(r.bytes_after);
+  out->set_checker_note(r.checker_note);
+  out->set_pipeline_seconds(r.seconds);
+}
+
+PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
+  PipelineReport r;
+  for (const auto& s : in.passes()) {
+    PassStats p;
+    p.name = s.name();
+    p.runs = s.runs();
+    p.changed_runs = s.changed_runs();
+    p.seconds = s.seconds();
+    p.nodes_before = s.nodes_before();
+    p.nodes_after = s.nodes_after();
+    p.bytes_before = s.initializer_bytes_before();
+    p.bytes_after = s.initializer_bytes_after();
+    p.rewrites = s.rewrites();
+    p.rollbacks = s.rollbacks();
+    p.rollback_reason = s.rollback_reason();
+    r.passes.push_back(std::move(p));
+  }
+  r.rounds = in.rounds();
+  r.reached_fixed_point = in.reached_fixed_point();
+  r.nodes_before = in.nodes_before();
+  r.nodes_after = in.nodes_after();
+  r.bytes_before = in.initializer_bytes_before();
+  r.bytes_after = in.initializer_bytes_after();
+  r.checker_note = in.checker_note();
+  r.seconds = in.pipeline_seconds();
+  return r;
+}
+
+}  // namespace graft::api

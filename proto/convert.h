@@ -1,0 +1,24 @@
+// Conversions between the graft.v1 API messages and core types (shared by server and client).
+#pragma once
+
+#include <string>
+
+#include <absl/status/statusor.h>
+
+#include "core/pipeline/pipeline.h"
+#include "graft/v1/graft.pb.h"
+
+namespace graft::api {
+
+// API config -> core config. Level strings are validated here ("O0".."O3", "" = O2).
+absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config);
+v1::PipelineConfig to_proto(const PipelineConfig& config);
+
+// A canonical text of what the config means: the resolved pass list, options sorted, rounds
+// and checks. Equal for configs that run the same pipeline (e.g. "O2" and O2's explicit list).
+absl::StatusOr<std::string> canonical_config(const PipelineConfig& config);
+
+void fill_report(const PipelineReport& report, v1::OptimizeReport* out);
+PipelineReport to_pipeline_report(const v1::OptimizeReport& report);
+
+}  // namespace graft::api

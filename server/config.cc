@@ -1,0 +1,166 @@
+#include "server/config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <absl/strings/str_cat.h>
+#include <yaml-cpp/yaml.h>
+
+namespace graft::server {
+
+namespace {
+
+// One table drives YAML keys, environment variables and flags, so they cannot drift apart.
+struct Key {
+  const char* name;  // YAML key; flag is --name with '-' for '_'; env is GRAFTD_NAME
+  const char* help;
+  std::function<absl::Status(ServerConfig&, const std::string&)> set;
+};
+
+template <typename T>
+absl::Status parse_number(const std::string& text, T* out, const char* key) {
+  std::istringstream in(text);
+  T v{};
+  in >> v;
+  if (in.fail() || !in.eof())
+    return absl::InvalidArgumentError(absl::StrCat(key, ": not a number: '", text, "'"));
+  *out = v;
+  return absl::OkStatus();
+}
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = {
+      {"listen", "gRPC address HOST:PORT",
+       [](ServerConfig& c, const std::string& v) { c.listen = v; return absl::OkStatus(); }},
+      {"metrics_listen", "Prometheus /metrics address HOST:PORT",
+       [](ServerConfig& c, const std::string& v) {
+         c.metrics_listen = v;
+         return absl::OkStatus();
+       }},
+      {"workers", "pipeline worker threads (0 = cores)",
+       [](ServerConfig& c, const std::string& v) { return parse_number(v, &c.workers, "workers"); }},
+      {"queue_length", "requests waiting for a worker before RESOURCE_EXHAUSTED",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.queue_length, "queue_length");
+       }},
+      {"cache_bytes", "result cache budget in bytes",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.cache_bytes, "cache_bytes");
+       }},
+      {"max_model_bytes", "largest accepted model in bytes",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.max_model_bytes, "max_model_bytes");
+       }},
+      {"default_deadline_seconds", "deadline for requests that set none",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.default_deadline_seconds, "default_deadline_seconds");
+       }},
+      {"grace_period_seconds", "SIGTERM: time in-flight requests get to finish",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.grace_period_seconds, "grace_period_seconds");
+       }},
+      {"log_level", "trace, debug, info, warn, error",
+       [](ServerConfig& c, const std::string& v) { c.log_level = v; return absl::OkStatus(); }},
+      {"log_format", "text or json",
+       [](ServerConfig& c, const std::string& v) { c.log_format = v; return absl::OkStatus(); }},
+  };
+  return table;
+}
+
+std::string env_name(const char* key) {
+  std::string out = "GRAFTD_";
+  for (const char* p = key; *p; ++p) out += static_cast<char>(std::toupper(*p));
+  return out;
+}
+
+std::string flag_name(const char* key) {
+  std::string out = "--";
+  for (const char* p = key; *p; ++p) out += *p == '_' ? '-' : *p;
+  return out;
+}
+
+}  // namespace
+
+absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config is not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) return absl::InvalidArgumentError("config must be a YAML mapping");
+  for (const auto& entry : root) {
+    std::string name = entry.first.as<std::string>();
+    const Key* key = nullptr;
+    for (const auto& k : keys())
+      if (name == k.name) key = &k;
+    if (!key) return absl::InvalidArgumentError(absl::StrCat("unknown config key '", name, "'"));
+    if (!entry.second.IsScalar())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": expected a scalar value"));
+    if (auto st = key->set(*config, entry.second.as<std::string>()); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status validate(const ServerConfig& c) {
+  if (c.workers < 0) return absl::InvalidArgumentError("workers must be >= 0");
+  if (c.queue_length < 0) return absl::InvalidArgumentError("queue_length must be >= 0");
+  if (c.default_deadline_seconds <= 0)
+    return absl::InvalidArgumentError("default_deadline_seconds must be > 0");
+  if (c.grace_period_seconds < 0)
+    return absl::InvalidArgumentError("grace_period_seconds must be >= 0");
+  if (c.max_model_bytes == 0) return absl::InvalidArgumentError("max_model_bytes must be > 0");
+  if (c.log_format != "text" && c.log_format != "json")
+    return absl::InvalidArgumentError("log_format must be text or json");
+  static const char* levels[] = {"trace", "debug", "info", "warn", "error"};
+  bool known = false;
+  for (const char* l : levels) known = known || c.log_level == l;
+  if (!known) return absl::InvalidArgumentError("log_level must be trace, debug, info, warn or error");
+  if (c.listen.find(':') == std::string::npos)
+    return absl::InvalidArgumentError("listen must be HOST:PORT");
+  if (c.metrics_listen.find(':') == std::string::npos)
+    return absl::InvalidArgumentError("metrics_listen must be HOST:PORT");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerConfig> load_config(int argc, char** argv, int* exit_code) {
+  CLI::App app{"graftd: the Graft ONNX optimization service"};
+  std::string config_file;
+  app.add_option("--config", config_file, "YAML config file (keys as the flags, with '_')");
+  std::map<std::string, std::string> flag_values;
+  for (const auto& k : keys())
+    app.add_option(flag_name(k.name), flag_values[k.name],
+                   std::string(k.help) + " (env " + env_name(k.name) + ")");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    return absl::InvalidArgumentError(e.what());
+  }
+
+  ServerConfig config;
+  if (!config_file.empty()) {
+    std::ifstream in(config_file);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read config '", config_file, "'"));
+    std::stringstream text;
+    text << in.rdbuf();
+    if (auto st = apply_yaml(text.str(), &config); !st.ok())
+      return absl::InvalidArgumentError(absl::StrCat(config_file, ": ", std::string(st.message())));
+  }
+  for (const auto& k : keys())
+    if (const char* env = std::getenv(env_name(k.name).c_str()))
+      if (auto st = k.set(config, env); !st.ok()) return st;
+  for (const auto& k : keys())
+    if (app.count(flag_name(k.name)))
+      if (auto st = k.set(config, flag_values[k.name]); !st.ok()) return st;
+  if (config.workers == 0)
+    config.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (auto st = validate(config); !st.ok()) return st;
+  return config;
+}
+
+}  // namespace graft::server

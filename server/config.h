@@ -1,0 +1,32 @@
+// graftd's configuration: built-in defaults < YAML file < GRAFTD_* environment < flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <absl/status/statusor.h>
+
+namespace graft::server {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9464";
+  int workers = 0;  // 0 = number of cores
+  int queue_length = 64;
+  uint64_t cache_bytes = 1ull << 30;
+  uint64_t max_model_bytes = 2147483647ull;
+  double default_deadline_seconds = 300;
+  double grace_period_seconds = 25;
+  std::string log_level = "info";
+  std::string log_format = "text";
+};
+
+// Parses argv (flags --config, --listen, --metrics-listen, --workers, ...). Returns the config,
+// or an error status; `exit_code` is set when the process should exit at once (e.g. --help).
+absl::StatusOr<ServerConfig> load_config(int argc, char** argv, int* exit_code);
+
+// Applies one YAML document's keys; unknown keys are an error (typos must not pass silently).
+absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config);
+absl::Status validate(const ServerConfig& config);
+
+}  // namespace graft::server

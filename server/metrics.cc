@@ -1,0 +1,127 @@
+#include "server/metrics.h"
+
+#include <mutex>
+
+namespace graft::server {
+
+using namespace prometheus;
+
+namespace {
+
+const Histogram::BucketBoundaries& duration_buckets() {
+  static const Histogram::BucketBoundaries b = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                0.25,  0.5,    1,     2.5,  5,     10,   30,
+                                                60,    120,    300};
+  return b;
+}
+
+std::mutex& eviction_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
+Metrics::Metrics(const std::string& listen, const std::string& version)
+    : registry_(std::make_shared<Registry>()) {
+  requests_ = &BuildCounter()
+                   .Name("graft_requests_total")
+                   .Help("RPCs handled, by method and gRPC status code")
+                   .Register(*registry_);
+  request_seconds_ = &BuildHistogram()
+                          .Name("graft_request_duration_seconds")
+                          .Help("RPC duration, by method")
+                          .Register(*registry_);
+  pass_seconds_ = &BuildHistogram()
+                       .Name("graft_pass_duration_seconds")
+                       .Help("Time spent in each pass per pipeline run (all its rounds)")
+                       .Register(*registry_);
+  pass_nodes_removed_ = &BuildCounter()
+                             .Name("graft_pass_nodes_removed_total")
+                             .Help("Nodes removed, by pass")
+                             .Register(*registry_);
+  auto& hits = BuildCounter().Name("graft_cache_hits_total").Help("Cache hits").Register(*registry_);
+  cache_hits_ = &hits.Add({});
+  auto& misses =
+      BuildCounter().Name("graft_cache_misses_total").Help("Cache misses").Register(*registry_);
+  cache_misses_ = &misses.Add({});
+  auto& evictions = BuildCounter()
+                        .Name("graft_cache_evictions_total")
+                        .Help("Cache entries evicted for space")
+                        .Register(*registry_);
+  cache_evictions_ = &evictions.Add({});
+  auto& cbytes =
+      BuildGauge().Name("graft_cache_bytes").Help("Bytes held by the cache").Register(*registry_);
+  cache_bytes_ = &cbytes.Add({});
+  auto& centries =
+      BuildGauge().Name("graft_cache_entries").Help("Entries in the cache").Register(*registry_);
+  cache_entries_ = &centries.Add({});
+  auto& in = BuildCounter()
+                 .Name("graft_model_bytes_in_total")
+                 .Help("Model bytes received for optimization")
+                 .Register(*registry_);
+  bytes_in_ = &in.Add({});
+  auto& out = BuildCounter()
+                  .Name("graft_model_bytes_out_total")
+                  .Help("Optimized model bytes sent")
+                  .Register(*registry_);
+  bytes_out_ = &out.Add({});
+  auto& queue = BuildGauge()
+                    .Name("graft_queue_depth")
+                    .Help("Requests waiting for a pipeline worker")
+                    .Register(*registry_);
+  queue_depth_ = &queue.Add({});
+  auto& flight = BuildGauge()
+                     .Name("graft_inflight_requests")
+                     .Help("Optimize requests being handled")
+                     .Register(*registry_);
+  in_flight_ = &flight.Add({});
+  BuildGauge()
+      .Name("graft_build_info")
+      .Help("Graft build information (always 1)")
+      .Register(*registry_)
+      .Add({{"version", version}})
+      .Set(1);
+  exposer_ = std::make_unique<Exposer>(listen);
+  exposer_->RegisterCollectable(registry_);
+}
+
+int Metrics::port() const {
+  auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void Metrics::request_done(const std::string& method, const std::string& code, double seconds) {
+  requests_->Add({{"method", method}, {"code", code}}).Increment();
+  request_seconds_->Add({{"method", method}}, duration_buckets()).Observe(seconds);
+}
+
+void Metrics::pipeline_done(const PipelineReport& report) {
+  for (const auto& p : report.passes) {
+    pass_seconds_->Add({{"pass", p.name}}, duration_buckets()).Observe(p.seconds);
+    if (p.nodes_before > p.nodes_after)
+      pass_nodes_removed_->Add({{"pass", p.name}})
+          .Increment(static_cast<double>(p.nodes_before - p.nodes_after));
+  }
+}
+
+void Metrics::cache_result(bool hit) { (hit ? cache_hits_ : cache_misses_)->Increment(); }
+
+void Metrics::cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t entries) {
+  {
+    std::lock_guard<std::mutex> lock(eviction_mutex());
+    if (evictions_total > evictions_seen_) {
+      cache_evictions_->Increment(static_cast<double>(evictions_total - evictions_seen_));
+      evictions_seen_ = evictions_total;
+    }
+  }
+  cache_bytes_->Set(static_cast<double>(bytes));
+  cache_entries_->Set(static_cast<double>(entries));
+}
+
+void Metrics::model_bytes(uint64_t in, uint64_t out) {
+  bytes_in_->Increment(static_cast<double>(in));
+  bytes_out_->Increment(static_cast<double>(out));
+}
+
+}  // namespace graft::server

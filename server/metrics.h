@@ -1,0 +1,53 @@
+// graftd's Prometheus metrics (prometheus-cpp), served on their own HTTP port. Labels are low
+// cardinality only: method, gRPC code, pass name; never a digest.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "core/pipeline/pipeline.h"
+
+namespace graft::server {
+
+class Metrics {
+ public:
+  // Starts the HTTP exposer on `listen` (HOST:PORT); throws if the port cannot be bound.
+  Metrics(const std::string& listen, const std::string& version);
+
+  void request_done(const std::string& method, const std::string& code, double seconds);
+  void pipeline_done(const PipelineReport& report);
+  void cache_result(bool hit);
+  void cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t entries);
+  void model_bytes(uint64_t in, uint64_t out);
+  prometheus::Gauge& queue_depth() { return *queue_depth_; }
+  prometheus::Gauge& in_flight() { return *in_flight_; }
+  // The port actually bound (useful with port 0).
+  int port() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Histogram>* request_seconds_;
+  prometheus::Family<prometheus::Histogram>* pass_seconds_;
+  prometheus::Family<prometheus::Counter>* pass_nodes_removed_;
+  prometheus::Counter* cache_hits_;
+  prometheus::Counter* cache_misses_;
+  prometheus::Counter* cache_evictions_;
+  prometheus::Gauge* cache_bytes_;
+  prometheus::Gauge* cache_entries_;
+  prometheus::Counter* bytes_in_;
+  prometheus::Counter* bytes_out_;
+  prometheus::Gauge* queue_depth_;
+  prometheus::Gauge* in_flight_;
+  uint64_t evictions_seen_ = 0;
+};
+
+}  // namespace graft::server

@@ -1,0 +1,58 @@
+// The graft.v1.Graft service: adapts gRPC to core/ (pipeline) and core/cache.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core/cache/result_cache.h"
+#include "graft/v1/graft.grpc.pb.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/worker_pool.h"
+
+namespace graft::server {
+
+class GraftService final : public v1::Graft::Service {
+ public:
+  GraftService(const ServerConfig& config, Metrics* metrics);
+  ~GraftService() override;
+
+  grpc::Status Optimize(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream) override;
+  grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
+                      grpc::ServerWriter<v1::LookupResponse>* writer) override;
+  grpc::Status ListPasses(grpc::ServerContext* context, const v1::ListPassesRequest* request,
+                          v1::ListPassesResponse* response) override;
+
+  // New Optimize calls get UNAVAILABLE from now on (SIGTERM); in-flight ones finish.
+  void start_draining() { draining_ = true; }
+  // Waits for queued and running pipeline jobs.
+  void join_workers() { pool_.join(); }
+  const cache::ResultCache& cache() const { return cache_; }
+
+ private:
+  struct Upload;
+  grpc::Status receive(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream,
+                       Upload* upload);
+  // Runs the pipeline on a worker; the calling (gRPC) thread only waits.
+  absl::StatusOr<std::shared_ptr<const cache::CachedResult>> optimize_on_worker(
+      grpc::ServerContext* context, std::shared_ptr<std::string> model,
+      const PipelineConfig& config, std::chrono::system_clock::time_point deadline,
+      double* queue_seconds);
+  void update_cache_metrics();
+
+  const ServerConfig config_;
+  Metrics* metrics_;
+  WorkerPool pool_;
+  cache::ResultCache cache_;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_request_id_{1};
+};
+
+// Graft's version string (also part of every cache key).
+const std::string& graft_version();
+
+}  // namespace graft::server
