@@ -1,0 +1,135 @@
+// Content-addressed cache of optimization results: (model digest, canonical pipeline config,
+// optimizer version) -> optimized model + report. LRU within a byte budget, and single-flight so
+// that identical requests arriving together run the pipeline once.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+namespace graft::cache {
+
+struct CacheKey {
+  std::string model_sha256;  // sha256_hex of the input model bytes
+  std::string config;        // canonical string of the pipeline config, made by the caller
+  std::string version;       // optimizer version: a new release must not serve old results
+
+  // Unambiguous encoding of the three fields (each length-prefixed), used as the map key.
+  std::string str() const;
+};
+
+struct CachedResult {
+  std::string optimized_model;
+  std::string report_json;
+};
+
+class ResultCache {
+ public:
+  enum class Outcome {
+    kHit,     // served from the cache
+    kMiss,    // this call ran the computation
+    kShared,  // joined another call's computation of the same key
+  };
+
+  struct Stats {
+    uint64_t hits = 0;        // lookup() and get_or_compute() served from the cache
+    uint64_t misses = 0;      // lookup() found nothing; get_or_compute() computed
+    uint64_t shared = 0;      // get_or_compute() joined an in-flight computation
+    uint64_t evictions = 0;   // entries dropped to make room
+    uint64_t inserts = 0;     // entries stored (including replacements)
+    uint64_t oversized = 0;   // results not stored because they exceed the whole budget
+    uint64_t bytes = 0;       // charged size of the entries held (see charge())
+    uint64_t entries = 0;
+    uint64_t in_flight = 0;   // computations running in get_or_compute()
+    uint64_t capacity_bytes = 0;
+  };
+
+  using Compute = std::function<absl::StatusOr<std::shared_ptr<const CachedResult>>()>;
+
+  // Fixed bookkeeping charged per entry on top of its strings (list and map nodes, control
+  // block): an estimate, so that many tiny entries cannot exceed the budget by far.
+  static constexpr size_t kEntryOverhead = 256;
+
+  // capacity_bytes == 0 disables storage; single-flight still applies.
+  // cancel_poll: how often waiters in get_or_compute() poll their `cancelled` callback.
+  explicit ResultCache(size_t capacity_bytes,
+                       std::chrono::milliseconds cancel_poll = std::chrono::milliseconds(50));
+  ResultCache(const ResultCache&) = delete;
+  ResultCache& operator=(const ResultCache&) = delete;
+
+  // Bytes an entry counts against the budget: both strings, the key string and kEntryOverhead.
+  static size_t charge(const CacheKey& key, const CachedResult& result);
+
+  // Null on a miss. A hit becomes the most recently used entry.
+  std::shared_ptr<const CachedResult> lookup(const CacheKey& key);
+
+  // Stores (or replaces) the entry as most recently used, evicting least recently used entries
+  // until it fits. A result whose charge exceeds the whole budget is not stored, and nothing is
+  // evicted for it. A null result is ignored.
+  void insert(const CacheKey& key, std::shared_ptr<const CachedResult> result);
+
+  // Returns the cached result if present (kHit). Otherwise, if another call is already computing
+  // the same key, waits for it and returns its result or its error (kShared). Otherwise runs
+  // `compute` without holding any lock, stores a successful result, and hands the result or
+  // error to the calls that joined (kMiss). Errors are never stored: the next call recomputes.
+  //
+  // A waiter whose `cancelled` returns true (polled every cancel_poll, outside the lock) returns
+  // CANCELLED; the computation goes on for the others. The computing call itself never polls
+  // `cancelled`: `compute` must watch its own cancellation, and whatever error it returns reaches
+  // every waiter too.
+  //
+  // A null result from `compute` is turned into an INTERNAL error. If `compute` throws, waiters
+  // get INTERNAL and the exception propagates to this call.
+  // `outcome` may be null.
+  absl::StatusOr<std::shared_ptr<const CachedResult>> get_or_compute(
+      const CacheKey& key, const Compute& compute, Outcome* outcome = nullptr,
+      const std::function<bool()>& cancelled = nullptr);
+
+  Stats stats() const;
+  size_t capacity_bytes() const { return capacity_; }
+
+ private:
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const CachedResult> result;
+    size_t charge = 0;
+  };
+  using Lru = std::list<Entry>;  // front = most recently used
+
+  struct Flight {
+    bool done = false;
+    absl::StatusOr<std::shared_ptr<const CachedResult>> result;
+    std::condition_variable cv;  // used with mu_
+  };
+
+  std::shared_ptr<const CachedResult> find_locked(const std::string& key);
+  // Appends whatever it evicts or replaces to `released`, so that the last references to large
+  // results are dropped after mu_ is unlocked.
+  void insert_locked(std::string key, std::shared_ptr<const CachedResult> result,
+                     std::vector<std::shared_ptr<const CachedResult>>& released);
+  void finish_flight(const std::string& key, const std::shared_ptr<Flight>& flight,
+                     absl::StatusOr<std::shared_ptr<const CachedResult>> result);
+
+  const size_t capacity_;
+  const std::chrono::milliseconds cancel_poll_;
+
+  mutable std::mutex mu_;
+  Lru lru_;
+  // Keys view the strings inside lru_ nodes, which never move.
+  std::unordered_map<std::string_view, Lru::iterator> index_;
+  std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;
+  Stats stats_;  // entries, in_flight and capacity_bytes are filled in by stats()
+};
+
+}  // namespace graft::cache
