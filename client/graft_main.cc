@@ -11,6 +11,9 @@
 #include <CLI/CLI.hpp>
 
 #include "client/exit_codes.h"
+#include "client/graft_client.h"
+#include "core/cache/digest.h"
+#include "proto/convert.h"
 #include "client/report.h"
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
@@ -92,6 +95,8 @@ struct OptimizeArgs {
   std::string input;
   std::string output;
   bool local = false;
+  std::string server;  // HOST:PORT; GRAFT_SERVER by default
+  double timeout_seconds = 0;
   std::string level = "O2";
   std::vector<std::string> passes;
   std::vector<std::string> options;  // pass.key=value
@@ -100,17 +105,15 @@ struct OptimizeArgs {
   std::string dump_dir;
   bool check = false;
   bool quiet = false;
+  std::string sha256;  // lookup only
 };
 
-int optimize(const OptimizeArgs& a) {
-  if (!a.local)
-    return fail(kUsage,
-                "remote mode is not available in this build yet; run with --local to optimize "
-                "in-process");
+// Builds the pipeline config from flags; the error is a usage message.
+absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   PipelineConfig config;
   config.level = level_from_string(a.level);
-  if (config.level < 0)
-    return fail(kUsage, "level must be O0, O1, O2 or O3, got '" + a.level + "'");
+  if (config.level < 0 || config.level > kMaxLevel)
+    return absl::InvalidArgumentError("level must be O0, O1, O2 or O3, got '" + a.level + "'");
   config.passes = a.passes;
   config.max_rounds = a.max_rounds;
   config.onnx_checker = config.shape_inference = a.check;
@@ -118,18 +121,72 @@ int optimize(const OptimizeArgs& a) {
   for (const auto& opt : a.options) {
     auto dot = opt.find('.'), eq = opt.find('=');
     if (dot == std::string::npos || eq == std::string::npos || dot > eq)
-      return fail(kUsage, "--option must look like pass.key=value, got '" + opt + "'");
-    config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] = opt.substr(eq + 1);
+      return absl::InvalidArgumentError("--option must look like pass.key=value, got '" + opt +
+                                        "'");
+    config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] =
+        opt.substr(eq + 1);
   }
-  if (auto names = resolve_passes(config); !names.ok())
-    return fail(kUsage, std::string(names.status().message()));
+  return config;
+}
 
-  std::string bytes, error;
-  if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
+// Exit code for an error status from the server.
+int remote_exit_code(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return std::string(st.message()).find("invalid model") != std::string::npos ? kBadModel
+                                                                                  : kUsage;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kCancelled:
+      return kServer;
+    default:
+      return kInternal;
+  }
+}
+
+int fail_remote(const absl::Status& st) {
+  return fail(remote_exit_code(st), std::string(absl::StatusCodeToString(st.code())) + ": " +
+                                        std::string(st.message()));
+}
+
+// A one-line progress bar on stderr, only when stderr is a terminal and the model is large.
+client::Progress progress_bar(uint64_t size) {
+  if (!::isatty(2) || size < (4u << 20)) return nullptr;
+  return [](bool upload, uint64_t done, uint64_t total) {
+    if (upload && total > 0) {
+      int pct = static_cast<int>(100 * done / total);
+      std::fprintf(stderr, "\rupload   [%-40s] %3d%% %.1f MiB", std::string(pct * 40 / 100, '#').c_str(),
+                   pct, done / 1048576.0);
+      if (done == total) std::fprintf(stderr, "\n");
+    } else if (!upload) {
+      std::fprintf(stderr, "\rdownload %.1f MiB", done / 1048576.0);
+    }
+    std::fflush(stderr);
+  };
+}
+
+std::string resolve_server(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("GRAFT_SERVER");
+  return env ? env : "";
+}
+
+int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model) {
+  std::string error;
+  if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
+  if (!a.report_path.empty()) {
+    std::string json = to_json(run).dump(2) + "\n";
+    if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
+  }
+  if (!a.quiet) std::cerr << format_table(run);
+  return kOk;
+}
+
+int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::string bytes) {
   RunSummary run;
   run.input = a.input;
   run.input_bytes = bytes.size();
-
   auto t = Clock::now();
   auto model = ir::Model::parse(bytes);
   if (!model.ok()) return fail(kBadModel, a.input + ": " + std::string(model.status().message()));
@@ -145,19 +202,99 @@ int optimize(const OptimizeArgs& a) {
   if (!out.ok()) return fail(kBadModel, std::string(out.status().message()));
   run.save_seconds = since(t);
   run.output_bytes = out->size();
+  return finish_run(a, run, *out);
+}
 
-  if (!a.output.empty() && !write_output(a.output, *out, &error)) return fail(kIoError, error);
-  if (!a.report_path.empty()) {
-    std::string json = to_json(run).dump(2) + "\n";
-    if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
+int optimize_remote(const OptimizeArgs& a, const std::string& server, const PipelineConfig& config,
+                    const std::string& bytes) {
+  if (!a.dump_dir.empty()) return fail(kUsage, "--dump-dir needs --local");
+  client::GraftClient client(server);
+  std::optional<std::chrono::milliseconds> timeout;
+  if (a.timeout_seconds > 0)
+    timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
+  auto result = client.optimize(bytes, api::to_proto(config), timeout, progress_bar(bytes.size()));
+  if (!result.ok()) return fail_remote(result.status());
+  RunSummary run;
+  run.input = a.input;
+  run.input_bytes = bytes.size();
+  run.output_bytes = result->model.size();
+  run.load_seconds = result->report.load_seconds();
+  run.save_seconds = result->report.save_seconds();
+  run.pipeline = api::to_pipeline_report(result->report);
+  run.server = server;
+  run.cache_hit = result->report.cache_hit();
+  run.input_sha256 = result->report.input_sha256();
+  run.output_sha256 = result->report.output_sha256();
+  return finish_run(a, run, result->model);
+}
+
+int optimize(const OptimizeArgs& a) {
+  auto config = pipeline_config(a);
+  if (!config.ok()) return fail(kUsage, std::string(config.status().message()));
+  std::string server = resolve_server(a.server);
+  if (!a.local && server.empty())
+    return fail(kUsage, "say where to optimize: --local (in-process) or --server HOST:PORT "
+                        "(or set GRAFT_SERVER)");
+  if (a.local) {
+    if (auto names = resolve_passes(*config); !names.ok())
+      return fail(kUsage, std::string(names.status().message()));
   }
-  if (!a.quiet) std::cerr << format_table(run);
+  std::string bytes, error;
+  if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
+  if (a.local) return optimize_local(a, *config, std::move(bytes));
+  return optimize_remote(a, server, *config, bytes);
+}
+
+int lookup(const OptimizeArgs& a) {
+  auto config = pipeline_config(a);
+  if (!config.ok()) return fail(kUsage, std::string(config.status().message()));
+  std::string server = resolve_server(a.server);
+  if (server.empty()) return fail(kUsage, "lookup needs --server HOST:PORT (or GRAFT_SERVER)");
+  std::string digest = a.sha256;
+  if (digest.empty()) {
+    if (a.input.empty()) return fail(kUsage, "give a model file or --sha256");
+    std::string bytes, error;
+    if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
+    digest = cache::sha256_hex(bytes);
+  }
+  client::GraftClient client(server);
+  auto result = client.lookup(digest, api::to_proto(*config), !a.output.empty());
+  if (!result.ok()) return fail_remote(result.status());
+  std::cout << digest << (result->cached ? " cached" : " not cached") << "\n";
+  if (!result->cached) return kNotCached;
+  if (result->result) {
+    RunSummary run;
+    run.input = a.input.empty() ? digest : a.input;
+    run.input_bytes = result->result->report.input_bytes();
+    run.output_bytes = result->result->model.size();
+    run.pipeline = api::to_pipeline_report(result->result->report);
+    run.server = server;
+    run.cache_hit = true;
+    run.input_sha256 = digest;
+    run.output_sha256 = result->result->report.output_sha256();
+    return finish_run(a, run, result->result->model);
+  }
   return kOk;
 }
 
-int list_passes() {
+int list_passes(const std::string& server_flag) {
+  std::string server = resolve_server(server_flag);
+  std::vector<PassInfo> passes;
+  if (server.empty()) {
+    passes = all_passes();
+  } else {
+    client::GraftClient client(server);
+    auto response = client.list_passes();
+    if (!response.ok()) return fail_remote(response.status());
+    for (const auto& p : response->passes()) {
+      PassInfo info{p.name(), p.description(), p.level(), {}, nullptr};
+      for (const auto& o : p.options())
+        info.options.push_back({o.name(), o.default_value(), o.description()});
+      passes.push_back(std::move(info));
+    }
+  }
   std::printf("%-22s %-6s %s\n", "pass", "level", "description");
-  for (const auto& p : all_passes()) {
+  for (const auto& p : passes) {
     std::printf("%-22s O%-5d %s\n", p.name.c_str(), p.level, p.description.c_str());
     for (const auto& o : p.options)
       std::printf("%-22s %-6s   option %s (default %s): %s\n", "", "", o.name.c_str(),
@@ -169,6 +306,16 @@ int list_passes() {
   return kOk;
 }
 
+int health(const std::string& server_flag) {
+  std::string server = resolve_server(server_flag);
+  if (server.empty()) return fail(kUsage, "health needs --server HOST:PORT (or GRAFT_SERVER)");
+  client::GraftClient client(server);
+  auto serving = client.serving();
+  if (!serving.ok()) return fail_remote(serving.status());
+  std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
+  return *serving ? kOk : kServer;
+}
+
 }  // namespace
 }  // namespace graft::cli
 
@@ -177,32 +324,57 @@ int main(int argc, char** argv) {
   CLI::App app{"graft: ONNX graph optimizer"};
   app.require_subcommand(1);
   app.footer(
-      "exit codes: 0 ok, 2 bad arguments or configuration, 3 invalid input model, "
-      "4 I/O error, 5 internal error");
+      "exit codes: 0 ok, 1 lookup: not cached, 2 bad arguments or configuration, 3 invalid "
+      "input model, 4 I/O error, 5 internal error, 6 server unreachable, busy, out of time or "
+      "cancelled");
 
   OptimizeArgs args;
+  auto add_pipeline_options = [&](CLI::App* cmd) {
+    auto* level = cmd->add_option("--level", args.level, "optimization level O0..O3")
+                      ->capture_default_str();
+    cmd->add_option("--passes", args.passes, "explicit ordered pass list (comma separated)")
+        ->delimiter(',')
+        ->excludes(level);
+    cmd->add_option("--option", args.options, "pass option as pass.key=value (repeatable)");
+    cmd->add_option("--max-rounds", args.max_rounds, "fixed-point rounds at most")
+        ->capture_default_str();
+    cmd->add_flag("--check", args.check,
+                  "run the ONNX checker and shape inference after each changing pass (slower)");
+  };
+  auto add_server = [&](CLI::App* cmd) {
+    cmd->add_option("--server", args.server, "graftd address HOST:PORT (default: $GRAFT_SERVER)");
+  };
+
   auto* opt = app.add_subcommand("optimize", "optimize an ONNX model");
   opt->add_option("input", args.input, "input model (.onnx), - for standard input")->required();
   opt->add_option("-o,--output", args.output,
                   "where to write the optimized model, - for standard output (omit for a "
                   "report-only dry run)");
-  opt->add_flag("--local", args.local, "run the pipeline in this process (no server)");
-  auto* level =
-      opt->add_option("--level", args.level, "optimization level O0..O3")->capture_default_str();
-  opt->add_option("--passes", args.passes, "explicit ordered pass list (comma separated)")
-      ->delimiter(',')
-      ->excludes(level);
-  opt->add_option("--option", args.options, "pass option as pass.key=value (repeatable)");
-  opt->add_option("--max-rounds", args.max_rounds, "fixed-point rounds at most")
-      ->capture_default_str();
+  auto* local = opt->add_flag("--local", args.local, "run the pipeline in this process (no server)");
+  add_server(opt);
+  opt->get_option("--server")->excludes(local);
+  opt->add_option("--timeout", args.timeout_seconds, "remote: deadline in seconds");
+  add_pipeline_options(opt);
   opt->add_option("--report", args.report_path, "write the per-pass report as JSON here");
   opt->add_option("--dump-dir", args.dump_dir,
-                  "write the graph as ONNX text after each pass that changed it");
-  opt->add_flag("--check", args.check,
-                "run the ONNX checker and shape inference after each changing pass (slower)");
+                  "local: write the graph as ONNX text after each pass that changed it");
   opt->add_flag("-q,--quiet", args.quiet, "do not print the per-pass table");
 
-  app.add_subcommand("passes", "list every pass with its level and description");
+  auto* passes = app.add_subcommand("passes", "list every pass with its level and description");
+  add_server(passes);
+
+  auto* health_cmd = app.add_subcommand("health", "ask a server whether it is serving");
+  add_server(health_cmd);
+
+  auto* lookup_cmd = app.add_subcommand(
+      "lookup", "ask a server whether a model's result is cached (exit 0) or not (exit 1)");
+  lookup_cmd->add_option("input", args.input, "model file whose digest to look up");
+  lookup_cmd->add_option("--sha256", args.sha256, "the model's sha256 instead of the file");
+  lookup_cmd->add_option("-o,--output", args.output, "fetch the cached optimized model here");
+  lookup_cmd->add_option("--report", args.report_path, "write the cached report as JSON here");
+  lookup_cmd->add_flag("-q,--quiet", args.quiet, "do not print the per-pass table");
+  add_server(lookup_cmd);
+  add_pipeline_options(lookup_cmd);
 
   try {
     app.parse(argc, argv);
@@ -211,7 +383,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? kOk : kUsage;
   }
   try {
-    if (app.got_subcommand("passes")) return list_passes();
+    if (app.got_subcommand("passes")) return list_passes(args.server);
+    if (app.got_subcommand("health")) return health(args.server);
+    if (app.got_subcommand("lookup")) return lookup(args);
     return optimize(args);
   } catch (const std::exception& e) {
     std::cerr << "graft: internal error: " << e.what() << "\n";

@@ -48,6 +48,9 @@ std::string format_table(const RunSummary& run) {
               human_bytes(run.output_bytes).c_str(),
               r.reached_fixed_point ? "" : ", stopped at max rounds before a fixed point");
   if (!r.checker_note.empty()) out += "onnx check skipped: " + r.checker_note + "\n";
+  if (!run.server.empty())
+    out += "server " + run.server + ", cache " + (run.cache_hit ? "hit" : "miss") + ", sha256 " +
+           run.input_sha256.substr(0, 12) + " -> " + run.output_sha256.substr(0, 12) + "\n";
   return out;
 }
 
@@ -80,6 +83,10 @@ nlohmann::json to_json(const RunSummary& run) {
           {"initializer_bytes_before", r.bytes_before},
           {"initializer_bytes_after", r.bytes_after},
           {"checker_note", r.checker_note},
+          {"server", run.server},
+          {"cache_hit", run.cache_hit},
+          {"input_sha256", run.input_sha256},
+          {"output_sha256", run.output_sha256},
           {"passes", passes}};
 }
 

@@ -15,6 +15,10 @@ struct RunSummary {
   uint64_t output_bytes = 0;
   double load_seconds = 0, save_seconds = 0;
   PipelineReport pipeline;
+  // Remote runs only.
+  std::string server;
+  bool cache_hit = false;
+  std::string input_sha256, output_sha256;
 };
 
 std::string format_table(const RunSummary& run);

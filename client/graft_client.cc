@@ -1,0 +1,128 @@
+#include "client/graft_client.h"
+
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+
+namespace graft::client {
+
+absl::Status from_grpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+namespace {
+
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetMaxSendMessageSize(8 << 20);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+GraftClient::GraftClient(const std::string& target) : GraftClient(make_channel(target)) {}
+
+GraftClient::GraftClient(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)), stub_(v1::Graft::NewStub(channel_)) {}
+
+absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
+                                                     const v1::PipelineConfig& config,
+                                                     std::optional<std::chrono::milliseconds> timeout,
+                                                     const Progress& progress,
+                                                     size_t chunk_bytes) {
+  grpc::ClientContext context;
+  if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
+  auto stream = stub_->Optimize(&context);
+  v1::OptimizeRequest start;
+  *start.mutable_start()->mutable_config() = config;
+  start.mutable_start()->set_model_size(model.size());
+  bool open = stream->Write(start);
+  for (size_t off = 0; open && off < model.size(); off += chunk_bytes) {
+    v1::OptimizeRequest chunk;
+    chunk.mutable_chunk()->set_data(std::string(model.substr(off, chunk_bytes)));
+    open = stream->Write(chunk);
+    if (progress) progress(true, std::min(model.size(), off + chunk_bytes), model.size());
+  }
+  stream->WritesDone();
+  OptimizeResult result;
+  bool have_report = false;
+  v1::OptimizeResponse msg;
+  while (stream->Read(&msg)) {
+    if (msg.has_chunk()) {
+      result.model += msg.chunk().data();
+      if (progress) progress(false, result.model.size(), 0);
+    } else if (msg.has_report()) {
+      result.report = std::move(*msg.mutable_report());
+      have_report = true;
+    }
+  }
+  if (auto st = from_grpc(stream->Finish()); !st.ok()) return st;
+  if (!have_report) return absl::DataLossError("the server sent no report");
+  if (result.model.size() != result.report.output_bytes())
+    return absl::DataLossError("received fewer model bytes than the report announces");
+  return result;
+}
+
+absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256,
+                                                 const v1::PipelineConfig& config,
+                                                 bool return_result) {
+  grpc::ClientContext context;
+  v1::LookupRequest request;
+  request.set_model_sha256(model_sha256);
+  *request.mutable_config() = config;
+  request.set_return_result(return_result);
+  auto reader = stub_->Lookup(&context, request);
+  LookupResult out;
+  OptimizeResult result;
+  bool have_report = false;
+  v1::LookupResponse msg;
+  while (reader->Read(&msg)) {
+    if (msg.kind_case() == v1::LookupResponse::kCached) out.cached = msg.cached();
+    if (msg.has_chunk()) result.model += msg.chunk().data();
+    if (msg.has_report()) {
+      result.report = std::move(*msg.mutable_report());
+      have_report = true;
+    }
+  }
+  if (auto st = from_grpc(reader->Finish()); !st.ok()) return st;
+  if (have_report) out.result = std::move(result);
+  return out;
+}
+
+absl::StatusOr<v1::ListPassesResponse> GraftClient::list_passes() {
+  grpc::ClientContext context;
+  v1::ListPassesResponse response;
+  if (auto st = from_grpc(stub_->ListPasses(&context, {}, &response)); !st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<bool> GraftClient::serving() {
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  if (auto st = from_grpc(stub->Check(&context, request, &response)); !st.ok()) return st;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+absl::StatusOr<std::vector<std::string>> GraftClient::reflected_services() {
+  auto stub = grpc::reflection::v1alpha::ServerReflection::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto stream = stub->ServerReflectionInfo(&context);
+  grpc::reflection::v1alpha::ServerReflectionRequest request;
+  request.set_list_services("*");
+  stream->Write(request);
+  stream->WritesDone();
+  std::vector<std::string> names;
+  grpc::reflection::v1alpha::ServerReflectionResponse response;
+  while (stream->Read(&response))
+    for (const auto& s : response.list_services_response().service()) names.push_back(s.name());
+  if (auto st = from_grpc(stream->Finish()); !st.ok()) return st;
+  return names;
+}
+
+}  // namespace graft::client

@@ -1,0 +1,57 @@
+// Client library for the graft.v1 service, used by the `graft` CLI and the load generator.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <absl/status/statusor.h>
+#include <grpcpp/grpcpp.h>
+
+#include "graft/v1/graft.grpc.pb.h"
+
+namespace graft::client {
+
+struct OptimizeResult {
+  std::string model;
+  v1::OptimizeReport report;
+};
+
+struct LookupResult {
+  bool cached = false;
+  std::optional<OptimizeResult> result;  // when asked for and cached
+};
+
+// Called with (bytes done, bytes total) while uploading (upload = true) and downloading.
+using Progress = std::function<void(bool upload, uint64_t done, uint64_t total)>;
+
+class GraftClient {
+ public:
+  explicit GraftClient(const std::string& target);
+  explicit GraftClient(std::shared_ptr<grpc::Channel> channel);
+
+  absl::StatusOr<OptimizeResult> optimize(std::string_view model, const v1::PipelineConfig& config,
+                                          std::optional<std::chrono::milliseconds> timeout = {},
+                                          const Progress& progress = nullptr,
+                                          size_t chunk_bytes = 1 << 20);
+  absl::StatusOr<LookupResult> lookup(const std::string& model_sha256,
+                                      const v1::PipelineConfig& config, bool return_result);
+  absl::StatusOr<v1::ListPassesResponse> list_passes();
+  // grpc.health.v1 status of the whole server ("" service): true when SERVING.
+  absl::StatusOr<bool> serving();
+  // Services the server lists through reflection (what `grpcurl list` shows).
+  absl::StatusOr<std::vector<std::string>> reflected_services();
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Graft::Stub> stub_;
+};
+
+absl::Status from_grpc(const grpc::Status& status);
+
+}  // namespace graft::client

@@ -1,0 +1,412 @@
+// Integration tests: a real graftd on loopback (ports chosen by the kernel), driven by the
+// client library and the real `graft` CLI, with /metrics scraped over HTTP.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <thread>
+
+#include "client/graft_client.h"
+#include "core/cache/digest.h"
+#include "core/pipeline/pipeline.h"
+#include "proto/convert.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class Graftd {
+ public:
+  explicit Graftd(std::vector<std::string> extra_args = {}) {
+    log_path_ = fs::temp_directory_path() /
+                ("graftd_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 2);
+      std::vector<std::string> args = {GRAFTD, "--listen", "127.0.0.1:0", "--metrics-listen",
+                                       "127.0.0.1:0"};
+      args.insert(args.end(), extra_args.begin(), extra_args.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(GRAFTD, argv.data());
+      ::_exit(127);
+    }
+    // Wait for the start-up line that names the bound ports.
+    std::regex ready(R"(serving grpc=([0-9.]+:[0-9]+) metrics=[0-9.]+:([0-9]+))");
+    for (int i = 0; i < 200 && address_.empty(); ++i) {
+      std::this_thread::sleep_for(50ms);
+      std::smatch m;
+      std::string log = read_file(log_path_);
+      if (std::regex_search(log, m, ready)) {
+        address_ = m[1];
+        metrics_port_ = std::stoi(m[2]);
+      }
+    }
+    EXPECT_FALSE(address_.empty()) << "graftd did not start:\n" << read_file(log_path_);
+  }
+  ~Graftd() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    fs::remove(log_path_);
+  }
+  const std::string& address() const { return address_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string log() const { return read_file(log_path_); }
+  pid_t pid() const { return pid_; }
+  // Sends SIGTERM and returns the exit status (-1 if it did not exit in time).
+  int terminate_and_wait(std::chrono::seconds limit) {
+    ::kill(pid_, SIGTERM);
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path log_path_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string address_;
+  int metrics_port_ = 0;
+};
+
+std::string http_get(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  ::send(fd, request.data(), request.size(), 0);
+  std::string response;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) response.append(buf, n);
+  ::close(fd);
+  auto body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// Parses the Prometheus text format strictly enough to catch malformed lines; returns
+// "name{labels}" -> value.
+std::map<std::string, double> parse_metrics(const std::string& text) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  std::string line;
+  std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})?) ([-+0-9.eE]+|NaN|Nan|[+-]Inf)$)");
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_match(line, m, sample)) << "malformed metrics line: " << line;
+    if (!m.empty()) out[m[1]] = std::strtod(m[3].str().c_str(), nullptr);
+  }
+  return out;
+}
+
+double metric(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? -1 : it->second;
+}
+
+// A chain of Identity/Relu pairs: big enough to keep a worker busy for a while.
+std::string chain_model(int pairs, const std::string& tag = "") {
+  onnx::ModelProto proto;
+  proto.set_ir_version(8);
+  proto.add_opset_import()->set_version(13);
+  proto.set_doc_string(tag);  // distinct tags make distinct digests
+  auto* g = proto.mutable_graph();
+  g->set_name("chain");
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  std::string prev = "x";
+  for (int i = 0; i < pairs; ++i) {
+    for (const char* op : {"Identity", "Relu"}) {
+      auto* n = g->add_node();
+      n->set_op_type(op);
+      n->add_input(prev);
+      prev = std::string(op) + std::to_string(i);
+      n->add_output(prev);
+    }
+  }
+  auto* out = g->add_output();
+  out->set_name(prev);
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  return proto.SerializeAsString();
+}
+
+std::string local_result(const std::string& bytes) {
+  auto model = ir::Model::parse(bytes);
+  EXPECT_TRUE(model.ok());
+  EXPECT_TRUE(run_pipeline(*model, PipelineConfig{}).ok());
+  auto out = (*model)->serialize_and_release();
+  EXPECT_TRUE(out.ok());
+  return *out;
+}
+
+const fs::path kExample = fs::path(GRAFT_SOURCE_DIR) / "models" / "ppocr_mobile_v2_cls.onnx";
+
+v1::PipelineConfig o2() { return api::to_proto(PipelineConfig{}); }
+
+TEST(Graftd, RemoteResultEqualsLocalAndSecondRequestIsACacheHit) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  std::string bytes = read_file(kExample);
+  auto first = client.optimize(bytes, o2());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->model, local_result(bytes));
+  EXPECT_FALSE(first->report.cache_hit());
+  EXPECT_EQ(first->report.input_sha256(), cache::sha256_hex(bytes));
+  EXPECT_EQ(first->report.output_sha256(), cache::sha256_hex(first->model));
+  EXPECT_EQ(first->report.nodes_before(), 471u);
+
+  auto second = client.optimize(bytes, o2());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->report.cache_hit());
+  EXPECT_EQ(second->model, first->model);
+
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_cache_hits_total"), 1);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 1);
+  EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Optimize\"}"), 2);
+
+  // Lookup by digest finds it and can return it without an upload.
+  auto found = client.lookup(cache::sha256_hex(bytes), o2(), true);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE(found->cached);
+  ASSERT_TRUE(found->result.has_value());
+  EXPECT_EQ(found->result->model, first->model);
+  auto other_config = o2();
+  other_config.set_level("O1");
+  auto missing = client.lookup(cache::sha256_hex(bytes), other_config, false);
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->cached);
+}
+
+TEST(Graftd, CliRemoteModeIsByteIdenticalToLocalMode) {
+  Graftd server;
+  fs::path dir = fs::temp_directory_path() / ("graftd_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string cli = GRAFT_CLI;
+  std::string remote = (dir / "remote.onnx").string(), local = (dir / "local.onnx").string();
+  ASSERT_EQ(std::system((cli + " optimize -q " + kExample.string() + " -o " + remote +
+                         " --server " + server.address())
+                            .c_str()),
+            0);
+  ASSERT_EQ(std::system((cli + " optimize -q --local " + kExample.string() + " -o " + local).c_str()),
+            0);
+  EXPECT_EQ(read_file(remote), read_file(local));
+  // GRAFT_SERVER works in place of --server; health and lookup too.
+  std::string env = "GRAFT_SERVER=" + server.address() + " ";
+  EXPECT_EQ(std::system((env + cli + " health >/dev/null").c_str()), 0);
+  EXPECT_EQ(WEXITSTATUS(std::system((env + cli + " lookup -q " + kExample.string() + " >/dev/null").c_str())), 0);
+  EXPECT_EQ(WEXITSTATUS(std::system((env + cli + " lookup --level O1 " + kExample.string() + " >/dev/null").c_str())), 1);
+  fs::remove_all(dir);
+}
+
+TEST(Graftd, HundredMegabyteModelStreamsThrough) {
+  Graftd server;
+  // A MatMul with a 100 MiB weight, plus an Identity for the pipeline to remove.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, 5120] x) => (float[1, 5120] y) {
+      t = Identity (x)
+      y = Relu (t)
+    }
+  )");
+  ASSERT_TRUE(model);
+  onnx::ModelProto proto = model->to_proto();
+  proto.mutable_graph()->mutable_node(1)->set_op_type("MatMul");
+  proto.mutable_graph()->mutable_node(1)->add_input("w");
+  auto* w = proto.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(5120);
+  w->add_dims(5120);
+  std::string raw(size_t{5120} * 5120 * 4, '\0');
+  for (size_t i = 0; i < raw.size(); i += 4097) raw[i] = static_cast<char>(i);
+  w->set_raw_data(std::move(raw));
+  std::string bytes = proto.SerializeAsString();
+  ASSERT_GT(bytes.size(), 100u << 20);
+
+  client::GraftClient client(server.address());
+  auto result = client.optimize(bytes, o2(), std::chrono::minutes(5), nullptr, 4 << 20);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->model, local_result(bytes));
+  EXPECT_EQ(result->report.nodes_after(), 1u);
+}
+
+TEST(Graftd, ConcurrentRequestsAreCorrectAndIdenticalOnesRunOnce) {
+  Graftd server({"--workers", "2", "--queue-length", "64"});
+  std::vector<std::string> models;
+  std::vector<std::string> expected;
+  for (int i = 0; i < 4; ++i) {
+    models.push_back(chain_model(2000, "model " + std::to_string(i)));
+    expected.push_back(local_result(models.back()));
+  }
+  std::vector<std::future<absl::StatusOr<client::OptimizeResult>>> calls;
+  for (int i = 0; i < 32; ++i)
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      client::GraftClient client(server.address());
+      return client.optimize(models[i % 4], o2());
+    }));
+  int hits = 0;
+  for (int i = 0; i < 32; ++i) {
+    auto r = calls[i].get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->model, expected[i % 4]) << i;
+    hits += r->report.cache_hit();
+  }
+  EXPECT_EQ(hits, 28);
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 4);
+  // The pipeline ran 4 times: each pass's duration was observed once per run.
+  EXPECT_EQ(metric(metrics, "graft_pass_duration_seconds_count{pass=\"prune\"}"), 4);
+}
+
+TEST(Graftd, FullQueueIsResourceExhausted) {
+  Graftd server({"--workers", "1", "--queue-length", "0"});
+  std::vector<std::string> models;
+  for (int i = 0; i < 6; ++i) models.push_back(chain_model(60000, std::to_string(i)));
+  std::vector<std::future<absl::StatusOr<client::OptimizeResult>>> calls;
+  for (int i = 0; i < 6; ++i)
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      client::GraftClient client(server.address());
+      return client.optimize(models[i], o2());
+    }));
+  int exhausted = 0, ok = 0;
+  for (auto& c : calls) {
+    auto r = c.get();
+    if (r.ok()) ++ok;
+    else if (r.status().code() == absl::StatusCode::kResourceExhausted) ++exhausted;
+    else ADD_FAILURE() << r.status();
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(exhausted, 1);
+  EXPECT_NE(server.log().find("RESOURCE_EXHAUSTED"), std::string::npos);
+}
+
+TEST(Graftd, DeadlineExceededFreesTheWorker) {
+  Graftd server({"--workers", "1"});
+  client::GraftClient client(server.address());
+  auto slow = client.optimize(chain_model(150000, "slow"), o2(), std::chrono::milliseconds(300));
+  ASSERT_FALSE(slow.ok());
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded) << slow.status();
+  // The single worker is free again: a normal request succeeds.
+  auto next = client.optimize(read_file(kExample), o2(), std::chrono::seconds(60));
+  EXPECT_TRUE(next.ok()) << next.status();
+}
+
+TEST(Graftd, MalformedModelIsInvalidArgumentAndServerKeepsServing) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  std::string bytes = read_file(kExample);
+  auto truncated = client.optimize(bytes.substr(0, bytes.size() / 2), o2());
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(truncated.status().message()).find("invalid model"), std::string::npos);
+
+  auto bad_pass = o2();
+  bad_pass.add_passes("no_such_pass");
+  auto unknown = client.optimize(bytes, bad_pass);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(unknown.status().message()).find("valid passes"), std::string::npos);
+
+  auto serving = client.serving();
+  ASSERT_TRUE(serving.ok());
+  EXPECT_TRUE(*serving);
+  EXPECT_TRUE(client.optimize(bytes, o2()).ok());
+}
+
+TEST(Graftd, ModelAboveTheLimitIsRejected) {
+  Graftd server({"--max-model-bytes", "1000"});
+  client::GraftClient client(server.address());
+  auto r = client.optimize(read_file(kExample), o2());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(r.status().message()).find("1000"), std::string::npos);
+}
+
+TEST(Graftd, SigtermDrainsInFlightWork) {
+  Graftd server({"--workers", "1"});
+  std::string slow_model = chain_model(100000, "drain");
+  auto in_flight = std::async(std::launch::async, [&] {
+    client::GraftClient client(server.address());
+    return client.optimize(slow_model, o2(), std::chrono::seconds(120));
+  });
+  // Wait until the request is being handled, then ask the server to stop.
+  for (int i = 0; i < 200; ++i) {
+    auto m = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+    if (metric(m, "graft_inflight_requests") >= 1) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(server.terminate_and_wait(std::chrono::seconds(60)), 0) << server.log();
+  auto r = in_flight.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, local_result(slow_model));
+  EXPECT_NE(server.log().find("draining"), std::string::npos);
+}
+
+TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  ASSERT_TRUE(client.optimize(read_file(kExample), o2()).ok());
+  ASSERT_TRUE(client.list_passes().ok());
+  std::string text = http_get(server.metrics_port(), "/metrics");
+  auto metrics = parse_metrics(text);
+  for (const char* family :
+       {"graft_requests_total", "graft_request_duration_seconds", "graft_pass_duration_seconds",
+        "graft_pass_nodes_removed_total", "graft_cache_hits_total", "graft_cache_misses_total",
+        "graft_cache_evictions_total", "graft_cache_bytes", "graft_queue_depth",
+        "graft_inflight_requests", "graft_model_bytes_in_total", "graft_model_bytes_out_total",
+        "graft_build_info"})
+    EXPECT_NE(text.find("# TYPE " + std::string(family) + " "), std::string::npos) << family;
+  EXPECT_GT(metric(metrics, "graft_model_bytes_in_total"), 500000);
+  EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
+  // No high-cardinality labels: never a digest.
+  EXPECT_EQ(std::regex_search(text, std::regex("[0-9a-f]{32}")), false);
+}
+
+TEST(Graftd, ReflectionAndHealthAreServed) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  auto services = client.reflected_services();
+  ASSERT_TRUE(services.ok()) << services.status();
+  auto has = [&](const std::string& s) {
+    return std::find(services->begin(), services->end(), s) != services->end();
+  };
+  EXPECT_TRUE(has("graft.v1.Graft"));
+  EXPECT_TRUE(has("grpc.health.v1.Health"));
+  auto passes = client.list_passes();
+  ASSERT_TRUE(passes.ok());
+  EXPECT_GE(passes->passes_size(), 8);
+}
+
+}  // namespace
+}  // namespace graft::testing
