@@ -11,7 +11,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(libonnx-testdata)
+  packages+=(libonnx-testdata python3-yaml)
+  # tests/deploy needs a kubectl; an installed one (e.g. the Cloud SDK's) owns /usr/bin/kubectl.
+  command -v kubectl >/dev/null || packages+=(kubernetes-client)
 fi
 
 missing=()

@@ -1,0 +1,50 @@
+# graftd (gRPC optimization service) and the graft CLI on Debian 12.
+#   docker build -t graftd:0.1.0 .
+#   docker run --rm -p 50051:50051 -p 9464:9464 graftd:0.1.0
+# graftd drains for grace_period_seconds (25) after SIGTERM, longer than docker stop's default
+# 10 s: stop it with `docker stop -t 30` (compose: stop_grace_period: 30s).
+
+# --- build: the same dependency script and CMake build as a developer machine --------------
+FROM debian:bookworm AS build
+# Only the install script first, so the dependency layer survives source changes.
+COPY scripts/install-deps.sh /src/scripts/install-deps.sh
+RUN /src/scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . /src
+WORKDIR /src
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DGRAFT_BUILD_TESTS=OFF -DGRAFT_BUILD_BENCH=OFF \
+ && cmake --build build --target graftd graft
+
+# --- runtime: shared libraries only, no compiler, no headers ---------------------------------
+FROM debian:bookworm-slim
+ARG DEBIAN_FRONTEND=noninteractive
+# The runtime halves of the -dev packages in scripts/install-deps.sh (their dependencies, such
+# as libgrpc29, libfmt9 and libcivetweb1, come along). Boost.Asio, CLI11 and nlohmann-json are
+# header-only.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      libabsl20220623 \
+      libgrpc++1.51 \
+      libonnx1 \
+      libprometheus-cpp-core1.0 \
+      libprometheus-cpp-pull1.0 \
+      libprotobuf32 \
+      libspdlog1.10 \
+      libssl3 \
+      libyaml-cpp0.7 \
+ && rm -rf /var/lib/apt/lists/*
+# A fixed UID/GID: deploy/base/deployment.yaml runs the pod as 10001 with runAsNonRoot.
+RUN groupadd --gid 10001 graftd \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin graftd
+COPY --from=build /src/build/server/graftd /src/build/client/graft /usr/local/bin/
+COPY deploy/docker/graftd.yaml /etc/graftd/graftd.yaml
+# Fail the image build, not the first container start, if a shared library is missing.
+RUN ! ldd /usr/local/bin/graftd /usr/local/bin/graft | grep 'not found' \
+ && /usr/local/bin/graftd --help >/dev/null \
+ && /usr/local/bin/graft --help >/dev/null
+USER 10001:10001
+# gRPC (listen) and Prometheus /metrics (metrics_listen), as in deploy/docker/graftd.yaml.
+EXPOSE 50051 9464
+ENTRYPOINT ["/usr/local/bin/graftd"]
+CMD ["--config", "/etc/graftd/graftd.yaml"]

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""Checks that the rendered Kubernetes manifests, the image's default config and the Dockerfile
+agree with each other and with server/graftd.example.yaml.
+
+Usage: check_manifests.py REPO_DIR [NAME=RENDERED.yaml ...]
+Each NAME=FILE is the output of `kubectl kustomize` for one base or overlay. Prints one line per
+mismatch and exits 1 if there is any.
+"""
+
+import json
+import math
+import re
+import shlex
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import yaml
+
+# Memory model from the comments in deploy/base/deployment.yaml: a running request holds about
+# four copies of its model (upload, IR, rollback snapshot, serialized output), a queued one its
+# upload, plus a fixed allowance for the process itself.
+COPIES_PER_RUNNING_REQUEST = 4
+PROCESS_OVERHEAD_BYTES = 256 * 1024 * 1024
+
+failures = []
+
+
+def fail(where, message):
+    failures.append(f"[{where}] {message}")
+
+
+def parse_quantity(text):
+    """A Kubernetes resource quantity ("2Gi", "500m", "1e9") as a Fraction."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(?:[eE]([-+]?[0-9]+))?([a-zA-Z]*)", str(text).strip())
+    if not m:
+        raise ValueError(f"not a quantity: {text!r}")
+    number = Fraction(m.group(1))
+    if m.group(2):
+        number *= Fraction(10) ** int(m.group(2))
+    suffixes = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9,
+                "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20,
+                "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+    if m.group(3) not in suffixes:
+        raise ValueError(f"unknown quantity suffix in {text!r}")
+    return number * suffixes[m.group(3)]
+
+
+def split_host_port(address):
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"not HOST:PORT: {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_config_keys(where, config, example):
+    if not isinstance(config, dict):
+        fail(where, "graftd.yaml is not a YAML mapping")
+        return False
+    unknown = sorted(set(config) - set(example))
+    missing = sorted(set(example) - set(config))
+    if unknown:
+        fail(where, f"graftd.yaml has keys that server/graftd.example.yaml does not: {unknown}")
+    if missing:
+        fail(where, f"graftd.yaml lacks keys of server/graftd.example.yaml: {missing}")
+    return not unknown and not missing
+
+
+def listen_ports(where, config):
+    """{'grpc': port, 'metrics': port} from listen/metrics_listen; they must not be loopback."""
+    ports = {}
+    for key, name in (("listen", "grpc"), ("metrics_listen", "metrics")):
+        try:
+            host, port = split_host_port(config[key])
+        except (KeyError, ValueError) as e:
+            fail(where, f"graftd.yaml {key}: {e}")
+            continue
+        if host in ("127.0.0.1", "localhost", "::1"):
+            fail(where, f"graftd.yaml {key} is {config[key]!r}: loopback is unreachable from "
+                        "outside the container; listen on 0.0.0.0")
+        ports[name] = port
+    return ports
+
+
+def parse_dockerfile(path):
+    """The final stage's instructions as (KEYWORD, argument text), continuation lines joined."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    instructions = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, rest = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            instructions = []
+        instructions.append((keyword, rest.strip()))
+    return instructions
+
+
+def exec_form(where, keyword, text):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        fail(where, f"{keyword} should use the exec (JSON) form, got {text!r}")
+        return None
+    return value
+
+
+def check_docker(repo, example):
+    """Checks the runtime stage of the Dockerfile and the config it bakes in; returns its UID."""
+    where = "Dockerfile"
+    instructions = parse_dockerfile(repo / "Dockerfile")
+    by_keyword = {}
+    for keyword, rest in instructions:
+        by_keyword.setdefault(keyword, []).append(rest)
+
+    config_path = None
+    for rest in by_keyword.get("COPY", []):
+        args = [a for a in shlex.split(rest) if not a.startswith("--")]
+        if args and args[0] == "deploy/docker/graftd.yaml":
+            config_path = args[-1]
+    if config_path is None:
+        fail(where, "the runtime stage does not COPY deploy/docker/graftd.yaml")
+
+    entrypoint = exec_form(where, "ENTRYPOINT", (by_keyword.get("ENTRYPOINT") or ["[]"])[-1])
+    if entrypoint != ["/usr/local/bin/graftd"]:
+        fail(where, f"ENTRYPOINT is {entrypoint}, expected [\"/usr/local/bin/graftd\"]")
+    cmd = exec_form(where, "CMD", (by_keyword.get("CMD") or ["[]"])[-1])
+    if cmd != ["--config", config_path]:
+        fail(where, f"CMD is {cmd}, expected [\"--config\", \"{config_path}\"] (the baked config)")
+
+    uid = None
+    users = by_keyword.get("USER", [])
+    if not users:
+        fail(where, "the runtime stage has no USER: the container would run as root")
+    else:
+        user = users[-1].split(":")[0]
+        if not user.isdigit() or int(user) == 0:
+            fail(where, f"USER {users[-1]} should be a numeric non-root UID (runAsNonRoot can "
+                        "only verify numeric UIDs)")
+        else:
+            uid = int(user)
+
+    config = yaml.safe_load((repo / "deploy/docker/graftd.yaml").read_text())
+    where_config = "deploy/docker/graftd.yaml"
+    if check_config_keys(where_config, config, example):
+        ports = listen_ports(where_config, config)
+        exposed = set()
+        for rest in by_keyword.get("EXPOSE", []):
+            exposed |= {int(p.split("/")[0]) for p in rest.split()}
+        if exposed != set(ports.values()):
+            fail(where, f"EXPOSE {sorted(exposed)} differs from the baked config's listen and "
+                        f"metrics_listen ports {sorted(ports.values())}")
+    return uid
+
+
+def one(where, docs, kind):
+    found = [d for d in docs if d.get("kind") == kind]
+    if len(found) != 1:
+        fail(where, f"expected exactly one {kind}, found {len(found)}")
+        return None
+    return found[0]
+
+
+def is_subset(small, big):
+    return all(big.get(k) == v for k, v in (small or {}).items())
+
+
+def check_rendering(where, docs, example, image_uid):
+    deployment = one(where, docs, "Deployment")
+    service = one(where, docs, "Service")
+    configmap = one(where, docs, "ConfigMap")
+    hpa = one(where, docs, "HorizontalPodAutoscaler")
+    pdb = one(where, docs, "PodDisruptionBudget")
+    monitor = one(where, docs, "ServiceMonitor")
+    if deployment is None or configmap is None:
+        return
+
+    # --- the configuration graftd will read ------------------------------------------------
+    data = configmap.get("data") or {}
+    if "graftd.yaml" not in data:
+        fail(where, f"ConfigMap has no graftd.yaml key (keys: {sorted(data)})")
+        return
+    config = yaml.safe_load(data["graftd.yaml"])
+    if not check_config_keys(where, config, example):
+        return
+    config_ports = listen_ports(where, config)
+
+    pod = deployment["spec"]["template"]["spec"]
+    pod_labels = deployment["spec"]["template"]["metadata"].get("labels") or {}
+    containers = [c for c in pod.get("containers", []) if c.get("name") == "graftd"]
+    if len(containers) != 1:
+        fail(where, "the Deployment has no container named graftd")
+        return
+    container = containers[0]
+
+    # --- the config file the container is told to read is the ConfigMap's ------------------
+    args = container.get("args") or []
+    if "--config" not in args or args.index("--config") + 1 >= len(args):
+        fail(where, f"container args {args} do not pass --config FILE")
+    else:
+        config_file = args[args.index("--config") + 1]
+        directory, _, filename = config_file.rpartition("/")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounted = [m for m in container.get("volumeMounts", []) if m.get("mountPath") == directory]
+        volume = volumes.get(mounted[0]["name"]) if mounted else None
+        if not volume or (volume.get("configMap") or {}).get("name") != configmap["metadata"]["name"]:
+            fail(where, f"--config {config_file}: {directory} is not a mount of ConfigMap "
+                        f"{configmap['metadata']['name']}")
+        elif filename != "graftd.yaml":
+            fail(where, f"--config {config_file}: the ConfigMap's key is graftd.yaml")
+
+    # --- ports -------------------------------------------------------------------------------
+    container_ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
+    for name, port in config_ports.items():
+        if container_ports.get(name) != port:
+            fail(where, f"container port {name} is {container_ports.get(name)} but graftd.yaml "
+                        f"listens on {port} ({'listen' if name == 'grpc' else 'metrics_listen'})")
+    for probe_kind in ("readinessProbe", "livenessProbe"):
+        probe = container.get(probe_kind)
+        if not probe:
+            fail(where, f"the container has no {probe_kind}")
+            continue
+        grpc = probe.get("grpc")
+        if not grpc:
+            fail(where, f"{probe_kind} is not a native gRPC probe (grpc: {{port: ...}})")
+        elif grpc.get("port") != config_ports.get("grpc"):
+            hint = " (a gRPC probe takes a number, not a port name)" if isinstance(
+                grpc.get("port"), str) else ""
+            fail(where, f"{probe_kind} probes port {grpc.get('port')!r} but graftd serves gRPC "
+                        f"(and grpc.health.v1) on {config_ports.get('grpc')}{hint}")
+
+    # --- shutdown: preStop + graftd's drain must fit in the grace period ---------------------
+    grace = config.get("grace_period_seconds")
+    termination = pod.get("terminationGracePeriodSeconds", 30)
+    pre_stop = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}
+    command = pre_stop.get("command") or []
+    pre_stop_seconds = 0
+    if len(command) == 2 and command[0] == "/bin/sleep" and str(command[1]).isdigit():
+        pre_stop_seconds = int(command[1])
+    elif command:
+        fail(where, f"preStop {command} is not [/bin/sleep, N]: cannot account for its time")
+    if (isinstance(grace, bool) or not isinstance(grace, (int, float))
+            or not termination > grace + pre_stop_seconds):
+        fail(where, f"terminationGracePeriodSeconds {termination} must exceed the preStop sleep "
+                    f"({pre_stop_seconds}) + grace_period_seconds ({grace}) from graftd.yaml, "
+                    "or the kubelet kills graftd while it drains")
+
+    # --- resources ---------------------------------------------------------------------------
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    cache = config.get("cache_bytes")
+    if "memory" not in limits:
+        fail(where, "the container has no memory limit")
+    else:
+        memory = parse_quantity(limits["memory"])
+        workers, queue, model = (config.get("workers"), config.get("queue_length"),
+                                 config.get("max_model_bytes"))
+        if not isinstance(cache, int) or not memory >= cache:
+            fail(where, f"memory limit {limits['memory']} ({int(memory)} bytes) is below "
+                        f"cache_bytes {cache} from graftd.yaml")
+        elif all(isinstance(v, int) for v in (cache, workers, queue, model)):
+            need = (cache + (workers * COPIES_PER_RUNNING_REQUEST + queue) * model
+                    + PROCESS_OVERHEAD_BYTES)
+            if memory < need:
+                fail(where, f"memory limit {limits['memory']} ({int(memory)} bytes) is below "
+                            f"cache_bytes + (workers x {COPIES_PER_RUNNING_REQUEST} + "
+                            f"queue_length) x max_model_bytes + 256 MiB = {need} bytes")
+        if "memory" in (resources.get("requests") or {}):
+            if parse_quantity(resources["requests"]["memory"]) > memory:
+                fail(where, "memory request exceeds the memory limit")
+    workers = config.get("workers")
+    if not isinstance(workers, int) or workers <= 0:
+        fail(where, f"workers is {workers!r}: in a pod set it to the CPU limit (0 means the "
+                    "node's cores, not the pod's)")
+    elif "cpu" in limits and workers > math.ceil(parse_quantity(limits["cpu"])):
+        fail(where, f"workers {workers} exceeds the CPU limit {limits['cpu']}")
+
+    # --- security ----------------------------------------------------------------------------
+    pod_security = pod.get("securityContext") or {}
+    security = container.get("securityContext") or {}
+    if not security.get("runAsNonRoot", pod_security.get("runAsNonRoot")):
+        fail(where, "runAsNonRoot is not set to true")
+    run_as = security.get("runAsUser", pod_security.get("runAsUser"))
+    if image_uid is not None and run_as not in (None, image_uid):
+        fail(where, f"runAsUser {run_as} differs from the image's USER {image_uid}")
+    if security.get("readOnlyRootFilesystem") is not True:
+        fail(where, "readOnlyRootFilesystem is not set to true")
+    if security.get("allowPrivilegeEscalation") is not False:
+        fail(where, "allowPrivilegeEscalation is not set to false")
+    if "ALL" not in ((security.get("capabilities") or {}).get("drop") or []):
+        fail(where, "capabilities do not drop ALL")
+    tmp = [m for m in container.get("volumeMounts", []) if m.get("mountPath") == "/tmp"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if not tmp or "emptyDir" not in volumes.get(tmp[0]["name"], {}):
+        fail(where, "/tmp is not an emptyDir (the root filesystem is read-only)")
+
+    # --- Service, ServiceMonitor, HPA, PDB point at these pods and ports --------------------
+    service_ports = {}
+    if service is not None:
+        if not is_subset(service["spec"].get("selector"), pod_labels):
+            fail(where, f"Service selector {service['spec'].get('selector')} does not match the "
+                        f"pod labels {pod_labels}")
+        for port in service["spec"].get("ports", []):
+            service_ports[port.get("name")] = port
+            target = port.get("targetPort", port.get("port"))
+            resolved = container_ports.get(target) if isinstance(target, str) else target
+            if resolved not in container_ports.values():
+                fail(where, f"Service port {port.get('name')} targets {target!r}, which is not a "
+                            f"container port ({container_ports})")
+            elif port.get("name") in config_ports and resolved != config_ports[port["name"]]:
+                fail(where, f"Service port {port['name']} targets {resolved} but graftd.yaml "
+                            f"puts {port['name']} on {config_ports[port['name']]}")
+        for name in ("grpc", "metrics"):
+            if name not in service_ports:
+                fail(where, f"the Service has no port named {name}")
+        if service_ports.get("grpc", {}).get("appProtocol") != "grpc":
+            fail(where, "the Service's grpc port lacks appProtocol: grpc")
+    if monitor is not None and service is not None:
+        if not is_subset((monitor["spec"].get("selector") or {}).get("matchLabels"),
+                         service["metadata"].get("labels") or {}):
+            fail(where, "the ServiceMonitor's selector does not match the Service's labels")
+        for endpoint in monitor["spec"].get("endpoints", []):
+            if endpoint.get("port") not in service_ports:
+                fail(where, f"ServiceMonitor port {endpoint.get('port')!r} is not a port name of "
+                            f"the Service ({sorted(service_ports)})")
+            if endpoint.get("path", "/metrics") != "/metrics":
+                fail(where, f"ServiceMonitor path is {endpoint.get('path')}, graftd serves /metrics")
+    if hpa is not None:
+        target = hpa["spec"].get("scaleTargetRef") or {}
+        if (target.get("kind"), target.get("name")) != ("Deployment",
+                                                        deployment["metadata"]["name"]):
+            fail(where, f"the HPA scales {target}, not Deployment {deployment['metadata']['name']}")
+    if pdb is not None and not is_subset((pdb["spec"].get("selector") or {}).get("matchLabels"),
+                                         pod_labels):
+        fail(where, "the PodDisruptionBudget's selector does not match the pod labels")
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    repo = Path(sys.argv[1])
+    example = yaml.safe_load((repo / "server/graftd.example.yaml").read_text())
+    image_uid = check_docker(repo, example)
+    checked = ["Dockerfile", "deploy/docker/graftd.yaml"]
+    for arg in sys.argv[2:]:
+        name, _, path = arg.partition("=")
+        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+        check_rendering(name, docs, example, image_uid)
+        checked.append(name)
+    for line in failures:
+        print(f"FAIL {line}")
+    if failures:
+        print(f"{len(failures)} mismatch(es) in {', '.join(checked)}")
+        return 1
+    print(f"ok: {', '.join(checked)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
