@@ -69,6 +69,12 @@ const std::string& graft_version() {
 }
 
 struct GraftService::Upload {
+  explicit Upload(std::atomic<int>& admitted) : admitted_count(admitted) {}
+  ~Upload() {
+    if (admitted) --admitted_count;
+  }
+  std::atomic<int>& admitted_count;
+  bool admitted = false;
   v1::OptimizeStart start;
   PipelineConfig config;
   std::shared_ptr<std::string> model = std::make_shared<std::string>();
@@ -93,6 +99,14 @@ grpc::Status GraftService::receive(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first message must be OptimizeStart");
   up->start = std::move(*msg.mutable_start());
+  const int limit = config_.workers + config_.queue_length;
+  if (admitted_.fetch_add(1) >= limit) {
+    --admitted_;
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(limit, " requests are already being handled (workers + "
+                                            "queue_length); retry later"));
+  }
+  up->admitted = true;
   auto config = api::from_proto(up->start.config());
   if (!config.ok()) return to_grpc(config.status());
   up->config = std::move(*config);
@@ -222,7 +236,7 @@ grpc::Status GraftService::Optimize(
   if (draining_)
     return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
 
-  Upload up;
+  Upload up(admitted_);
   if (auto st = receive(context, stream, &up); !st.ok()) return finish(st);
   log.set("digest", up.sha256.substr(0, 12));
   log.set("in_bytes", std::to_string(up.model->size()));

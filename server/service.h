@@ -49,6 +49,9 @@ class GraftService final : public v1::Graft::Service {
   WorkerPool pool_;
   cache::ResultCache cache_;
   std::atomic<bool> draining_{false};
+  // Optimize calls holding an upload in memory; bounded by workers + queue_length so memory is
+  // bounded by that many models of at most max_model_bytes.
+  std::atomic<int> admitted_{0};
   std::atomic<uint64_t> next_request_id_{1};
 };
 
