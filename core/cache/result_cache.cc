@@ -15,6 +15,11 @@ void append_field(std::string& out, std::string_view field) {
   out += ';';
 }
 
+size_t entry_charge(size_t key_bytes, const CachedResult& result) {
+  return result.optimized_model.size() + result.report_json.size() + key_bytes +
+         ResultCache::kEntryOverhead;
+}
+
 }  // namespace
 
 std::string CacheKey::str() const {
@@ -31,8 +36,7 @@ ResultCache::ResultCache(size_t capacity_bytes, std::chrono::milliseconds cancel
     : capacity_(capacity_bytes), cancel_poll_(cancel_poll) {}
 
 size_t ResultCache::charge(const CacheKey& key, const CachedResult& result) {
-  return result.optimized_model.size() + result.report_json.size() + key.str().size() +
-         kEntryOverhead;
+  return entry_charge(key.str().size(), result);
 }
 
 std::shared_ptr<const CachedResult> ResultCache::find_locked(const std::string& key) {
@@ -44,8 +48,7 @@ std::shared_ptr<const CachedResult> ResultCache::find_locked(const std::string& 
 
 void ResultCache::insert_locked(std::string key, std::shared_ptr<const CachedResult> result,
                                 std::vector<std::shared_ptr<const CachedResult>>& released) {
-  size_t charge = result->optimized_model.size() + result->report_json.size() + key.size() +
-                  kEntryOverhead;
+  size_t charge = entry_charge(key.size(), *result);
   if (charge > capacity_) {
     ++stats_.oversized;
     released.push_back(std::move(result));

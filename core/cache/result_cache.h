@@ -43,15 +43,15 @@ class ResultCache {
   };
 
   struct Stats {
-    uint64_t hits = 0;        // lookup() and get_or_compute() served from the cache
-    uint64_t misses = 0;      // lookup() found nothing; get_or_compute() computed
-    uint64_t shared = 0;      // get_or_compute() joined an in-flight computation
-    uint64_t evictions = 0;   // entries dropped to make room
-    uint64_t inserts = 0;     // entries stored (including replacements)
-    uint64_t oversized = 0;   // results not stored because they exceed the whole budget
-    uint64_t bytes = 0;       // charged size of the entries held (see charge())
+    uint64_t hits = 0;       // lookup() and get_or_compute() served from the cache
+    uint64_t misses = 0;     // lookup() found nothing; get_or_compute() computed
+    uint64_t shared = 0;     // get_or_compute() joined an in-flight computation
+    uint64_t evictions = 0;  // entries dropped to make room
+    uint64_t inserts = 0;    // entries stored (including replacements)
+    uint64_t oversized = 0;  // results not stored because they exceed the whole budget
+    uint64_t bytes = 0;      // charged size of the entries held (see charge())
     uint64_t entries = 0;
-    uint64_t in_flight = 0;   // computations running in get_or_compute()
+    uint64_t in_flight = 0;  // computations running in get_or_compute()
     uint64_t capacity_bytes = 0;
   };
 

@@ -78,8 +78,8 @@ TEST(Sha256Test, IncrementalMatchesOneShotOverRandomChunkings) {
         chunking.push_back(n);
         pos += n;
       }
-      ASSERT_EQ(h.hex_digest(), expected) << "size " << size << ", " << chunking.size()
-                                          << " chunks";
+      ASSERT_EQ(h.hex_digest(), expected)
+          << "size " << size << ", " << chunking.size() << " chunks";
       EXPECT_EQ(h.bytes(), size);
     }
   }

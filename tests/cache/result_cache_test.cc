@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <latch>
 #include <memory>
@@ -35,8 +37,7 @@ CacheKey key_for(const std::string& name) {
 }
 
 Result make_result(size_t model_bytes, const std::string& report = "{}", char fill = 'm') {
-  return std::make_shared<const CachedResult>(
-      CachedResult{std::string(model_bytes, fill), report});
+  return std::make_shared<const CachedResult>(CachedResult{std::string(model_bytes, fill), report});
 }
 
 // Polls `pred` until it holds or the hang guard expires.
@@ -70,6 +71,35 @@ class Gate {
   bool open_ = false;
 };
 
+// Turns a deadlock in the code under test into a prompt failure instead of a hung test binary:
+// threads blocked forever cannot be joined, so the only way out is to end the process.
+class Watchdog {
+ public:
+  explicit Watchdog(std::chrono::milliseconds timeout = 2 * kHangGuard)
+      : thread_([this, timeout] {
+          std::unique_lock lock(mu_);
+          if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+            std::fprintf(stderr, "Watchdog: %s hung (deadlock in the cache?)\n",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
 // Charge of an entry for key_for(...) and a result with `model_bytes`, from the documented formula.
 size_t expected_charge(size_t model_bytes, const std::string& report = "{}") {
   return model_bytes + report.size() + key_for("x").str().size() + ResultCache::kEntryOverhead;
@@ -81,8 +111,8 @@ TEST(CacheKeyTest, FieldBoundariesCannotBeConfused) {
       {"ab", "c", "d"},   {"a", "bc", "d"},   {"a", "b", "cd"},   {"abcd", "", ""},
       {"a;b", "c", "d"},  {"a", "b;c", "d"},  {"a", ";b;c", "d"}, {"a", "b;c", ";d"},
       {"a|b", "c", "d"},  {"a", "b|c", "d"},  {"a\nb", "c", "d"}, {"a", "b\nc", "d"},
-      {"1:a;", "", ""},
-      {"", "1:a;", ""},   {"a", "", ""},      {"", "a", ""},      {"", "", "a"},
+      {"a;:b", "c", "d"}, {"a", "b;:c", "d"}, {"1:a;", "", ""},   {"", "1:a;", ""},
+      {"a", "", ""},      {"", "a", ""},      {"", "", "a"},
   };
   for (size_t i = 0; i < keys.size(); ++i) {
     for (size_t j = i + 1; j < keys.size(); ++j) {
@@ -323,6 +353,7 @@ TEST(ResultCacheTest, StatsCountEveryPath) {
 }
 
 TEST(SingleFlightTest, ConcurrentCallersShareOneComputation) {
+  Watchdog watchdog;
   constexpr int kThreads = 16;
   ResultCache cache(1 << 20);
   std::atomic<int> invocations{0};
@@ -373,6 +404,7 @@ TEST(SingleFlightTest, ConcurrentCallersShareOneComputation) {
 }
 
 TEST(SingleFlightTest, ErrorReachesEveryWaiterAndIsNotCached) {
+  Watchdog watchdog;
   constexpr int kThreads = 16;
   ResultCache cache(1 << 20);
   std::atomic<int> invocations{0};
@@ -440,6 +472,7 @@ class Rendezvous {
 };
 
 TEST(SingleFlightTest, DifferentKeysComputeConcurrently) {
+  Watchdog watchdog;
   ResultCache cache(1 << 20);
   Rendezvous both_running;
   // Each computation finishes only once the other has started: serialized computations would
@@ -468,6 +501,7 @@ TEST(SingleFlightTest, DifferentKeysComputeConcurrently) {
 }
 
 TEST(SingleFlightTest, CacheIsUsableWhileComputing) {
+  Watchdog watchdog;
   ResultCache cache(1 << 20);
   cache.insert(key_for("other"), make_result(1));
   auto r = cache.get_or_compute(key_for("model"), [&]() -> absl::StatusOr<Result> {
@@ -482,6 +516,7 @@ TEST(SingleFlightTest, CacheIsUsableWhileComputing) {
 }
 
 TEST(SingleFlightTest, CancelledWaiterLeavesWhileTheComputationContinues) {
+  Watchdog watchdog;
   // A short poll keeps the test quick; the behaviour does not depend on it.
   ResultCache cache(1 << 20, 5ms);
   Gate release;
@@ -503,7 +538,8 @@ TEST(SingleFlightTest, CancelledWaiterLeavesWhileTheComputationContinues) {
   std::thread leader([&] { r_leader = cache.get_or_compute(key_for("m"), compute, &o_leader); });
   ASSERT_TRUE(wait_until([&] { return cache.stats().in_flight == 1; }));
   std::thread quitter([&] {
-    r_quitter = cache.get_or_compute(key_for("m"), compute, &o_quitter, [&] { return quit.load(); });
+    r_quitter =
+        cache.get_or_compute(key_for("m"), compute, &o_quitter, [&] { return quit.load(); });
     quitter_done = true;
   });
   std::thread patient([&] {
@@ -540,6 +576,7 @@ TEST(SingleFlightTest, CancelledWaiterLeavesWhileTheComputationContinues) {
 }
 
 TEST(SingleFlightTest, AllWaitersCancelledStillStoresTheResult) {
+  Watchdog watchdog;
   ResultCache cache(1 << 20, 5ms);
   Gate release;
   auto compute = [&]() -> absl::StatusOr<Result> {
@@ -558,6 +595,7 @@ TEST(SingleFlightTest, AllWaitersCancelledStillStoresTheResult) {
 }
 
 TEST(SingleFlightTest, NullResultBecomesAnError) {
+  Watchdog watchdog;
   ResultCache cache(1 << 20);
   auto r = cache.get_or_compute(key_for("m"), []() -> absl::StatusOr<Result> { return nullptr; });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
@@ -566,6 +604,7 @@ TEST(SingleFlightTest, NullResultBecomesAnError) {
 }
 
 TEST(SingleFlightTest, ThrowingComputationReleasesWaiters) {
+  Watchdog watchdog;
   ResultCache cache(1 << 20);
   absl::StatusOr<Result> r_waiter;
   Outcome o_waiter;
@@ -575,8 +614,7 @@ TEST(SingleFlightTest, ThrowingComputationReleasesWaiters) {
     return make_result(1);
   };
   auto throwing = [&]() -> absl::StatusOr<Result> {
-    waiter = std::thread(
-        [&] { r_waiter = cache.get_or_compute(key_for("m"), never, &o_waiter); });
+    waiter = std::thread([&] { r_waiter = cache.get_or_compute(key_for("m"), never, &o_waiter); });
     if (!wait_until([&] { return cache.stats().shared == 1; })) {
       return absl::DeadlineExceededError("the waiter never joined");
     }
@@ -596,6 +634,7 @@ TEST(SingleFlightTest, ThrowingComputationReleasesWaiters) {
 }
 
 TEST(SingleFlightTest, ConcurrentMixedKeysStayConsistent) {
+  Watchdog watchdog;
   constexpr int kThreads = 8, kOps = 2000, kKeys = 24;
   // Room for roughly a third of the keys, so that eviction happens throughout.
   ResultCache cache(8 * expected_charge(64, "{}"), 1ms);
