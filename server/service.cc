@@ -145,8 +145,8 @@ grpc::Status GraftService::receive(
 }
 
 absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimize_on_worker(
-    grpc::ServerContext* context, std::shared_ptr<std::string> model, const PipelineConfig& config,
-    SysClock::time_point deadline, double* queue_seconds) {
+    grpc::ServerContext* context, std::shared_ptr<std::string> model, std::string model_sha256,
+    const PipelineConfig& config, SysClock::time_point deadline, double* queue_seconds) {
   struct Job {
     std::promise<absl::StatusOr<std::shared_ptr<const cache::CachedResult>>> promise;
     std::atomic<bool> cancelled{false};
@@ -155,7 +155,7 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
   auto job = std::make_shared<Job>();
   auto future = job->promise.get_future();
   const auto submitted = Clock::now();
-  bool accepted = pool_.try_submit([this, job, model, config, deadline, submitted] {
+  bool accepted = pool_.try_submit([this, job, model, model_sha256, config, deadline, submitted] {
     job->queue_seconds = seconds_since(submitted);
     metrics_->queue_depth().Set(static_cast<double>(pool_.queued()));
     auto stop = [job, deadline]() -> absl::Status {
@@ -184,7 +184,7 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
       api::fill_report(*report, &proto);
       proto.set_load_seconds(load_seconds);
       proto.set_save_seconds(save_seconds);
-      proto.set_input_sha256(cache::sha256_hex(*model));
+      proto.set_input_sha256(model_sha256);
       proto.set_output_sha256(cache::sha256_hex(*bytes));
       proto.set_input_bytes(model->size());
       proto.set_output_bytes(bytes->size());
@@ -259,7 +259,10 @@ grpc::Status GraftService::Optimize(
   for (int attempt = 0; attempt < 2; ++attempt) {
     result = cache_.get_or_compute(
         key,
-        [&] { return optimize_on_worker(context, up.model, up.config, deadline, &queue_seconds); },
+        [&] {
+          return optimize_on_worker(context, up.model, up.sha256, up.config, deadline,
+                                    &queue_seconds);
+        },
         &outcome, [context] { return context->IsCancelled(); });
     bool joined_and_stopped = outcome == cache::ResultCache::Outcome::kShared && !result.ok() &&
                               (result.status().code() == absl::StatusCode::kCancelled ||

@@ -39,7 +39,7 @@ class GraftService final : public v1::Graft::Service {
                        Upload* upload);
   // Runs the pipeline on a worker; the calling (gRPC) thread only waits.
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> optimize_on_worker(
-      grpc::ServerContext* context, std::shared_ptr<std::string> model,
+      grpc::ServerContext* context, std::shared_ptr<std::string> model, std::string model_sha256,
       const PipelineConfig& config, std::chrono::system_clock::time_point deadline,
       double* queue_seconds);
   void update_cache_metrics();
