@@ -1,0 +1,763 @@
+// Load generator for graftd: starts its own graftd on loopback and measures, with 1..16
+// concurrent clients (one thread and one connection each), requests/s and p50/p99 latency of
+//   miss  requests that each send a distinct model (the example CNN with a distinct doc_string),
+//         so every one runs the O2 pipeline on a worker;
+//   hit   requests that send the same model again after one warm-up, served from the cache;
+//   echo  a plain gRPC transfer of the same bytes (hit upload size up, hit download size down)
+//         against an echo service inside this process: the floor under a hit, which moves the
+//         same bytes and adds only hashing, a cache lookup and the report.
+// Prints one table of all cells and the ratio hit latency / echo latency per concurrency to
+// stdout, progress to stderr; exits 1 if any request failed or returned a wrong result.
+//
+//   graft_load            full run (about a minute on 2 cores)
+//   graft_load --quick    a few requests per cell, for the CTest smoke test (seconds)
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <absl/status/status.h>
+#include <grpcpp/grpcpp.h>
+#include <onnx/onnx_pb.h>
+
+#include "client/graft_client.h"
+#include "core/cache/digest.h"
+#include "echo.grpc.pb.h"  // generated from bench/echo.proto
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr size_t kChunkBytes = 1 << 20;  // what graftd and GraftClient use
+constexpr auto kRequestTimeout = 60s;    // per request, so a stuck call cannot hang the run
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Channels with equal arguments share one connection by default (gRPC's global subchannel
+// pool); a local pool gives every simulated client its own TCP connection, as separate client
+// processes would have.
+std::shared_ptr<grpc::Channel> own_channel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetMaxSendMessageSize(8 << 20);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+// ---------------------------------------------------------------------------------------------
+// graftd as a child process.
+
+// Two distinct ports that were free a moment ago (the kernel's choice for 127.0.0.1:0). graftd
+// logs the ports it bound for --listen 127.0.0.1:0 at info level, which --log-level warn hides, so
+// the ports are chosen here; if another process takes one in between, graftd exits and is started
+// again with new ones.
+std::pair<int, int> free_ports() {
+  int ports[2] = {0, 0};
+  int fds[2];
+  for (int i = 0; i < 2; ++i) {  // both held open until both are chosen, so they differ
+    fds[i] = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(fds[i], reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::getsockname(fds[i], reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      ports[i] = ntohs(addr.sin_port);
+  }
+  for (int fd : fds) ::close(fd);
+  return {ports[0], ports[1]};
+}
+
+class Graftd {
+ public:
+  Graftd(const std::string& binary, const std::vector<std::string>& extra_args) {
+    log_path_ = fs::temp_directory_path() / ("graft_load_graftd_" + std::to_string(::getpid()));
+    for (int attempt = 0; attempt < 5 && address_.empty(); ++attempt) {
+      if (attempt > 0) stop();
+      auto [grpc_port, metrics_port] = free_ports();
+      std::string target = "127.0.0.1:" + std::to_string(grpc_port);
+      start(binary, target, "127.0.0.1:" + std::to_string(metrics_port), extra_args);
+      // Ready when the health service answers SERVING on our port and graftd is still alive
+      // (so it is graftd that answered, not whoever took the port). A new channel per probe: a
+      // channel that failed to connect waits out a reconnect backoff of a second or more.
+      for (auto until = Clock::now() + 30s; running() && Clock::now() < until;) {
+        auto serving = graft::client::GraftClient(own_channel(target)).serving();
+        if (serving.ok() && *serving && running()) {
+          address_ = target;
+          break;
+        }
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+  }
+  ~Graftd() {
+    stop();
+    std::error_code ec;
+    fs::remove(log_path_, ec);
+  }
+  const std::string& address() const { return address_; }
+  std::string log() const { return read_file(log_path_); }
+  bool running() {
+    if (pid_ <= 0 || exited_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) exited_ = true;
+    return !exited_;
+  }
+
+ private:
+  void start(const std::string& binary, const std::string& listen, const std::string& metrics,
+             const std::vector<std::string>& extra_args) {
+    exited_ = false;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the load generator
+      int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 2);
+      std::vector<std::string> args = {binary,  "--listen",    listen, "--metrics-listen",
+                                       metrics, "--log-level", "warn"};
+      args.insert(args.end(), extra_args.begin(), extra_args.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(binary.c_str(), argv.data());
+      ::_exit(127);
+    }
+  }
+  // SIGTERM (graftd drains; nothing is in flight here), SIGKILL if it takes too long.
+  void stop() {
+    if (!running()) return;
+    ::kill(pid_, SIGTERM);
+    for (auto until = Clock::now() + 10s; running() && Clock::now() < until;)
+      std::this_thread::sleep_for(20ms);
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      exited_ = true;
+    }
+  }
+
+  fs::path log_path_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string address_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The echo floor, served in this process.
+
+class EchoService final : public graft::bench::Echo::Service {
+ public:
+  grpc::Status Echo(grpc::ServerContext*,
+                    grpc::ServerReaderWriter<graft::bench::EchoResponse, graft::bench::EchoRequest>*
+                        stream) override {
+    graft::bench::EchoRequest msg;
+    if (!stream->Read(&msg) || !msg.has_start())
+      return {grpc::StatusCode::INVALID_ARGUMENT, "the first message must be EchoStart"};
+    const uint64_t payload_bytes = msg.start().payload_bytes();
+    const uint64_t reply_bytes = msg.start().reply_bytes();
+    // Received like graftd receives a model: reserved once, appended chunk by chunk.
+    std::string received;
+    received.reserve(payload_bytes);
+    while (stream->Read(&msg)) {
+      if (msg.kind_case() != graft::bench::EchoRequest::kChunk)
+        return {grpc::StatusCode::INVALID_ARGUMENT, "only chunks may follow EchoStart"};
+      received += msg.chunk();
+    }
+    if (received.size() != payload_bytes)
+      return {grpc::StatusCode::INVALID_ARGUMENT, "payload size mismatch"};
+    if (received.empty() && reply_bytes > 0)
+      return {grpc::StatusCode::INVALID_ARGUMENT, "nothing to echo"};
+    for (uint64_t off = 0; off < reply_bytes; off += kChunkBytes) {
+      graft::bench::EchoResponse reply;
+      std::string* data = reply.mutable_chunk();
+      const uint64_t n = std::min<uint64_t>(kChunkBytes, reply_bytes - off);
+      data->reserve(n);
+      for (uint64_t pos = off; data->size() < n;) {
+        uint64_t from = pos % received.size();
+        uint64_t take = std::min<uint64_t>(n - data->size(), received.size() - from);
+        data->append(received, from, take);
+        pos += take;
+      }
+      if (!stream->Write(reply)) return {grpc::StatusCode::CANCELLED, "client stopped reading"};
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// What the reply of an echo of `payload` is expected to be.
+std::string echo_reply(const std::string& payload, uint64_t reply_bytes) {
+  std::string out;
+  while (out.size() < reply_bytes)
+    out.append(payload, 0, std::min<uint64_t>(payload.size(), reply_bytes - out.size()));
+  return out;
+}
+
+// Client side, written like GraftClient::optimize so both sides copy the same way.
+absl::Status echo_call(graft::bench::Echo::Stub* stub, const std::string& payload,
+                       uint64_t reply_bytes, std::string* reply) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kRequestTimeout);
+  auto stream = stub->Echo(&context);
+  graft::bench::EchoRequest start;
+  start.mutable_start()->set_payload_bytes(payload.size());
+  start.mutable_start()->set_reply_bytes(reply_bytes);
+  bool open = stream->Write(start);
+  std::string_view bytes(payload);
+  for (size_t off = 0; open && off < bytes.size(); off += kChunkBytes) {
+    graft::bench::EchoRequest chunk;
+    chunk.set_chunk(std::string(bytes.substr(off, kChunkBytes)));
+    open = stream->Write(chunk);
+  }
+  stream->WritesDone();
+  reply->clear();
+  graft::bench::EchoResponse msg;
+  while (stream->Read(&msg)) *reply += msg.chunk();
+  return graft::client::from_grpc(stream->Finish());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models.
+
+// The example model serialized without a doc_string; distinct models are made by appending a
+// doc_string field (ModelProto field 6) to these bytes: protobuf takes the last occurrence of a
+// singular field, so this equals setting doc_string, without re-serializing 0.6 MB per request.
+struct ModelSource {
+  std::string base;
+
+  static std::optional<ModelSource> load(const fs::path& path, std::string* error) {
+    std::string bytes = read_file(path);
+    onnx::ModelProto proto;
+    if (bytes.empty() || !proto.ParseFromString(bytes)) {
+      *error = "cannot read the ONNX model " + path.string();
+      return std::nullopt;
+    }
+    proto.clear_doc_string();
+    ModelSource source{proto.SerializeAsString()};
+    // Check the trick once with a real parser.
+    onnx::ModelProto check;
+    if (!check.ParseFromString(source.with_doc("graft_load check")) ||
+        check.doc_string() != "graft_load check") {
+      *error = "appending a doc_string field did not produce the expected model";
+      return std::nullopt;
+    }
+    return source;
+  }
+
+  std::string with_doc(const std::string& doc) const {
+    std::string out;
+    out.reserve(base.size() + doc.size() + 12);
+    out = base;
+    out.push_back(static_cast<char>((6 << 3) | 2));  // field 6, length-delimited
+    for (uint64_t n = doc.size();; n >>= 7) {
+      if (n < 0x80) {
+        out.push_back(static_cast<char>(n));
+        break;
+      }
+      out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    }
+    out += doc;
+    return out;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Cells: one kind of request at one concurrency.
+
+enum class Kind { kMiss, kHit, kEcho };
+const char* kind_name(Kind k) {
+  return k == Kind::kMiss ? "miss" : k == Kind::kHit ? "hit" : "echo";
+}
+
+struct Shared {
+  std::string graftd_address;
+  std::string echo_address;
+  graft::v1::PipelineConfig config;
+  const ModelSource* models = nullptr;
+  std::string run_tag;                 // makes miss digests unique to this run
+  std::atomic<uint64_t> next_miss{0};  // over the whole run, so miss digests never repeat
+  // The hit cell's model and its expected result (set by its warm-up).
+  std::string hit_model;
+  std::string hit_result;
+};
+
+struct CellResult {
+  Kind kind;
+  int clients = 0;
+  std::vector<double> latencies;  // seconds, successful requests only
+  std::vector<double> queue;      // server-side queue seconds (misses)
+  std::vector<double> work;       // worker load + pipeline + save seconds (misses)
+  int errors = 0;
+  std::string first_error;
+  double wall = 0;
+  bool capped = false;  // the time cap ended the cell before every request was sent
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return NAN;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+// One simulated client's requests: the request is built before the clock starts and checked
+// after it stops, so only the call itself is timed.
+class Requester {
+ public:
+  Requester(Kind kind, Shared* shared) : kind_(kind), shared_(shared) {
+    if (kind == Kind::kEcho) {
+      channel_ = own_channel(shared->echo_address);
+      echo_ = graft::bench::Echo::NewStub(channel_);
+      expected_echo_ = echo_reply(shared->hit_model, shared->hit_result.size());
+    } else {
+      channel_ = own_channel(shared->graftd_address);
+      graft_ = std::make_unique<graft::client::GraftClient>(channel_);
+    }
+  }
+  bool connect() { return channel_->WaitForConnected(std::chrono::system_clock::now() + 10s); }
+
+  void prepare() {
+    if (kind_ == Kind::kMiss)
+      model_ = shared_->models->with_doc("graft_load " + shared_->run_tag + " miss " +
+                                         std::to_string(shared_->next_miss++));
+  }
+
+  absl::Status call() {
+    if (kind_ == Kind::kEcho)
+      return echo_call(echo_.get(), shared_->hit_model, shared_->hit_result.size(), &reply_);
+    const std::string& model = kind_ == Kind::kMiss ? model_ : shared_->hit_model;
+    auto result = graft_->optimize(model, shared_->config, kRequestTimeout);
+    if (!result.ok()) return result.status();
+    result_ = std::move(*result);
+    return absl::OkStatus();
+  }
+
+  // Checks the answer; on success adds the server-side timings of a miss to `cell`.
+  absl::Status check(CellResult* cell) {
+    switch (kind_) {
+      case Kind::kEcho:
+        if (reply_ != expected_echo_) return absl::DataLossError("echo reply differs");
+        return absl::OkStatus();
+      case Kind::kHit:
+        if (!result_.report.cache_hit()) return absl::InternalError("expected a cache hit");
+        if (result_.model != shared_->hit_result)
+          return absl::DataLossError("cache hit returned different bytes");
+        return absl::OkStatus();
+      case Kind::kMiss: {
+        const auto& r = result_.report;
+        if (r.cache_hit()) return absl::InternalError("expected a cache miss");
+        if (r.input_bytes() != model_.size() || result_.model.empty())
+          return absl::DataLossError("miss: wrong sizes in the report");
+        cell->queue.push_back(r.queue_seconds());
+        cell->work.push_back(r.load_seconds() + r.pipeline_seconds() + r.save_seconds());
+        return absl::OkStatus();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Kind kind_;
+  Shared* shared_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<graft::client::GraftClient> graft_;
+  std::unique_ptr<graft::bench::Echo::Stub> echo_;
+  std::string model_;
+  std::string expected_echo_;
+  std::string reply_;
+  graft::client::OptimizeResult result_;
+};
+
+CellResult run_cell(Kind kind, int clients, int total_requests, double cap_seconds,
+                    Shared* shared) {
+  CellResult cell;
+  cell.kind = kind;
+  cell.clients = clients;
+  const int per_client = std::max(1, (total_requests + clients - 1) / clients);
+  std::mutex mu;  // guards cell
+  std::atomic<bool> stop{false};
+  std::atomic<int> finished{0};
+  std::vector<Clock::time_point> done_at(clients);
+  std::latch ready(clients + 1);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      Requester requester(kind, shared);
+      bool connected = requester.connect();
+      ready.arrive_and_wait();
+      if (!connected) {
+        std::lock_guard lock(mu);
+        ++cell.errors;
+        if (cell.first_error.empty()) cell.first_error = "could not connect";
+      }
+      CellResult mine;  // merged into `cell` at the end, so clients do not contend on `mu`
+      for (int i = 0; connected && i < per_client && !stop; ++i) {
+        requester.prepare();
+        auto t = Clock::now();
+        absl::Status st = requester.call();
+        double seconds = since(t);
+        if (st.ok()) st = requester.check(&mine);
+        if (st.ok()) {
+          mine.latencies.push_back(seconds);
+        } else {
+          ++mine.errors;
+          if (mine.first_error.empty()) mine.first_error = st.ToString();
+        }
+      }
+      done_at[c] = Clock::now();
+      std::lock_guard lock(mu);
+      for (auto [from, to] :
+           {std::pair{&mine.latencies, &cell.latencies}, std::pair{&mine.queue, &cell.queue},
+            std::pair{&mine.work, &cell.work}})
+        to->insert(to->end(), from->begin(), from->end());
+      cell.errors += mine.errors;
+      if (cell.first_error.empty()) cell.first_error = mine.first_error;
+      ++finished;
+    });
+  }
+  ready.arrive_and_wait();
+  const auto start = Clock::now();
+  while (finished < clients) {
+    if (!stop && since(start) > cap_seconds) {
+      stop = true;
+      cell.capped = true;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  for (auto& t : threads) t.join();
+  cell.wall =
+      std::chrono::duration<double>(*std::max_element(done_at.begin(), done_at.end()) - start)
+          .count();
+  return cell;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// A Markdown table with padded columns (first column left-aligned, the others right-aligned).
+void print_table(const std::vector<std::string>& header,
+                 const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out = "|";
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const size_t pad = width[i] - cells[i].size();
+      out.push_back(' ');
+      if (i > 0) out.append(pad, ' ');
+      out.append(cells[i]);
+      if (i == 0) out.append(pad, ' ');
+      out.append(" |");
+    }
+    std::printf("%s\n", out.c_str());
+  };
+  line(header);
+  std::string rule = "|";
+  for (size_t i = 0; i < header.size(); ++i) {
+    // Markdown: the first column left-aligned, the numbers right-aligned.
+    rule.append(i == 0 ? width[i] + 2 : width[i] + 1, '-');
+    rule.append(i == 0 ? "|" : ":|");
+  }
+  std::printf("%s\n", rule.c_str());
+  for (const auto& r : rows) line(r);
+}
+
+struct Options {
+  bool quick = false;
+  std::string graftd = GRAFTD;
+  fs::path model = fs::path(GRAFT_SOURCE_DIR) / "models" / "ppocr_mobile_v2_cls.onnx";
+  std::vector<int> clients = {1, 2, 4, 16};
+  std::string workers;      // passed to graftd when set
+  double cap_seconds = 12;  // per cell, all rounds together
+  int rounds = 3;
+  int miss_requests = 900;
+  int hit_requests = 3000;
+  int echo_requests = 3000;
+};
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: graft_load [--quick] [--graftd PATH] [--model FILE.onnx] "
+               "[--clients 1,2,4,16] [--workers N] [--seconds CAP_PER_CELL]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    bool has_value = i + 1 < argc;
+    if (a == "--quick") {
+      opt.quick = true;
+    } else if (a == "--graftd" && has_value) {
+      opt.graftd = argv[++i];
+    } else if (a == "--model" && has_value) {
+      opt.model = argv[++i];
+    } else if (a == "--workers" && has_value) {
+      opt.workers = argv[++i];
+    } else if (a == "--seconds" && has_value) {
+      opt.cap_seconds = std::atof(argv[++i]);
+    } else if (a == "--clients" && has_value) {
+      opt.clients.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string n; std::getline(list, n, ',');) {
+        int c = std::atoi(n.c_str());
+        if (c < 1 || c > 256) return usage();
+        opt.clients.push_back(c);
+      }
+    } else {
+      return usage();
+    }
+  }
+  if (opt.quick) {
+    opt.cap_seconds = std::min(opt.cap_seconds, 2.0);
+    opt.rounds = 1;
+    opt.miss_requests = 16;
+    opt.hit_requests = 32;
+    opt.echo_requests = 32;
+  }
+  const auto run_start = Clock::now();
+
+  std::string error;
+  auto models = ModelSource::load(opt.model, &error);
+  if (!models) {
+    std::fprintf(stderr, "graft_load: %s\n", error.c_str());
+    return 1;
+  }
+
+  std::vector<std::string> graftd_args;
+  if (!opt.workers.empty()) graftd_args = {"--workers", opt.workers};
+  Graftd graftd(opt.graftd, graftd_args);
+  if (graftd.address().empty()) {
+    std::fprintf(stderr, "graft_load: graftd (%s) did not start:\n%s\n", opt.graftd.c_str(),
+                 graftd.log().c_str());
+    return 1;
+  }
+
+  std::fprintf(stderr, "graft_load: graftd serving on %s after %.1f s\n", graftd.address().c_str(),
+               since(run_start));
+  EchoService echo_service;
+  grpc::ServerBuilder builder;
+  int echo_port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  builder.RegisterService(&echo_service);
+  builder.SetMaxReceiveMessageSize(8 << 20);  // as graftd
+  builder.SetMaxSendMessageSize(8 << 20);
+  std::unique_ptr<grpc::Server> echo_server = builder.BuildAndStart();
+  if (!echo_server || echo_port == 0) {
+    std::fprintf(stderr, "graft_load: cannot start the echo server\n");
+    return 1;
+  }
+
+  Shared shared;
+  shared.graftd_address = graftd.address();
+  shared.echo_address = "127.0.0.1:" + std::to_string(echo_port);
+  shared.config.set_level("O2");
+  shared.models = &*models;
+  shared.run_tag = std::to_string(::getpid()) + "." +
+                   std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+
+  // Warm-up: the first pipeline run and the first calls pay one-time costs (lazy
+  // initialization, allocator growth) that belong to no cell.
+  graft::client::GraftClient warm(own_channel(shared.graftd_address));
+  int failures = 0;
+  std::string first_failure;
+  auto fail = [&](const std::string& what) {
+    ++failures;
+    if (first_failure.empty()) first_failure = what;
+    std::fprintf(stderr, "graft_load: %s\n", what.c_str());
+  };
+  uint64_t out_bytes = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto r = warm.optimize(
+        models->with_doc("graft_load " + shared.run_tag + " warm-up " + std::to_string(i)),
+        shared.config, kRequestTimeout);
+    if (!r.ok()) {
+      fail("warm-up request failed: " + r.status().ToString());
+      break;
+    }
+    out_bytes = r->model.size();
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "%s\n", graftd.log().c_str());
+    return 1;
+  }
+  int server_workers = 0;
+  if (opt.workers.empty() || opt.workers == "0")
+    server_workers = static_cast<int>(std::thread::hardware_concurrency());
+  else
+    server_workers = std::atoi(opt.workers.c_str());
+
+  std::vector<CellResult> cells;
+  for (int clients : opt.clients) {
+    // A model of its own per concurrency, cached by one warm-up request, so misses of other
+    // cells cannot have evicted it.
+    shared.hit_model =
+        models->with_doc("graft_load " + shared.run_tag + " hit " + std::to_string(clients));
+    shared.hit_result.clear();
+    auto r = warm.optimize(shared.hit_model, shared.config, kRequestTimeout);
+    if (!r.ok()) {
+      fail("hit warm-up failed: " + r.status().ToString());
+    } else {
+      if (r->report.input_sha256() != graft::cache::sha256_hex(shared.hit_model) ||
+          r->report.output_sha256() != graft::cache::sha256_hex(r->model))
+        fail("hit warm-up: the report's digests do not match the bytes");
+      shared.hit_result = std::move(r->model);
+    }
+    std::vector<Kind> kinds = {Kind::kMiss};
+    if (!shared.hit_result.empty()) kinds = {Kind::kMiss, Kind::kHit, Kind::kEcho};
+    // Each cell runs in `rounds` parts, the kinds taking turns, so that drift in the machine's
+    // load (it is shared) hits hits and echoes alike.
+    std::vector<CellResult> merged(kinds.size());
+    for (int round = 0; round < opt.rounds; ++round) {
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        const Kind kind = kinds[k];
+        const int total = kind == Kind::kMiss  ? opt.miss_requests
+                          : kind == Kind::kHit ? opt.hit_requests
+                                               : opt.echo_requests;
+        std::fprintf(stderr, "graft_load: round %d/%d %-4s x %2d clients ...", round + 1,
+                     opt.rounds, kind_name(kind), clients);
+        std::fflush(stderr);
+        CellResult part = run_cell(kind, clients, (total + opt.rounds - 1) / opt.rounds,
+                                   opt.cap_seconds / opt.rounds, &shared);
+        std::fprintf(stderr, " %zu ok, %d failed, %.1f s%s\n", part.latencies.size(), part.errors,
+                     part.wall, part.capped ? " (time cap)" : "");
+        CellResult& cell = merged[k];
+        cell.kind = kind;
+        cell.clients = clients;
+        for (auto [from, to] :
+             {std::pair{&part.latencies, &cell.latencies}, std::pair{&part.queue, &cell.queue},
+              std::pair{&part.work, &cell.work}})
+          to->insert(to->end(), from->begin(), from->end());
+        cell.errors += part.errors;
+        if (cell.first_error.empty()) cell.first_error = part.first_error;
+        cell.wall += part.wall;
+        cell.capped = cell.capped || part.capped;
+      }
+    }
+    for (auto& cell : merged) {
+      if (cell.errors > 0)
+        fail(std::string(kind_name(cell.kind)) + " x " + std::to_string(clients) + ": " +
+             std::to_string(cell.errors) + " failed, first: " + cell.first_error);
+      cells.push_back(std::move(cell));
+    }
+    if (!graftd.running()) {
+      fail("graftd exited during the run:\n" + graftd.log());
+      break;
+    }
+  }
+
+  std::printf(
+      "graft_load%s: graftd %s with %d workers on %u hardware threads; model %s "
+      "(%.2f MiB in, %.2f MiB out at O2)\n",
+      opt.quick ? " --quick (numbers not meaningful)" : "", graftd.address().c_str(),
+      server_workers, std::thread::hardware_concurrency(), opt.model.filename().c_str(),
+      models->base.size() / 1048576.0, out_bytes / 1048576.0);
+  // What a hit costs graftd beyond moving bytes, for reading the hit / echo ratio.
+  std::vector<double> sha;
+  for (int i = 0; i < 21; ++i) {
+    auto t = Clock::now();
+    graft::cache::sha256_hex(models->base);
+    sha.push_back(since(t));
+  }
+  std::printf("sha256 of the model in this process: %.2f ms (graftd hashes each upload).\n",
+              percentile(sha, 0.5) * 1e3);
+  std::printf(
+      "Latency is per request as the client sees it; requests = successful ones, * = the %.0f s "
+      "cap per cell ended it early;\nqueue / worker = graftd's wait for a worker and its load + "
+      "pipeline + save time (misses only, from the reports).\n\n",
+      opt.cap_seconds);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : cells) {
+    bool miss = c.kind == Kind::kMiss;
+    rows.push_back({kind_name(c.kind), std::to_string(c.clients),
+                    std::to_string(c.latencies.size()) + (c.capped ? "*" : ""),
+                    std::to_string(c.errors),
+                    fmt("%.1f", static_cast<double>(c.latencies.size()) / c.wall),
+                    fmt("%.2f", percentile(c.latencies, 0.5) * 1e3),
+                    fmt("%.2f", percentile(c.latencies, 0.99) * 1e3),
+                    miss ? fmt("%.2f", mean(c.queue) * 1e3) : "-",
+                    miss ? fmt("%.2f", mean(c.work) * 1e3) : "-"});
+  }
+  print_table({"kind", "clients", "requests", "failed", "req/s", "p50 ms", "p99 ms",
+               "queue ms (mean)", "worker ms (mean)"},
+              rows);
+
+  std::printf("\nCache hit vs. echo floor (same bytes up and down over plain gRPC):\n\n");
+  rows.clear();
+  for (int clients : opt.clients) {
+    const CellResult* hit = nullptr;
+    const CellResult* echo = nullptr;
+    for (const auto& c : cells) {
+      if (c.clients != clients) continue;
+      if (c.kind == Kind::kHit) hit = &c;
+      if (c.kind == Kind::kEcho) echo = &c;
+    }
+    if (!hit || !echo || hit->latencies.empty() || echo->latencies.empty()) continue;
+    double h50 = percentile(hit->latencies, 0.5), e50 = percentile(echo->latencies, 0.5);
+    double h99 = percentile(hit->latencies, 0.99), e99 = percentile(echo->latencies, 0.99);
+    rows.push_back({std::to_string(clients), fmt("%.2f", h50 * 1e3), fmt("%.2f", e50 * 1e3),
+                    fmt("%.2f", h50 / e50), fmt("%.2f", h99 * 1e3), fmt("%.2f", e99 * 1e3),
+                    fmt("%.2f", h99 / e99)});
+  }
+  print_table({"clients", "hit p50 ms", "echo p50 ms", "hit / echo p50", "hit p99 ms",
+               "echo p99 ms", "hit / echo p99"},
+              rows);
+  std::printf("\nTotal %.0f s. %s\n", since(run_start),
+              failures == 0 ? "All requests succeeded." : "SOME REQUESTS FAILED.");
+  echo_server->Shutdown(std::chrono::system_clock::now() + 5s);
+  if (failures > 0) {
+    std::fprintf(stderr, "graft_load: %d failure(s); first: %s\n", failures, first_failure.c_str());
+    return 1;
+  }
+  return 0;
+}
