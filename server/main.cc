@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -10,6 +11,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include "server/config.h"
 #include "server/metrics.h"
@@ -66,7 +68,8 @@ int main(int argc, char** argv) {
   // The bound addresses, with real ports when 0 was asked for (tests read this line).
   std::string host = config->listen.substr(0, config->listen.rfind(':'));
   std::string metrics_host = config->metrics_listen.substr(0, config->metrics_listen.rfind(':'));
-  log_event(spdlog::level::info,
+  // Logged at the configured level or above so it is never filtered out: tools read the ports.
+  log_event(std::max(spdlog::level::info, spdlog::default_logger()->level()),
             absl::StrCat("graftd ", graft_version(), " serving grpc=", host, ":", port,
                          " metrics=", metrics_host, ":", metrics->port(), " workers=",
                          config->workers, " queue_length=", config->queue_length,
