@@ -1,6 +1,5 @@
 #include "client/graft_client.h"
 
-
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 
@@ -27,31 +26,50 @@ GraftClient::GraftClient(const std::string& target) : GraftClient(make_channel(t
 GraftClient::GraftClient(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)), stub_(v1::Graft::NewStub(channel_)) {}
 
-absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
-                                                     const v1::PipelineConfig& config,
-                                                     std::optional<std::chrono::milliseconds> timeout,
-                                                     const Progress& progress,
-                                                     size_t chunk_bytes) {
+absl::StatusOr<OptimizeResult> GraftClient::optimize(
+    std::string_view model, const v1::PipelineConfig& config,
+    std::optional<std::chrono::milliseconds> timeout, const Progress& progress, size_t chunk_bytes,
+    const ExternalFiles& external_files) {
   grpc::ClientContext context;
   if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
   auto stream = stub_->Optimize(&context);
   v1::OptimizeRequest start;
   *start.mutable_start()->mutable_config() = config;
   start.mutable_start()->set_model_size(model.size());
-  bool open = stream->Write(start);
-  for (size_t off = 0; open && off < model.size(); off += chunk_bytes) {
-    v1::OptimizeRequest chunk;
-    chunk.mutable_chunk()->set_data(std::string(model.substr(off, chunk_bytes)));
-    open = stream->Write(chunk);
-    if (progress) progress(true, std::min(model.size(), off + chunk_bytes), model.size());
+  uint64_t total = model.size(), sent = 0;
+  for (const auto& [name, bytes] : external_files) {
+    auto* f = start.mutable_start()->add_external_files();
+    f->set_name(name);
+    f->set_size(bytes.size());
+    total += bytes.size();
   }
+  bool open = stream->Write(start);
+  auto upload = [&](std::string_view bytes, const std::string& file) {
+    for (size_t off = 0; open && off < bytes.size(); off += chunk_bytes) {
+      v1::OptimizeRequest chunk;
+      chunk.mutable_chunk()->set_data(std::string(bytes.substr(off, chunk_bytes)));
+      if (!file.empty()) chunk.mutable_chunk()->set_file(file);
+      open = stream->Write(chunk);
+      sent += std::min(chunk_bytes, bytes.size() - off);
+      if (progress) progress(true, sent, total);
+    }
+  };
+  upload(model, "");
+  for (const auto& [name, bytes] : external_files) upload(bytes, name);
   stream->WritesDone();
   OptimizeResult result;
   bool have_report = false;
   v1::OptimizeResponse msg;
   while (stream->Read(&msg)) {
     if (msg.has_chunk()) {
-      result.model += msg.chunk().data();
+      const std::string& file = msg.chunk().file();
+      if (file.empty()) {
+        result.model += msg.chunk().data();
+      } else {
+        if (result.external_files.empty() || result.external_files.back().first != file)
+          result.external_files.emplace_back(file, std::string());
+        result.external_files.back().second += msg.chunk().data();
+      }
       if (progress) progress(false, result.model.size(), 0);
     } else if (msg.has_report()) {
       result.report = std::move(*msg.mutable_report());

@@ -17,8 +17,12 @@
 
 namespace graft::client {
 
+// ONNX external-data files: (relative name as in the tensors' "location", bytes).
+using ExternalFiles = std::vector<std::pair<std::string, std::string>>;
+
 struct OptimizeResult {
   std::string model;
+  ExternalFiles external_files;  // sent back after the model
   v1::OptimizeReport report;
 };
 
@@ -38,7 +42,8 @@ class GraftClient {
   absl::StatusOr<OptimizeResult> optimize(std::string_view model, const v1::PipelineConfig& config,
                                           std::optional<std::chrono::milliseconds> timeout = {},
                                           const Progress& progress = nullptr,
-                                          size_t chunk_bytes = 1 << 20);
+                                          size_t chunk_bytes = 1 << 20,
+                                          const ExternalFiles& external_files = {});
   absl::StatusOr<LookupResult> lookup(const std::string& model_sha256,
                                       const v1::PipelineConfig& config, bool return_result);
   absl::StatusOr<v1::ListPassesResponse> list_passes();

@@ -3,21 +3,23 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <set>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "client/exit_codes.h"
 #include "client/graft_client.h"
-#include "core/cache/digest.h"
-#include "proto/convert.h"
 #include "client/report.h"
+#include "core/cache/digest.h"
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
 #include "core/pipeline/pipeline.h"
+#include "proto/convert.h"
 
 namespace graft::cli {
 namespace {
@@ -84,6 +86,40 @@ bool write_output(const std::string& path, const std::string& bytes, std::string
   return true;
 }
 
+void collect_locations(const onnx::TensorProto& t, std::set<std::string>* out) {
+  if (t.data_location() != onnx::TensorProto::EXTERNAL) return;
+  for (const auto& e : t.external_data())
+    if (e.key() == "location") out->insert(e.value());
+}
+
+void collect_locations(const onnx::GraphProto& g, std::set<std::string>* out) {
+  for (const auto& t : g.initializer()) collect_locations(t, out);
+  for (const auto& n : g.node())
+    for (const auto& a : n.attribute()) {
+      if (a.has_t()) collect_locations(a.t(), out);
+      if (a.has_g()) collect_locations(a.g(), out);
+      for (const auto& sub : a.graphs()) collect_locations(sub, out);
+    }
+}
+
+// External-data files the model's tensors reference ("location" entries), relative to the
+// model's folder. The parse is skipped when the bytes cannot contain such an entry.
+absl::StatusOr<std::set<std::string>> external_locations(const std::string& bytes) {
+  std::set<std::string> out;
+  if (bytes.find("location") == std::string::npos) return out;
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(bytes))
+    return absl::InvalidArgumentError("invalid model: not a serialized ONNX ModelProto");
+  collect_locations(proto.graph(), &out);
+  return out;
+}
+
+std::filesystem::path folder_of(const std::string& path) {
+  if (path == "-" || path.empty()) return std::filesystem::current_path();
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::filesystem::current_path() : parent;
+}
+
 int level_from_string(const std::string& s) {
   if (s.size() == 2 && (s[0] == 'O' || s[0] == 'o') && s[1] >= '0' && s[1] <= '9')
     return s[1] - '0';
@@ -123,8 +159,7 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
     if (dot == std::string::npos || eq == std::string::npos || dot > eq)
       return absl::InvalidArgumentError("--option must look like pass.key=value, got '" + opt +
                                         "'");
-    config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] =
-        opt.substr(eq + 1);
+    config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] = opt.substr(eq + 1);
   }
   return config;
 }
@@ -146,8 +181,8 @@ int remote_exit_code(const absl::Status& st) {
 }
 
 int fail_remote(const absl::Status& st) {
-  return fail(remote_exit_code(st), std::string(absl::StatusCodeToString(st.code())) + ": " +
-                                        std::string(st.message()));
+  return fail(remote_exit_code(st),
+              std::string(absl::StatusCodeToString(st.code())) + ": " + std::string(st.message()));
 }
 
 // A one-line progress bar on stderr, only when stderr is a terminal and the model is large.
@@ -156,8 +191,8 @@ client::Progress progress_bar(uint64_t size) {
   return [](bool upload, uint64_t done, uint64_t total) {
     if (upload && total > 0) {
       int pct = static_cast<int>(100 * done / total);
-      std::fprintf(stderr, "\rupload   [%-40s] %3d%% %.1f MiB", std::string(pct * 40 / 100, '#').c_str(),
-                   pct, done / 1048576.0);
+      std::fprintf(stderr, "\rupload   [%-40s] %3d%% %.1f MiB",
+                   std::string(pct * 40 / 100, '#').c_str(), pct, done / 1048576.0);
       if (done == total) std::fprintf(stderr, "\n");
     } else if (!upload) {
       std::fprintf(stderr, "\rdownload %.1f MiB", done / 1048576.0);
@@ -172,9 +207,19 @@ std::string resolve_server(const std::string& flag) {
   return env ? env : "";
 }
 
-int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model) {
+int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
+               const client::ExternalFiles& files = {}) {
   std::string error;
   if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
+  if (!a.output.empty() && !files.empty()) {
+    if (a.output == "-")
+      return fail(kUsage, "the model uses external-data files: write it to a file, not stdout");
+    for (const auto& [name, bytes] : files) {
+      auto path = folder_of(a.output) / name;
+      std::filesystem::create_directories(path.parent_path());
+      if (!write_output(path.string(), bytes, &error)) return fail(kIoError, error);
+    }
+  }
   if (!a.report_path.empty()) {
     std::string json = to_json(run).dump(2) + "\n";
     if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
@@ -202,17 +247,47 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   if (!out.ok()) return fail(kBadModel, std::string(out.status().message()));
   run.save_seconds = since(t);
   run.output_bytes = out->size();
-  return finish_run(a, run, *out);
+  // Passes leave external tensors alone: the output references the input's files, which are
+  // copied next to it when it is written elsewhere.
+  client::ExternalFiles files;
+  if (!a.output.empty() && a.output != "-") {
+    auto locations = external_locations(*out);
+    if (!locations.ok()) return fail(kInternal, std::string(locations.status().message()));
+    std::error_code same_error;
+    bool same_folder =
+        std::filesystem::equivalent(folder_of(a.input), folder_of(a.output), same_error);
+    for (const auto& name : *locations) {
+      if (same_folder) break;
+      std::string bytes, error;
+      if (!read_input((folder_of(a.input) / name).string(), &bytes, &error))
+        return fail(kIoError, "external data: " + error);
+      files.emplace_back(name, std::move(bytes));
+    }
+  }
+  return finish_run(a, run, *out, files);
 }
 
 int optimize_remote(const OptimizeArgs& a, const std::string& server, const PipelineConfig& config,
                     const std::string& bytes) {
   if (!a.dump_dir.empty()) return fail(kUsage, "--dump-dir needs --local");
+  auto locations = external_locations(bytes);
+  if (!locations.ok())
+    return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
+  client::ExternalFiles files;
+  uint64_t total = bytes.size();
+  for (const auto& name : *locations) {
+    std::string data, error;
+    if (!read_input((folder_of(a.input) / name).string(), &data, &error))
+      return fail(kIoError, "external data: " + error);
+    total += data.size();
+    files.emplace_back(name, std::move(data));
+  }
   client::GraftClient client(server);
   std::optional<std::chrono::milliseconds> timeout;
   if (a.timeout_seconds > 0)
     timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
-  auto result = client.optimize(bytes, api::to_proto(config), timeout, progress_bar(bytes.size()));
+  auto result =
+      client.optimize(bytes, api::to_proto(config), timeout, progress_bar(total), 1 << 20, files);
   if (!result.ok()) return fail_remote(result.status());
   RunSummary run;
   run.input = a.input;
@@ -225,7 +300,7 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
   run.cache_hit = result->report.cache_hit();
   run.input_sha256 = result->report.input_sha256();
   run.output_sha256 = result->report.output_sha256();
-  return finish_run(a, run, result->model);
+  return finish_run(a, run, result->model, result->external_files);
 }
 
 int optimize(const OptimizeArgs& a) {
@@ -233,8 +308,9 @@ int optimize(const OptimizeArgs& a) {
   if (!config.ok()) return fail(kUsage, std::string(config.status().message()));
   std::string server = resolve_server(a.server);
   if (!a.local && server.empty())
-    return fail(kUsage, "say where to optimize: --local (in-process) or --server HOST:PORT "
-                        "(or set GRAFT_SERVER)");
+    return fail(kUsage,
+                "say where to optimize: --local (in-process) or --server HOST:PORT "
+                "(or set GRAFT_SERVER)");
   if (a.local) {
     if (auto names = resolve_passes(*config); !names.ok())
       return fail(kUsage, std::string(names.status().message()));
@@ -330,8 +406,8 @@ int main(int argc, char** argv) {
 
   OptimizeArgs args;
   auto add_pipeline_options = [&](CLI::App* cmd) {
-    auto* level = cmd->add_option("--level", args.level, "optimization level O0..O3")
-                      ->capture_default_str();
+    auto* level =
+        cmd->add_option("--level", args.level, "optimization level O0..O3")->capture_default_str();
     cmd->add_option("--passes", args.passes, "explicit ordered pass list (comma separated)")
         ->delimiter(',')
         ->excludes(level);
@@ -350,7 +426,8 @@ int main(int argc, char** argv) {
   opt->add_option("-o,--output", args.output,
                   "where to write the optimized model, - for standard output (omit for a "
                   "report-only dry run)");
-  auto* local = opt->add_flag("--local", args.local, "run the pipeline in this process (no server)");
+  auto* local =
+      opt->add_flag("--local", args.local, "run the pipeline in this process (no server)");
   add_server(opt);
   opt->get_option("--server")->excludes(local);
   opt->add_option("--timeout", args.timeout_seconds, "remote: deadline in seconds");

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <absl/strings/str_cat.h>
 #include <yaml-cpp/yaml.h>
+#include <CLI/CLI.hpp>
 
 namespace graft::server {
 
@@ -34,14 +34,19 @@ absl::Status parse_number(const std::string& text, T* out, const char* key) {
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = {
       {"listen", "gRPC address HOST:PORT",
-       [](ServerConfig& c, const std::string& v) { c.listen = v; return absl::OkStatus(); }},
+       [](ServerConfig& c, const std::string& v) {
+         c.listen = v;
+         return absl::OkStatus();
+       }},
       {"metrics_listen", "Prometheus /metrics address HOST:PORT",
        [](ServerConfig& c, const std::string& v) {
          c.metrics_listen = v;
          return absl::OkStatus();
        }},
       {"workers", "pipeline worker threads (0 = cores)",
-       [](ServerConfig& c, const std::string& v) { return parse_number(v, &c.workers, "workers"); }},
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.workers, "workers");
+       }},
       {"queue_length", "requests waiting for a worker before RESOURCE_EXHAUSTED",
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.queue_length, "queue_length");
@@ -63,9 +68,15 @@ const std::vector<Key>& keys() {
          return parse_number(v, &c.grace_period_seconds, "grace_period_seconds");
        }},
       {"log_level", "trace, debug, info, warn, error",
-       [](ServerConfig& c, const std::string& v) { c.log_level = v; return absl::OkStatus(); }},
+       [](ServerConfig& c, const std::string& v) {
+         c.log_level = v;
+         return absl::OkStatus();
+       }},
       {"log_format", "text or json",
-       [](ServerConfig& c, const std::string& v) { c.log_format = v; return absl::OkStatus(); }},
+       [](ServerConfig& c, const std::string& v) {
+         c.log_format = v;
+         return absl::OkStatus();
+       }},
   };
   return table;
 }
@@ -119,7 +130,8 @@ absl::Status validate(const ServerConfig& c) {
   static const char* levels[] = {"trace", "debug", "info", "warn", "error"};
   bool known = false;
   for (const char* l : levels) known = known || c.log_level == l;
-  if (!known) return absl::InvalidArgumentError("log_level must be trace, debug, info, warn or error");
+  if (!known)
+    return absl::InvalidArgumentError("log_level must be trace, debug, info, warn or error");
   if (c.listen.find(':') == std::string::npos)
     return absl::InvalidArgumentError("listen must be HOST:PORT");
   if (c.metrics_listen.find(':') == std::string::npos)

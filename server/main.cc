@@ -9,8 +9,8 @@
 
 #include <absl/strings/str_cat.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
 #include "server/config.h"
@@ -69,18 +69,17 @@ int main(int argc, char** argv) {
   std::string host = config->listen.substr(0, config->listen.rfind(':'));
   std::string metrics_host = config->metrics_listen.substr(0, config->metrics_listen.rfind(':'));
   // Logged at the configured level or above so it is never filtered out: tools read the ports.
-  log_event(std::max(spdlog::level::info, spdlog::default_logger()->level()),
-            absl::StrCat("graftd ", graft_version(), " serving grpc=", host, ":", port,
-                         " metrics=", metrics_host, ":", metrics->port(), " workers=",
-                         config->workers, " queue_length=", config->queue_length,
-                         " cache_bytes=", config->cache_bytes));
+  log_event(
+      std::max(spdlog::level::info, spdlog::default_logger()->level()),
+      absl::StrCat("graftd ", graft_version(), " serving grpc=", host, ":", port,
+                   " metrics=", metrics_host, ":", metrics->port(), " workers=", config->workers,
+                   " queue_length=", config->queue_length, " cache_bytes=", config->cache_bytes));
 
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    log_event(spdlog::level::info,
-              absl::StrCat("received signal ", sig, ": draining for up to ",
-                           config->grace_period_seconds, " s"));
+    log_event(spdlog::level::info, absl::StrCat("received signal ", sig, ": draining for up to ",
+                                                config->grace_period_seconds, " s"));
     health->SetServingStatus(false);
     service.start_draining();
     auto grace = std::chrono::duration_cast<std::chrono::system_clock::duration>(

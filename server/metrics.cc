@@ -9,9 +9,8 @@ using namespace prometheus;
 namespace {
 
 const Histogram::BucketBoundaries& duration_buckets() {
-  static const Histogram::BucketBoundaries b = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                0.25,  0.5,    1,     2.5,  5,     10,   30,
-                                                60,    120,    300};
+  static const Histogram::BucketBoundaries b = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   return b;
 }
 
@@ -40,7 +39,8 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
                              .Name("graft_pass_nodes_removed_total")
                              .Help("Nodes removed, by pass")
                              .Register(*registry_);
-  auto& hits = BuildCounter().Name("graft_cache_hits_total").Help("Cache hits").Register(*registry_);
+  auto& hits =
+      BuildCounter().Name("graft_cache_hits_total").Help("Cache hits").Register(*registry_);
   cache_hits_ = &hits.Add({});
   auto& misses =
       BuildCounter().Name("graft_cache_misses_total").Help("Cache misses").Register(*registry_);

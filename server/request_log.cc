@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 namespace graft::server {
 

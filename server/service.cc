@@ -1,7 +1,9 @@
 #include "server/service.h"
 
 #include <chrono>
+#include <climits>
 #include <future>
+#include <map>
 
 #include <absl/strings/str_cat.h>
 #include <google/protobuf/util/json_util.h>
@@ -52,11 +54,26 @@ const char* code_name(grpc::StatusCode code) {
 }
 
 template <typename Response, typename Writer>
-bool write_chunks(Writer* writer, const std::string& bytes) {
+bool write_chunks(Writer* writer, const std::string& bytes, const std::string& file = "") {
   for (size_t off = 0; off < bytes.size(); off += kChunkBytes) {
     Response msg;
     msg.mutable_chunk()->set_data(bytes.substr(off, kChunkBytes));
+    if (!file.empty()) msg.mutable_chunk()->set_file(file);
     if (!writer->Write(msg)) return false;
+  }
+  return true;
+}
+
+// External-data names are paths relative to the model: never absolute, never escaping upwards.
+bool safe_relative_path(const std::string& name) {
+  if (name.empty() || name[0] == '/' || name.find('\\') != std::string::npos) return false;
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('/', start);
+    if (end == std::string::npos) end = name.size();
+    std::string part = name.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
   }
   return true;
 }
@@ -79,6 +96,8 @@ struct GraftService::Upload {
   PipelineConfig config;
   std::shared_ptr<std::string> model = std::make_shared<std::string>();
   std::string sha256;
+  // External-data files, in the order of OptimizeStart.external_files.
+  std::vector<std::pair<std::string, std::string>> files;
 };
 
 GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
@@ -103,8 +122,9 @@ grpc::Status GraftService::receive(
   if (admitted_.fetch_add(1) >= limit) {
     --admitted_;
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat(limit, " requests are already being handled (workers + "
-                                            "queue_length); retry later"));
+                        absl::StrCat(limit,
+                                     " requests are already being handled (workers + "
+                                     "queue_length); retry later"));
   }
   up->admitted = true;
   auto config = api::from_proto(up->start.config());
@@ -113,9 +133,28 @@ grpc::Status GraftService::receive(
   const uint64_t size = up->start.model_size();
   if (size == 0)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model_size must be set (> 0)");
-  if (size > config_.max_model_bytes)
+  if (size > static_cast<uint64_t>(INT_MAX))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "model_size exceeds protobuf's 2 GB limit: send large weights as "
+                        "external-data files");
+  uint64_t total = size;
+  std::map<std::string, size_t> file_index;
+  std::vector<uint64_t> file_sizes;
+  for (const auto& f : up->start.external_files()) {
+    if (!safe_relative_path(f.name()))
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("external file name '", f.name(), "' must be a relative path without '..'"));
+    if (!file_index.emplace(f.name(), up->files.size()).second)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("external file '", f.name(), "' is listed twice"));
+    up->files.emplace_back(f.name(), std::string());
+    file_sizes.push_back(f.size());
+    total += f.size();
+  }
+  if (total > config_.max_model_bytes)
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("model of ", size, " bytes exceeds this server's limit of ",
+                        absl::StrCat("model of ", total, " bytes exceeds this server's limit of ",
                                      config_.max_model_bytes, " bytes (max_model_bytes)"));
   up->model->reserve(size);
   cache::Sha256 digest;
@@ -124,18 +163,37 @@ grpc::Status GraftService::receive(
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "only chunks may follow OptimizeStart");
     const std::string& data = msg.chunk().data();
+    const std::string& file = msg.chunk().file();
+    if (!file.empty()) {
+      auto it = file_index.find(file);
+      if (it == file_index.end())
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("chunk for undeclared external file '", file, "'"));
+      std::string& bytes = up->files[it->second].second;
+      if (bytes.size() + data.size() > file_sizes[it->second])
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("external file '", file, "' exceeds its announced size"));
+      bytes.append(data);
+      continue;
+    }
     if (up->model->size() + data.size() > size)
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("upload exceeds the announced model_size of ", size,
-                                       " bytes"));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("upload exceeds the announced model_size of ", size, " bytes"));
     digest.update(data);
     up->model->append(data);
   }
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
   if (up->model->size() != size)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("upload ended after ", up->model->size(), " of ", size,
-                                     " announced bytes"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("upload ended after ", up->model->size(), " of ", size, " announced bytes"));
+  for (size_t i = 0; i < up->files.size(); ++i)
+    if (up->files[i].second.size() != file_sizes[i])
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("external file '", up->files[i].first, "' ended after ",
+                       up->files[i].second.size(), " of ", file_sizes[i], " announced bytes"));
   up->sha256 = digest.hex_digest();
   if (!up->start.expected_sha256().empty() && up->start.expected_sha256() != up->sha256)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -205,9 +263,9 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
   });
   metrics_->queue_depth().Set(static_cast<double>(pool_.queued()));
   if (!accepted)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "all ", pool_.workers(), " workers are busy and ", config_.queue_length,
-        " requests are queued; retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat("all ", pool_.workers(),
+                                                     " workers are busy and ", config_.queue_length,
+                                                     " requests are queued; retry later"));
   // The gRPC thread only waits; it tells the job to stop if the client goes away.
   while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
     if (context->IsCancelled()) job->cancelled = true;
@@ -249,14 +307,19 @@ grpc::Status GraftService::Optimize(
   if (deadline == SysClock::time_point::max()) {
     double limit = up.start.deadline_hint_ms() > 0 ? up.start.deadline_hint_ms() / 1000.0
                                                    : config_.default_deadline_seconds;
-    deadline = SysClock::now() + std::chrono::duration_cast<SysClock::duration>(
-                                     std::chrono::duration<double>(limit));
+    deadline = SysClock::now() +
+               std::chrono::duration_cast<SysClock::duration>(std::chrono::duration<double>(limit));
   }
   double queue_seconds = 0;
   cache::ResultCache::Outcome outcome = cache::ResultCache::Outcome::kMiss;
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> result;
+  // Results of models with external data are not cached: their key would have to cover the
+  // files, and they are usually too large to keep.
+  const bool cacheable = up.files.empty();
+  if (!cacheable)
+    result = optimize_on_worker(context, up.model, up.sha256, up.config, deadline, &queue_seconds);
   // A joined computation that stopped because *its* client went away is retried by this one.
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0; cacheable && attempt < 2; ++attempt) {
     result = cache_.get_or_compute(
         key,
         [&] {
@@ -283,10 +346,19 @@ grpc::Status GraftService::Optimize(
   const cache::CachedResult& r = **result;
   if (!write_chunks<v1::OptimizeResponse>(stream, r.optimized_model))
     return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
+  // Passes leave external tensors alone, so the files go back unchanged.
+  for (const auto& [name, bytes] : up.files)
+    if (!write_chunks<v1::OptimizeResponse>(stream, bytes, name))
+      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
   v1::OptimizeResponse last;
   auto* report = last.mutable_report();
   if (!google::protobuf::util::JsonStringToMessage(r.report_json, report).ok())
     return finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot decode the cached report"));
+  for (const auto& [name, bytes] : up.files) {
+    auto* f = report->add_external_files();
+    f->set_name(name);
+    f->set_size(bytes.size());
+  }
   report->set_cache_hit(hit);
   report->set_queue_seconds(hit ? 0 : queue_seconds);
   report->set_total_seconds(seconds_since(start));
@@ -307,7 +379,8 @@ grpc::Status GraftService::Lookup(grpc::ServerContext*, const v1::LookupRequest*
     return status;
   };
   const std::string& digest = request->model_sha256();
-  bool hex = digest.size() == 64 && digest.find_first_not_of("0123456789abcdef") == std::string::npos;
+  bool hex =
+      digest.size() == 64 && digest.find_first_not_of("0123456789abcdef") == std::string::npos;
   if (!hex)
     return finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "model_sha256 must be 64 lowercase hex characters"));

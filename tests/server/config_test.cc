@@ -54,10 +54,10 @@ TEST(ServerConfig, FlagsOverrideEnvironmentOverrideFile) {
   ::unsetenv("GRAFTD_WORKERS");
   ::unsetenv("GRAFTD_CACHE_BYTES");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->queue_length, 7);      // file
-  EXPECT_EQ(c->workers, 5);           // environment over file
-  EXPECT_EQ(c->cache_bytes, 3000u);   // flag over environment
-  EXPECT_EQ(c->log_format, "json");   // file
+  EXPECT_EQ(c->queue_length, 7);     // file
+  EXPECT_EQ(c->workers, 5);          // environment over file
+  EXPECT_EQ(c->cache_bytes, 3000u);  // flag over environment
+  EXPECT_EQ(c->log_format, "json");  // file
   std::filesystem::remove(path);
 }
 

@@ -218,14 +218,18 @@ TEST(Graftd, CliRemoteModeIsByteIdenticalToLocalMode) {
                          " --server " + server.address())
                             .c_str()),
             0);
-  ASSERT_EQ(std::system((cli + " optimize -q --local " + kExample.string() + " -o " + local).c_str()),
-            0);
+  ASSERT_EQ(
+      std::system((cli + " optimize -q --local " + kExample.string() + " -o " + local).c_str()), 0);
   EXPECT_EQ(read_file(remote), read_file(local));
   // GRAFT_SERVER works in place of --server; health and lookup too.
   std::string env = "GRAFT_SERVER=" + server.address() + " ";
   EXPECT_EQ(std::system((env + cli + " health >/dev/null").c_str()), 0);
-  EXPECT_EQ(WEXITSTATUS(std::system((env + cli + " lookup -q " + kExample.string() + " >/dev/null").c_str())), 0);
-  EXPECT_EQ(WEXITSTATUS(std::system((env + cli + " lookup --level O1 " + kExample.string() + " >/dev/null").c_str())), 1);
+  EXPECT_EQ(WEXITSTATUS(std::system(
+                (env + cli + " lookup -q " + kExample.string() + " >/dev/null").c_str())),
+            0);
+  EXPECT_EQ(WEXITSTATUS(std::system(
+                (env + cli + " lookup --level O1 " + kExample.string() + " >/dev/null").c_str())),
+            1);
   fs::remove_all(dir);
 }
 
@@ -302,9 +306,12 @@ TEST(Graftd, FullQueueIsResourceExhausted) {
   int exhausted = 0, ok = 0;
   for (auto& c : calls) {
     auto r = c.get();
-    if (r.ok()) ++ok;
-    else if (r.status().code() == absl::StatusCode::kResourceExhausted) ++exhausted;
-    else ADD_FAILURE() << r.status();
+    if (r.ok())
+      ++ok;
+    else if (r.status().code() == absl::StatusCode::kResourceExhausted)
+      ++exhausted;
+    else
+      ADD_FAILURE() << r.status();
   }
   EXPECT_GE(ok, 1);
   EXPECT_GE(exhausted, 1);
@@ -406,6 +413,109 @@ TEST(Graftd, ReflectionAndHealthAreServed) {
   auto passes = client.list_passes();
   ASSERT_TRUE(passes.ok());
   EXPECT_GE(passes->passes_size(), 8);
+}
+
+}  // namespace
+}  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+// Identity -> MatMul with its weight in an external-data file "weights/w.bin".
+std::string external_data_model(const std::string& weight_bytes) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, 4] x) => (float[1, 4] y) {
+      t = Identity (x)
+      y = Relu (t)
+    }
+  )");
+  onnx::ModelProto proto = model->to_proto();
+  proto.mutable_graph()->mutable_node(1)->set_op_type("MatMul");
+  proto.mutable_graph()->mutable_node(1)->add_input("w");
+  auto* w = proto.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  w->add_dims(4);
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w->add_external_data();
+  loc->set_key("location");
+  loc->set_value("weights/w.bin");
+  auto* len = w->add_external_data();
+  len->set_key("length");
+  len->set_value(std::to_string(weight_bytes.size()));
+  return proto.SerializeAsString();
+}
+
+TEST(Graftd, ExternalDataFilesTravelWithTheModel) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  std::string weights(64, '\0');
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>(i * 7);
+  std::string bytes = external_data_model(weights);
+  auto r = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 16,
+                           {{"weights/w.bin", weights}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->external_files.size(), 1u);
+  EXPECT_EQ(r->external_files[0].first, "weights/w.bin");
+  EXPECT_EQ(r->external_files[0].second, weights);
+  ASSERT_EQ(r->report.external_files_size(), 1);
+  EXPECT_EQ(r->report.external_files(0).size(), weights.size());
+  EXPECT_FALSE(r->report.cache_hit());
+  EXPECT_EQ(r->report.nodes_after(), 1u);  // the Identity is gone, the external weight kept
+  EXPECT_EQ(r->model, local_result(bytes));
+
+  // Not cached: the same request runs again.
+  auto again = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
+                               {{"weights/w.bin", weights}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->report.cache_hit());
+}
+
+TEST(Graftd, ExternalDataNamesAndSizesAreChecked) {
+  Graftd server({"--max-model-bytes", "100000"});
+  client::GraftClient client(server.address());
+  std::string bytes = external_data_model(std::string(64, 'w'));
+  for (const char* name : {"../w.bin", "/etc/passwd", "a/../../b", ""}) {
+    auto r = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
+                             {{name, std::string(64, 'w')}});
+    ASSERT_FALSE(r.ok()) << name;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+  auto dup = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
+                             {{"w.bin", "a"}, {"w.bin", "b"}});
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
+  // The limit covers the model and its files together.
+  auto big = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
+                             {{"w.bin", std::string(200000, 'w')}});
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(Graftd, CliCarriesExternalDataFiles) {
+  Graftd server;
+  fs::path dir = fs::temp_directory_path() / ("graftd_ext_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "in" / "weights");
+  std::string weights(64, 'q');
+  std::ofstream(dir / "in" / "model.onnx", std::ios::binary) << external_data_model(weights);
+  std::ofstream(dir / "in" / "weights" / "w.bin", std::ios::binary) << weights;
+  std::string cli = GRAFT_CLI;
+  std::string in = (dir / "in" / "model.onnx").string();
+  fs::create_directories(dir / "remote");
+  fs::create_directories(dir / "local");
+  ASSERT_EQ(std::system((cli + " optimize -q " + in + " -o " +
+                         (dir / "remote" / "m.onnx").string() + " --server " + server.address())
+                            .c_str()),
+            0);
+  ASSERT_EQ(std::system(
+                (cli + " optimize -q --local " + in + " -o " + (dir / "local" / "m.onnx").string())
+                    .c_str()),
+            0);
+  EXPECT_EQ(read_file(dir / "remote" / "weights" / "w.bin"), weights);
+  EXPECT_EQ(read_file(dir / "local" / "weights" / "w.bin"), weights);
+  EXPECT_EQ(read_file(dir / "remote" / "m.onnx"), read_file(dir / "local" / "m.onnx"));
+  fs::remove_all(dir);
 }
 
 }  // namespace
