@@ -286,8 +286,9 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
   std::optional<std::chrono::milliseconds> timeout;
   if (a.timeout_seconds > 0)
     timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
-  auto result =
-      client.optimize(bytes, api::to_proto(config), timeout, progress_bar(total), 1 << 20, files);
+  client::Progress bar = progress_bar(total);
+  auto result = client.optimize(bytes, api::to_proto(config), timeout, bar, 1 << 20, files);
+  if (bar) std::fprintf(stderr, "\n");  // ends the download line
   if (!result.ok()) return fail_remote(result.status());
   RunSummary run;
   run.input = a.input;
