@@ -1,0 +1,13 @@
+// Registration entry points of the kernel groups, one per file in core/eval/kernels/.
+// kernel.cc calls each once, before the first lookup (explicit calls, not static initializers,
+// so that linking the static library never drops a group).
+#pragma once
+
+namespace graft::eval {
+
+void register_elementwise_kernels();  // kernels/elementwise.cc: math, logic, activations, Cast
+void register_shape_kernels();        // kernels/shape.cc: Shape..Pad, gather/scatter, NonZero
+void register_reduce_kernels();       // kernels/reduce.cc: Reduce*, ArgMax/ArgMin, TopK
+void register_nn_kernels();           // kernels/nn.cc: MatMul, Gemm, Conv, pools, norms, ...
+
+}  // namespace graft::eval

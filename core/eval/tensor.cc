@@ -1,0 +1,368 @@
+#include "core/eval/tensor.h"
+
+#include <cmath>
+#include <limits>
+
+#include <absl/strings/str_cat.h>
+
+#include "core/ir/tensor.h"
+
+namespace graft::eval {
+
+using onnx::TensorProto;
+
+namespace {
+
+// What one string element is charged against the byte limit on top of its characters, so a
+// tensor of many empty strings cannot escape the cap.
+constexpr uint64_t kStringOverhead = sizeof(std::string);
+
+float bf16_to_float(uint16_t b) {
+  uint32_t x = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
+  uint32_t rounding = 0x7fff + ((x >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+// Element count of `dims` and its byte size for `dtype`, or an error on negative dims, overflow
+// or a size above `max_bytes`.
+absl::StatusOr<int64_t> checked_count(int32_t dtype, const std::vector<int64_t>& dims,
+                                      uint64_t max_bytes) {
+  auto count = ir::element_count(dims);
+  if (!count) return absl::InvalidArgumentError("tensor has a negative or overflowing shape");
+  uint64_t es = dtype == TensorProto::STRING ? kStringOverhead : ir::element_size(dtype);
+  if (es == 0) return absl::UnimplementedError(absl::StrCat("unsupported tensor type ", dtype));
+  if (static_cast<uint64_t>(*count) > max_bytes / es) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tensor of ", *count, " elements exceeds the limit of ", max_bytes, " bytes"));
+  }
+  return *count;
+}
+
+template <typename T, typename Field>
+void copy_field(const Field& f, std::string& bytes) {
+  T* out = reinterpret_cast<T*>(bytes.data());
+  int64_t i = 0;
+  for (auto v : f) out[i++] = static_cast<T>(v);
+}
+
+}  // namespace
+
+bool is_float_type(int32_t dtype) {
+  return dtype == TensorProto::FLOAT || dtype == TensorProto::DOUBLE ||
+         dtype == TensorProto::FLOAT16 || dtype == TensorProto::BFLOAT16;
+}
+
+bool is_integer_type(int32_t dtype) {
+  switch (dtype) {
+    case TensorProto::INT8:
+    case TensorProto::INT16:
+    case TensorProto::INT32:
+    case TensorProto::INT64:
+    case TensorProto::UINT8:
+    case TensorProto::UINT16:
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+size_t Tensor::element_size() const { return ir::element_size(dtype_); }
+
+absl::StatusOr<Tensor> Tensor::zeros(int32_t dtype, std::vector<int64_t> dims, uint64_t max_bytes) {
+  auto count = checked_count(dtype, dims, max_bytes);
+  if (!count.ok()) return count.status();
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.size_ = *count;
+  if (dtype == TensorProto::STRING) {
+    t.strings_.resize(*count);
+  } else {
+    t.bytes_.assign(static_cast<size_t>(*count) * ir::element_size(dtype), '\0');
+  }
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max_bytes) {
+  if (ir::is_external(proto)) return absl::UnimplementedError("external tensor data");
+  if (proto.segment().begin() != 0 || proto.segment().end() != 0 || proto.has_segment()) {
+    return absl::UnimplementedError("segmented tensor");
+  }
+  int32_t dtype = proto.data_type();
+  std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+  auto count = checked_count(dtype, dims, max_bytes);
+  if (!count.ok()) return count.status();
+  const int64_t n = *count;
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.size_ = n;
+  if (dtype == TensorProto::STRING) {
+    if (proto.string_data_size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("string tensor has ", proto.string_data_size(),
+                                                     " elements, shape says ", n));
+    }
+    uint64_t total = static_cast<uint64_t>(n) * kStringOverhead;
+    for (const auto& s : proto.string_data()) total += s.size();
+    if (total > max_bytes) return absl::ResourceExhaustedError("string tensor exceeds the limit");
+    t.strings_.assign(proto.string_data().begin(), proto.string_data().end());
+    return t;
+  }
+  const size_t es = ir::element_size(dtype);
+  const size_t nbytes = static_cast<size_t>(n) * es;
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != nbytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("raw_data has ", proto.raw_data().size(), " bytes, expected ", nbytes));
+    }
+    t.bytes_ = proto.raw_data();
+    if (dtype == TensorProto::BOOL) {
+      // Kernels read bools as C++ bool, whose only valid representations are 0 and 1.
+      for (char& c : t.bytes_) c = c != 0;
+    }
+    return t;
+  }
+  t.bytes_.assign(nbytes, '\0');
+  auto check = [&](int field_size, int64_t per_element) -> absl::Status {
+    if (field_size != n * per_element) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor field has ", field_size, " entries, expected ", n * per_element));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status st;
+  switch (dtype) {
+    case TensorProto::FLOAT:
+      if (!(st = check(proto.float_data_size(), 1)).ok()) return st;
+      copy_field<float>(proto.float_data(), t.bytes_);
+      break;
+    case TensorProto::COMPLEX64:
+      if (!(st = check(proto.float_data_size(), 2)).ok()) return st;
+      copy_field<float>(proto.float_data(), t.bytes_);
+      break;
+    case TensorProto::DOUBLE:
+      if (!(st = check(proto.double_data_size(), 1)).ok()) return st;
+      copy_field<double>(proto.double_data(), t.bytes_);
+      break;
+    case TensorProto::COMPLEX128:
+      if (!(st = check(proto.double_data_size(), 2)).ok()) return st;
+      copy_field<double>(proto.double_data(), t.bytes_);
+      break;
+    case TensorProto::INT64:
+      if (!(st = check(proto.int64_data_size(), 1)).ok()) return st;
+      copy_field<int64_t>(proto.int64_data(), t.bytes_);
+      break;
+    case TensorProto::UINT32:
+      if (!(st = check(proto.uint64_data_size(), 1)).ok()) return st;
+      copy_field<uint32_t>(proto.uint64_data(), t.bytes_);
+      break;
+    case TensorProto::UINT64:
+      if (!(st = check(proto.uint64_data_size(), 1)).ok()) return st;
+      copy_field<uint64_t>(proto.uint64_data(), t.bytes_);
+      break;
+    case TensorProto::INT32:
+      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
+      copy_field<int32_t>(proto.int32_data(), t.bytes_);
+      break;
+    case TensorProto::INT16:
+      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
+      copy_field<int16_t>(proto.int32_data(), t.bytes_);
+      break;
+    case TensorProto::INT8:
+      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
+      copy_field<int8_t>(proto.int32_data(), t.bytes_);
+      break;
+    case TensorProto::UINT16:
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
+      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
+      copy_field<uint16_t>(proto.int32_data(), t.bytes_);
+      break;
+    case TensorProto::UINT8:
+      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
+      copy_field<uint8_t>(proto.int32_data(), t.bytes_);
+      break;
+    case TensorProto::BOOL: {
+      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
+      uint8_t* out = reinterpret_cast<uint8_t*>(t.bytes_.data());
+      for (int64_t i = 0; i < n; ++i) out[i] = proto.int32_data(static_cast<int>(i)) != 0;
+      break;
+    }
+    default:
+      return absl::UnimplementedError(absl::StrCat("unsupported tensor type ", dtype));
+  }
+  return t;
+}
+
+TensorProto Tensor::to_proto(const std::string& name) const {
+  TensorProto p;
+  if (!name.empty()) p.set_name(name);
+  p.set_data_type(dtype_);
+  for (int64_t d : dims_) p.add_dims(d);
+  if (dtype_ == TensorProto::STRING) {
+    for (const auto& s : strings_) p.add_string_data(s);
+  } else {
+    p.set_raw_data(bytes_);
+  }
+  return p;
+}
+
+double Tensor::get_double(int64_t i) const {
+  const char* p = bytes_.data();
+  switch (dtype_) {
+    case TensorProto::FLOAT:
+    case TensorProto::COMPLEX64:  // real part
+      return reinterpret_cast<const float*>(p)[dtype_ == TensorProto::FLOAT ? i : 2 * i];
+    case TensorProto::DOUBLE:
+      return reinterpret_cast<const double*>(p)[i];
+    case TensorProto::COMPLEX128:
+      return reinterpret_cast<const double*>(p)[2 * i];
+    case TensorProto::FLOAT16:
+      return ir::half_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case TensorProto::BFLOAT16:
+      return bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case TensorProto::UINT64:
+      return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
+    default:
+      return static_cast<double>(get_int64(i));
+  }
+}
+
+int64_t Tensor::get_int64(int64_t i) const {
+  const char* p = bytes_.data();
+  switch (dtype_) {
+    case TensorProto::INT64:
+      return reinterpret_cast<const int64_t*>(p)[i];
+    case TensorProto::INT32:
+      return reinterpret_cast<const int32_t*>(p)[i];
+    case TensorProto::INT16:
+      return reinterpret_cast<const int16_t*>(p)[i];
+    case TensorProto::INT8:
+      return reinterpret_cast<const int8_t*>(p)[i];
+    case TensorProto::UINT64:
+      return static_cast<int64_t>(reinterpret_cast<const uint64_t*>(p)[i]);
+    case TensorProto::UINT32:
+      return reinterpret_cast<const uint32_t*>(p)[i];
+    case TensorProto::UINT16:
+      return reinterpret_cast<const uint16_t*>(p)[i];
+    case TensorProto::UINT8:
+    case TensorProto::BOOL:
+      return reinterpret_cast<const uint8_t*>(p)[i];
+    default: {
+      if (!is_float_type(dtype_) && dtype_ != TensorProto::COMPLEX64 &&
+          dtype_ != TensorProto::COMPLEX128) {
+        return 0;  // strings and unknown types have no numeric value
+      }
+      // Float types: truncate toward zero like a C cast, saturating instead of invoking UB.
+      double v = get_double(i);
+      if (std::isnan(v)) return 0;
+      if (v >= 9223372036854775807.0) return std::numeric_limits<int64_t>::max();
+      if (v <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(v);
+    }
+  }
+}
+
+void Tensor::set_double(int64_t i, double v) {
+  char* p = bytes_.data();
+  switch (dtype_) {
+    case TensorProto::FLOAT:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    case TensorProto::DOUBLE:
+      reinterpret_cast<double*>(p)[i] = v;
+      return;
+    case TensorProto::FLOAT16:
+      reinterpret_cast<uint16_t*>(p)[i] = ir::float_to_half(static_cast<float>(v));
+      return;
+    case TensorProto::BFLOAT16:
+      reinterpret_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
+      return;
+    case TensorProto::COMPLEX64:
+      reinterpret_cast<float*>(p)[2 * i] = static_cast<float>(v);
+      reinterpret_cast<float*>(p)[2 * i + 1] = 0;
+      return;
+    case TensorProto::COMPLEX128:
+      reinterpret_cast<double*>(p)[2 * i] = v;
+      reinterpret_cast<double*>(p)[2 * i + 1] = 0;
+      return;
+    case TensorProto::BOOL:
+      reinterpret_cast<uint8_t*>(p)[i] = v != 0;
+      return;
+    case TensorProto::UINT64:
+      reinterpret_cast<uint64_t*>(p)[i] = std::isnan(v) || v <= 0 ? 0
+                                          : v >= 18446744073709551615.0
+                                              ? std::numeric_limits<uint64_t>::max()
+                                              : static_cast<uint64_t>(v);
+      return;
+    default: {
+      int64_t x;
+      if (std::isnan(v)) {
+        x = 0;
+      } else if (v >= 9223372036854775807.0) {
+        x = std::numeric_limits<int64_t>::max();
+      } else if (v <= -9223372036854775808.0) {
+        x = std::numeric_limits<int64_t>::min();
+      } else {
+        x = static_cast<int64_t>(v);
+      }
+      set_int64(i, x);
+    }
+  }
+}
+
+void Tensor::set_int64(int64_t i, int64_t v) {
+  char* p = bytes_.data();
+  switch (dtype_) {
+    case TensorProto::INT64:
+      reinterpret_cast<int64_t*>(p)[i] = v;
+      return;
+    case TensorProto::INT32:
+      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      return;
+    case TensorProto::INT16:
+      reinterpret_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      return;
+    case TensorProto::INT8:
+      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      return;
+    case TensorProto::UINT64:
+      reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
+      return;
+    case TensorProto::UINT32:
+      reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
+      return;
+    case TensorProto::UINT16:
+      reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
+      return;
+    case TensorProto::UINT8:
+      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      return;
+    case TensorProto::BOOL:
+      reinterpret_cast<uint8_t*>(p)[i] = v != 0;
+      return;
+    default:
+      if (is_float_type(dtype_) || dtype_ == TensorProto::COMPLEX64 ||
+          dtype_ == TensorProto::COMPLEX128) {
+        set_double(i, static_cast<double>(v));
+      }
+  }
+}
+
+bool Tensor::operator==(const Tensor& other) const {
+  return dtype_ == other.dtype_ && dims_ == other.dims_ && bytes_ == other.bytes_ &&
+         strings_ == other.strings_;
+}
+
+}  // namespace graft::eval

@@ -1,0 +1,63 @@
+// A dense CPU tensor for the reference evaluator: element type (onnx::TensorProto::DataType),
+// dims, and little-endian element bytes (strings kept separately).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+#include <onnx/onnx_pb.h>
+
+namespace graft::eval {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // A zero-filled tensor. Fails (ResourceExhausted) above `max_bytes`, so no crafted shape can
+  // make the evaluator allocate without bound.
+  static absl::StatusOr<Tensor> zeros(int32_t dtype, std::vector<int64_t> dims, uint64_t max_bytes);
+  static absl::StatusOr<Tensor> from_proto(const onnx::TensorProto& proto, uint64_t max_bytes);
+  onnx::TensorProto to_proto(const std::string& name = "") const;
+
+  int32_t dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
+  int64_t size() const { return size_; }  // element count
+  size_t element_size() const;
+  uint64_t bytes() const { return bytes_.size(); }
+
+  template <typename T>
+  T* data() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
+  template <typename T>
+  const T* data() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
+  std::vector<std::string>& strings() { return strings_; }
+  const std::vector<std::string>& strings() const { return strings_; }
+
+  // Element i converted to double / int64 (any numeric or bool type; float16 decoded).
+  double get_double(int64_t i) const;
+  int64_t get_int64(int64_t i) const;
+  // Stores `v` into element i, converted to this tensor's type (float16 encoded).
+  void set_double(int64_t i, double v);
+  void set_int64(int64_t i, int64_t v);
+
+  // Same dtype, dims and bytes (NaNs compare by bits).
+  bool operator==(const Tensor& other) const;
+
+ private:
+  int32_t dtype_ = 0;
+  std::vector<int64_t> dims_;
+  int64_t size_ = 0;
+  std::string bytes_;
+  std::vector<std::string> strings_;
+};
+
+bool is_float_type(int32_t dtype);    // FLOAT, DOUBLE, FLOAT16, BFLOAT16
+bool is_integer_type(int32_t dtype);  // signed and unsigned integers (not bool)
+
+}  // namespace graft::eval

@@ -1,0 +1,243 @@
+// Tensor <-> TensorProto conversion for every element type, and the allocation limit.
+#include "core/eval/tensor.h"
+
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "core/eval/broadcast.h"
+#include "core/eval/kernel.h"
+#include "core/ir/tensor.h"
+
+namespace graft::eval {
+namespace {
+
+using onnx::TensorProto;
+
+constexpr uint64_t kLimit = 1 << 20;
+
+TensorProto proto_of(int32_t dtype, std::vector<int64_t> dims) {
+  TensorProto p;
+  p.set_data_type(dtype);
+  for (int64_t d : dims) p.add_dims(d);
+  return p;
+}
+
+// Typed-field proto -> Tensor -> raw proto -> Tensor gives the same tensor and values.
+void expect_round_trip(const TensorProto& typed, const std::vector<double>& values) {
+  auto t = Tensor::from_proto(typed, kLimit);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->size(), static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(t->get_double(i), values[i]) << i;
+  TensorProto raw = t->to_proto("x");
+  EXPECT_EQ(raw.name(), "x");
+  EXPECT_TRUE(raw.has_raw_data());
+  EXPECT_EQ(raw.data_type(), typed.data_type());
+  auto back = Tensor::from_proto(raw, kLimit);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == *t);
+  EXPECT_EQ(back->dims(), t->dims());
+}
+
+TEST(TensorTest, FloatRoundTrip) {
+  TensorProto p = proto_of(TensorProto::FLOAT, {2, 2});
+  for (float f : {1.5f, -2.0f, 0.0f, 3.25f}) p.add_float_data(f);
+  expect_round_trip(p, {1.5, -2.0, 0.0, 3.25});
+}
+
+TEST(TensorTest, DoubleRoundTrip) {
+  TensorProto p = proto_of(TensorProto::DOUBLE, {3});
+  for (double d : {0.1, -1e300, 7.0}) p.add_double_data(d);
+  expect_round_trip(p, {0.1, -1e300, 7.0});
+}
+
+TEST(TensorTest, Float16RoundTrip) {
+  TensorProto p = proto_of(TensorProto::FLOAT16, {4});
+  // 1.0, -2.0, 0.5, 65504 (largest half) in IEEE binary16 bits.
+  for (int bits : {0x3c00, 0xc000, 0x3800, 0x7bff}) p.add_int32_data(bits);
+  expect_round_trip(p, {1.0, -2.0, 0.5, 65504.0});
+  auto t = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->element_size(), 2u);
+  t->set_double(0, 0.25);
+  EXPECT_EQ(t->data<uint16_t>()[0], 0x3400);
+  t->set_double(1, 1e6);  // overflows half: infinity
+  EXPECT_TRUE(std::isinf(t->get_double(1)));
+}
+
+TEST(TensorTest, BFloat16RoundTrip) {
+  TensorProto p = proto_of(TensorProto::BFLOAT16, {2});
+  for (int bits : {0x3f80, 0xc040}) p.add_int32_data(bits);  // 1.0, -3.0
+  expect_round_trip(p, {1.0, -3.0});
+}
+
+TEST(TensorTest, IntegerRoundTrips) {
+  struct Case {
+    int32_t dtype;
+    std::vector<int64_t> values;
+  };
+  for (const Case& c : std::vector<Case>{
+           {TensorProto::INT8, {-128, 0, 127}},
+           {TensorProto::INT16, {-32768, 5, 32767}},
+           {TensorProto::INT32, {std::numeric_limits<int32_t>::min(), 0, 42}},
+           {TensorProto::INT64, {std::numeric_limits<int64_t>::min(), -1, 1ll << 40}},
+           {TensorProto::UINT8, {0, 200, 255}},
+           {TensorProto::UINT16, {0, 65535, 9}},
+           {TensorProto::UINT32, {0, 4294967295ll, 17}},
+           {TensorProto::UINT64, {0, 1ll << 62, 3}},
+           {TensorProto::BOOL, {1, 0, 1}},
+       }) {
+    SCOPED_TRACE(c.dtype);
+    TensorProto p = proto_of(c.dtype, {3});
+    for (int64_t v : c.values) {
+      if (c.dtype == TensorProto::INT64) {
+        p.add_int64_data(v);
+      } else if (c.dtype == TensorProto::UINT32 || c.dtype == TensorProto::UINT64) {
+        p.add_uint64_data(static_cast<uint64_t>(v));
+      } else {
+        p.add_int32_data(static_cast<int32_t>(v));
+      }
+    }
+    auto t = Tensor::from_proto(p, kLimit);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->element_size(), ir::element_size(c.dtype));
+    for (size_t i = 0; i < c.values.size(); ++i) EXPECT_EQ(t->get_int64(i), c.values[i]);
+    auto back = Tensor::from_proto(t->to_proto(), kLimit);
+    ASSERT_TRUE(back.ok());
+    EXPECT_TRUE(*back == *t);
+    EXPECT_TRUE(is_integer_type(c.dtype) || c.dtype == TensorProto::BOOL);
+    EXPECT_FALSE(is_float_type(c.dtype));
+  }
+}
+
+TEST(TensorTest, RawDataIsCopiedAsIs) {
+  TensorProto p = proto_of(TensorProto::INT32, {2});
+  int32_t v[2] = {7, -9};
+  p.set_raw_data(std::string(reinterpret_cast<const char*>(v), sizeof(v)));
+  auto t = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->data<int32_t>()[1], -9);
+  p.set_raw_data("abc");  // wrong size
+  EXPECT_FALSE(Tensor::from_proto(p, kLimit).ok());
+}
+
+TEST(TensorTest, RawBoolBytesAreNormalised) {
+  TensorProto p = proto_of(TensorProto::BOOL, {3});
+  p.set_raw_data(std::string("\x00\x02\xff", 3));
+  auto t = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->data<uint8_t>()[0], 0);
+  EXPECT_EQ(t->data<uint8_t>()[1], 1);
+  EXPECT_EQ(t->data<uint8_t>()[2], 1);
+}
+
+TEST(TensorTest, StringRoundTrip) {
+  TensorProto p = proto_of(TensorProto::STRING, {3});
+  for (const char* s : {"a", "", "hello world"}) p.add_string_data(s);
+  auto t = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->strings(), (std::vector<std::string>{"a", "", "hello world"}));
+  TensorProto out = t->to_proto();
+  EXPECT_EQ(out.string_data_size(), 3);
+  EXPECT_FALSE(out.has_raw_data());
+  auto back = Tensor::from_proto(out, kLimit);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == *t);
+  auto zeros = Tensor::zeros(TensorProto::STRING, {2}, kLimit);
+  ASSERT_TRUE(zeros.ok());
+  EXPECT_EQ(zeros->strings().size(), 2u);
+}
+
+TEST(TensorTest, ScalarAndEmpty) {
+  TensorProto p = proto_of(TensorProto::FLOAT, {});
+  p.add_float_data(4.0f);
+  auto s = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->rank(), 0);
+  EXPECT_EQ(s->size(), 1);
+  auto e = Tensor::zeros(TensorProto::FLOAT, {3, 0}, kLimit);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->size(), 0);
+  EXPECT_EQ(e->bytes(), 0u);
+}
+
+TEST(TensorTest, MismatchedFieldCountIsAnError) {
+  TensorProto p = proto_of(TensorProto::FLOAT, {3});
+  p.add_float_data(1);
+  EXPECT_EQ(Tensor::from_proto(p, kLimit).status().code(), absl::StatusCode::kInvalidArgument);
+  TensorProto s = proto_of(TensorProto::STRING, {2});
+  s.add_string_data("x");
+  EXPECT_FALSE(Tensor::from_proto(s, kLimit).ok());
+}
+
+TEST(TensorTest, AllocationLimit) {
+  EXPECT_TRUE(Tensor::zeros(TensorProto::FLOAT, {256, 1024}, kLimit).ok());  // exactly 1 MiB
+  EXPECT_EQ(Tensor::zeros(TensorProto::FLOAT, {256, 1025}, kLimit).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Tensor::zeros(TensorProto::DOUBLE, {1ll << 40, 1ll << 40}, kLimit).status().code(),
+            absl::StatusCode::kInvalidArgument);  // overflows int64
+  EXPECT_FALSE(Tensor::zeros(TensorProto::FLOAT, {-1}, kLimit).ok());
+  EXPECT_EQ(Tensor::zeros(TensorProto::STRING, {1 << 20}, kLimit).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // A proto declaring a huge shape is rejected before its (absent) data is looked at.
+  TensorProto p = proto_of(TensorProto::INT64, {1 << 20, 1 << 10});
+  EXPECT_EQ(Tensor::from_proto(p, kLimit).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(TensorTest, ExternalDataIsUnsupported) {
+  TensorProto p = proto_of(TensorProto::FLOAT, {1});
+  p.set_data_location(TensorProto::EXTERNAL);
+  EXPECT_EQ(Tensor::from_proto(p, kLimit).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(TensorTest, Conversions) {
+  auto t = Tensor::zeros(TensorProto::INT8, {3}, kLimit);
+  ASSERT_TRUE(t.ok());
+  t->set_double(0, -3.7);  // truncates
+  t->set_int64(1, 300);    // wraps like a C cast
+  EXPECT_EQ(t->get_int64(0), -3);
+  EXPECT_EQ(t->get_int64(1), 44);
+  auto f = Tensor::zeros(TensorProto::FLOAT, {1}, kLimit);
+  ASSERT_TRUE(f.ok());
+  f->set_double(0, std::nan(""));
+  EXPECT_EQ(f->get_int64(0), 0);
+  auto a = Tensor::zeros(TensorProto::FLOAT, {1}, kLimit);
+  a->set_double(0, std::nan(""));
+  EXPECT_TRUE(*a == *f);  // NaNs compare by bits
+}
+
+TEST(BroadcastTest, Shapes) {
+  auto s = broadcast_shape({{2, 1, 4}, {3, 1}, {}});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_FALSE(broadcast_shape({{2, 3}, {4}}).ok());
+  EXPECT_EQ(*broadcast_shape({{0, 1}, {1, 5}}), (std::vector<int64_t>{0, 5}));
+  EXPECT_TRUE(broadcastable_to({3, 1}, {2, 3, 4}));
+  EXPECT_FALSE(broadcastable_to({2, 3, 4}, {3, 4}));
+}
+
+TEST(BroadcastTest, IteratorOffsets) {
+  std::vector<int64_t> out = {2, 3};
+  BroadcastIterator it(out, {{2, 1}, {3}, {2, 3}, {}});
+  for (int64_t i = 0; i < 6; ++i, it.next()) {
+    int64_t r = i / 3, c = i % 3;
+    EXPECT_EQ(it.offset(0), r);
+    EXPECT_EQ(it.offset(1), c);
+    EXPECT_EQ(it.offset(2), i);
+    EXPECT_EQ(it.offset(3), 0);
+  }
+}
+
+TEST(KernelRegistryTest, LookupRespectsDomainAndOpset) {
+  EXPECT_EQ(find_kernel("NoSuchOp", "", 17), nullptr);
+  register_kernel("GraftTestOp", 3, 7, [](KernelContext&) { return absl::OkStatus(); });
+  EXPECT_EQ(find_kernel("GraftTestOp", "", 2), nullptr);
+  EXPECT_NE(find_kernel("GraftTestOp", "", 3), nullptr);
+  EXPECT_NE(find_kernel("GraftTestOp", "ai.onnx", 7), nullptr);
+  EXPECT_EQ(find_kernel("GraftTestOp", "", 8), nullptr);
+  EXPECT_EQ(find_kernel("GraftTestOp", "com.microsoft", 5), nullptr);
+}
+
+}  // namespace
+}  // namespace graft::eval
