@@ -8,6 +8,7 @@
 namespace graft {
 
 std::unique_ptr<Pass> make_extract_constants();
+std::unique_ptr<Pass> make_fold_constants();
 std::unique_ptr<Pass> make_eliminate_identity();
 std::unique_ptr<Pass> make_eliminate_noop();
 std::unique_ptr<Pass> make_dedup_initializers();

@@ -9,6 +9,16 @@ const std::vector<PassInfo>& all_passes() {
   // expose fusions; prune runs last to drop what the others left unused.
   static const std::vector<PassInfo> passes = {
       {"extract_constants", "Constant nodes become initializers", 1, {}, make_extract_constants},
+      {"fold_constants",
+       "nodes whose inputs are all constants become initializers holding their results "
+       "(deterministic ops the reference evaluator supports)",
+       1,
+       {{"max_bytes", "16777216", "largest folded result in bytes"},
+        {"max_growth", "4",
+         "never fold when the result is more than this many times larger than the constant "
+         "inputs folding frees, i.e. those only this node reads (results under 1 KiB always "
+         "fold)"}},
+       make_fold_constants},
       {"eliminate_identity",
        "remove Identity nodes (graph output names are kept)",
        1,

@@ -1,0 +1,151 @@
+// A node whose inputs are all constants is computed once, here, with the reference evaluator,
+// and its outputs become initializers. Exported models carry long chains of such nodes (shape
+// arithmetic, weight preprocessing) that otherwise run on every inference.
+//
+// Deliberately not folded: nondeterministic ops, nodes with subgraphs, ops the evaluator cannot
+// run at the node's opset, results above `max_bytes`, and results much larger than their inputs
+// (ConstantOfShape/Expand/Tile/Range would trade a tiny computation for a bloated model file).
+// Function bodies cannot hold initializers, and IR < 4 models would gain graph inputs.
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+
+#include "core/eval/kernel.h"
+#include "core/eval/tensor.h"
+#include "core/passes/passes.h"
+
+namespace graft {
+
+namespace {
+
+// Results under this size are always worth folding, whatever their growth: a shape vector or a
+// small mask costs less in the file than the node that computes it.
+constexpr uint64_t kAlwaysFoldBytes = 1024;
+
+bool is_nondeterministic(const ir::Node& n) {
+  static const std::unordered_set<std::string> ops = {"RandomNormal",     "RandomUniform",
+                                                      "RandomNormalLike", "RandomUniformLike",
+                                                      "Multinomial",      "Bernoulli"};
+  return ops.count(n.op_type()) > 0;
+}
+
+// Approximate in-file size of a tensor: element bytes, or string lengths plus a small overhead.
+uint64_t tensor_bytes(const eval::Tensor& t) {
+  if (t.dtype() != onnx::TensorProto::STRING) return t.bytes();
+  uint64_t total = 0;
+  for (const auto& s : t.strings()) total += s.size() + 2;
+  return total;
+}
+
+class FoldConstants final : public Pass {
+ public:
+  std::string_view name() const override { return "fold_constants"; }
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    auto max_bytes = ctx.option_int("max_bytes", 16ll << 20);
+    if (!max_bytes.ok()) return max_bytes.status();
+    auto max_growth = ctx.option_int("max_growth", 4);
+    if (!max_growth.ok()) return max_growth.status();
+    if (*max_bytes < 0 || *max_growth < 0)
+      return absl::InvalidArgumentError("fold_constants: max_bytes and max_growth must be >= 0");
+    limits_.max_tensor_bytes = static_cast<uint64_t>(*max_bytes);
+    max_growth_ = static_cast<uint64_t>(*max_growth);
+
+    PassResult result;
+    if (!model.allows_new_initializers()) return result;
+    // Parents before their subgraphs, so values captured from outer graphs are already folded.
+    std::vector<ir::Graph*> graphs{&model.graph()};
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      ir::Graph* g = graphs[i];
+      for (ir::Node* n : g->nodes()) {
+        if (n->dead()) continue;
+        for (const auto& sub : n->subgraphs()) graphs.push_back(sub.graph.get());
+        if (fold(*g, n)) result.add();
+      }
+    }
+    return result;
+  }
+
+ private:
+  bool foldable(const ir::Node& n) const {
+    if (!n.is_onnx_domain() || !n.subgraphs().empty() || is_nondeterministic(n)) return false;
+    for (ir::Value* v : n.inputs())
+      if (v && !v->is_constant()) return false;
+    // A node whose results nobody reads is prune's business; computing it would be wasted work.
+    bool used = false;
+    for (ir::Value* out : n.outputs()) used = used || (out && out->use_count() > 0);
+    return used;
+  }
+
+  // Evaluates `n` and replaces it by initializers; false (model untouched) if it should stay.
+  bool fold(ir::Graph& g, ir::Node* n) {
+    if (!foldable(*n)) return false;
+    const eval::Kernel* kernel = eval::find_kernel(n->op_type(), n->domain(), n->opset());
+    if (!kernel) return false;
+
+    // Inputs are read under the same cap: a crafted initializer must not make us allocate more.
+    std::vector<eval::Tensor> storage;
+    storage.reserve(n->inputs().size());
+    std::unordered_set<const ir::Value*> counted;
+    for (ir::Value* v : n->inputs()) {
+      if (!v) continue;
+      auto t = eval::Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes);
+      if (!t.ok()) return false;  // external data, segments, malformed or too large
+      storage.push_back(std::move(*t));
+    }
+    eval::KernelContext kctx{*n, n->opset(), {}, {}, limits_};
+    size_t next = 0;
+    for (ir::Value* v : n->inputs()) kctx.inputs.push_back(v ? &storage[next++] : nullptr);
+    kctx.outputs.resize(n->outputs().size());
+    // Any kernel error (unsupported attribute, invalid input, over the cap) means "keep the node".
+    if (!(*kernel)(kctx).ok()) return false;
+
+    uint64_t output_bytes = 0;
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      if (!n->output(i)) continue;
+      const eval::Tensor& t = kctx.outputs[i];
+      if (t.dtype() == 0) return false;  // the kernel did not produce this output
+      if (tensor_bytes(t) > limits_.max_tensor_bytes) return false;
+      output_bytes += tensor_bytes(t);
+    }
+    // Growth is measured against the input bytes folding frees (inputs only this node reads):
+    // a large result added while its inputs stay, e.g. slices of a weight other nodes still
+    // read, would make the model bigger instead of moving bytes. A Constant's result is its own
+    // attribute, so folding it never adds bytes.
+    uint64_t freed_bytes = 0;
+    counted.clear();
+    for (ir::Value* v : n->inputs()) {
+      if (!v || !counted.insert(v).second || v->is_graph_output()) continue;
+      bool only_here = true;
+      for (const ir::Use& u : v->uses()) only_here = only_here && u.node == n;
+      if (only_here) freed_bytes += ir::tensor_bytes(*v->initializer());
+    }
+    const bool grows = !n->is("Constant") && output_bytes >= kAlwaysFoldBytes &&
+                       static_cast<unsigned __int128>(output_bytes) >
+                           static_cast<unsigned __int128>(max_growth_) * freed_bytes;
+    if (grows) return false;
+
+    std::vector<std::pair<ir::Value*, onnx::TensorProto>> results;
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      ir::Value* out = n->output(i);
+      if (!out) continue;
+      results.emplace_back(out, kctx.outputs[i].to_proto(out->name()));
+    }
+    // Keep the output names: consumers, nested subgraphs and graph outputs refer to them.
+    g.remove_node(n);
+    for (auto& [out, proto] : results)
+      if (!out->dead()) g.make_initializer(out, std::move(proto));
+    return true;
+  }
+
+  eval::Limits limits_;
+  uint64_t max_growth_ = 4;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fold_constants() { return std::make_unique<FoldConstants>(); }
+
+}  // namespace graft
