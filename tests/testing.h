@@ -1,7 +1,8 @@
 // Shared helpers for Graft's tests: models written in ONNX text syntax, running one pass,
-// counting ops, and the ONNX checker.
+// counting ops, the ONNX checker, and numeric comparison of two models on the evaluator.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -17,6 +18,18 @@ namespace graft::testing {
 std::unique_ptr<ir::Model> parse_text(const std::string& text);
 // Runs one registered pass on the model, then finalize() and verify(); fails the test on error.
 PassResult run_pass(ir::Model& model, const std::string& pass, const PassOptions& options = {});
+// run_pass, plus a check (EXPECT) that the reference evaluator computes the same outputs before
+// and after the pass (same_outputs(...) == ""). For models the evaluator cannot run (custom
+// domains, local functions) use run_pass and say why.
+PassResult run_pass_checked(ir::Model& model, const std::string& pass,
+                            const PassOptions& options = {});
+// Runs both models with eval::run_model on the same seeded random inputs (generated from the
+// declared types of `before`'s non-initializer main graph inputs: floats uniform in [-2, 2],
+// integers in [0, 3], bools random; symbolic or unknown dims are 2) and compares every output
+// (dtype, dims; floats with rtol 1e-4 / atol 1e-5 and NaN == NaN; everything else exactly).
+// Returns "" when equal, "not verifiable: <reason>" when the evaluator cannot run `before` or
+// the inputs cannot be generated, else a description of the first difference.
+std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32_t seed = 1);
 // Number of nodes with op type `op` in all graphs of the model.
 int count_ops(const ir::Model& model, const std::string& op);
 // The main graph as ONNX text.

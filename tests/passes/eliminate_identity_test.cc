@@ -46,7 +46,7 @@ TEST(EliminateIdentity, ConsumersReadTheInputDirectly) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_TRUE(result.changed);
   EXPECT_EQ(result.rewrites, 2);
   EXPECT_EQ(count_ops(*model, "Identity"), 0);
@@ -65,7 +65,7 @@ TEST(EliminateIdentity, GraphOutputNameMovesToTheProducer) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 1);
   EXPECT_EQ(count_ops(*model, "Identity"), 0);
   EXPECT_EQ(output_names(model->graph()), (std::vector<std::string>{"y", "z"}));
@@ -89,7 +89,7 @@ TEST(EliminateIdentity, ChainEndingInAGraphOutput) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 2);
   EXPECT_EQ(count_ops(*model, "Identity"), 0);
   EXPECT_EQ(producer_op(model->graph(), "y"), "Neg");
@@ -109,7 +109,7 @@ TEST(EliminateIdentity, KeepsIdentitiesThatNameGraphOutputsOfInputsOrConstants) 
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   // x is an input, w an initializer, d a caller-overridable default, a itself an output: every
   // output needs its own name, so each Identity stays.
   EXPECT_FALSE(result.changed);
@@ -128,7 +128,7 @@ TEST(EliminateIdentity, InputsAndInitializersCanBeReadDirectlyByNodes) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 2);
   EXPECT_EQ(input_names(*only_node(model->graph(), "Mul")), (std::vector<std::string>{"x", "w"}));
   EXPECT_EQ(onnx_errors(*model), "");
@@ -143,6 +143,7 @@ TEST(EliminateIdentity, LeavesOtherDomainsAlone) {
     }
   )");
   ASSERT_TRUE(model);
+  // Not run_pass_checked: the evaluator cannot run custom-domain ops.
   auto result = run_pass(*model, "eliminate_identity");
   EXPECT_FALSE(result.changed);
   EXPECT_EQ(count_ops(*model, "Identity"), 1);
@@ -163,7 +164,7 @@ TEST(EliminateIdentity, InsideIfBranches) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 1);
   ir::Node* if_node = only_node(model->graph(), "If");
   ASSERT_EQ(if_node->subgraphs().size(), 2u);
@@ -199,7 +200,7 @@ TEST(EliminateIdentity, OuterIdentityReadBySubgraphs) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 1);
   EXPECT_EQ(count_ops(*model, "Identity"), 0);
   for (const auto& sub : only_node(model->graph(), "If")->subgraphs())
@@ -222,7 +223,7 @@ TEST(EliminateIdentity, LoopBodyPassThroughStays) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 2);
   const ir::Graph& body = *only_node(model->graph(), "Loop")->subgraphs()[0].graph;
   EXPECT_EQ(producer_op(body, "c_out"), "Identity");
@@ -246,6 +247,7 @@ TEST(EliminateIdentity, FunctionBodies) {
     }
   )");
   ASSERT_TRUE(model);
+  // Not run_pass_checked: the evaluator does not run local functions.
   auto result = run_pass(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 2);
   const ir::Graph& body = *model->functions()[0].body;
@@ -270,11 +272,11 @@ TEST(EliminateIdentity, SecondRunFindsNothing) {
     }
   )");
   ASSERT_TRUE(model);
-  auto first = run_pass(*model, "eliminate_identity");
+  auto first = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(first.rewrites, 1);
   EXPECT_EQ(producer_op(model->graph(), "y"), "Relu");
   EXPECT_EQ(producer_op(model->graph(), "z"), "Identity");
-  auto second = run_pass(*model, "eliminate_identity");
+  auto second = run_pass_checked(*model, "eliminate_identity");
   EXPECT_FALSE(second.changed);
   EXPECT_EQ(onnx_errors(*model), "");
 }

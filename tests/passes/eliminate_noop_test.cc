@@ -38,6 +38,23 @@ struct Case {
   std::string nodes;
 };
 
+// run_pass_checked, except that a model the evaluator cannot run (it has no Dropout kernel, no
+// Relu-1 for opsets below 6, and runs no custom-domain op) may be
+// "not verifiable" and is then only checked structurally.
+PassResult run_noop(ir::Model& model) {
+  bool unsupported = count_ops(model, "Dropout") > 0 || model.graph().opset("") < 6;
+  for (ir::Graph* g : model.all_graphs())
+    for (ir::Node* n : g->nodes()) unsupported |= !n->is_onnx_domain();
+  if (!unsupported) return run_pass_checked(model, "eliminate_noop");
+  auto before = model.clone();
+  PassResult result = run_pass(model, "eliminate_noop");
+  std::string same = same_outputs(*before, model);
+  if (same.rfind("not verifiable: ", 0) != 0) {
+    EXPECT_EQ(same, "");
+  }
+  return result;
+}
+
 // Runs eliminate_noop on a model with one candidate node and reports whether it was removed.
 // Removed nodes must leave Relu reading x directly and a model ONNX accepts.
 bool removes(const Case& c) {
@@ -45,7 +62,7 @@ bool removes(const Case& c) {
   EXPECT_TRUE(model) << c.name;
   if (!model) return false;
   size_t before = model->graph().num_nodes();
-  auto result = run_pass(*model, "eliminate_noop");
+  auto result = run_noop(*model);
   bool removed = model->graph().num_nodes() < before;
   EXPECT_EQ(result.changed, removed) << c.name;
   EXPECT_EQ(result.rewrites, removed ? 1 : 0) << c.name;
@@ -190,7 +207,7 @@ TEST(EliminateNoop, DropoutWithUsedMaskStays) {
     }
   )");
   ASSERT_TRUE(model);
-  EXPECT_FALSE(run_pass(*model, "eliminate_noop").changed);
+  EXPECT_FALSE(run_noop(*model).changed);
   auto model2 = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2] x) => (float[2] y) {
@@ -200,7 +217,7 @@ TEST(EliminateNoop, DropoutWithUsedMaskStays) {
     }
   )");
   ASSERT_TRUE(model2);
-  EXPECT_FALSE(run_pass(*model2, "eliminate_noop").changed);
+  EXPECT_FALSE(run_noop(*model2).changed);
   EXPECT_EQ(count_ops(*model2, "Dropout"), 1);
 }
 
@@ -215,7 +232,7 @@ TEST(EliminateNoop, GraphOutputsKeepTheirNames) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_noop");
+  auto result = run_noop(*model);
   // y: Relu now outputs it. z: x is a graph input, so the Cast stays to give it the name z.
   // w: y is a graph output itself, so the Dropout stays to give it a second name.
   EXPECT_EQ(result.rewrites, 1);
@@ -240,7 +257,7 @@ TEST(EliminateNoop, ChainsCollapse) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_noop");
+  auto result = run_noop(*model);
   // The last Cast names the graph output and would have to rename x, a graph input: it stays.
   EXPECT_EQ(result.rewrites, 3);
   EXPECT_EQ(model->graph().num_nodes(), 1u);
@@ -265,7 +282,7 @@ TEST(EliminateNoop, InsideSubgraphs) {
     }
   )");
   ASSERT_TRUE(model);
-  auto result = run_pass(*model, "eliminate_noop");
+  auto result = run_noop(*model);
   EXPECT_EQ(result.rewrites, 3);
   EXPECT_EQ(
       count_ops(*model, "Dropout") + count_ops(*model, "Transpose") + count_ops(*model, "Cast"), 0);
@@ -294,7 +311,7 @@ TEST(EliminateNoop, LeavesOtherDomainsAndUnknownAttributesAlone) {
     }
   )");
   ASSERT_TRUE(model);
-  EXPECT_FALSE(run_pass(*model, "eliminate_noop").changed);
+  EXPECT_FALSE(run_noop(*model).changed);
   EXPECT_EQ(model->graph().num_nodes(), 3u);
 }
 
@@ -310,7 +327,7 @@ TEST(EliminateNoop, OverridableInitializersAreNotConstants) {
     }
   )");
   ASSERT_TRUE(model);
-  EXPECT_FALSE(run_pass(*model, "eliminate_noop").changed);
+  EXPECT_FALSE(run_noop(*model).changed);
   EXPECT_EQ(model->graph().num_nodes(), 3u);
 }
 

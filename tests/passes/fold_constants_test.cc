@@ -1,0 +1,339 @@
+#include <cmath>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include "core/ir/tensor.h"
+#include "core/passes/registry.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+// The initializer of `name` in graph `g` as doubles (empty if it is not one).
+std::vector<double> values_in(const ir::Graph& g, const std::string& name) {
+  ir::Value* v = g.find_local(name);
+  if (!v || !v->initializer()) return {};
+  return ir::read_doubles(*v->initializer()).value_or(std::vector<double>{});
+}
+
+std::vector<int64_t> dims_of(const ir::Model& model, const std::string& name) {
+  ir::Value* v = model.graph().find_local(name);
+  if (!v || !v->initializer()) return {-999};
+  return {v->initializer()->dims().begin(), v->initializer()->dims().end()};
+}
+
+void expect_near(const std::vector<double>& actual, const std::vector<double>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-5) << i;
+}
+
+TEST(FoldConstants, ArithmeticChainBecomesOneInitializer) {
+  const std::vector<double> c1 = {1.5, -2.0, 3.0}, c2 = {0.25, 4.0, -1.0}, c3 = {2.0, 0.5, -3.0},
+                            c4 = {1.0, 1.0, 0.5};
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[3] x) => (float[3] y)
+      <float[3] c1 = {1.5, -2.0, 3.0}, float[3] c2 = {0.25, 4.0, -1.0},
+       float[3] c3 = {2.0, 0.5, -3.0}, float[3] c4 = {1.0, 1.0, 0.5}> {
+      a = Add (c1, c2)
+      b = Mul (a, c3)
+      d = Sub (b, c4)
+      e = Sqrt (c4)
+      f = Div (d, e)
+      y = Add (x, f)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_TRUE(result.changed);
+  EXPECT_EQ(result.rewrites, 5);
+  EXPECT_EQ(model->graph().num_nodes(), 1u);
+  EXPECT_EQ(count_ops(*model, "Add"), 1);
+  std::vector<double> expected;
+  for (size_t i = 0; i < 3; ++i)
+    expected.push_back(((c1[i] + c2[i]) * c3[i] - c4[i]) / std::sqrt(c4[i]));
+  expect_near(initializer_values(*model, "f"), expected);
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, ShapeGatherConcatReshapeChainFolds) {
+  std::vector<double> w;
+  for (int i = 0; i < 24; ++i) w.push_back(i * 0.5 - 3.0);
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,12] x) => (float[2,12] y)
+      <float[2,3,4] w = {)",
+                                       absl::StrJoin(w, ", "), R"(},
+       int64 zero = {0}, int64[1] axes = {0}, int64[1] minus1 = {-1}> {
+      s = Shape (w)
+      d0 = Gather <axis = 0> (s, zero)
+      u = Unsqueeze (d0, axes)
+      n = Concat <axis = 0> (u, minus1)
+      r = Reshape (w, n)
+      y = Add (x, r)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 5);
+  EXPECT_EQ(model->graph().num_nodes(), 1u);
+  ir::Value* n = model->graph().find_local("n");
+  ASSERT_TRUE(n && n->initializer());
+  EXPECT_EQ(ir::read_int64s(*n->initializer()), (std::vector<int64_t>{2, -1}));
+  EXPECT_EQ(dims_of(*model, "r"), (std::vector<int64_t>{2, 12}));
+  EXPECT_EQ(initializer_values(*model, "r"), w);
+  EXPECT_EQ(model->graph().find_local("s")->initializer()->data_type(), onnx::TensorProto::INT64);
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, MultiOutputNodeAndGraphOutputKeepTheirNames) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[3] x) => (float[3] y, float[1] p, float[2] q)
+      <float[3] c = {4.0, 9.0, 16.0}, int64[2] sizes = {1, 2}> {
+      p, q = Split <axis = 0> (c, sizes)
+      r = Sqrt (c)
+      y = Mul (x, r)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 2);
+  EXPECT_EQ(initializer_values(*model, "p"), (std::vector<double>{4.0}));
+  EXPECT_EQ(initializer_values(*model, "q"), (std::vector<double>{9.0, 16.0}));
+  expect_near(initializer_values(*model, "r"), {2.0, 3.0, 4.0});
+  ASSERT_EQ(model->graph().outputs().size(), 3u);
+  EXPECT_EQ(model->graph().outputs()[1].value->name(), "p");
+  EXPECT_EQ(model->graph().outputs()[2].value->name(), "q");
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, NonConstantInputsAreNotFolded) {
+  // `w` is an initializer that is also a graph input: callers may override it.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x, float[2] w) => (float[2] y) <float[2] w = {1.0, 2.0}, float[2] c = {3.0, 4.0}> {
+      a = Add (x, c)
+      b = Neg (w)
+      y = Add (a, b)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass_checked(*model, "fold_constants").changed);
+  EXPECT_EQ(count_ops(*model, "Add"), 2);
+  EXPECT_EQ(count_ops(*model, "Neg"), 1);
+}
+
+TEST(FoldConstants, NondeterministicOpsAreNotFolded) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x) => (float[2] y) <float[2] c = {3.0, 4.0}> {
+      r = RandomUniformLike (c)
+      n = RandomNormalLike (c)
+      s = Add (r, n)
+      y = Add (x, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass(*model, "fold_constants").changed);
+  EXPECT_EQ(count_ops(*model, "RandomUniformLike"), 1);
+  EXPECT_EQ(count_ops(*model, "RandomNormalLike"), 1);
+  EXPECT_EQ(count_ops(*model, "Add"), 2);
+}
+
+TEST(FoldConstants, CustomDomainsAndKernelErrorsAreLeftAlone) {
+  // The Reshape is invalid (6 elements into 4): the kernel refuses, the pass keeps the node.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "custom" : 1]>
+    g (float[4] x) => (float[4] y, float[2] z)
+      <float[6] c = {1, 2, 3, 4, 5, 6}, int64[1] shape = {4}, float[2] d = {1, 2}> {
+      r = Reshape (c, shape)
+      y = Add (x, r)
+      z = custom.Neg (d)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass(*model, "fold_constants").changed);
+  EXPECT_EQ(count_ops(*model, "Reshape"), 1);
+  EXPECT_EQ(count_ops(*model, "Neg"), 1);
+}
+
+constexpr char kConstantOfShape[] = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1000,1000] x, float[15,15] x2) => (float[1000,1000] y, float[15,15] y2)
+      <int64[2] big = {1000, 1000}, int64[2] small = {15, 15}> {
+      f = ConstantOfShape <value = float[1] {0.5}> (big)
+      y = Add (x, f)
+      f2 = ConstantOfShape <value = float[1] {0.5}> (small)
+      y2 = Add (x2, f2)
+    }
+  )";
+
+TEST(FoldConstants, GrowthCapKeepsBlowUps) {
+  auto model = parse_text(kConstantOfShape);
+  ASSERT_TRUE(model);
+  // 1M floats from a 16-byte shape stays; 225 floats (under 1 KiB) fold despite the growth.
+  auto result = run_pass(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 1);
+  EXPECT_EQ(count_ops(*model, "ConstantOfShape"), 1);
+  ir::Value* f = model->graph().find_local("f");
+  ASSERT_TRUE(f);
+  EXPECT_FALSE(f->is_initializer());
+  EXPECT_EQ(initializer_values(*model, "f2"), std::vector<double>(225, 0.5));
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, MaxGrowthOptionAllowsLargerResults) {
+  auto model = parse_text(kConstantOfShape);
+  ASSERT_TRUE(model);
+  auto result = run_pass(*model, "fold_constants", {{"max_growth", "1000000"}});
+  EXPECT_EQ(result.rewrites, 2);
+  EXPECT_EQ(count_ops(*model, "ConstantOfShape"), 0);
+  EXPECT_EQ(dims_of(*model, "f"), (std::vector<int64_t>{1000, 1000}));
+}
+
+constexpr char kConcat[] = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[500] x) => (float[500] y)
+      <float[250] a = {%s}, float[250] b = {%s}> {
+      c = Concat <axis = 0> (a, b)
+      y = Add (x, c)
+    }
+  )";
+
+std::unique_ptr<ir::Model> concat_model(std::vector<double>* expected) {
+  std::vector<double> a, b;
+  for (int i = 0; i < 250; ++i) {
+    a.push_back(i);
+    b.push_back(-0.5 * i);
+  }
+  *expected = a;
+  expected->insert(expected->end(), b.begin(), b.end());
+  std::string text = kConcat;
+  text.replace(text.find("%s"), 2, absl::StrJoin(a, ", "));
+  text.replace(text.find("%s"), 2, absl::StrJoin(b, ", "));
+  return parse_text(text);
+}
+
+TEST(FoldConstants, MaxBytesOptionIsRespected) {
+  // Each input is 1000 bytes, the result 2000 bytes (no growth).
+  std::vector<double> expected;
+  auto capped = concat_model(&expected);
+  ASSERT_TRUE(capped);
+  EXPECT_FALSE(run_pass(*capped, "fold_constants", {{"max_bytes", "1500"}}).changed);
+  EXPECT_EQ(count_ops(*capped, "Concat"), 1);
+
+  auto model = concat_model(&expected);
+  ASSERT_TRUE(model);
+  EXPECT_EQ(run_pass_checked(*model, "fold_constants", {{"max_bytes", "2000"}}).rewrites, 1);
+  EXPECT_EQ(count_ops(*model, "Concat"), 0);
+  EXPECT_EQ(initializer_values(*model, "c"), expected);
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, FoldsInsideSubgraphsUsingOuterConstants) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[2] x) => (float[2] y) <float[2] c1 = {1.5, 2.0}, float[2] c2 = {-4.0, 0.25}> {
+      y = If (cond) <
+        then_branch = then_g () => (float[2] a) {
+          m = Mul (c1, c2)
+          a = Add (x, m)
+        },
+        else_branch = else_g () => (float[2] b) {
+          b = Sub (c1, c2)
+        }>
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 2);
+  EXPECT_EQ(count_ops(*model, "Mul"), 0);
+  EXPECT_EQ(count_ops(*model, "Sub"), 0);
+  EXPECT_EQ(count_ops(*model, "Add"), 1);
+  std::vector<ir::Graph*> graphs = model->all_graphs();
+  const ir::Graph* then_g = nullptr;
+  const ir::Graph* else_g = nullptr;
+  for (ir::Graph* g : graphs) {
+    if (g->name() == "then_g") then_g = g;
+    if (g->name() == "else_g") else_g = g;
+  }
+  ASSERT_TRUE(then_g && else_g);
+  expect_near(values_in(*then_g, "m"), {1.5 * -4.0, 2.0 * 0.25});
+  expect_near(values_in(*else_g, "b"), {1.5 - -4.0, 2.0 - 0.25});
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, OldIrVersionsAndFunctionBodiesAreLeftAlone) {
+  // Before IR 4 every initializer must be a graph input: folding would change the interface.
+  auto old = parse_text(R"(
+    <ir_version: 3, opset_import: ["" : 8]>
+    g (float[2] x) => (float[2] y) {
+      c = Constant <value = float[2] {1.0, 2.0}> ()
+      n = Neg (c)
+      y = Add (x, n)
+    }
+  )");
+  ASSERT_TRUE(old);
+  EXPECT_FALSE(run_pass(*old, "fold_constants").changed);
+  EXPECT_EQ(count_ops(*old, "Constant"), 1);
+  EXPECT_EQ(count_ops(*old, "Neg"), 1);
+  EXPECT_EQ(onnx_errors(*old), "");
+
+  // Function bodies cannot hold initializers.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2] x) => (float[2] y) {
+      y = local.AddTwo (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    AddTwo (a) => (b) {
+      one = Constant <value_float = 1.0> ()
+      two = Add (one, one)
+      b = Add (a, two)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass(*model, "fold_constants").changed);
+  EXPECT_EQ(count_ops(*model, "Add"), 2);
+}
+
+TEST(FoldConstants, BadOptionsAreErrors) {
+  auto model = parse_text(kConstantOfShape);
+  ASSERT_TRUE(model);
+  PassOptions options = {{"max_bytes", "-1"}};
+  PassContext ctx(options);
+  auto result = find_pass("fold_constants")->create()->run(*model, ctx);
+  EXPECT_FALSE(result.ok());
+}
+
+}  // namespace
+}  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+TEST(FoldConstants, SlicesOfASharedWeightAreNotCopied) {
+  // Folding either Slice would add 8 KiB while the 16 KiB weight stays for the other one: the
+  // model would grow (as LSTM gate slicing in exported RNNs does), so both stay.
+  std::vector<std::string> values(64 * 64, "0.5");
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, 64] x) => (float[1, 32] y, float[1, 32] z) <float[64, 64] w = {)",
+                                       absl::StrJoin(values, ","), R"(},
+        int64[1] s0 = {0}, int64[1] e0 = {32}, int64[1] s1 = {32}, int64[1] e1 = {64},
+        int64[1] ax = {1}> {
+      a = Slice (w, s0, e0, ax)
+      b = Slice (w, s1, e1, ax)
+      y = MatMul (x, a)
+      z = MatMul (x, b)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass(*model, "fold_constants").changed);
+  EXPECT_EQ(count_ops(*model, "Slice"), 2);
+}
+
+}  // namespace
+}  // namespace graft::testing
