@@ -4,38 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "core/eval/kernel.h"
-#include "core/eval/tensor.h"
-#include "tests/testing.h"
+#include "tests/eval/kernel_testing.h"
 
 namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-template <typename T>
-Tensor make(int32_t dtype, std::vector<int64_t> dims, std::vector<T> values) {
-  auto t = Tensor::zeros(dtype, std::move(dims), 1 << 20);
-  EXPECT_TRUE(t.ok());
-  for (size_t i = 0; i < values.size(); ++i) t->data<T>()[i] = values[i];
-  return *t;
-}
-
-// Runs the single node of `text` on `inputs`; returns the status and leaves outputs in `out`.
-absl::Status run(const std::string& text, std::vector<const Tensor*> inputs,
-                 std::vector<Tensor>* out, uint64_t limit = 1 << 20) {
-  auto model = testing::parse_text(text);
-  if (!model) return absl::InternalError("parse");
-  const ir::Node& node = *model->graph().nodes().at(0);
-  const Kernel* kernel = find_kernel(node.op_type(), node.domain(), node.opset());
-  if (kernel == nullptr) return absl::NotFoundError("no kernel");
-  KernelContext ctx{node, node.opset(), std::move(inputs), {}, {}};
-  ctx.limits.max_tensor_bytes = limit;
-  ctx.outputs.resize(node.outputs().size());
-  absl::Status st = (*kernel)(ctx);
-  *out = std::move(ctx.outputs);
-  return st;
-}
 
 constexpr char kDivInt[] = R"(
   <ir_version: 8, opset_import: ["" : 17]>

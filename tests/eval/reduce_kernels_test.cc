@@ -7,59 +7,12 @@
 
 #include <gtest/gtest.h>
 
-#include "core/eval/kernel.h"
-#include "core/eval/tensor.h"
-#include "tests/testing.h"
+#include "tests/eval/kernel_testing.h"
 
 namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-template <typename T>
-Tensor make(int32_t dtype, std::vector<int64_t> dims, std::vector<T> values) {
-  auto t = Tensor::zeros(dtype, std::move(dims), 1 << 20);
-  EXPECT_TRUE(t.ok());
-  EXPECT_EQ(t->size(), static_cast<int64_t>(values.size()));
-  for (size_t i = 0; i < values.size(); ++i) t->data<T>()[i] = values[i];
-  return *t;
-}
-
-Tensor ints(std::vector<int64_t> values) {
-  return make<int64_t>(TensorProto::INT64, {static_cast<int64_t>(values.size())}, values);
-}
-
-std::vector<double> doubles_of(const Tensor& t) {
-  std::vector<double> v(t.size());
-  for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_double(i);
-  return v;
-}
-
-std::vector<int64_t> ints_of(const Tensor& t) {
-  std::vector<int64_t> v(t.size());
-  for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_int64(i);
-  return v;
-}
-
-absl::Status run(const std::string& text, std::vector<const Tensor*> inputs,
-                 std::vector<Tensor>* out) {
-  auto model = testing::parse_text(text);
-  if (!model) return absl::InternalError("parse");
-  const ir::Node& node = *model->graph().nodes().at(0);
-  const Kernel* kernel = find_kernel(node.op_type(), node.domain(), node.opset());
-  if (kernel == nullptr) return absl::NotFoundError("no kernel");
-  KernelContext ctx{node, node.opset(), std::move(inputs), {}, {}};
-  ctx.limits.max_tensor_bytes = 1 << 20;
-  ctx.outputs.resize(node.outputs().size());
-  absl::Status st = (*kernel)(ctx);
-  *out = std::move(ctx.outputs);
-  return st;
-}
-
-std::string model(int opset, const std::string& sig, const std::string& body) {
-  return "<ir_version: 8, opset_import: [\"\" : " + std::to_string(opset) + "]>\ng " + sig + " { " +
-         body + " }";
-}
 
 // x = [[1, 2, 3], [4, 5, 6]]
 Tensor matrix() { return make<float>(TensorProto::FLOAT, {2, 3}, {1, 2, 3, 4, 5, 6}); }
