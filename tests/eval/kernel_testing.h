@@ -15,7 +15,9 @@ template <typename T>
 Tensor make(int32_t dtype, std::vector<int64_t> dims, std::vector<T> values) {
   auto t = Tensor::zeros(dtype, std::move(dims), 1 << 20);
   EXPECT_TRUE(t.ok());
-  if (!values.empty()) EXPECT_EQ(t->size(), static_cast<int64_t>(values.size()));
+  if (!values.empty()) {
+    EXPECT_EQ(t->size(), static_cast<int64_t>(values.size()));
+  }
   for (size_t i = 0; i < values.size(); ++i) t->data<T>()[i] = values[i];
   return *t;
 }
