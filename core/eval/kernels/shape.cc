@@ -647,6 +647,27 @@ absl::Status gather_nd_kernel(KernelContext& ctx) {
 
 enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
 
+// The scatter ops' `reduction` attribute (opset 16; max/min from 18).
+absl::StatusOr<Reduction> parse_reduction(const KernelContext& ctx, const Tensor& data) {
+  Reduction red = Reduction::kNone;
+  std::string rs = ctx.opset >= 16 ? ctx.node.attr_string("reduction", "none") : "none";
+  if (rs == "add") {
+    red = Reduction::kAdd;
+  } else if (rs == "mul") {
+    red = Reduction::kMul;
+  } else if (rs == "max" && ctx.opset >= 18) {
+    red = Reduction::kMax;
+  } else if (rs == "min" && ctx.opset >= 18) {
+    red = Reduction::kMin;
+  } else if (rs != "none") {
+    return invalid(ctx, "unknown reduction '", rs, "'");
+  }
+  if (red != Reduction::kNone && data.dtype() == TensorProto::STRING) {
+    return invalid(ctx, "reduction on strings");
+  }
+  return red;
+}
+
 template <typename K>
 K combine(Reduction red, K a, K b) {
   if constexpr (std::is_integral_v<K>) {
@@ -692,22 +713,9 @@ absl::Status scatter_nd_kernel(KernelContext& ctx) {
   if (updates.dims() != want || updates.dtype() != data.dtype()) {
     return invalid(ctx, "updates shape/type mismatch");
   }
-  Reduction red = Reduction::kNone;
-  std::string rs = ctx.opset >= 16 ? ctx.node.attr_string("reduction", "none") : "none";
-  if (rs == "add") {
-    red = Reduction::kAdd;
-  } else if (rs == "mul") {
-    red = Reduction::kMul;
-  } else if (rs == "max" && ctx.opset >= 18) {
-    red = Reduction::kMax;
-  } else if (rs == "min" && ctx.opset >= 18) {
-    red = Reduction::kMin;
-  } else if (rs != "none") {
-    return invalid(ctx, "unknown reduction '", rs, "'");
-  }
-  if (red != Reduction::kNone && data.dtype() == TensorProto::STRING) {
-    return invalid(ctx, "reduction on strings");
-  }
+  auto reduction = parse_reduction(ctx, data);
+  if (!reduction.ok()) return reduction.status();
+  const Reduction red = *reduction;
   if (auto st = copy_with_dims(ctx, 0, data, data.dims()); !st.ok()) return st;
   Tensor& out = ctx.outputs[0];
   const int64_t tuples = product(indices.dims(), 0, q - 1);
@@ -772,22 +780,9 @@ absl::Status scatter_elements_kernel(KernelContext& ctx) {
   for (int64_t i = 0; i < r; ++i) {
     if (i != axis && indices.dims()[i] > data.dims()[i]) return invalid(ctx, "indices too large");
   }
-  Reduction red = Reduction::kNone;
-  std::string rs = ctx.opset >= 16 ? ctx.node.attr_string("reduction", "none") : "none";
-  if (rs == "add") {
-    red = Reduction::kAdd;
-  } else if (rs == "mul") {
-    red = Reduction::kMul;
-  } else if (rs == "max" && ctx.opset >= 18) {
-    red = Reduction::kMax;
-  } else if (rs == "min" && ctx.opset >= 18) {
-    red = Reduction::kMin;
-  } else if (rs != "none") {
-    return invalid(ctx, "unknown reduction '", rs, "'");
-  }
-  if (red != Reduction::kNone && data.dtype() == TensorProto::STRING) {
-    return invalid(ctx, "reduction on strings");
-  }
+  auto reduction = parse_reduction(ctx, data);
+  if (!reduction.ok()) return reduction.status();
+  const Reduction red = *reduction;
   // Target offsets first, so a bad index fails before anything is written.
   const int64_t n = indices.size(), d = data.dims()[axis];
   const auto dstrides = strides_of(data.dims());
