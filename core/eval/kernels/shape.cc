@@ -557,6 +557,28 @@ absl::Status gather_kernel(KernelContext& ctx) {
   });
 }
 
+// Advances the row-major multi-index `pos` over the first `end` dims of `dims`.
+void next_index(std::vector<int64_t>& pos, const std::vector<int64_t>& dims, int64_t end) {
+  for (int64_t a = end; a-- > 0;) {
+    if (++pos[a] < dims[a]) return;
+    pos[a] = 0;
+  }
+}
+
+// Same over all of `dims`, keeping `base` = sum of pos[a] * strides[a] for every a but `axis`
+// (the gather/scatter ops index that axis separately).
+void next_index_skipping(std::vector<int64_t>& pos, const std::vector<int64_t>& dims,
+                         int64_t axis, const std::vector<int64_t>& strides, int64_t& base) {
+  for (int64_t a = static_cast<int64_t>(dims.size()); a-- > 0;) {
+    if (++pos[a] < dims[a]) {
+      if (a != axis) base += strides[a];
+      return;
+    }
+    if (a != axis) base -= (pos[a] - 1) * strides[a];
+    pos[a] = 0;
+  }
+}
+
 absl::Status gather_elements_kernel(KernelContext& ctx) {
   if (auto st = require_input(ctx, 0); !st.ok()) return st;
   const Tensor& data = *ctx.input(0);
@@ -587,14 +609,7 @@ absl::Status gather_elements_kernel(KernelContext& ctx) {
       if (i < -d || i >= d) return invalid(ctx, "index ", i, " out of range");
       if (i < 0) i += d;
       dst[k] = src[base + i * dstrides[axis]];
-      for (int64_t a = r; a-- > 0;) {
-        if (++pos[a] < indices.dims()[a]) {
-          if (a != axis) base += dstrides[a];
-          break;
-        }
-        if (a != axis) base -= (pos[a] - 1) * dstrides[a];
-        pos[a] = 0;
-      }
+      next_index_skipping(pos, indices.dims(), axis, dstrides, base);
     }
     return absl::OkStatus();
   });
@@ -794,14 +809,7 @@ absl::Status scatter_elements_kernel(KernelContext& ctx) {
     if (i < -d || i >= d) return invalid(ctx, "index ", i, " out of range");
     if (i < 0) i += d;
     targets[k] = base + i * dstrides[axis];
-    for (int64_t a = r; a-- > 0;) {
-      if (++pos[a] < indices.dims()[a]) {
-        if (a != axis) base += dstrides[a];
-        break;
-      }
-      if (a != axis) base -= (pos[a] - 1) * dstrides[a];
-      pos[a] = 0;
-    }
+    next_index_skipping(pos, indices.dims(), axis, dstrides, base);
   }
   if (auto st = copy_with_dims(ctx, 0, data, data.dims()); !st.ok()) return st;
   Tensor& out = ctx.outputs[0];
@@ -1131,10 +1139,7 @@ absl::Status pad_kernel(KernelContext& ctx) {
       for (int64_t j = 0; j < inner; ++j) {
         *dst++ = inside && last[j] >= 0 ? src[base + last[j]] : fill;
       }
-      for (int64_t a = r - 1; a-- > 0;) {
-        if (++pos[a] < dims[a]) break;
-        pos[a] = 0;
-      }
+      next_index(pos, dims, r - 1);
     }
     return absl::OkStatus();
   });
@@ -1164,10 +1169,7 @@ absl::Status non_zero_kernel(KernelContext& ctx) {
       for (int64_t a = 0; a < r; ++a) dst[a * nnz + k] = pos[a];
       ++k;
     }
-    for (int64_t a = r; a-- > 0;) {
-      if (++pos[a] < dims[a]) break;
-      pos[a] = 0;
-    }
+    next_index(pos, dims, r);
   }
   return absl::OkStatus();
 }
@@ -1400,10 +1402,7 @@ absl::Status reverse_sequence_kernel(KernelContext& ctx) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = pos[time_axis], len = (*lens)[pos[batch_axis]];
       dst[i] = t < len ? src[i + (len - 1 - 2 * t) * tstride] : src[i];
-      for (int64_t a = r; a-- > 0;) {
-        if (++pos[a] < x.dims()[a]) break;
-        pos[a] = 0;
-      }
+      next_index(pos, x.dims(), r);
     }
     return absl::OkStatus();
   });
