@@ -186,6 +186,18 @@ std::vector<double> initializer_values(const ir::Model& model, const std::string
   return values.value_or(std::vector<double>{});
 }
 
+std::vector<std::string> input_names(const ir::Node& node) {
+  std::vector<std::string> names;
+  for (const ir::Value* v : node.inputs()) names.push_back(v ? v->name() : "");
+  return names;
+}
+
+std::vector<std::string> output_names(const ir::Graph& graph) {
+  std::vector<std::string> names;
+  for (const auto& o : graph.outputs()) names.push_back(o.value->name());
+  return names;
+}
+
 std::filesystem::path onnx_testdata_dir() {
   std::filesystem::path p = "/usr/share/libonnx-testdata/data";
   return std::filesystem::exists(p) ? p : std::filesystem::path();

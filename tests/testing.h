@@ -39,6 +39,10 @@ std::string onnx_errors(const ir::Model& model);
 // Floats of an initializer by name in the main graph (fails the test if absent).
 std::vector<double> initializer_values(const ir::Model& model, const std::string& name);
 
+// Names of a node's inputs ("" for an absent optional input), and of a graph's outputs.
+std::vector<std::string> input_names(const ir::Node& node);
+std::vector<std::string> output_names(const ir::Graph& graph);
+
 // Root of the libonnx-testdata models, or empty if the package is not installed.
 std::filesystem::path onnx_testdata_dir();
 // ../shared/models next to the repository (GRAFT_SHARED_MODELS overrides), or empty.

@@ -12,12 +12,6 @@ std::string producer_op(const ir::Graph& g, const std::string& name) {
   return v && v->producer() ? v->producer()->op_type() : "";
 }
 
-std::vector<std::string> input_names(const ir::Node& n) {
-  std::vector<std::string> names;
-  for (ir::Value* v : n.inputs()) names.push_back(v ? v->name() : "");
-  return names;
-}
-
 ir::Node* only_node(const ir::Graph& g, const std::string& op) {
   ir::Node* found = nullptr;
   for (ir::Node* n : g.nodes()) {
@@ -27,12 +21,6 @@ ir::Node* only_node(const ir::Graph& g, const std::string& op) {
   }
   EXPECT_NE(found, nullptr) << "no " << op;
   return found;
-}
-
-std::vector<std::string> output_names(const ir::Graph& g) {
-  std::vector<std::string> names;
-  for (const auto& o : g.outputs()) names.push_back(o.value->name());
-  return names;
 }
 
 TEST(EliminateIdentity, ConsumersReadTheInputDirectly) {

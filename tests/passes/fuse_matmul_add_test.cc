@@ -8,12 +8,6 @@ ir::Node* producer_of(const ir::Graph& g, const std::string& name) {
   return v ? v->producer() : nullptr;
 }
 
-std::vector<std::string> input_names(const ir::Node& n) {
-  std::vector<std::string> names;
-  for (const ir::Value* v : n.inputs()) names.push_back(v ? v->name() : "");
-  return names;
-}
-
 TEST(FuseMatmulAdd, MatMulPlusBiasBecomesGemm) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
