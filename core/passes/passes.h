@@ -9,6 +9,9 @@ namespace graft {
 
 std::unique_ptr<Pass> make_extract_constants();
 std::unique_ptr<Pass> make_fold_constants();
+std::unique_ptr<Pass> make_fold_shapes();
+std::unique_ptr<Pass> make_inline_constant_if();
+std::unique_ptr<Pass> make_simplify_arithmetic();
 std::unique_ptr<Pass> make_eliminate_identity();
 std::unique_ptr<Pass> make_eliminate_noop();
 std::unique_ptr<Pass> make_dedup_initializers();

@@ -9,6 +9,11 @@ const std::vector<PassInfo>& all_passes() {
   // expose fusions; prune runs last to drop what the others left unused.
   static const std::vector<PassInfo> passes = {
       {"extract_constants", "Constant nodes become initializers", 1, {}, make_extract_constants},
+      {"fold_shapes",
+       "Shape, Size and shape arithmetic on statically known shapes become constants",
+       1,
+       {},
+       make_fold_shapes},
       {"fold_constants",
        "nodes whose inputs are all constants become initializers holding their results "
        "(deterministic ops the reference evaluator supports)",
@@ -19,6 +24,17 @@ const std::vector<PassInfo>& all_passes() {
          "inputs folding frees, i.e. those only this node reads (results under 1 KiB always "
          "fold)"}},
        make_fold_constants},
+      {"inline_constant_if",
+       "If with a constant condition becomes the nodes of its taken branch",
+       1,
+       {},
+       make_inline_constant_if},
+      {"simplify_arithmetic",
+       "exact algebraic rewrites: constant push-down, neutral and absorbing elements, "
+       "inverse pairs, Transpose/Reshape/Squeeze/Unsqueeze/Cast chains",
+       1,
+       {},
+       make_simplify_arithmetic},
       {"eliminate_identity",
        "remove Identity nodes (graph output names are kept)",
        1,
