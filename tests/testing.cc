@@ -3,7 +3,6 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 
 #include <absl/strings/str_cat.h>
@@ -12,7 +11,7 @@
 #include <onnx/defs/parser.h>
 #include <onnx/defs/printer.h>
 
-#include "core/eval/executor.h"
+#include "core/eval/verify.h"
 #include "core/eval/tensor.h"
 #include "core/ir/tensor.h"
 #include "core/passes/registry.h"
@@ -50,111 +49,26 @@ PassResult run_pass_checked(ir::Model& model, const std::string& pass, const Pas
   return result;
 }
 
-namespace {
-
-std::string dims_string(const std::vector<int64_t>& dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
-}
-
-// A random tensor for a main graph input, from its declared type.
-absl::StatusOr<eval::Tensor> random_input(const std::string& name, const onnx::TypeProto* type,
-                                          std::mt19937& rng) {
-  if (!type || !type->has_tensor_type() || !type->tensor_type().has_elem_type())
-    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is not a typed tensor"));
-  const auto& tt = type->tensor_type();
-  if (!tt.has_shape())
-    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has unknown rank"));
-  std::vector<int64_t> dims;
-  for (const auto& d : tt.shape().dim())
-    dims.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : 2);
-  const int32_t dtype = tt.elem_type();
-  if (!eval::is_float_type(dtype) && !eval::is_integer_type(dtype) &&
-      dtype != onnx::TensorProto::BOOL)
-    return absl::InvalidArgumentError(
-        absl::StrCat("input '", name, "' has element type ", dtype, " (not numeric)"));
-  auto t = eval::Tensor::zeros(dtype, dims, eval::Limits{}.max_tensor_bytes);
-  if (!t.ok()) return t.status();
-  std::uniform_real_distribution<double> real(-2.0, 2.0);
-  // Non-negative and small, so integer inputs also work as indices, counts and trip counts.
-  std::uniform_int_distribution<int64_t> integer(0, 3);
-  std::uniform_int_distribution<int64_t> boolean(0, 1);
-  for (int64_t i = 0; i < t->size(); ++i) {
-    if (eval::is_float_type(dtype))
-      t->set_double(i, real(rng));
-    else if (dtype == onnx::TensorProto::BOOL)
-      t->set_int64(i, boolean(rng));
-    else
-      t->set_int64(i, integer(rng));
-  }
-  return t;
-}
-
-// "" if the tensors match (see same_outputs), else the first difference.
-std::string compare(const std::string& name, const eval::Tensor& a, const eval::Tensor& b) {
-  if (a.dtype() != b.dtype())
-    return absl::StrCat("output '", name, "': element type ", a.dtype(), " became ", b.dtype());
-  if (a.dims() != b.dims())
-    return absl::StrCat("output '", name, "': shape ", dims_string(a.dims()), " became ",
-                        dims_string(b.dims()));
-  if (a.dtype() == onnx::TensorProto::STRING) {
-    for (size_t i = 0; i < a.strings().size() && i < b.strings().size(); ++i)
-      if (a.strings()[i] != b.strings()[i])
-        return absl::StrCat("output '", name, "' [", i, "]: \"", a.strings()[i], "\" vs \"",
-                            b.strings()[i], "\"");
-    return "";
-  }
-  for (int64_t i = 0; i < a.size(); ++i) {
-    if (eval::is_float_type(a.dtype())) {
-      const double x = a.get_double(i), y = b.get_double(i);
-      if (std::isnan(x) && std::isnan(y)) continue;
-      if (x == y) continue;  // also equal infinities
-      if (std::isfinite(x) && std::isfinite(y) && std::abs(x - y) <= 1e-5 + 1e-4 * std::abs(x))
-        continue;
-      return absl::StrCat("output '", name, "' [", i, "]: ", x, " before, ", y, " after");
-    }
-    if (a.get_int64(i) != b.get_int64(i))
-      return absl::StrCat("output '", name, "' [", i, "]: ", a.get_int64(i), " before, ",
-                          b.get_int64(i), " after");
-  }
-  return "";
-}
-
-}  // namespace
-
 std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::map<std::string, eval::Tensor> feeds;
-  for (const auto& in : before.graph().inputs()) {
-    // An initializer listed as an input keeps its default: a pass may rely on it only if it is
-    // a real input, and then both models see the same default.
-    if (in.value->is_initializer()) continue;
-    const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
-    auto t = random_input(in.value->name(), type, rng);
-    if (!t.ok()) return absl::StrCat("not verifiable: ", std::string(t.status().message()));
-    feeds.emplace(in.value->name(), std::move(*t));
+  eval::VerifyOptions options;
+  options.default_dim = 2;
+  options.float_range = 2.0;
+  options.int_max = 3;
+  options.seed = seed;
+  options.trials = 2;  // a second input set, e.g. so both sides of a data-dependent If are seen
+  options.rtol = 1e-4;
+  options.atol = 1e-5;
+  options.max_tensor_bytes = eval::Limits{}.max_tensor_bytes;
+  eval::VerifyResult r = eval::verify(before, after, options);
+  switch (r.status) {
+    case eval::VerifyStatus::kVerified:
+      return "";
+    case eval::VerifyStatus::kNotVerifiable:
+      return "not verifiable: " + r.message;
+    case eval::VerifyStatus::kMismatch:
+      return r.message;
   }
-  auto expected = eval::run_model(before, feeds);
-  if (!expected.ok()) {
-    if (absl::IsUnimplemented(expected.status()))
-      return absl::StrCat("not verifiable: ", std::string(expected.status().message()));
-    return absl::StrCat("the original model fails on the evaluator: ",
-                        expected.status().ToString());
-  }
-  auto actual = eval::run_model(after, feeds);
-  if (!actual.ok()) {
-    if (absl::IsUnimplemented(actual.status()))
-      return absl::StrCat("not verifiable: optimized model: ",
-                          std::string(actual.status().message()));
-    return absl::StrCat("the optimized model fails on the evaluator: ", actual.status().ToString());
-  }
-  if (expected->size() != actual->size())
-    return absl::StrCat(expected->size(), " outputs became ", actual->size());
-  for (size_t i = 0; i < expected->size(); ++i) {
-    std::string diff =
-        compare(before.graph().outputs()[i].value->name(), (*expected)[i], (*actual)[i]);
-    if (!diff.empty()) return diff;
-  }
-  return "";
+  return r.message;
 }
 
 int count_ops(const ir::Model& model, const std::string& op) {

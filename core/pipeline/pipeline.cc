@@ -1,5 +1,6 @@
 #include "core/pipeline/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -133,18 +134,114 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config) {
   auto names = resolve_passes(config);
   if (!names.ok()) return names.status();
-  std::vector<PassInstance> passes;
+  std::vector<PassSpec> specs;
   for (const auto& n : *names) {
     auto opt_it = config.pass_options.find(n);
-    passes.push_back({n, find_pass(n)->create(),
-                      opt_it == config.pass_options.end() ? PassOptions{} : opt_it->second});
+    specs.push_back({n, find_pass(n)->create,
+                     opt_it == config.pass_options.end() ? PassOptions{} : opt_it->second});
   }
-  return run_passes(model, std::move(passes), config);
+  return run_specs(model, specs, config);
+}
+
+absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
+                                         const std::vector<PassSpec>& specs,
+                                         const PipelineConfig& config) {
+  // Passes excluded by verification (by position in `specs`), with the reason.
+  std::map<size_t, std::string> excluded;
+  std::vector<size_t> run_specs_at;  // position in `specs` of each instance of the current run
+  auto instances = [&] {
+    std::vector<PassInstance> passes;
+    run_specs_at.clear();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (excluded.count(i)) continue;
+      passes.push_back({specs[i].name, specs[i].create(), specs[i].options});
+      run_specs_at.push_back(i);
+    }
+    return passes;
+  };
+  if (!config.verify) return run_passes(model, instances(), config);
+
+  // The original's outputs are computed once; every candidate below costs one evaluator run.
+  const auto pipeline_start = Clock::now();
+  auto verify_start = pipeline_start;
+  std::unique_ptr<ir::Model> original = model->clone();
+  eval::Verifier verifier(*original, config.verify_options);
+  double verify_seconds = std::chrono::duration<double>(Clock::now() - verify_start).count();
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+
+  // Each mismatch excludes one more pass, so this ends after at most names->size() runs.
+  for (;;) {
+    std::vector<size_t> applied;
+    auto report = run_passes(model, instances(), config, &applied);
+    if (!report.ok()) return report.status();
+    if (config.should_continue) {
+      if (auto st = config.should_continue(); !st.ok()) return st;
+    }
+    auto check_start = Clock::now();
+    eval::VerifyResult result = verifier.check(*model);
+    verify_seconds += seconds_since(check_start);
+    if (result.status == eval::VerifyStatus::kMismatch && !applied.empty()) {
+      // Bisection over the kept pass runs: the prefix of length `good` matches the original
+      // (the empty prefix is the original itself), the prefix of length `bad` does not, so the
+      // run at index bad-1 is the first to change the outputs.
+      auto bisect_start = Clock::now();
+      size_t good = 0, bad = applied.size();
+      while (bad - good > 1) {
+        if (config.should_continue) {
+          if (auto st = config.should_continue(); !st.ok()) return st;
+        }
+        const size_t mid = good + (bad - good) / 2;
+        std::unique_ptr<ir::Model> candidate = original->clone();
+        bool replay_ok = true;
+        for (size_t i = 0; i < mid && replay_ok; ++i) {
+          const PassSpec& spec = specs[run_specs_at[applied[i]]];
+          auto pass = spec.create();
+          PassContext ctx(spec.options);
+          absl::StatusOr<PassResult> r = PassResult{};
+          try {
+            r = pass->run(*candidate, ctx);
+          } catch (...) {
+            r = absl::InternalError("pass threw");
+          }
+          replay_ok = r.ok() && (!r->changed || candidate->finalize().ok());
+        }
+        const bool mismatch =
+            !replay_ok || verifier.check(*candidate).status == eval::VerifyStatus::kMismatch;
+        (mismatch ? bad : good) = mid;
+      }
+      verify_seconds += seconds_since(bisect_start);
+      excluded[run_specs_at[applied[bad - 1]]] = result.message;
+      model = original->clone();
+      continue;
+    }
+    report->verification.requested = true;
+    report->verification.result = std::move(result);
+    // An excluded pass keeps its place in the stats, with the reason it was rolled back.
+    for (const auto& [at, reason] : excluded) {
+      report->verification.rolled_back.push_back(specs[at].name);
+      PassStats stats;
+      stats.name = specs[at].name;
+      stats.rollbacks = 1;
+      stats.rollback_reason = absl::StrCat("changed the outputs: ", reason);
+      // Excluded specs are inserted in increasing position, so every spec before `at` is
+      // already listed and `at` is the right index.
+      report->passes.insert(report->passes.begin() + static_cast<std::ptrdiff_t>(at),
+                            std::move(stats));
+    }
+    report->nodes_before = original->total_nodes();
+    report->bytes_before = original->initializer_bytes();
+    report->verification.seconds = verify_seconds;
+    report->seconds = seconds_since(pipeline_start);  // all runs, verification included
+    return report;
+  }
 }
 
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
-                                          const PipelineConfig& config) {
+                                          const PipelineConfig& config,
+                                          std::vector<size_t>* applied) {
   if (auto st = check_rounds(config); !st.ok()) return st;
   auto start = Clock::now();
 
@@ -247,6 +344,7 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         s.rewrites += result.rewrites;
         round_changed = true;
         since_snapshot.push_back(&slot);
+        if (applied) applied->push_back(static_cast<size_t>(&slot - slots.data()));
         ++step;
         if (!config.dump_dir.empty()) dump_graph(*model, config.dump_dir, step, round, s.name);
       }

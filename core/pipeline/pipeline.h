@@ -11,6 +11,7 @@
 
 #include <absl/status/statusor.h>
 
+#include "core/eval/verify.h"
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
 
@@ -24,6 +25,10 @@ struct PipelineConfig {
   bool onnx_checker = false;     // run onnx::checker after each changing pass
   bool shape_inference = false;  // run strict ONNX shape inference after each changing pass
   std::string dump_dir;          // write the graph as ONNX text after each changing pass
+  // Run the original and the optimized model on the reference evaluator and compare outputs;
+  // on a mismatch, find the guilty pass by bisection, roll it back and optimize again.
+  bool verify = false;
+  eval::VerifyOptions verify_options;
   // Polled between passes; a non-OK status stops the pipeline with that status.
   std::function<absl::Status()> should_continue;
 };
@@ -42,6 +47,13 @@ struct PassStats {
   std::string rollback_reason;  // of the first rollback
 };
 
+struct VerificationReport {
+  bool requested = false;
+  eval::VerifyResult result;                // of the returned model
+  std::vector<std::string> rolled_back;     // passes removed because they changed the outputs
+  double seconds = 0;                       // evaluator runs and bisection
+};
+
 struct PipelineReport {
   std::vector<PassStats> passes;
   int rounds = 0;
@@ -50,6 +62,7 @@ struct PipelineReport {
   uint64_t bytes_before = 0, bytes_after = 0;
   double seconds = 0;
   std::string checker_note;  // why ONNX checking was skipped, if it was asked for and skipped
+  VerificationReport verification;
 };
 
 // Validates a config (known pass names, options, rounds) and resolves the pass list.
@@ -60,15 +73,29 @@ absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& co
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config);
 
+struct PassSpec {
+  std::string name;
+  std::function<std::unique_ptr<Pass>()> create;
+  PassOptions options;
+};
+// The pipeline over given passes (config.passes/level are ignored); honours config.verify, for
+// which passes are re-created to replay a prefix of the run.
+absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
+                                         const std::vector<PassSpec>& specs,
+                                         const PipelineConfig& config);
+
 struct PassInstance {
   std::string name;
   std::unique_ptr<Pass> pass;
   PassOptions options;
 };
-// The fixed-point driver over already-built pass instances (config.passes/level are ignored).
+// The fixed-point driver over already-built pass instances (config.passes/level and verify are
+// ignored). When `applied` is given it receives, in order, the index in `passes` of every pass
+// run whose change was kept: replaying them on the input model reproduces the result.
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
-                                          const PipelineConfig& config);
+                                          const PipelineConfig& config,
+                                          std::vector<size_t>* applied = nullptr);
 
 // ONNX checker (+ strict shape inference) on a copy of the model. OK when libonnx does not know
 // the model's IR version or opsets (best effort), with `skipped` set to the reason.

@@ -1,0 +1,247 @@
+#include "core/eval/verify.h"
+
+#include <cmath>
+#include <random>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include "core/eval/executor.h"
+
+namespace graft::eval {
+
+namespace {
+
+constexpr std::string_view kCannotRun = "the evaluator cannot run ";
+
+std::string dims_string(const std::vector<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+}
+
+// Dims of a main graph input: an explicit shape, else the declared dims with symbolic ones
+// resolved from the options.
+absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
+                                                const onnx::TypeProto::Tensor& tt,
+                                                const VerifyOptions& options) {
+  if (auto it = options.shapes.find(name); it != options.shapes.end()) {
+    if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(it->second.size()))
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has rank ",
+                                                     tt.shape().dim_size(), ", shape ",
+                                                     dims_string(it->second), " given"));
+    return it->second;
+  }
+  if (!tt.has_shape())
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", name, "' has unknown rank; give its shape"));
+  std::vector<int64_t> dims;
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value() && d.dim_value() >= 0) {
+      dims.push_back(d.dim_value());
+      continue;
+    }
+    auto it = d.has_dim_param() ? options.dims.find(d.dim_param()) : options.dims.end();
+    dims.push_back(it != options.dims.end() ? it->second : options.default_dim);
+  }
+  return dims;
+}
+
+absl::StatusOr<Tensor> make_input(const std::string& name, const onnx::TypeProto* type,
+                                  const VerifyOptions& options, std::mt19937& rng) {
+  if (!type || !type->has_tensor_type() || !type->tensor_type().has_elem_type())
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is not a typed tensor"));
+  const auto& tt = type->tensor_type();
+  const int32_t dtype = tt.elem_type();
+  if (!is_float_type(dtype) && !is_integer_type(dtype) && dtype != onnx::TensorProto::BOOL)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", name, "' has element type ", onnx::TensorProto::DataType_Name(dtype),
+        " (random inputs are numeric or bool)"));
+  auto dims = input_dims(name, tt, options);
+  if (!dims.ok()) return dims.status();
+  for (int64_t d : *dims)
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("input '", name, "': negative dim"));
+  auto t = Tensor::zeros(dtype, *dims, options.max_tensor_bytes);
+  if (!t.ok()) return t.status();
+  auto fixed = options.values.find(name);
+  std::uniform_real_distribution<double> real(-options.float_range, options.float_range);
+  // Non-negative and small by default, so integer inputs also work as indices and counts.
+  std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(0, options.int_max));
+  std::uniform_int_distribution<int64_t> boolean(0, 1);
+  for (int64_t i = 0; i < t->size(); ++i) {
+    if (fixed != options.values.end()) {
+      if (is_float_type(dtype))
+        t->set_double(i, fixed->second);
+      else
+        t->set_int64(i, static_cast<int64_t>(fixed->second));
+    } else if (is_float_type(dtype)) {
+      t->set_double(i, real(rng));
+    } else if (dtype == onnx::TensorProto::BOOL) {
+      t->set_int64(i, boolean(rng));
+    } else {
+      t->set_int64(i, integer(rng));
+    }
+  }
+  return t;
+}
+
+VerifyResult not_verifiable(const absl::Status& status, std::string_view what) {
+  VerifyResult r;
+  r.status = VerifyStatus::kNotVerifiable;
+  r.unsupported_op = unsupported_op_of(status);
+  if (!r.unsupported_op.empty())
+    r.message = absl::StrCat(std::string(what), " uses ", r.unsupported_op,
+                             ", which the reference evaluator cannot run (",
+                             std::string(status.message()), ")");
+  else
+    r.message = absl::StrCat(std::string(what), ": ", std::string(status.message()));
+  return r;
+}
+
+// Compares one output; updates the worst differences in `r`. Returns a description of the
+// first disagreement beyond tolerance, or "".
+std::string compare(const std::string& name, const Tensor& a, const Tensor& b,
+                    const VerifyOptions& options, VerifyResult& r) {
+  if (a.dtype() != b.dtype())
+    return absl::StrCat("output '", name, "': element type ",
+                        onnx::TensorProto::DataType_Name(a.dtype()), " became ",
+                        onnx::TensorProto::DataType_Name(b.dtype()));
+  if (a.dims() != b.dims())
+    return absl::StrCat("output '", name, "': shape ", dims_string(a.dims()), " became ",
+                        dims_string(b.dims()));
+  if (a.dtype() == onnx::TensorProto::STRING) {
+    for (size_t i = 0; i < a.strings().size(); ++i)
+      if (a.strings()[i] != b.strings()[i])
+        return absl::StrCat("output '", name, "' [", i, "]: \"", a.strings()[i], "\" became \"",
+                            b.strings()[i], "\"");
+    return "";
+  }
+  std::string first;
+  const bool floats = is_float_type(a.dtype());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    if (!floats) {
+      if (a.get_int64(i) != b.get_int64(i) && first.empty())
+        first = absl::StrCat("output '", name, "' [", i, "]: ", a.get_int64(i), " became ",
+                             b.get_int64(i));
+      continue;
+    }
+    const double x = a.get_double(i), y = b.get_double(i);
+    if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
+    const double diff = std::isfinite(x) && std::isfinite(y) ? std::abs(x - y) : INFINITY;
+    const double rel = diff / std::max(std::abs(x), 1e-30);
+    if (diff > r.max_abs_diff || std::isnan(diff)) {
+      r.max_abs_diff = std::isnan(diff) ? INFINITY : diff;
+      r.worst_output = name;
+    }
+    r.max_rel_diff = std::max(r.max_rel_diff, std::isnan(rel) ? INFINITY : rel);
+    if (!(diff <= options.atol + options.rtol * std::abs(x)) && first.empty())
+      first = absl::StrCat("output '", name, "' [", i, "]: ", x, " became ", y);
+  }
+  return first;
+}
+
+}  // namespace
+
+const char* verify_status_name(VerifyStatus s) {
+  switch (s) {
+    case VerifyStatus::kVerified:
+      return "verified";
+    case VerifyStatus::kNotVerifiable:
+      return "not_verifiable";
+    case VerifyStatus::kMismatch:
+      return "mismatch";
+  }
+  return "?";
+}
+
+std::string unsupported_op_of(const absl::Status& status) {
+  if (!absl::IsUnimplemented(status)) return "";
+  std::string_view m(status.message().data(), status.message().size());
+  const size_t at = m.find(kCannotRun);
+  if (at == std::string_view::npos) return "";
+  std::string_view rest = m.substr(at + kCannotRun.size());
+  return std::string(rest.substr(0, rest.find(' ')));
+}
+
+Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : options_(options) {
+  for (const auto& out : original.graph().outputs()) output_names_.push_back(out.value->name());
+  for (const auto& [name, shape] : options.shapes) {
+    bool found = false;
+    for (const auto& in : original.graph().inputs()) found |= in.value->name() == name;
+    if (!found) {
+      failure_ = not_verifiable(absl::InvalidArgumentError(absl::StrCat(
+                                    "a shape is given for '", name, "', which is no input")),
+                                "inputs");
+      return;
+    }
+  }
+  const Limits limits{options.max_tensor_bytes};
+  for (int trial = 0; trial < std::max(1, options.trials); ++trial) {
+    std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
+    std::map<std::string, Tensor> feeds;
+    for (const auto& in : original.graph().inputs()) {
+      // An initializer listed as an input keeps its default in both models.
+      if (in.value->is_initializer()) continue;
+      const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
+      auto t = make_input(in.value->name(), type, options, rng);
+      if (!t.ok()) {
+        failure_ = not_verifiable(t.status(), "inputs");
+        return;
+      }
+      feeds.emplace(in.value->name(), std::move(*t));
+    }
+    auto outputs = run_model(original, feeds, limits);
+    if (!outputs.ok()) {
+      failure_ = not_verifiable(outputs.status(), "the original model");
+      return;
+    }
+    feeds_.push_back(std::move(feeds));
+    expected_.push_back(std::move(*outputs));
+  }
+}
+
+Verifier::~Verifier() = default;
+
+VerifyResult Verifier::check(const ir::Model& candidate) const {
+  if (failure_) return *failure_;
+  VerifyResult r;
+  const Limits limits{options_.max_tensor_bytes};
+  std::string first;
+  for (size_t trial = 0; trial < feeds_.size(); ++trial) {
+    auto actual = run_model(candidate, feeds_[trial], limits);
+    if (!actual.ok()) {
+      if (absl::IsUnimplemented(actual.status()))
+        return not_verifiable(actual.status(), "the optimized model");
+      r.status = VerifyStatus::kMismatch;
+      r.message = absl::StrCat("the optimized model fails where the original runs: ",
+                               std::string(actual.status().message()));
+      return r;
+    }
+    const auto& expected = expected_[trial];
+    if (actual->size() != expected.size()) {
+      r.status = VerifyStatus::kMismatch;
+      r.message = absl::StrCat(expected.size(), " outputs became ", actual->size());
+      return r;
+    }
+    for (size_t i = 0; i < expected.size(); ++i) {
+      std::string diff = compare(output_names_[i], expected[i], (*actual)[i], options_, r);
+      if (first.empty() && !diff.empty())
+        first = feeds_.size() > 1 ? absl::StrCat(diff, " (input set ", trial + 1, ")") : diff;
+    }
+  }
+  if (!first.empty()) {
+    r.status = VerifyStatus::kMismatch;
+    r.message = absl::StrCat(first, "; worst absolute difference ", r.max_abs_diff, " in '",
+                             r.worst_output, "'");
+    return r;
+  }
+  r.status = VerifyStatus::kVerified;
+  r.message = absl::StrCat(expected_.size(), " input sets, ", output_names_.size(),
+                           " outputs; worst absolute difference ", r.max_abs_diff);
+  return r;
+}
+
+VerifyResult verify(const ir::Model& original, const ir::Model& optimized,
+                    const VerifyOptions& options) {
+  return Verifier(original, options).check(optimized);
+}
+
+}  // namespace graft::eval

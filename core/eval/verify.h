@@ -1,0 +1,84 @@
+// Numeric verification: runs an original and an optimized model on the same seeded random
+// inputs with the reference evaluator and compares every output. The original's outputs are
+// computed once, so checking several candidates (the pipeline's bisection) costs one run each.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+#include "core/eval/kernel.h"
+#include "core/eval/tensor.h"
+#include "core/ir/model.h"
+
+namespace graft::eval {
+
+struct VerifyOptions {
+  // Values for symbolic dims by dim_param name; unnamed or unlisted unknown dims use default_dim.
+  std::map<std::string, int64_t> dims;
+  int64_t default_dim = 1;
+  // Full shapes by input name (override the declared dims).
+  std::map<std::string, std::vector<int64_t>> shapes;
+  // Inputs filled with one value (e.g. a sample rate) instead of random numbers.
+  std::map<std::string, double> values;
+  // Random float inputs are uniform in [-float_range, float_range]; integers in [0, int_max].
+  double float_range = 1.0;
+  int64_t int_max = 3;
+  uint32_t seed = 1;
+  int trials = 2;  // input sets; each uses seed + trial
+  // Float outputs match when |a - b| <= atol + rtol * |a| (NaN == NaN, equal infinities).
+  double rtol = 1e-3;
+  double atol = 1e-4;
+  // Per-tensor allocation cap inside the evaluator.
+  uint64_t max_tensor_bytes = 256ull << 20;
+};
+
+enum class VerifyStatus { kVerified, kNotVerifiable, kMismatch };
+const char* verify_status_name(VerifyStatus s);  // "verified", "not_verifiable", "mismatch"
+
+struct VerifyResult {
+  VerifyStatus status = VerifyStatus::kNotVerifiable;
+  // Human-readable: why it is not verifiable, or where the worst difference is.
+  std::string message;
+  // Not verifiable because of an op the evaluator cannot run: "domain::Op" or "Op".
+  std::string unsupported_op;
+  // Largest float difference over all outputs and trials (also when verified), and where.
+  double max_abs_diff = 0;
+  double max_rel_diff = 0;
+  std::string worst_output;
+};
+
+class Verifier {
+ public:
+  // Generates the inputs from `original`'s main graph and runs it. Never fails: a model that
+  // cannot be run gives a verifier whose check() returns the not-verifiable result.
+  Verifier(const ir::Model& original, const VerifyOptions& options);
+  ~Verifier();
+  Verifier(const Verifier&) = delete;
+  Verifier& operator=(const Verifier&) = delete;
+
+  // Whether the original ran; false means every check() is not verifiable.
+  bool usable() const { return !failure_.has_value(); }
+  VerifyResult check(const ir::Model& candidate) const;
+
+ private:
+  VerifyOptions options_;
+  std::vector<std::map<std::string, Tensor>> feeds_;  // per trial
+  std::vector<std::vector<Tensor>> expected_;         // per trial
+  std::vector<std::string> output_names_;
+  std::optional<VerifyResult> failure_;
+};
+
+// One-shot: Verifier(original).check(optimized).
+VerifyResult verify(const ir::Model& original, const ir::Model& optimized,
+                    const VerifyOptions& options = {});
+
+// The op named by an evaluator Unimplemented message ("no kernel for Op..." and similar), or "".
+std::string unsupported_op_of(const absl::Status& status);
+
+}  // namespace graft::eval
