@@ -2,6 +2,8 @@
 
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <unordered_set>
 
 #include <absl/strings/str_cat.h>
 
@@ -13,9 +15,68 @@ namespace {
 // subgraph reads captured outer values from the same environment.
 using Env = std::unordered_map<const ir::Value*, Tensor>;
 
+// Model-local functions may call other functions; ONNX forbids recursion, this bounds it.
+constexpr int kMaxCallDepth = 64;
+
+bool same_domain(std::string_view a, std::string_view b) {
+  return ir::is_onnx_domain(a) ? ir::is_onnx_domain(b) : a == b;
+}
+
+// Whether a graph (or a nested subgraph) has attributes referring to the calling node's.
+bool has_attribute_refs(const ir::Graph& g) {
+  for (const ir::Node* n : g.nodes()) {
+    for (const auto& a : n->attributes())
+      if (!a.ref_attr_name().empty()) return true;
+    for (const auto& s : n->subgraphs())
+      if (has_attribute_refs(*s.graph)) return true;
+  }
+  return false;
+}
+
+// Replaces attribute references in `nodes` (and their subgraphs) by the caller's attributes of
+// the referenced names; a reference to an attribute the caller does not set is dropped, so the
+// op's default applies.
+void resolve_attribute_refs(google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes,
+                            const ir::Node& caller) {
+  for (auto& node : *nodes) {
+    auto* attrs = node.mutable_attribute();
+    for (int i = 0; i < attrs->size();) {
+      onnx::AttributeProto* a = attrs->Mutable(i);
+      if (!a->ref_attr_name().empty()) {
+        const onnx::AttributeProto* value = caller.attr(a->ref_attr_name());
+        if (value == nullptr) {
+          attrs->DeleteSubrange(i, 1);
+          continue;
+        }
+        std::string name = a->name();
+        *a = *value;
+        a->set_name(name);
+      }
+      if (a->has_g()) resolve_attribute_refs(a->mutable_g()->mutable_node(), caller);
+      for (auto& g : *a->mutable_graphs()) resolve_attribute_refs(g.mutable_node(), caller);
+      ++i;
+    }
+  }
+}
+
 class Executor {
  public:
-  explicit Executor(const Limits& limits) : limits_(limits) {}
+  Executor(const ir::Model& model, const Limits& limits, int depth)
+      : model_(model), limits_(limits), depth_(depth) {}
+
+  // Binds graph `g`'s inputs to `args` (nullptr or missing: an absent optional input).
+  void bind_inputs(const ir::Graph& g, const std::vector<const Tensor*>& args, Env& env) {
+    for (size_t i = 0; i < g.inputs().size(); ++i) {
+      const ir::Value* v = g.inputs()[i].value;
+      if (i < args.size() && args[i] != nullptr) {
+        env[v] = *args[i];
+        absent_.erase(v);
+      } else {
+        env.erase(v);
+        absent_.insert(v);
+      }
+    }
+  }
 
   absl::Status run_graph(const ir::Graph& g, Env& env) {
     for (ir::Value* v : g.initializers()) {
@@ -37,23 +98,40 @@ class Executor {
     return &it->second;
   }
 
+  // The node's inputs; nullptr for absent optional inputs (also unbound function inputs).
+  absl::StatusOr<std::vector<const Tensor*>> gather_inputs(const ir::Node& n, const Env& env) {
+    std::vector<const Tensor*> inputs;
+    for (ir::Value* v : n.inputs()) {
+      if (!v || absent_.count(v)) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      auto t = get(v, env);
+      if (!t.ok()) return t.status();
+      inputs.push_back(*t);
+    }
+    return inputs;
+  }
+
+  const ir::Function* find_function(const ir::Node& n) const {
+    for (const auto& fn : model_.functions())
+      if (fn.rest.name() == n.op_type() && same_domain(fn.rest.domain(), n.domain())) return &fn;
+    return nullptr;
+  }
+
   absl::Status run_node(const ir::Node& n, Env& env) {
+    if (const ir::Function* fn = find_function(n)) return run_function(n, *fn, env);
     if (n.is("If")) return run_if(n, env);
     if (n.is("Loop")) return run_loop(n, env);
+    if (n.is("Scan")) return run_scan(n, env);
     const Kernel* kernel = find_kernel(n.op_type(), n.domain(), n.opset());
     if (!kernel)
       return absl::UnimplementedError(
           absl::StrCat("the evaluator cannot run ", n.op_type(), " (opset ", n.opset(), ")"));
     KernelContext ctx{n, n.opset(), {}, {}, limits_};
-    for (ir::Value* v : n.inputs()) {
-      if (!v) {
-        ctx.inputs.push_back(nullptr);
-        continue;
-      }
-      auto t = get(v, env);
-      if (!t.ok()) return t.status();
-      ctx.inputs.push_back(*t);
-    }
+    auto inputs = gather_inputs(n, env);
+    if (!inputs.ok()) return inputs.status();
+    ctx.inputs = std::move(*inputs);
     ctx.outputs.resize(n.outputs().size());
     if (auto st = (*kernel)(ctx); !st.ok())
       return absl::Status(
@@ -154,6 +232,325 @@ class Executor {
     return absl::OkStatus();
   }
 
+  // A call of a model-local function: its body runs with the inputs bound. Bodies without
+  // attribute references run in place (their values are distinct objects, so they share this
+  // environment); bodies with references run as a separate model built for the caller's
+  // attributes (cached per caller).
+  absl::Status run_function(const ir::Node& n, const ir::Function& fn, Env& env) {
+    if (depth_ >= kMaxCallDepth)
+      return absl::InvalidArgumentError(
+          absl::StrCat("function calls nested deeper than ", kMaxCallDepth, " (recursion?)"));
+    const ir::Graph& body = *fn.body;
+    if (n.inputs().size() > body.inputs().size() || n.outputs().size() > body.outputs().size())
+      return absl::InvalidArgumentError(
+          absl::StrCat("call of function ", n.op_type(), " has too many inputs or outputs"));
+    auto args = gather_inputs(n, env);
+    if (!args.ok()) return args.status();
+    std::vector<Tensor> results;
+    if (!has_attribute_refs(body)) {
+      ++depth_;
+      bind_inputs(body, *args, env);
+      absl::Status st = run_graph(body, env);
+      --depth_;
+      if (!st.ok()) return st;
+      for (size_t i = 0; i < n.outputs().size(); ++i) {
+        if (!n.output(i)) continue;
+        auto t = get(body.outputs()[i].value, env);
+        if (!t.ok()) return t.status();
+        env[n.output(i)] = **t;
+      }
+      return absl::OkStatus();
+    }
+    auto instance = instantiate(n, fn);
+    if (!instance.ok()) return instance.status();
+    const ir::Graph& g = (*instance)->graph();
+    Executor sub(**instance, limits_, depth_ + 1);
+    Env sub_env;
+    sub.bind_inputs(g, *args, sub_env);
+    if (auto st = sub.run_graph(g, sub_env); !st.ok()) return st;
+    for (size_t i = 0; i < n.outputs().size(); ++i) {
+      if (!n.output(i)) continue;
+      auto it = sub_env.find(g.outputs()[i].value);
+      if (it == sub_env.end())
+        return absl::InvalidArgumentError(
+            absl::StrCat("function ", n.op_type(), " output ", i, " is not computed"));
+      env[n.output(i)] = std::move(it->second);
+    }
+    return absl::OkStatus();
+  }
+
+  // The body of `fn` with the caller's attributes substituted, as a model whose main graph has
+  // the function's inputs and outputs (and every local function, for nested calls).
+  absl::StatusOr<const ir::Model*> instantiate(const ir::Node& caller, const ir::Function& fn) {
+    std::string key = absl::StrCat(fn.rest.domain(), ":", fn.rest.name());
+    for (const auto& a : caller.attributes()) absl::StrAppend(&key, "|", a.SerializeAsString());
+    if (auto it = instances_.find(key); it != instances_.end()) return it->second.get();
+    if (saved_functions_.empty()) {
+      // save_function only reads the function (to_proto uses it the same way on a const model).
+      for (const auto& f : model_.functions())
+        save_function(const_cast<ir::Function&>(f), &saved_functions_.emplace_back(), false);
+    }
+    const onnx::FunctionProto* proto = nullptr;
+    for (const auto& f : saved_functions_)
+      if (f.name() == fn.rest.name() && same_domain(f.domain(), fn.rest.domain())) proto = &f;
+    if (proto == nullptr) return absl::InternalError("function not found after saving");
+    onnx::ModelProto m;
+    m.set_ir_version(model_.rest().ir_version());
+    *m.mutable_opset_import() =
+        proto->opset_import().empty() ? model_.rest().opset_import() : proto->opset_import();
+    onnx::GraphProto* g = m.mutable_graph();
+    g->set_name(proto->name());
+    *g->mutable_node() = proto->node();
+    resolve_attribute_refs(g->mutable_node(), caller);
+    for (const auto& in : proto->input()) g->add_input()->set_name(in);
+    for (const auto& out : proto->output()) g->add_output()->set_name(out);
+    for (const auto& f : saved_functions_) *m.add_functions() = f;
+    auto model = ir::Model::from_proto(std::move(m));
+    if (!model.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("function ", fn.rest.name(), ": ", std::string(model.status().message())));
+    const ir::Model* result = model->get();
+    instances_[key] = std::move(*model);
+    return result;
+  }
+
+  // Scan: opset 9+ (state variables, then scan inputs along scan_input_axes, directions per
+  // input and output) and opset 8 (optional sequence_lens, batch axis 0, sequence axis 1).
+  absl::Status run_scan(const ir::Node& n, Env& env) {
+    const ir::Graph* body = subgraph(n, "body");
+    if (!body) return absl::InvalidArgumentError("Scan without a body");
+    const int64_t m = n.attr_int("num_scan_inputs", -1);
+    const bool v8 = n.opset() < 9;
+    const int64_t first = v8 ? 1 : 0;  // position of the first state variable
+    const int64_t count = static_cast<int64_t>(n.inputs().size()) - first;
+    if (m < 1 || m > count) return absl::InvalidArgumentError("Scan: bad num_scan_inputs");
+    const int64_t states = count - m;
+    if (static_cast<int64_t>(body->inputs().size()) != count ||
+        static_cast<int64_t>(body->outputs().size()) < states)
+      return absl::InvalidArgumentError("Scan body signature does not match the node");
+    const int64_t k_out = static_cast<int64_t>(body->outputs().size()) - states;
+    if (static_cast<int64_t>(n.outputs().size()) > states + k_out)
+      return absl::InvalidArgumentError("Scan has more outputs than its body");
+    auto args = gather_inputs(n, env);
+    if (!args.ok()) return args.status();
+    for (int64_t i = first; i < first + count; ++i)
+      if ((*args)[i] == nullptr) return absl::InvalidArgumentError("Scan input is missing");
+
+    auto ints_attr = [&](const char* name, int64_t size) -> absl::StatusOr<std::vector<int64_t>> {
+      std::vector<int64_t> v = n.attr_ints(name).value_or(std::vector<int64_t>(size, 0));
+      if (static_cast<int64_t>(v.size()) != size)
+        return absl::InvalidArgumentError(absl::StrCat("Scan: ", name, " needs ", size, " values"));
+      return v;
+    };
+    ScanSpec spec;
+    auto in_dirs = ints_attr(v8 ? "directions" : "scan_input_directions", m);
+    if (!in_dirs.ok()) return in_dirs.status();
+    spec.in_reverse = *in_dirs;
+    if (v8) {
+      spec.in_axes.assign(m, 0);
+      spec.out_axes.assign(k_out, 0);
+      spec.out_reverse.assign(k_out, 0);
+    } else {
+      auto in_axes = ints_attr("scan_input_axes", m);
+      auto out_axes = ints_attr("scan_output_axes", k_out);
+      auto out_dirs = ints_attr("scan_output_directions", k_out);
+      if (!in_axes.ok()) return in_axes.status();
+      if (!out_axes.ok()) return out_axes.status();
+      if (!out_dirs.ok()) return out_dirs.status();
+      spec.in_axes = *in_axes;
+      spec.out_axes = *out_axes;
+      spec.out_reverse = *out_dirs;
+    }
+
+    std::vector<Tensor> final_states(states);
+    std::vector<Tensor> scan_outputs(k_out);
+    if (!v8) {
+      std::vector<Tensor> init;
+      for (int64_t i = 0; i < states; ++i) init.push_back(*(*args)[i]);
+      std::vector<const Tensor*> inputs((*args).begin() + states, (*args).end());
+      int64_t length = -1;
+      for (int64_t j = 0; j < m; ++j) {
+        const Tensor& t = *inputs[j];
+        int64_t& axis = spec.in_axes[j];
+        if (axis < 0) axis += t.rank();
+        if (axis < 0 || axis >= t.rank())
+          return absl::InvalidArgumentError("Scan: scan_input_axes out of range");
+        if (length >= 0 && t.dims()[axis] != length)
+          return absl::InvalidArgumentError("Scan inputs differ in sequence length");
+        length = t.dims()[axis];
+      }
+      std::vector<std::vector<Tensor>> parts;
+      if (auto st =
+              scan_loop(*body, spec, std::move(init), inputs, length, env, &final_states, &parts);
+          !st.ok())
+        return st;
+      for (int64_t k = 0; k < k_out; ++k) {
+        auto t = stack_axis(parts[k], spec.out_axes[k], length, spec.out_reverse[k] != 0);
+        if (!t.ok()) return t.status();
+        scan_outputs[k] = std::move(*t);
+      }
+    } else {
+      // Opset 8: each batch entry is a separate scan over axis 1; results stack on axis 0.
+      const Tensor& first_scan = *(*args)[first + states];
+      if (first_scan.rank() < 2) return absl::InvalidArgumentError("Scan inputs need rank >= 2");
+      const int64_t batch = first_scan.dims()[0], max_len = first_scan.dims()[1];
+      for (int64_t i = first; i < first + count; ++i) {
+        const Tensor& t = *(*args)[i];
+        const bool scanned = i >= first + states;
+        if (t.rank() < (scanned ? 2 : 1) || t.dims()[0] != batch ||
+            (scanned && t.dims()[1] != max_len))
+          return absl::InvalidArgumentError("Scan inputs differ in batch or sequence length");
+      }
+      std::vector<int64_t> lens(batch, max_len);
+      if (const Tensor* l = (*args)[0]) {
+        if (l->size() != batch) return absl::InvalidArgumentError("Scan: sequence_lens size");
+        for (int64_t b = 0; b < batch; ++b) {
+          lens[b] = l->get_int64(b);
+          if (lens[b] < 0 || lens[b] > max_len)
+            return absl::InvalidArgumentError("Scan: sequence_lens out of range");
+        }
+      }
+      std::vector<std::vector<Tensor>> per_batch_states(states), per_batch_outputs(k_out);
+      for (int64_t b = 0; b < batch; ++b) {
+        std::vector<Tensor> init;
+        std::vector<Tensor> sliced;
+        for (int64_t i = 0; i < states; ++i) {
+          auto t = slice_axis(*(*args)[first + i], 0, b);
+          if (!t.ok()) return t.status();
+          init.push_back(std::move(*t));
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          auto t = slice_axis(*(*args)[first + states + j], 0, b);
+          if (!t.ok()) return t.status();
+          sliced.push_back(std::move(*t));
+        }
+        std::vector<const Tensor*> inputs;
+        for (const auto& t : sliced) inputs.push_back(&t);
+        std::vector<Tensor> finals(states);
+        std::vector<std::vector<Tensor>> parts;
+        if (auto st =
+                scan_loop(*body, spec, std::move(init), inputs, lens[b], env, &finals, &parts);
+            !st.ok())
+          return st;
+        for (int64_t i = 0; i < states; ++i) per_batch_states[i].push_back(std::move(finals[i]));
+        for (int64_t k = 0; k < k_out; ++k) {
+          auto t = stack_axis(parts[k], 0, max_len, false);
+          if (!t.ok()) return t.status();
+          per_batch_outputs[k].push_back(std::move(*t));
+        }
+      }
+      for (int64_t i = 0; i < states; ++i) {
+        auto t = stack_axis(per_batch_states[i], 0, batch, false);
+        if (!t.ok()) return t.status();
+        final_states[i] = std::move(*t);
+      }
+      for (int64_t k = 0; k < k_out; ++k) {
+        auto t = stack_axis(per_batch_outputs[k], 0, batch, false);
+        if (!t.ok()) return t.status();
+        scan_outputs[k] = std::move(*t);
+      }
+    }
+    for (int64_t i = 0; i < states; ++i)
+      if (ir::Value* out = n.output(i)) env[out] = std::move(final_states[i]);
+    for (int64_t k = 0; k < k_out; ++k)
+      if (ir::Value* out = n.output(states + k)) env[out] = std::move(scan_outputs[k]);
+    return absl::OkStatus();
+  }
+
+  struct ScanSpec {
+    std::vector<int64_t> in_axes, in_reverse, out_axes, out_reverse;
+  };
+
+  // Runs `length` iterations of a Scan body: per-iteration slices of `inputs` along their axes,
+  // states carried. `parts[k]` receives scan output k of each iteration in iteration order.
+  absl::Status scan_loop(const ir::Graph& body, const ScanSpec& spec, std::vector<Tensor> state,
+                         const std::vector<const Tensor*>& inputs, int64_t length, Env& env,
+                         std::vector<Tensor>* final_states,
+                         std::vector<std::vector<Tensor>>* parts) {
+    const size_t states = state.size();
+    const size_t k_out = body.outputs().size() - states;
+    parts->assign(k_out, {});
+    for (int64_t t = 0; t < length; ++t) {
+      for (size_t i = 0; i < states; ++i) env[body.inputs()[i].value] = state[i];
+      for (size_t j = 0; j < inputs.size(); ++j) {
+        auto slice =
+            slice_axis(*inputs[j], spec.in_axes[j], spec.in_reverse[j] ? length - 1 - t : t);
+        if (!slice.ok()) return slice.status();
+        env[body.inputs()[states + j].value] = std::move(*slice);
+      }
+      if (auto st = run_graph(body, env); !st.ok()) return st;
+      for (size_t i = 0; i < states; ++i) {
+        auto v = get(body.outputs()[i].value, env);
+        if (!v.ok()) return v.status();
+        state[i] = **v;
+      }
+      for (size_t k = 0; k < k_out; ++k) {
+        auto v = get(body.outputs()[states + k].value, env);
+        if (!v.ok()) return v.status();
+        (*parts)[k].push_back(**v);
+      }
+    }
+    *final_states = std::move(state);
+    return absl::OkStatus();
+  }
+
+  // Copies `count` elements (strings too) between tensors of the same type.
+  static void copy_elements(const Tensor& src, int64_t from, Tensor& dst, int64_t to,
+                            int64_t count) {
+    if (src.dtype() == onnx::TensorProto::STRING) {
+      for (int64_t i = 0; i < count; ++i) dst.strings()[to + i] = src.strings()[from + i];
+      return;
+    }
+    const size_t es = src.element_size();
+    std::memcpy(dst.data<char>() + to * es, src.data<char>() + from * es, count * es);
+  }
+
+  // Element `index` along `axis` of `t` (that axis removed).
+  absl::StatusOr<Tensor> slice_axis(const Tensor& t, int64_t axis, int64_t index) {
+    if (axis < 0 || axis >= t.rank() || index < 0 || index >= t.dims()[axis])
+      return absl::InvalidArgumentError("Scan: slice out of range");
+    std::vector<int64_t> dims = t.dims();
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+    for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= dims[d];
+    const int64_t n = dims[axis];
+    dims.erase(dims.begin() + axis);
+    auto out = Tensor::zeros(t.dtype(), dims, limits_.max_tensor_bytes);
+    if (!out.ok()) return out.status();
+    for (int64_t o = 0; o < outer; ++o)
+      copy_elements(t, (o * n + index) * inner, *out, o * inner, inner);
+    return out;
+  }
+
+  // Stacks `parts` (same shape) along a new axis `axis` of size `length` (negative: counted
+  // from the end of the result's rank); part t goes to position t, or length - 1 - t when
+  // `reverse`; positions past the parts stay zero (padding of shorter sequences).
+  absl::StatusOr<Tensor> stack_axis(const std::vector<Tensor>& parts, int64_t axis, int64_t length,
+                                    bool reverse) {
+    if (parts.empty())
+      return absl::UnimplementedError("Scan output with zero iterations (unknown shape)");
+    std::vector<int64_t> dims = parts[0].dims();
+    const int64_t rank = static_cast<int64_t>(dims.size()) + 1;
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank)
+      return absl::InvalidArgumentError("Scan: output axis out of range");
+    for (const auto& p : parts)
+      if (p.dims() != dims || p.dtype() != parts[0].dtype())
+        return absl::InvalidArgumentError("Scan outputs differ in shape or type across iterations");
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+    for (size_t d = axis; d < dims.size(); ++d) inner *= dims[d];
+    dims.insert(dims.begin() + axis, length);
+    auto out = Tensor::zeros(parts[0].dtype(), dims, limits_.max_tensor_bytes);
+    if (!out.ok()) return out.status();
+    for (size_t t = 0; t < parts.size(); ++t) {
+      const int64_t pos = reverse ? length - 1 - static_cast<int64_t>(t) : static_cast<int64_t>(t);
+      for (int64_t o = 0; o < outer; ++o)
+        copy_elements(parts[t], o * inner, *out, (o * length + pos) * inner, inner);
+    }
+    return out;
+  }
+
   // Scan outputs: the per-iteration tensors stacked along a new first axis.
   absl::StatusOr<Tensor> stack(const std::vector<Tensor>& parts) {
     if (parts.empty())
@@ -175,7 +572,13 @@ class Executor {
     return out;
   }
 
+  const ir::Model& model_;
   Limits limits_;
+  int depth_;
+  // Unbound optional inputs of function bodies: nodes see them as absent.
+  std::unordered_set<const ir::Value*> absent_;
+  std::vector<onnx::FunctionProto> saved_functions_;
+  std::map<std::string, std::unique_ptr<ir::Model>> instances_;
 };
 
 }  // namespace
@@ -194,7 +597,7 @@ absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
           absl::StrCat("graph input '", in.value->name(), "' is not fed"));
     }
   }
-  Executor exec(limits);
+  Executor exec(model, limits, 0);
   if (auto st = exec.run_graph(g, env); !st.ok()) return st;
   std::vector<Tensor> outputs;
   for (const auto& out : g.outputs()) {

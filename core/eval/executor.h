@@ -1,5 +1,6 @@
-// Whole-graph execution on the reference kernels, in topological order, with If and Loop
-// subgraphs. Used to verify that an optimized model computes what the original did.
+// Whole-graph execution on the reference kernels, in topological order, with If, Loop and Scan
+// subgraphs and calls of model-local functions. Used to verify that an optimized model computes
+// what the original did.
 #pragma once
 
 #include <map>

@@ -31,6 +31,8 @@ void ensure_registered() {
     register_shape_kernels();
     register_reduce_kernels();
     register_nn_kernels();
+    register_rnn_kernels();
+    register_extra_kernels();
   });
 }
 

@@ -9,5 +9,7 @@ void register_elementwise_kernels();  // kernels/elementwise.cc: math, logic, ac
 void register_shape_kernels();        // kernels/shape.cc: Shape..Pad, gather/scatter, NonZero
 void register_reduce_kernels();       // kernels/reduce.cc: Reduce*, ArgMax/ArgMin, TopK
 void register_nn_kernels();           // kernels/nn.cc: MatMul, Gemm, Conv, pools, norms, ...
+void register_rnn_kernels();          // kernels/rnn.cc: RNN, GRU, LSTM, Dropout
+void register_extra_kernels();        // kernels/extra.cc: older opsets, simple activations, norms
 
 }  // namespace graft::eval

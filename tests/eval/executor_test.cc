@@ -157,3 +157,253 @@ TEST(Executor, OptimizedSharedModelsComputeTheSameOutputs) {
 
 }  // namespace
 }  // namespace graft::testing
+
+// Model-local functions and Scan.
+namespace graft::testing {
+namespace {
+
+eval::Tensor floats(std::vector<int64_t> dims, const std::vector<double>& values) {
+  auto t = eval::Tensor::zeros(onnx::TensorProto::FLOAT, std::move(dims), 1 << 20);
+  EXPECT_TRUE(t.ok());
+  EXPECT_EQ(t->size(), static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) t->set_double(static_cast<int64_t>(i), values[i]);
+  return *t;
+}
+
+void expect_values(const eval::Tensor& t, const std::vector<int64_t>& dims,
+                   const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(t.dims(), dims) << what;
+  ASSERT_EQ(t.size(), static_cast<int64_t>(want.size())) << what;
+  for (int64_t i = 0; i < t.size(); ++i)
+    EXPECT_NEAR(t.get_double(i), want[i], 1e-5 + 1e-5 * std::abs(want[i])) << what << " @" << i;
+}
+
+TEST(Executor, LocalFunctionsRunTheirBodies) {
+  // Twice calls Square through another local function; both calls of Twice share one body.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[3] x, float[3] z) => (float[3] y, float[3] w, float[3] v) {
+      y, w = local.Twice (x)
+      v, unused = local.Twice (z)
+    }
+    <domain: "local", opset_import: ["" : 13, "local" : 1]>
+    Twice (a) => (b, c) {
+      s = Add (a, a)
+      b = local.Square (s)
+      c = Neg (a)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    Square (p) => (q) {
+      q = Mul (p, p)
+    }
+  )");
+  ASSERT_TRUE(model);
+  const std::vector<double> x = {1, -2, 0.5}, z = {3, 0, -1};
+  auto out = eval::run_model(*model, {{"x", floats({3}, x)}, {"z", floats({3}, z)}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> y, w, v;
+  for (int i = 0; i < 3; ++i) {
+    y.push_back(4 * x[i] * x[i]);
+    w.push_back(-x[i]);
+    v.push_back(4 * z[i] * z[i]);
+  }
+  expect_values((*out)[0], {3}, y, "y");
+  expect_values((*out)[1], {3}, w, "w");
+  expect_values((*out)[2], {3}, v, "v");
+}
+
+TEST(Executor, LocalFunctionAttributeReferences) {
+  // alpha comes from the caller, or is LeakyRelu's default 0.01 when the caller sets none.
+  auto model_single = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[4] x) => (float[4] d) {
+      d = local.Leaky (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    Leaky <alpha> (a, m) => (b) {
+      b = LeakyRelu <alpha: float = @alpha> (a)
+    }
+  )");
+  ASSERT_TRUE(model_single);
+  const std::vector<double> x = {-4, -1, 2, 0.5}, lo = {-0.5, -0.5, -0.5, 1};
+  auto leaky = [](double v, double alpha) { return v < 0 ? alpha * v : v; };
+  auto out = eval::run_model(*model_single, {{"x", floats({4}, x)}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> d;
+  for (double v : x) d.push_back(leaky(v, 0.01));
+  expect_values((*out)[0], {4}, d, "default alpha");
+
+  auto model2 = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[4] x, float[4] lo) => (float[4] y, float[4] c) {
+      y = local.Leaky <alpha = 0.25> (x, lo)
+      c = local.Leaky <alpha = 0.5> (x, lo)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    Leaky <alpha> (a, m) => (b) {
+      r = LeakyRelu <alpha: float = @alpha> (a)
+      b = Max (r, m)
+    }
+  )");
+  ASSERT_TRUE(model2);
+  out = eval::run_model(*model2, {{"x", floats({4}, x)}, {"lo", floats({4}, lo)}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> y, c;
+  for (int i = 0; i < 4; ++i) {
+    y.push_back(std::max(leaky(x[i], 0.25), lo[i]));
+    c.push_back(std::max(leaky(x[i], 0.5), lo[i]));
+  }
+  expect_values((*out)[0], {4}, y, "alpha 0.25");
+  expect_values((*out)[1], {4}, c, "alpha 0.5");
+}
+
+TEST(Executor, LocalFunctionOptionalInputLeftOut) {
+  // Clip's min comes from the function's optional second input; without it, no lower bound.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[3] x, float lo) => (float[3] y, float[3] z) {
+      y = local.Floor (x, lo)
+      z = local.Floor (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    Floor (a, m) => (b) {
+      b = Clip (a, m)
+    }
+  )");
+  ASSERT_TRUE(model);
+  const std::vector<double> x = {-3, 0.25, 7};
+  const double lo = -1;
+  auto out = eval::run_model(*model, {{"x", floats({3}, x)}, {"lo", floats({}, {lo})}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> y;
+  for (double v : x) y.push_back(std::max(v, lo));
+  expect_values((*out)[0], {3}, y, "with min");
+  expect_values((*out)[1], {3}, x, "without min");
+}
+
+TEST(Executor, ScanWithAxesDirectionsAndState) {
+  // Scans x [2, T, 3] along axis 1 forward and in reverse; the state accumulates the forward
+  // rows; outputs: the running sum stacked on axis 0 in reverse order, the reversed rows times 2
+  // stacked on axis -1.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 16]>
+    g (float[2,3] init, float[2,4,3] x) => (float[2,3] final, float[4,2,3] sums, float[2,3,4] rev) {
+      final, sums, rev = Scan <num_scan_inputs = 2, scan_input_axes = [1, 1],
+                               scan_input_directions = [0, 1], scan_output_axes = [0, -1],
+                               scan_output_directions = [1, 0],
+          body = step (float[2,3] acc, float[2,3] row, float[2,3] back)
+                   => (float[2,3] acc_out, float[2,3] sum_out, float[2,3] twice) {
+            acc_out = Add (acc, row)
+            sum_out = Identity (acc_out)
+            two = Constant <value_float = 2.0> ()
+            twice = Mul (back, two)
+          }> (init, x, x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  const int64_t B = 2, T = 4, C = 3;
+  std::vector<double> init(B * C), x(B * T * C);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = 0.1 * static_cast<double>(i) - 0.2;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<double>(i));
+  auto out = eval::run_model(*model, {{"init", floats({B, C}, init)}, {"x", floats({B, T, C}, x)}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto X = [&](int64_t b, int64_t t, int64_t c) { return x[(b * T + t) * C + c]; };
+  std::vector<double> final_state(B * C), sums(T * B * C), rev(B * C * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = init[b * C + c];
+      for (int64_t t = 0; t < T; ++t) {
+        acc += X(b, t, c);
+        // Iteration t's sum lands at position T-1-t (reverse output direction).
+        sums[((T - 1 - t) * B + b) * C + c] = acc;
+        // Iteration t reads row T-1-t (reverse input) and stacks forward on the last axis.
+        rev[(b * C + c) * T + t] = 2 * X(b, T - 1 - t, c);
+      }
+      final_state[b * C + c] = acc;
+    }
+  expect_values((*out)[0], {B, C}, final_state, "final");
+  expect_values((*out)[1], {T, B, C}, sums, "sums");
+  expect_values((*out)[2], {B, C, T}, rev, "rev");
+}
+
+TEST(Executor, Scan8BatchesAndSequenceLengths) {
+  // Opset 8: batch axis 0, sequence axis 1, per-batch lengths; outputs past a length are zero.
+  auto model = parse_text(R"(
+    <ir_version: 4, opset_import: ["" : 8]>
+    g (int64[2] lens, float[2,2] init, float[2,3,2] x) => (float[2,2] final, float[2,3,2] seen) {
+      final, seen = Scan <num_scan_inputs = 1, directions = [1],
+          body = step (float[2] acc, float[2] row) => (float[2] acc_out, float[2] row_out) {
+            acc_out = Add (acc, row)
+            row_out = Identity (row)
+          }> (lens, init, x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  const std::vector<double> init = {1, 2, 3, 4};
+  std::vector<double> x(12);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i) + 1;
+  auto lens = eval::Tensor::zeros(onnx::TensorProto::INT64, {2}, 1 << 20);
+  ASSERT_TRUE(lens.ok());
+  lens->set_int64(0, 3);
+  lens->set_int64(1, 2);
+  auto out = eval::run_model(
+      *model, {{"lens", *lens}, {"init", floats({2, 2}, init)}, {"x", floats({2, 3, 2}, x)}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const int64_t len[2] = {3, 2};
+  std::vector<double> final_state(4), seen(12, 0.0);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t c = 0; c < 2; ++c) {
+      double acc = init[b * 2 + c];
+      for (int64_t t = 0; t < len[b]; ++t) {
+        const double row = x[(b * 3 + (len[b] - 1 - t)) * 2 + c];  // reverse within the length
+        acc += row;
+        seen[(b * 3 + t) * 2 + c] = row;
+      }
+      final_state[b * 2 + c] = acc;
+    }
+  expect_values((*out)[0], {2, 2}, final_state, "final");
+  expect_values((*out)[1], {2, 3, 2}, seen, "seen");
+}
+
+TEST(Executor, OptimizedSileroComputesTheSameOutputs) {
+  // An LSTM inside If branches chosen by the sample rate.
+  fs::path root = shared_models_dir();
+  if (root.empty()) GTEST_SKIP() << "../shared/models is absent (only in the team's checkout)";
+  std::string bytes = read_file(root / "silero_vad_v5.onnx");
+  auto original = ir::Model::parse(bytes);
+  auto optimized = ir::Model::parse(bytes);
+  ASSERT_TRUE(original.ok() && optimized.ok());
+  ASSERT_TRUE(run_pipeline(*optimized, PipelineConfig{}).ok());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> audio(-0.5, 0.5), state(-0.1, 0.1);
+  std::vector<double> x(512), h(2 * 128);
+  for (double& v : x) v = audio(rng);
+  for (double& v : h) v = state(rng);
+  auto sr = eval::Tensor::zeros(onnx::TensorProto::INT64, {}, 1 << 20);
+  ASSERT_TRUE(sr.ok());
+  sr->set_int64(0, 16000);
+  std::map<std::string, eval::Tensor> feeds = {
+      {"input", floats({1, 512}, x)}, {"state", floats({2, 1, 128}, h)}, {"sr", *sr}};
+  auto a = eval::run_model(**original, feeds);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = eval::run_model(**optimized, feeds);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->size(), 2u);
+  ASSERT_EQ(b->size(), 2u);
+  // A speech probability, and the next LSTM state.
+  ASSERT_EQ((*a)[0].dims(), (std::vector<int64_t>{1, 1}));
+  EXPECT_GT((*a)[0].get_double(0), 0.0);
+  EXPECT_LT((*a)[0].get_double(0), 1.0);
+  ASSERT_EQ((*a)[1].dims(), (std::vector<int64_t>{2, 1, 128}));
+  for (size_t i = 0; i < a->size(); ++i) expect_close((*b)[i], (*a)[i], 1e-4, 1e-5, "silero");
+}
+
+TEST(Executor, ScanBackendCases) {
+  fs::path root = onnx_testdata_dir();
+  if (root.empty()) GTEST_SKIP() << "libonnx-testdata is not installed";
+  for (const char* name : {"test_scan_sum", "test_scan9_sum"})
+    run_backend_case(root / "node" / name);
+}
+
+}  // namespace
+}  // namespace graft::testing

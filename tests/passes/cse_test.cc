@@ -162,7 +162,7 @@ TEST(Cse, DropoutMergedOnlyInInferenceMode) {
     }
   )");
   ASSERT_TRUE(model);
-  // Not run_pass_checked: the evaluator has no Dropout kernel.
+  // Not run_pass_checked: training-mode Dropout (t1, t2) is random.
   auto result = run_pass(*model, "cse");
   // i2 into i1, f2 into f1; the training-mode pair stays.
   EXPECT_EQ(result.rewrites, 2);
@@ -184,7 +184,7 @@ TEST(Cse, OldDropoutMergedOnlyWithIsTest) {
     }
   )");
   ASSERT_TRUE(model);
-  // Not run_pass_checked: the evaluator has no Dropout kernel.
+  // Not run_pass_checked: Dropout without is_test (b1, b2) is random before opset 7.
   auto result = run_pass(*model, "cse");
   EXPECT_EQ(result.rewrites, 1);
   EXPECT_FALSE(producer(*model, "a2"));
@@ -388,8 +388,7 @@ TEST(Cse, MergesInsideFunctionBodiesKeepingTheirOutputs) {
     }
   )");
   ASSERT_TRUE(model);
-  // Not run_pass_checked: the evaluator does not run local functions.
-  auto result = run_pass(*model, "cse");
+  auto result = run_pass_checked(*model, "cse");
   EXPECT_EQ(result.rewrites, 1);
   const ir::Graph& body = *model->functions()[0].body;
   ASSERT_EQ(body.outputs().size(), 2u);

@@ -235,8 +235,7 @@ TEST(EliminateIdentity, FunctionBodies) {
     }
   )");
   ASSERT_TRUE(model);
-  // Not run_pass_checked: the evaluator does not run local functions.
-  auto result = run_pass(*model, "eliminate_identity");
+  auto result = run_pass_checked(*model, "eliminate_identity");
   EXPECT_EQ(result.rewrites, 2);
   const ir::Graph& body = *model->functions()[0].body;
   EXPECT_EQ(output_names(body), (std::vector<std::string>{"b", "c"}));

@@ -38,9 +38,9 @@ struct Case {
   std::string nodes;
 };
 
-// run_pass_checked, except that a model the evaluator cannot run (it has no Dropout kernel, no
-// Relu-1 for opsets below 6, and runs no custom-domain op) may be
-// "not verifiable" and is then only checked structurally.
+// run_pass_checked, except that a model the evaluator cannot run (training-mode Dropout is
+// random, and it runs no custom-domain op) may be "not verifiable" and is then only checked
+// structurally.
 PassResult run_noop(ir::Model& model) {
   bool unsupported = count_ops(model, "Dropout") > 0 || model.graph().opset("") < 6;
   for (ir::Graph* g : model.all_graphs())

@@ -41,7 +41,7 @@ TEST(ExtractConstants, LeavesFunctionBodiesAndCustomDomainsAlone) {
     }
   )");
   ASSERT_TRUE(model);
-  // Not run_pass_checked: the evaluator runs neither custom-domain ops nor local functions.
+  // Not run_pass_checked: the evaluator cannot run custom-domain ops.
   auto result = run_pass(*model, "extract_constants");
   EXPECT_FALSE(result.changed);
   EXPECT_EQ(count_ops(*model, "Constant"), 2);

@@ -215,8 +215,7 @@ TEST(Prune, FunctionBodies) {
     }
   )");
   ASSERT_TRUE(model);
-  // Not run_pass_checked: the evaluator does not run local functions.
-  auto result = run_pass(*model, "prune");
+  auto result = run_pass_checked(*model, "prune");
   EXPECT_EQ(result.rewrites, 2);
   const ir::Graph& body = *model->functions()[0].body;
   EXPECT_EQ(op_types(body), (std::vector<std::string>{"Add", "Relu"}));
@@ -273,7 +272,7 @@ TEST(Prune, ControlFlowAndCallsHoldingForeignOpsStay) {
     }
   )");
   ASSERT_TRUE(model);
-  // Not run_pass_checked: the evaluator cannot run custom-domain ops or local functions.
+  // Not run_pass_checked: the evaluator cannot run custom-domain ops.
   auto result = run_pass(*model, "prune");
   // pure_call, and pure_if with its two nested nodes.
   EXPECT_EQ(result.rewrites, 4);
