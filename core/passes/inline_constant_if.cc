@@ -1,14 +1,194 @@
-// Placeholder: the pass is registered so the pipeline order is fixed; it changes nothing yet.
+// An If whose condition is a constant always runs the same branch: the branch's nodes are
+// copied into the If's graph and the If disappears. Exporters leave such Ifs behind when a
+// Python-level condition (a shape check, a config flag) is traced into the graph, and shape
+// folding turns more of them constant.
+//
+// Branch-local values get fresh names in the enclosing graph (the model already reserves their
+// old names); the If's output names are kept. Branch initializers become initializers of the
+// enclosing graph, or Constant nodes where initializers are not allowed (function bodies, IR < 4).
+// An If output that is a graph output and whose branch result is not computed by a copied node
+// (an outer value, a branch initializer) is produced by an Identity, which eliminate_identity
+// removes where it can.
+//
+// Deliberately not inlined: taken branches holding nodes with subgraphs of their own (the IR has
+// no way to move a subgraph between nodes; nested constant Ifs are inlined first, deepest
+// first, so they do not block this), branches with inputs, sparse initializers or omitted
+// optional outputs in the middle of a node's outputs, conditions that are not one-element bool
+// initializers or Constant nodes (a graph input with an initializer default is not constant).
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 
 namespace graft {
 
 namespace {
 
+// The constant value of an If condition, nullopt unless it is a one-element bool constant: an
+// initializer, or a Constant node (IR < 4 models keep those, having no initializers to spare).
+std::optional<bool> constant_condition(const ir::Value* cond) {
+  if (!cond) return std::nullopt;
+  const onnx::TensorProto* tensor = nullptr;
+  if (cond->is_constant()) {
+    tensor = cond->initializer();
+  } else if (const ir::Node* p = cond->producer(); p && p->is("Constant")) {
+    if (p->attributes().size() != 1 || p->attributes()[0].name() != "value" ||
+        !p->attributes()[0].has_t())
+      return std::nullopt;
+    tensor = &p->attributes()[0].t();
+  }
+  if (!tensor) return std::nullopt;
+  const onnx::TensorProto& t = *tensor;
+  if (t.data_type() != onnx::TensorProto::BOOL || ir::is_external(t)) return std::nullopt;
+  auto count = ir::element_count(t);
+  if (!count || *count != 1) return std::nullopt;
+  auto values = ir::read_int64s(t);
+  if (!values || values->size() != 1) return std::nullopt;
+  return (*values)[0] != 0;
+}
+
+const ir::Graph* branch(const ir::Node& n, std::string_view attr) {
+  for (const auto& sub : n.subgraphs())
+    if (sub.attr_name == attr && sub.index == -1) return sub.graph.get();
+  return nullptr;
+}
+
+// True if every node of `b` can be recreated in another graph by op type, attributes and inputs.
+bool movable(const ir::Graph& b) {
+  if (!b.inputs().empty() || b.rest().sparse_initializer_size() > 0) return false;
+  for (const ir::Node* n : b.nodes()) {
+    if (!n->subgraphs().empty()) return false;
+    // add_node cannot leave a hole among outputs; trailing omitted outputs are simply not made.
+    bool hole = false;
+    for (const ir::Value* out : n->outputs()) {
+      if (!out)
+        hole = true;
+      else if (hole)
+        return false;
+    }
+  }
+  return true;
+}
+
+// Constant-1 only holds floating-point tensors; Constant-9 holds every type.
+bool constant_node_can_hold(const ir::Graph& g, int32_t data_type) {
+  if (g.opset("") >= 9) return true;
+  return data_type == onnx::TensorProto::FLOAT || data_type == onnx::TensorProto::DOUBLE ||
+         data_type == onnx::TensorProto::FLOAT16;
+}
+
+onnx::AttributeProto tensor_attr(onnx::TensorProto t, const std::string& name) {
+  onnx::AttributeProto attr;
+  attr.set_name("value");
+  attr.set_type(onnx::AttributeProto::TENSOR);
+  t.set_name(name);
+  *attr.mutable_t() = std::move(t);
+  return attr;
+}
+
 class InlineConstantIf final : public Pass {
  public:
   std::string_view name() const override { return "inline_constant_if"; }
-  absl::StatusOr<PassResult> run(ir::Model&, PassContext&) override { return PassResult{}; }
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+    PassResult result;
+    // Deepest graphs first: an inlined inner If leaves its enclosing branch free of subgraphs,
+    // so the outer If can be inlined in the same run.
+    std::vector<ir::Graph*> graphs = model.all_graphs();
+    for (auto it = graphs.rbegin(); it != graphs.rend(); ++it) {
+      ir::Graph* g = *it;
+      if (g->parent() && g->parent()->dead()) continue;
+      for (ir::Node* n : g->nodes()) {
+        if (n->dead() || !n->is("If")) continue;
+        if (inline_if(model, *g, n)) result.add();
+      }
+    }
+    return result;
+  }
+
+ private:
+  static bool in_main_tree(const ir::Model& model, const ir::Graph* g) {
+    while (g->parent()) g = g->parent()->graph();
+    return g == &model.graph();
+  }
+
+  static bool inline_if(ir::Model& model, ir::Graph& g, ir::Node* n) {
+    auto cond = constant_condition(n->input(0));
+    if (!cond || n->inputs().size() != 1) return false;
+    const ir::Graph* b = branch(*n, *cond ? "then_branch" : "else_branch");
+    if (!b || !movable(*b) || b->outputs().size() != n->outputs().size()) return false;
+    const bool initializers = model.allows_new_initializers() && in_main_tree(model, &g);
+    if (!initializers)
+      for (const ir::Value* init : b->initializers())
+        if (!constant_node_can_hold(g, init->initializer()->data_type())) return false;
+
+    // Branch values -> their copies in `g`. Values from enclosing scopes are not in the map:
+    // they are in scope in `g` too, since `g` encloses the branch.
+    std::unordered_map<const ir::Value*, ir::Value*> copies;
+    auto mapped = [&](ir::Value* v) -> ir::Value* {
+      auto it = copies.find(v);
+      return it == copies.end() ? v : it->second;
+    };
+    for (ir::Value* init : b->initializers()) {
+      if (init->use_count() == 0) continue;
+      if (initializers) {
+        copies[init] = g.add_initializer(init->name(), *init->initializer());
+      } else {
+        ir::Node* c = g.add_node("Constant", {}, {init->name()});
+        c->set_attr(tensor_attr(*init->initializer(), c->output(0)->name()));
+        copies[init] = c->output(0);
+      }
+    }
+    std::unordered_set<const ir::Node*> created;
+    for (ir::Node* inner : b->nodes()) {
+      std::vector<ir::Value*> inputs;
+      for (ir::Value* v : inner->inputs()) inputs.push_back(v ? mapped(v) : nullptr);
+      std::vector<std::string> hints;
+      for (ir::Value* out : inner->outputs()) {
+        if (!out) break;
+        hints.push_back(out->name());
+      }
+      ir::Node* copy = g.add_node(inner->op_type(), inputs, hints, inner->domain());
+      *copy->mutable_proto().mutable_attribute() = inner->proto().attribute();
+      if (!inner->proto().doc_string().empty())
+        copy->mutable_proto().set_doc_string(inner->proto().doc_string());
+      created.insert(copy);
+      for (size_t i = 0; i < hints.size(); ++i) {
+        ir::Value* out = inner->output(i);
+        copies[out] = copy->output(i);
+        if (out->value_info() && out->value_info()->has_type())
+          copy->output(i)->set_type(out->value_info()->type());
+      }
+    }
+
+    // The If's outputs take over the branch results.
+    std::unordered_set<const ir::Value*> renamed;
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      ir::Value* out = n->output(i);
+      if (!out) continue;
+      ir::Value* branch_out = b->outputs()[i].value;
+      ir::Value* result = mapped(branch_out);
+      ir::Node* producer = result->producer();
+      // A copied node's output is renamed to the If's output, once; a branch result listed
+      // twice makes the second If output read the first.
+      if (producer && created.count(producer) && !renamed.count(result)) {
+        g.move_output_name(producer, result->producer_index(), out);
+        copies[branch_out] = out;
+        renamed.insert(out);
+      } else if (!out->is_graph_output()) {
+        ir::Graph::replace_all_uses(out, result);
+      } else {
+        ir::Node* id = g.add_node("Identity", {result}, {out->name()});
+        g.move_output_name(id, 0, out);
+      }
+    }
+    g.remove_node(n);
+    return true;
+  }
 };
 
 }  // namespace
