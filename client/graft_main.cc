@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <absl/strings/str_split.h>
 
 #include "client/exit_codes.h"
 #include "client/graft_client.h"
@@ -140,6 +141,11 @@ struct OptimizeArgs {
   std::string report_path;
   std::string dump_dir;
   bool check = false;
+  bool verify = false;
+  std::vector<std::string> verify_dims, verify_shapes, verify_values;  // NAME=...
+  uint32_t verify_seed = 1;
+  int verify_trials = 2;
+  double verify_rtol = 1e-3, verify_atol = 1e-4;
   bool quiet = false;
   std::string sha256;  // lookup only
 };
@@ -161,6 +167,52 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
                                         "'");
     config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] = opt.substr(eq + 1);
   }
+  config.verify = a.verify;
+  eval::VerifyOptions& v = config.verify_options;
+  v.seed = a.verify_seed;
+  v.trials = a.verify_trials;
+  v.rtol = a.verify_rtol;
+  v.atol = a.verify_atol;
+  // NAME=VALUE pairs; the error names the flag.
+  auto split = [](const std::string& flag, const std::string& arg, std::string* name,
+                  std::string* value) -> absl::Status {
+    auto eq = arg.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == arg.size())
+      return absl::InvalidArgumentError(flag + " must look like NAME=VALUE, got '" + arg + "'");
+    *name = arg.substr(0, eq);
+    *value = arg.substr(eq + 1);
+    return absl::OkStatus();
+  };
+  auto number = [](const std::string& flag, const std::string& text, auto* out) -> absl::Status {
+    std::istringstream in(text);
+    in >> *out;
+    if (!in || !in.eof())
+      return absl::InvalidArgumentError(flag + ": '" + text + "' is not a number");
+    return absl::OkStatus();
+  };
+  std::string name, value;
+  for (const auto& d : a.verify_dims) {
+    if (auto st = split("--verify-dim", d, &name, &value); !st.ok()) return st;
+    if (name == "*") {
+      if (auto st = number("--verify-dim", value, &v.default_dim); !st.ok()) return st;
+    } else if (auto st = number("--verify-dim", value, &v.dims[name]); !st.ok()) {
+      return st;
+    }
+  }
+  for (const auto& sh : a.verify_shapes) {
+    if (auto st = split("--verify-shape", sh, &name, &value); !st.ok()) return st;
+    auto& dims = v.shapes[name];
+    for (absl::string_view part : absl::StrSplit(value, ',')) {
+      int64_t d = 0;
+      if (auto st = number("--verify-shape", std::string(part), &d); !st.ok()) return st;
+      dims.push_back(d);
+    }
+  }
+  for (const auto& val : a.verify_values) {
+    if (auto st = split("--verify-value", val, &name, &value); !st.ok()) return st;
+    if (auto st = number("--verify-value", value, &v.values[name]); !st.ok()) return st;
+  }
+  if (auto st = eval::validate(v); !st.ok()) return st;
   return config;
 }
 
@@ -417,6 +469,32 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     cmd->add_flag("--check", args.check,
                   "run the ONNX checker and shape inference after each changing pass (slower)");
+    auto* verify = cmd->add_flag(
+        "--verify", args.verify,
+        "run the original and optimized model on random inputs with the reference evaluator and "
+        "compare the outputs; a pass that changes them is rolled back");
+    cmd->add_option("--verify-dim", args.verify_dims,
+                    "value of a symbolic input dim, NAME=N; *=N for every unnamed or unlisted "
+                    "one (default: the first of 1, 16, 64, 256 the original runs with) (repeatable)")
+        ->needs(verify);
+    cmd->add_option("--verify-shape", args.verify_shapes,
+                    "an input's full shape, INPUT=D,D,... (repeatable)")
+        ->needs(verify);
+    cmd->add_option("--verify-value", args.verify_values,
+                    "fill an input with one number instead of random ones, INPUT=V (repeatable)")
+        ->needs(verify);
+    cmd->add_option("--verify-seed", args.verify_seed, "random input seed")
+        ->capture_default_str()
+        ->needs(verify);
+    cmd->add_option("--verify-trials", args.verify_trials, "input sets to compare on (1..16)")
+        ->capture_default_str()
+        ->needs(verify);
+    cmd->add_option("--verify-rtol", args.verify_rtol, "relative tolerance for float outputs")
+        ->capture_default_str()
+        ->needs(verify);
+    cmd->add_option("--verify-atol", args.verify_atol, "absolute tolerance for float outputs")
+        ->capture_default_str()
+        ->needs(verify);
   };
   auto add_server = [&](CLI::App* cmd) {
     cmd->add_option("--server", args.server, "graftd address HOST:PORT (default: $GRAFT_SERVER)");

@@ -25,6 +25,18 @@ std::string line(const char* fmt, auto... args) {
   return buf;
 }
 
+nlohmann::json verification_json(const VerificationReport& v) {
+  if (!v.requested) return nullptr;
+  return {{"status", eval::verify_status_name(v.result.status)},
+          {"message", v.result.message},
+          {"unsupported_op", v.result.unsupported_op},
+          {"max_abs_diff", v.result.max_abs_diff},
+          {"max_rel_diff", v.result.max_rel_diff},
+          {"worst_output", v.result.worst_output},
+          {"rolled_back", v.rolled_back},
+          {"seconds", v.seconds}};
+}
+
 }  // namespace
 
 std::string format_table(const RunSummary& run) {
@@ -48,6 +60,13 @@ std::string format_table(const RunSummary& run) {
               human_bytes(run.output_bytes).c_str(),
               r.reached_fixed_point ? "" : ", stopped at max rounds before a fixed point");
   if (!r.checker_note.empty()) out += "onnx check skipped: " + r.checker_note + "\n";
+  const VerificationReport& v = r.verification;
+  if (v.requested) {
+    out += std::string("verification: ") + eval::verify_status_name(v.result.status) + " (" +
+           v.result.message + ")" + line(", %.2f ms", v.seconds * 1e3) + "\n";
+    for (const auto& p : v.rolled_back)
+      out += "verification rolled back " + p + ": it changed the outputs\n";
+  }
   if (!run.server.empty())
     out += "server " + run.server + ", cache " + (run.cache_hit ? "hit" : "miss") + ", sha256 " +
            run.input_sha256.substr(0, 12) + " -> " + run.output_sha256.substr(0, 12) + "\n";
@@ -83,6 +102,7 @@ nlohmann::json to_json(const RunSummary& run) {
           {"initializer_bytes_before", r.bytes_before},
           {"initializer_bytes_after", r.bytes_after},
           {"checker_note", r.checker_note},
+          {"verification", verification_json(r.verification)},
           {"server", run.server},
           {"cache_hit", run.cache_hit},
           {"input_sha256", run.input_sha256},

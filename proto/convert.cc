@@ -1,6 +1,7 @@
 #include "proto/convert.h"
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include "core/passes/registry.h"
 
@@ -24,6 +25,19 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   out.max_rounds = config.max_rounds() == 0 ? 10 : config.max_rounds();
   out.onnx_checker = config.onnx_checker();
   out.shape_inference = config.shape_inference();
+  const v1::VerifyConfig& v = config.verify();
+  out.verify = v.enabled();
+  eval::VerifyOptions& o = out.verify_options;
+  o.dims.insert(v.dims().begin(), v.dims().end());
+  if (v.default_dim() != 0) o.default_dim = v.default_dim();
+  for (const auto& [name, shape] : v.shapes())
+    o.shapes[name].assign(shape.dims().begin(), shape.dims().end());
+  o.values.insert(v.values().begin(), v.values().end());
+  if (v.seed() != 0) o.seed = v.seed();
+  if (v.trials() != 0) o.trials = v.trials();
+  if (v.has_rtol()) o.rtol = v.rtol();
+  if (v.has_atol()) o.atol = v.atol();
+  if (auto st = eval::validate(o); !st.ok()) return st;
   if (auto names = resolve_passes(out); !names.ok()) return names.status();
   return out;
 }
@@ -39,6 +53,18 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   out.set_max_rounds(config.max_rounds);
   out.set_onnx_checker(config.onnx_checker);
   out.set_shape_inference(config.shape_inference);
+  v1::VerifyConfig& v = *out.mutable_verify();
+  const eval::VerifyOptions& o = config.verify_options;
+  v.set_enabled(config.verify);
+  v.mutable_dims()->insert(o.dims.begin(), o.dims.end());
+  v.set_default_dim(o.default_dim);
+  for (const auto& [name, shape] : o.shapes)
+    (*v.mutable_shapes())[name].mutable_dims()->Add(shape.begin(), shape.end());
+  v.mutable_values()->insert(o.values.begin(), o.values.end());
+  v.set_seed(o.seed);
+  v.set_trials(o.trials);
+  v.set_rtol(o.rtol);
+  v.set_atol(o.atol);
   return out;
 }
 
@@ -59,6 +85,19 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
     }
   field(absl::StrCat("rounds=", config.max_rounds));
   field(absl::StrCat("checker=", config.onnx_checker, ",shapes=", config.shape_inference));
+  // Verification can roll passes back, so its settings are part of what the result means.
+  if (config.verify) {
+    const eval::VerifyOptions& o = config.verify_options;
+    field("verify");
+    for (const auto& [name, d] : o.dims) field(absl::StrCat(name, "=", d));
+    field(absl::StrCat("default_dim=", o.default_dim));
+    for (const auto& [name, shape] : o.shapes)
+      field(absl::StrCat(name, "=[", absl::StrJoin(shape, ","), "]"));
+    for (const auto& [name, value] : o.values) field(absl::StrCat(name, "=", value));
+    field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",rtol=", o.rtol, ",atol=", o.atol,
+                       ",range=", o.float_range, ",int_max=", o.int_max,
+                       ",max_bytes=", o.max_tensor_bytes));
+  }
   return out;
 }
 
@@ -85,6 +124,28 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
   out->set_initializer_bytes_after(r.bytes_after);
   out->set_checker_note(r.checker_note);
   out->set_pipeline_seconds(r.seconds);
+  const VerificationReport& v = r.verification;
+  if (v.requested) {
+    auto* o = out->mutable_verification();
+    switch (v.result.status) {
+      case eval::VerifyStatus::kVerified:
+        o->set_status(v1::Verification::VERIFIED);
+        break;
+      case eval::VerifyStatus::kNotVerifiable:
+        o->set_status(v1::Verification::NOT_VERIFIABLE);
+        break;
+      case eval::VerifyStatus::kMismatch:
+        o->set_status(v1::Verification::MISMATCH);
+        break;
+    }
+    o->set_message(v.result.message);
+    o->set_unsupported_op(v.result.unsupported_op);
+    o->set_max_abs_diff(v.result.max_abs_diff);
+    o->set_max_rel_diff(v.result.max_rel_diff);
+    o->set_worst_output(v.result.worst_output);
+    for (const auto& p : v.rolled_back) o->add_rolled_back(p);
+    o->set_seconds(v.seconds);
+  }
 }
 
 PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
@@ -112,6 +173,21 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
   r.bytes_after = in.initializer_bytes_after();
   r.checker_note = in.checker_note();
   r.seconds = in.pipeline_seconds();
+  const v1::Verification& v = in.verification();
+  if (v.status() != v1::Verification::NOT_REQUESTED) {
+    VerificationReport& o = r.verification;
+    o.requested = true;
+    o.result.status = v.status() == v1::Verification::VERIFIED   ? eval::VerifyStatus::kVerified
+                      : v.status() == v1::Verification::MISMATCH ? eval::VerifyStatus::kMismatch
+                                                                 : eval::VerifyStatus::kNotVerifiable;
+    o.result.message = v.message();
+    o.result.unsupported_op = v.unsupported_op();
+    o.result.max_abs_diff = v.max_abs_diff();
+    o.result.max_rel_diff = v.max_rel_diff();
+    o.result.worst_output = v.worst_output();
+    o.rolled_back.assign(v.rolled_back().begin(), v.rolled_back().end());
+    o.seconds = v.seconds();
+  }
   return r;
 }
 

@@ -39,6 +39,15 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
                              .Name("graft_pass_nodes_removed_total")
                              .Help("Nodes removed, by pass")
                              .Register(*registry_);
+  verifications_ = &BuildCounter()
+                        .Name("graft_verifications_total")
+                        .Help("Verified pipeline runs, by result (verified, not_verifiable, "
+                              "mismatch)")
+                        .Register(*registry_);
+  verify_rollbacks_ = &BuildCounter()
+                           .Name("graft_verify_rollbacks_total")
+                           .Help("Passes rolled back because they changed a model's outputs")
+                           .Register(*registry_);
   auto& hits =
       BuildCounter().Name("graft_cache_hits_total").Help("Cache hits").Register(*registry_);
   cache_hits_ = &hits.Add({});
@@ -102,6 +111,12 @@ void Metrics::pipeline_done(const PipelineReport& report) {
     if (p.nodes_before > p.nodes_after)
       pass_nodes_removed_->Add({{"pass", p.name}})
           .Increment(static_cast<double>(p.nodes_before - p.nodes_after));
+  }
+  if (report.verification.requested) {
+    verifications_->Add({{"result", eval::verify_status_name(report.verification.result.status)}})
+        .Increment();
+    for (const auto& pass : report.verification.rolled_back)
+      verify_rollbacks_->Add({{"pass", pass}}).Increment();
   }
 }
 

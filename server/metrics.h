@@ -38,6 +38,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* request_seconds_;
   prometheus::Family<prometheus::Histogram>* pass_seconds_;
   prometheus::Family<prometheus::Counter>* pass_nodes_removed_;
+  prometheus::Family<prometheus::Counter>* verifications_;
+  prometheus::Family<prometheus::Counter>* verify_rollbacks_;
   prometheus::Counter* cache_hits_;
   prometheus::Counter* cache_misses_;
   prometheus::Counter* cache_evictions_;

@@ -22,7 +22,8 @@ std::string dims_string(const std::vector<int64_t>& dims) {
 // resolved from the options.
 absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
                                                 const onnx::TypeProto::Tensor& tt,
-                                                const VerifyOptions& options) {
+                                                const VerifyOptions& options,
+                                                int64_t default_dim, bool* defaulted) {
   if (auto it = options.shapes.find(name); it != options.shapes.end()) {
     if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(it->second.size()))
       return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has rank ",
@@ -40,13 +41,19 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
       continue;
     }
     auto it = d.has_dim_param() ? options.dims.find(d.dim_param()) : options.dims.end();
-    dims.push_back(it != options.dims.end() ? it->second : options.default_dim);
+    if (it != options.dims.end()) {
+      dims.push_back(it->second);
+    } else {
+      dims.push_back(default_dim);
+      *defaulted = true;
+    }
   }
   return dims;
 }
 
 absl::StatusOr<Tensor> make_input(const std::string& name, const onnx::TypeProto* type,
-                                  const VerifyOptions& options, std::mt19937& rng) {
+                                  const VerifyOptions& options, int64_t default_dim,
+                                  bool* defaulted, std::mt19937& rng) {
   if (!type || !type->has_tensor_type() || !type->tensor_type().has_elem_type())
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is not a typed tensor"));
   const auto& tt = type->tensor_type();
@@ -55,7 +62,7 @@ absl::StatusOr<Tensor> make_input(const std::string& name, const onnx::TypeProto
     return absl::InvalidArgumentError(absl::StrCat(
         "input '", name, "' has element type ", onnx::TensorProto::DataType_Name(dtype),
         " (random inputs are numeric or bool)"));
-  auto dims = input_dims(name, tt, options);
+  auto dims = input_dims(name, tt, options, default_dim, defaulted);
   if (!dims.ok()) return dims.status();
   for (int64_t d : *dims)
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("input '", name, "': negative dim"));
@@ -116,6 +123,11 @@ std::string compare(const std::string& name, const Tensor& a, const Tensor& b,
   }
   std::string first;
   const bool floats = is_float_type(a.dtype());
+  // Half-precision outputs carry ~3 (float16) or ~2 (bfloat16) significant digits: a tolerance
+  // below two of their units in the last place would flag pure rounding.
+  double rtol = options.rtol;
+  if (a.dtype() == onnx::TensorProto::FLOAT16) rtol = std::max(rtol, 2.0 / 1024);
+  if (a.dtype() == onnx::TensorProto::BFLOAT16) rtol = std::max(rtol, 2.0 / 128);
   for (int64_t i = 0; i < a.size(); ++i) {
     if (!floats) {
       if (a.get_int64(i) != b.get_int64(i) && first.empty())
@@ -132,13 +144,39 @@ std::string compare(const std::string& name, const Tensor& a, const Tensor& b,
       r.worst_output = name;
     }
     r.max_rel_diff = std::max(r.max_rel_diff, std::isnan(rel) ? INFINITY : rel);
-    if (!(diff <= options.atol + options.rtol * std::abs(x)) && first.empty())
+    if (!(diff <= options.atol + rtol * std::abs(x)) && first.empty())
       first = absl::StrCat("output '", name, "' [", i, "]: ", x, " became ", y);
   }
   return first;
 }
 
 }  // namespace
+
+absl::Status validate(const VerifyOptions& o) {
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  auto dim_ok = [&](int64_t d) { return d >= 0 && d <= kMaxDim; };
+  if (o.default_dim < 0 || o.default_dim > kMaxDim)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "verify: default dim must be 1..", kMaxDim, " (0: automatic), got ", o.default_dim));
+  for (const auto& [name, d] : o.dims)
+    if (!dim_ok(d))
+      return absl::InvalidArgumentError(
+          absl::StrCat("verify: dim '", name, "' must be 0..", kMaxDim, ", got ", d));
+  for (const auto& [name, shape] : o.shapes)
+    for (int64_t d : shape)
+      if (!dim_ok(d))
+        return absl::InvalidArgumentError(absl::StrCat("verify: shape of '", name,
+                                                       "' has dim ", d, " (must be 0..", kMaxDim,
+                                                       ")"));
+  if (o.trials < 1 || o.trials > 16)
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify: trials must be 1..16, got ", o.trials));
+  if (!(o.rtol >= 0) || !(o.atol >= 0))
+    return absl::InvalidArgumentError("verify: tolerances must be non-negative numbers");
+  if (!(o.float_range >= 0) || o.int_max < 0)
+    return absl::InvalidArgumentError("verify: input ranges must be non-negative");
+  return absl::OkStatus();
+}
 
 const char* verify_status_name(VerifyStatus s) {
   switch (s) {
@@ -174,28 +212,60 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     }
   }
   const Limits limits{options.max_tensor_bytes};
-  for (int trial = 0; trial < std::max(1, options.trials); ++trial) {
-    std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
-    std::map<std::string, Tensor> feeds;
-    for (const auto& in : original.graph().inputs()) {
-      // An initializer listed as an input keeps its default in both models.
-      if (in.value->is_initializer()) continue;
-      const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
-      auto t = make_input(in.value->name(), type, options, rng);
-      if (!t.ok()) {
-        failure_ = not_verifiable(t.status(), "inputs");
-        return;
+  const std::vector<int64_t> sizes =
+      options.default_dim > 0 ? std::vector<int64_t>{options.default_dim}
+                              : std::vector<int64_t>{1, 16, 64, 256};
+  std::optional<VerifyResult> first_failure;
+  bool stop = false;
+  for (size_t attempt = 0; attempt < sizes.size() && !stop; ++attempt) {
+    feeds_.clear();
+    expected_.clear();
+    bool defaulted = false;
+    std::optional<VerifyResult> failure;
+    for (int trial = 0; trial < std::max(1, options.trials) && !failure; ++trial) {
+      std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
+      std::map<std::string, Tensor> feeds;
+      uint64_t input_bytes = 0;
+      for (const auto& in : original.graph().inputs()) {
+        // An initializer listed as an input keeps its default in both models.
+        if (in.value->is_initializer()) continue;
+        const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
+        auto t = make_input(in.value->name(), type, options, sizes[attempt], &defaulted, rng);
+        if (!t.ok()) {
+          failure = not_verifiable(t.status(), "inputs");
+          break;
+        }
+        input_bytes += t->bytes();
+        feeds.emplace(in.value->name(), std::move(*t));
       }
-      feeds.emplace(in.value->name(), std::move(*t));
+      if (failure) break;
+      if (attempt > 0 && input_bytes > options.max_auto_input_bytes) {
+        failure = first_failure;  // larger sizes only grow; report the smallest size's error
+        stop = true;
+        break;
+      }
+      auto outputs = run_model(original, feeds, limits);
+      if (!outputs.ok()) {
+        failure = not_verifiable(outputs.status(), "the original model");
+        // Unsupported ops and resource limits do not depend on the dims' sizes.
+        if (absl::IsUnimplemented(outputs.status()) || absl::IsResourceExhausted(outputs.status()))
+          stop = true;
+        break;
+      }
+      feeds_.push_back(std::move(feeds));
+      expected_.push_back(std::move(*outputs));
     }
-    auto outputs = run_model(original, feeds, limits);
-    if (!outputs.ok()) {
-      failure_ = not_verifiable(outputs.status(), "the original model");
+    if (!failure) {
+      default_dim_used_ = defaulted ? sizes[attempt] : 0;
+      failure_.reset();
       return;
     }
-    feeds_.push_back(std::move(feeds));
-    expected_.push_back(std::move(*outputs));
+    if (!first_failure) first_failure = failure;
+    failure_ = first_failure;
+    if (!defaulted) stop = true;  // no input has a defaulted dim: other sizes change nothing
   }
+  feeds_.clear();
+  expected_.clear();
 }
 
 Verifier::~Verifier() = default;
@@ -236,6 +306,8 @@ VerifyResult Verifier::check(const ir::Model& candidate) const {
   r.status = VerifyStatus::kVerified;
   r.message = absl::StrCat(expected_.size(), " input sets, ", output_names_.size(),
                            " outputs; worst absolute difference ", r.max_abs_diff);
+  if (default_dim_used_ > 0)
+    absl::StrAppend(&r.message, "; symbolic dims set to ", default_dim_used_);
   return r;
 }
 

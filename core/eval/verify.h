@@ -21,7 +21,11 @@ namespace graft::eval {
 struct VerifyOptions {
   // Values for symbolic dims by dim_param name; unnamed or unlisted unknown dims use default_dim.
   std::map<std::string, int64_t> dims;
-  int64_t default_dim = 1;
+  // 0: automatic, the first of 1, 16, 64, 256 for which the original model runs (shape errors
+  // such as a window larger than the input mean the dims are too small), skipping sizes whose
+  // inputs would exceed max_auto_input_bytes.
+  int64_t default_dim = 0;
+  uint64_t max_auto_input_bytes = 64ull << 20;
   // Full shapes by input name (override the declared dims).
   std::map<std::string, std::vector<int64_t>> shapes;
   // Inputs filled with one value (e.g. a sample rate) instead of random numbers.
@@ -37,6 +41,10 @@ struct VerifyOptions {
   // Per-tensor allocation cap inside the evaluator.
   uint64_t max_tensor_bytes = 256ull << 20;
 };
+
+// InvalidArgument for options no verification can use (negative dims, trials outside 1..16,
+// negative tolerances...).
+absl::Status validate(const VerifyOptions& options);
 
 enum class VerifyStatus { kVerified, kNotVerifiable, kMismatch };
 const char* verify_status_name(VerifyStatus s);  // "verified", "not_verifiable", "mismatch"
@@ -71,6 +79,7 @@ class Verifier {
   std::vector<std::map<std::string, Tensor>> feeds_;  // per trial
   std::vector<std::vector<Tensor>> expected_;         // per trial
   std::vector<std::string> output_names_;
+  int64_t default_dim_used_ = 0;  // 0 when no input has a defaulted dim
   std::optional<VerifyResult> failure_;
 };
 

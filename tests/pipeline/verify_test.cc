@@ -157,6 +157,34 @@ TEST(Verifier, InputsFollowOptions) {
   EXPECT_NE(r4.message.find("'nope'"), std::string::npos) << r4.message;
 }
 
+TEST(Verifier, AutomaticDimsGrowUntilTheOriginalRuns) {
+  // A 5x5 pooling window needs spatial dims of at least 5: 1 fails, 16 is the first that runs.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N, 1, H, W] x) => (float[N, 1, P, Q] y) {
+      y = MaxPool <kernel_shape = [5, 5]> (x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto r = eval::verify(*model, *model->clone());
+  EXPECT_EQ(r.status, VerifyStatus::kVerified) << r.message;
+  EXPECT_NE(r.message.find("symbolic dims set to 16"), std::string::npos) << r.message;
+
+  // A fixed default is not searched.
+  eval::VerifyOptions fixed;
+  fixed.default_dim = 1;
+  auto r1 = eval::verify(*model, *model->clone(), fixed);
+  EXPECT_EQ(r1.status, VerifyStatus::kNotVerifiable);
+  EXPECT_NE(r1.message.find("MaxPool"), std::string::npos) << r1.message;
+
+  // Sizes whose inputs exceed the cap are not tried: the error of the smallest size stays.
+  eval::VerifyOptions capped;
+  capped.max_auto_input_bytes = 100;  // 16*1*16*16 floats are 16 KiB
+  auto r2 = eval::verify(*model, *model->clone(), capped);
+  EXPECT_EQ(r2.status, VerifyStatus::kNotVerifiable);
+  EXPECT_NE(r2.message.find("MaxPool"), std::string::npos) << r2.message;
+}
+
 TEST(Verifier, SecondInputSetCatchesWhatTheFirstMisses) {
   // The difference shows only when the bool input is true; with two input sets of four random
   // bools each, some element is true for these seeds (checked below, so the test cannot pass

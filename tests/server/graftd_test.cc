@@ -208,6 +208,41 @@ TEST(Graftd, RemoteResultEqualsLocalAndSecondRequestIsACacheHit) {
   EXPECT_FALSE(missing->cached);
 }
 
+TEST(Graftd, VerificationIsReportedCachedSeparatelyAndCounted) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  std::string bytes = read_file(kExample);
+  ASSERT_TRUE(client.optimize(bytes, o2()).ok());
+
+  auto config = o2();
+  config.mutable_verify()->set_enabled(true);
+  for (int64_t d : {1, 3, 48, 192})
+    (*config.mutable_verify()->mutable_shapes())["x"].add_dims(d);
+  auto verified = client.optimize(bytes, config);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  // Verification can roll passes back, so an unverified result must not answer it.
+  EXPECT_FALSE(verified->report.cache_hit());
+  const auto& v = verified->report.verification();
+  EXPECT_EQ(v.status(), v1::Verification::VERIFIED) << v.message();
+  EXPECT_LT(v.max_abs_diff(), 1e-3);
+  EXPECT_EQ(v.rolled_back_size(), 0);
+  EXPECT_EQ(verified->model, local_result(bytes));
+
+  auto again = client.optimize(bytes, config);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->report.cache_hit());
+  EXPECT_EQ(again->report.verification().status(), v1::Verification::VERIFIED);
+
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_verifications_total{result=\"verified\"}"), 1);
+
+  auto bad = config;
+  bad.mutable_verify()->set_trials(100);
+  auto rejected = client.optimize(bytes, bad);
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument) << rejected.status();
+  EXPECT_NE(rejected.status().message().find("trials"), absl::string_view::npos);
+}
+
 TEST(Graftd, CliRemoteModeIsByteIdenticalToLocalMode) {
   Graftd server;
   fs::path dir = fs::temp_directory_path() / ("graftd_cli_" + std::to_string(::getpid()));
