@@ -212,6 +212,20 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     }
   }
   const Limits limits{options.max_tensor_bytes};
+  if (!options.input_sets.empty()) {
+    for (const auto& feeds : options.input_sets) {
+      auto outputs = run_model(original, feeds, limits);
+      if (!outputs.ok()) {
+        failure_ = not_verifiable(outputs.status(), "the original model");
+        feeds_.clear();
+        expected_.clear();
+        return;
+      }
+      feeds_.push_back(feeds);
+      expected_.push_back(std::move(*outputs));
+    }
+    return;
+  }
   const std::vector<int64_t> sizes =
       options.default_dim > 0 ? std::vector<int64_t>{options.default_dim}
                               : std::vector<int64_t>{1, 16, 64, 256};

@@ -38,6 +38,9 @@ struct VerifyOptions {
   // Float outputs match when |a - b| <= atol + rtol * |a| (NaN == NaN, equal infinities).
   double rtol = 1e-3;
   double atol = 1e-4;
+  // Given input sets (e.g. recorded samples) used instead of random ones when not empty; each
+  // maps every non-initializer graph input to a tensor.
+  std::vector<std::map<std::string, Tensor>> input_sets;
   // Per-tensor allocation cap inside the evaluator.
   uint64_t max_tensor_bytes = 256ull << 20;
 };
