@@ -55,6 +55,30 @@ TEST(Cli, OptimizesWritesModelReportAndTable) {
   for (const auto& p : json["passes"]) EXPECT_EQ(p["rollbacks"], 0) << p["name"];
 }
 
+TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
+  fs::path report = temp_dir() / "verify.json";
+  CliRun r = graft("optimize --local --verify --verify-shape x=1,3,48,192 --verify-trials 1 " +
+                   kExample.string() + " --report " + report.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("verification: verified"), std::string::npos) << r.err;
+  auto json = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(json["verification"]["status"], "verified");
+  EXPECT_TRUE(json["verification"]["rolled_back"].empty());
+  EXPECT_LT(json["verification"]["max_abs_diff"].get<double>(), 1e-3);
+
+  // Without --verify there is no verification entry.
+  CliRun plain = graft("optimize --local " + kExample.string() + " --report " + report.string());
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_TRUE(nlohmann::json::parse(read_file(report))["verification"].is_null());
+
+  for (const std::string bad :
+       {"--verify-dim batch=2", "--verify --verify-shape x=1,three", "--verify --verify-dim x",
+        "--verify --verify-trials 0", "--verify --verify-value sr=abc"}) {
+    CliRun b = graft("optimize --local " + bad + " " + kExample.string());
+    EXPECT_EQ(b.code, 2) << bad << ": " << b.err;
+  }
+}
+
 TEST(Cli, StdinToStdoutGivesTheSameBytesAsFiles) {
   fs::path out = temp_dir() / "file.onnx";
   ASSERT_EQ(graft("optimize --local -q " + kExample.string() + " -o " + out.string()).code, 0);
