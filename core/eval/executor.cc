@@ -120,6 +120,9 @@ class Executor {
   }
 
   absl::Status run_node(const ir::Node& n, Env& env) {
+    if (limits_.should_continue && *limits_.should_continue) {
+      if (auto st = (*limits_.should_continue)(); !st.ok()) return st;
+    }
     if (const ir::Function* fn = find_function(n)) return run_function(n, *fn, env);
     if (n.is("If")) return run_if(n, env);
     if (n.is("Loop")) return run_loop(n, env);

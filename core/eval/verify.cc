@@ -211,7 +211,8 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       return;
     }
   }
-  const Limits limits{options.max_tensor_bytes};
+  const Limits limits{options.max_tensor_bytes,
+                      options.should_continue ? &options_.should_continue : nullptr};
   if (!options.input_sets.empty()) {
     for (const auto& feeds : options.input_sets) {
       auto outputs = run_model(original, feeds, limits);
@@ -262,7 +263,9 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       if (!outputs.ok()) {
         failure = not_verifiable(outputs.status(), "the original model");
         // Unsupported ops and resource limits do not depend on the dims' sizes.
-        if (absl::IsUnimplemented(outputs.status()) || absl::IsResourceExhausted(outputs.status()))
+        if (absl::IsUnimplemented(outputs.status()) ||
+            absl::IsResourceExhausted(outputs.status()) ||
+            absl::IsDeadlineExceeded(outputs.status()) || absl::IsCancelled(outputs.status()))
           stop = true;
         break;
       }
@@ -287,12 +290,14 @@ Verifier::~Verifier() = default;
 VerifyResult Verifier::check(const ir::Model& candidate) const {
   if (failure_) return *failure_;
   VerifyResult r;
-  const Limits limits{options_.max_tensor_bytes};
+  const Limits limits{options_.max_tensor_bytes,
+                      options_.should_continue ? &options_.should_continue : nullptr};
   std::string first;
   for (size_t trial = 0; trial < feeds_.size(); ++trial) {
     auto actual = run_model(candidate, feeds_[trial], limits);
     if (!actual.ok()) {
-      if (absl::IsUnimplemented(actual.status()))
+      if (absl::IsUnimplemented(actual.status()) || absl::IsDeadlineExceeded(actual.status()) ||
+          absl::IsCancelled(actual.status()))
         return not_verifiable(actual.status(), "the optimized model");
       r.status = VerifyStatus::kMismatch;
       r.message = absl::StrCat("the optimized model fails where the original runs: ",

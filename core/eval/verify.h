@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,6 +44,9 @@ struct VerifyOptions {
   std::vector<std::map<std::string, Tensor>> input_sets;
   // Per-tensor allocation cap inside the evaluator.
   uint64_t max_tensor_bytes = 256ull << 20;
+  // Polled before every evaluated node; a non-OK status stops verification (the result is then
+  // not verifiable, with that status's message). Not part of what the options mean.
+  std::function<absl::Status()> should_continue;
 };
 
 // InvalidArgument for options no verification can use (negative dims, trials outside 1..16,

@@ -165,7 +165,13 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
   const auto pipeline_start = Clock::now();
   auto verify_start = pipeline_start;
   std::unique_ptr<ir::Model> original = model->clone();
-  eval::Verifier verifier(*original, config.verify_options);
+  eval::VerifyOptions verify_options = config.verify_options;
+  verify_options.should_continue = config.should_continue;
+  eval::Verifier verifier(*original, verify_options);
+  // A verifier stopped by the deadline or cancellation ends the request with that status.
+  if (config.should_continue) {
+    if (auto st = config.should_continue(); !st.ok()) return st;
+  }
   double verify_seconds = std::chrono::duration<double>(Clock::now() - verify_start).count();
   auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -182,6 +188,9 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
     auto check_start = Clock::now();
     eval::VerifyResult result = verifier.check(*model);
     verify_seconds += seconds_since(check_start);
+    if (config.should_continue) {
+      if (auto st = config.should_continue(); !st.ok()) return st;
+    }
     if (result.status == eval::VerifyStatus::kMismatch && !applied.empty()) {
       // Bisection over the kept pass runs: the prefix of length `good` matches the original
       // (the empty prefix is the original itself), the prefix of length `bad` does not, so the

@@ -216,6 +216,42 @@ TEST(Verifier, SecondInputSetCatchesWhatTheFirstMisses) {
   EXPECT_LT(caught_with_one, 20);
 }
 
+TEST(Verifier, StopsWhenToldTo) {
+  // A deadline or cancellation reaches the evaluator between nodes: the run ends with that
+  // status instead of finishing a long model.
+  auto model = parse_text(kModel);
+  ASSERT_TRUE(model);
+  int polls = 0;
+  eval::VerifyOptions options;
+  options.should_continue = [&]() -> absl::Status {
+    return ++polls > 2 ? absl::DeadlineExceededError("request deadline") : absl::OkStatus();
+  };
+  eval::Verifier verifier(*model, options);
+  EXPECT_FALSE(verifier.usable());
+  auto r = verifier.check(*model);
+  EXPECT_EQ(r.status, VerifyStatus::kNotVerifiable);
+  EXPECT_NE(r.message.find("request deadline"), std::string::npos) << r.message;
+  EXPECT_EQ(polls, 3);  // stopped at the third node of four
+
+  // Through the pipeline, the request ends with the deadline status.
+  PipelineConfig config;
+  config.verify = true;
+  int pipeline_polls = 0;
+  bool expired = false;
+  config.should_continue = [&]() -> absl::Status {
+    ++pipeline_polls;
+    return expired ? absl::DeadlineExceededError("request deadline") : absl::OkStatus();
+  };
+  std::vector<PassSpec> specs = {{"expire",
+                                  [&] {
+                                    expired = true;  // the deadline passes during the pipeline
+                                    return find_pass("prune")->create();
+                                  },
+                                  {}}};
+  auto report = run_specs(model, specs, config);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kDeadlineExceeded) << report.status();
+}
+
 TEST(PipelineVerify, GuiltyPassIsFoundRolledBackAndTheRestKept) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
