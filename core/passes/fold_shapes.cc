@@ -91,10 +91,12 @@ constexpr uint64_t kStubBytes = 4096;
 
 class ShapeInfo {
  public:
-  explicit ShapeInfo(const ir::Model& model) : main_(&model.graph()) { ok_ = infer(model); }
+  // Inference runs lazily, the first time a main graph value other than a graph input is
+  // asked about: it costs a copy of the graph and a pass over it.
+  explicit ShapeInfo(const ir::Model& model) : model_(&model), main_(&model.graph()) {}
   // False if inference could not run (model newer than libonnx) or failed: the model's
   // declarations are then unchecked, and the pass leaves the model alone.
-  bool ok() const { return ok_; }
+  bool ok() const { return inference_supported(*model_); }
 
   // Known dims of `v`, nullopt if its rank is unknown or its sources disagree.
   std::optional<Dims> dims(const ir::Value* v) const {
@@ -116,16 +118,21 @@ class ShapeInfo {
     } else {
       declared = dims_of_type(v->type());
     }
-    if (v->owner() != main_) return declared;
-    auto it = inferred_.find(v->name());
-    if (it == inferred_.end()) return declared;
+    // Graph inputs are where inference starts, so it could only repeat their declarations.
+    if (v->owner() != main_ || v->is_graph_input()) return declared;
+    // Declared dims of other values are checked against inference: exporters' value_info can be
+    // stale, and a wrong folded shape would silently break the model.
+    if (!inferred_) inferred_ = infer(*model_);
+    if (!*inferred_) return std::nullopt;  // inference failed: the declarations are suspect
+    auto it = inferred_map_.find(v->name());
+    if (it == inferred_map_.end()) return declared;
     bool conflict = false;
     auto merged = merge(declared, dims_of_type(&it->second), &conflict);
     return conflict ? std::nullopt : merged;
   }
 
  private:
-  bool infer(const ir::Model& model) {
+  bool infer(const ir::Model& model) const {
     if (!inference_supported(model)) return false;
     auto copy = model.clone();
     for (ir::Value* v : copy->graph().initializers()) {
@@ -147,15 +154,16 @@ class ShapeInfo {
       return false;  // e.g. a declared output type contradicting the operators
     }
     for (const auto& info : proto.graph().value_info())
-      if (info.has_type()) inferred_.emplace(info.name(), info.type());
+      if (info.has_type()) inferred_map_.emplace(info.name(), info.type());
     for (const auto& info : proto.graph().output())
-      if (info.has_type()) inferred_.emplace(info.name(), info.type());
+      if (info.has_type()) inferred_map_.emplace(info.name(), info.type());
     return true;
   }
 
+  const ir::Model* model_;
   const ir::Graph* main_;
-  bool ok_ = false;
-  std::unordered_map<std::string, onnx::TypeProto> inferred_;
+  mutable std::optional<bool> inferred_;  // whether inference ran and succeeded, once it has
+  mutable std::unordered_map<std::string, onnx::TypeProto> inferred_map_;
 };
 
 // Clamps `v` into [lo, hi].
