@@ -432,6 +432,46 @@ std::string read_file(const fs::path& path) {
 
 }  // namespace
 
+// Cost of --verify on a real model: pipeline time with verification / without, medians over
+// alternating repetitions. Verification runs the original once, the result once, and (only on
+// a mismatch) a bisection; its inputs follow the automatic dims (first of 1, 16, 64, 256).
+struct VerifyCost {
+  std::string name;
+  double plain_ms = 0, verify_ms = 0;
+  std::string status, note;
+};
+
+VerifyCost measure_verify(const std::string& name, const std::string& bytes, int reps) {
+  VerifyCost c{name};
+  std::vector<double> plain, verified;
+  for (int i = 0; i < reps; ++i) {
+    for (bool verify : {false, true}) {
+      auto model = graft::ir::Model::parse(bytes);
+      if (!model.ok()) {
+        c.status = "load failed";
+        return c;
+      }
+      graft::PipelineConfig config;
+      config.verify = verify;
+      auto start = Clock::now();
+      auto report = graft::run_pipeline(*model, config);
+      double ms = since(start) * 1e3;
+      if (!report.ok()) {
+        c.status = "pipeline failed";
+        return c;
+      }
+      (verify ? verified : plain).push_back(ms);
+      if (verify) {
+        c.status = graft::eval::verify_status_name(report->verification.result.status);
+        c.note = report->verification.result.message;
+      }
+    }
+  }
+  c.plain_ms = median(plain);
+  c.verify_ms = median(verified);
+  return c;
+}
+
 int main(int argc, char** argv) {
   bool quick = false;
   double chain_budget_s = -1;  // default depends on --quick
@@ -530,6 +570,7 @@ int main(int argc, char** argv) {
   }
 
   // Real models: every one in ../shared/models, the largest first.
+  std::vector<VerifyCost> verify_costs;
   fs::path dir = shared_models_dir();
   std::string shared_note;
   if (dir.empty()) {
@@ -549,6 +590,7 @@ int main(int argc, char** argv) {
       std::string label = files[i].stem().string();
       if (i == 0) label += " (largest)";
       results.push_back(measure(label, read_file(files[i]), quick ? 3 : 9));
+      verify_costs.push_back(measure_verify(label, read_file(files[i]), quick ? 1 : 3));
     }
   }
 
@@ -558,6 +600,14 @@ int main(int argc, char** argv) {
   print_shares(results);
   print_scaling(chains, skipped);
   for (const auto& r : results) print_passes(r);
+  if (!verify_costs.empty()) {
+    std::printf("\n--verify on real models (pipeline ms without / with verification, medians):\n");
+    std::printf("%-30s %10s %10s %8s  %s\n", "model", "O2 ms", "O2+verify", "ratio", "result");
+    for (const auto& c : verify_costs)
+      std::printf("%-30s %10.1f %10.1f %8.1f  %s (%s)\n", c.name.c_str(), c.plain_ms, c.verify_ms,
+                  c.plain_ms > 0 ? c.verify_ms / c.plain_ms : 0.0, c.status.c_str(),
+                  c.note.c_str());
+  }
 
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
@@ -566,6 +616,7 @@ int main(int argc, char** argv) {
 
   bool failed = false;
   for (const auto& r : results) failed = failed || !r.error.empty();
+  for (const auto& c : verify_costs) failed = failed || c.status == "mismatch";
   for (const auto& r : chains) failed = failed || !r.error.empty();
   return failed ? 1 : 0;
 }
