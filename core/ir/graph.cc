@@ -351,7 +351,14 @@ void Graph::move_output_name(Node* node, int index, Value* value) {
     Graph* prev = value->owner_;
     auto it = prev->by_name_.find(value->name_);
     if (it != prev->by_name_.end() && it->second == value) prev->by_name_.erase(it);
-    // Ownership of the Value object stays with `prev` storage; only scope changes.
+    // The storage moves too: `prev` may be a subgraph whose node is removed later, which would
+    // free the Value while this graph still uses it.
+    auto owned = std::find_if(prev->values_.begin(), prev->values_.end(),
+                              [value](const auto& p) { return p.get() == value; });
+    if (owned != prev->values_.end()) {
+      values_.push_back(std::move(*owned));
+      prev->values_.erase(owned);
+    }
     value->owner_ = this;
     by_name_[value->name_] = value;
   }
