@@ -78,6 +78,19 @@ class Executor {
     }
   }
 
+  // Marks values of `g` read anywhere inside `sub` (node inputs or subgraph outputs, at any
+  // depth) as used by the node at position `at` of `g`, which holds `sub`.
+  static void note_captures(const ir::Graph& sub, const ir::Graph& g, size_t at,
+                            std::unordered_map<const ir::Value*, size_t>& last_use) {
+    for (const ir::Node* n : sub.nodes()) {
+      for (const ir::Value* v : n->inputs())
+        if (v && v->owner() == &g) last_use[v] = at;
+      for (const auto& s : n->subgraphs()) note_captures(*s.graph, g, at, last_use);
+    }
+    for (const auto& out : sub.outputs())
+      if (out.value->owner() == &g) last_use[out.value] = at;
+  }
+
   absl::Status run_graph(const ir::Graph& g, Env& env) {
     for (ir::Value* v : g.initializers()) {
       if (env.count(v)) continue;  // a fed graph input overrides its default
@@ -85,8 +98,27 @@ class Executor {
       if (!t.ok()) return t.status();
       env[v] = std::move(*t);
     }
-    for (ir::Node* n : g.nodes())
-      if (auto st = run_node(*n, env); !st.ok()) return st;
+    // Each value of this graph is freed after the last node that reads it (directly or from a
+    // subgraph), so peak memory follows the live values, not the whole graph. Outputs stay for
+    // the caller; a subgraph's initializers stay too, as Loop and Scan bodies run again.
+    const std::vector<ir::Node*> nodes = g.nodes();
+    std::unordered_map<const ir::Value*, size_t> last_use;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (const ir::Value* v : nodes[i]->inputs())
+        if (v && v->owner() == &g) last_use[v] = i;
+      for (const auto& sub : nodes[i]->subgraphs()) note_captures(*sub.graph, g, i, last_use);
+    }
+    for (const auto& out : g.outputs()) last_use[out.value] = SIZE_MAX;
+    std::vector<std::vector<const ir::Value*>> dies_after(nodes.size());
+    for (const auto& [v, i] : last_use)
+      if (i != SIZE_MAX && !(v->is_initializer() && g.parent())) dies_after[i].push_back(v);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (auto st = run_node(*nodes[i], env); !st.ok()) return st;
+      for (const ir::Value* v : dies_after[i]) env.erase(v);
+      // Outputs nobody reads are dropped at once.
+      for (const ir::Value* v : nodes[i]->outputs())
+        if (v && !last_use.count(v)) env.erase(v);
+    }
     return absl::OkStatus();
   }
 
