@@ -46,17 +46,6 @@ std::optional<int64_t> known_dim(const ir::Value* v, int64_t axis) {
   return d.dim_value();
 }
 
-// An attribute outside `known` may change the meaning of the node (or come from a newer or
-// older op version than the one we reason about).
-bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {
-  for (const auto& a : n.attributes()) {
-    bool found = false;
-    for (std::string_view k : known) found = found || a.name() == k;
-    if (!found) return false;
-  }
-  return true;
-}
-
 bool all_zero(const std::optional<std::vector<int64_t>>& values) {
   if (!values) return false;
   for (int64_t v : *values)

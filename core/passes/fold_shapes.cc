@@ -26,6 +26,7 @@
 
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+#include "core/passes/rewrite_util.h"
 
 namespace graft {
 
@@ -192,7 +193,7 @@ class FoldShapes final : public Pass {
     if (!info.ok()) return result;
     info_ = &info;
     for (ir::Graph* g : model.all_graphs()) {
-      const bool initializers = model.allows_new_initializers() && in_main_tree(model, g);
+      const bool initializers = can_hold_new_initializers(model, g);
       // Without initializers the result is a Constant node, which holds int64 from opset 9.
       if (!initializers && g->opset("") < 9) continue;
       for (ir::Node* n : g->nodes()) {
@@ -219,12 +220,6 @@ class FoldShapes final : public Pass {
   }
 
  private:
-  // Function bodies (and graphs nested in them) cannot hold initializers.
-  static bool in_main_tree(const ir::Model& model, const ir::Graph* g) {
-    while (g->parent()) g = g->parent()->graph();
-    return g == &model.graph();
-  }
-
   // Known dims of `v`. A Shape output has one dim, its length, whenever the rank of the Shape's
   // input is known: Size(Shape(x)) is the rank, which exporters test before RNNs and Squeezes.
   std::optional<Dims> dims_of(const ir::Value* v) const {
@@ -370,12 +365,8 @@ class FoldShapes final : public Pass {
       return;
     }
     ir::Node* c = g.add_node("Constant", {}, {out->name()});
-    onnx::AttributeProto attr;
-    attr.set_name("value");
-    attr.set_type(onnx::AttributeProto::TENSOR);
     value.set_name(out->name());
-    *attr.mutable_t() = std::move(value);
-    c->set_attr(std::move(attr));
+    c->set_attr(constant_value_attr(std::move(value)));
     g.move_output_name(c, 0, out);
   }
 

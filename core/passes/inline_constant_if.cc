@@ -23,6 +23,7 @@
 
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+#include "core/passes/rewrite_util.h"
 
 namespace graft {
 
@@ -81,15 +82,6 @@ bool constant_node_can_hold(const ir::Graph& g, int32_t data_type) {
          data_type == onnx::TensorProto::FLOAT16;
 }
 
-onnx::AttributeProto tensor_attr(onnx::TensorProto t, const std::string& name) {
-  onnx::AttributeProto attr;
-  attr.set_name("value");
-  attr.set_type(onnx::AttributeProto::TENSOR);
-  t.set_name(name);
-  *attr.mutable_t() = std::move(t);
-  return attr;
-}
-
 class InlineConstantIf final : public Pass {
  public:
   std::string_view name() const override { return "inline_constant_if"; }
@@ -111,17 +103,12 @@ class InlineConstantIf final : public Pass {
   }
 
  private:
-  static bool in_main_tree(const ir::Model& model, const ir::Graph* g) {
-    while (g->parent()) g = g->parent()->graph();
-    return g == &model.graph();
-  }
-
   static bool inline_if(ir::Model& model, ir::Graph& g, ir::Node* n) {
     auto cond = constant_condition(n->input(0));
     if (!cond || n->inputs().size() != 1) return false;
     const ir::Graph* b = branch(*n, *cond ? "then_branch" : "else_branch");
     if (!b || !movable(*b) || b->outputs().size() != n->outputs().size()) return false;
-    const bool initializers = model.allows_new_initializers() && in_main_tree(model, &g);
+    const bool initializers = can_hold_new_initializers(model, &g);
     if (!initializers)
       for (const ir::Value* init : b->initializers())
         if (!constant_node_can_hold(g, init->initializer()->data_type())) return false;
@@ -139,7 +126,9 @@ class InlineConstantIf final : public Pass {
         copies[init] = g.add_initializer(init->name(), *init->initializer());
       } else {
         ir::Node* c = g.add_node("Constant", {}, {init->name()});
-        c->set_attr(tensor_attr(*init->initializer(), c->output(0)->name()));
+        onnx::TensorProto t = *init->initializer();
+        t.set_name(c->output(0)->name());
+        c->set_attr(constant_value_attr(std::move(t)));
         copies[init] = c->output(0);
       }
     }

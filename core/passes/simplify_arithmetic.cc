@@ -52,15 +52,6 @@ constexpr uint64_t kMaxConstantBytes = 16ull << 20;
 // would cost more in the file than the Mul it replaces.
 constexpr uint64_t kMaxZerosBytes = 64ull << 10;
 
-bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {
-  for (const auto& a : n.attributes()) {
-    bool found = false;
-    for (std::string_view k : known) found = found || a.name() == k;
-    if (!found) return false;
-  }
-  return true;
-}
-
 // The value of a constant operand: an initializer (not overridable as a graph input) or the
 // output of a Constant node holding a dense tensor (function bodies have no initializers).
 std::optional<eval::Tensor> read_constant(const ir::Value* v) {
@@ -223,22 +214,15 @@ class Simplifier {
   }
 
  private:
-  // Initializers are not allowed in function bodies, and in IR < 4 they would have to become
-  // graph inputs; a Constant node is valid everywhere.
+  // A Constant node is valid where an initializer is not (function bodies, IR < 4).
   bool can_hold_initializers(const ir::Graph* g) const {
-    if (!model_.allows_new_initializers()) return false;
-    while (g->parent()) g = g->parent()->graph();
-    return g == &model_.graph();
+    return can_hold_new_initializers(model_, g);
   }
 
   ir::Value* add_constant(ir::Graph* g, std::string_view hint, TensorProto tensor) {
     if (can_hold_initializers(g)) return g->add_initializer(hint, std::move(tensor));
     ir::Node* c = g->add_node("Constant", {}, {std::string(hint)});
-    onnx::AttributeProto a;
-    a.set_name("value");
-    a.set_type(onnx::AttributeProto::TENSOR);
-    *a.mutable_t() = std::move(tensor);
-    c->set_attr(std::move(a));
+    c->set_attr(constant_value_attr(std::move(tensor)));
     return c->output(0);
   }
 
@@ -359,11 +343,7 @@ class Simplifier {
       } else {
         n->mutable_proto().set_op_type("Constant");
         n->truncate_inputs(0);
-        onnx::AttributeProto a;
-        a.set_name("value");
-        a.set_type(onnx::AttributeProto::TENSOR);
-        *a.mutable_t() = zeros->to_proto();
-        n->set_attr(std::move(a));
+        n->set_attr(constant_value_attr(zeros->to_proto()));
       }
       return true;
     }
