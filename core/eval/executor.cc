@@ -97,6 +97,7 @@ class Executor {
       auto t = Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes);
       if (!t.ok()) return t.status();
       env[v] = std::move(*t);
+      if (auto st = count(v, env); !st.ok()) return st;
     }
     // Each value of this graph is freed after the last node that reads it (directly or from a
     // subgraph), so peak memory follows the live values, not the whole graph. Outputs stay for
@@ -114,15 +115,48 @@ class Executor {
       if (i != SIZE_MAX && !(v->is_initializer() && g.parent())) dies_after[i].push_back(v);
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (auto st = run_node(*nodes[i], env); !st.ok()) return st;
-      for (const ir::Value* v : dies_after[i]) env.erase(v);
+      for (const ir::Value* v : nodes[i]->outputs())
+        if (v) {
+          if (auto st = count(v, env); !st.ok()) return st;
+        }
+      for (const ir::Value* v : dies_after[i]) release(v, env);
       // Outputs nobody reads are dropped at once.
       for (const ir::Value* v : nodes[i]->outputs())
-        if (v && !last_use.count(v)) env.erase(v);
+        if (v && !last_use.count(v)) release(v, env);
     }
+    // A subgraph's outputs are handed to its node, whose outputs the enclosing graph counts.
+    if (g.parent())
+      for (const auto& out : g.outputs()) uncount(out.value);
     return absl::OkStatus();
   }
 
  private:
+  // Bytes of the tensors this executor holds, bounded by Limits::max_live_bytes: the per-tensor
+  // cap alone would let a wide graph keep many large tensors alive at once.
+  absl::Status count(const ir::Value* v, const Env& env) {
+    auto it = env.find(v);
+    if (it == env.end()) return absl::OkStatus();
+    uncount(v);
+    const uint64_t bytes = it->second.bytes() + it->second.strings().size() * sizeof(std::string);
+    counted_[v] = bytes;
+    live_bytes_ += bytes;
+    if (limits_.max_live_bytes && live_bytes_ > limits_.max_live_bytes)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the evaluator's live tensors exceed ", limits_.max_live_bytes,
+                       " bytes (at '", v->name(), "')"));
+    return absl::OkStatus();
+  }
+  void uncount(const ir::Value* v) {
+    auto it = counted_.find(v);
+    if (it == counted_.end()) return;
+    live_bytes_ -= it->second;
+    counted_.erase(it);
+  }
+  void release(const ir::Value* v, Env& env) {
+    uncount(v);
+    env.erase(v);
+  }
+
   absl::StatusOr<const Tensor*> get(const ir::Value* v, const Env& env) {
     auto it = env.find(v);
     if (it == env.end())
@@ -609,6 +643,8 @@ class Executor {
 
   const ir::Model& model_;
   Limits limits_;
+  std::unordered_map<const ir::Value*, uint64_t> counted_;
+  uint64_t live_bytes_ = 0;
   int depth_;
   // Unbound optional inputs of function bodies: nodes see them as absent.
   std::unordered_set<const ir::Value*> absent_;

@@ -17,6 +17,8 @@ namespace graft::eval {
 struct Limits {
   // Largest tensor any kernel may allocate (folding cap; also a guard against crafted shapes).
   uint64_t max_tensor_bytes = 16ull << 20;
+  // Whole-graph runs: the most bytes of tensors alive at once (weights included); 0 = no cap.
+  uint64_t max_live_bytes = 0;
   // Polled before every node when set; a non-OK status stops the run with that status (how a
   // request deadline or cancellation reaches a long verification run).
   const std::function<absl::Status()>* should_continue = nullptr;

@@ -211,7 +211,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       return;
     }
   }
-  const Limits limits{options.max_tensor_bytes,
+  const Limits limits{options.max_tensor_bytes, options.max_live_bytes,
                       options.should_continue ? &options_.should_continue : nullptr};
   if (!options.input_sets.empty()) {
     for (const auto& feeds : options.input_sets) {
@@ -290,7 +290,7 @@ Verifier::~Verifier() = default;
 VerifyResult Verifier::check(const ir::Model& candidate) const {
   if (failure_) return *failure_;
   VerifyResult r;
-  const Limits limits{options_.max_tensor_bytes,
+  const Limits limits{options_.max_tensor_bytes, options_.max_live_bytes,
                       options_.should_continue ? &options_.should_continue : nullptr};
   std::string first;
   for (size_t trial = 0; trial < feeds_.size(); ++trial) {

@@ -42,8 +42,9 @@ struct VerifyOptions {
   // Given input sets (e.g. recorded samples) used instead of random ones when not empty; each
   // maps every non-initializer graph input to a tensor.
   std::vector<std::map<std::string, Tensor>> input_sets;
-  // Per-tensor allocation cap inside the evaluator.
+  // Per-tensor allocation cap inside the evaluator, and cap on the tensors alive at once.
   uint64_t max_tensor_bytes = 256ull << 20;
+  uint64_t max_live_bytes = 2ull << 30;
   // Polled before every evaluated node; a non-OK status stops verification (the result is then
   // not verifiable, with that status's message). Not part of what the options mean.
   std::function<absl::Status()> should_continue;

@@ -30,6 +30,44 @@ void expect_close(const eval::Tensor& a, const eval::Tensor& b, double rtol, dou
   }
 }
 
+TEST(Executor, LiveTensorsAreFreedAfterTheirLastReaderAndCapped) {
+  // Every tensor is 1024 floats (4 KiB). The chain keeps at most two alive at a time; the fan
+  // keeps all four branches alive until the Concat reads them.
+  auto chain = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1024] x) => (float[1024] y) {
+      a = Neg (x)
+      b = Neg (a)
+      c = Neg (b)
+      d = Neg (c)
+      y = Neg (d)
+    }
+  )");
+  auto fan = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1024] x) => (float[4096] y) {
+      a = Neg (x)
+      b = Abs (x)
+      c = Exp (x)
+      d = Sin (x)
+      y = Concat <axis = 0> (a, b, c, d)
+    }
+  )");
+  ASSERT_TRUE(chain && fan);
+  auto x = eval::Tensor::zeros(onnx::TensorProto::FLOAT, {1024}, 1 << 20);
+  ASSERT_TRUE(x.ok());
+  std::map<std::string, eval::Tensor> feeds{{"x", *x}};
+  eval::Limits limits;
+  limits.max_live_bytes = 3 * 4096 + 100;  // three 4 KiB tensors
+  auto ok = eval::run_model(*chain, feeds, limits);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  auto too_wide = eval::run_model(*fan, feeds, limits);
+  EXPECT_EQ(too_wide.status().code(), absl::StatusCode::kResourceExhausted) << too_wide.status();
+  EXPECT_NE(too_wide.status().message().find("live tensors"), std::string::npos);
+  limits.max_live_bytes = 0;  // no cap
+  EXPECT_TRUE(eval::run_model(*fan, feeds, limits).ok());
+}
+
 // Runs a backend test case (model + input_*.pb) and compares with output_*.pb.
 void run_backend_case(const fs::path& dir) {
   auto model = ir::Model::load_file((dir / "model.onnx").string());
