@@ -59,6 +59,11 @@ const std::vector<Key>& keys() {
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.max_model_bytes, "max_model_bytes");
        }},
+      {"verify_max_bytes",
+       "evaluator memory per verified request (tensors alive at once); 0 = verification off",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.verify_max_bytes, "verify_max_bytes");
+       }},
       {"default_deadline_seconds", "deadline for requests that set none",
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.default_deadline_seconds, "default_deadline_seconds");

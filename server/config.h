@@ -15,6 +15,9 @@ struct ServerConfig {
   int queue_length = 64;
   uint64_t cache_bytes = 1ull << 30;
   uint64_t max_model_bytes = 2147483647ull;
+  // Evaluator memory of one verified request (tensors alive at once, weights included);
+  // 0 turns verification off (requests asking for it get FAILED_PRECONDITION).
+  uint64_t verify_max_bytes = 1ull << 30;
   double default_deadline_seconds = 300;
   double grace_period_seconds = 25;
   std::string log_level = "info";

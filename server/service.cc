@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <future>
@@ -92,6 +93,22 @@ GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
 
 GraftService::~GraftService() { pool_.join(); }
 
+absl::StatusOr<PipelineConfig> GraftService::server_config(
+    const v1::PipelineConfig& proto) const {
+  auto config = api::from_proto(proto);
+  if (!config.ok()) return config.status();
+  if (config->verify) {
+    if (config_.verify_max_bytes == 0)
+      return absl::FailedPreconditionError(
+          "verification is turned off on this server (verify_max_bytes: 0)");
+    // Part of the canonical config, so Optimize and Lookup agree on the cache key.
+    config->verify_options.max_live_bytes = config_.verify_max_bytes;
+    config->verify_options.max_tensor_bytes =
+        std::min(config->verify_options.max_tensor_bytes, config_.verify_max_bytes);
+  }
+  return config;
+}
+
 grpc::Status GraftService::receive(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* up) {
@@ -111,7 +128,7 @@ grpc::Status GraftService::receive(
                                      "queue_length); retry later"));
   }
   up->admitted = true;
-  auto config = api::from_proto(up->start.config());
+  auto config = server_config(up->start.config());
   if (!config.ok()) return to_grpc(config.status());
   up->config = std::move(*config);
   const uint64_t size = up->start.model_size();
@@ -369,7 +386,7 @@ grpc::Status GraftService::Lookup(grpc::ServerContext*, const v1::LookupRequest*
     return finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "model_sha256 must be 64 lowercase hex characters"));
   log.set("digest", digest.substr(0, 12));
-  auto config = api::from_proto(request->config());
+  auto config = server_config(request->config());
   if (!config.ok()) return finish(to_grpc(config.status()));
   auto canonical = api::canonical_config(*config);
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));

@@ -33,6 +33,9 @@ class GraftService final : public v1::Graft::Service {
   const cache::ResultCache& cache() const { return cache_; }
 
  private:
+  // The API config with this server's limits applied (verification memory); errors are
+  // INVALID_ARGUMENT for a bad config, FAILED_PRECONDITION for verification when it is off.
+  absl::StatusOr<PipelineConfig> server_config(const v1::PipelineConfig& config) const;
   struct Upload;
   grpc::Status receive(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream,

@@ -22,6 +22,7 @@ import yaml
 # upload, plus a fixed allowance for the process itself.
 COPIES_PER_RUNNING_REQUEST = 4
 PROCESS_OVERHEAD_BYTES = 256 * 1024 * 1024
+DEFAULT_VERIFY_MAX_BYTES = 1024 * 1024 * 1024  # graftd's built-in default
 
 failures = []
 
@@ -261,12 +262,14 @@ def check_rendering(where, docs, example, image_uid):
             fail(where, f"memory limit {limits['memory']} ({int(memory)} bytes) is below "
                         f"cache_bytes {cache} from graftd.yaml")
         elif all(isinstance(v, int) for v in (cache, workers, queue, model)):
+            verify = config.get("verify_max_bytes", DEFAULT_VERIFY_MAX_BYTES)
             need = (cache + (workers * COPIES_PER_RUNNING_REQUEST + queue) * model
-                    + PROCESS_OVERHEAD_BYTES)
+                    + workers * verify + PROCESS_OVERHEAD_BYTES)
             if memory < need:
                 fail(where, f"memory limit {limits['memory']} ({int(memory)} bytes) is below "
                             f"cache_bytes + (workers x {COPIES_PER_RUNNING_REQUEST} + "
-                            f"queue_length) x max_model_bytes + 256 MiB = {need} bytes")
+                            f"queue_length) x max_model_bytes + workers x verify_max_bytes "
+                            f"+ 256 MiB = {need} bytes")
         if "memory" in (resources.get("requests") or {}):
             if parse_quantity(resources["requests"]["memory"]) > memory:
                 fail(where, "memory request exceeds the memory limit")

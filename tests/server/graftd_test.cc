@@ -243,6 +243,31 @@ TEST(Graftd, VerificationIsReportedCachedSeparatelyAndCounted) {
   EXPECT_NE(rejected.status().message().find("trials"), absl::string_view::npos);
 }
 
+TEST(Graftd, VerificationMemoryIsTheServersToBound) {
+  std::string bytes = read_file(kExample);
+  auto config = o2();
+  config.mutable_verify()->set_enabled(true);
+  for (int64_t d : {1, 3, 48, 192})
+    (*config.mutable_verify()->mutable_shapes())["x"].add_dims(d);
+  {
+    Graftd off({"--verify-max-bytes", "0"});
+    client::GraftClient client(off.address());
+    auto r = client.optimize(bytes, config);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_TRUE(client.optimize(bytes, o2()).ok());  // unverified requests still work
+  }
+  // 100 kB cannot hold the model's weights: the result is optimized but not verifiable,
+  // and the message says why.
+  Graftd small({"--verify-max-bytes", "100000"});
+  client::GraftClient client(small.address());
+  auto r = client.optimize(bytes, config);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->report.verification().status(), v1::Verification::NOT_VERIFIABLE);
+  EXPECT_NE(r->report.verification().message().find("exceed"), std::string::npos)
+      << r->report.verification().message();
+  EXPECT_EQ(r->model, local_result(bytes));
+}
+
 TEST(Graftd, CliRemoteModeIsByteIdenticalToLocalMode) {
   Graftd server;
   fs::path dir = fs::temp_directory_path() / ("graftd_cli_" + std::to_string(::getpid()));
