@@ -532,23 +532,43 @@ absl::Status conv(KernelContext& ctx) {
       check_work(ctx, static_cast<double>(y->size()) * cg * static_cast<double>(g.kernel_size)));
   const std::vector<double> xv = to_doubles(*x), wv = to_doubles(*w);
   std::vector<double> bv = b != nullptr ? to_doubles(*b) : std::vector<double>(cout, 0.0);
+  // A tile of output positions at a time: their window values are gathered into `cols` (one row
+  // per input channel and kernel point, as W is laid out), then each output channel is a sum of
+  // rows scaled by its weights, with unit-stride inner loops. Per output the terms are added in
+  // the same order as the plain loop nest (channel, then kernel point); points in the padding
+  // contribute 0 * w.
+  const int64_t kk = g.kernel_size, rows = cg * kk;
+  const int64_t tile = std::min<int64_t>(g.out_size, 256);
+  std::vector<double> cols(static_cast<size_t>(rows * tile)), acc(static_cast<size_t>(tile));
+  std::vector<int64_t> offsets(static_cast<size_t>(kk * tile));
   std::vector<int64_t> o(g.n, 0), kidx(g.n, 0);
   std::vector<WindowPoint> pts;
   pts.reserve(g.kernel_size);
-  for (int64_t op = 0; op < g.out_size; ++op, next_index(o, g.out)) {
-    window_points(g, o, kidx, pts);
+  for (int64_t op0 = 0; op0 < g.out_size; op0 += tile) {
+    const int64_t tn = std::min(tile, g.out_size - op0);
+    for (int64_t t = 0; t < tn; ++t, next_index(o, g.out)) {
+      window_points(g, o, kidx, pts);
+      for (const WindowPoint& p : pts) offsets[p.kpos * tile + t] = p.offset;
+    }
     for (int64_t nb = 0; nb < batch; ++nb) {
       for (int64_t gr = 0; gr < group; ++gr) {
-        for (int64_t m = gr * mg; m < (gr + 1) * mg; ++m) {
-          double acc = bv[m];
-          for (int64_t c = 0; c < cg; ++c) {
-            const double* xp = xv.data() + (nb * cin + gr * cg + c) * g.in_size;
-            const double* wp = wv.data() + (m * cg + c) * g.kernel_size;
-            for (const WindowPoint& p : pts) {
-              if (p.offset >= 0) acc += xp[p.offset] * wp[p.kpos];
-            }
+        for (int64_t c = 0; c < cg; ++c) {
+          const double* xp = xv.data() + (nb * cin + gr * cg + c) * g.in_size;
+          for (int64_t k = 0; k < kk; ++k) {
+            double* row = cols.data() + (c * kk + k) * tile;
+            const int64_t* off = offsets.data() + k * tile;
+            for (int64_t t = 0; t < tn; ++t) row[t] = off[t] >= 0 ? xp[off[t]] : 0.0;
           }
-          store(y, (nb * cout + m) * g.out_size + op, acc);
+        }
+        for (int64_t m = gr * mg; m < (gr + 1) * mg; ++m) {
+          std::fill(acc.begin(), acc.begin() + tn, bv[m]);
+          const double* wp = wv.data() + m * rows;
+          for (int64_t j = 0; j < rows; ++j) {
+            const double wj = wp[j];
+            const double* row = cols.data() + j * tile;
+            for (int64_t t = 0; t < tn; ++t) acc[t] += wj * row[t];
+          }
+          for (int64_t t = 0; t < tn; ++t) store(y, (nb * cout + m) * g.out_size + op0 + t, acc[t]);
         }
       }
     }
