@@ -17,9 +17,12 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-echo "+ graft optimize models/ppocr_mobile_v2_cls.onnx -o build/ppocr_mobile_v2_cls.opt.onnx --server $server"
+# --verify: graftd also runs the original and the optimized model on the same random input of
+# the classifier's real shape and compares the outputs (the table's last lines say how close).
+echo "+ graft optimize models/ppocr_mobile_v2_cls.onnx -o build/ppocr_mobile_v2_cls.opt.onnx --server $server --verify --verify-shape x=1,3,48,192"
 ./build/client/graft optimize models/ppocr_mobile_v2_cls.onnx -o build/ppocr_mobile_v2_cls.opt.onnx \
-  --server "$server" --report build/ppocr_mobile_v2_cls.report.json
+  --server "$server" --report build/ppocr_mobile_v2_cls.report.json \
+  --verify --verify-shape x=1,3,48,192
 cat <<MSG
 
 graftd is serving on $server (metrics: http://127.0.0.1:9464/metrics); Ctrl-C stops it.
