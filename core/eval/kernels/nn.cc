@@ -532,44 +532,69 @@ absl::Status conv(KernelContext& ctx) {
       check_work(ctx, static_cast<double>(y->size()) * cg * static_cast<double>(g.kernel_size)));
   const std::vector<double> xv = to_doubles(*x), wv = to_doubles(*w);
   std::vector<double> bv = b != nullptr ? to_doubles(*b) : std::vector<double>(cout, 0.0);
-  // A tile of output positions at a time: their window values are gathered into `cols` (one row
+  // A tile of output positions at a time (batch and spatial positions flattened, so small
+  // feature maps still make long tiles): their window values are gathered into `cols` (one row
   // per input channel and kernel point, as W is laid out), then each output channel is a sum of
   // rows scaled by its weights, with unit-stride inner loops. Per output the terms are added in
-  // the same order as the plain loop nest (channel, then kernel point); points in the padding
+  // the same order as a plain loop nest (channel, then kernel point); points in the padding
   // contribute 0 * w.
-  const int64_t kk = g.kernel_size, rows = cg * kk;
-  const int64_t tile = std::min<int64_t>(g.out_size, 256);
+  const int64_t kk = g.kernel_size, rows = cg * kk, total = batch * g.out_size;
+  const int64_t tile = std::min<int64_t>(total, 256);
   std::vector<double> cols(static_cast<size_t>(rows * tile)), acc(static_cast<size_t>(tile));
-  std::vector<int64_t> offsets(static_cast<size_t>(kk * tile));
+  std::vector<int64_t> offsets(static_cast<size_t>(kk * tile)), nbs(tile), ops(tile);
   std::vector<int64_t> o(g.n, 0), kidx(g.n, 0);
   std::vector<WindowPoint> pts;
   pts.reserve(g.kernel_size);
-  for (int64_t op0 = 0; op0 < g.out_size; op0 += tile) {
-    const int64_t tn = std::min(tile, g.out_size - op0);
-    for (int64_t t = 0; t < tn; ++t, next_index(o, g.out)) {
-      window_points(g, o, kidx, pts);
-      for (const WindowPoint& p : pts) offsets[p.kpos * tile + t] = p.offset;
+  // A window entirely inside the input has its points at fixed distances from its first one.
+  std::vector<int64_t> in_stride(g.n, 1), kernel_offset(kk);
+  for (size_t d = g.n - 1; d-- > 0;) in_stride[d] = in_stride[d + 1] * g.in[d + 1];
+  for (int64_t k = 0; k < kk; ++k) {
+    int64_t rest = k, off = 0;
+    for (size_t d = g.n; d-- > 0;) {
+      off += (rest % g.kernel[d]) * g.dilations[d] * in_stride[d];
+      rest /= g.kernel[d];
     }
-    for (int64_t nb = 0; nb < batch; ++nb) {
-      for (int64_t gr = 0; gr < group; ++gr) {
-        for (int64_t c = 0; c < cg; ++c) {
-          const double* xp = xv.data() + (nb * cin + gr * cg + c) * g.in_size;
-          for (int64_t k = 0; k < kk; ++k) {
-            double* row = cols.data() + (c * kk + k) * tile;
-            const int64_t* off = offsets.data() + k * tile;
-            for (int64_t t = 0; t < tn; ++t) row[t] = off[t] >= 0 ? xp[off[t]] : 0.0;
-          }
+    kernel_offset[k] = off;
+  }
+  for (int64_t p0 = 0; p0 < total; p0 += tile) {
+    const int64_t tn = std::min(tile, total - p0);
+    for (int64_t t = 0; t < tn; ++t, next_index(o, g.out)) {  // o wraps to 0 with each image
+      nbs[t] = (p0 + t) / g.out_size;
+      ops[t] = (p0 + t) % g.out_size;
+      bool inside = true;
+      int64_t base = 0;
+      for (size_t d = 0; d < g.n; ++d) {
+        const int64_t start = o[d] * g.strides[d] - g.pad_begin[d];
+        inside = inside && start >= 0 && start + (g.kernel[d] - 1) * g.dilations[d] < g.in[d];
+        base += start * in_stride[d];
+      }
+      if (inside) {
+        for (int64_t k = 0; k < kk; ++k) offsets[k * tile + t] = base + kernel_offset[k];
+      } else {
+        window_points(g, o, kidx, pts);
+        for (const WindowPoint& p : pts) offsets[p.kpos * tile + t] = p.offset;
+      }
+    }
+    for (int64_t gr = 0; gr < group; ++gr) {
+      for (int64_t c = 0; c < cg; ++c) {
+        const double* xc = xv.data() + (gr * cg + c) * g.in_size;
+        for (int64_t k = 0; k < kk; ++k) {
+          double* row = cols.data() + (c * kk + k) * tile;
+          const int64_t* off = offsets.data() + k * tile;
+          for (int64_t t = 0; t < tn; ++t)
+            row[t] = off[t] >= 0 ? xc[nbs[t] * cin * g.in_size + off[t]] : 0.0;
         }
-        for (int64_t m = gr * mg; m < (gr + 1) * mg; ++m) {
-          std::fill(acc.begin(), acc.begin() + tn, bv[m]);
-          const double* wp = wv.data() + m * rows;
-          for (int64_t j = 0; j < rows; ++j) {
-            const double wj = wp[j];
-            const double* row = cols.data() + j * tile;
-            for (int64_t t = 0; t < tn; ++t) acc[t] += wj * row[t];
-          }
-          for (int64_t t = 0; t < tn; ++t) store(y, (nb * cout + m) * g.out_size + op0 + t, acc[t]);
+      }
+      for (int64_t m = gr * mg; m < (gr + 1) * mg; ++m) {
+        std::fill(acc.begin(), acc.begin() + tn, bv[m]);
+        const double* wp = wv.data() + m * rows;
+        for (int64_t j = 0; j < rows; ++j) {
+          const double wj = wp[j];
+          const double* row = cols.data() + j * tile;
+          for (int64_t t = 0; t < tn; ++t) acc[t] += wj * row[t];
         }
+        for (int64_t t = 0; t < tn; ++t)
+          store(y, (nbs[t] * cout + m) * g.out_size + ops[t], acc[t]);
       }
     }
   }
