@@ -22,8 +22,8 @@ std::string dims_string(const std::vector<int64_t>& dims) {
 // resolved from the options.
 absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
                                                 const onnx::TypeProto::Tensor& tt,
-                                                const VerifyOptions& options,
-                                                int64_t default_dim, bool* defaulted) {
+                                                const VerifyOptions& options, int64_t default_dim,
+                                                bool* defaulted) {
   if (auto it = options.shapes.find(name); it != options.shapes.end()) {
     if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(it->second.size()))
       return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has rank ",
@@ -59,9 +59,9 @@ absl::StatusOr<Tensor> make_input(const std::string& name, const onnx::TypeProto
   const auto& tt = type->tensor_type();
   const int32_t dtype = tt.elem_type();
   if (!is_float_type(dtype) && !is_integer_type(dtype) && dtype != onnx::TensorProto::BOOL)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", name, "' has element type ", onnx::TensorProto::DataType_Name(dtype),
-        " (random inputs are numeric or bool)"));
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has element type ",
+                                                   onnx::TensorProto::DataType_Name(dtype),
+                                                   " (random inputs are numeric or bool)"));
   auto dims = input_dims(name, tt, options, default_dim, defaulted);
   if (!dims.ok()) return dims.status();
   for (int64_t d : *dims)
@@ -156,8 +156,8 @@ absl::Status validate(const VerifyOptions& o) {
   constexpr int64_t kMaxDim = int64_t{1} << 24;
   auto dim_ok = [&](int64_t d) { return d >= 0 && d <= kMaxDim; };
   if (o.default_dim < 0 || o.default_dim > kMaxDim)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "verify: default dim must be 1..", kMaxDim, " (0: automatic), got ", o.default_dim));
+    return absl::InvalidArgumentError(absl::StrCat("verify: default dim must be 1..", kMaxDim,
+                                                   " (0: automatic), got ", o.default_dim));
   for (const auto& [name, d] : o.dims)
     if (!dim_ok(d))
       return absl::InvalidArgumentError(
@@ -165,12 +165,10 @@ absl::Status validate(const VerifyOptions& o) {
   for (const auto& [name, shape] : o.shapes)
     for (int64_t d : shape)
       if (!dim_ok(d))
-        return absl::InvalidArgumentError(absl::StrCat("verify: shape of '", name,
-                                                       "' has dim ", d, " (must be 0..", kMaxDim,
-                                                       ")"));
+        return absl::InvalidArgumentError(absl::StrCat("verify: shape of '", name, "' has dim ", d,
+                                                       " (must be 0..", kMaxDim, ")"));
   if (o.trials < 1 || o.trials > 16)
-    return absl::InvalidArgumentError(
-        absl::StrCat("verify: trials must be 1..16, got ", o.trials));
+    return absl::InvalidArgumentError(absl::StrCat("verify: trials must be 1..16, got ", o.trials));
   if (!(o.rtol >= 0) || !(o.atol >= 0))
     return absl::InvalidArgumentError("verify: tolerances must be non-negative numbers");
   if (!(o.float_range >= 0) || o.int_max < 0)
@@ -227,9 +225,9 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     }
     return;
   }
-  const std::vector<int64_t> sizes =
-      options.default_dim > 0 ? std::vector<int64_t>{options.default_dim}
-                              : std::vector<int64_t>{1, 16, 64, 256};
+  const std::vector<int64_t> sizes = options.default_dim > 0
+                                         ? std::vector<int64_t>{options.default_dim}
+                                         : std::vector<int64_t>{1, 16, 64, 256};
   std::optional<VerifyResult> first_failure;
   bool stop = false;
   for (size_t attempt = 0; attempt < sizes.size() && !stop; ++attempt) {
@@ -323,8 +321,10 @@ VerifyResult Verifier::check(const ir::Model& candidate) const {
     return r;
   }
   r.status = VerifyStatus::kVerified;
-  r.message = absl::StrCat(expected_.size(), " input sets, ", output_names_.size(),
-                           " outputs; worst absolute difference ", r.max_abs_diff);
+  r.message =
+      absl::StrCat(expected_.size(), expected_.size() == 1 ? " input set, " : " input sets, ",
+                   output_names_.size(), output_names_.size() == 1 ? " output" : " outputs",
+                   "; worst absolute difference ", r.max_abs_diff);
   if (default_dim_used_ > 0)
     absl::StrAppend(&r.message, "; symbolic dims set to ", default_dim_used_);
   return r;

@@ -163,34 +163,30 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
 
   // The original's outputs are computed once; every candidate below costs one evaluator run.
   const auto pipeline_start = Clock::now();
-  auto verify_start = pipeline_start;
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  // The evaluator polls should_continue too, so a deadline that passes during a run ends it
+  // early; the status is then taken from here rather than reported as "not verifiable".
+  auto stopped = [&]() -> absl::Status {
+    return config.should_continue ? config.should_continue() : absl::OkStatus();
+  };
   std::unique_ptr<ir::Model> original = model->clone();
   eval::VerifyOptions verify_options = config.verify_options;
   verify_options.should_continue = config.should_continue;
   eval::Verifier verifier(*original, verify_options);
-  // A verifier stopped by the deadline or cancellation ends the request with that status.
-  if (config.should_continue) {
-    if (auto st = config.should_continue(); !st.ok()) return st;
-  }
-  double verify_seconds = std::chrono::duration<double>(Clock::now() - verify_start).count();
-  auto seconds_since = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
+  if (auto st = stopped(); !st.ok()) return st;
+  double verify_seconds = seconds_since(pipeline_start);
 
-  // Each mismatch excludes one more pass, so this ends after at most names->size() runs.
+  // Each mismatch excludes one more pass, so this ends after at most specs.size() runs.
   for (;;) {
     std::vector<size_t> applied;
     auto report = run_passes(model, instances(), config, &applied);
     if (!report.ok()) return report.status();
-    if (config.should_continue) {
-      if (auto st = config.should_continue(); !st.ok()) return st;
-    }
     auto check_start = Clock::now();
     eval::VerifyResult result = verifier.check(*model);
     verify_seconds += seconds_since(check_start);
-    if (config.should_continue) {
-      if (auto st = config.should_continue(); !st.ok()) return st;
-    }
+    if (auto st = stopped(); !st.ok()) return st;
     if (result.status == eval::VerifyStatus::kMismatch && !applied.empty()) {
       // Bisection over the kept pass runs: the prefix of length `good` matches the original
       // (the empty prefix is the original itself), the prefix of length `bad` does not, so the
@@ -198,9 +194,6 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
       auto bisect_start = Clock::now();
       size_t good = 0, bad = applied.size();
       while (bad - good > 1) {
-        if (config.should_continue) {
-          if (auto st = config.should_continue(); !st.ok()) return st;
-        }
         const size_t mid = good + (bad - good) / 2;
         std::unique_ptr<ir::Model> candidate = original->clone();
         bool replay_ok = true;
@@ -218,6 +211,7 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
         }
         const bool mismatch =
             !replay_ok || verifier.check(*candidate).status == eval::VerifyStatus::kMismatch;
+        if (auto st = stopped(); !st.ok()) return st;
         (mismatch ? bad : good) = mid;
       }
       verify_seconds += seconds_since(bisect_start);
