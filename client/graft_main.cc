@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
 #include <absl/strings/str_split.h>
+#include <CLI/CLI.hpp>
 
 #include "client/exit_codes.h"
 #include "client/graft_client.h"
@@ -473,9 +473,10 @@ int main(int argc, char** argv) {
         "--verify", args.verify,
         "run the original and optimized model on random inputs with the reference evaluator and "
         "compare the outputs; a pass that changes them is rolled back");
-    cmd->add_option("--verify-dim", args.verify_dims,
-                    "value of a symbolic input dim, NAME=N; *=N for every unnamed or unlisted "
-                    "one (default: the first of 1, 16, 64, 256 the original runs with) (repeatable)")
+    cmd->add_option(
+           "--verify-dim", args.verify_dims,
+           "value of a symbolic input dim, NAME=N; *=N for every unnamed or unlisted "
+           "one (default: the first of 1, 16, 64, 256 the original runs with) (repeatable)")
         ->needs(verify);
     cmd->add_option("--verify-shape", args.verify_shapes,
                     "an input's full shape, INPUT=D,D,... (repeatable)")

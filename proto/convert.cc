@@ -177,9 +177,10 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
   if (v.status() != v1::Verification::NOT_REQUESTED) {
     VerificationReport& o = r.verification;
     o.requested = true;
-    o.result.status = v.status() == v1::Verification::VERIFIED   ? eval::VerifyStatus::kVerified
-                      : v.status() == v1::Verification::MISMATCH ? eval::VerifyStatus::kMismatch
-                                                                 : eval::VerifyStatus::kNotVerifiable;
+    o.result.status = v.status() == v1::Verification::VERIFIED ? eval::VerifyStatus::kVerified
+                      : v.status() == v1::Verification::MISMATCH
+                          ? eval::VerifyStatus::kMismatch
+                          : eval::VerifyStatus::kNotVerifiable;
     o.result.message = v.message();
     o.result.unsupported_op = v.unsupported_op();
     o.result.max_abs_diff = v.max_abs_diff();

@@ -41,8 +41,9 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
                              .Register(*registry_);
   verifications_ = &BuildCounter()
                         .Name("graft_verifications_total")
-                        .Help("Verified pipeline runs, by result (verified, not_verifiable, "
-                              "mismatch)")
+                        .Help(
+                            "Verified pipeline runs, by result (verified, not_verifiable, "
+                            "mismatch)")
                         .Register(*registry_);
   verify_rollbacks_ = &BuildCounter()
                            .Name("graft_verify_rollbacks_total")

@@ -93,8 +93,7 @@ GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
 
 GraftService::~GraftService() { pool_.join(); }
 
-absl::StatusOr<PipelineConfig> GraftService::server_config(
-    const v1::PipelineConfig& proto) const {
+absl::StatusOr<PipelineConfig> GraftService::server_config(const v1::PipelineConfig& proto) const {
   auto config = api::from_proto(proto);
   if (!config.ok()) return config.status();
   if (config->verify) {

@@ -11,8 +11,8 @@
 #include <onnx/defs/parser.h>
 #include <onnx/defs/printer.h>
 
-#include "core/eval/verify.h"
 #include "core/eval/tensor.h"
+#include "core/eval/verify.h"
 #include "core/ir/tensor.h"
 #include "core/passes/registry.h"
 #include "core/pipeline/pipeline.h"

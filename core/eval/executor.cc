@@ -141,9 +141,9 @@ class Executor {
     counted_[v] = bytes;
     live_bytes_ += bytes;
     if (limits_.max_live_bytes && live_bytes_ > limits_.max_live_bytes)
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the evaluator's live tensors exceed ", limits_.max_live_bytes,
-                       " bytes (at '", v->name(), "')"));
+      return absl::ResourceExhaustedError(absl::StrCat("the evaluator's live tensors exceed ",
+                                                       limits_.max_live_bytes, " bytes (at '",
+                                                       v->name(), "')"));
     return absl::OkStatus();
   }
   void uncount(const ir::Value* v) {

@@ -49,9 +49,9 @@ struct PassStats {
 
 struct VerificationReport {
   bool requested = false;
-  eval::VerifyResult result;                // of the returned model
-  std::vector<std::string> rolled_back;     // passes removed because they changed the outputs
-  double seconds = 0;                       // evaluator runs and bisection
+  eval::VerifyResult result;             // of the returned model
+  std::vector<std::string> rolled_back;  // passes removed because they changed the outputs
+  double seconds = 0;                    // evaluator runs and bisection
 };
 
 struct PipelineReport {

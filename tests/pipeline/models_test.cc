@@ -107,7 +107,8 @@ TEST(ModelsAtO2, EveryLibonnxTestdataModel) {
   std::cout << count << " models, " << before << " -> " << after << " nodes, " << verified
             << " verified on the evaluator\n";
   if (std::getenv("GRAFT_VERBOSE"))
-    for (const auto& [reason, n] : why_not) std::cout << "  not verified (" << n << "): " << reason << "\n";
+    for (const auto& [reason, n] : why_not)
+      std::cout << "  not verified (" << n << "): " << reason << "\n";
   EXPECT_GT(count, 1000u);
   // Most models must actually be compared, or the check above proves little.
   EXPECT_GT(verified, count * 3 / 4);

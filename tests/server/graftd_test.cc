@@ -216,8 +216,7 @@ TEST(Graftd, VerificationIsReportedCachedSeparatelyAndCounted) {
 
   auto config = o2();
   config.mutable_verify()->set_enabled(true);
-  for (int64_t d : {1, 3, 48, 192})
-    (*config.mutable_verify()->mutable_shapes())["x"].add_dims(d);
+  for (int64_t d : {1, 3, 48, 192}) (*config.mutable_verify()->mutable_shapes())["x"].add_dims(d);
   auto verified = client.optimize(bytes, config);
   ASSERT_TRUE(verified.ok()) << verified.status();
   // Verification can roll passes back, so an unverified result must not answer it.
@@ -247,8 +246,7 @@ TEST(Graftd, VerificationMemoryIsTheServersToBound) {
   std::string bytes = read_file(kExample);
   auto config = o2();
   config.mutable_verify()->set_enabled(true);
-  for (int64_t d : {1, 3, 48, 192})
-    (*config.mutable_verify()->mutable_shapes())["x"].add_dims(d);
+  for (int64_t d : {1, 3, 48, 192}) (*config.mutable_verify()->mutable_shapes())["x"].add_dims(d);
   {
     Graftd off({"--verify-max-bytes", "0"});
     client::GraftClient client(off.address());
