@@ -158,6 +158,20 @@ void strided_copy(U* out, const U* in, const std::vector<int64_t>& dims,
   }
 }
 
+// Output 0: `x`'s type, shape `out_dims`, filled by walking `x` through the strided view
+// (view_dims, strides, base). Transposes, slices, broadcasts and tilings are all such views.
+absl::Status copy_view(KernelContext& ctx, const Tensor& x, const std::vector<int64_t>& out_dims,
+                       const std::vector<int64_t>& view_dims, const std::vector<int64_t>& strides,
+                       int64_t base = 0) {
+  auto out = ctx.make_output(0, x.dtype(), out_dims);
+  if (!out.ok()) return out.status();
+  return by_element(x.dtype(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    strided_copy(elems<U>(**out), elems<U>(x), view_dims, strides, base);
+    return absl::OkStatus();
+  });
+}
+
 // Output `i` with `dims` holding a copy of all elements of `x` (Reshape and friends).
 absl::Status copy_with_dims(KernelContext& ctx, size_t i, const Tensor& x,
                             std::vector<int64_t> dims) {
@@ -332,13 +346,7 @@ absl::Status transpose_kernel(KernelContext& ctx) {
     dims[i] = x.dims()[perm[i]];
     strides[i] = in_strides[perm[i]];
   }
-  auto out = ctx.make_output(0, x.dtype(), dims);
-  if (!out.ok()) return out.status();
-  return by_element(x.dtype(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    strided_copy(elems<U>(**out), elems<U>(x), dims, strides, 0);
-    return absl::OkStatus();
-  });
+  return copy_view(ctx, x, dims, dims, strides);
 }
 
 absl::Status concat_kernel(KernelContext& ctx) {
@@ -504,13 +512,7 @@ absl::Status slice_kernel(KernelContext& ctx) {
     if (count > 0) base += s * in_strides[a];
     strides[a] = count > 1 ? step * in_strides[a] : 0;
   }
-  auto out = ctx.make_output(0, x.dtype(), dims);
-  if (!out.ok()) return out.status();
-  return by_element(x.dtype(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    strided_copy(elems<U>(**out), elems<U>(x), dims, strides, base);
-    return absl::OkStatus();
-  });
+  return copy_view(ctx, x, dims, dims, strides, base);
 }
 
 // All elements of an integer tensor of any rank.
@@ -567,8 +569,8 @@ void next_index(std::vector<int64_t>& pos, const std::vector<int64_t>& dims, int
 
 // Same over all of `dims`, keeping `base` = sum of pos[a] * strides[a] for every a but `axis`
 // (the gather/scatter ops index that axis separately).
-void next_index_skipping(std::vector<int64_t>& pos, const std::vector<int64_t>& dims,
-                         int64_t axis, const std::vector<int64_t>& strides, int64_t& base) {
+void next_index_skipping(std::vector<int64_t>& pos, const std::vector<int64_t>& dims, int64_t axis,
+                         const std::vector<int64_t>& strides, int64_t& base) {
   for (int64_t a = static_cast<int64_t>(dims.size()); a-- > 0;) {
     if (++pos[a] < dims[a]) {
       if (a != axis) base += strides[a];
@@ -846,14 +848,8 @@ absl::Status expand_kernel(KernelContext& ctx) {
   }
   auto dims = broadcast_shape({x.dims(), *shape});
   if (!dims.ok()) return invalid(ctx, dims.status().message());
-  auto out = ctx.make_output(0, x.dtype(), *dims);
-  if (!out.ok()) return out.status();
   const auto strides = broadcast_strides(x.dims(), *dims);
-  return by_element(x.dtype(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    strided_copy(elems<U>(**out), elems<U>(x), *dims, strides, 0);
-    return absl::OkStatus();
-  });
+  return copy_view(ctx, x, *dims, *dims, strides);
 }
 
 absl::Status tile_kernel(KernelContext& ctx) {
@@ -873,13 +869,7 @@ absl::Status tile_kernel(KernelContext& ctx) {
     view_dims.insert(view_dims.end(), {rep, x.dims()[i]});
     view_strides.insert(view_strides.end(), {0, in_strides[i]});
   }
-  auto out = ctx.make_output(0, x.dtype(), dims);
-  if (!out.ok()) return out.status();
-  return by_element(x.dtype(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    strided_copy(elems<U>(**out), elems<U>(x), view_dims, view_strides, 0);
-    return absl::OkStatus();
-  });
+  return copy_view(ctx, x, dims, view_dims, view_strides);
 }
 
 absl::Status range_kernel(KernelContext& ctx) {
@@ -1230,13 +1220,7 @@ absl::Status depth_to_space_kernel(KernelContext& ctx) {
   std::vector<int64_t> strides = mode == "DCR"
                                      ? std::vector<int64_t>{s[0], s[3], s[4], s[1], s[5], s[2]}
                                      : std::vector<int64_t>{s[0], s[1], s[4], s[2], s[5], s[3]};
-  auto out = ctx.make_output(0, x.dtype(), {n, cc, hb, wb});
-  if (!out.ok()) return out.status();
-  return by_element(x.dtype(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    strided_copy(elems<U>(**out), elems<U>(x), dims, strides, 0);
-    return absl::OkStatus();
-  });
+  return copy_view(ctx, x, {n, cc, hb, wb}, dims, strides);
 }
 
 absl::Status space_to_depth_kernel(KernelContext& ctx) {
@@ -1255,13 +1239,7 @@ absl::Status space_to_depth_kernel(KernelContext& ctx) {
   const auto s = strides_of({n, c, h / b, b, w / b, b});
   std::vector<int64_t> dims = {n, b, b, c, h / b, w / b};
   std::vector<int64_t> strides = {s[0], s[3], s[5], s[1], s[2], s[4]};
-  auto out = ctx.make_output(0, x.dtype(), {n, cbb, h / b, w / b});
-  if (!out.ok()) return out.status();
-  return by_element(x.dtype(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    strided_copy(elems<U>(**out), elems<U>(x), dims, strides, 0);
-    return absl::OkStatus();
-  });
+  return copy_view(ctx, x, {n, cbb, h / b, w / b}, dims, strides);
 }
 
 absl::Status compress_kernel(KernelContext& ctx) {
