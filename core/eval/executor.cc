@@ -99,30 +99,15 @@ class Executor {
       env[v] = std::move(*t);
       if (auto st = count(v, env); !st.ok()) return st;
     }
-    // Each value of this graph is freed after the last node that reads it (directly or from a
-    // subgraph), so peak memory follows the live values, not the whole graph. Outputs stay for
-    // the caller; a subgraph's initializers stay too, as Loop and Scan bodies run again.
-    const std::vector<ir::Node*> nodes = g.nodes();
-    std::unordered_map<const ir::Value*, size_t> last_use;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      for (const ir::Value* v : nodes[i]->inputs())
-        if (v && v->owner() == &g) last_use[v] = i;
-      for (const auto& sub : nodes[i]->subgraphs()) note_captures(*sub.graph, g, i, last_use);
-    }
-    for (const auto& out : g.outputs()) last_use[out.value] = SIZE_MAX;
-    std::vector<std::vector<const ir::Value*>> dies_after(nodes.size());
-    for (const auto& [v, i] : last_use)
-      if (i != SIZE_MAX && !(v->is_initializer() && g.parent())) dies_after[i].push_back(v);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (auto st = run_node(*nodes[i], env); !st.ok()) return st;
-      for (const ir::Value* v : nodes[i]->outputs())
+    const Plan& plan = plan_for(g);
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      const ir::Node& n = *plan.nodes[i];
+      if (auto st = run_node(n, env); !st.ok()) return st;
+      for (const ir::Value* v : n.outputs())
         if (v) {
           if (auto st = count(v, env); !st.ok()) return st;
         }
-      for (const ir::Value* v : dies_after[i]) release(v, env);
-      // Outputs nobody reads are dropped at once.
-      for (const ir::Value* v : nodes[i]->outputs())
-        if (v && !last_use.count(v)) release(v, env);
+      for (const ir::Value* v : plan.dies_after[i]) release(v, env);
     }
     // A subgraph's outputs are handed to its node, whose outputs the enclosing graph counts.
     if (g.parent())
@@ -131,6 +116,36 @@ class Executor {
   }
 
  private:
+  // The order a graph's nodes run in and when each of its values is freed: after the last node
+  // that reads it (directly or from a subgraph), or at once if nothing reads it, so peak memory
+  // follows the live values, not the whole graph. Outputs stay for the caller; a subgraph's
+  // initializers stay too, as Loop and Scan bodies run again. Built once per graph: a Loop body
+  // runs once per iteration.
+  struct Plan {
+    std::vector<ir::Node*> nodes;
+    std::vector<std::vector<const ir::Value*>> dies_after;  // per node
+  };
+  const Plan& plan_for(const ir::Graph& g) {
+    auto [it, inserted] = plans_.try_emplace(&g);
+    if (!inserted) return it->second;
+    Plan& plan = it->second;
+    plan.nodes = g.nodes();
+    std::unordered_map<const ir::Value*, size_t> last_use;
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      for (const ir::Value* v : plan.nodes[i]->inputs())
+        if (v && v->owner() == &g) last_use[v] = i;
+      for (const auto& sub : plan.nodes[i]->subgraphs()) note_captures(*sub.graph, g, i, last_use);
+    }
+    for (const auto& out : g.outputs()) last_use[out.value] = SIZE_MAX;
+    plan.dies_after.resize(plan.nodes.size());
+    for (const auto& [v, i] : last_use)
+      if (i != SIZE_MAX && !(v->is_initializer() && g.parent())) plan.dies_after[i].push_back(v);
+    for (size_t i = 0; i < plan.nodes.size(); ++i)
+      for (const ir::Value* v : plan.nodes[i]->outputs())
+        if (v && !last_use.count(v)) plan.dies_after[i].push_back(v);
+    return plan;
+  }
+
   // Bytes of the tensors this executor holds, bounded by Limits::max_live_bytes: the per-tensor
   // cap alone would let a wide graph keep many large tensors alive at once.
   absl::Status count(const ir::Value* v, const Env& env) {
@@ -644,6 +659,7 @@ class Executor {
   const ir::Model& model_;
   Limits limits_;
   std::unordered_map<const ir::Value*, uint64_t> counted_;
+  std::unordered_map<const ir::Graph*, Plan> plans_;
   uint64_t live_bytes_ = 0;
   int depth_;
   // Unbound optional inputs of function bodies: nodes see them as absent.
