@@ -82,11 +82,21 @@ int main(int argc, char** argv) {
                                                 config->grace_period_seconds, " s"));
     health->SetServingStatus(false);
     service.start_draining();
-    auto grace = std::chrono::duration_cast<std::chrono::system_clock::duration>(
-        std::chrono::duration<double>(config->grace_period_seconds));
-    // Stops accepting calls, lets in-flight ones finish until the grace period ends, then
-    // cancels the rest (their pipelines stop at the next pass boundary).
-    server->Shutdown(std::chrono::system_clock::now() + grace);
+    const auto until = std::chrono::system_clock::now() +
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                           std::chrono::duration<double>(config->grace_period_seconds));
+    // In-flight calls finish first, while the transport is still up: Shutdown closes
+    // connections as soon as the handlers return, and a socket closed with the client's
+    // flow-control frames still unread is reset, which can destroy the end of a response the
+    // client has not read yet. A short linger lets the last responses reach their clients.
+    while (service.active_calls() > 0 && std::chrono::system_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto linger_end =
+        std::min(until, std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    std::this_thread::sleep_until(linger_end);
+    // Stops accepting calls and cancels what is left when the grace period ends (their
+    // pipelines stop at the next pass boundary).
+    server->Shutdown(until);
   });
   server->Wait();
   signal_thread.join();

@@ -284,8 +284,10 @@ grpc::Status GraftService::Optimize(
   const auto start = Clock::now();
   RequestLog log("Optimize", next_request_id_++);
   metrics_->in_flight().Increment();
+  ++active_calls_;
   auto finish = [&](const grpc::Status& status) {
     metrics_->in_flight().Decrement();
+    --active_calls_;
     double seconds = seconds_since(start);
     metrics_->request_done("Optimize", code_name(status.error_code()), seconds);
     log.finish(code_name(status.error_code()), status.error_message(), seconds);
@@ -372,7 +374,9 @@ grpc::Status GraftService::Lookup(grpc::ServerContext*, const v1::LookupRequest*
                                   grpc::ServerWriter<v1::LookupResponse>* writer) {
   const auto start = Clock::now();
   RequestLog log("Lookup", next_request_id_++);
+  ++active_calls_;
   auto finish = [&](const grpc::Status& status) {
+    --active_calls_;
     double seconds = seconds_since(start);
     metrics_->request_done("Lookup", code_name(status.error_code()), seconds);
     log.finish(code_name(status.error_code()), status.error_message(), seconds);

@@ -28,6 +28,8 @@ class GraftService final : public v1::Graft::Service {
 
   // New Optimize calls get UNAVAILABLE from now on (SIGTERM); in-flight ones finish.
   void start_draining() { draining_ = true; }
+  // Optimize and Lookup calls whose handler has not returned yet.
+  int active_calls() const { return active_calls_; }
   // Waits for queued and running pipeline jobs.
   void join_workers() { pool_.join(); }
   const cache::ResultCache& cache() const { return cache_; }
@@ -56,6 +58,7 @@ class GraftService final : public v1::Graft::Service {
   // bounded by that many models of at most max_model_bytes.
   std::atomic<int> admitted_{0};
   std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<int> active_calls_{0};
 };
 
 // Graft's version string (also part of every cache key).

@@ -425,12 +425,16 @@ TEST(Graftd, SigtermDrainsInFlightWork) {
     client::GraftClient client(server.address());
     return client.optimize(slow_model, o2(), std::chrono::seconds(120));
   });
-  // Wait until the request is being handled, then ask the server to stop.
-  for (int i = 0; i < 200; ++i) {
+  // Wait until the request is being handled, then ask the server to stop. On a loaded machine
+  // the upload can take seconds to reach the handler; stopping before it does would test
+  // something else (a request the server never accepted), so the wait is long and checked.
+  bool in_flight_seen = false;
+  for (int i = 0; i < 3000 && !in_flight_seen; ++i) {
     auto m = parse_metrics(http_get(server.metrics_port(), "/metrics"));
-    if (metric(m, "graft_inflight_requests") >= 1) break;
-    std::this_thread::sleep_for(10ms);
+    in_flight_seen = metric(m, "graft_inflight_requests") >= 1;
+    if (!in_flight_seen) std::this_thread::sleep_for(10ms);
   }
+  ASSERT_TRUE(in_flight_seen) << "the request never reached graftd:\n" << server.log();
   EXPECT_EQ(server.terminate_and_wait(std::chrono::seconds(60)), 0) << server.log();
   auto r = in_flight.get();
   ASSERT_TRUE(r.ok()) << r.status();
