@@ -82,8 +82,6 @@ class FoldConstants final : public Pass {
   // Evaluates `n` and replaces it by initializers; false (model untouched) if it should stay.
   bool fold(ir::Graph& g, ir::Node* n) {
     if (!foldable(*n)) return false;
-    const eval::Kernel* kernel = eval::find_kernel(n->op_type(), n->domain(), n->opset());
-    if (!kernel) return false;
 
     // Inputs are read under the same cap: a crafted initializer must not make us allocate more.
     std::vector<eval::Tensor> storage;
@@ -95,17 +93,18 @@ class FoldConstants final : public Pass {
       if (!t.ok()) return false;  // external data, segments, malformed or too large
       storage.push_back(std::move(*t));
     }
-    eval::KernelContext kctx{*n, n->opset(), {}, {}, limits_};
+    std::vector<const eval::Tensor*> inputs;
     size_t next = 0;
-    for (ir::Value* v : n->inputs()) kctx.inputs.push_back(v ? &storage[next++] : nullptr);
-    kctx.outputs.resize(n->outputs().size());
-    // Any kernel error (unsupported attribute, invalid input, over the cap) means "keep the node".
-    if (!(*kernel)(kctx).ok()) return false;
+    for (ir::Value* v : n->inputs()) inputs.push_back(v ? &storage[next++] : nullptr);
+    // Any kernel error (unsupported op or attribute, invalid or missing input, over a limit)
+    // means "keep the node".
+    auto computed = eval::run_kernel(*n, std::move(inputs), limits_);
+    if (!computed.ok()) return false;
 
     uint64_t output_bytes = 0;
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       if (!n->output(i)) continue;
-      const eval::Tensor& t = kctx.outputs[i];
+      const eval::Tensor& t = (*computed)[i];
       if (t.dtype() == 0) return false;  // the kernel did not produce this output
       if (tensor_bytes(t) > limits_.max_tensor_bytes) return false;
       output_bytes += tensor_bytes(t);
@@ -131,7 +130,7 @@ class FoldConstants final : public Pass {
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       ir::Value* out = n->output(i);
       if (!out) continue;
-      results.emplace_back(out, kctx.outputs[i].to_proto(out->name()));
+      results.emplace_back(out, (*computed)[i].to_proto(out->name()));
     }
     // Keep the output names: consumers, nested subgraphs and graph outputs refer to them.
     g.remove_node(n);
