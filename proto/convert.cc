@@ -96,7 +96,8 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
     for (const auto& [name, value] : o.values) field(absl::StrCat(name, "=", value));
     field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",rtol=", o.rtol, ",atol=", o.atol,
                        ",range=", o.float_range, ",int_max=", o.int_max,
-                       ",max_bytes=", o.max_tensor_bytes, ",max_live=", o.max_live_bytes));
+                       ",max_bytes=", o.max_tensor_bytes, ",max_live=", o.max_live_bytes,
+                       ",max_work=", o.max_work));
   }
   return out;
 }

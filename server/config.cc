@@ -64,6 +64,11 @@ const std::vector<Key>& keys() {
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.verify_max_bytes, "verify_max_bytes");
        }},
+      {"verify_max_work",
+       "evaluator operations (multiply-adds, elements written) per verified request; 0 = no cap",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.verify_max_work, "verify_max_work");
+       }},
       {"default_deadline_seconds", "deadline for requests that set none",
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.default_deadline_seconds, "default_deadline_seconds");

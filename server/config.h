@@ -18,6 +18,9 @@ struct ServerConfig {
   // Evaluator memory of one verified request (tensors alive at once, weights included);
   // 0 turns verification off (requests asking for it get FAILED_PRECONDITION).
   uint64_t verify_max_bytes = 1ull << 30;
+  // Evaluator work of one verified request, all its runs together (original, candidates,
+  // bisection); when spent the result is NOT_VERIFIABLE. 0 = no cap (the deadline still holds).
+  uint64_t verify_max_work = 20'000'000'000;
   double default_deadline_seconds = 300;
   double grace_period_seconds = 25;
   std::string log_level = "info";

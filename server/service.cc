@@ -102,6 +102,7 @@ absl::StatusOr<PipelineConfig> GraftService::server_config(const v1::PipelineCon
           "verification is turned off on this server (verify_max_bytes: 0)");
     // Part of the canonical config, so Optimize and Lookup agree on the cache key.
     config->verify_options.max_live_bytes = config_.verify_max_bytes;
+    config->verify_options.max_work = config_.verify_max_work;
     config->verify_options.max_tensor_bytes =
         std::min(config->verify_options.max_tensor_bytes, config_.verify_max_bytes);
   }

@@ -14,16 +14,16 @@ BudgetScope::BudgetScope(Budget* budget) : previous_(current) { current = budget
 BudgetScope::~BudgetScope() { current = previous_; }
 
 absl::Status Budget::memory_exhausted(uint64_t bytes) const {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the evaluator's memory budget of ", max_bytes_, " bytes is exhausted (", live_bytes_,
-      " bytes held, ", bytes, " more asked)"));
+  return absl::ResourceExhaustedError(absl::StrCat("the evaluator's memory budget of ", max_bytes_,
+                                                   " bytes is exhausted (", live_bytes_,
+                                                   " bytes held, ", bytes, " more asked)"));
 }
 
 absl::Status Budget::afford(double units) const {
   if (max_work_ && units > static_cast<double>(max_work_ - std::min(work_, max_work_)))
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the evaluator's work budget of ", max_work_, " operations is exhausted (",
-                     work_, " spent, ", units, " more needed)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the evaluator's work budget of ", max_work_,
+                                                     " operations is exhausted (", work_,
+                                                     " spent, ", units, " more needed)"));
   return absl::OkStatus();
 }
 
@@ -32,8 +32,8 @@ void Budget::poll() {
                    ? std::numeric_limits<uint64_t>::max()
                    : work_ + kPollUnits;
   if (max_work_ && work_ > max_work_)
-    throw Stop(absl::ResourceExhaustedError(absl::StrCat(
-        "the evaluator's work budget of ", max_work_, " operations is exhausted")));
+    throw Stop(absl::ResourceExhaustedError(
+        absl::StrCat("the evaluator's work budget of ", max_work_, " operations is exhausted")));
   if (should_continue_) {
     absl::Status st = should_continue_();
     if (!st.ok()) throw Stop(std::move(st));

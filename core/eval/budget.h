@@ -61,7 +61,9 @@ class Budget : public std::enable_shared_from_this<Budget> {
   void charge(uint64_t bytes) {
     if (!try_charge(bytes)) throw Stop(memory_exhausted(bytes));
   }
-  void release(uint64_t bytes) noexcept { live_bytes_ -= bytes < live_bytes_ ? bytes : live_bytes_; }
+  void release(uint64_t bytes) noexcept {
+    live_bytes_ -= bytes < live_bytes_ ? bytes : live_bytes_;
+  }
 
   // Adds `units` of work; throws Stop when the work limit is passed or a poll says stop.
   void spend(uint64_t units) {
@@ -86,9 +88,7 @@ class Budget : public std::enable_shared_from_this<Budget> {
 
  private:
   Budget(uint64_t max_bytes, uint64_t max_work, std::function<absl::Status()> should_continue)
-      : max_bytes_(max_bytes),
-        max_work_(max_work),
-        should_continue_(std::move(should_continue)) {}
+      : max_bytes_(max_bytes), max_work_(max_work), should_continue_(std::move(should_continue)) {}
 
   uint64_t max_bytes_;
   uint64_t max_work_;

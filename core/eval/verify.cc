@@ -283,8 +283,8 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
 
 Verifier::~Verifier() = default;
 
-absl::StatusOr<std::vector<Tensor>> Verifier::run(const ir::Model& model,
-                                                  const std::map<std::string, Tensor>& feeds) const {
+absl::StatusOr<std::vector<Tensor>> Verifier::run(
+    const ir::Model& model, const std::map<std::string, Tensor>& feeds) const {
   Limits limits;
   limits.max_tensor_bytes = options_.max_tensor_bytes;
   limits.max_live_bytes = options_.max_live_bytes;
@@ -292,8 +292,8 @@ absl::StatusOr<std::vector<Tensor>> Verifier::run(const ir::Model& model,
   limits.max_work = 0;
   if (options_.max_work) {
     if (work_spent_ >= options_.max_work)
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "verification's work budget of ", options_.max_work, " operations is spent"));
+      return absl::ResourceExhaustedError(absl::StrCat("verification's work budget of ",
+                                                       options_.max_work, " operations is spent"));
     limits.max_work = options_.max_work - work_spent_;
   }
   RunStats stats;

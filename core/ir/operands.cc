@@ -39,18 +39,16 @@ absl::Status check_operands(const Node& n, bool clamp_to_known_opset) {
   // A newer opset may add inputs; only what the older schema requires is checked then.
   const bool clamped = opset > newest;
   if (!clamped && count > static_cast<size_t>(schema->max_input()))
-    return absl::InvalidArgumentError(absl::StrCat(describe(n), " has ", count,
-                                                   " inputs; opset ", opset, " allows at most ",
-                                                   schema->max_input()));
+    return absl::InvalidArgumentError(absl::StrCat(describe(n), " has ", count, " inputs; opset ",
+                                                   opset, " allows at most ", schema->max_input()));
   for (size_t f = 0; f < formals.size(); ++f) {
     const auto& formal = formals[f];
     const auto option = formal.GetOption();
     if (option == onnx::OpSchema::Optional) continue;
     if (option == onnx::OpSchema::Single) {
       if (f >= count || n.input(f) == nullptr)
-        return absl::InvalidArgumentError(
-            absl::StrCat(describe(n), ": required input ", f, " ('", formal.GetName(),
-                         "') is missing"));
+        return absl::InvalidArgumentError(absl::StrCat(describe(n), ": required input ", f, " ('",
+                                                       formal.GetName(), "') is missing"));
       continue;
     }
     // Variadic: the last formal, taking every remaining slot; none of them may be empty.
@@ -62,8 +60,7 @@ absl::Status check_operands(const Node& n, bool clamp_to_known_opset) {
     for (size_t i = f; i < count; ++i)
       if (n.input(i) == nullptr)
         return absl::InvalidArgumentError(absl::StrCat(describe(n), ": input ", i, " ('",
-                                                       formal.GetName(),
-                                                       "', variadic) is empty"));
+                                                       formal.GetName(), "', variadic) is empty"));
   }
   return absl::OkStatus();
 }

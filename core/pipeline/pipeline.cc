@@ -1,5 +1,7 @@
 #include "core/pipeline/pipeline.h"
 
+#include "core/eval/budget.h"
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -18,6 +20,12 @@
 #include "core/passes/registry.h"
 
 namespace graft {
+
+namespace {
+// What the passes' kernel evaluations (constant folding) may use in one run of the passes.
+constexpr uint64_t kPassEvalMaxBytes = 256ull << 20;
+constexpr uint64_t kPassEvalMaxWork = 10'000'000'000;
+}  // namespace
 
 namespace {
 
@@ -247,6 +255,12 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<size_t>* applied) {
   if (auto st = check_rounds(config); !st.ok()) return st;
   auto start = Clock::now();
+  // Passes that evaluate kernels (folding) share one budget per run of the passes: the bytes
+  // they hold at once, their total work, and the deadline polled inside long kernels. A fold
+  // the budget refuses is not made; the pass goes on.
+  auto eval_budget =
+      eval::Budget::make(kPassEvalMaxBytes, kPassEvalMaxWork, config.should_continue);
+  eval::BudgetScope eval_scope(eval_budget.get());
 
   PipelineReport report;
   report.nodes_before = model->total_nodes();

@@ -26,7 +26,6 @@ namespace {
 
 using onnx::TensorProto;
 
-
 absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
 }
