@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include <absl/strings/str_split.h>
-#include <CLI/CLI.hpp>
 #include <grpc/support/log.h>
+#include <CLI/CLI.hpp>
 
 #include "client/exit_codes.h"
 #include "client/graft_client.h"
@@ -148,7 +148,7 @@ struct OptimizeArgs {
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;
   bool quiet = false;
-  std::string sha256;  // lookup only
+  std::string sha256;      // lookup only
   tls::ClientOptions tls;  // flags; GRAFT_TLS* fill the rest
 };
 
@@ -270,8 +270,8 @@ absl::StatusOr<client::GraftClient> connect(const std::string& server, tls::Clie
 }
 
 int fail_connect(const absl::Status& st) {
-  bool unreadable = st.code() == absl::StatusCode::kNotFound ||
-                    st.code() == absl::StatusCode::kPermissionDenied;
+  bool unreadable =
+      st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kPermissionDenied;
   return fail(unreadable ? kIoError : kUsage, std::string(st.message()));
 }
 

@@ -157,9 +157,8 @@ absl::Status check_key_matches(const std::string& cert_pem, const std::string& k
   bool match = cert && key && X509_check_private_key(cert.get(), key.get()) == 1;
   ERR_clear_error();
   if (!match)
-    return absl::InvalidArgumentError(absl::StrCat("the private key '", key_path,
-                                                   "' does not belong to the certificate '",
-                                                   cert_path, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the private key '", key_path, "' does not belong to the certificate '", cert_path, "'"));
   return absl::OkStatus();
 }
 

@@ -187,9 +187,9 @@ absl::Status validate(const ServerConfig& c) {
     return absl::InvalidArgumentError(
         "client certificates need TLS: set tls_cert_file and tls_key_file too");
   if (c.tls_client_auth != "none" && c.tls_client_ca_file.empty())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tls_client_auth ", c.tls_client_auth,
-        " needs tls_client_ca_file, the CA bundle that signs client certificates"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_client_auth ", c.tls_client_auth,
+                     " needs tls_client_ca_file, the CA bundle that signs client certificates"));
   if (c.tls_client_auth == "none" && !c.tls_client_ca_file.empty())
     return absl::InvalidArgumentError(
         "tls_client_ca_file is set but tls_client_auth is none: set tls_client_auth to require "

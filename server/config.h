@@ -26,7 +26,7 @@ struct ServerConfig {
   // tls_reload_interval_seconds, so a renewed certificate is served without a restart.
   std::string tls_cert_file;
   std::string tls_key_file;
-  std::string tls_client_ca_file;      // CA bundle that signs client certificates (mTLS)
+  std::string tls_client_ca_file;        // CA bundle that signs client certificates (mTLS)
   std::string tls_client_auth = "none";  // none, request (verified if sent) or require
   int tls_reload_interval_seconds = 60;
   // Plaintext grpc.health.v1 only, for probes that cannot speak TLS; empty = off.

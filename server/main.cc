@@ -53,9 +53,7 @@ class HealthOnly final : public grpc::CallbackGenericService {
   }
 };
 
-std::string host_of(const std::string& address) {
-  return address.substr(0, address.rfind(':'));
-}
+std::string host_of(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
 }  // namespace
 
@@ -146,14 +144,14 @@ int main(int argc, char** argv) {
     health_address = absl::StrCat(" health=", host_of(config->health_listen), ":", health_port);
   // Logged at the configured level or above so it is never filtered out: tools read the ports.
   const auto startup_level = std::max(spdlog::level::info, spdlog::default_logger()->level());
-  log_event(startup_level,
-            absl::StrCat("graftd ", graft_version(), " serving grpc=", host_of(config->listen),
-                         ":", port, " metrics=", host_of(config->metrics_listen), ":",
-                         metrics->port(), health_address,
-                         " tls=", config->tls() ? config->tls_client_auth == "require" ? "mtls" : "on"
-                                                : "off",
-                         " workers=", config->workers, " queue_length=", config->queue_length,
-                         " cache_bytes=", config->cache_bytes));
+  log_event(
+      startup_level,
+      absl::StrCat(
+          "graftd ", graft_version(), " serving grpc=", host_of(config->listen), ":", port,
+          " metrics=", host_of(config->metrics_listen), ":", metrics->port(), health_address,
+          " tls=", config->tls() ? config->tls_client_auth == "require" ? "mtls" : "on" : "off",
+          " workers=", config->workers, " queue_length=", config->queue_length,
+          " cache_bytes=", config->cache_bytes));
   if (tls) {
     log_event(startup_level, tls->summary());
     if (auto warning = tls->validity_warning(); !warning.empty())

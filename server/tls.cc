@@ -88,11 +88,9 @@ absl::Status TlsFiles::describe(const Contents& c, std::string* summary, std::st
                                 std::string* warning) const {
   const ServerConfig& k = config_;
   tls::CertificateInfo cert;
-  if (auto st = tls::check_certificates(c.cert, k.tls_cert_file, "tls_cert_file", &cert);
-      !st.ok())
+  if (auto st = tls::check_certificates(c.cert, k.tls_cert_file, "tls_cert_file", &cert); !st.ok())
     return st;
-  if (auto st = tls::check_private_key(c.key, k.tls_key_file, "tls_key_file"); !st.ok())
-    return st;
+  if (auto st = tls::check_private_key(c.key, k.tls_key_file, "tls_key_file"); !st.ok()) return st;
   if (auto st = tls::check_key_matches(c.cert, c.key, k.tls_cert_file, k.tls_key_file); !st.ok())
     return st;
   *served = absl::StrCat(cert.subject, ", valid until ", tls::utc(cert.not_after));
@@ -128,8 +126,7 @@ absl::Status TlsFiles::install(const Contents& c) {
   std::string identity = c.cert;
   if (!identity.empty() && identity.back() != '\n') identity += '\n';
   identity += c.key;
-  if (auto st = replace_memfd(&identity_fd_, "graftd-tls-identity", identity); !st.ok())
-    return st;
+  if (auto st = replace_memfd(&identity_fd_, "graftd-tls-identity", identity); !st.ok()) return st;
   if (!config_.tls_client_ca_file.empty())
     if (auto st = replace_memfd(&ca_fd_, "graftd-tls-client-ca", c.ca); !st.ok()) return st;
   return absl::OkStatus();
@@ -181,8 +178,9 @@ void TlsFiles::reload(bool always_log) {
   auto refuse = [&](const absl::Status& st) {
     std::string error(st.message());
     if (always_log || error != last_error_)
-      log_event(spdlog::level::err,
-                absl::StrCat(why, error, "; still serving the previous certificate (", served_, ")"));
+      log_event(
+          spdlog::level::err,
+          absl::StrCat(why, error, "; still serving the previous certificate (", served_, ")"));
     last_error_ = error;
   };
   auto contents = read();
@@ -198,8 +196,7 @@ void TlsFiles::reload(bool always_log) {
   last_error_.clear();
   if (*contents == installed_) {
     if (always_log || recovered)
-      log_event(spdlog::level::info,
-                absl::StrCat(why, "files valid and unchanged: ", summary_));
+      log_event(spdlog::level::info, absl::StrCat(why, "files valid and unchanged: ", summary_));
     return;
   }
   if (auto st = install(*contents); !st.ok()) return refuse(st);
@@ -207,9 +204,8 @@ void TlsFiles::reload(bool always_log) {
   summary_ = std::move(summary);
   served_ = std::move(served);
   warning_ = std::move(warning);
-  log_event(spdlog::level::info,
-            absl::StrCat(why, "reloaded, new connections get it within ", kCopyRefreshSeconds,
-                         " s: ", summary_));
+  log_event(spdlog::level::info, absl::StrCat(why, "reloaded, new connections get it within ",
+                                              kCopyRefreshSeconds, " s: ", summary_));
   if (!warning_.empty()) log_event(spdlog::level::warn, absl::StrCat(why, warning_));
 }
 

@@ -60,8 +60,8 @@ class TlsFiles {
   int identity_fd_ = -1;  // memfd: certificate chain then key, read by gRPC's watcher
   int ca_fd_ = -1;        // memfd: client CA bundle (mTLS only)
   mutable std::mutex mu_;
-  Contents installed_;   // what gRPC serves
-  Contents last_seen_;   // what the files held at the last read, valid or not
+  Contents installed_;  // what gRPC serves
+  Contents last_seen_;  // what the files held at the last read, valid or not
   std::string last_error_;
   std::string summary_, served_, warning_;
   std::condition_variable wake_;
