@@ -28,8 +28,8 @@ absl::StatusOr<GraftClient> GraftClient::connect(const std::string& target,
 
 absl::Status GraftClient::status_of(const grpc::Status& status) const {
   absl::Status st = from_grpc(status);
-  if (st.code() != absl::StatusCode::kUnavailable) return st;
-  return tls::explain_connection_failure(st, tls_);
+  if (st.code() != absl::StatusCode::kUnavailable || !tls_) return st;
+  return tls::explain_connection_failure(st, *tls_);
 }
 
 absl::StatusOr<OptimizeResult> GraftClient::optimize(

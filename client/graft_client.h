@@ -63,7 +63,7 @@ class GraftClient {
   // from_grpc, with a hint when the connection failed (e.g. a plaintext client and a TLS server).
   absl::Status status_of(const grpc::Status& status) const;
 
-  bool tls_ = false;
+  std::optional<bool> tls_;  // unknown for a channel made elsewhere: then no hint
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Graft::Stub> stub_;
 };

@@ -148,8 +148,9 @@ struct OptimizeArgs {
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;
   bool quiet = false;
-  std::string sha256;      // lookup only
-  tls::ClientOptions tls;  // flags; GRAFT_TLS* fill the rest
+  std::string sha256;  // lookup only
+  // TLS from the flags; GRAFT_TLS* fill in what they leave unset.
+  tls::ClientOptions tls;
 };
 
 // Builds the pipeline config from flags; the error is a usage message.
