@@ -11,6 +11,12 @@
 //
 //   graft_load            full run (about a minute on 2 cores)
 //   graft_load --quick    a few requests per cell, for the CTest smoke test (seconds)
+//
+// Over TLS (both graftd and the echo floor serve it, so the ratio compares like with like):
+//   graft_load --tls-cert-file S.pem --tls-key-file S.key --ca CA.pem
+// and mTLS: add --tls-client-ca-file CA.pem --cert C.pem --key C.key. The client flags are the
+// CLI's (--tls, --ca, --cert, --key, --server-name); the server flags are graftd's. A TLS file
+// that cannot be read is exit 4, one that is not usable PEM exit 2 (as the CLI).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -44,6 +50,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "client/graft_client.h"
+#include "client/tls.h"
 #include "core/cache/digest.h"
 #include "echo.grpc.pb.h"  // generated from bench/echo.proto
 
@@ -68,12 +75,18 @@ std::string read_file(const fs::path& path) {
 // Channels with equal arguments share one connection by default (gRPC's global subchannel
 // pool); a local pool gives every simulated client its own TCP connection, as separate client
 // processes would have.
-std::shared_ptr<grpc::Channel> own_channel(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);
-  args.SetMaxSendMessageSize(8 << 20);
+// The TLS files were checked when the run started (main), so a failure here means they changed
+// under it.
+std::shared_ptr<grpc::Channel> own_channel(const std::string& target,
+                                           const graft::tls::ClientOptions& tls) {
+  grpc::ChannelArguments args = graft::tls::default_channel_args();
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auto channel = graft::tls::make_channel(target, tls, args);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "graft_load: %s\n", std::string(channel.status().message()).c_str());
+    std::exit(1);
+  }
+  return *channel;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -102,7 +115,8 @@ std::pair<int, int> free_ports() {
 
 class Graftd {
  public:
-  Graftd(const std::string& binary, const std::vector<std::string>& extra_args) {
+  Graftd(const std::string& binary, const std::vector<std::string>& extra_args,
+         const graft::tls::ClientOptions& tls) {
     log_path_ = fs::temp_directory_path() / ("graft_load_graftd_" + std::to_string(::getpid()));
     for (int attempt = 0; attempt < 5 && address_.empty(); ++attempt) {
       if (attempt > 0) stop();
@@ -112,12 +126,19 @@ class Graftd {
       // Ready when the health service answers SERVING on our port and graftd is still alive
       // (so it is graftd that answered, not whoever took the port). A new channel per probe: a
       // channel that failed to connect waits out a reconnect backoff of a second or more.
+      std::optional<Clock::time_point> listening_since;
       for (auto until = Clock::now() + 30s; running() && Clock::now() < until;) {
-        auto serving = graft::client::GraftClient(own_channel(target)).serving();
+        auto serving = graft::client::GraftClient(own_channel(target, tls)).serving();
         if (serving.ok() && *serving && running()) {
           address_ = target;
           break;
         }
+        if (!serving.ok()) last_error_ = serving.status().ToString();
+        // graftd has bound our port yet does not answer: no port race, but something another
+        // attempt cannot fix (such as TLS settings that do not match).
+        if (!listening_since && log().find("serving grpc=" + target) != std::string::npos)
+          listening_since = Clock::now();
+        if (listening_since && Clock::now() - *listening_since > 5s) return;
         std::this_thread::sleep_for(50ms);
       }
     }
@@ -128,6 +149,8 @@ class Graftd {
     fs::remove(log_path_, ec);
   }
   const std::string& address() const { return address_; }
+  // Why the last readiness probe failed, when address() is empty.
+  const std::string& last_error() const { return last_error_; }
   std::string log() const { return read_file(log_path_); }
   bool running() {
     if (pid_ <= 0 || exited_) return false;
@@ -172,6 +195,7 @@ class Graftd {
   pid_t pid_ = -1;
   bool exited_ = false;
   std::string address_;
+  std::string last_error_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -303,6 +327,7 @@ const char* kind_name(Kind k) {
 struct Shared {
   std::string graftd_address;
   std::string echo_address;
+  graft::tls::ClientOptions tls;  // for both
   graft::v1::PipelineConfig config;
   const ModelSource* models = nullptr;
   std::string run_tag;                 // makes miss digests unique to this run
@@ -344,11 +369,11 @@ class Requester {
  public:
   Requester(Kind kind, Shared* shared) : kind_(kind), shared_(shared) {
     if (kind == Kind::kEcho) {
-      channel_ = own_channel(shared->echo_address);
+      channel_ = own_channel(shared->echo_address, shared->tls);
       echo_ = graft::bench::Echo::NewStub(channel_);
       expected_echo_ = echo_reply(shared->hit_model, shared->hit_result.size());
     } else {
-      channel_ = own_channel(shared->graftd_address);
+      channel_ = own_channel(shared->graftd_address, shared->tls);
       graft_ = std::make_unique<graft::client::GraftClient>(channel_);
     }
   }
@@ -520,13 +545,46 @@ struct Options {
   int miss_requests = 900;
   int hit_requests = 3000;
   int echo_requests = 3000;
+  graft::tls::ClientOptions tls;                                // the clients' side
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;  // graftd's and the echo's side
 };
 
 int usage() {
   std::fprintf(stderr,
                "usage: graft_load [--quick] [--graftd PATH] [--model FILE.onnx] "
-               "[--clients 1,2,4,16] [--workers N] [--seconds CAP_PER_CELL]\n");
+               "[--clients 1,2,4,16] [--workers N] [--seconds CAP_PER_CELL]\n"
+               "                  [--tls-cert-file PEM --tls-key-file PEM "
+               "[--tls-client-ca-file PEM]]\n"
+               "                  [--tls] [--ca PEM] [--cert PEM --key PEM] "
+               "[--server-name NAME]\n");
   return 2;
+}
+
+// Exit code for a TLS file problem, as the CLI's: 4 unreadable, 2 not usable.
+int tls_file_error(const absl::Status& st) {
+  std::fprintf(stderr, "graft_load: %s\n", std::string(st.message()).c_str());
+  return st.code() == absl::StatusCode::kNotFound ||
+                 st.code() == absl::StatusCode::kPermissionDenied
+             ? 4
+             : 2;
+}
+
+// The echo floor's credentials: graftd's files, so both ends of the ratio pay for the same TLS.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> echo_credentials(const Options& opt) {
+  if (opt.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  auto chain = graft::tls::read_certificates(opt.tls_cert_file, "--tls-cert-file");
+  if (!chain.ok()) return chain.status();
+  auto key = graft::tls::read_private_key(opt.tls_key_file, "--tls-key-file");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *chain});
+  if (!opt.tls_client_ca_file.empty()) {
+    auto roots = graft::tls::read_certificates(opt.tls_client_ca_file, "--tls-client-ca-file");
+    if (!roots.ok()) return roots.status();
+    ssl.pem_root_certs = *roots;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
 }
 
 }  // namespace
@@ -544,6 +602,22 @@ int main(int argc, char** argv) {
       opt.model = argv[++i];
     } else if (a == "--workers" && has_value) {
       opt.workers = argv[++i];
+    } else if (a == "--tls") {
+      opt.tls.enabled = true;
+    } else if (a == "--ca" && has_value) {
+      opt.tls.ca_file = argv[++i];
+    } else if (a == "--cert" && has_value) {
+      opt.tls.cert_file = argv[++i];
+    } else if (a == "--key" && has_value) {
+      opt.tls.key_file = argv[++i];
+    } else if (a == "--server-name" && has_value) {
+      opt.tls.server_name = argv[++i];
+    } else if (a == "--tls-cert-file" && has_value) {
+      opt.tls_cert_file = argv[++i];
+    } else if (a == "--tls-key-file" && has_value) {
+      opt.tls_key_file = argv[++i];
+    } else if (a == "--tls-client-ca-file" && has_value) {
+      opt.tls_client_ca_file = argv[++i];
     } else if (a == "--seconds" && has_value) {
       opt.cap_seconds = std::atof(argv[++i]);
     } else if (a == "--clients" && has_value) {
@@ -565,6 +639,21 @@ int main(int argc, char** argv) {
     opt.hit_requests = 32;
     opt.echo_requests = 32;
   }
+  // graft_load starts the server, so client TLS needs the server's files and the other way round.
+  const bool server_tls = !opt.tls_cert_file.empty() || !opt.tls_key_file.empty();
+  if (server_tls != opt.tls.on() ||
+      (server_tls && (opt.tls_cert_file.empty() || opt.tls_key_file.empty())) ||
+      (!opt.tls_client_ca_file.empty() && opt.tls.cert_file.empty())) {
+    std::fprintf(stderr,
+                 "graft_load: TLS needs both sides: --tls-cert-file and --tls-key-file for the "
+                 "servers it starts, --tls or --ca for its clients; --tls-client-ca-file also "
+                 "needs --cert and --key\n");
+    return usage();
+  }
+  if (auto probe = graft::tls::make_channel("127.0.0.1:9", opt.tls); !probe.ok())
+    return tls_file_error(probe.status());
+  auto echo_creds = echo_credentials(opt);
+  if (!echo_creds.ok()) return tls_file_error(echo_creds.status());
   const auto run_start = Clock::now();
 
   std::string error;
@@ -576,10 +665,20 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> graftd_args;
   if (!opt.workers.empty()) graftd_args = {"--workers", opt.workers};
-  Graftd graftd(opt.graftd, graftd_args);
+  if (server_tls) {
+    for (const std::string& a : {std::string("--tls-cert-file"), opt.tls_cert_file,
+                                 std::string("--tls-key-file"), opt.tls_key_file})
+      graftd_args.push_back(a);
+  }
+  if (!opt.tls_client_ca_file.empty()) {
+    for (const std::string& a : {std::string("--tls-client-ca-file"), opt.tls_client_ca_file,
+                                 std::string("--tls-client-auth"), std::string("require")})
+      graftd_args.push_back(a);
+  }
+  Graftd graftd(opt.graftd, graftd_args, opt.tls);
   if (graftd.address().empty()) {
-    std::fprintf(stderr, "graft_load: graftd (%s) did not start:\n%s\n", opt.graftd.c_str(),
-                 graftd.log().c_str());
+    std::fprintf(stderr, "graft_load: graftd (%s) did not start or does not answer: %s\n%s\n",
+                 opt.graftd.c_str(), graftd.last_error().c_str(), graftd.log().c_str());
     return 1;
   }
 
@@ -588,7 +687,7 @@ int main(int argc, char** argv) {
   EchoService echo_service;
   grpc::ServerBuilder builder;
   int echo_port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  builder.AddListeningPort("127.0.0.1:0", *echo_creds, &echo_port);
   builder.RegisterService(&echo_service);
   builder.SetMaxReceiveMessageSize(8 << 20);  // as graftd
   builder.SetMaxSendMessageSize(8 << 20);
@@ -599,6 +698,7 @@ int main(int argc, char** argv) {
   }
 
   Shared shared;
+  shared.tls = opt.tls;
   shared.graftd_address = graftd.address();
   shared.echo_address = "127.0.0.1:" + std::to_string(echo_port);
   shared.config.set_level("O2");
@@ -608,7 +708,7 @@ int main(int argc, char** argv) {
 
   // Warm-up: the first pipeline run and the first calls pay one-time costs (lazy
   // initialization, allocator growth) that belong to no cell.
-  graft::client::GraftClient warm(own_channel(shared.graftd_address));
+  graft::client::GraftClient warm(own_channel(shared.graftd_address, shared.tls));
   int failures = 0;
   std::string first_failure;
   auto fail = [&](const std::string& what) {
@@ -697,9 +797,12 @@ int main(int argc, char** argv) {
   }
 
   std::printf(
-      "graft_load%s: graftd %s with %d workers on %u hardware threads; model %s "
+      "graft_load%s: graftd %s%s with %d workers on %u hardware threads; model %s "
       "(%.2f MiB in, %.2f MiB out at O2)\n",
       opt.quick ? " --quick (numbers not meaningful)" : "", graftd.address().c_str(),
+      !opt.tls.on()                    ? ""
+      : opt.tls_client_ca_file.empty() ? " over TLS (the echo floor too)"
+                                       : " over mTLS (the echo floor too)",
       server_workers, std::thread::hardware_concurrency(), opt.model.filename().c_str(),
       models->base.size() / 1048576.0, out_bytes / 1048576.0);
   // What a hit costs graftd beyond moving bytes, for reading the hit / echo ratio.
@@ -732,7 +835,8 @@ int main(int argc, char** argv) {
                "queue ms (mean)", "worker ms (mean)"},
               rows);
 
-  std::printf("\nCache hit vs. echo floor (same bytes up and down over plain gRPC):\n\n");
+  std::printf("\nCache hit vs. echo floor (same bytes up and down over plain gRPC%s):\n\n",
+              opt.tls.on() ? " with the same TLS" : "");
   rows.clear();
   for (int clients : opt.clients) {
     const CellResult* hit = nullptr;

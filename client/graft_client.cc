@@ -10,21 +10,27 @@ absl::Status from_grpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-namespace {
-
-std::shared_ptr<grpc::Channel> make_channel(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);
-  args.SetMaxSendMessageSize(8 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-}
-
-}  // namespace
-
-GraftClient::GraftClient(const std::string& target) : GraftClient(make_channel(target)) {}
+GraftClient::GraftClient(const std::string& target)
+    : GraftClient(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                            tls::default_channel_args())) {}
 
 GraftClient::GraftClient(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)), stub_(v1::Graft::NewStub(channel_)) {}
+
+absl::StatusOr<GraftClient> GraftClient::connect(const std::string& target,
+                                                 const tls::ClientOptions& tls) {
+  auto channel = tls::make_channel(target, tls);
+  if (!channel.ok()) return channel.status();
+  GraftClient client(std::move(*channel));
+  client.tls_ = tls.on();
+  return client;
+}
+
+absl::Status GraftClient::status_of(const grpc::Status& status) const {
+  absl::Status st = from_grpc(status);
+  if (st.code() != absl::StatusCode::kUnavailable || !tls_) return st;
+  return tls::explain_connection_failure(st, *tls_);
+}
 
 absl::StatusOr<OptimizeResult> GraftClient::optimize(
     std::string_view model, const v1::PipelineConfig& config,
@@ -76,7 +82,7 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
       have_report = true;
     }
   }
-  if (auto st = from_grpc(stream->Finish()); !st.ok()) return st;
+  if (auto st = status_of(stream->Finish()); !st.ok()) return st;
   if (!have_report) return absl::DataLossError("the server sent no report");
   if (result.model.size() != result.report.output_bytes())
     return absl::DataLossError("received fewer model bytes than the report announces");
@@ -104,7 +110,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
       have_report = true;
     }
   }
-  if (auto st = from_grpc(reader->Finish()); !st.ok()) return st;
+  if (auto st = status_of(reader->Finish()); !st.ok()) return st;
   if (have_report) out.result = std::move(result);
   return out;
 }
@@ -112,7 +118,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
 absl::StatusOr<v1::ListPassesResponse> GraftClient::list_passes() {
   grpc::ClientContext context;
   v1::ListPassesResponse response;
-  if (auto st = from_grpc(stub_->ListPasses(&context, {}, &response)); !st.ok()) return st;
+  if (auto st = status_of(stub_->ListPasses(&context, {}, &response)); !st.ok()) return st;
   return response;
 }
 
@@ -122,7 +128,7 @@ absl::StatusOr<bool> GraftClient::serving() {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
-  if (auto st = from_grpc(stub->Check(&context, request, &response)); !st.ok()) return st;
+  if (auto st = status_of(stub->Check(&context, request, &response)); !st.ok()) return st;
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
@@ -139,7 +145,7 @@ absl::StatusOr<std::vector<std::string>> GraftClient::reflected_services() {
   grpc::reflection::v1alpha::ServerReflectionResponse response;
   while (stream->Read(&response))
     for (const auto& s : response.list_services_response().service()) names.push_back(s.name());
-  if (auto st = from_grpc(stream->Finish()); !st.ok()) return st;
+  if (auto st = status_of(stream->Finish()); !st.ok()) return st;
   return names;
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <absl/strings/str_split.h>
+#include <grpc/support/log.h>
 #include <CLI/CLI.hpp>
 
 #include "client/exit_codes.h"
@@ -148,6 +149,8 @@ struct OptimizeArgs {
   double verify_rtol = 1e-3, verify_atol = 1e-4;
   bool quiet = false;
   std::string sha256;  // lookup only
+  // TLS from the flags; GRAFT_TLS* fill in what they leave unset.
+  tls::ClientOptions tls;
 };
 
 // Builds the pipeline config from flags; the error is a usage message.
@@ -259,6 +262,20 @@ std::string resolve_server(const std::string& flag) {
   return env ? env : "";
 }
 
+// A client for `server`, with TLS from the flags and GRAFT_TLS* for what they leave unset. A
+// TLS file that cannot be read is exit 4, one that is not usable PEM (or a --cert without
+// --key) is exit 2.
+absl::StatusOr<client::GraftClient> connect(const std::string& server, tls::ClientOptions tls) {
+  tls::apply_environment(&tls);
+  return client::GraftClient::connect(server, tls);
+}
+
+int fail_connect(const absl::Status& st) {
+  bool unreadable =
+      st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kPermissionDenied;
+  return fail(unreadable ? kIoError : kUsage, std::string(st.message()));
+}
+
 int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
                const client::ExternalFiles& files = {}) {
   std::string error;
@@ -334,12 +351,13 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
     total += data.size();
     files.emplace_back(name, std::move(data));
   }
-  client::GraftClient client(server);
+  auto client = connect(server, a.tls);
+  if (!client.ok()) return fail_connect(client.status());
   std::optional<std::chrono::milliseconds> timeout;
   if (a.timeout_seconds > 0)
     timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
   client::Progress bar = progress_bar(total);
-  auto result = client.optimize(bytes, api::to_proto(config), timeout, bar, 1 << 20, files);
+  auto result = client->optimize(bytes, api::to_proto(config), timeout, bar, 1 << 20, files);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
   if (!result.ok()) return fail_remote(result.status());
   RunSummary run;
@@ -386,8 +404,9 @@ int lookup(const OptimizeArgs& a) {
     if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
     digest = cache::sha256_hex(bytes);
   }
-  client::GraftClient client(server);
-  auto result = client.lookup(digest, api::to_proto(*config), !a.output.empty());
+  auto client = connect(server, a.tls);
+  if (!client.ok()) return fail_connect(client.status());
+  auto result = client->lookup(digest, api::to_proto(*config), !a.output.empty());
   if (!result.ok()) return fail_remote(result.status());
   std::cout << digest << (result->cached ? " cached" : " not cached") << "\n";
   if (!result->cached) return kNotCached;
@@ -406,14 +425,15 @@ int lookup(const OptimizeArgs& a) {
   return kOk;
 }
 
-int list_passes(const std::string& server_flag) {
+int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::string server = resolve_server(server_flag);
   std::vector<PassInfo> passes;
   if (server.empty()) {
     passes = all_passes();
   } else {
-    client::GraftClient client(server);
-    auto response = client.list_passes();
+    auto client = connect(server, tls);
+    if (!client.ok()) return fail_connect(client.status());
+    auto response = client->list_passes();
     if (!response.ok()) return fail_remote(response.status());
     for (const auto& p : response->passes()) {
       PassInfo info{p.name(), p.description(), p.level(), {}, nullptr};
@@ -435,11 +455,12 @@ int list_passes(const std::string& server_flag) {
   return kOk;
 }
 
-int health(const std::string& server_flag) {
+int health(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::string server = resolve_server(server_flag);
   if (server.empty()) return fail(kUsage, "health needs --server HOST:PORT (or GRAFT_SERVER)");
-  client::GraftClient client(server);
-  auto serving = client.serving();
+  auto client = connect(server, tls);
+  if (!client.ok()) return fail_connect(client.status());
+  auto serving = client->serving();
   if (!serving.ok()) return fail_remote(serving.status());
   std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
   return *serving ? kOk : kServer;
@@ -499,6 +520,19 @@ int main(int argc, char** argv) {
   };
   auto add_server = [&](CLI::App* cmd) {
     cmd->add_option("--server", args.server, "graftd address HOST:PORT (default: $GRAFT_SERVER)");
+    cmd->add_flag("--tls", args.tls.enabled,
+                  "connect with TLS; implied by the four options below (default: $GRAFT_TLS)");
+    cmd->add_option("--ca", args.tls.ca_file,
+                    "PEM CA bundle that signs the server's certificate (default: $GRAFT_TLS_CA, "
+                    "else the system's trusted CAs)");
+    cmd->add_option("--cert", args.tls.cert_file,
+                    "PEM client certificate, for servers that require one (mTLS) (default: "
+                    "$GRAFT_TLS_CERT)");
+    cmd->add_option("--key", args.tls.key_file,
+                    "PEM private key of --cert, unencrypted (default: $GRAFT_TLS_KEY)");
+    cmd->add_option("--server-name", args.tls.server_name,
+                    "name the server's certificate must carry, when it differs from the host in "
+                    "--server (default: $GRAFT_TLS_SERVER_NAME)");
   };
 
   auto* opt = app.add_subcommand("optimize", "optimize an ONNX model");
@@ -509,7 +543,8 @@ int main(int argc, char** argv) {
   auto* local =
       opt->add_flag("--local", args.local, "run the pipeline in this process (no server)");
   add_server(opt);
-  opt->get_option("--server")->excludes(local);
+  for (const char* remote_only : {"--server", "--tls", "--ca", "--cert", "--key", "--server-name"})
+    opt->get_option(remote_only)->excludes(local);
   opt->add_option("--timeout", args.timeout_seconds, "remote: deadline in seconds");
   add_pipeline_options(opt);
   opt->add_option("--report", args.report_path, "write the per-pass report as JSON here");
@@ -539,9 +574,12 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
+  // gRPC logs failed TLS handshakes on stderr itself; the CLI reports them once, in its own
+  // message (GRPC_VERBOSITY set: gRPC's logs are wanted).
+  if (!std::getenv("GRPC_VERBOSITY")) gpr_set_log_function([](gpr_log_func_args*) {});
   try {
-    if (app.got_subcommand("passes")) return list_passes(args.server);
-    if (app.got_subcommand("health")) return health(args.server);
+    if (app.got_subcommand("passes")) return list_passes(args.server, args.tls);
+    if (app.got_subcommand("health")) return health(args.server, args.tls);
     if (app.got_subcommand("lookup")) return lookup(args);
     return optimize(args);
   } catch (const std::exception& e) {

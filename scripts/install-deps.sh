@@ -11,7 +11,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(libonnx-testdata python3-yaml)
+  # openssl: the TLS tests make throwaway certificates with it.
+  packages+=(libonnx-testdata python3-yaml openssl)
   # tests/deploy needs a kubectl; an installed one (e.g. the Cloud SDK's) owns /usr/bin/kubectl.
   command -v kubectl >/dev/null || packages+=(kubernetes-client)
 fi

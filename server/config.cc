@@ -87,6 +87,39 @@ const std::vector<Key>& keys() {
          c.log_format = v;
          return absl::OkStatus();
        }},
+      {"tls_cert_file", "PEM certificate chain: serve TLS on listen (empty = plaintext)",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_cert_file = v;
+         return absl::OkStatus();
+       }},
+      {"tls_key_file", "PEM private key of tls_cert_file (unencrypted)",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_key_file = v;
+         return absl::OkStatus();
+       }},
+      {"tls_client_ca_file", "PEM CA bundle that signs client certificates (mTLS)",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_client_ca_file = v;
+         return absl::OkStatus();
+       }},
+      {"tls_client_auth",
+       "client certificates: none, request (verified if sent) or require (mTLS); request and "
+       "require need tls_client_ca_file",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_client_auth = v;
+         return absl::OkStatus();
+       }},
+      {"tls_reload_interval_seconds", "how often the TLS files are re-read (1..86400)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.tls_reload_interval_seconds, "tls_reload_interval_seconds");
+       }},
+      {"health_listen",
+       "plaintext address HOST:PORT serving only grpc.health.v1, for probes that cannot speak "
+       "TLS (empty = off)",
+       [](ServerConfig& c, const std::string& v) {
+         c.health_listen = v;
+         return absl::OkStatus();
+       }},
   };
   return table;
 }
@@ -146,6 +179,28 @@ absl::Status validate(const ServerConfig& c) {
     return absl::InvalidArgumentError("listen must be HOST:PORT");
   if (c.metrics_listen.find(':') == std::string::npos)
     return absl::InvalidArgumentError("metrics_listen must be HOST:PORT");
+  if (!c.health_listen.empty() && c.health_listen.find(':') == std::string::npos)
+    return absl::InvalidArgumentError("health_listen must be HOST:PORT (or empty: off)");
+  // Half a TLS configuration is refused rather than silently served as plaintext.
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty())
+    return absl::InvalidArgumentError(
+        "tls_cert_file and tls_key_file go together: set both (TLS) or neither (plaintext)");
+  if (c.tls_client_auth != "none" && c.tls_client_auth != "request" &&
+      c.tls_client_auth != "require")
+    return absl::InvalidArgumentError("tls_client_auth must be none, request or require");
+  if (!c.tls() && (!c.tls_client_ca_file.empty() || c.tls_client_auth != "none"))
+    return absl::InvalidArgumentError(
+        "client certificates need TLS: set tls_cert_file and tls_key_file too");
+  if (c.tls_client_auth != "none" && c.tls_client_ca_file.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_client_auth ", c.tls_client_auth,
+                     " needs tls_client_ca_file, the CA bundle that signs client certificates"));
+  if (c.tls_client_auth == "none" && !c.tls_client_ca_file.empty())
+    return absl::InvalidArgumentError(
+        "tls_client_ca_file is set but tls_client_auth is none: set tls_client_auth to require "
+        "(or request), or drop the CA bundle");
+  if (c.tls_reload_interval_seconds < 1 || c.tls_reload_interval_seconds > 86400)
+    return absl::InvalidArgumentError("tls_reload_interval_seconds must be 1..86400");
   return absl::OkStatus();
 }
 

@@ -25,6 +25,16 @@ struct ServerConfig {
   double grace_period_seconds = 25;
   std::string log_level = "info";
   std::string log_format = "text";
+  // TLS on `listen` (off while tls_cert_file is empty). The files are re-read every
+  // tls_reload_interval_seconds, so a renewed certificate is served without a restart.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;        // CA bundle that signs client certificates (mTLS)
+  std::string tls_client_auth = "none";  // none, request (verified if sent) or require
+  int tls_reload_interval_seconds = 60;
+  // Plaintext grpc.health.v1 only, for probes that cannot speak TLS; empty = off.
+  std::string health_listen;
+  bool tls() const { return !tls_cert_file.empty(); }
 };
 
 // Parses argv (flags --config, --listen, --metrics-listen, --workers, ...). Returns the config,
