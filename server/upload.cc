@@ -68,17 +68,17 @@ bool ChargedBuffer::append(std::string_view data) {
   const uint64_t need = bytes_.size() + data.size();
   if (need > charged_) {
     // Doubling keeps the copies linear; the announced size caps it, so a buffer never holds
-    // more than was announced, and never much more than what arrived.
+    // more than was announced, and never much more than what arrived. The budget counts what
+    // buffers hold: the old copy alive while a buffer grows is not charged, or an upload of
+    // more than half the budget could never complete.
     const uint64_t target =
         std::max(need, std::min(announced_, std::max(2 * charged_, kMinBufferBytes)));
-    if (budget_ && !budget_->try_acquire(target)) return false;
+    if (budget_ && !budget_->try_acquire(target - charged_)) return false;
     // A fresh string reserves exactly `target` (reserve() on a non-empty one may round up).
     std::string grown;
     grown.reserve(static_cast<size_t>(target));
     grown.append(bytes_);
     bytes_.swap(grown);
-    std::string().swap(grown);
-    if (budget_) budget_->release(charged_);
     charged_ = target;
   }
   bytes_.append(data);

@@ -454,8 +454,8 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
        {"graft_requests_total", "graft_request_duration_seconds", "graft_pass_duration_seconds",
         "graft_pass_nodes_removed_total", "graft_cache_hits_total", "graft_cache_misses_total",
         "graft_cache_evictions_total", "graft_cache_bytes", "graft_queue_depth",
-        "graft_inflight_requests", "graft_model_bytes_in_total", "graft_model_bytes_out_total",
-        "graft_build_info"})
+        "graft_inflight_requests", "graft_upload_bytes", "graft_model_bytes_in_total",
+        "graft_model_bytes_out_total", "graft_build_info"})
     EXPECT_NE(text.find("# TYPE " + std::string(family) + " "), std::string::npos) << family;
   EXPECT_GT(metric(metrics, "graft_model_bytes_in_total"), 500000);
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
@@ -823,6 +823,62 @@ TEST(Graftd, ConfigNumbersAreBounded) {
   auto fine = o2();
   (*(*fine.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "1000000";
   EXPECT_TRUE(client.lookup(digest, fine, false).ok());
+}
+
+}  // namespace
+}  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+// max_inflight_bytes bounds the uploads all calls hold together; a full budget is
+// RESOURCE_EXHAUSTED naming the key, and its bytes come back when requests end.
+TEST(Graftd, InflightBudgetBoundsUploadsAcrossRequests) {
+  Graftd server({"--max-inflight-bytes", "1000000", "--max-model-bytes", "4000000"});
+  auto upload_bytes = [&] {
+    return metric(parse_metrics(http_get(server.metrics_port(), "/metrics")), "graft_upload_bytes");
+  };
+  EXPECT_EQ(upload_bytes(), 0);
+  client::GraftClient client(server.address());
+  // Larger than the whole budget: refused at once.
+  auto too_big = client.optimize(chain_model(10, std::string(1500000, 'x')), o2());
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted) << too_big.status();
+  EXPECT_NE(too_big.status().message().find("max_inflight_bytes"), absl::string_view::npos)
+      << too_big.status();
+
+  // One upload holds 700 kB of the budget...
+  std::string held = chain_model(10, std::string(800000, 'a'));
+  RawOptimize first(server.address());
+  first.start(start_for(held));
+  first.chunk(held.substr(0, 700000));
+  bool charged = false;
+  for (int i = 0; i < 3000 && !charged; ++i) {
+    charged = upload_bytes() >= 700000;
+    if (!charged) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(charged) << upload_bytes();
+  // ...so another of 400 kB does not fit now,
+  std::string second = chain_model(10, std::string(400000, 'b'));
+  auto refused = client.optimize(second, o2());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("max_inflight_bytes"), absl::string_view::npos)
+      << refused.status();
+  // ...and does once the first is done and its memory released.
+  first.chunk(held.substr(700000));
+  std::string model;
+  grpc::Status st = first.finish(&model);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(model, local_result(held));
+  bool released = false;
+  for (int i = 0; i < 3000 && !released; ++i) {
+    released = upload_bytes() == 0;
+    if (!released) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(released) << upload_bytes();
+  auto retried = client.optimize(second, o2());
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->model, local_result(second));
+  EXPECT_NE(server.log().find("RESOURCE_EXHAUSTED"), std::string::npos);
 }
 
 }  // namespace
