@@ -13,9 +13,6 @@ namespace {
 
 using Clock = std::chrono::system_clock;
 
-// First growth of an upload buffer; later ones double it (up to the announced size).
-constexpr uint64_t kMinBufferBytes = 64 << 10;
-
 grpc::Status invalid(std::string message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
 }
@@ -56,6 +53,7 @@ void InflightBudget::notify() {
 ChargedBuffer::ChargedBuffer(ChargedBuffer&& other) noexcept
     : budget_(other.budget_),
       announced_(other.announced_),
+      first_bytes_(other.first_bytes_),
       charged_(std::exchange(other.charged_, 0)),
       bytes_(std::move(other.bytes_)) {}
 
@@ -71,8 +69,8 @@ bool ChargedBuffer::append(std::string_view data) {
     // more than was announced, and never much more than what arrived. The budget counts what
     // buffers hold: the old copy alive while a buffer grows is not charged, or an upload of
     // more than half the budget could never complete.
-    const uint64_t target =
-        std::max(need, std::min(announced_, std::max(2 * charged_, kMinBufferBytes)));
+    const uint64_t doubled = charged_ > announced_ / 2 ? announced_ : 2 * charged_;
+    const uint64_t target = std::max(need, std::min(announced_, std::max(doubled, first_bytes_)));
     if (budget_ && !budget_->try_acquire(target - charged_)) return false;
     // A fresh string reserves exactly `target` (reserve() on a non-empty one may round up).
     std::string grown;
@@ -139,14 +137,15 @@ grpc::Status UploadAssembler::add_start(v1::OptimizeStart& start) {
                        "of ",
                        limit, " bytes (max_model_bytes) at external file '", shown(f.name()),
                        "' of ", f.size(), " bytes"));
-    files_.push_back(UploadedFile{f.name(), ChargedBuffer(budget_, f.size())});
+    files_.push_back(
+        UploadedFile{f.name(), ChargedBuffer(budget_, f.size(), limits_.first_buffer_bytes)});
   }
   if (budget_ && total > budget_->limit())
     return exhausted(absl::StrCat("the model and its external files (", total,
                                   " bytes) exceed the memory this server gives all uploads in "
                                   "progress together (max_inflight_bytes: ",
                                   budget_->limit(), " bytes)"));
-  auto buffer = std::make_shared<ChargedBuffer>(budget_, size);
+  auto buffer = std::make_shared<ChargedBuffer>(budget_, size, limits_.first_buffer_bytes);
   model_buffer_ = buffer.get();
   model_ = std::shared_ptr<const std::string>(buffer, &buffer->bytes());
   return grpc::Status::OK;

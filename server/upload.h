@@ -52,14 +52,16 @@ struct UploadLimits {
   uint64_t max_model_bytes = 2147483647;  // model and external files together
   // More external files than any real model has; each costs bookkeeping beyond its name.
   size_t max_external_files = 10000;
+  // A buffer's first allocation (later ones double it, up to the announced size).
+  uint64_t first_buffer_bytes = 64 << 10;
 };
 
 // An upload buffer whose capacity grows with the data (doubling, capped by the announced size)
 // and is charged to an InflightBudget (if any) for as long as it exists. Move-only.
 class ChargedBuffer {
  public:
-  ChargedBuffer(InflightBudget* budget, uint64_t announced)
-      : budget_(budget), announced_(announced) {}
+  ChargedBuffer(InflightBudget* budget, uint64_t announced, uint64_t first_bytes)
+      : budget_(budget), announced_(announced), first_bytes_(first_bytes) {}
   ChargedBuffer(ChargedBuffer&& other) noexcept;
   ChargedBuffer& operator=(ChargedBuffer&&) = delete;
   ChargedBuffer(const ChargedBuffer&) = delete;
@@ -74,6 +76,7 @@ class ChargedBuffer {
  private:
   InflightBudget* budget_;
   uint64_t announced_;
+  uint64_t first_bytes_;
   uint64_t charged_ = 0;  // == bytes_.capacity() once anything was appended
   std::string bytes_;
 };
