@@ -76,8 +76,9 @@ GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
       cache_(config.cache_bytes),
       upload_limits_{config.max_model_bytes},
       upload_budget_(inflight_bytes(config)) {
-  upload_budget_.set_observer(
-      [metrics](uint64_t bytes) { metrics->upload_bytes().Set(static_cast<double>(bytes)); });
+  if (metrics_)
+    upload_budget_.set_observer(
+        [metrics](uint64_t bytes) { metrics->upload_bytes().Set(static_cast<double>(bytes)); });
 }
 
 GraftService::~GraftService() { pool_.join(); }
