@@ -1,5 +1,10 @@
 #include "client/graft_client.h"
 
+#include <set>
+
+#include <absl/strings/str_cat.h>
+
+#include "core/paths/beneath.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 
@@ -36,6 +41,8 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
     std::string_view model, const v1::PipelineConfig& config,
     std::optional<std::chrono::milliseconds> timeout, const Progress& progress, size_t chunk_bytes,
     const ExternalFiles& external_files) {
+  for (const auto& [name, bytes] : external_files)
+    if (auto st = paths::check_location(name); !st.ok()) return st;
   grpc::ClientContext context;
   if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
   auto stream = stub_->Optimize(&context);
@@ -65,15 +72,28 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
   stream->WritesDone();
   OptimizeResult result;
   bool have_report = false;
+  // Names the server sends back are checked by the rule the upload had to pass, before anyone
+  // can use them as paths; each file comes in one run of chunks.
+  absl::Status bad_file;
+  std::set<std::string> names;
   v1::OptimizeResponse msg;
   while (stream->Read(&msg)) {
     if (msg.has_chunk()) {
       const std::string& file = msg.chunk().file();
       if (file.empty()) {
         result.model += msg.chunk().data();
+      } else if (result.external_files.empty() || result.external_files.back().first != file) {
+        if (auto st = paths::check_location(file); !st.ok() && bad_file.ok()) {
+          bad_file =
+              absl::InvalidArgumentError(absl::StrCat("the server returned an ", st.message()));
+          context.TryCancel();
+        } else if (!names.insert(file).second && bad_file.ok()) {
+          bad_file = absl::DataLossError(absl::StrCat("the server returned external file '",
+                                                      paths::shown_location(file), "' twice"));
+          context.TryCancel();
+        }
+        if (bad_file.ok()) result.external_files.emplace_back(file, msg.chunk().data());
       } else {
-        if (result.external_files.empty() || result.external_files.back().first != file)
-          result.external_files.emplace_back(file, std::string());
         result.external_files.back().second += msg.chunk().data();
       }
       if (progress) progress(false, result.model.size(), 0);
@@ -82,7 +102,9 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
       have_report = true;
     }
   }
-  if (auto st = status_of(stream->Finish()); !st.ok()) return st;
+  grpc::Status finished = stream->Finish();
+  if (!bad_file.ok()) return bad_file;
+  if (auto st = status_of(finished); !st.ok()) return st;
   if (!have_report) return absl::DataLossError("the server sent no report");
   if (result.model.size() != result.report.output_bytes())
     return absl::DataLossError("received fewer model bytes than the report announces");

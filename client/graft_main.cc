@@ -20,6 +20,7 @@
 #include "core/cache/digest.h"
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
+#include "core/paths/beneath.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
 
@@ -114,6 +115,12 @@ absl::StatusOr<std::set<std::string>> external_locations(const std::string& byte
     return absl::InvalidArgumentError("invalid model: not a serialized ONNX ModelProto");
   collect_locations(proto.graph(), &out);
   return out;
+}
+
+// Exit code for an external-data read or write: a location that breaks the rules (outside the
+// folder, not normalised, a symbolic link) is a bad model, anything else an I/O error.
+int path_exit_code(const absl::Status& st) {
+  return st.code() == absl::StatusCode::kInvalidArgument ? kBadModel : kIoError;
 }
 
 std::filesystem::path folder_of(const std::string& path) {
@@ -215,6 +222,7 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
     if (auto st = split("--verify-value", val, &name, &value); !st.ok()) return st;
     if (auto st = number("--verify-value", value, &v.values[name]); !st.ok()) return st;
   }
+  if (auto st = api::check_limits(config); !st.ok()) return st;
   if (auto st = eval::validate(v); !st.ok()) return st;
   return config;
 }
@@ -222,9 +230,15 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
 // Exit code for an error status from the server.
 int remote_exit_code(const absl::Status& st) {
   switch (st.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      return std::string(st.message()).find("invalid model") != std::string::npos ? kBadModel
-                                                                                  : kUsage;
+    case absl::StatusCode::kInvalidArgument: {
+      // The server's model errors, and external-data locations (the model's, or names the
+      // server returned) that break the path rules.
+      const std::string msg(st.message());
+      return msg.find("invalid model") != std::string::npos ||
+                     msg.find("invalid external data location") != std::string::npos
+                 ? kBadModel
+                 : kUsage;
+    }
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kResourceExhausted:
@@ -279,16 +293,19 @@ int fail_connect(const absl::Status& st) {
 int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
                const client::ExternalFiles& files = {}) {
   std::string error;
-  if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
   if (!a.output.empty() && !files.empty()) {
     if (a.output == "-")
       return fail(kUsage, "the model uses external-data files: write it to a file, not stdout");
-    for (const auto& [name, bytes] : files) {
-      auto path = folder_of(a.output) / name;
-      std::filesystem::create_directories(path.parent_path());
-      if (!write_output(path.string(), bytes, &error)) return fail(kIoError, error);
-    }
+    // Every name is checked before anything is written, and the files go before the model, so
+    // a refused location leaves no model referring to files that are not there.
+    for (const auto& [name, bytes] : files)
+      if (auto st = paths::check_location(name); !st.ok())
+        return fail(kBadModel, std::string(st.message()));
+    for (const auto& [name, bytes] : files)
+      if (auto st = paths::write_beneath(folder_of(a.output).string(), name, bytes); !st.ok())
+        return fail(path_exit_code(st), std::string(st.message()));
   }
+  if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
   if (!a.report_path.empty()) {
     std::string json = to_json(run).dump(2) + "\n";
     if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
@@ -317,20 +334,24 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   run.save_seconds = since(t);
   run.output_bytes = out->size();
   // Passes leave external tensors alone: the output references the input's files, which are
-  // copied next to it when it is written elsewhere.
+  // copied next to it when it is written elsewhere. Their names obey the same rule in every
+  // mode, so a model that refers outside its folder fails the same way with or without -o.
+  auto locations = external_locations(*out);
+  if (!locations.ok()) return fail(kInternal, std::string(locations.status().message()));
+  for (const auto& name : *locations)
+    if (auto st = paths::check_location(name); !st.ok())
+      return fail(kBadModel, a.input + ": " + std::string(st.message()));
   client::ExternalFiles files;
   if (!a.output.empty() && a.output != "-") {
-    auto locations = external_locations(*out);
-    if (!locations.ok()) return fail(kInternal, std::string(locations.status().message()));
     std::error_code same_error;
     bool same_folder =
         std::filesystem::equivalent(folder_of(a.input), folder_of(a.output), same_error);
     for (const auto& name : *locations) {
       if (same_folder) break;
-      std::string bytes, error;
-      if (!read_input((folder_of(a.input) / name).string(), &bytes, &error))
-        return fail(kIoError, "external data: " + error);
-      files.emplace_back(name, std::move(bytes));
+      auto bytes = paths::read_beneath(folder_of(a.input).string(), name);
+      if (!bytes.ok())
+        return fail(path_exit_code(bytes.status()), std::string(bytes.status().message()));
+      files.emplace_back(name, std::move(*bytes));
     }
   }
   return finish_run(a, run, *out, files);
@@ -345,11 +366,11 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
   client::ExternalFiles files;
   uint64_t total = bytes.size();
   for (const auto& name : *locations) {
-    std::string data, error;
-    if (!read_input((folder_of(a.input) / name).string(), &data, &error))
-      return fail(kIoError, "external data: " + error);
-    total += data.size();
-    files.emplace_back(name, std::move(data));
+    auto data = paths::read_beneath(folder_of(a.input).string(), name);
+    if (!data.ok())
+      return fail(path_exit_code(data.status()), std::string(data.status().message()));
+    total += data->size();
+    files.emplace_back(name, std::move(*data));
   }
   auto client = connect(server, a.tls);
   if (!client.ok()) return fail_connect(client.status());
@@ -545,7 +566,8 @@ int main(int argc, char** argv) {
   add_server(opt);
   for (const char* remote_only : {"--server", "--tls", "--ca", "--cert", "--key", "--server-name"})
     opt->get_option(remote_only)->excludes(local);
-  opt->add_option("--timeout", args.timeout_seconds, "remote: deadline in seconds");
+  opt->add_option("--timeout", args.timeout_seconds, "remote: deadline in seconds")
+      ->check(CLI::Range(0.0, 1e9));
   add_pipeline_options(opt);
   opt->add_option("--report", args.report_path, "write the per-pass report as JSON here");
   opt->add_option("--dump-dir", args.dump_dir,

@@ -15,6 +15,9 @@ struct ServerConfig {
   int queue_length = 64;
   uint64_t cache_bytes = 1ull << 30;
   uint64_t max_model_bytes = 2147483647ull;
+  // Bytes of all uploads held in memory at once (models and external files, from the first
+  // chunk until the response is sent); 0 = automatic, see automatic_inflight_bytes().
+  uint64_t max_inflight_bytes = 0;
   // Evaluator memory of one verified request (tensors alive at once, weights included);
   // 0 turns verification off (requests asking for it get FAILED_PRECONDITION).
   uint64_t verify_max_bytes = 1ull << 30;
@@ -44,5 +47,11 @@ absl::StatusOr<ServerConfig> load_config(int argc, char** argv, int* exit_code);
 // Applies one YAML document's keys; unknown keys are an error (typos must not pass silently).
 absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config);
 absl::Status validate(const ServerConfig& config);
+
+// A quarter of the memory this process may use: the cgroup's memory limit when one is set
+// (a container), else the machine's physical memory.
+uint64_t automatic_inflight_bytes();
+// config.max_inflight_bytes, or automatic_inflight_bytes() when it is 0.
+uint64_t inflight_bytes(const ServerConfig& config);
 
 }  // namespace graft::server

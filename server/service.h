@@ -9,6 +9,7 @@
 #include "graft/v1/graft.grpc.pb.h"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/upload.h"
 #include "server/worker_pool.h"
 
 namespace graft::server {
@@ -33,6 +34,7 @@ class GraftService final : public v1::Graft::Service {
   // Waits for queued and running pipeline jobs.
   void join_workers() { pool_.join(); }
   const cache::ResultCache& cache() const { return cache_; }
+  const InflightBudget& upload_budget() const { return upload_budget_; }
 
  private:
   // The API config with this server's limits applied (verification memory); errors are
@@ -44,9 +46,9 @@ class GraftService final : public v1::Graft::Service {
                        Upload* upload);
   // Runs the pipeline on a worker; the calling (gRPC) thread only waits.
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> optimize_on_worker(
-      grpc::ServerContext* context, std::shared_ptr<std::string> model, std::string model_sha256,
-      const PipelineConfig& config, std::chrono::system_clock::time_point deadline,
-      double* queue_seconds);
+      grpc::ServerContext* context, std::shared_ptr<const std::string> model,
+      std::string model_sha256, const PipelineConfig& config,
+      std::chrono::system_clock::time_point deadline, double* queue_seconds);
   void update_cache_metrics();
 
   const ServerConfig config_;
@@ -54,9 +56,11 @@ class GraftService final : public v1::Graft::Service {
   WorkerPool pool_;
   cache::ResultCache cache_;
   std::atomic<bool> draining_{false};
-  // Optimize calls holding an upload in memory; bounded by workers + queue_length so memory is
-  // bounded by that many models of at most max_model_bytes.
+  // Optimize calls holding an upload in memory, bounded by workers + queue_length; the bytes
+  // they hold together are bounded by the budget (max_inflight_bytes).
   std::atomic<int> admitted_{0};
+  const UploadLimits upload_limits_;
+  InflightBudget upload_budget_;
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<int> active_calls_{0};
 };

@@ -19,7 +19,8 @@ import yaml
 
 # Memory model from the comments in deploy/base/deployment.yaml: a running request holds about
 # four copies of its model (upload, IR, rollback snapshot, serialized output), a queued one its
-# upload, plus a fixed allowance for the process itself.
+# upload, plus a fixed allowance for the process itself. The uploads held at once are also
+# bounded by max_inflight_bytes (0: graftd takes a quarter of its memory limit).
 COPIES_PER_RUNNING_REQUEST = 4
 PROCESS_OVERHEAD_BYTES = 256 * 1024 * 1024
 DEFAULT_VERIFY_MAX_BYTES = 1024 * 1024 * 1024  # graftd's built-in default
@@ -284,13 +285,24 @@ def check_rendering(where, docs, example, image_uid):
                         f"cache_bytes {cache} from graftd.yaml")
         elif all(isinstance(v, int) for v in (cache, workers, queue, model)):
             verify = config.get("verify_max_bytes", DEFAULT_VERIFY_MAX_BYTES)
-            need = (cache + (workers * COPIES_PER_RUNNING_REQUEST + queue) * model
+            inflight = config.get("max_inflight_bytes", 0)
+            if not isinstance(inflight, int) or inflight < 0:
+                fail(where, f"max_inflight_bytes is {inflight!r}, not a byte count")
+                inflight = 0
+            if inflight == 0:
+                inflight = memory // 4
+            elif inflight < model:
+                fail(where, f"max_inflight_bytes {inflight} is below max_model_bytes {model}: "
+                            "a model of max_model_bytes could never be accepted")
+            uploads = min(inflight, (workers + queue) * model)
+            need = (cache + uploads + workers * (COPIES_PER_RUNNING_REQUEST - 1) * model
                     + workers * verify + PROCESS_OVERHEAD_BYTES)
             if memory < need:
                 fail(where, f"memory limit {limits['memory']} ({int(memory)} bytes) is below "
-                            f"cache_bytes + (workers x {COPIES_PER_RUNNING_REQUEST} + "
-                            f"queue_length) x max_model_bytes + workers x verify_max_bytes "
-                            f"+ 256 MiB = {need} bytes")
+                            f"cache_bytes + min(max_inflight_bytes, (workers + queue_length) x "
+                            f"max_model_bytes) + workers x {COPIES_PER_RUNNING_REQUEST - 1} x "
+                            f"max_model_bytes + workers x verify_max_bytes + 256 MiB = "
+                            f"{int(need)} bytes")
         if "memory" in (resources.get("requests") or {}):
             if parse_quantity(resources["requests"]["memory"]) > memory:
                 fail(where, "memory request exceeds the memory limit")

@@ -1,4 +1,6 @@
 // graftd configuration: precedence (defaults < YAML < environment < flags) and validation.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -30,6 +32,7 @@ TEST(ServerConfig, ExampleFileIsValidAndMatchesDefaults) {
   EXPECT_EQ(from_file.queue_length, defaults.queue_length);
   EXPECT_EQ(from_file.cache_bytes, defaults.cache_bytes);
   EXPECT_EQ(from_file.max_model_bytes, defaults.max_model_bytes);
+  EXPECT_EQ(from_file.max_inflight_bytes, defaults.max_inflight_bytes);
   EXPECT_EQ(from_file.grace_period_seconds, defaults.grace_period_seconds);
   EXPECT_EQ(from_file.log_format, defaults.log_format);
   EXPECT_EQ(from_file.tls_cert_file, defaults.tls_cert_file);
@@ -108,6 +111,30 @@ TEST(ServerConfig, ZeroWorkersMeansCores) {
   auto c = load({"--workers", "0"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_GE(c->workers, 1);
+}
+
+TEST(ServerConfig, NegativeSizesAndUnrepresentableDurationsAreErrors) {
+  ServerConfig c;
+  // An unsigned read of "-1" used to wrap to 2^64 - 1: an unbounded limit.
+  for (const char* yaml : {"max_model_bytes: -1\n", "cache_bytes: -5\n", "max_inflight_bytes: -1\n",
+                           "verify_max_bytes: -1\n"})
+    EXPECT_FALSE(server::apply_yaml(yaml, &c).ok()) << yaml;
+  for (const char* flag : {"--default-deadline-seconds", "--grace-period-seconds"})
+    for (const char* value : {"1e30", "nan", "-1"})
+      EXPECT_FALSE(load({flag, value}).ok()) << flag << value;
+  EXPECT_TRUE(load({"--default-deadline-seconds", "3600"}).ok());
+}
+
+TEST(ServerConfig, InflightBytesDefaultsToAShareOfMemory) {
+  auto automatic = load({});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
+  EXPECT_GT(automatic->max_inflight_bytes, 0u);
+  EXPECT_LE(automatic->max_inflight_bytes, physical / 4);
+  auto explicit_value = load({"--max-inflight-bytes", "12345"});
+  ASSERT_TRUE(explicit_value.ok());
+  EXPECT_EQ(explicit_value->max_inflight_bytes, 12345u);
 }
 
 TEST(ServerConfig, MissingFileIsAnError) {
