@@ -17,13 +17,6 @@
 // and mTLS: add --tls-client-ca-file CA.pem --cert C.pem --key C.key. The client flags are the
 // CLI's (--tls, --ca, --cert, --key, --server-name); the server flags are graftd's. A TLS file
 // that cannot be read is exit 4, one that is not usable PEM exit 2 (as the CLI).
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +42,7 @@
 #include <grpcpp/grpcpp.h>
 #include <onnx/onnx_pb.h>
 
+#include "bench/bench_util.h"
 #include "client/graft_client.h"
 #include "client/tls.h"
 #include "core/cache/digest.h"
@@ -56,147 +50,20 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using graft::bench::Clock;
+using graft::bench::fmt;
+using graft::bench::Graftd;
+using graft::bench::mean;
+using graft::bench::own_channel;
+using graft::bench::percentile;
+using graft::bench::print_table;
+using graft::bench::read_file;
+using graft::bench::since;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 constexpr size_t kChunkBytes = 1 << 20;  // what graftd and GraftClient use
 constexpr auto kRequestTimeout = 60s;    // per request, so a stuck call cannot hang the run
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Channels with equal arguments share one connection by default (gRPC's global subchannel
-// pool); a local pool gives every simulated client its own TCP connection, as separate client
-// processes would have.
-// The TLS files were checked when the run started (main), so a failure here means they changed
-// under it.
-std::shared_ptr<grpc::Channel> own_channel(const std::string& target,
-                                           const graft::tls::ClientOptions& tls) {
-  grpc::ChannelArguments args = graft::tls::default_channel_args();
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = graft::tls::make_channel(target, tls, args);
-  if (!channel.ok()) {
-    std::fprintf(stderr, "graft_load: %s\n", std::string(channel.status().message()).c_str());
-    std::exit(1);
-  }
-  return *channel;
-}
-
-// ---------------------------------------------------------------------------------------------
-// graftd as a child process.
-
-// Two distinct ports that were free a moment ago (the kernel's choice for 127.0.0.1:0). graftd
-// logs the ports it bound for --listen 127.0.0.1:0 at info level, which --log-level warn hides, so
-// the ports are chosen here; if another process takes one in between, graftd exits and is started
-// again with new ones.
-std::pair<int, int> free_ports() {
-  int ports[2] = {0, 0};
-  int fds[2];
-  for (int i = 0; i < 2; ++i) {  // both held open until both are chosen, so they differ
-    fds[i] = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (::bind(fds[i], reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        ::getsockname(fds[i], reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      ports[i] = ntohs(addr.sin_port);
-  }
-  for (int fd : fds) ::close(fd);
-  return {ports[0], ports[1]};
-}
-
-class Graftd {
- public:
-  Graftd(const std::string& binary, const std::vector<std::string>& extra_args,
-         const graft::tls::ClientOptions& tls) {
-    log_path_ = fs::temp_directory_path() / ("graft_load_graftd_" + std::to_string(::getpid()));
-    for (int attempt = 0; attempt < 5 && address_.empty(); ++attempt) {
-      if (attempt > 0) stop();
-      auto [grpc_port, metrics_port] = free_ports();
-      std::string target = "127.0.0.1:" + std::to_string(grpc_port);
-      start(binary, target, "127.0.0.1:" + std::to_string(metrics_port), extra_args);
-      // Ready when the health service answers SERVING on our port and graftd is still alive
-      // (so it is graftd that answered, not whoever took the port). A new channel per probe: a
-      // channel that failed to connect waits out a reconnect backoff of a second or more.
-      std::optional<Clock::time_point> listening_since;
-      for (auto until = Clock::now() + 30s; running() && Clock::now() < until;) {
-        auto serving = graft::client::GraftClient(own_channel(target, tls)).serving();
-        if (serving.ok() && *serving && running()) {
-          address_ = target;
-          break;
-        }
-        if (!serving.ok()) last_error_ = serving.status().ToString();
-        // graftd has bound our port yet does not answer: no port race, but something another
-        // attempt cannot fix (such as TLS settings that do not match).
-        if (!listening_since && log().find("serving grpc=" + target) != std::string::npos)
-          listening_since = Clock::now();
-        if (listening_since && Clock::now() - *listening_since > 5s) return;
-        std::this_thread::sleep_for(50ms);
-      }
-    }
-  }
-  ~Graftd() {
-    stop();
-    std::error_code ec;
-    fs::remove(log_path_, ec);
-  }
-  const std::string& address() const { return address_; }
-  // Why the last readiness probe failed, when address() is empty.
-  const std::string& last_error() const { return last_error_; }
-  std::string log() const { return read_file(log_path_); }
-  bool running() {
-    if (pid_ <= 0 || exited_) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) exited_ = true;
-    return !exited_;
-  }
-
- private:
-  void start(const std::string& binary, const std::string& listen, const std::string& metrics,
-             const std::vector<std::string>& extra_args) {
-    exited_ = false;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the load generator
-      int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 2);
-      std::vector<std::string> args = {binary,  "--listen",    listen, "--metrics-listen",
-                                       metrics, "--log-level", "warn"};
-      args.insert(args.end(), extra_args.begin(), extra_args.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(binary.c_str(), argv.data());
-      ::_exit(127);
-    }
-  }
-  // SIGTERM (graftd drains; nothing is in flight here), SIGKILL if it takes too long.
-  void stop() {
-    if (!running()) return;
-    ::kill(pid_, SIGTERM);
-    for (auto until = Clock::now() + 10s; running() && Clock::now() < until;)
-      std::this_thread::sleep_for(20ms);
-    if (running()) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      exited_ = true;
-    }
-  }
-
-  fs::path log_path_;
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  std::string address_;
-  std::string last_error_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The echo floor, served in this process.
@@ -300,19 +167,7 @@ struct ModelSource {
   }
 
   std::string with_doc(const std::string& doc) const {
-    std::string out;
-    out.reserve(base.size() + doc.size() + 12);
-    out = base;
-    out.push_back(static_cast<char>((6 << 3) | 2));  // field 6, length-delimited
-    for (uint64_t n = doc.size();; n >>= 7) {
-      if (n < 0x80) {
-        out.push_back(static_cast<char>(n));
-        break;
-      }
-      out.push_back(static_cast<char>((n & 0x7f) | 0x80));
-    }
-    out += doc;
-    return out;
+    return graft::bench::append_doc_string(base, doc);
   }
 };
 
@@ -348,20 +203,6 @@ struct CellResult {
   double wall = 0;
   bool capped = false;  // the time cap ended the cell before every request was sent
 };
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
-
-double mean(const std::vector<double>& v) {
-  if (v.empty()) return NAN;
-  double s = 0;
-  for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
-}
 
 // One simulated client's requests: the request is built before the clock starts and checked
 // after it stops, so only the call itself is timed.
@@ -496,43 +337,6 @@ CellResult run_cell(Kind kind, int clients, int total_requests, double cap_secon
 
 // ---------------------------------------------------------------------------------------------
 // Output.
-
-std::string fmt(const char* f, double v) {
-  if (std::isnan(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-// A Markdown table with padded columns (first column left-aligned, the others right-aligned).
-void print_table(const std::vector<std::string>& header,
-                 const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(header.size());
-  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const auto& r : rows)
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string out = "|";
-    for (size_t i = 0; i < cells.size(); ++i) {
-      const size_t pad = width[i] - cells[i].size();
-      out.push_back(' ');
-      if (i > 0) out.append(pad, ' ');
-      out.append(cells[i]);
-      if (i == 0) out.append(pad, ' ');
-      out.append(" |");
-    }
-    std::printf("%s\n", out.c_str());
-  };
-  line(header);
-  std::string rule = "|";
-  for (size_t i = 0; i < header.size(); ++i) {
-    // Markdown: the first column left-aligned, the numbers right-aligned.
-    rule.append(i == 0 ? width[i] + 2 : width[i] + 1, '-');
-    rule.append(i == 0 ? "|" : ":|");
-  }
-  std::printf("%s\n", rule.c_str());
-  for (const auto& r : rows) line(r);
-}
 
 struct Options {
   bool quick = false;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <future>
+#include <optional>
 
 #include <absl/strings/str_cat.h>
 #include <google/protobuf/util/json_util.h>
@@ -83,22 +84,23 @@ GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
 
 GraftService::~GraftService() { pool_.join(); }
 
-absl::StatusOr<PipelineConfig> GraftService::server_config(const v1::PipelineConfig& proto) const {
+absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& server,
+                                                       const v1::PipelineConfig& proto) {
   auto config = api::from_proto(proto);
   if (!config.ok()) return config.status();
   if (config->verify) {
-    if (config_.verify_max_bytes == 0)
+    if (server.verify_max_bytes == 0)
       return absl::FailedPreconditionError(
           "verification is turned off on this server (verify_max_bytes: 0)");
     // Part of the canonical config, so Optimize and Lookup agree on the cache key.
-    config->verify_options.max_live_bytes = config_.verify_max_bytes;
-    config->verify_options.max_work = config_.verify_max_work;
+    config->verify_options.max_live_bytes = server.verify_max_bytes;
+    config->verify_options.max_work = server.verify_max_work;
     config->verify_options.max_tensor_bytes =
-        std::min(config->verify_options.max_tensor_bytes, config_.verify_max_bytes);
+        std::min(config->verify_options.max_tensor_bytes, server.verify_max_bytes);
   }
   // Folding runs the evaluator too: a client may lower its per-tensor cap, not raise it past
   // the evaluator memory this server grants a request.
-  const uint64_t fold_limit = std::max<uint64_t>(kDefaultFoldBytes, config_.verify_max_bytes);
+  const uint64_t fold_limit = std::max<uint64_t>(kDefaultFoldBytes, server.verify_max_bytes);
   for (const auto& [pass, options] : config->pass_options) {
     auto it = options.find("max_bytes");
     if (pass != "fold_constants" || it == options.end()) continue;
@@ -115,14 +117,62 @@ absl::StatusOr<PipelineConfig> GraftService::server_config(const v1::PipelineCon
   return config;
 }
 
+absl::StatusOr<PipelineConfig> GraftService::server_config(const v1::PipelineConfig& proto) const {
+  return request_pipeline_config(config_, proto);
+}
+
 grpc::Status GraftService::receive(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* up) {
+    grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* up,
+    SysClock::time_point call_start, SysClock::time_point* deadline) {
+  // The request's deadline covers its upload too. A call's own deadline is enforced by gRPC;
+  // without one, Read() would wait for a quiet client for as long as it keeps the connection,
+  // holding this thread and an admission slot, so the watchdog ends the call at the deadline
+  // from default_deadline_seconds (from deadline_hint_ms once OptimizeStart gives one).
+  const bool call_deadline = context->deadline() != SysClock::time_point::max();
+  struct Watch {
+    CallWatchdog& watchdog;
+    std::optional<uint64_t> id;
+    bool fired = false;
+    void release() {
+      if (id) fired = watchdog.release(*id) || fired;
+      id.reset();
+    }
+    ~Watch() { release(); }
+  } watch{upload_watchdog_, std::nullopt};
+  grpc::Status expired;
+  auto arm = [&](uint64_t hint_ms) {
+    watch.release();
+    *deadline = request_deadline(context->deadline(), hint_ms, config_.default_deadline_seconds,
+                                 call_start);
+    if (call_deadline || *deadline == SysClock::time_point::max()) return;
+    const double seconds = std::chrono::duration<double>(*deadline - call_start).count();
+    expired =
+        grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                     absl::StrCat("the upload was not complete at the request's deadline, ",
+                                  seconds, " s after the call started (",
+                                  hint_ms > 0 ? "deadline_hint_ms" : "default_deadline_seconds",
+                                  "); set a longer deadline for a slow upload"));
+    watch.id = upload_watchdog_.watch(context, *deadline, expired);
+  };
+  arm(0);
+  grpc::Status st = read_upload(context, stream, up, arm);
+  watch.release();
+  // Once the watchdog ended the call, its status is what the client got, whatever Read() did.
+  return watch.fired ? expired : st;
+}
+
+grpc::Status GraftService::read_upload(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* up,
+    const std::function<void(uint64_t)>& set_deadline_hint) {
   v1::OptimizeRequest msg;
   while (stream->Read(&msg)) {
     const bool first = !up->assembler.started();
     if (auto st = up->assembler.add(msg); !st.ok()) return st;
     if (!first) continue;
+    if (up->assembler.start().deadline_hint_ms() > 0)
+      set_deadline_hint(up->assembler.start().deadline_hint_ms());
     const int limit = config_.workers + config_.queue_length;
     if (admitted_.fetch_add(1) >= limit) {
       --admitted_;
@@ -221,6 +271,7 @@ grpc::Status GraftService::Optimize(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream) {
   const auto start = Clock::now();
+  const auto call_start = SysClock::now();
   RequestLog log("Optimize", next_request_id_++);
   metrics_->in_flight().Increment();
   ++active_calls_;
@@ -236,7 +287,8 @@ grpc::Status GraftService::Optimize(
     return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
 
   Upload up(admitted_, upload_limits_, &upload_budget_);
-  if (auto st = receive(context, stream, &up); !st.ok()) return finish(st);
+  SysClock::time_point deadline;
+  if (auto st = receive(context, stream, &up, call_start, &deadline); !st.ok()) return finish(st);
   const UploadAssembler& upload = up.assembler;
   const std::shared_ptr<const std::string> model = upload.model();
   const std::string& sha256 = upload.sha256();
@@ -247,9 +299,6 @@ grpc::Status GraftService::Optimize(
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));
   cache::CacheKey key{sha256, *canonical, graft_version()};
 
-  const SysClock::time_point deadline =
-      request_deadline(context->deadline(), upload.start().deadline_hint_ms(),
-                       config_.default_deadline_seconds, SysClock::now());
   double queue_seconds = 0;
   cache::ResultCache::Outcome outcome = cache::ResultCache::Outcome::kMiss;
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> result;

@@ -2,11 +2,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "core/cache/result_cache.h"
 #include "graft/v1/graft.grpc.pb.h"
+#include "server/call_watchdog.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/upload.h"
@@ -37,13 +40,18 @@ class GraftService final : public v1::Graft::Service {
   const InflightBudget& upload_budget() const { return upload_budget_; }
 
  private:
-  // The API config with this server's limits applied (verification memory); errors are
-  // INVALID_ARGUMENT for a bad config, FAILED_PRECONDITION for verification when it is off.
+  // request_pipeline_config with this server's config.
   absl::StatusOr<PipelineConfig> server_config(const v1::PipelineConfig& config) const;
   struct Upload;
+  // Reads the upload into `upload`; sets `deadline`, the request's, from the call's start.
   grpc::Status receive(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream,
-                       Upload* upload);
+                       Upload* upload, std::chrono::system_clock::time_point call_start,
+                       std::chrono::system_clock::time_point* deadline);
+  grpc::Status read_upload(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* upload,
+      const std::function<void(uint64_t)>& set_deadline_hint);
   // Runs the pipeline on a worker; the calling (gRPC) thread only waits.
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> optimize_on_worker(
       grpc::ServerContext* context, std::shared_ptr<const std::string> model,
@@ -62,8 +70,17 @@ class GraftService final : public v1::Graft::Service {
   const UploadLimits upload_limits_;
   InflightBudget upload_budget_;
   std::atomic<uint64_t> next_request_id_{1};
+  // Ends uploads still running at their request's deadline (see receive()).
+  CallWatchdog upload_watchdog_;
   std::atomic<int> active_calls_{0};
 };
+
+// The pipeline a request's config asks for, with this server's limits applied (verification
+// memory and work, fold_constants' cap); errors are INVALID_ARGUMENT for a bad config,
+// FAILED_PRECONDITION for verification when it is off. Public so that a test can run the very
+// pipeline graftd runs, in its own process.
+absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& server,
+                                                       const v1::PipelineConfig& requested);
 
 // Graft's version string (also part of every cache key).
 const std::string& graft_version();

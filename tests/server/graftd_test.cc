@@ -639,6 +639,13 @@ class RawOptimize {
     return stream_->Finish();
   }
   void cancel() { context_.TryCancel(); }
+  // Waits for the server to end the call, without ending the upload.
+  grpc::Status await_end() {
+    v1::OptimizeResponse msg;
+    while (stream_->Read(&msg)) {
+    }
+    return stream_->Finish();
+  }
 
  private:
   grpc::ClientContext context_;
@@ -682,6 +689,70 @@ TEST(Graftd, ExternalFileSizesCannotWrapPastTheLimit) {
   // The server is still there.
   client::GraftClient client(server.address());
   EXPECT_TRUE(client.optimize(read_file(kExample), o2()).ok());
+}
+
+// A client without a deadline that announces a model and then goes quiet is ended at the
+// request's deadline (default_deadline_seconds, or deadline_hint_ms when it gives one): before,
+// it held a handler thread and one of the workers + queue_length admission slots for as long as
+// it kept its connection open, and that many such clients shut everyone else out.
+TEST(Graftd, StalledUploadWithoutDeadlineEndsAtTheRequestsDeadline) {
+  Graftd server({"--workers", "1", "--queue-length", "0", "--default-deadline-seconds", "2"});
+  const std::string bytes = chain_model(10, "stall");
+  RawOptimize stalled(server.address());
+  stalled.start(start_for(bytes));
+  stalled.chunk(bytes.substr(0, 10));
+  auto ended = std::async(std::launch::async, [&] { return stalled.await_end(); });
+  // Admitted once its chunk is charged to the upload budget...
+  bool admitted = false;
+  for (int i = 0; i < 3000 && !admitted; ++i) {
+    admitted = metric(parse_metrics(http_get(server.metrics_port(), "/metrics")),
+                      "graft_upload_bytes") > 0;
+    if (!admitted) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(admitted);
+  // ...and while it lasts, it holds the only admission slot.
+  client::GraftClient client(server.address());
+  auto refused = client.optimize(bytes, o2());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  // A guard against hanging forever (which it did), far beyond the 2 s deadline.
+  if (ended.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    stalled.cancel();
+    ended.wait();
+    FAIL() << "graftd did not end a stalled upload without a deadline";
+  }
+  grpc::Status st = ended.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("default_deadline_seconds"), std::string::npos)
+      << st.error_message();
+  // The slot is free again, once the handler has returned (the client may hear of the end a
+  // moment before).
+  auto after = client.optimize(bytes, o2());
+  for (int i = 0; i < 1000 && after.status().code() == absl::StatusCode::kResourceExhausted; ++i) {
+    std::this_thread::sleep_for(10ms);
+    after = client.optimize(bytes, o2());
+  }
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->model, local_result(bytes));
+
+  // A deadline hint bounds the upload the same way, from the call's start.
+  RawOptimize hinted(server.address());
+  auto start = start_for(bytes);
+  start.set_deadline_hint_ms(300);
+  hinted.start(start);
+  auto hinted_end = std::async(std::launch::async, [&] { return hinted.await_end(); });
+  if (hinted_end.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    hinted.cancel();
+    hinted_end.wait();
+    FAIL() << "graftd did not end a stalled upload at its deadline hint";
+  }
+  st = hinted_end.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("deadline_hint_ms"), std::string::npos) << st.error_message();
+
+  // Counted and logged as what the clients received.
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"DEADLINE_EXCEEDED\",method=\"Optimize\"}"),
+            2);
 }
 
 // A deadline hint too far away to represent means no deadline, not an overflowed one.
