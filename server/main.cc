@@ -15,6 +15,7 @@
 #include <grpcpp/impl/server_builder_option.h>
 #include <spdlog/spdlog.h>
 
+#include "server/allocator.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
@@ -58,6 +59,7 @@ std::string host_of(const std::string& address) { return address.substr(0, addre
 }  // namespace
 
 int main(int argc, char** argv) {
+  configure_allocator();
   int exit_code = -1;
   auto config = load_config(argc, argv, &exit_code);
   if (exit_code >= 0) return exit_code;
@@ -188,6 +190,10 @@ int main(int argc, char** argv) {
     // pipelines stop at the next pass boundary).
     server->Shutdown(until);
     if (health_server) health_server->Shutdown(std::chrono::system_clock::now());
+  });
+  IdleTrimmer trimmer([&service]() -> std::optional<uint64_t> {
+    if (!service.idle()) return std::nullopt;
+    return service.calls_started();
   });
   server->Wait();
   signal_thread.join();

@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <malloc.h>
+
 #include <mutex>
 
 namespace graft::server {
@@ -18,6 +20,32 @@ std::mutex& eviction_mutex() {
   static std::mutex m;
   return m;
 }
+
+// What the allocator holds: bytes handed out (arenas and mmapped blocks), and bytes it keeps
+// free in its arenas instead of returning them to the kernel. Resident memory far above the
+// first is the second (or fragmentation), not a leak.
+class HeapCollector final : public Collectable {
+ public:
+  std::vector<MetricFamily> Collect() const override {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    const struct mallinfo2 info = ::mallinfo2();
+    const double in_use = static_cast<double>(info.uordblks + info.hblkhd);
+    const double free_kept = static_cast<double>(info.fordblks);
+#else
+    const double in_use = 0, free_kept = 0;
+#endif
+    auto gauge = [](const char* name, const char* help, double value) {
+      MetricFamily family{name, help, MetricType::Gauge, {}};
+      family.metric.emplace_back();
+      family.metric.back().gauge.value = value;
+      return family;
+    };
+    return {
+        gauge("graft_heap_in_use_bytes", "C heap bytes allocated (malloc arenas and mmap)", in_use),
+        gauge("graft_heap_free_bytes", "C heap bytes free but kept by the allocator in its arenas",
+              free_kept)};
+  }
+};
 
 }  // namespace
 
@@ -97,8 +125,10 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
       .Register(*registry_)
       .Add({{"version", version}})
       .Set(1);
+  heap_ = std::make_shared<HeapCollector>();
   exposer_ = std::make_unique<Exposer>(listen);
   exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(heap_);
 }
 
 int Metrics::port() const {

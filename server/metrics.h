@@ -51,6 +51,8 @@ class Metrics {
   prometheus::Gauge* queue_depth_;
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* upload_bytes_;
+  // The C heap's bytes in use and free-but-kept, read from the allocator at every scrape.
+  std::shared_ptr<prometheus::Collectable> heap_;
   uint64_t evictions_seen_ = 0;
 };
 

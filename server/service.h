@@ -34,6 +34,10 @@ class GraftService final : public v1::Graft::Service {
   void start_draining() { draining_ = true; }
   // Optimize and Lookup calls whose handler has not returned yet.
   int active_calls() const { return active_calls_; }
+  // Optimize and Lookup calls started so far.
+  uint64_t calls_started() const { return next_request_id_ - 1; }
+  // No call is being handled and no pipeline job is queued or running.
+  bool idle() const { return active_calls_ == 0 && pool_.queued() == 0 && pool_.running() == 0; }
   // Waits for queued and running pipeline jobs.
   void join_workers() { pool_.join(); }
   const cache::ResultCache& cache() const { return cache_; }
