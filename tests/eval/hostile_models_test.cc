@@ -310,5 +310,25 @@ TEST(HostileModels, DeadlineStopsALongKernelFromInside) {
   EXPECT_LT(stats.work, uint64_t{1} << 30 >> 4);  // stopped within the first 1/16 of its work
 }
 
+// Found by kernel_fuzzer: RNN, GRU and LSTM read X's last dim before checking its rank.
+TEST(HostileModels, RecurrentOpsWithAScalarInputAreInvalid) {
+  for (const char* op : {"RNN", "GRU", "LSTM"}) {
+    auto model = load_text(std::string(R"(
+      <ir_version: 8, opset_import: ["" : 14]>
+      g (float x, float[1, 3, 2] w, float[1, 3, 1] r) => (float[1, 1, 1, 1] y) {
+        y = )") + op + R"( <hidden_size = 1> (x, w, r)
+      }
+    )");
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::map<std::string, eval::Tensor> feeds;
+    feeds.emplace("x", scalar(TensorProto::FLOAT, 1.0));
+    feeds.emplace("w", filled({1, 3, 2}, 0.5));
+    feeds.emplace("r", filled({1, 3, 1}, 0.5));
+    auto out = eval::run_model(**model, feeds);
+    ASSERT_FALSE(out.ok()) << op;
+    EXPECT_TRUE(absl::IsInvalidArgument(out.status())) << out.status();
+  }
+}
+
 }  // namespace
 }  // namespace graft::testing

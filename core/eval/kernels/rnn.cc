@@ -359,7 +359,8 @@ void gate_inputs(const DirectionParams& p, int64_t rows, int64_t input_size, int
 absl::Status rnn(KernelContext& ctx) {
   const auto clip = make_clip(ctx.node);
   RnnSpec spec{1, false, {"Tanh"}};
-  const int64_t input_size = ctx.input(0) ? ctx.input(0)->dims().back() : 0;
+  const int64_t input_size =
+      ctx.input(0) && ctx.input(0)->rank() > 0 ? ctx.input(0)->dims().back() : 0;
   return run_rnn(ctx, spec, [&](const std::vector<Activation>&) -> Cell {
     return [&](const DirectionParams& p, const double* x, double* h, double*, double* gates) {
       const int64_t hidden = ctx.input(2)->dims()[2];
@@ -373,7 +374,8 @@ absl::Status gru(KernelContext& ctx) {
   const auto clip = make_clip(ctx.node);
   const bool linear_before_reset = ctx.node.attr_int("linear_before_reset", 0) != 0;
   RnnSpec spec{3, false, {"Sigmoid", "Tanh"}};
-  const int64_t input_size = ctx.input(0) ? ctx.input(0)->dims().back() : 0;
+  const int64_t input_size =
+      ctx.input(0) && ctx.input(0)->rank() > 0 ? ctx.input(0)->dims().back() : 0;
   return run_rnn(ctx, spec, [&](const std::vector<Activation>&) -> Cell {
     return [&](const DirectionParams& p, const double* x, double* h, double*, double* scratch) {
       const int64_t hidden = ctx.input(2)->dims()[2];
@@ -413,7 +415,8 @@ absl::Status lstm(KernelContext& ctx) {
   const auto clip = make_clip(ctx.node);
   const bool input_forget = ctx.node.attr_int("input_forget", 0) != 0;
   RnnSpec spec{4, true, {"Sigmoid", "Tanh", "Tanh"}};
-  const int64_t input_size = ctx.input(0) ? ctx.input(0)->dims().back() : 0;
+  const int64_t input_size =
+      ctx.input(0) && ctx.input(0)->rank() > 0 ? ctx.input(0)->dims().back() : 0;
   return run_rnn(ctx, spec, [&](const std::vector<Activation>&) -> Cell {
     return [&](const DirectionParams& p, const double* x, double* h, double* c, double* gates) {
       const int64_t hidden = ctx.input(2)->dims()[2];
