@@ -690,9 +690,9 @@ uint64_t rss(pid_t pid) {
 
 // What graftd frees goes back to the kernel: after a burst of large requests, an idle graftd's
 // resident memory is back near what it was before the burst, not at the burst's peak. Before
-// graftd fixed glibc's mmap threshold and trimmed the allocator when idle, the freed upload,
-// model and result blocks stayed in the allocator's per-thread arenas (here 150-200 MiB more
-// than before the burst; in bench/graft_soak an idle graftd at three times its live memory).
+// graftd trimmed its allocator when idle, the freed upload, model and result blocks stayed in
+// glibc's per-thread arenas (here 150-250 MiB more than before the burst; in bench/graft_soak
+// an idle graftd at three times its live memory).
 TEST(Graftd, FreedMemoryGoesBackToTheKernel) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer's allocator replaces glibc's";
@@ -736,13 +736,13 @@ TEST(Graftd, FreedMemoryGoesBackToTheKernel) {
   // graftd trims its allocator once it has been idle for a second; the guard only keeps a
   // failure from hanging. Nothing is cached (cache_bytes 0), so little stays in use.
   uint64_t after = rss(server.pid());
-  for (int i = 0; i < 300 && after >= before + (96ull << 20); ++i) {
+  for (int i = 0; i < 300 && after >= before + (112ull << 20); ++i) {
     std::this_thread::sleep_for(100ms);
     after = rss(server.pid());
   }
   const double in_use =
       metric(parse_metrics(http_get(server.metrics_port(), "/metrics")), "graft_heap_in_use_bytes");
-  EXPECT_LT(after, before + (96ull << 20))
+  EXPECT_LT(after, before + (112ull << 20))
       << "RSS " << (before >> 20) << " MiB before the burst, " << (peak >> 20) << " MiB at its "
       << "peak, " << (after >> 20) << " MiB after it; " << in_use / 1048576 << " MiB in use";
 }
