@@ -55,6 +55,8 @@ class FoldConstants final : public Pass {
 
     PassResult result;
     if (!model.allows_new_initializers()) return result;
+    max_weight_bytes_ = ctx.max_weight_bytes;
+    weight_bytes_ = model.initializer_bytes();
     // Parents before their subgraphs, so values captured from outer graphs are already folded.
     std::vector<ir::Graph*> graphs{&model.graph()};
     for (size_t i = 0; i < graphs.size(); ++i) {
@@ -125,6 +127,11 @@ class FoldConstants final : public Pass {
                        static_cast<unsigned __int128>(output_bytes) >
                            static_cast<unsigned __int128>(max_growth_) * freed_bytes;
     if (grows) return false;
+    // Inputs freed here may still be held until pruning, so only the additions are counted.
+    if (max_weight_bytes_ && !n->is("Constant") &&
+        output_bytes > max_weight_bytes_ - std::min(weight_bytes_, max_weight_bytes_))
+      return false;
+    weight_bytes_ += output_bytes;
 
     std::vector<std::pair<ir::Value*, onnx::TensorProto>> results;
     for (size_t i = 0; i < n->outputs().size(); ++i) {
@@ -141,6 +148,8 @@ class FoldConstants final : public Pass {
 
   eval::Limits limits_;
   uint64_t max_growth_ = 4;
+  uint64_t max_weight_bytes_ = 0;
+  uint64_t weight_bytes_ = 0;
 };
 
 }  // namespace

@@ -29,30 +29,6 @@ CliRun graft(const fs::path& dir, const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(dir / "stderr")};
 }
 
-// Identity -> MatMul whose 4x4 float weight lives in the external-data file `location`.
-std::string model_with_location(const std::string& location) {
-  auto model = parse_text(R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[1, 4] x) => (float[1, 4] y) {
-      t = Identity (x)
-      y = Relu (t)
-    }
-  )");
-  onnx::ModelProto proto = model->to_proto();
-  proto.mutable_graph()->mutable_node(1)->set_op_type("MatMul");
-  proto.mutable_graph()->mutable_node(1)->add_input("w");
-  auto* w = proto.mutable_graph()->add_initializer();
-  w->set_name("w");
-  w->set_data_type(onnx::TensorProto::FLOAT);
-  w->add_dims(4);
-  w->add_dims(4);
-  w->set_data_location(onnx::TensorProto::EXTERNAL);
-  auto* loc = w->add_external_data();
-  loc->set_key("location");
-  loc->set_value(location);
-  return proto.SerializeAsString();
-}
-
 void write(const fs::path& path, const std::string& bytes) {
   fs::create_directories(path.parent_path());
   std::ofstream(path, std::ios::binary) << bytes;
@@ -82,7 +58,7 @@ class ExternalPaths : public ::testing::Test {
   std::string output_path() const { return (out() / "m.onnx").string(); }
 
   CliRun optimize_local(const std::string& location) {
-    write(model_path(), model_with_location(location));
+    write(model_path(), external_data_model(location));
     return graft(root_, "optimize -q --local " + model_path() + " -o " + output_path());
   }
   // Nothing but the model may appear in the output folder, and the secret stays unchanged.
@@ -208,7 +184,7 @@ class NamingServer final : public v1::Graft::Service {
 
 TEST_F(ExternalPaths, NamesFromTheServerAreCheckedBeforeWriting) {
   write(in() / "weights" / "w.bin", kWeights);
-  write(model_path(), model_with_location("weights/w.bin"));
+  write(model_path(), external_data_model("weights/w.bin"));
   fs::create_directories(root_ / "elsewhere");
   fs::create_directory_symlink(root_ / "elsewhere", out() / "linked");
   for (const std::string& name : std::vector<std::string>{

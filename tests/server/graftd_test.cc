@@ -136,33 +136,6 @@ double metric(const std::map<std::string, double>& m, const std::string& key) {
   return it == m.end() ? -1 : it->second;
 }
 
-// A chain of Identity/Relu pairs: big enough to keep a worker busy for a while.
-std::string chain_model(int pairs, const std::string& tag = "") {
-  onnx::ModelProto proto;
-  proto.set_ir_version(8);
-  proto.add_opset_import()->set_version(13);
-  proto.set_doc_string(tag);  // distinct tags make distinct digests
-  auto* g = proto.mutable_graph();
-  g->set_name("chain");
-  auto* in = g->add_input();
-  in->set_name("x");
-  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  std::string prev = "x";
-  for (int i = 0; i < pairs; ++i) {
-    for (const char* op : {"Identity", "Relu"}) {
-      auto* n = g->add_node();
-      n->set_op_type(op);
-      n->add_input(prev);
-      prev = std::string(op) + std::to_string(i);
-      n->add_output(prev);
-    }
-  }
-  auto* out = g->add_output();
-  out->set_name(prev);
-  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  return proto.SerializeAsString();
-}
-
 std::string local_result(const std::string& bytes) {
   auto model = ir::Model::parse(bytes);
   EXPECT_TRUE(model.ok());
@@ -480,39 +453,12 @@ TEST(Graftd, ReflectionAndHealthAreServed) {
   EXPECT_GE(passes->passes_size(), 8);
 }
 
-// Identity -> MatMul with its weight in an external-data file "weights/w.bin".
-std::string external_data_model(const std::string& weight_bytes) {
-  auto model = parse_text(R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[1, 4] x) => (float[1, 4] y) {
-      t = Identity (x)
-      y = Relu (t)
-    }
-  )");
-  onnx::ModelProto proto = model->to_proto();
-  proto.mutable_graph()->mutable_node(1)->set_op_type("MatMul");
-  proto.mutable_graph()->mutable_node(1)->add_input("w");
-  auto* w = proto.mutable_graph()->add_initializer();
-  w->set_name("w");
-  w->set_data_type(onnx::TensorProto::FLOAT);
-  w->add_dims(4);
-  w->add_dims(4);
-  w->set_data_location(onnx::TensorProto::EXTERNAL);
-  auto* loc = w->add_external_data();
-  loc->set_key("location");
-  loc->set_value("weights/w.bin");
-  auto* len = w->add_external_data();
-  len->set_key("length");
-  len->set_value(std::to_string(weight_bytes.size()));
-  return proto.SerializeAsString();
-}
-
 TEST(Graftd, ExternalDataFilesTravelWithTheModel) {
   Graftd server;
   client::GraftClient client(server.address());
   std::string weights(64, '\0');
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>(i * 7);
-  std::string bytes = external_data_model(weights);
+  std::string bytes = external_data_model("weights/w.bin", weights.size());
   auto r = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 16,
                            {{"weights/w.bin", weights}});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -535,7 +481,7 @@ TEST(Graftd, ExternalDataFilesTravelWithTheModel) {
 TEST(Graftd, ExternalDataNamesAndSizesAreChecked) {
   Graftd server({"--max-model-bytes", "100000"});
   client::GraftClient client(server.address());
-  std::string bytes = external_data_model(std::string(64, 'w'));
+  std::string bytes = external_data_model("weights/w.bin", 64);
   for (const char* name : {"../w.bin", "/etc/passwd", "a/../../b", ""}) {
     auto r = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
                              {{name, std::string(64, 'w')}});
@@ -557,7 +503,8 @@ TEST(Graftd, CliCarriesExternalDataFiles) {
   fs::remove_all(dir);
   fs::create_directories(dir / "in" / "weights");
   std::string weights(64, 'q');
-  std::ofstream(dir / "in" / "model.onnx", std::ios::binary) << external_data_model(weights);
+  std::ofstream(dir / "in" / "model.onnx", std::ios::binary)
+      << external_data_model("weights/w.bin", weights.size());
   std::ofstream(dir / "in" / "weights" / "w.bin", std::ios::binary) << weights;
   std::string cli = GRAFT_CLI;
   std::string in = (dir / "in" / "model.onnx").string();
@@ -631,20 +578,7 @@ TEST(Graftd, IfWithoutConditionIsInvalidArgumentNotACrash) {
 
 TEST(Graftd, LoopScanOutputsStayWithinVerifyMaxBytes) {
   // 200,000 iterations of a 16 KiB scan slice: 3.3 GB if nothing stopped it.
-  const std::string bomb = model_bytes(R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[4096] x) => (float[N, 4096] all) {
-      m = Constant <value = int64 {200000}> ()
-      cond = Constant <value = bool {1}> ()
-      last, all = Loop (m, cond, x) <
-        body = b (int64 i, bool c, float[4096] v) => (bool co, float[4096] vo, float[4096] s) {
-          co = Identity (c)
-          vo = Identity (v)
-          s = Identity (v)
-        }
-      >
-    }
-  )");
+  const std::string bomb = model_bytes(loop_scan_bomb(200000));
   Graftd server({"--workers", "1", "--verify-max-bytes", "67108864"});
   client::GraftClient client(server.address());
   auto r = client.optimize(bomb, verified());
@@ -797,7 +731,7 @@ v1::OptimizeStart start_for(const std::string& model) {
 // Declared external-file sizes are added without wrapping: a sum past 2^64 is not small.
 TEST(Graftd, ExternalFileSizesCannotWrapPastTheLimit) {
   Graftd server({"--max-model-bytes", "10000000"});
-  std::string bytes = external_data_model(std::string(64, 'w'));
+  std::string bytes = external_data_model("weights/w.bin", 64);
   const std::vector<std::vector<uint64_t>> cases = {
       {0 - static_cast<uint64_t>(bytes.size())},  // model + file = 2^64
       {uint64_t{1} << 63, uint64_t{1} << 63},     // file + file = 2^64

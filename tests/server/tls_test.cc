@@ -201,32 +201,6 @@ client::GraftClient library_client(const std::string& target, const tls::ClientO
   return client::GraftClient(*channel);
 }
 
-// A chain of Identity/Relu pairs: keeps a worker busy for a while.
-std::string chain_model(int pairs) {
-  onnx::ModelProto proto;
-  proto.set_ir_version(8);
-  proto.add_opset_import()->set_version(13);
-  auto* g = proto.mutable_graph();
-  g->set_name("chain");
-  auto* in = g->add_input();
-  in->set_name("x");
-  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  std::string prev = "x";
-  for (int i = 0; i < pairs; ++i) {
-    for (const char* op : {"Identity", "Relu"}) {
-      auto* n = g->add_node();
-      n->set_op_type(op);
-      n->add_input(prev);
-      prev = std::string(op) + std::to_string(i);
-      n->add_output(prev);
-    }
-  }
-  auto* out = g->add_output();
-  out->set_name(prev);
-  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  return proto.SerializeAsString();
-}
-
 class Tls : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { pki_ = new Pki(); }

@@ -393,7 +393,9 @@ void register_arithmetic() {
                 return x == 1 ? 1 : 0;  // |x| > 1 gives a fraction, truncated
               }
             }
-            using U = std::make_unsigned_t<A>;
+            // decltype(x) (== A here) rather than A: clang instantiates non-dependent types
+            // even in a discarded constexpr branch, and A may be a float type there.
+            using U = std::make_unsigned_t<decltype(x)>;
             uint64_t base = static_cast<uint64_t>(static_cast<U>(x)), r = 1;
             for (uint64_t k = static_cast<uint64_t>(e); k; k >>= 1) {
               if (k & 1) r *= base;

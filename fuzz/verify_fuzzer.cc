@@ -1,0 +1,65 @@
+// libFuzzer target: client bytes -> ir::Model -> the O2 pipeline with numeric verification (as
+// graftd runs it when a client asks for --verify) -> serialized bytes.
+//
+// The evaluator runs every input model on random inputs, so this reaches every kernel, If, Loop,
+// Scan and function calls with client-chosen graphs. Limits are small so each run is fast: a
+// model that needs more memory is not verifiable, which is a correct answer.
+//
+// Properties beyond "no crash, no sanitizer report": the pipeline only stops for the deadline
+// given here, no pass is rolled back (neither for breaking the graph nor for changing the
+// outputs: either is a pass bug the pipeline only contained), and the result loads again.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/ir/model.h"
+#include "core/pipeline/pipeline.h"
+#include "fuzz/fuzz_check.h"
+
+namespace {
+
+// Per input. Stop checks run between evaluated nodes, so a run ends soon after this.
+constexpr auto kDeadline = std::chrono::seconds(2);
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using graft::fuzz::fail;
+  auto model = graft::ir::Model::parse(std::string_view(reinterpret_cast<const char*>(data), size));
+  if (!model.ok()) return 0;
+
+  graft::PipelineConfig config;
+  config.level = 2;
+  config.pass_options["fold_constants"]["max_bytes"] = std::to_string(256 << 10);
+  config.verify = true;
+  auto& verify = config.verify_options;
+  verify.default_dim = 2;  // no search over 1, 16, 64, 256
+  verify.trials = 1;
+  verify.max_tensor_bytes = 256 << 10;
+  verify.max_live_bytes = 2 << 20;
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  config.should_continue = [deadline] {
+    return std::chrono::steady_clock::now() < deadline
+               ? absl::OkStatus()
+               : absl::DeadlineExceededError("fuzz input deadline");
+  };
+
+  auto report = graft::run_pipeline(*model, config);
+  if (!report.ok()) {
+    if (report.status().code() == absl::StatusCode::kDeadlineExceeded) return 0;
+    fail("the pipeline failed on a model that loaded", report.status().ToString());
+  }
+  for (const auto& pass : report->passes)
+    if (pass.rollbacks) fail("a pass was rolled back", pass.name + ": " + pass.rollback_reason);
+
+  auto bytes = (*model)->serialize_and_release();
+  if (!bytes.ok()) {
+    if (bytes.status().code() == absl::StatusCode::kResourceExhausted) return 0;
+    fail("serialization failed", bytes.status().ToString());
+  }
+  auto reloaded = graft::ir::Model::parse(*bytes);
+  if (!reloaded.ok()) fail("the optimized model does not load", reloaded.status().ToString());
+  return 0;
+}

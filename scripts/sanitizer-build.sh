@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Configures and builds Graft with clang under sanitizers; extra args go to `cmake --build`
+# (e.g. --target X). Used by scripts/sanitize.sh and scripts/fuzz.sh.
+#
+#   scripts/sanitizer-build.sh asan [--target ...]   ASan+UBSan into ./build-asan; also the fuzz
+#                                                    targets (one build serves tests and fuzzing)
+#   scripts/sanitizer-build.sh tsan [--target ...]   TSan into ./build-tsan
+#
+# Uses ccache when it is installed (CCACHE_* variables are honoured).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+kind="${1:?usage: sanitizer-build.sh asan|tsan [cmake --build args...]}"
+shift
+case "$kind" in
+  asan) dir=build-asan flags=(-DGRAFT_SANITIZE=address,undefined -DGRAFT_BUILD_FUZZ=ON) ;;
+  tsan) dir=build-tsan flags=(-DGRAFT_SANITIZE=thread -DGRAFT_BUILD_FUZZ=OFF) ;;
+  *) echo "sanitizer-build.sh: unknown kind '$kind' (asan or tsan)" >&2; exit 2 ;;
+esac
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# RelWithDebInfo (-O2 -g): sanitized tests and fuzzing run fastest while stacks stay readable.
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DGRAFT_BUILD_TESTS=ON -DGRAFT_BUILD_BENCH=OFF "${flags[@]}" "${launcher[@]}" >/dev/null
+cmake --build "$dir" -j "$(nproc)" "$@"
