@@ -1110,6 +1110,7 @@ struct Options {
   int64_t max_requests = 50000;
   double idle_seconds = 10;
   uint64_t rss_slack_mib = 256;
+  uint64_t heap_slack_mib = 64;
   uint64_t seed = 1;
   fs::path shared_models = fs::path(GRAFT_SOURCE_DIR) / ".." / "shared" / "models";
 };
@@ -1117,7 +1118,8 @@ struct Options {
 int usage() {
   std::fprintf(stderr,
                "usage: graft_soak [--seconds S] [--clients N] [--max-requests N] "
-               "[--idle-seconds S] [--rss-slack-mib M] [--seed N] [--graftd PATH] "
+               "[--idle-seconds S] [--rss-slack-mib M] [--heap-slack-mib M] [--seed N] "
+               "[--graftd PATH] "
                "[--shared-models DIR]\n");
   return 2;
 }
@@ -1149,6 +1151,8 @@ int main(int argc, char** argv) {
       opt.idle_seconds = std::atof(v.c_str());
     else if (a == "--rss-slack-mib")
       opt.rss_slack_mib = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--heap-slack-mib")
+      opt.heap_slack_mib = std::strtoull(v.c_str(), nullptr, 10);
     else if (a == "--seed")
       opt.seed = std::strtoull(v.c_str(), nullptr, 10);
     else if (a == "--graftd")
@@ -1288,10 +1292,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   const size_t warmup_requests = results.records.size();
-  std::this_thread::sleep_for(2s);
+  // Idle long enough for graftd to have trimmed its allocator (after a second of idleness).
+  std::this_thread::sleep_for(3s);
   const uint64_t baseline_kib = proc_status_kib(graftd.pid(), "VmRSS");
-  std::fprintf(stderr, "graft_soak: %zu warm-up requests; baseline RSS %.1f MiB\n", warmup_requests,
-               mib(baseline_kib));
+  Scrape baseline_metrics = scrape(graftd.metrics_port());
+  const double baseline_heap = baseline_metrics.values["graft_heap_in_use_bytes"];
+  std::fprintf(stderr,
+               "graft_soak: %zu warm-up requests; baseline RSS %.1f MiB, heap in use %.1f MiB\n",
+               warmup_requests, mib(baseline_kib), baseline_heap / 1048576);
 
   // The soak.
   std::fprintf(stderr, "graft_soak: %d clients for %.0f s (at most %lld requests) ...\n",
@@ -1426,6 +1434,20 @@ int main(int argc, char** argv) {
                                                     "RESOURCE_EXHAUSTED"};
   std::vector<std::vector<std::string>> metric_rows;
   LogSummary log = read_request_log(graftd.log());
+  // The heap graftd still uses: what a leak would grow with the number of requests. The cache
+  // may hold up to cache_bytes more than at the baseline; gRPC keeps some buffers and threads
+  // for a while after a burst of connections.
+  const double final_heap = metrics.values["graft_heap_in_use_bytes"];
+  const double heap_bound = baseline_heap + static_cast<double>(shared.server.cache_bytes) +
+                            static_cast<double>(opt.heap_slack_mib << 20);
+  if (metrics.ok)
+    checks.push_back(
+        {"heap in use after idle <= baseline + cache_bytes + " +
+             std::to_string(opt.heap_slack_mib) + " MiB",
+         baseline_heap <= 0 || final_heap <= 0 ? "graft_heap_in_use_bytes missing from /metrics"
+         : final_heap <= heap_bound            ? ""
+                                    : fmt("%.1f", final_heap / 1048576) + " MiB > bound " +
+                                          fmt("%.1f", heap_bound / 1048576) + " MiB"});
   if (!metrics.ok) {
     checks.push_back({"metrics scraped", "no answer from /metrics"});
   } else {
@@ -1562,6 +1584,14 @@ int main(int argc, char** argv) {
       "%.1f MiB.\n",
       mib(baseline_kib), mib(peak_kib), mib(peak_sampled_kib), mib(final_kib), opt.idle_seconds,
       static_cast<unsigned long long>(opt.rss_slack_mib), mib(bound_kib));
+  std::printf(
+      "graftd heap in use (graft_heap_in_use_bytes): baseline %.1f MiB, final %.1f MiB (the "
+      "cache %.1f MiB of it); free in the allocator's arenas (resident or trimmed): %.1f MiB; "
+      "bound baseline + "
+      "cache_bytes + %llu MiB = %.1f MiB.\n",
+      baseline_heap / 1048576, final_heap / 1048576, metrics.values["graft_cache_bytes"] / 1048576,
+      metrics.values["graft_heap_free_bytes"] / 1048576,
+      static_cast<unsigned long long>(opt.heap_slack_mib), heap_bound / 1048576);
 
   std::printf("\nChecks:\n");
   int failed_checks = 0;

@@ -6,13 +6,6 @@
 
 namespace graft::server {
 
-void configure_allocator() {
-#ifdef M_MMAP_THRESHOLD
-  // Setting it also stops glibc adjusting the trim threshold (128 KiB by default).
-  ::mallopt(M_MMAP_THRESHOLD, 2 << 20);
-#endif
-}
-
 IdleTrimmer::IdleTrimmer(std::function<std::optional<uint64_t>()> activity)
     : activity_(std::move(activity)), thread_([this] { loop(); }) {}
 

@@ -1,5 +1,12 @@
-// How graftd uses glibc's allocator, so that memory freed after requests goes back to the
-// kernel instead of staying resident in an idle process.
+// Gives the memory freed after requests back to the kernel, so an idle graftd does not stay at
+// the size of its last burst.
+//
+// glibc serves every block below its mmap threshold from per-thread arenas and keeps what they
+// free; it raises the threshold to the size of every mmapped block freed (up to 32 MiB), so
+// upload, model, tensor and result blocks end up in the arenas and stay resident when freed. After
+// a burst of requests an idle graftd held three times its live memory (bench/graft_soak). A fixed 2
+// MiB threshold returned blocks as they were freed, but its mmap/munmap and page faults cost about
+// a quarter of the soak's throughput; trimming once idle costs nothing while requests run.
 #pragma once
 
 #include <condition_variable>
@@ -11,16 +18,8 @@
 
 namespace graft::server {
 
-// Fixes glibc's mmap threshold (call first in main, before any thread starts): otherwise it
-// rises to the size of every mmapped block freed (up to 32 MiB), and after the first large
-// request, blocks of upload, tensor and result size are carved from the per-thread arenas and
-// kept there when freed. Above the fixed threshold (2 MiB: a gRPC chunk and its framing stay
-// below) blocks are mmapped and unmapped when freed.
-void configure_allocator();
-
-// Returns the arenas' free memory (fragments between live blocks, below the mmap threshold) to
-// the kernel with malloc_trim once graftd has been idle for a second after serving calls: never
-// on a request's path, and once per idle period.
+// Returns the arenas' free memory to the kernel with malloc_trim once graftd has been idle for a
+// second after serving calls: never on a request's path, and once per idle period.
 class IdleTrimmer {
  public:
   // `activity` returns a counter that changes whenever a call starts, or nullopt while calls or

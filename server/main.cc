@@ -59,7 +59,6 @@ std::string host_of(const std::string& address) { return address.substr(0, addre
 }  // namespace
 
 int main(int argc, char** argv) {
-  configure_allocator();
   int exit_code = -1;
   auto config = load_config(argc, argv, &exit_code);
   if (exit_code >= 0) return exit_code;

@@ -21,9 +21,9 @@ std::mutex& eviction_mutex() {
   return m;
 }
 
-// What the allocator holds: bytes handed out (arenas and mmapped blocks), and bytes it keeps
-// free in its arenas instead of returning them to the kernel. Resident memory far above the
-// first is the second (or fragmentation), not a leak.
+// What the allocator holds: bytes handed out (arenas and mmapped blocks), and bytes free in its
+// arenas. Resident memory far above the first is free memory the allocator kept (until the idle
+// trim, server/allocator.h) or fragmentation, not a leak.
 class HeapCollector final : public Collectable {
  public:
   std::vector<MetricFamily> Collect() const override {
@@ -42,7 +42,8 @@ class HeapCollector final : public Collectable {
     };
     return {
         gauge("graft_heap_in_use_bytes", "C heap bytes allocated (malloc arenas and mmap)", in_use),
-        gauge("graft_heap_free_bytes", "C heap bytes free but kept by the allocator in its arenas",
+        gauge("graft_heap_free_bytes",
+              "C heap bytes free in the allocator's arenas (resident or given back by malloc_trim)",
               free_kept)};
   }
 };

@@ -197,12 +197,19 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
   struct Job {
     std::promise<absl::StatusOr<std::shared_ptr<const cache::CachedResult>>> promise;
     std::atomic<bool> cancelled{false};
+    // Set by whichever comes first: a worker starting the job, or the waiting call giving up on
+    // it while it is still queued (then the worker skips it).
+    std::atomic<bool> claimed{false};
     double queue_seconds = 0;
   };
   auto job = std::make_shared<Job>();
   auto future = job->promise.get_future();
   const auto submitted = Clock::now();
   bool accepted = pool_.try_submit([this, job, model, model_sha256, config, deadline, submitted] {
+    if (job->claimed.exchange(true)) {
+      job->promise.set_value(absl::CancelledError("given up while queued"));
+      return;
+    }
     job->queue_seconds = seconds_since(submitted);
     metrics_->queue_depth().Set(static_cast<double>(pool_.queued()));
     auto stop = [job, deadline]() -> absl::Status {
@@ -255,9 +262,20 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
     return absl::ResourceExhaustedError(absl::StrCat("all ", pool_.workers(),
                                                      " workers are busy and ", config_.queue_length,
                                                      " requests are queued; retry later"));
-  // The gRPC thread only waits; it tells the job to stop if the client goes away.
-  while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
-    if (context->IsCancelled()) job->cancelled = true;
+  // The gRPC thread only waits; it tells the job to stop if the client goes away. A running job
+  // polls the deadline itself; one still queued when the deadline passes or the client goes
+  // away is given up at once, rather than answered only when a worker frees up.
+  while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    const bool cancelled = context->IsCancelled();
+    if (cancelled) job->cancelled = true;
+    const bool expired = SysClock::now() > deadline;
+    if ((cancelled || expired) && !job->claimed.exchange(true)) {
+      *queue_seconds = seconds_since(submitted);
+      return cancelled
+                 ? absl::CancelledError("the client cancelled the request")
+                 : absl::DeadlineExceededError("deadline exceeded while waiting for a worker");
+    }
+  }
   *queue_seconds = job->queue_seconds;
   return future.get();
 }

@@ -430,7 +430,8 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
         "graft_pass_nodes_removed_total", "graft_cache_hits_total", "graft_cache_misses_total",
         "graft_cache_evictions_total", "graft_cache_bytes", "graft_queue_depth",
         "graft_inflight_requests", "graft_upload_bytes", "graft_model_bytes_in_total",
-        "graft_model_bytes_out_total", "graft_build_info"})
+        "graft_heap_in_use_bytes", "graft_heap_free_bytes", "graft_model_bytes_out_total",
+        "graft_build_info"})
     EXPECT_NE(text.find("# TYPE " + std::string(family) + " "), std::string::npos) << family;
   EXPECT_GT(metric(metrics, "graft_model_bytes_in_total"), 500000);
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
@@ -624,10 +625,15 @@ uint64_t rss(pid_t pid) {
 
 // What graftd frees goes back to the kernel: after a burst of large requests, an idle graftd's
 // resident memory is back near what it was before the burst, not at the burst's peak. Before
-// graftd fixed glibc's mmap threshold and trimmed the allocator when idle, the freed upload,
-// model and result blocks stayed in the allocator's per-thread arenas (here 150-200 MiB more
-// than before the burst; in bench/graft_soak an idle graftd at three times its live memory).
+// graftd trimmed its allocator when idle, the freed upload, model and result blocks stayed in
+// glibc's per-thread arenas (here 150-250 MiB more than before the burst; in bench/graft_soak
+// an idle graftd at three times its live memory).
 TEST(Graftd, FreedMemoryGoesBackToTheKernel) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's allocator replaces glibc's";
+#endif
+#endif
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer's allocator replaces glibc's";
 #endif
@@ -670,13 +676,13 @@ TEST(Graftd, FreedMemoryGoesBackToTheKernel) {
   // graftd trims its allocator once it has been idle for a second; the guard only keeps a
   // failure from hanging. Nothing is cached (cache_bytes 0), so little stays in use.
   uint64_t after = rss(server.pid());
-  for (int i = 0; i < 300 && after >= before + (96ull << 20); ++i) {
+  for (int i = 0; i < 300 && after >= before + (112ull << 20); ++i) {
     std::this_thread::sleep_for(100ms);
     after = rss(server.pid());
   }
   const double in_use =
       metric(parse_metrics(http_get(server.metrics_port(), "/metrics")), "graft_heap_in_use_bytes");
-  EXPECT_LT(after, before + (96ull << 20))
+  EXPECT_LT(after, before + (112ull << 20))
       << "RSS " << (before >> 20) << " MiB before the burst, " << (peak >> 20) << " MiB at its "
       << "peak, " << (after >> 20) << " MiB after it; " << in_use / 1048576 << " MiB in use";
 }
@@ -826,6 +832,42 @@ TEST(Graftd, StalledUploadWithoutDeadlineEndsAtTheRequestsDeadline) {
     if (counted < 2) std::this_thread::sleep_for(10ms);
   }
   EXPECT_EQ(counted, 2);
+}
+
+// A request whose deadline passes while it waits for a worker is answered at its deadline, not
+// once a worker frees up (bench/graft_soak saw deadline-hinted requests answered seconds late
+// behind busy workers, each holding a handler thread and an admission slot meanwhile).
+TEST(Graftd, DeadlineWhileQueuedIsAnsweredWithoutWaitingForAWorker) {
+  Graftd server({"--workers", "1", "--queue-length", "4"});
+  const std::string slow_model = chain_model(150000, "busy");
+  auto busy = std::async(std::launch::async, [&] {
+    client::GraftClient c(server.address());
+    return c.optimize(slow_model, o2(), std::chrono::seconds(300));
+  });
+  // The slow request is on the worker once all of it has arrived (nothing else is queued).
+  bool uploaded = false;
+  for (int i = 0; i < 6000 && !uploaded; ++i) {
+    uploaded = metric(parse_metrics(http_get(server.metrics_port(), "/metrics")),
+                      "graft_upload_bytes") >= static_cast<double>(slow_model.size());
+    if (!uploaded) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(uploaded);
+  // A request with a short deadline hint and no deadline of its own queues behind it...
+  const std::string bytes = chain_model(10, "queued");
+  RawOptimize hinted(server.address());
+  auto start = start_for(bytes);
+  start.set_deadline_hint_ms(500);
+  hinted.start(start);
+  hinted.chunk(bytes);
+  grpc::Status st = hinted.finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("waiting for a worker"), std::string::npos)
+      << st.error_message();
+  // ...and is answered while the worker is still busy with the slow one.
+  EXPECT_NE(busy.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  auto r = busy.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, local_result(slow_model));
 }
 
 // A deadline hint too far away to represent means no deadline, not an overflowed one.
