@@ -153,6 +153,15 @@ std::optional<std::vector<double>> read_doubles(const TensorProto& t) {
   }
 }
 
+bool fits_float_type(int32_t data_type, const std::vector<double>& values) {
+  const double max = data_type == TensorProto::DOUBLE    ? std::numeric_limits<double>::max()
+                     : data_type == TensorProto::FLOAT16 ? 65504.0  // largest finite half
+                                                         : std::numeric_limits<float>::max();
+  for (double v : values)
+    if (!(std::abs(v) <= max)) return false;  // NaN fails too
+  return true;
+}
+
 onnx::TensorProto make_float_tensor(int32_t data_type, const std::vector<int64_t>& dims,
                                     const std::vector<double>& values) {
   TensorProto t;

@@ -26,6 +26,9 @@ std::optional<std::vector<int64_t>> read_int64s(const onnx::TensorProto& t);
 // Contents of a FLOAT/DOUBLE/FLOAT16 tensor as doubles.
 std::optional<std::vector<double>> read_doubles(const onnx::TensorProto& t);
 
+// True if every value is finite and within the range of `data_type` (FLOAT, DOUBLE or FLOAT16),
+// so make_float_tensor stores it as the same number (up to rounding), not as an infinity.
+bool fits_float_type(int32_t data_type, const std::vector<double>& values);
 // Builds a tensor of `data_type` (FLOAT, DOUBLE or FLOAT16) from doubles, stored as raw_data.
 onnx::TensorProto make_float_tensor(int32_t data_type, const std::vector<int64_t>& dims,
                                     const std::vector<double>& values);

@@ -50,6 +50,14 @@ std::optional<int> known_rank(const ir::Value* v) {
   return t->tensor_type().shape().dim_size();
 }
 
+// Fused parameters are computed in double; one that does not fit the weights' type would be
+// stored as an infinity (e.g. a float16 weight times a large BN scale) and change finite outputs.
+bool fits(int32_t dtype, std::initializer_list<const std::vector<double>*> parameters) {
+  for (const auto* values : parameters)
+    if (!ir::fits_float_type(dtype, *values)) return false;
+  return true;
+}
+
 bool only_attrs(const ir::Node& n, std::initializer_list<std::string_view> allowed) {
   for (const auto& a : n.attributes()) {
     bool known = false;
@@ -192,6 +200,7 @@ class FuseConvBatchnorm final : public Pass {
     for (int64_t m = 0; m < out_channels; ++m)
       bias[m] = (b ? b->values[m] : 0.0) * affine->scale[m] + affine->shift[m];
 
+    if (!fits(w->dtype, {&folded, &bias})) return false;
     ir::Value* old_w = conv->input(1);
     ir::Value* old_b = conv->input(2);
     conv->set_input(1, g.add_initializer(old_w->name() + "_bn",
@@ -248,6 +257,7 @@ class FuseConvBatchnorm final : public Pass {
     std::vector<int64_t> c_dims =
         c_rows == 1 ? std::vector<int64_t>{n_cols} : std::vector<int64_t>{c_rows, n_cols};
 
+    if (!fits(b->dtype, {&folded_b, &folded_c})) return false;
     ir::Value* old_b = gemm->input(1);
     ir::Value* old_c = gemm->input(2);
     gemm->set_input(1, g.add_initializer(old_b->name() + "_bn",
@@ -278,6 +288,7 @@ class FuseConvBatchnorm final : public Pass {
 
     std::vector<double> folded = w->values;
     for (size_t i = 0; i < folded.size(); ++i) folded[i] *= affine->scale[i % n_cols];
+    if (!fits(w->dtype, {&folded, &affine->shift})) return false;
     ir::Value* old_w = matmul->input(1);
     ir::Value* new_w =
         g.add_initializer(old_w->name() + "_bn", ir::make_float_tensor(w->dtype, w->dims, folded));

@@ -446,6 +446,64 @@ TEST(FuseConvBatchnorm, LeavesOtherProducersAndShapesAlone) {
                    1, /*check_outputs=*/false);
 }
 
+// Fused parameters are computed in double and stored in the weights' type: one that does not
+// fit (here 1e30 * 1e10 / sqrt(1 + eps) > FLT_MAX, or above float16's 65504) would become
+// infinity and change finite outputs, so the BN stays. Found by fuzz/verify_fuzzer.
+TEST(FuseConvBatchnorm, LeavesFusionsWhoseParametersOverflowTheirTypeAlone) {
+  const std::string header = R"(<ir_version: 8, opset_import: ["" : 13]>)";
+  const std::string bn = R"(<float[1] s = {1e10}, float[1] bb = {0.0},
+                              float[1] mean = {0.0}, float[1] var = {1.0}>)";
+  for (const std::string& body :
+       {R"(g (float[1,1,2,2] x) => (float[1,1,2,2] y) <float[1,1,1,1] w = {1e30}, )" +
+            bn.substr(1) + R"( {
+             c = Conv (x, w)
+             y = BatchNormalization (c, s, bb, mean, var)
+           })",
+        // The bias overflows, the weights do not.
+        R"(g (float[1,1,2,2] x) => (float[1,1,2,2] y) <float[1,1,1,1] w = {1.0},
+                float[1] b = {1e30}, )" +
+            bn.substr(1) + R"( {
+             c = Conv (x, w, b)
+             y = BatchNormalization (c, s, bb, mean, var)
+           })",
+        R"(g (float[2,1] a) => (float[2,1] y) <float[1,1] w = {1e30}, )" + bn.substr(1) + R"( {
+             t = Gemm (a, w)
+             y = BatchNormalization (t, s, bb, mean, var)
+           })",
+        R"(g (float[2,1] a) => (float[2,1] y) <float[1,1] w = {1e30}, )" + bn.substr(1) + R"( {
+             t = MatMul (a, w)
+             y = BatchNormalization (t, s, bb, mean, var)
+           })"}) {
+    SCOPED_TRACE(body);
+    auto model = parse_text(header + body);
+    ASSERT_TRUE(model);
+    const std::string before = print(*model);
+    auto result = run_pass_checked(*model, "fuse_conv_batchnorm");
+    EXPECT_FALSE(result.changed);
+    EXPECT_EQ(print(*model), before);
+  }
+
+  // float16: 1000 * 100 is far inside float's range but above float16's largest value.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float16[1,1,2,2] x) => (float16[1,1,2,2] y)
+      <float[1,1,1,1] w = {1000}, float[1] s = {100}, float[1] bb = {0},
+       float[1] mean = {0}, float[1] var = {1}> {
+      c = Conv (x, w)
+      y = BatchNormalization (c, s, bb, mean, var)
+    }
+  )");
+  ASSERT_TRUE(model);
+  for (ir::Value* v : model->graph().initializers()) {
+    auto values = ir::read_doubles(*v->initializer());
+    ASSERT_TRUE(values);
+    v->set_initializer(ir::make_float_tensor(onnx::TensorProto::FLOAT16, dims_of(v), *values));
+  }
+  auto result = run_pass_checked(*model, "fuse_conv_batchnorm");
+  EXPECT_FALSE(result.changed);
+  EXPECT_EQ(count_ops(*model, "BatchNormalization"), 1);
+}
+
 TEST(FuseConvBatchnorm, LeavesThreeDimensionalMatMulWithConstantWeightsAlone) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
