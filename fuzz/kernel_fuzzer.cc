@@ -15,10 +15,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +34,7 @@
 #include "core/ir/model.h"
 #include "core/ir/tensor.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/heap_limit.h"
 
 namespace {
 
@@ -326,12 +329,33 @@ std::string_view take_op(std::string_view& data) {
   return ops[std::hash<std::string_view>()(name) % ops.size()];
 }
 
+// Ops named in GRAFT_FUZZ_SKIP_OPS (comma-separated) are not run, so a long run can explore past
+// a known bug (saved in fuzz/regressions/kernel/) while it is being fixed.
+const std::set<std::string, std::less<>>& skipped_ops() {
+  static const auto* ops = [] {
+    auto* s = new std::set<std::string, std::less<>>();
+    if (const char* env = std::getenv("GRAFT_FUZZ_SKIP_OPS")) {
+      std::string_view list = env;
+      while (!list.empty()) {
+        const size_t comma = std::min(list.find(','), list.size());
+        if (comma) s->emplace(list.substr(0, comma));
+        list.remove_prefix(std::min(comma + 1, list.size()));
+      }
+    }
+    return s;
+  }();
+  return *ops;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using graft::fuzz::fail;
+  // Tensors are capped at 1 MiB and 8 MiB live; kernel scratch must stay in proportion.
+  graft::fuzz::HeapLimit heap_limit(64ll << 20);
   std::string_view rest(reinterpret_cast<const char*>(data), size);
   const std::string op(take_op(rest));
+  if (skipped_ops().count(op)) return 0;
   FuzzedDataProvider in(reinterpret_cast<const uint8_t*>(rest.data()), rest.size());
   Decoder dec(in);
 
