@@ -19,6 +19,8 @@
 # failed property), 2 bad usage or build failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Symbolized sanitizer stacks need llvm-symbolizer; llvm-14 installs it outside PATH.
+export PATH="$PATH:/usr/lib/llvm-14/bin"
 root=$PWD
 
 seconds=60 jobs=1 all_testdata=0 targets=()
