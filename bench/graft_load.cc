@@ -11,13 +11,12 @@
 //
 //   graft_load            full run (about a minute on 2 cores)
 //   graft_load --quick    a few requests per cell, for the CTest smoke test (seconds)
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
+//
+// Over TLS (both graftd and the echo floor serve it, so the ratio compares like with like):
+//   graft_load --tls-cert-file S.pem --tls-key-file S.key --ca CA.pem
+// and mTLS: add --tls-client-ca-file CA.pem --cert C.pem --key C.key. The client flags are the
+// CLI's (--tls, --ca, --cert, --key, --server-name); the server flags are graftd's. A TLS file
+// that cannot be read is exit 4, one that is not usable PEM exit 2 (as the CLI).
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,136 +42,28 @@
 #include <grpcpp/grpcpp.h>
 #include <onnx/onnx_pb.h>
 
+#include "bench/bench_util.h"
 #include "client/graft_client.h"
+#include "client/tls.h"
 #include "core/cache/digest.h"
 #include "echo.grpc.pb.h"  // generated from bench/echo.proto
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using graft::bench::Clock;
+using graft::bench::fmt;
+using graft::bench::Graftd;
+using graft::bench::mean;
+using graft::bench::own_channel;
+using graft::bench::percentile;
+using graft::bench::print_table;
+using graft::bench::read_file;
+using graft::bench::since;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 constexpr size_t kChunkBytes = 1 << 20;  // what graftd and GraftClient use
 constexpr auto kRequestTimeout = 60s;    // per request, so a stuck call cannot hang the run
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Channels with equal arguments share one connection by default (gRPC's global subchannel
-// pool); a local pool gives every simulated client its own TCP connection, as separate client
-// processes would have.
-std::shared_ptr<grpc::Channel> own_channel(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);
-  args.SetMaxSendMessageSize(8 << 20);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-}
-
-// ---------------------------------------------------------------------------------------------
-// graftd as a child process.
-
-// Two distinct ports that were free a moment ago (the kernel's choice for 127.0.0.1:0). graftd
-// logs the ports it bound for --listen 127.0.0.1:0 at info level, which --log-level warn hides, so
-// the ports are chosen here; if another process takes one in between, graftd exits and is started
-// again with new ones.
-std::pair<int, int> free_ports() {
-  int ports[2] = {0, 0};
-  int fds[2];
-  for (int i = 0; i < 2; ++i) {  // both held open until both are chosen, so they differ
-    fds[i] = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (::bind(fds[i], reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        ::getsockname(fds[i], reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      ports[i] = ntohs(addr.sin_port);
-  }
-  for (int fd : fds) ::close(fd);
-  return {ports[0], ports[1]};
-}
-
-class Graftd {
- public:
-  Graftd(const std::string& binary, const std::vector<std::string>& extra_args) {
-    log_path_ = fs::temp_directory_path() / ("graft_load_graftd_" + std::to_string(::getpid()));
-    for (int attempt = 0; attempt < 5 && address_.empty(); ++attempt) {
-      if (attempt > 0) stop();
-      auto [grpc_port, metrics_port] = free_ports();
-      std::string target = "127.0.0.1:" + std::to_string(grpc_port);
-      start(binary, target, "127.0.0.1:" + std::to_string(metrics_port), extra_args);
-      // Ready when the health service answers SERVING on our port and graftd is still alive
-      // (so it is graftd that answered, not whoever took the port). A new channel per probe: a
-      // channel that failed to connect waits out a reconnect backoff of a second or more.
-      for (auto until = Clock::now() + 30s; running() && Clock::now() < until;) {
-        auto serving = graft::client::GraftClient(own_channel(target)).serving();
-        if (serving.ok() && *serving && running()) {
-          address_ = target;
-          break;
-        }
-        std::this_thread::sleep_for(50ms);
-      }
-    }
-  }
-  ~Graftd() {
-    stop();
-    std::error_code ec;
-    fs::remove(log_path_, ec);
-  }
-  const std::string& address() const { return address_; }
-  std::string log() const { return read_file(log_path_); }
-  bool running() {
-    if (pid_ <= 0 || exited_) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) exited_ = true;
-    return !exited_;
-  }
-
- private:
-  void start(const std::string& binary, const std::string& listen, const std::string& metrics,
-             const std::vector<std::string>& extra_args) {
-    exited_ = false;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the load generator
-      int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 2);
-      std::vector<std::string> args = {binary,  "--listen",    listen, "--metrics-listen",
-                                       metrics, "--log-level", "warn"};
-      args.insert(args.end(), extra_args.begin(), extra_args.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(binary.c_str(), argv.data());
-      ::_exit(127);
-    }
-  }
-  // SIGTERM (graftd drains; nothing is in flight here), SIGKILL if it takes too long.
-  void stop() {
-    if (!running()) return;
-    ::kill(pid_, SIGTERM);
-    for (auto until = Clock::now() + 10s; running() && Clock::now() < until;)
-      std::this_thread::sleep_for(20ms);
-    if (running()) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      exited_ = true;
-    }
-  }
-
-  fs::path log_path_;
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  std::string address_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The echo floor, served in this process.
@@ -276,19 +167,7 @@ struct ModelSource {
   }
 
   std::string with_doc(const std::string& doc) const {
-    std::string out;
-    out.reserve(base.size() + doc.size() + 12);
-    out = base;
-    out.push_back(static_cast<char>((6 << 3) | 2));  // field 6, length-delimited
-    for (uint64_t n = doc.size();; n >>= 7) {
-      if (n < 0x80) {
-        out.push_back(static_cast<char>(n));
-        break;
-      }
-      out.push_back(static_cast<char>((n & 0x7f) | 0x80));
-    }
-    out += doc;
-    return out;
+    return graft::bench::append_doc_string(base, doc);
   }
 };
 
@@ -303,6 +182,7 @@ const char* kind_name(Kind k) {
 struct Shared {
   std::string graftd_address;
   std::string echo_address;
+  graft::tls::ClientOptions tls;  // for both
   graft::v1::PipelineConfig config;
   const ModelSource* models = nullptr;
   std::string run_tag;                 // makes miss digests unique to this run
@@ -324,31 +204,17 @@ struct CellResult {
   bool capped = false;  // the time cap ended the cell before every request was sent
 };
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
-
-double mean(const std::vector<double>& v) {
-  if (v.empty()) return NAN;
-  double s = 0;
-  for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
-}
-
 // One simulated client's requests: the request is built before the clock starts and checked
 // after it stops, so only the call itself is timed.
 class Requester {
  public:
   Requester(Kind kind, Shared* shared) : kind_(kind), shared_(shared) {
     if (kind == Kind::kEcho) {
-      channel_ = own_channel(shared->echo_address);
+      channel_ = own_channel(shared->echo_address, shared->tls);
       echo_ = graft::bench::Echo::NewStub(channel_);
       expected_echo_ = echo_reply(shared->hit_model, shared->hit_result.size());
     } else {
-      channel_ = own_channel(shared->graftd_address);
+      channel_ = own_channel(shared->graftd_address, shared->tls);
       graft_ = std::make_unique<graft::client::GraftClient>(channel_);
     }
   }
@@ -472,43 +338,6 @@ CellResult run_cell(Kind kind, int clients, int total_requests, double cap_secon
 // ---------------------------------------------------------------------------------------------
 // Output.
 
-std::string fmt(const char* f, double v) {
-  if (std::isnan(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-// A Markdown table with padded columns (first column left-aligned, the others right-aligned).
-void print_table(const std::vector<std::string>& header,
-                 const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(header.size());
-  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const auto& r : rows)
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string out = "|";
-    for (size_t i = 0; i < cells.size(); ++i) {
-      const size_t pad = width[i] - cells[i].size();
-      out.push_back(' ');
-      if (i > 0) out.append(pad, ' ');
-      out.append(cells[i]);
-      if (i == 0) out.append(pad, ' ');
-      out.append(" |");
-    }
-    std::printf("%s\n", out.c_str());
-  };
-  line(header);
-  std::string rule = "|";
-  for (size_t i = 0; i < header.size(); ++i) {
-    // Markdown: the first column left-aligned, the numbers right-aligned.
-    rule.append(i == 0 ? width[i] + 2 : width[i] + 1, '-');
-    rule.append(i == 0 ? "|" : ":|");
-  }
-  std::printf("%s\n", rule.c_str());
-  for (const auto& r : rows) line(r);
-}
-
 struct Options {
   bool quick = false;
   std::string graftd = GRAFTD;
@@ -520,13 +349,46 @@ struct Options {
   int miss_requests = 900;
   int hit_requests = 3000;
   int echo_requests = 3000;
+  graft::tls::ClientOptions tls;                                // the clients' side
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;  // graftd's and the echo's side
 };
 
 int usage() {
   std::fprintf(stderr,
                "usage: graft_load [--quick] [--graftd PATH] [--model FILE.onnx] "
-               "[--clients 1,2,4,16] [--workers N] [--seconds CAP_PER_CELL]\n");
+               "[--clients 1,2,4,16] [--workers N] [--seconds CAP_PER_CELL]\n"
+               "                  [--tls-cert-file PEM --tls-key-file PEM "
+               "[--tls-client-ca-file PEM]]\n"
+               "                  [--tls] [--ca PEM] [--cert PEM --key PEM] "
+               "[--server-name NAME]\n");
   return 2;
+}
+
+// Exit code for a TLS file problem, as the CLI's: 4 unreadable, 2 not usable.
+int tls_file_error(const absl::Status& st) {
+  std::fprintf(stderr, "graft_load: %s\n", std::string(st.message()).c_str());
+  return st.code() == absl::StatusCode::kNotFound ||
+                 st.code() == absl::StatusCode::kPermissionDenied
+             ? 4
+             : 2;
+}
+
+// The echo floor's credentials: graftd's files, so both ends of the ratio pay for the same TLS.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> echo_credentials(const Options& opt) {
+  if (opt.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  auto chain = graft::tls::read_certificates(opt.tls_cert_file, "--tls-cert-file");
+  if (!chain.ok()) return chain.status();
+  auto key = graft::tls::read_private_key(opt.tls_key_file, "--tls-key-file");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *chain});
+  if (!opt.tls_client_ca_file.empty()) {
+    auto roots = graft::tls::read_certificates(opt.tls_client_ca_file, "--tls-client-ca-file");
+    if (!roots.ok()) return roots.status();
+    ssl.pem_root_certs = *roots;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
 }
 
 }  // namespace
@@ -544,6 +406,22 @@ int main(int argc, char** argv) {
       opt.model = argv[++i];
     } else if (a == "--workers" && has_value) {
       opt.workers = argv[++i];
+    } else if (a == "--tls") {
+      opt.tls.enabled = true;
+    } else if (a == "--ca" && has_value) {
+      opt.tls.ca_file = argv[++i];
+    } else if (a == "--cert" && has_value) {
+      opt.tls.cert_file = argv[++i];
+    } else if (a == "--key" && has_value) {
+      opt.tls.key_file = argv[++i];
+    } else if (a == "--server-name" && has_value) {
+      opt.tls.server_name = argv[++i];
+    } else if (a == "--tls-cert-file" && has_value) {
+      opt.tls_cert_file = argv[++i];
+    } else if (a == "--tls-key-file" && has_value) {
+      opt.tls_key_file = argv[++i];
+    } else if (a == "--tls-client-ca-file" && has_value) {
+      opt.tls_client_ca_file = argv[++i];
     } else if (a == "--seconds" && has_value) {
       opt.cap_seconds = std::atof(argv[++i]);
     } else if (a == "--clients" && has_value) {
@@ -565,6 +443,21 @@ int main(int argc, char** argv) {
     opt.hit_requests = 32;
     opt.echo_requests = 32;
   }
+  // graft_load starts the server, so client TLS needs the server's files and the other way round.
+  const bool server_tls = !opt.tls_cert_file.empty() || !opt.tls_key_file.empty();
+  if (server_tls != opt.tls.on() ||
+      (server_tls && (opt.tls_cert_file.empty() || opt.tls_key_file.empty())) ||
+      (!opt.tls_client_ca_file.empty() && opt.tls.cert_file.empty())) {
+    std::fprintf(stderr,
+                 "graft_load: TLS needs both sides: --tls-cert-file and --tls-key-file for the "
+                 "servers it starts, --tls or --ca for its clients; --tls-client-ca-file also "
+                 "needs --cert and --key\n");
+    return usage();
+  }
+  if (auto probe = graft::tls::make_channel("127.0.0.1:9", opt.tls); !probe.ok())
+    return tls_file_error(probe.status());
+  auto echo_creds = echo_credentials(opt);
+  if (!echo_creds.ok()) return tls_file_error(echo_creds.status());
   const auto run_start = Clock::now();
 
   std::string error;
@@ -576,10 +469,20 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> graftd_args;
   if (!opt.workers.empty()) graftd_args = {"--workers", opt.workers};
-  Graftd graftd(opt.graftd, graftd_args);
+  if (server_tls) {
+    for (const std::string& a : {std::string("--tls-cert-file"), opt.tls_cert_file,
+                                 std::string("--tls-key-file"), opt.tls_key_file})
+      graftd_args.push_back(a);
+  }
+  if (!opt.tls_client_ca_file.empty()) {
+    for (const std::string& a : {std::string("--tls-client-ca-file"), opt.tls_client_ca_file,
+                                 std::string("--tls-client-auth"), std::string("require")})
+      graftd_args.push_back(a);
+  }
+  Graftd graftd(opt.graftd, graftd_args, opt.tls);
   if (graftd.address().empty()) {
-    std::fprintf(stderr, "graft_load: graftd (%s) did not start:\n%s\n", opt.graftd.c_str(),
-                 graftd.log().c_str());
+    std::fprintf(stderr, "graft_load: graftd (%s) did not start or does not answer: %s\n%s\n",
+                 opt.graftd.c_str(), graftd.last_error().c_str(), graftd.log().c_str());
     return 1;
   }
 
@@ -588,7 +491,7 @@ int main(int argc, char** argv) {
   EchoService echo_service;
   grpc::ServerBuilder builder;
   int echo_port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  builder.AddListeningPort("127.0.0.1:0", *echo_creds, &echo_port);
   builder.RegisterService(&echo_service);
   builder.SetMaxReceiveMessageSize(8 << 20);  // as graftd
   builder.SetMaxSendMessageSize(8 << 20);
@@ -599,6 +502,7 @@ int main(int argc, char** argv) {
   }
 
   Shared shared;
+  shared.tls = opt.tls;
   shared.graftd_address = graftd.address();
   shared.echo_address = "127.0.0.1:" + std::to_string(echo_port);
   shared.config.set_level("O2");
@@ -608,7 +512,7 @@ int main(int argc, char** argv) {
 
   // Warm-up: the first pipeline run and the first calls pay one-time costs (lazy
   // initialization, allocator growth) that belong to no cell.
-  graft::client::GraftClient warm(own_channel(shared.graftd_address));
+  graft::client::GraftClient warm(own_channel(shared.graftd_address, shared.tls));
   int failures = 0;
   std::string first_failure;
   auto fail = [&](const std::string& what) {
@@ -697,9 +601,12 @@ int main(int argc, char** argv) {
   }
 
   std::printf(
-      "graft_load%s: graftd %s with %d workers on %u hardware threads; model %s "
+      "graft_load%s: graftd %s%s with %d workers on %u hardware threads; model %s "
       "(%.2f MiB in, %.2f MiB out at O2)\n",
       opt.quick ? " --quick (numbers not meaningful)" : "", graftd.address().c_str(),
+      !opt.tls.on()                    ? ""
+      : opt.tls_client_ca_file.empty() ? " over TLS (the echo floor too)"
+                                       : " over mTLS (the echo floor too)",
       server_workers, std::thread::hardware_concurrency(), opt.model.filename().c_str(),
       models->base.size() / 1048576.0, out_bytes / 1048576.0);
   // What a hit costs graftd beyond moving bytes, for reading the hit / echo ratio.
@@ -732,7 +639,8 @@ int main(int argc, char** argv) {
                "queue ms (mean)", "worker ms (mean)"},
               rows);
 
-  std::printf("\nCache hit vs. echo floor (same bytes up and down over plain gRPC):\n\n");
+  std::printf("\nCache hit vs. echo floor (same bytes up and down over plain gRPC%s):\n\n",
+              opt.tls.on() ? " with the same TLS" : "");
   rows.clear();
   for (int clients : opt.clients) {
     const CellResult* hit = nullptr;

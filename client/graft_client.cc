@@ -1,5 +1,10 @@
 #include "client/graft_client.h"
 
+#include <set>
+
+#include <absl/strings/str_cat.h>
+
+#include "core/paths/beneath.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 
@@ -10,26 +15,34 @@ absl::Status from_grpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-namespace {
-
-std::shared_ptr<grpc::Channel> make_channel(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);
-  args.SetMaxSendMessageSize(8 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-}
-
-}  // namespace
-
-GraftClient::GraftClient(const std::string& target) : GraftClient(make_channel(target)) {}
+GraftClient::GraftClient(const std::string& target)
+    : GraftClient(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                            tls::default_channel_args())) {}
 
 GraftClient::GraftClient(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)), stub_(v1::Graft::NewStub(channel_)) {}
+
+absl::StatusOr<GraftClient> GraftClient::connect(const std::string& target,
+                                                 const tls::ClientOptions& tls) {
+  auto channel = tls::make_channel(target, tls);
+  if (!channel.ok()) return channel.status();
+  GraftClient client(std::move(*channel));
+  client.tls_ = tls.on();
+  return client;
+}
+
+absl::Status GraftClient::status_of(const grpc::Status& status) const {
+  absl::Status st = from_grpc(status);
+  if (st.code() != absl::StatusCode::kUnavailable || !tls_) return st;
+  return tls::explain_connection_failure(st, *tls_);
+}
 
 absl::StatusOr<OptimizeResult> GraftClient::optimize(
     std::string_view model, const v1::PipelineConfig& config,
     std::optional<std::chrono::milliseconds> timeout, const Progress& progress, size_t chunk_bytes,
     const ExternalFiles& external_files) {
+  for (const auto& [name, bytes] : external_files)
+    if (auto st = paths::check_location(name); !st.ok()) return st;
   grpc::ClientContext context;
   if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
   auto stream = stub_->Optimize(&context);
@@ -59,15 +72,28 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
   stream->WritesDone();
   OptimizeResult result;
   bool have_report = false;
+  // Names the server sends back are checked by the rule the upload had to pass, before anyone
+  // can use them as paths; each file comes in one run of chunks.
+  absl::Status bad_file;
+  std::set<std::string> names;
   v1::OptimizeResponse msg;
   while (stream->Read(&msg)) {
     if (msg.has_chunk()) {
       const std::string& file = msg.chunk().file();
       if (file.empty()) {
         result.model += msg.chunk().data();
+      } else if (result.external_files.empty() || result.external_files.back().first != file) {
+        if (auto st = paths::check_location(file); !st.ok() && bad_file.ok()) {
+          bad_file =
+              absl::InvalidArgumentError(absl::StrCat("the server returned an ", st.message()));
+          context.TryCancel();
+        } else if (!names.insert(file).second && bad_file.ok()) {
+          bad_file = absl::DataLossError(absl::StrCat("the server returned external file '",
+                                                      paths::shown_location(file), "' twice"));
+          context.TryCancel();
+        }
+        if (bad_file.ok()) result.external_files.emplace_back(file, msg.chunk().data());
       } else {
-        if (result.external_files.empty() || result.external_files.back().first != file)
-          result.external_files.emplace_back(file, std::string());
         result.external_files.back().second += msg.chunk().data();
       }
       if (progress) progress(false, result.model.size(), 0);
@@ -76,7 +102,9 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
       have_report = true;
     }
   }
-  if (auto st = from_grpc(stream->Finish()); !st.ok()) return st;
+  grpc::Status finished = stream->Finish();
+  if (!bad_file.ok()) return bad_file;
+  if (auto st = status_of(finished); !st.ok()) return st;
   if (!have_report) return absl::DataLossError("the server sent no report");
   if (result.model.size() != result.report.output_bytes())
     return absl::DataLossError("received fewer model bytes than the report announces");
@@ -104,7 +132,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
       have_report = true;
     }
   }
-  if (auto st = from_grpc(reader->Finish()); !st.ok()) return st;
+  if (auto st = status_of(reader->Finish()); !st.ok()) return st;
   if (have_report) out.result = std::move(result);
   return out;
 }
@@ -112,7 +140,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
 absl::StatusOr<v1::ListPassesResponse> GraftClient::list_passes() {
   grpc::ClientContext context;
   v1::ListPassesResponse response;
-  if (auto st = from_grpc(stub_->ListPasses(&context, {}, &response)); !st.ok()) return st;
+  if (auto st = status_of(stub_->ListPasses(&context, {}, &response)); !st.ok()) return st;
   return response;
 }
 
@@ -122,7 +150,7 @@ absl::StatusOr<bool> GraftClient::serving() {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
-  if (auto st = from_grpc(stub->Check(&context, request, &response)); !st.ok()) return st;
+  if (auto st = status_of(stub->Check(&context, request, &response)); !st.ok()) return st;
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
@@ -139,7 +167,7 @@ absl::StatusOr<std::vector<std::string>> GraftClient::reflected_services() {
   grpc::reflection::v1alpha::ServerReflectionResponse response;
   while (stream->Read(&response))
     for (const auto& s : response.list_services_response().service()) names.push_back(s.name());
-  if (auto st = from_grpc(stream->Finish()); !st.ok()) return st;
+  if (auto st = status_of(stream->Finish()); !st.ok()) return st;
   return names;
 }
 

@@ -13,6 +13,7 @@
 #include <absl/status/statusor.h>
 #include <grpcpp/grpcpp.h>
 
+#include "client/tls.h"
 #include "graft/v1/graft.grpc.pb.h"
 
 namespace graft::client {
@@ -36,8 +37,14 @@ using Progress = std::function<void(bool upload, uint64_t done, uint64_t total)>
 
 class GraftClient {
  public:
+  // Plaintext.
   explicit GraftClient(const std::string& target);
   explicit GraftClient(std::shared_ptr<grpc::Channel> channel);
+  // Plaintext, or TLS when `tls.on()`. Errors are tls::make_channel's: NotFound or
+  // PermissionDenied for a file that cannot be read, InvalidArgument for one that is not PEM, a
+  // key that does not match its certificate, or a certificate without its key.
+  static absl::StatusOr<GraftClient> connect(const std::string& target,
+                                             const tls::ClientOptions& tls);
 
   absl::StatusOr<OptimizeResult> optimize(std::string_view model, const v1::PipelineConfig& config,
                                           std::optional<std::chrono::milliseconds> timeout = {},
@@ -53,6 +60,10 @@ class GraftClient {
   absl::StatusOr<std::vector<std::string>> reflected_services();
 
  private:
+  // from_grpc, with a hint when the connection failed (e.g. a plaintext client and a TLS server).
+  absl::Status status_of(const grpc::Status& status) const;
+
+  std::optional<bool> tls_;  // unknown for a channel made elsewhere: then no hint
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Graft::Stub> stub_;
 };

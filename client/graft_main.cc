@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <absl/strings/str_split.h>
+#include <grpc/support/log.h>
 #include <CLI/CLI.hpp>
 
 #include "client/exit_codes.h"
@@ -19,6 +20,7 @@
 #include "core/cache/digest.h"
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
+#include "core/paths/beneath.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
 
@@ -115,6 +117,12 @@ absl::StatusOr<std::set<std::string>> external_locations(const std::string& byte
   return out;
 }
 
+// Exit code for an external-data read or write: a location that breaks the rules (outside the
+// folder, not normalised, a symbolic link) is a bad model, anything else an I/O error.
+int path_exit_code(const absl::Status& st) {
+  return st.code() == absl::StatusCode::kInvalidArgument ? kBadModel : kIoError;
+}
+
 std::filesystem::path folder_of(const std::string& path) {
   if (path == "-" || path.empty()) return std::filesystem::current_path();
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -148,6 +156,8 @@ struct OptimizeArgs {
   double verify_rtol = 1e-3, verify_atol = 1e-4;
   bool quiet = false;
   std::string sha256;  // lookup only
+  // TLS from the flags; GRAFT_TLS* fill in what they leave unset.
+  tls::ClientOptions tls;
 };
 
 // Builds the pipeline config from flags; the error is a usage message.
@@ -212,6 +222,7 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
     if (auto st = split("--verify-value", val, &name, &value); !st.ok()) return st;
     if (auto st = number("--verify-value", value, &v.values[name]); !st.ok()) return st;
   }
+  if (auto st = api::check_limits(config); !st.ok()) return st;
   if (auto st = eval::validate(v); !st.ok()) return st;
   return config;
 }
@@ -219,9 +230,15 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
 // Exit code for an error status from the server.
 int remote_exit_code(const absl::Status& st) {
   switch (st.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      return std::string(st.message()).find("invalid model") != std::string::npos ? kBadModel
-                                                                                  : kUsage;
+    case absl::StatusCode::kInvalidArgument: {
+      // The server's model errors, and external-data locations (the model's, or names the
+      // server returned) that break the path rules.
+      const std::string msg(st.message());
+      return msg.find("invalid model") != std::string::npos ||
+                     msg.find("invalid external data location") != std::string::npos
+                 ? kBadModel
+                 : kUsage;
+    }
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kResourceExhausted:
@@ -259,19 +276,36 @@ std::string resolve_server(const std::string& flag) {
   return env ? env : "";
 }
 
+// A client for `server`, with TLS from the flags and GRAFT_TLS* for what they leave unset. A
+// TLS file that cannot be read is exit 4, one that is not usable PEM (or a --cert without
+// --key) is exit 2.
+absl::StatusOr<client::GraftClient> connect(const std::string& server, tls::ClientOptions tls) {
+  tls::apply_environment(&tls);
+  return client::GraftClient::connect(server, tls);
+}
+
+int fail_connect(const absl::Status& st) {
+  bool unreadable =
+      st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kPermissionDenied;
+  return fail(unreadable ? kIoError : kUsage, std::string(st.message()));
+}
+
 int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
                const client::ExternalFiles& files = {}) {
   std::string error;
-  if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
   if (!a.output.empty() && !files.empty()) {
     if (a.output == "-")
       return fail(kUsage, "the model uses external-data files: write it to a file, not stdout");
-    for (const auto& [name, bytes] : files) {
-      auto path = folder_of(a.output) / name;
-      std::filesystem::create_directories(path.parent_path());
-      if (!write_output(path.string(), bytes, &error)) return fail(kIoError, error);
-    }
+    // Every name is checked before anything is written, and the files go before the model, so
+    // a refused location leaves no model referring to files that are not there.
+    for (const auto& [name, bytes] : files)
+      if (auto st = paths::check_location(name); !st.ok())
+        return fail(kBadModel, std::string(st.message()));
+    for (const auto& [name, bytes] : files)
+      if (auto st = paths::write_beneath(folder_of(a.output).string(), name, bytes); !st.ok())
+        return fail(path_exit_code(st), std::string(st.message()));
   }
+  if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
   if (!a.report_path.empty()) {
     std::string json = to_json(run).dump(2) + "\n";
     if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
@@ -300,20 +334,24 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   run.save_seconds = since(t);
   run.output_bytes = out->size();
   // Passes leave external tensors alone: the output references the input's files, which are
-  // copied next to it when it is written elsewhere.
+  // copied next to it when it is written elsewhere. Their names obey the same rule in every
+  // mode, so a model that refers outside its folder fails the same way with or without -o.
+  auto locations = external_locations(*out);
+  if (!locations.ok()) return fail(kInternal, std::string(locations.status().message()));
+  for (const auto& name : *locations)
+    if (auto st = paths::check_location(name); !st.ok())
+      return fail(kBadModel, a.input + ": " + std::string(st.message()));
   client::ExternalFiles files;
   if (!a.output.empty() && a.output != "-") {
-    auto locations = external_locations(*out);
-    if (!locations.ok()) return fail(kInternal, std::string(locations.status().message()));
     std::error_code same_error;
     bool same_folder =
         std::filesystem::equivalent(folder_of(a.input), folder_of(a.output), same_error);
     for (const auto& name : *locations) {
       if (same_folder) break;
-      std::string bytes, error;
-      if (!read_input((folder_of(a.input) / name).string(), &bytes, &error))
-        return fail(kIoError, "external data: " + error);
-      files.emplace_back(name, std::move(bytes));
+      auto bytes = paths::read_beneath(folder_of(a.input).string(), name);
+      if (!bytes.ok())
+        return fail(path_exit_code(bytes.status()), std::string(bytes.status().message()));
+      files.emplace_back(name, std::move(*bytes));
     }
   }
   return finish_run(a, run, *out, files);
@@ -328,18 +366,19 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
   client::ExternalFiles files;
   uint64_t total = bytes.size();
   for (const auto& name : *locations) {
-    std::string data, error;
-    if (!read_input((folder_of(a.input) / name).string(), &data, &error))
-      return fail(kIoError, "external data: " + error);
-    total += data.size();
-    files.emplace_back(name, std::move(data));
+    auto data = paths::read_beneath(folder_of(a.input).string(), name);
+    if (!data.ok())
+      return fail(path_exit_code(data.status()), std::string(data.status().message()));
+    total += data->size();
+    files.emplace_back(name, std::move(*data));
   }
-  client::GraftClient client(server);
+  auto client = connect(server, a.tls);
+  if (!client.ok()) return fail_connect(client.status());
   std::optional<std::chrono::milliseconds> timeout;
   if (a.timeout_seconds > 0)
     timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
   client::Progress bar = progress_bar(total);
-  auto result = client.optimize(bytes, api::to_proto(config), timeout, bar, 1 << 20, files);
+  auto result = client->optimize(bytes, api::to_proto(config), timeout, bar, 1 << 20, files);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
   if (!result.ok()) return fail_remote(result.status());
   RunSummary run;
@@ -386,8 +425,9 @@ int lookup(const OptimizeArgs& a) {
     if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
     digest = cache::sha256_hex(bytes);
   }
-  client::GraftClient client(server);
-  auto result = client.lookup(digest, api::to_proto(*config), !a.output.empty());
+  auto client = connect(server, a.tls);
+  if (!client.ok()) return fail_connect(client.status());
+  auto result = client->lookup(digest, api::to_proto(*config), !a.output.empty());
   if (!result.ok()) return fail_remote(result.status());
   std::cout << digest << (result->cached ? " cached" : " not cached") << "\n";
   if (!result->cached) return kNotCached;
@@ -406,14 +446,15 @@ int lookup(const OptimizeArgs& a) {
   return kOk;
 }
 
-int list_passes(const std::string& server_flag) {
+int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::string server = resolve_server(server_flag);
   std::vector<PassInfo> passes;
   if (server.empty()) {
     passes = all_passes();
   } else {
-    client::GraftClient client(server);
-    auto response = client.list_passes();
+    auto client = connect(server, tls);
+    if (!client.ok()) return fail_connect(client.status());
+    auto response = client->list_passes();
     if (!response.ok()) return fail_remote(response.status());
     for (const auto& p : response->passes()) {
       PassInfo info{p.name(), p.description(), p.level(), {}, nullptr};
@@ -435,11 +476,12 @@ int list_passes(const std::string& server_flag) {
   return kOk;
 }
 
-int health(const std::string& server_flag) {
+int health(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::string server = resolve_server(server_flag);
   if (server.empty()) return fail(kUsage, "health needs --server HOST:PORT (or GRAFT_SERVER)");
-  client::GraftClient client(server);
-  auto serving = client.serving();
+  auto client = connect(server, tls);
+  if (!client.ok()) return fail_connect(client.status());
+  auto serving = client->serving();
   if (!serving.ok()) return fail_remote(serving.status());
   std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
   return *serving ? kOk : kServer;
@@ -499,6 +541,19 @@ int main(int argc, char** argv) {
   };
   auto add_server = [&](CLI::App* cmd) {
     cmd->add_option("--server", args.server, "graftd address HOST:PORT (default: $GRAFT_SERVER)");
+    cmd->add_flag("--tls", args.tls.enabled,
+                  "connect with TLS; implied by the four options below (default: $GRAFT_TLS)");
+    cmd->add_option("--ca", args.tls.ca_file,
+                    "PEM CA bundle that signs the server's certificate (default: $GRAFT_TLS_CA, "
+                    "else the system's trusted CAs)");
+    cmd->add_option("--cert", args.tls.cert_file,
+                    "PEM client certificate, for servers that require one (mTLS) (default: "
+                    "$GRAFT_TLS_CERT)");
+    cmd->add_option("--key", args.tls.key_file,
+                    "PEM private key of --cert, unencrypted (default: $GRAFT_TLS_KEY)");
+    cmd->add_option("--server-name", args.tls.server_name,
+                    "name the server's certificate must carry, when it differs from the host in "
+                    "--server (default: $GRAFT_TLS_SERVER_NAME)");
   };
 
   auto* opt = app.add_subcommand("optimize", "optimize an ONNX model");
@@ -509,8 +564,10 @@ int main(int argc, char** argv) {
   auto* local =
       opt->add_flag("--local", args.local, "run the pipeline in this process (no server)");
   add_server(opt);
-  opt->get_option("--server")->excludes(local);
-  opt->add_option("--timeout", args.timeout_seconds, "remote: deadline in seconds");
+  for (const char* remote_only : {"--server", "--tls", "--ca", "--cert", "--key", "--server-name"})
+    opt->get_option(remote_only)->excludes(local);
+  opt->add_option("--timeout", args.timeout_seconds, "remote: deadline in seconds")
+      ->check(CLI::Range(0.0, 1e9));
   add_pipeline_options(opt);
   opt->add_option("--report", args.report_path, "write the per-pass report as JSON here");
   opt->add_option("--dump-dir", args.dump_dir,
@@ -539,9 +596,12 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
+  // gRPC logs failed TLS handshakes on stderr itself; the CLI reports them once, in its own
+  // message (GRPC_VERBOSITY set: gRPC's logs are wanted).
+  if (!std::getenv("GRPC_VERBOSITY")) gpr_set_log_function([](gpr_log_func_args*) {});
   try {
-    if (app.got_subcommand("passes")) return list_passes(args.server);
-    if (app.got_subcommand("health")) return health(args.server);
+    if (app.got_subcommand("passes")) return list_passes(args.server, args.tls);
+    if (app.got_subcommand("health")) return health(args.server, args.tls);
     if (app.got_subcommand("lookup")) return lookup(args);
     return optimize(args);
   } catch (const std::exception& e) {

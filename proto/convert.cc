@@ -1,11 +1,27 @@
 #include "proto/convert.h"
 
+#include <cmath>
+
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
 #include "core/passes/registry.h"
 
 namespace graft::api {
+
+absl::Status check_limits(const PipelineConfig& config) {
+  if (config.passes.size() > kMaxPassList)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "at most ", kMaxPassList, " passes may be listed, got ", config.passes.size()));
+  // A value also fills integer inputs (cast to int64), so it must be finite and in range.
+  constexpr double kMaxValue = 9223372036854775807.0;  // rounds to 2^63, itself out of range
+  for (const auto& [name, value] : config.verify_options.values)
+    if (!(std::fabs(value) < kMaxValue))
+      return absl::InvalidArgumentError(
+          absl::StrCat("verify: the value of '", name.substr(0, 200),
+                       "' must be a finite number of magnitude below 2^63, got ", value));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   PipelineConfig out;
@@ -37,6 +53,7 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   if (v.trials() != 0) o.trials = v.trials();
   if (v.has_rtol()) o.rtol = v.rtol();
   if (v.has_atol()) o.atol = v.atol();
+  if (auto st = check_limits(out); !st.ok()) return st;
   if (auto st = eval::validate(o); !st.ok()) return st;
   if (auto names = resolve_passes(out); !names.ok()) return names.status();
   return out;
@@ -96,7 +113,8 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
     for (const auto& [name, value] : o.values) field(absl::StrCat(name, "=", value));
     field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",rtol=", o.rtol, ",atol=", o.atol,
                        ",range=", o.float_range, ",int_max=", o.int_max,
-                       ",max_bytes=", o.max_tensor_bytes, ",max_live=", o.max_live_bytes));
+                       ",max_bytes=", o.max_tensor_bytes, ",max_live=", o.max_live_bytes,
+                       ",max_work=", o.max_work));
   }
   return out;
 }

@@ -10,6 +10,14 @@
 
 namespace graft::api {
 
+// The longest explicit pass list a config may give.
+constexpr size_t kMaxPassList = 256;
+
+// Client-set numbers that the core's own validation does not bound: the pass list's length,
+// verify values (finite, within int64). InvalidArgument naming the field. Called by from_proto
+// and by the CLI for local runs.
+absl::Status check_limits(const PipelineConfig& config);
+
 // API config -> core config. Level strings are validated here ("O0".."O3", "" = O2).
 absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config);
 v1::PipelineConfig to_proto(const PipelineConfig& config);

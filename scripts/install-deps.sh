@@ -11,7 +11,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(libonnx-testdata python3-yaml)
+  # openssl: the TLS tests make throwaway certificates with it.
+  packages+=(libonnx-testdata python3-yaml openssl)
   # Sanitizer builds and fuzzing (scripts/sanitize.sh, scripts/fuzz.sh): clang 14 with its
   # sanitizer runtimes and libFuzzer, and llvm-symbolizer for readable reports.
   packages+=(clang libclang-rt-14-dev libfuzzer-14-dev llvm-14)

@@ -1,9 +1,13 @@
 #include "server/config.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 #include <absl/strings/str_cat.h>
 #include <yaml-cpp/yaml.h>
@@ -22,6 +26,9 @@ struct Key {
 
 template <typename T>
 absl::Status parse_number(const std::string& text, T* out, const char* key) {
+  // istream reads "-1" into an unsigned as its wrapped value: a huge limit, not an error.
+  if (std::is_unsigned_v<T> && text.find('-') != std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat(key, ": must not be negative: '", text, "'"));
   std::istringstream in(text);
   T v{};
   in >> v;
@@ -59,10 +66,20 @@ const std::vector<Key>& keys() {
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.max_model_bytes, "max_model_bytes");
        }},
+      {"max_inflight_bytes",
+       "bytes of all uploads held in memory at once; 0 = a quarter of the memory available",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.max_inflight_bytes, "max_inflight_bytes");
+       }},
       {"verify_max_bytes",
        "evaluator memory per verified request (tensors alive at once); 0 = verification off",
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.verify_max_bytes, "verify_max_bytes");
+       }},
+      {"verify_max_work",
+       "evaluator operations (multiply-adds, elements written) per verified request; 0 = no cap",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.verify_max_work, "verify_max_work");
        }},
       {"default_deadline_seconds", "deadline for requests that set none",
        [](ServerConfig& c, const std::string& v) {
@@ -80,6 +97,39 @@ const std::vector<Key>& keys() {
       {"log_format", "text or json",
        [](ServerConfig& c, const std::string& v) {
          c.log_format = v;
+         return absl::OkStatus();
+       }},
+      {"tls_cert_file", "PEM certificate chain: serve TLS on listen (empty = plaintext)",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_cert_file = v;
+         return absl::OkStatus();
+       }},
+      {"tls_key_file", "PEM private key of tls_cert_file (unencrypted)",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_key_file = v;
+         return absl::OkStatus();
+       }},
+      {"tls_client_ca_file", "PEM CA bundle that signs client certificates (mTLS)",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_client_ca_file = v;
+         return absl::OkStatus();
+       }},
+      {"tls_client_auth",
+       "client certificates: none, request (verified if sent) or require (mTLS); request and "
+       "require need tls_client_ca_file",
+       [](ServerConfig& c, const std::string& v) {
+         c.tls_client_auth = v;
+         return absl::OkStatus();
+       }},
+      {"tls_reload_interval_seconds", "how often the TLS files are re-read (1..86400)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.tls_reload_interval_seconds, "tls_reload_interval_seconds");
+       }},
+      {"health_listen",
+       "plaintext address HOST:PORT serving only grpc.health.v1, for probes that cannot speak "
+       "TLS (empty = off)",
+       [](ServerConfig& c, const std::string& v) {
+         c.health_listen = v;
          return absl::OkStatus();
        }},
   };
@@ -125,10 +175,13 @@ absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config) {
 absl::Status validate(const ServerConfig& c) {
   if (c.workers < 0) return absl::InvalidArgumentError("workers must be >= 0");
   if (c.queue_length < 0) return absl::InvalidArgumentError("queue_length must be >= 0");
-  if (c.default_deadline_seconds <= 0)
-    return absl::InvalidArgumentError("default_deadline_seconds must be > 0");
-  if (c.grace_period_seconds < 0)
-    return absl::InvalidArgumentError("grace_period_seconds must be >= 0");
+  // Durations become clock ticks (int64 nanoseconds, about 292 years): a year bounds them
+  // well inside, and the negated comparisons also refuse NaN.
+  constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+  if (!(c.default_deadline_seconds > 0 && c.default_deadline_seconds <= kMaxSeconds))
+    return absl::InvalidArgumentError("default_deadline_seconds must be > 0 and at most a year");
+  if (!(c.grace_period_seconds >= 0 && c.grace_period_seconds <= kMaxSeconds))
+    return absl::InvalidArgumentError("grace_period_seconds must be >= 0 and at most a year");
   if (c.max_model_bytes == 0) return absl::InvalidArgumentError("max_model_bytes must be > 0");
   if (c.log_format != "text" && c.log_format != "json")
     return absl::InvalidArgumentError("log_format must be text or json");
@@ -141,6 +194,28 @@ absl::Status validate(const ServerConfig& c) {
     return absl::InvalidArgumentError("listen must be HOST:PORT");
   if (c.metrics_listen.find(':') == std::string::npos)
     return absl::InvalidArgumentError("metrics_listen must be HOST:PORT");
+  if (!c.health_listen.empty() && c.health_listen.find(':') == std::string::npos)
+    return absl::InvalidArgumentError("health_listen must be HOST:PORT (or empty: off)");
+  // Half a TLS configuration is refused rather than silently served as plaintext.
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty())
+    return absl::InvalidArgumentError(
+        "tls_cert_file and tls_key_file go together: set both (TLS) or neither (plaintext)");
+  if (c.tls_client_auth != "none" && c.tls_client_auth != "request" &&
+      c.tls_client_auth != "require")
+    return absl::InvalidArgumentError("tls_client_auth must be none, request or require");
+  if (!c.tls() && (!c.tls_client_ca_file.empty() || c.tls_client_auth != "none"))
+    return absl::InvalidArgumentError(
+        "client certificates need TLS: set tls_cert_file and tls_key_file too");
+  if (c.tls_client_auth != "none" && c.tls_client_ca_file.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_client_auth ", c.tls_client_auth,
+                     " needs tls_client_ca_file, the CA bundle that signs client certificates"));
+  if (c.tls_client_auth == "none" && !c.tls_client_ca_file.empty())
+    return absl::InvalidArgumentError(
+        "tls_client_ca_file is set but tls_client_auth is none: set tls_client_auth to require "
+        "(or request), or drop the CA bundle");
+  if (c.tls_reload_interval_seconds < 1 || c.tls_reload_interval_seconds > 86400)
+    return absl::InvalidArgumentError("tls_reload_interval_seconds must be 1..86400");
   return absl::OkStatus();
 }
 
@@ -176,8 +251,42 @@ absl::StatusOr<ServerConfig> load_config(int argc, char** argv, int* exit_code) 
       if (auto st = k.set(config, flag_values[k.name]); !st.ok()) return st;
   if (config.workers == 0)
     config.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (config.max_inflight_bytes == 0) config.max_inflight_bytes = automatic_inflight_bytes();
   if (auto st = validate(config); !st.ok()) return st;
   return config;
+}
+
+namespace {
+
+// A memory limit file's value ("max" or a byte count), or 0 when absent or unlimited.
+uint64_t read_limit(const std::string& path) {
+  std::ifstream in(path);
+  uint64_t value = 0;
+  if (!(in >> value)) return 0;
+  return value;
+}
+
+}  // namespace
+
+uint64_t automatic_inflight_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGE_SIZE);
+  uint64_t memory = pages > 0 && page_size > 0
+                        ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+                        : uint64_t{4} << 30;
+  std::vector<std::string> limits = {"/sys/fs/cgroup/memory.max",
+                                     "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+  // cgroup v2 without a cgroup namespace: this process's own group.
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);)
+    if (line.rfind("0::", 0) == 0)
+      limits.push_back("/sys/fs/cgroup" + line.substr(3) + "/memory.max");
+  for (const auto& path : limits)
+    if (uint64_t limit = read_limit(path); limit > 0) memory = std::min(memory, limit);
+  return std::max<uint64_t>(memory / 4, 1);
+}
+
+uint64_t inflight_bytes(const ServerConfig& config) {
+  return config.max_inflight_bytes > 0 ? config.max_inflight_bytes : automatic_inflight_bytes();
 }
 
 }  // namespace graft::server

@@ -15,13 +15,29 @@ struct ServerConfig {
   int queue_length = 64;
   uint64_t cache_bytes = 1ull << 30;
   uint64_t max_model_bytes = 2147483647ull;
+  // Bytes of all uploads held in memory at once (models and external files, from the first
+  // chunk until the response is sent); 0 = automatic, see automatic_inflight_bytes().
+  uint64_t max_inflight_bytes = 0;
   // Evaluator memory of one verified request (tensors alive at once, weights included);
   // 0 turns verification off (requests asking for it get FAILED_PRECONDITION).
   uint64_t verify_max_bytes = 1ull << 30;
+  // Evaluator work of one verified request, all its runs together (original, candidates,
+  // bisection); when spent the result is NOT_VERIFIABLE. 0 = no cap (the deadline still holds).
+  uint64_t verify_max_work = 20'000'000'000;
   double default_deadline_seconds = 300;
   double grace_period_seconds = 25;
   std::string log_level = "info";
   std::string log_format = "text";
+  // TLS on `listen` (off while tls_cert_file is empty). The files are re-read every
+  // tls_reload_interval_seconds, so a renewed certificate is served without a restart.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;        // CA bundle that signs client certificates (mTLS)
+  std::string tls_client_auth = "none";  // none, request (verified if sent) or require
+  int tls_reload_interval_seconds = 60;
+  // Plaintext grpc.health.v1 only, for probes that cannot speak TLS; empty = off.
+  std::string health_listen;
+  bool tls() const { return !tls_cert_file.empty(); }
 };
 
 // Parses argv (flags --config, --listen, --metrics-listen, --workers, ...). Returns the config,
@@ -31,5 +47,11 @@ absl::StatusOr<ServerConfig> load_config(int argc, char** argv, int* exit_code);
 // Applies one YAML document's keys; unknown keys are an error (typos must not pass silently).
 absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config);
 absl::Status validate(const ServerConfig& config);
+
+// A quarter of the memory this process may use: the cgroup's memory limit when one is set
+// (a container), else the machine's physical memory.
+uint64_t automatic_inflight_bytes();
+// config.max_inflight_bytes, or automatic_inflight_bytes() when it is 0.
+uint64_t inflight_bytes(const ServerConfig& config);
 
 }  // namespace graft::server

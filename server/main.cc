@@ -9,16 +9,53 @@
 
 #include <absl/strings/str_cat.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
 #include <spdlog/spdlog.h>
 
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
 #include "server/service.h"
+#include "server/tls.h"
 
 using namespace graft::server;
+
+namespace {
+
+// gRPC adds reflection to every server of the process (its plugin registers itself when the
+// library loads); the probe port must answer grpc.health.v1 and nothing else.
+class WithoutPlugins final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->clear();
+  }
+};
+
+// Answers every call the health service does not take. It also gives the probe server the
+// callback method gRPC needs before it starts a server (the default health service is added
+// only once the server starts).
+class HealthOnly final : public grpc::CallbackGenericService {
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    class Refuse : public grpc::ServerGenericBidiReactor {
+     public:
+      Refuse() {
+        Finish({grpc::StatusCode::UNIMPLEMENTED,
+                "this is graftd's plaintext health port (health_listen): it serves only "
+                "grpc.health.v1.Health"});
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Refuse;
+  }
+};
+
+std::string host_of(const std::string& address) { return address.substr(0, address.rfind(':')); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int exit_code = -1;
@@ -31,12 +68,25 @@ int main(int argc, char** argv) {
   setup_logging(config->log_level,
                 config->log_format == "json" ? LogFormat::kJson : LogFormat::kText);
 
-  // SIGTERM/SIGINT are handled by one thread with sigwait; block them everywhere else, before
-  // gRPC and the worker pool start their threads.
+  // Declared before the servers, so it outlives them: their TLS watcher reads its copies.
+  std::unique_ptr<TlsFiles> tls;
+  if (config->tls()) {
+    auto loaded = TlsFiles::load(*config);
+    if (!loaded.ok()) {
+      log_event(spdlog::level::critical, std::string(loaded.status().message()));
+      return 2;
+    }
+    tls = std::move(*loaded);
+  }
+
+  // SIGTERM/SIGINT (drain and exit) and SIGHUP (re-check the TLS files) are handled by one
+  // thread with sigwait; block them everywhere else, before gRPC and the worker pool start
+  // their threads. Without this SIGHUP's default action would kill graftd.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::unique_ptr<Metrics> metrics;
@@ -51,9 +101,29 @@ int main(int argc, char** argv) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Probes that cannot speak TLS (Kubernetes' native gRPC probes) ask this plaintext server,
+  // which holds nothing but a health service mirroring the main one's status.
+  std::unique_ptr<grpc::Server> health_server;
+  HealthOnly health_only;
+  int health_port = 0;
+  if (!config->health_listen.empty()) {
+    grpc::ServerBuilder health_builder;
+    health_builder.RegisterCallbackGenericService(&health_only);
+    health_builder.AddListeningPort(config->health_listen, grpc::InsecureServerCredentials(),
+                                    &health_port);
+    health_builder.SetOption(std::make_unique<WithoutPlugins>());
+    health_server = health_builder.BuildAndStart();
+    if (!health_server || health_port == 0) {
+      log_event(spdlog::level::critical,
+                absl::StrCat("cannot listen on ", config->health_listen, " (health_listen)"));
+      return 1;
+    }
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config->listen, grpc::InsecureServerCredentials(), &port);
+  // Health and reflection are services of this server, so they take the same credentials.
+  builder.AddListeningPort(config->listen,
+                           tls ? tls->credentials() : grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   // Chunks are 1-4 MiB; leave room for framing.
   builder.SetMaxReceiveMessageSize(8 << 20);
@@ -63,24 +133,44 @@ int main(int argc, char** argv) {
     log_event(spdlog::level::critical, absl::StrCat("cannot listen on ", config->listen));
     return 1;
   }
-  auto* health = server->GetHealthCheckService();
-  health->SetServingStatus(true);
+  auto set_serving = [&](bool serving) {
+    server->GetHealthCheckService()->SetServingStatus(serving);
+    if (health_server) health_server->GetHealthCheckService()->SetServingStatus(serving);
+  };
+  set_serving(true);
   // The bound addresses, with real ports when 0 was asked for (tests read this line).
-  std::string host = config->listen.substr(0, config->listen.rfind(':'));
-  std::string metrics_host = config->metrics_listen.substr(0, config->metrics_listen.rfind(':'));
+  std::string health_address;
+  if (health_server)
+    health_address = absl::StrCat(" health=", host_of(config->health_listen), ":", health_port);
   // Logged at the configured level or above so it is never filtered out: tools read the ports.
+  const auto startup_level = std::max(spdlog::level::info, spdlog::default_logger()->level());
   log_event(
-      std::max(spdlog::level::info, spdlog::default_logger()->level()),
-      absl::StrCat("graftd ", graft_version(), " serving grpc=", host, ":", port,
-                   " metrics=", metrics_host, ":", metrics->port(), " workers=", config->workers,
-                   " queue_length=", config->queue_length, " cache_bytes=", config->cache_bytes));
+      startup_level,
+      absl::StrCat(
+          "graftd ", graft_version(), " serving grpc=", host_of(config->listen), ":", port,
+          " metrics=", host_of(config->metrics_listen), ":", metrics->port(), health_address,
+          " tls=", config->tls() ? config->tls_client_auth == "require" ? "mtls" : "on" : "off",
+          " workers=", config->workers, " queue_length=", config->queue_length,
+          " cache_bytes=", config->cache_bytes));
+  if (tls) {
+    log_event(startup_level, tls->summary());
+    if (auto warning = tls->validity_warning(); !warning.empty())
+      log_event(spdlog::level::warn, warning);
+    tls->start_watching();
+  }
 
   std::thread signal_thread([&] {
     int sig = 0;
-    sigwait(&signals, &sig);
+    // SIGHUP: re-read the TLS files now rather than at the next interval.
+    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+      if (tls)
+        tls->reload(true);
+      else
+        log_event(spdlog::level::info, "received SIGHUP: TLS is off, nothing to reload");
+    }
     log_event(spdlog::level::info, absl::StrCat("received signal ", sig, ": draining for up to ",
                                                 config->grace_period_seconds, " s"));
-    health->SetServingStatus(false);
+    set_serving(false);
     service.start_draining();
     const auto until = std::chrono::system_clock::now() +
                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -97,6 +187,7 @@ int main(int argc, char** argv) {
     // Stops accepting calls and cancels what is left when the grace period ends (their
     // pipelines stop at the next pass boundary).
     server->Shutdown(until);
+    if (health_server) health_server->Shutdown(std::chrono::system_clock::now());
   });
   server->Wait();
   signal_thread.join();

@@ -86,6 +86,11 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
                      .Help("Optimize requests being handled")
                      .Register(*registry_);
   in_flight_ = &flight.Add({});
+  auto& uploads = BuildGauge()
+                      .Name("graft_upload_bytes")
+                      .Help("Bytes of uploads held in memory (bounded by max_inflight_bytes)")
+                      .Register(*registry_);
+  upload_bytes_ = &uploads.Add({});
   BuildGauge()
       .Name("graft_build_info")
       .Help("Graft build information (always 1)")

@@ -28,6 +28,7 @@ class Metrics {
   void model_bytes(uint64_t in, uint64_t out);
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
   prometheus::Gauge& in_flight() { return *in_flight_; }
+  prometheus::Gauge& upload_bytes() { return *upload_bytes_; }
   // The port actually bound (useful with port 0).
   int port() const;
 
@@ -49,6 +50,7 @@ class Metrics {
   prometheus::Counter* bytes_out_;
   prometheus::Gauge* queue_depth_;
   prometheus::Gauge* in_flight_;
+  prometheus::Gauge* upload_bytes_;
   uint64_t evictions_seen_ = 0;
 };
 

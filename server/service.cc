@@ -1,10 +1,10 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
-#include <climits>
 #include <future>
-#include <map>
+#include <optional>
 
 #include <absl/strings/str_cat.h>
 #include <google/protobuf/util/json_util.h>
@@ -22,6 +22,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using SysClock = std::chrono::system_clock;
 constexpr size_t kChunkBytes = 1 << 20;
+// fold_constants' own default cap (core/passes/registry.cc).
+constexpr uint64_t kDefaultFoldBytes = 16ull << 20;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -49,20 +51,6 @@ bool write_chunks(Writer* writer, const std::string& bytes, const std::string& f
   return true;
 }
 
-// External-data names are paths relative to the model: never absolute, never escaping upwards.
-bool safe_relative_path(const std::string& name) {
-  if (name.empty() || name[0] == '/' || name.find('\\') != std::string::npos) return false;
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t end = name.find('/', start);
-    if (end == std::string::npos) end = name.size();
-    std::string part = name.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = end + 1;
-  }
-  return true;
-}
-
 }  // namespace
 
 const std::string& graft_version() {
@@ -71,140 +59,141 @@ const std::string& graft_version() {
 }
 
 struct GraftService::Upload {
-  explicit Upload(std::atomic<int>& admitted) : admitted_count(admitted) {}
+  Upload(std::atomic<int>& admitted, const UploadLimits& limits, InflightBudget* budget)
+      : admitted_count(admitted), assembler(limits, budget) {}
   ~Upload() {
     if (admitted) --admitted_count;
   }
   std::atomic<int>& admitted_count;
   bool admitted = false;
-  v1::OptimizeStart start;
   PipelineConfig config;
-  std::shared_ptr<std::string> model = std::make_shared<std::string>();
-  std::string sha256;
-  // External-data files, in the order of OptimizeStart.external_files.
-  std::vector<std::pair<std::string, std::string>> files;
+  UploadAssembler assembler;
 };
 
 GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
     : config_(config),
       metrics_(metrics),
       pool_(static_cast<size_t>(config.workers), static_cast<size_t>(config.queue_length)),
-      cache_(config.cache_bytes) {}
+      cache_(config.cache_bytes),
+      upload_limits_{config.max_model_bytes},
+      upload_budget_(inflight_bytes(config)) {
+  if (metrics_)
+    upload_budget_.set_observer(
+        [metrics](uint64_t bytes) { metrics->upload_bytes().Set(static_cast<double>(bytes)); });
+}
 
 GraftService::~GraftService() { pool_.join(); }
 
-absl::StatusOr<PipelineConfig> GraftService::server_config(const v1::PipelineConfig& proto) const {
+absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& server,
+                                                       const v1::PipelineConfig& proto) {
   auto config = api::from_proto(proto);
   if (!config.ok()) return config.status();
   if (config->verify) {
-    if (config_.verify_max_bytes == 0)
+    if (server.verify_max_bytes == 0)
       return absl::FailedPreconditionError(
           "verification is turned off on this server (verify_max_bytes: 0)");
     // Part of the canonical config, so Optimize and Lookup agree on the cache key.
-    config->verify_options.max_live_bytes = config_.verify_max_bytes;
+    config->verify_options.max_live_bytes = server.verify_max_bytes;
+    config->verify_options.max_work = server.verify_max_work;
     config->verify_options.max_tensor_bytes =
-        std::min(config->verify_options.max_tensor_bytes, config_.verify_max_bytes);
+        std::min(config->verify_options.max_tensor_bytes, server.verify_max_bytes);
+  }
+  // Folding runs the evaluator too: a client may lower its per-tensor cap, not raise it past
+  // the evaluator memory this server grants a request.
+  const uint64_t fold_limit = std::max<uint64_t>(kDefaultFoldBytes, server.verify_max_bytes);
+  for (const auto& [pass, options] : config->pass_options) {
+    auto it = options.find("max_bytes");
+    if (pass != "fold_constants" || it == options.end()) continue;
+    const std::string& text = it->second;
+    int64_t bytes = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+    if (end != text.data() + text.size()) continue;  // not a number: the pass says so
+    if (ec == std::errc() && bytes <= 0) continue;   // ditto for a negative one; 0 is no folding
+    if (ec == std::errc() && static_cast<uint64_t>(bytes) <= fold_limit) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("fold_constants.max_bytes ", text, " exceeds this server's limit of ",
+                     fold_limit, " bytes (the larger of 16 MiB and verify_max_bytes)"));
   }
   return config;
 }
 
+absl::StatusOr<PipelineConfig> GraftService::server_config(const v1::PipelineConfig& proto) const {
+  return request_pipeline_config(config_, proto);
+}
+
 grpc::Status GraftService::receive(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* up) {
-  v1::OptimizeRequest msg;
-  if (!stream->Read(&msg))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no OptimizeStart message received");
-  if (!msg.has_start())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first message must be OptimizeStart");
-  up->start = std::move(*msg.mutable_start());
-  const int limit = config_.workers + config_.queue_length;
-  if (admitted_.fetch_add(1) >= limit) {
-    --admitted_;
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat(limit,
-                                     " requests are already being handled (workers + "
-                                     "queue_length); retry later"));
-  }
-  up->admitted = true;
-  auto config = server_config(up->start.config());
-  if (!config.ok()) return to_grpc(config.status());
-  up->config = std::move(*config);
-  const uint64_t size = up->start.model_size();
-  if (size == 0)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model_size must be set (> 0)");
-  if (size > static_cast<uint64_t>(INT_MAX))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "model_size exceeds protobuf's 2 GB limit: send large weights as "
-                        "external-data files");
-  uint64_t total = size;
-  std::map<std::string, size_t> file_index;
-  std::vector<uint64_t> file_sizes;
-  for (const auto& f : up->start.external_files()) {
-    if (!safe_relative_path(f.name()))
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("external file name '", f.name(), "' must be a relative path without '..'"));
-    if (!file_index.emplace(f.name(), up->files.size()).second)
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("external file '", f.name(), "' is listed twice"));
-    up->files.emplace_back(f.name(), std::string());
-    file_sizes.push_back(f.size());
-    total += f.size();
-  }
-  if (total > config_.max_model_bytes)
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("model of ", total, " bytes exceeds this server's limit of ",
-                                     config_.max_model_bytes, " bytes (max_model_bytes)"));
-  up->model->reserve(size);
-  cache::Sha256 digest;
-  while (stream->Read(&msg)) {
-    if (!msg.has_chunk())
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "only chunks may follow OptimizeStart");
-    const std::string& data = msg.chunk().data();
-    const std::string& file = msg.chunk().file();
-    if (!file.empty()) {
-      auto it = file_index.find(file);
-      if (it == file_index.end())
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            absl::StrCat("chunk for undeclared external file '", file, "'"));
-      std::string& bytes = up->files[it->second].second;
-      if (bytes.size() + data.size() > file_sizes[it->second])
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            absl::StrCat("external file '", file, "' exceeds its announced size"));
-      bytes.append(data);
-      continue;
+    grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* up,
+    SysClock::time_point call_start, SysClock::time_point* deadline) {
+  // The request's deadline covers its upload too. A call's own deadline is enforced by gRPC;
+  // without one, Read() would wait for a quiet client for as long as it keeps the connection,
+  // holding this thread and an admission slot, so the watchdog ends the call at the deadline
+  // from default_deadline_seconds (from deadline_hint_ms once OptimizeStart gives one).
+  const bool call_deadline = context->deadline() != SysClock::time_point::max();
+  struct Watch {
+    CallWatchdog& watchdog;
+    std::optional<uint64_t> id;
+    bool fired = false;
+    void release() {
+      if (id) fired = watchdog.release(*id) || fired;
+      id.reset();
     }
-    if (up->model->size() + data.size() > size)
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("upload exceeds the announced model_size of ", size, " bytes"));
-    digest.update(data);
-    up->model->append(data);
+    ~Watch() { release(); }
+  } watch{upload_watchdog_, std::nullopt};
+  grpc::Status expired;
+  auto arm = [&](uint64_t hint_ms) {
+    watch.release();
+    *deadline = request_deadline(context->deadline(), hint_ms, config_.default_deadline_seconds,
+                                 call_start);
+    if (call_deadline || *deadline == SysClock::time_point::max()) return;
+    const double seconds = std::chrono::duration<double>(*deadline - call_start).count();
+    expired =
+        grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                     absl::StrCat("the upload was not complete at the request's deadline, ",
+                                  seconds, " s after the call started (",
+                                  hint_ms > 0 ? "deadline_hint_ms" : "default_deadline_seconds",
+                                  "); set a longer deadline for a slow upload"));
+    watch.id = upload_watchdog_.watch(context, *deadline, expired);
+  };
+  arm(0);
+  grpc::Status st = read_upload(context, stream, up, arm);
+  watch.release();
+  // Once the watchdog ended the call, its status is what the client got, whatever Read() did.
+  return watch.fired ? expired : st;
+}
+
+grpc::Status GraftService::read_upload(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* up,
+    const std::function<void(uint64_t)>& set_deadline_hint) {
+  v1::OptimizeRequest msg;
+  while (stream->Read(&msg)) {
+    const bool first = !up->assembler.started();
+    if (auto st = up->assembler.add(msg); !st.ok()) return st;
+    if (!first) continue;
+    if (up->assembler.start().deadline_hint_ms() > 0)
+      set_deadline_hint(up->assembler.start().deadline_hint_ms());
+    const int limit = config_.workers + config_.queue_length;
+    if (admitted_.fetch_add(1) >= limit) {
+      --admitted_;
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat(limit,
+                                       " requests are already being handled (workers + "
+                                       "queue_length); retry later"));
+    }
+    up->admitted = true;
+    auto config = server_config(up->assembler.start().config());
+    if (!config.ok()) return to_grpc(config.status());
+    up->config = std::move(*config);
   }
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
-  if (up->model->size() != size)
-    return grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("upload ended after ", up->model->size(), " of ", size, " announced bytes"));
-  for (size_t i = 0; i < up->files.size(); ++i)
-    if (up->files[i].second.size() != file_sizes[i])
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("external file '", up->files[i].first, "' ended after ",
-                       up->files[i].second.size(), " of ", file_sizes[i], " announced bytes"));
-  up->sha256 = digest.hex_digest();
-  if (!up->start.expected_sha256().empty() && up->start.expected_sha256() != up->sha256)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("sha256 mismatch: expected ", up->start.expected_sha256(),
-                                     ", received bytes hash to ", up->sha256));
-  return grpc::Status::OK;
+  return up->assembler.finish();
 }
 
 absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimize_on_worker(
-    grpc::ServerContext* context, std::shared_ptr<std::string> model, std::string model_sha256,
-    const PipelineConfig& config, SysClock::time_point deadline, double* queue_seconds) {
+    grpc::ServerContext* context, std::shared_ptr<const std::string> model,
+    std::string model_sha256, const PipelineConfig& config, SysClock::time_point deadline,
+    double* queue_seconds) {
   struct Job {
     std::promise<absl::StatusOr<std::shared_ptr<const cache::CachedResult>>> promise;
     std::atomic<bool> cancelled{false};
@@ -282,6 +271,7 @@ grpc::Status GraftService::Optimize(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream) {
   const auto start = Clock::now();
+  const auto call_start = SysClock::now();
   RequestLog log("Optimize", next_request_id_++);
   metrics_->in_flight().Increment();
   ++active_calls_;
@@ -296,37 +286,33 @@ grpc::Status GraftService::Optimize(
   if (draining_)
     return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
 
-  Upload up(admitted_);
-  if (auto st = receive(context, stream, &up); !st.ok()) return finish(st);
-  log.set("digest", up.sha256.substr(0, 12));
-  log.set("in_bytes", std::to_string(up.model->size()));
+  Upload up(admitted_, upload_limits_, &upload_budget_);
+  SysClock::time_point deadline;
+  if (auto st = receive(context, stream, &up, call_start, &deadline); !st.ok()) return finish(st);
+  const UploadAssembler& upload = up.assembler;
+  const std::shared_ptr<const std::string> model = upload.model();
+  const std::string& sha256 = upload.sha256();
+  log.set("digest", sha256.substr(0, 12));
+  log.set("in_bytes", std::to_string(model->size()));
 
   auto canonical = api::canonical_config(up.config);
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));
-  cache::CacheKey key{up.sha256, *canonical, graft_version()};
+  cache::CacheKey key{sha256, *canonical, graft_version()};
 
-  SysClock::time_point deadline = context->deadline();
-  if (deadline == SysClock::time_point::max()) {
-    double limit = up.start.deadline_hint_ms() > 0 ? up.start.deadline_hint_ms() / 1000.0
-                                                   : config_.default_deadline_seconds;
-    deadline = SysClock::now() +
-               std::chrono::duration_cast<SysClock::duration>(std::chrono::duration<double>(limit));
-  }
   double queue_seconds = 0;
   cache::ResultCache::Outcome outcome = cache::ResultCache::Outcome::kMiss;
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> result;
   // Results of models with external data are not cached: their key would have to cover the
   // files, and they are usually too large to keep.
-  const bool cacheable = up.files.empty();
+  const bool cacheable = upload.files().empty();
   if (!cacheable)
-    result = optimize_on_worker(context, up.model, up.sha256, up.config, deadline, &queue_seconds);
+    result = optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
   // A joined computation that stopped because *its* client went away is retried by this one.
   for (int attempt = 0; cacheable && attempt < 2; ++attempt) {
     result = cache_.get_or_compute(
         key,
         [&] {
-          return optimize_on_worker(context, up.model, up.sha256, up.config, deadline,
-                                    &queue_seconds);
+          return optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
         },
         &outcome, [context] { return context->IsCancelled(); });
     bool joined_and_stopped = outcome == cache::ResultCache::Outcome::kShared && !result.ok() &&
@@ -349,23 +335,23 @@ grpc::Status GraftService::Optimize(
   if (!write_chunks<v1::OptimizeResponse>(stream, r.optimized_model))
     return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
   // Passes leave external tensors alone, so the files go back unchanged.
-  for (const auto& [name, bytes] : up.files)
-    if (!write_chunks<v1::OptimizeResponse>(stream, bytes, name))
+  for (const auto& file : upload.files())
+    if (!write_chunks<v1::OptimizeResponse>(stream, file.data.bytes(), file.name))
       return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
   v1::OptimizeResponse last;
   auto* report = last.mutable_report();
   if (!google::protobuf::util::JsonStringToMessage(r.report_json, report).ok())
     return finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot decode the cached report"));
-  for (const auto& [name, bytes] : up.files) {
+  for (const auto& file : upload.files()) {
     auto* f = report->add_external_files();
-    f->set_name(name);
-    f->set_size(bytes.size());
+    f->set_name(file.name);
+    f->set_size(file.data.bytes().size());
   }
   report->set_cache_hit(hit);
   report->set_queue_seconds(hit ? 0 : queue_seconds);
   report->set_total_seconds(seconds_since(start));
   stream->Write(last);
-  metrics_->model_bytes(up.model->size(), r.optimized_model.size());
+  metrics_->model_bytes(model->size(), r.optimized_model.size());
   log.set("out_bytes", std::to_string(r.optimized_model.size()));
   return finish(grpc::Status::OK);
 }

@@ -2,13 +2,17 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "core/cache/result_cache.h"
 #include "graft/v1/graft.grpc.pb.h"
+#include "server/call_watchdog.h"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/upload.h"
 #include "server/worker_pool.h"
 
 namespace graft::server {
@@ -33,20 +37,26 @@ class GraftService final : public v1::Graft::Service {
   // Waits for queued and running pipeline jobs.
   void join_workers() { pool_.join(); }
   const cache::ResultCache& cache() const { return cache_; }
+  const InflightBudget& upload_budget() const { return upload_budget_; }
 
  private:
-  // The API config with this server's limits applied (verification memory); errors are
-  // INVALID_ARGUMENT for a bad config, FAILED_PRECONDITION for verification when it is off.
+  // request_pipeline_config with this server's config.
   absl::StatusOr<PipelineConfig> server_config(const v1::PipelineConfig& config) const;
   struct Upload;
+  // Reads the upload into `upload`; sets `deadline`, the request's, from the call's start.
   grpc::Status receive(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream,
-                       Upload* upload);
+                       Upload* upload, std::chrono::system_clock::time_point call_start,
+                       std::chrono::system_clock::time_point* deadline);
+  grpc::Status read_upload(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* upload,
+      const std::function<void(uint64_t)>& set_deadline_hint);
   // Runs the pipeline on a worker; the calling (gRPC) thread only waits.
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> optimize_on_worker(
-      grpc::ServerContext* context, std::shared_ptr<std::string> model, std::string model_sha256,
-      const PipelineConfig& config, std::chrono::system_clock::time_point deadline,
-      double* queue_seconds);
+      grpc::ServerContext* context, std::shared_ptr<const std::string> model,
+      std::string model_sha256, const PipelineConfig& config,
+      std::chrono::system_clock::time_point deadline, double* queue_seconds);
   void update_cache_metrics();
 
   const ServerConfig config_;
@@ -54,12 +64,23 @@ class GraftService final : public v1::Graft::Service {
   WorkerPool pool_;
   cache::ResultCache cache_;
   std::atomic<bool> draining_{false};
-  // Optimize calls holding an upload in memory; bounded by workers + queue_length so memory is
-  // bounded by that many models of at most max_model_bytes.
+  // Optimize calls holding an upload in memory, bounded by workers + queue_length; the bytes
+  // they hold together are bounded by the budget (max_inflight_bytes).
   std::atomic<int> admitted_{0};
+  const UploadLimits upload_limits_;
+  InflightBudget upload_budget_;
   std::atomic<uint64_t> next_request_id_{1};
+  // Ends uploads still running at their request's deadline (see receive()).
+  CallWatchdog upload_watchdog_;
   std::atomic<int> active_calls_{0};
 };
+
+// The pipeline a request's config asks for, with this server's limits applied (verification
+// memory and work, fold_constants' cap); errors are INVALID_ARGUMENT for a bad config,
+// FAILED_PRECONDITION for verification when it is off. Public so that a test can run the very
+// pipeline graftd runs, in its own process.
+absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& server,
+                                                       const v1::PipelineConfig& requested);
 
 // Graft's version string (also part of every cache key).
 const std::string& graft_version();

@@ -129,4 +129,76 @@ std::string read_file(const std::filesystem::path& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+std::string chain_model(int pairs, const std::string& tag) {
+  onnx::ModelProto proto;
+  proto.set_ir_version(8);
+  proto.add_opset_import()->set_version(13);
+  proto.set_doc_string(tag);
+  auto* g = proto.mutable_graph();
+  g->set_name("chain");
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  std::string prev = "x";
+  for (int i = 0; i < pairs; ++i) {
+    for (const char* op : {"Identity", "Relu"}) {
+      auto* n = g->add_node();
+      n->set_op_type(op);
+      n->add_input(prev);
+      prev = std::string(op) + std::to_string(i);
+      n->add_output(prev);
+    }
+  }
+  auto* out = g->add_output();
+  out->set_name(prev);
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  return proto.SerializeAsString();
+}
+
+std::string external_data_model(const std::string& location, int64_t length) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, 4] x) => (float[1, 4] y) {
+      t = Identity (x)
+      y = Relu (t)
+    }
+  )");
+  onnx::ModelProto proto = model->to_proto();
+  proto.mutable_graph()->mutable_node(1)->set_op_type("MatMul");
+  proto.mutable_graph()->mutable_node(1)->add_input("w");
+  auto* w = proto.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  w->add_dims(4);
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w->add_external_data();
+  loc->set_key("location");
+  loc->set_value(location);
+  if (length >= 0) {
+    auto* len = w->add_external_data();
+    len->set_key("length");
+    len->set_value(std::to_string(length));
+  }
+  return proto.SerializeAsString();
+}
+
+std::string loop_scan_bomb(int64_t trips) {
+  return R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4096] x) => (float[N, 4096] all) {
+      m = Constant <value = int64 {)" +
+         std::to_string(trips) + R"(}> ()
+      cond = Constant <value = bool {1}> ()
+      last, all = Loop (m, cond, x) <
+        body = b (int64 i, bool c, float[4096] v) => (bool co, float[4096] vo, float[4096] s) {
+          co = Identity (c)
+          vo = Identity (v)
+          s = Identity (v)
+        }
+      >
+    }
+  )";
+}
+
 }  // namespace graft::testing

@@ -45,6 +45,15 @@ std::vector<std::string> output_names(const ir::Graph& graph);
 
 // Root of the libonnx-testdata models, or empty if the package is not installed.
 std::filesystem::path onnx_testdata_dir();
+
+// Serialized test models shared by the service and CLI tests.
+// A chain of `pairs` Identity/Relu pairs (keeps a worker busy); distinct tags, distinct digests.
+std::string chain_model(int pairs, const std::string& tag = "");
+// x -> Identity -> MatMul(., w) -> y, whose 4x4 float weight w lives in the external-data file
+// `location` (with a "length" entry when `length` is not negative).
+std::string external_data_model(const std::string& location, int64_t length = -1);
+// Text of a Loop of `trips` iterations, each emitting a 16 KiB scan slice of input x.
+std::string loop_scan_bomb(int64_t trips);
 // ../shared/models next to the repository (GRAFT_SHARED_MODELS overrides), or empty.
 std::filesystem::path shared_models_dir();
 std::string read_file(const std::filesystem::path& path);

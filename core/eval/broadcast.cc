@@ -1,5 +1,7 @@
 #include "core/eval/broadcast.h"
 
+#include "core/eval/budget.h"
+
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
@@ -68,6 +70,7 @@ BroadcastIterator::BroadcastIterator(const std::vector<int64_t>& out,
 }
 
 void BroadcastIterator::next() {
+  poll_every(steps_++);
   for (size_t d = out_.size(); d-- > 0;) {
     const int64_t* s = &strides_[d * n_];
     if (++index_[d] < out_[d]) {

@@ -40,6 +40,7 @@ class BroadcastIterator {
   size_t n_;
   std::vector<int64_t> strides_;  // n_ strides per dimension, dimension-major
   std::vector<int64_t> offsets_;
+  int64_t steps_ = 0;  // the run's budget is polled every 2^16 steps (budget.h)
 };
 
 }  // namespace graft::eval

@@ -7,6 +7,9 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/eval/budget.h"
+#include "core/ir/operands.h"
+
 namespace graft::eval {
 
 namespace {
@@ -92,26 +95,18 @@ class Executor {
   }
 
   absl::Status run_graph(const ir::Graph& g, Env& env) {
+    auto plan = plan_for(g);
+    if (!plan.ok()) return plan.status();
     for (ir::Value* v : g.initializers()) {
       if (env.count(v)) continue;  // a fed graph input overrides its default
       auto t = Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes);
       if (!t.ok()) return t.status();
       env[v] = std::move(*t);
-      if (auto st = count(v, env); !st.ok()) return st;
     }
-    const Plan& plan = plan_for(g);
-    for (size_t i = 0; i < plan.nodes.size(); ++i) {
-      const ir::Node& n = *plan.nodes[i];
-      if (auto st = run_node(n, env); !st.ok()) return st;
-      for (const ir::Value* v : n.outputs())
-        if (v) {
-          if (auto st = count(v, env); !st.ok()) return st;
-        }
-      for (const ir::Value* v : plan.dies_after[i]) release(v, env);
+    for (size_t i = 0; i < (*plan)->nodes.size(); ++i) {
+      if (auto st = run_node(*(*plan)->nodes[i], env); !st.ok()) return st;
+      for (const ir::Value* v : (*plan)->dies_after[i]) env.erase(v);
     }
-    // A subgraph's outputs are handed to its node, whose outputs the enclosing graph counts.
-    if (g.parent())
-      for (const auto& out : g.outputs()) uncount(out.value);
     return absl::OkStatus();
   }
 
@@ -121,15 +116,24 @@ class Executor {
   // follows the live values, not the whole graph. Outputs stay for the caller; a subgraph's
   // initializers stay too, as Loop and Scan bodies run again. Built once per graph: a Loop body
   // runs once per iteration.
+  // Building it also checks every node's operands against its schema, once per graph: a
+  // required input that is absent is an error here, not a null dereference later.
   struct Plan {
+    absl::Status status;
     std::vector<ir::Node*> nodes;
     std::vector<std::vector<const ir::Value*>> dies_after;  // per node
   };
-  const Plan& plan_for(const ir::Graph& g) {
+  absl::StatusOr<const Plan*> plan_for(const ir::Graph& g) {
     auto [it, inserted] = plans_.try_emplace(&g);
-    if (!inserted) return it->second;
     Plan& plan = it->second;
+    if (!inserted) {
+      if (!plan.status.ok()) return plan.status;
+      return &plan;
+    }
     plan.nodes = g.nodes();
+    for (const ir::Node* n : plan.nodes)
+      if (auto st = ir::check_operands(*n, /*clamp_to_known_opset=*/true); !st.ok())
+        return plan.status = st;
     std::unordered_map<const ir::Value*, size_t> last_use;
     for (size_t i = 0; i < plan.nodes.size(); ++i) {
       for (const ir::Value* v : plan.nodes[i]->inputs())
@@ -143,36 +147,11 @@ class Executor {
     for (size_t i = 0; i < plan.nodes.size(); ++i)
       for (const ir::Value* v : plan.nodes[i]->outputs())
         if (v && !last_use.count(v)) plan.dies_after[i].push_back(v);
-    return plan;
-  }
-
-  // Bytes of the tensors this executor holds, bounded by Limits::max_live_bytes: the per-tensor
-  // cap alone would let a wide graph keep many large tensors alive at once.
-  absl::Status count(const ir::Value* v, const Env& env) {
-    auto it = env.find(v);
-    if (it == env.end()) return absl::OkStatus();
-    uncount(v);
-    const uint64_t bytes = it->second.bytes() + it->second.strings().size() * sizeof(std::string);
-    counted_[v] = bytes;
-    live_bytes_ += bytes;
-    if (limits_.max_live_bytes && live_bytes_ > limits_.max_live_bytes)
-      return absl::ResourceExhaustedError(absl::StrCat("the evaluator's live tensors exceed ",
-                                                       limits_.max_live_bytes, " bytes (at '",
-                                                       v->name(), "')"));
-    return absl::OkStatus();
-  }
-  void uncount(const ir::Value* v) {
-    auto it = counted_.find(v);
-    if (it == counted_.end()) return;
-    live_bytes_ -= it->second;
-    counted_.erase(it);
-  }
-  void release(const ir::Value* v, Env& env) {
-    uncount(v);
-    env.erase(v);
+    return &plan;
   }
 
   absl::StatusOr<const Tensor*> get(const ir::Value* v, const Env& env) {
+    if (v == nullptr) return absl::InvalidArgumentError("a required input is missing");
     auto it = env.find(v);
     if (it == env.end())
       return absl::InvalidArgumentError(absl::StrCat("no value for '", v->name(), "'"));
@@ -208,20 +187,12 @@ class Executor {
     if (n.is("If")) return run_if(n, env);
     if (n.is("Loop")) return run_loop(n, env);
     if (n.is("Scan")) return run_scan(n, env);
-    const Kernel* kernel = find_kernel(n.op_type(), n.domain(), n.opset());
-    if (!kernel)
-      return absl::UnimplementedError(
-          absl::StrCat("the evaluator cannot run ", n.op_type(), " (opset ", n.opset(), ")"));
-    KernelContext ctx{n, n.opset(), {}, {}, limits_};
     auto inputs = gather_inputs(n, env);
     if (!inputs.ok()) return inputs.status();
-    ctx.inputs = std::move(*inputs);
-    ctx.outputs.resize(n.outputs().size());
-    if (auto st = (*kernel)(ctx); !st.ok())
-      return absl::Status(
-          st.code(), absl::StrCat(n.op_type(), " '", n.name(), "': ", std::string(st.message())));
+    auto outputs = run_kernel(n, std::move(*inputs), limits_);
+    if (!outputs.ok()) return outputs.status();
     for (size_t i = 0; i < n.outputs().size(); ++i)
-      if (ir::Value* out = n.output(i)) env[out] = std::move(ctx.outputs[i]);
+      if (ir::Value* out = n.output(i)) env[out] = std::move((*outputs)[i]);
     return absl::OkStatus();
   }
 
@@ -278,6 +249,7 @@ class Executor {
     // A loop with no trip count runs until its condition turns false; bound it anyway.
     constexpr int64_t kMaxIterations = 1 << 20;
     for (int64_t i = 0; i < max_trips && cond; ++i) {
+      spend_work(1 + carried + scans);
       if (i >= kMaxIterations)
         return absl::ResourceExhaustedError("Loop ran more than 2^20 iterations");
       auto iter = Tensor::zeros(onnx::TensorProto::INT64, {}, limits_.max_tensor_bytes);
@@ -658,9 +630,7 @@ class Executor {
 
   const ir::Model& model_;
   Limits limits_;
-  std::unordered_map<const ir::Value*, uint64_t> counted_;
   std::unordered_map<const ir::Graph*, Plan> plans_;
-  uint64_t live_bytes_ = 0;
   int depth_;
   // Unbound optional inputs of function bodies: nodes see them as absent.
   std::unordered_set<const ir::Value*> absent_;
@@ -672,28 +642,51 @@ class Executor {
 
 absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
                                               const std::map<std::string, Tensor>& feeds,
-                                              const Limits& limits) {
+                                              const Limits& limits, RunStats* stats) {
+  std::function<absl::Status()> poll;
+  if (limits.should_continue && *limits.should_continue) poll = *limits.should_continue;
+  auto budget = Budget::make(limits.max_live_bytes, limits.max_work, std::move(poll));
+  BudgetScope scope(budget.get());
+  struct Report {
+    const Budget& budget;
+    RunStats* stats;
+    ~Report() {
+      if (stats) *stats = {budget.peak_bytes(), budget.work()};
+    }
+  } report{*budget, stats};
+  // Declared after the budget: the environment's tensors release their charge into it.
   Env env;
   const ir::Graph& g = model.graph();
-  for (const auto& in : g.inputs()) {
-    auto it = feeds.find(in.value->name());
-    if (it != feeds.end()) {
-      env[in.value] = it->second;
-    } else if (!in.value->is_initializer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("graph input '", in.value->name(), "' is not fed"));
+  try {
+    for (const auto& in : g.inputs()) {
+      auto it = feeds.find(in.value->name());
+      if (it != feeds.end()) {
+        env[in.value] = it->second;
+      } else if (!in.value->is_initializer()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("graph input '", in.value->name(), "' is not fed"));
+      }
     }
+    Executor exec(model, limits, 0);
+    if (auto st = exec.run_graph(g, env); !st.ok()) return st;
+    std::vector<Tensor> outputs;
+    for (const auto& out : g.outputs()) {
+      auto it = env.find(out.value);
+      if (it == env.end())
+        return absl::InternalError(absl::StrCat("output '", out.value->name(), "' not computed"));
+      // Moved, not copied (a copy would count twice against the budget), unless the graph
+      // lists the same value again later.
+      bool again = false;
+      for (size_t k = outputs.size() + 1; k < g.outputs().size(); ++k)
+        again = again || g.outputs()[k].value == out.value;
+      outputs.push_back(again ? it->second : std::move(it->second));
+    }
+    return outputs;
+  } catch (const Stop& stop) {
+    return stop.status();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("the evaluator ran out of memory");
   }
-  Executor exec(model, limits, 0);
-  if (auto st = exec.run_graph(g, env); !st.ok()) return st;
-  std::vector<Tensor> outputs;
-  for (const auto& out : g.outputs()) {
-    auto it = env.find(out.value);
-    if (it == env.end())
-      return absl::InternalError(absl::StrCat("output '", out.value->name(), "' not computed"));
-    outputs.push_back(it->second);
-  }
-  return outputs;
 }
 
 }  // namespace graft::eval

@@ -15,12 +15,20 @@
 
 namespace graft::eval {
 
+// What a run used, whether it finished or not.
+struct RunStats {
+  uint64_t peak_bytes = 0;  // most bytes held at once (tensors and kernel scratch)
+  uint64_t work = 0;        // operations charged (multiply-adds, elements written)
+};
+
 // Runs the main graph of `model` on `feeds` (by graph input name; initializers that are also
 // inputs use their default when not fed). Returns the graph outputs in order.
-// Errors: InvalidArgument for missing/ill-typed feeds, Unimplemented naming the first op the
-// evaluator cannot run, ResourceExhausted when a tensor exceeds the limits.
+// Errors: InvalidArgument for missing/ill-typed feeds or a node without a required input,
+// Unimplemented naming the first op the evaluator cannot run, ResourceExhausted when a tensor,
+// the memory or the work budget of `limits` is exceeded, and the status of a failed
+// `limits.should_continue` poll (DeadlineExceeded, Cancelled).
 absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
                                               const std::map<std::string, Tensor>& feeds,
-                                              const Limits& limits = {});
+                                              const Limits& limits = {}, RunStats* stats = nullptr);
 
 }  // namespace graft::eval

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <absl/strings/str_cat.h>
 
 #include "core/eval/kernels.h"
+#include "core/ir/operands.h"
 
 namespace graft::eval {
 
@@ -46,8 +48,14 @@ absl::StatusOr<Tensor*> KernelContext::make_output(size_t i, int32_t dtype,
   }
   auto t = Tensor::zeros(dtype, std::move(dims), limits.max_tensor_bytes);
   if (!t.ok()) return t.status();
+  spend_work(static_cast<uint64_t>(t->size()));
   outputs[i] = std::move(*t);
   return &outputs[i];
+}
+
+absl::Status KernelContext::afford(double units) const {
+  if (Budget* b = current_budget()) return b->afford(units);
+  return absl::OkStatus();
 }
 
 void register_kernel(std::string op, int since_version, int until_version, Kernel kernel) {
@@ -63,6 +71,49 @@ const Kernel* find_kernel(std::string_view op, std::string_view domain, int64_t 
     if (opset >= e.since && (e.until == 0 || opset <= e.until)) return &e.kernel;
   }
   return nullptr;
+}
+
+std::vector<std::pair<int, int>> kernel_versions(std::string_view op) {
+  ensure_registered();
+  std::vector<std::pair<int, int>> out;
+  auto it = registry().find(op);
+  if (it != registry().end())
+    for (const Entry& e : it->second) out.emplace_back(e.since, e.until);
+  return out;
+}
+
+absl::StatusOr<std::vector<Tensor>> run_kernel(const ir::Node& node,
+                                               std::vector<const Tensor*> inputs,
+                                               const Limits& limits) {
+  auto named = [&](const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrCat(node.op_type(), " '", node.name(),
+                                                "': ", std::string(st.message())));
+  };
+  // Newer opsets than libonnx knows are checked against the newest schema it has: the evaluator
+  // runs them, so it must not trust them more.
+  if (auto st = ir::check_operands(node, /*clamp_to_known_opset=*/true); !st.ok()) return st;
+  const Kernel* kernel = find_kernel(node.op_type(), node.domain(), node.opset());
+  if (!kernel)
+    return absl::UnimplementedError(
+        absl::StrCat("the evaluator cannot run ", node.op_type(), " (opset ", node.opset(), ")"));
+  std::shared_ptr<Budget> own;
+  std::optional<BudgetScope> scope;
+  if (!current_budget()) {
+    std::function<absl::Status()> poll;
+    if (limits.should_continue && *limits.should_continue) poll = *limits.should_continue;
+    own = Budget::make(limits.max_live_bytes, limits.max_work, std::move(poll));
+    scope.emplace(own.get());
+  }
+  KernelContext ctx{node, node.opset(), std::move(inputs), {}, limits};
+  ctx.outputs.resize(node.outputs().size());
+  try {
+    if (auto st = (*kernel)(ctx); !st.ok()) return named(st);
+  } catch (const Stop& stop) {
+    return named(stop.status());
+  } catch (const std::bad_alloc&) {
+    return named(absl::ResourceExhaustedError("out of memory"));
+  }
+  return std::move(ctx.outputs);
 }
 
 std::vector<std::string> supported_ops() {

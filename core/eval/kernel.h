@@ -14,14 +14,20 @@
 
 namespace graft::eval {
 
+// What one run may use (budget.h): run_model and run_kernel make a Budget from these unless one
+// is already current.
 struct Limits {
   // Largest tensor any kernel may allocate (folding cap; also a guard against crafted shapes).
   uint64_t max_tensor_bytes = 16ull << 20;
-  // Whole-graph runs: the most bytes of tensors alive at once (weights included); 0 = no cap.
-  uint64_t max_live_bytes = 0;
-  // Polled before every node when set; a non-OK status stops the run with that status (how a
-  // request deadline or cancellation reaches a long verification run).
+  // The most bytes held at once: every tensor (weights, feeds, copies, Loop/Scan outputs) and
+  // kernel scratch. 0 = no cap.
+  uint64_t max_live_bytes = 256ull << 20;
+  // Polled before every node and every Budget::kPollUnits of kernel work when set; a non-OK
+  // status stops the run with that status (how a request deadline or cancellation reaches a
+  // long verification run, inside a long kernel too).
   const std::function<absl::Status()>* should_continue = nullptr;
+  // Operations (multiply-adds, elements written) of the whole run. 0 = no cap.
+  uint64_t max_work = 4'000'000'000;
 };
 
 struct KernelContext {
@@ -32,8 +38,13 @@ struct KernelContext {
   Limits limits;
 
   const Tensor* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
-  // A zero-filled output of the given type and dims, within the limits.
+  // A zero-filled output of the given type and dims, within the limits. Its elements are charged
+  // as work.
   absl::StatusOr<Tensor*> make_output(size_t i, int32_t dtype, std::vector<int64_t> dims);
+  // ResourceExhausted at once when `units` operations would pass the run's work budget: kernels
+  // that know their cost (MatMul, Conv, ...) refuse before they start, then charge it as they go
+  // with spend_work() (budget.h).
+  absl::Status afford(double units) const;
 };
 
 using Kernel = std::function<absl::Status(KernelContext&)>;
@@ -45,5 +56,15 @@ void register_kernel(std::string op, int since_version, int until_version, Kerne
 const Kernel* find_kernel(std::string_view op, std::string_view domain, int64_t opset);
 // Names of all supported ops (for reports and the conformance test).
 std::vector<std::string> supported_ops();
+// The opset ranges [since, until] registered for `op` (until 0 = open-ended).
+std::vector<std::pair<int, int>> kernel_versions(std::string_view op);
+
+// Runs `node`'s kernel on `inputs` (nullptr for absent optional inputs): the one way into a
+// kernel. Checks the node's operands against its schema first (a missing required input is
+// InvalidArgument, never a null dereference), runs under the current budget or a new one made
+// from `limits`, and turns a Stop or a failed allocation into its status. Errors name the node.
+absl::StatusOr<std::vector<Tensor>> run_kernel(const ir::Node& node,
+                                               std::vector<const Tensor*> inputs,
+                                               const Limits& limits);
 
 }  // namespace graft::eval

@@ -79,10 +79,18 @@ bool is_integer_type(int32_t dtype) {
 
 size_t Tensor::element_size() const { return ir::element_size(dtype_); }
 
+absl::Status Tensor::charge(uint64_t bytes) {
+  if (charge_.assign(bytes)) return absl::OkStatus();
+  return current_budget()->memory_exhausted(bytes);
+}
+
 absl::StatusOr<Tensor> Tensor::zeros(int32_t dtype, std::vector<int64_t> dims, uint64_t max_bytes) {
   auto count = checked_count(dtype, dims, max_bytes);
   if (!count.ok()) return count.status();
   Tensor t;
+  const uint64_t bytes = static_cast<uint64_t>(*count) *
+                         (dtype == TensorProto::STRING ? kStringOverhead : ir::element_size(dtype));
+  if (auto st = t.charge(bytes); !st.ok()) return st;
   t.dtype_ = dtype;
   t.dims_ = std::move(dims);
   t.size_ = *count;
@@ -116,11 +124,13 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
     uint64_t total = static_cast<uint64_t>(n) * kStringOverhead;
     for (const auto& s : proto.string_data()) total += s.size();
     if (total > max_bytes) return absl::ResourceExhaustedError("string tensor exceeds the limit");
+    if (auto st = t.charge(total); !st.ok()) return st;
     t.strings_.assign(proto.string_data().begin(), proto.string_data().end());
     return t;
   }
   const size_t es = ir::element_size(dtype);
   const size_t nbytes = static_cast<size_t>(n) * es;
+  if (auto st = t.charge(nbytes); !st.ok()) return st;
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != nbytes) {
       return absl::InvalidArgumentError(

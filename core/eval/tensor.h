@@ -10,13 +10,16 @@
 #include <absl/status/statusor.h>
 #include <onnx/onnx_pb.h>
 
+#include "core/eval/budget.h"
+
 namespace graft::eval {
 
 class Tensor {
  public:
   Tensor() = default;
-  // A zero-filled tensor. Fails (ResourceExhausted) above `max_bytes`, so no crafted shape can
-  // make the evaluator allocate without bound.
+  // A zero-filled tensor. Fails (ResourceExhausted) above `max_bytes` or when the current run's
+  // budget cannot hold it, so no crafted shape can make the evaluator allocate without bound.
+  // Copies are charged to the current budget too (budget.h).
   static absl::StatusOr<Tensor> zeros(int32_t dtype, std::vector<int64_t> dims, uint64_t max_bytes);
   static absl::StatusOr<Tensor> from_proto(const onnx::TensorProto& proto, uint64_t max_bytes);
   onnx::TensorProto to_proto(const std::string& name = "") const;
@@ -50,6 +53,11 @@ class Tensor {
   bool operator==(const Tensor& other) const;
 
  private:
+  // Charges this tensor's bytes to the current run's budget. Declared first: a copy is charged
+  // (and refused when the budget is full) before any element is copied.
+  absl::Status charge(uint64_t max_bytes);
+
+  Charge charge_;
   int32_t dtype_ = 0;
   std::vector<int64_t> dims_;
   int64_t size_ = 0;

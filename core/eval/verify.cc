@@ -209,11 +209,9 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       return;
     }
   }
-  const Limits limits{options.max_tensor_bytes, options.max_live_bytes,
-                      options.should_continue ? &options_.should_continue : nullptr};
   if (!options.input_sets.empty()) {
     for (const auto& feeds : options.input_sets) {
-      auto outputs = run_model(original, feeds, limits);
+      auto outputs = run(original, feeds);
       if (!outputs.ok()) {
         failure_ = not_verifiable(outputs.status(), "the original model");
         feeds_.clear();
@@ -257,7 +255,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
         stop = true;
         break;
       }
-      auto outputs = run_model(original, feeds, limits);
+      auto outputs = run(original, feeds);
       if (!outputs.ok()) {
         failure = not_verifiable(outputs.status(), "the original model");
         // Unsupported ops and resource limits do not depend on the dims' sizes.
@@ -285,17 +283,35 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
 
 Verifier::~Verifier() = default;
 
+absl::StatusOr<std::vector<Tensor>> Verifier::run(
+    const ir::Model& model, const std::map<std::string, Tensor>& feeds) const {
+  Limits limits;
+  limits.max_tensor_bytes = options_.max_tensor_bytes;
+  limits.max_live_bytes = options_.max_live_bytes;
+  limits.should_continue = options_.should_continue ? &options_.should_continue : nullptr;
+  limits.max_work = 0;
+  if (options_.max_work) {
+    if (work_spent_ >= options_.max_work)
+      return absl::ResourceExhaustedError(absl::StrCat("verification's work budget of ",
+                                                       options_.max_work, " operations is spent"));
+    limits.max_work = options_.max_work - work_spent_;
+  }
+  RunStats stats;
+  auto outputs = run_model(model, feeds, limits, &stats);
+  work_spent_ += stats.work;
+  return outputs;
+}
+
 VerifyResult Verifier::check(const ir::Model& candidate) const {
   if (failure_) return *failure_;
   VerifyResult r;
-  const Limits limits{options_.max_tensor_bytes, options_.max_live_bytes,
-                      options_.should_continue ? &options_.should_continue : nullptr};
   std::string first;
   for (size_t trial = 0; trial < feeds_.size(); ++trial) {
-    auto actual = run_model(candidate, feeds_[trial], limits);
+    auto actual = run(candidate, feeds_[trial]);
     if (!actual.ok()) {
+      // A candidate the budget cannot run says nothing about its numbers either.
       if (absl::IsUnimplemented(actual.status()) || absl::IsDeadlineExceeded(actual.status()) ||
-          absl::IsCancelled(actual.status()))
+          absl::IsCancelled(actual.status()) || absl::IsResourceExhausted(actual.status()))
         return not_verifiable(actual.status(), "the optimized model");
       r.status = VerifyStatus::kMismatch;
       r.message = absl::StrCat("the optimized model fails where the original runs: ",

@@ -45,6 +45,10 @@ struct VerifyOptions {
   // Per-tensor allocation cap inside the evaluator, and cap on the tensors alive at once.
   uint64_t max_tensor_bytes = 256ull << 20;
   uint64_t max_live_bytes = 2ull << 30;
+  // Operations (multiply-adds, elements written) of all the evaluator runs of one verification
+  // together: the original's, every candidate's, bisection's. 0 = no cap. When it runs out the
+  // result is not verifiable.
+  uint64_t max_work = 20'000'000'000;
   // Polled before every evaluated node; a non-OK status stops verification (the result is then
   // not verifiable, with that status's message). Not part of what the options mean.
   std::function<absl::Status()> should_continue;
@@ -83,7 +87,12 @@ class Verifier {
   VerifyResult check(const ir::Model& candidate) const;
 
  private:
+  // One evaluator run, charged to the verification's work budget.
+  absl::StatusOr<std::vector<Tensor>> run(const ir::Model& model,
+                                          const std::map<std::string, Tensor>& feeds) const;
+
   VerifyOptions options_;
+  mutable uint64_t work_spent_ = 0;
   std::vector<std::map<std::string, Tensor>> feeds_;  // per trial
   std::vector<std::vector<Tensor>> expected_;         // per trial
   std::vector<std::string> output_names_;

@@ -1,5 +1,6 @@
 // Loading a ModelProto into the IR, saving it back, cloning.
 #include "core/ir/model.h"
+#include "core/ir/operands.h"
 
 #include <algorithm>
 #include <climits>
@@ -211,6 +212,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::from_proto(onnx::ModelProto&& prot
     if (auto st = loader.load_function(&model->functions_[i], functions[i].get()); !st.ok())
       return st;
   if (auto st = loader.load_graph(model->graph_.get(), graph.get()); !st.ok()) return st;
+  if (auto st = check_model_operands(*model); !st.ok()) return bad_model(std::string(st.message()));
   return model;
 }
 

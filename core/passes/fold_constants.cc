@@ -55,6 +55,8 @@ class FoldConstants final : public Pass {
 
     PassResult result;
     if (!model.allows_new_initializers()) return result;
+    max_weight_bytes_ = ctx.max_weight_bytes;
+    weight_bytes_ = model.initializer_bytes();
     // Parents before their subgraphs, so values captured from outer graphs are already folded.
     std::vector<ir::Graph*> graphs{&model.graph()};
     for (size_t i = 0; i < graphs.size(); ++i) {
@@ -82,8 +84,6 @@ class FoldConstants final : public Pass {
   // Evaluates `n` and replaces it by initializers; false (model untouched) if it should stay.
   bool fold(ir::Graph& g, ir::Node* n) {
     if (!foldable(*n)) return false;
-    const eval::Kernel* kernel = eval::find_kernel(n->op_type(), n->domain(), n->opset());
-    if (!kernel) return false;
 
     // Inputs are read under the same cap: a crafted initializer must not make us allocate more.
     std::vector<eval::Tensor> storage;
@@ -95,17 +95,18 @@ class FoldConstants final : public Pass {
       if (!t.ok()) return false;  // external data, segments, malformed or too large
       storage.push_back(std::move(*t));
     }
-    eval::KernelContext kctx{*n, n->opset(), {}, {}, limits_};
+    std::vector<const eval::Tensor*> inputs;
     size_t next = 0;
-    for (ir::Value* v : n->inputs()) kctx.inputs.push_back(v ? &storage[next++] : nullptr);
-    kctx.outputs.resize(n->outputs().size());
-    // Any kernel error (unsupported attribute, invalid input, over the cap) means "keep the node".
-    if (!(*kernel)(kctx).ok()) return false;
+    for (ir::Value* v : n->inputs()) inputs.push_back(v ? &storage[next++] : nullptr);
+    // Any kernel error (unsupported op or attribute, invalid or missing input, over a limit)
+    // means "keep the node".
+    auto computed = eval::run_kernel(*n, std::move(inputs), limits_);
+    if (!computed.ok()) return false;
 
     uint64_t output_bytes = 0;
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       if (!n->output(i)) continue;
-      const eval::Tensor& t = kctx.outputs[i];
+      const eval::Tensor& t = (*computed)[i];
       if (t.dtype() == 0) return false;  // the kernel did not produce this output
       if (tensor_bytes(t) > limits_.max_tensor_bytes) return false;
       output_bytes += tensor_bytes(t);
@@ -126,12 +127,17 @@ class FoldConstants final : public Pass {
                        static_cast<unsigned __int128>(output_bytes) >
                            static_cast<unsigned __int128>(max_growth_) * freed_bytes;
     if (grows) return false;
+    // Inputs freed here may still be held until pruning, so only the additions are counted.
+    if (max_weight_bytes_ && !n->is("Constant") &&
+        output_bytes > max_weight_bytes_ - std::min(weight_bytes_, max_weight_bytes_))
+      return false;
+    weight_bytes_ += output_bytes;
 
     std::vector<std::pair<ir::Value*, onnx::TensorProto>> results;
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       ir::Value* out = n->output(i);
       if (!out) continue;
-      results.emplace_back(out, kctx.outputs[i].to_proto(out->name()));
+      results.emplace_back(out, (*computed)[i].to_proto(out->name()));
     }
     // Keep the output names: consumers, nested subgraphs and graph outputs refer to them.
     g.remove_node(n);
@@ -142,6 +148,8 @@ class FoldConstants final : public Pass {
 
   eval::Limits limits_;
   uint64_t max_growth_ = 4;
+  uint64_t max_weight_bytes_ = 0;
+  uint64_t weight_bytes_ = 0;
 };
 
 }  // namespace

@@ -33,6 +33,11 @@ class PassContext {
   absl::StatusOr<int64_t> option_int(const std::string& name, int64_t def) const;
   absl::StatusOr<bool> option_bool(const std::string& name, bool def) const;
 
+  // The most initializer bytes (all graphs) the model may hold when the pass ends; 0 = no limit.
+  // Set by the pipeline from the input's size, so a small model cannot fold itself into
+  // gigabytes of constants one fold at a time. Passes that create weights stop adding at it.
+  uint64_t max_weight_bytes = 0;
+
  private:
   const PassOptions& options_;
 };

@@ -138,14 +138,11 @@ bool keeps_shape_of(const ir::Value* x, const Shape& c) {
 
 // Runs the evaluator's kernel for `n`'s op (and attributes) on `inputs`; nullopt on any error.
 std::optional<eval::Tensor> evaluate(const ir::Node& n, std::vector<const eval::Tensor*> inputs) {
-  const eval::Kernel* kernel = eval::find_kernel(n.op_type(), n.domain(), n.opset());
-  if (!kernel) return std::nullopt;
   eval::Limits limits;
   limits.max_tensor_bytes = kMaxConstantBytes;
-  eval::KernelContext ctx{n, n.opset(), std::move(inputs), {}, limits};
-  ctx.outputs.resize(1);
-  if (!(*kernel)(ctx).ok() || ctx.outputs[0].dtype() == 0) return std::nullopt;
-  return std::move(ctx.outputs[0]);
+  auto outputs = eval::run_kernel(n, std::move(inputs), limits);
+  if (!outputs.ok() || outputs->empty() || (*outputs)[0].dtype() == 0) return std::nullopt;
+  return std::move((*outputs)[0]);
 }
 
 // Every value of `from` has an exact representation in `to`, so casting through `to` loses

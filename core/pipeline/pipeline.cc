@@ -1,7 +1,10 @@
 #include "core/pipeline/pipeline.h"
 
+#include "core/eval/budget.h"
+
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +21,16 @@
 #include "core/passes/registry.h"
 
 namespace graft {
+
+namespace {
+// What the passes' kernel evaluations (constant folding) may use in one run of the passes.
+constexpr uint64_t kPassEvalMaxBytes = 256ull << 20;
+constexpr uint64_t kPassEvalMaxWork = 10'000'000'000;
+// The most the passes may grow a model's weights: this factor of the input's, plus a fixed
+// allowance so that small models can still fold their shape arithmetic.
+constexpr uint64_t kMaxWeightGrowth = 4;
+constexpr uint64_t kWeightGrowthAllowance = 64ull << 20;
+}  // namespace
 
 namespace {
 
@@ -247,11 +260,21 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<size_t>* applied) {
   if (auto st = check_rounds(config); !st.ok()) return st;
   auto start = Clock::now();
+  // Passes that evaluate kernels (folding) share one budget per run of the passes: the bytes
+  // they hold at once, their total work, and the deadline polled inside long kernels. A fold
+  // the budget refuses is not made; the pass goes on.
+  auto eval_budget =
+      eval::Budget::make(kPassEvalMaxBytes, kPassEvalMaxWork, config.should_continue);
+  eval::BudgetScope eval_scope(eval_budget.get());
 
   PipelineReport report;
   report.nodes_before = model->total_nodes();
   report.bytes_before = model->initializer_bytes();
   const std::string interface = interface_of(*model);
+  const uint64_t max_weight_bytes =
+      report.bytes_before > (UINT64_MAX - kWeightGrowthAllowance) / kMaxWeightGrowth
+          ? UINT64_MAX
+          : report.bytes_before * kMaxWeightGrowth + kWeightGrowthAllowance;
 
   bool check = config.onnx_checker || config.shape_inference;
   if (check) {
@@ -283,6 +306,7 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
   // Runs one pass and checks the result; a non-OK status means the model is now broken.
   auto run_checked = [&](Slot& slot, PassResult* out) -> absl::Status {
     PassContext ctx(slot.instance.options);
+    ctx.max_weight_bytes = max_weight_bytes;
     absl::StatusOr<PassResult> result = PassResult{};
     try {
       result = slot.instance.pass->run(*model, ctx);
@@ -296,6 +320,11 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
     if (!result->changed) return absl::OkStatus();
     if (auto st = model->finalize(); !st.ok()) return st;
     if (auto st = model->verify(); !st.ok()) return st;
+    if (const uint64_t bytes = model->initializer_bytes(); bytes > max_weight_bytes)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the pass grew the weights to ", bytes, " bytes, above the pipeline's limit of ",
+          max_weight_bytes, " (", kMaxWeightGrowth, "x the input's plus ",
+          kWeightGrowthAllowance >> 20, " MiB)"));
     if (interface_of(*model) != interface)
       return absl::InternalError("the pass changed the model's inputs or outputs");
     if (check) return onnx_check(*model, config.shape_inference, nullptr);

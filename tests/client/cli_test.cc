@@ -126,6 +126,15 @@ TEST(Cli, ExitCodes) {
   CliRun bad = graft("optimize --local " + junk.string());
   EXPECT_EQ(bad.code, 3);
   EXPECT_NE(bad.err.find("invalid model"), std::string::npos) << bad.err;
+  // An empty file is an invalid model too (and remotely the same: graftd_test).
+  fs::path empty = temp_dir() / "empty.onnx";
+  std::ofstream(empty).close();
+  CliRun none = graft("optimize --local " + empty.string());
+  EXPECT_EQ(none.code, 3);
+  EXPECT_NE(none.err.find("invalid model: empty input"), std::string::npos) << none.err;
+  // Out-of-range numbers are usage errors, not wrapped or overflowed values.
+  EXPECT_EQ(graft("optimize --timeout 1e300 --server 127.0.0.1:1 " + kExample.string()).code, 2);
+  EXPECT_EQ(graft("optimize --local --verify --verify-value x=1e300 " + kExample.string()).code, 2);
   CliRun unknown = graft("optimize --local --passes nope " + kExample.string());
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.err.find("valid passes"), std::string::npos) << unknown.err;

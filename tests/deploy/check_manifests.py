@@ -19,7 +19,8 @@ import yaml
 
 # Memory model from the comments in deploy/base/deployment.yaml: a running request holds about
 # four copies of its model (upload, IR, rollback snapshot, serialized output), a queued one its
-# upload, plus a fixed allowance for the process itself.
+# upload, plus a fixed allowance for the process itself. The uploads held at once are also
+# bounded by max_inflight_bytes (0: graftd takes a quarter of its memory limit).
 COPIES_PER_RUNNING_REQUEST = 4
 PROCESS_OVERHEAD_BYTES = 256 * 1024 * 1024
 DEFAULT_VERIFY_MAX_BYTES = 1024 * 1024 * 1024  # graftd's built-in default
@@ -67,10 +68,18 @@ def check_config_keys(where, config, example):
     return not unknown and not missing
 
 
+# graftd.yaml's address keys and the container port name each one must have.
+ADDRESS_KEYS = {"listen": "grpc", "metrics_listen": "metrics", "health_listen": "health"}
+TLS_FILE_KEYS = ("tls_cert_file", "tls_key_file", "tls_client_ca_file")
+
+
 def listen_ports(where, config):
-    """{'grpc': port, 'metrics': port} from listen/metrics_listen; they must not be loopback."""
+    """{'grpc': port, 'metrics': port[, 'health': port]} from the address keys (health_listen
+    only when set); none may be loopback."""
     ports = {}
-    for key, name in (("listen", "grpc"), ("metrics_listen", "metrics")):
+    for key, name in ADDRESS_KEYS.items():
+        if key == "health_listen" and not config.get(key):
+            continue
         try:
             host, port = split_host_port(config[key])
         except (KeyError, ValueError) as e:
@@ -214,10 +223,21 @@ def check_rendering(where, docs, example, image_uid):
 
     # --- ports -------------------------------------------------------------------------------
     container_ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
+    key_of = {name: key for key, name in ADDRESS_KEYS.items()}
     for name, port in config_ports.items():
         if container_ports.get(name) != port:
             fail(where, f"container port {name} is {container_ports.get(name)} but graftd.yaml "
-                        f"listens on {port} ({'listen' if name == 'grpc' else 'metrics_listen'})")
+                        f"listens on {port} ({key_of[name]})")
+    # The kubelet's gRPC probes speak plaintext only: with TLS on the gRPC port they must ask
+    # the plaintext health port (health_listen), which serves grpc.health.v1 alone.
+    tls_on = bool(config.get("tls_cert_file"))
+    if tls_on:
+        probe_port, probe_what = config_ports.get("health"), "the plaintext health port"
+        if "health" not in config_ports:
+            fail(where, "graftd.yaml serves TLS (tls_cert_file) but has no health_listen: the "
+                        "kubelet's gRPC probes cannot speak TLS and would fail")
+    else:
+        probe_port, probe_what = config_ports.get("grpc"), "gRPC (and grpc.health.v1)"
     for probe_kind in ("readinessProbe", "livenessProbe"):
         probe = container.get(probe_kind)
         if not probe:
@@ -226,11 +246,13 @@ def check_rendering(where, docs, example, image_uid):
         grpc = probe.get("grpc")
         if not grpc:
             fail(where, f"{probe_kind} is not a native gRPC probe (grpc: {{port: ...}})")
-        elif grpc.get("port") != config_ports.get("grpc"):
+        elif probe_port is not None and grpc.get("port") != probe_port and not (
+                not tls_on and grpc.get("port") == config_ports.get("health")):
             hint = " (a gRPC probe takes a number, not a port name)" if isinstance(
                 grpc.get("port"), str) else ""
-            fail(where, f"{probe_kind} probes port {grpc.get('port')!r} but graftd serves gRPC "
-                        f"(and grpc.health.v1) on {config_ports.get('grpc')}{hint}")
+            fail(where, f"{probe_kind} probes port {grpc.get('port')!r} but graftd serves "
+                        f"{probe_what} on {probe_port}{hint}")
+    check_tls_files(where, config, pod, container)
 
     # --- shutdown: preStop + graftd's drain must fit in the grace period ---------------------
     grace = config.get("grace_period_seconds")
@@ -263,13 +285,24 @@ def check_rendering(where, docs, example, image_uid):
                         f"cache_bytes {cache} from graftd.yaml")
         elif all(isinstance(v, int) for v in (cache, workers, queue, model)):
             verify = config.get("verify_max_bytes", DEFAULT_VERIFY_MAX_BYTES)
-            need = (cache + (workers * COPIES_PER_RUNNING_REQUEST + queue) * model
+            inflight = config.get("max_inflight_bytes", 0)
+            if not isinstance(inflight, int) or inflight < 0:
+                fail(where, f"max_inflight_bytes is {inflight!r}, not a byte count")
+                inflight = 0
+            if inflight == 0:
+                inflight = memory // 4
+            elif inflight < model:
+                fail(where, f"max_inflight_bytes {inflight} is below max_model_bytes {model}: "
+                            "a model of max_model_bytes could never be accepted")
+            uploads = min(inflight, (workers + queue) * model)
+            need = (cache + uploads + workers * (COPIES_PER_RUNNING_REQUEST - 1) * model
                     + workers * verify + PROCESS_OVERHEAD_BYTES)
             if memory < need:
                 fail(where, f"memory limit {limits['memory']} ({int(memory)} bytes) is below "
-                            f"cache_bytes + (workers x {COPIES_PER_RUNNING_REQUEST} + "
-                            f"queue_length) x max_model_bytes + workers x verify_max_bytes "
-                            f"+ 256 MiB = {need} bytes")
+                            f"cache_bytes + min(max_inflight_bytes, (workers + queue_length) x "
+                            f"max_model_bytes) + workers x {COPIES_PER_RUNNING_REQUEST - 1} x "
+                            f"max_model_bytes + workers x verify_max_bytes + 256 MiB = "
+                            f"{int(need)} bytes")
         if "memory" in (resources.get("requests") or {}):
             if parse_quantity(resources["requests"]["memory"]) > memory:
                 fail(where, "memory request exceeds the memory limit")
@@ -338,6 +371,84 @@ def check_rendering(where, docs, example, image_uid):
     if pdb is not None and not is_subset((pdb["spec"].get("selector") or {}).get("matchLabels"),
                                          pod_labels):
         fail(where, "the PodDisruptionBudget's selector does not match the pod labels")
+    check_network_policies(where, docs, pod_labels, container, config_ports, monitor is not None)
+
+
+def check_tls_files(where, config, pod, container):
+    """Each TLS file graftd.yaml names lies in a read-only, whole-volume mount of a Secret that
+    holds it, so the kubelet delivers it and its renewals; half a TLS configuration fails."""
+    files = {key: config.get(key) for key in TLS_FILE_KEYS if config.get(key)}
+    if bool(files.get("tls_cert_file")) != bool(files.get("tls_key_file")):
+        fail(where, "graftd.yaml sets one of tls_cert_file and tls_key_file: graftd refuses "
+                    "half a TLS configuration")
+    auth = config.get("tls_client_auth", "none")
+    if bool(files.get("tls_client_ca_file")) != (auth in ("request", "require")):
+        fail(where, f"tls_client_auth {auth!r} and tls_client_ca_file "
+                    f"{config.get('tls_client_ca_file')!r} do not go together (graftd refuses it)")
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for key, path in files.items():
+        if not str(path).startswith("/"):
+            fail(where, f"{key} {path!r} is not an absolute path")
+            continue
+        mounts = [m for m in container.get("volumeMounts", [])
+                  if path.startswith(m.get("mountPath", "").rstrip("/") + "/")]
+        if not mounts:
+            fail(where, f"{key} {path}: no volume is mounted at its folder")
+            continue
+        mount = max(mounts, key=lambda m: len(m["mountPath"]))
+        secret = (volumes.get(mount["name"]) or {}).get("secret")
+        if secret is None:
+            fail(where, f"{key} {path}: {mount['mountPath']} is not a Secret volume (volume "
+                        f"{mount['name']!r})")
+            continue
+        if mount.get("readOnly") is not True:
+            fail(where, f"{key} {path}: the Secret mount {mount['mountPath']} is not readOnly")
+        if mount.get("subPath") or mount.get("subPathExpr"):
+            fail(where, f"{key} {path}: the Secret is mounted with subPath, which the kubelet "
+                        "never updates: renewed certificates would not reach graftd")
+        relative = path[len(mount["mountPath"].rstrip("/")) + 1:]
+        items = secret.get("items")
+        if items is not None and relative not in [i.get("path") for i in items]:
+            fail(where, f"{key} {path}: Secret {secret.get('secretName')!r} is mounted with "
+                        f"items {[i.get('path') for i in items]}, which lack {relative!r}")
+        if secret.get("optional"):
+            fail(where, f"{key} {path}: Secret {secret.get('secretName')!r} is optional: graftd "
+                        "would start without its certificate and exit")
+
+
+def check_network_policies(where, docs, pod_labels, container, config_ports, has_monitor):
+    """A NetworkPolicy over graftd's pods must name real ports, admit the gRPC and health ports
+    from everywhere (clients; the kubelet's probes come from the node), and admit the metrics
+    port from somewhere when a ServiceMonitor scrapes it."""
+    container_ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
+    policies = [d for d in docs if d.get("kind") == "NetworkPolicy" and is_subset(
+        (d["spec"].get("podSelector") or {}).get("matchLabels"), pod_labels)]
+    for policy in policies:
+        if "Ingress" not in (policy["spec"].get("policyTypes") or ["Ingress"]):
+            continue
+        open_ports, any_ports = set(), set()
+        for rule in policy["spec"].get("ingress") or []:
+            ports = rule.get("ports")
+            resolved = set()
+            for p in ports or []:
+                port = p.get("port")
+                number = container_ports.get(port) if isinstance(port, str) else port
+                if number not in container_ports.values():
+                    fail(where, f"NetworkPolicy {policy['metadata']['name']} admits port "
+                                f"{port!r}, which is not a container port ({container_ports})")
+                resolved.add(number)
+            if ports is None:
+                resolved = set(container_ports.values())
+            any_ports |= resolved
+            if not rule.get("from"):
+                open_ports |= resolved
+        for name in ("grpc", "health"):
+            if name in config_ports and config_ports[name] not in open_ports:
+                fail(where, f"NetworkPolicy {policy['metadata']['name']} does not admit the "
+                            f"{name} port {config_ports[name]} from everywhere")
+        if has_monitor and config_ports.get("metrics") not in any_ports:
+            fail(where, f"NetworkPolicy {policy['metadata']['name']} admits no one to the "
+                        f"metrics port {config_ports.get('metrics')}: Prometheus cannot scrape")
 
 
 def main():

@@ -279,3 +279,55 @@ TEST(Pipeline, DumpWritesTextAfterChangingPasses) {
 
 }  // namespace
 }  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+// Many small constants, each doubled by Concat over and over: every fold stays within
+// fold_constants' per-fold growth, yet together they would turn 2.5 MiB into 640 MiB. The
+// pipeline bounds the model's weights at 4x the input's plus 64 MiB.
+TEST(Pipeline, FoldingCannotGrowTheWeightsBeyondTheModelLimit) {
+  onnx::ModelProto proto;
+  proto.set_ir_version(8);
+  proto.add_opset_import()->set_version(13);
+  auto* g = proto.mutable_graph();
+  g->set_name("g");
+  constexpr int kChains = 40, kSteps = 4;
+  const int64_t elements = 16384;  // 64 KiB of float each
+  for (int c = 0; c < kChains; ++c) {
+    auto* t = g->add_initializer();
+    t->set_name("w" + std::to_string(c));
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(elements);
+    t->mutable_raw_data()->assign(elements * 4, static_cast<char>(c));
+    std::string prev = t->name();
+    for (int s = 0; s < kSteps; ++s) {
+      auto* n = g->add_node();
+      n->set_op_type("Concat");
+      for (int k = 0; k < 4; ++k) n->add_input(prev);
+      prev = "c" + std::to_string(c) + "_" + std::to_string(s);
+      n->add_output(prev);
+      auto* axis = n->add_attribute();
+      axis->set_name("axis");
+      axis->set_type(onnx::AttributeProto::INT);
+      axis->set_i(0);
+    }
+    auto* out = g->add_output();
+    out->set_name(prev);
+    out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  }
+  auto model = ir::Model::from_proto(std::move(proto));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const uint64_t before = (*model)->initializer_bytes();
+  EXPECT_EQ(before, uint64_t{kChains} * elements * 4);
+  PipelineConfig config;
+  auto report = run_pipeline(*model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const uint64_t after = (*model)->initializer_bytes();
+  EXPECT_LE(after, 4 * before + (uint64_t{64} << 20));
+  EXPECT_GT(after, 2 * before);  // folding still happened up to the limit
+  EXPECT_GT(count_ops(**model, "Concat"), 0);  // and stopped there
+}
+
+}  // namespace
+}  // namespace graft::testing

@@ -1,4 +1,6 @@
 // graftd configuration: precedence (defaults < YAML < environment < flags) and validation.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -30,8 +32,52 @@ TEST(ServerConfig, ExampleFileIsValidAndMatchesDefaults) {
   EXPECT_EQ(from_file.queue_length, defaults.queue_length);
   EXPECT_EQ(from_file.cache_bytes, defaults.cache_bytes);
   EXPECT_EQ(from_file.max_model_bytes, defaults.max_model_bytes);
+  EXPECT_EQ(from_file.max_inflight_bytes, defaults.max_inflight_bytes);
   EXPECT_EQ(from_file.grace_period_seconds, defaults.grace_period_seconds);
   EXPECT_EQ(from_file.log_format, defaults.log_format);
+  EXPECT_EQ(from_file.tls_cert_file, defaults.tls_cert_file);
+  EXPECT_EQ(from_file.tls_key_file, defaults.tls_key_file);
+  EXPECT_EQ(from_file.tls_client_ca_file, defaults.tls_client_ca_file);
+  EXPECT_EQ(from_file.tls_client_auth, defaults.tls_client_auth);
+  EXPECT_EQ(from_file.tls_reload_interval_seconds, defaults.tls_reload_interval_seconds);
+  EXPECT_EQ(from_file.health_listen, defaults.health_listen);
+  EXPECT_FALSE(defaults.tls());  // the README's main job runs plaintext on loopback
+}
+
+// Half a TLS configuration must not start a plaintext server, nor a TLS server that silently
+// ignores the client CA.
+TEST(ServerConfig, TlsKeysMustBeCompleteAndConsistent) {
+  auto error = [](std::vector<std::string> args) {
+    auto c = load(std::move(args));
+    return c.ok() ? std::string("accepted") : std::string(c.status().message());
+  };
+  EXPECT_NE(error({"--tls-cert-file", "c.pem"}).find("tls_key_file"), std::string::npos);
+  EXPECT_NE(error({"--tls-key-file", "k.pem"}).find("tls_cert_file"), std::string::npos);
+  EXPECT_NE(error({"--tls-client-ca-file", "ca.pem"}).find("need TLS"), std::string::npos);
+  EXPECT_NE(error({"--tls-client-auth", "require"}).find("need TLS"), std::string::npos);
+  const std::vector<std::string> tls = {"--tls-cert-file", "c.pem", "--tls-key-file", "k.pem"};
+  auto with_tls = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), tls.begin(), tls.end());
+    return more;
+  };
+  EXPECT_EQ(error(tls), "accepted");
+  EXPECT_NE(error(with_tls({"--tls-client-auth", "require"})).find("tls_client_ca_file"),
+            std::string::npos);
+  EXPECT_NE(error(with_tls({"--tls-client-auth", "request"})).find("tls_client_ca_file"),
+            std::string::npos);
+  EXPECT_NE(error(with_tls({"--tls-client-ca-file", "ca.pem"})).find("tls_client_auth is none"),
+            std::string::npos);
+  EXPECT_NE(error(with_tls({"--tls-client-ca-file", "ca.pem", "--tls-client-auth", "yes"}))
+                .find("none, request or require"),
+            std::string::npos);
+  EXPECT_EQ(error(with_tls({"--tls-client-ca-file", "ca.pem", "--tls-client-auth", "require"})),
+            "accepted");
+  EXPECT_EQ(error(with_tls({"--tls-client-ca-file", "ca.pem", "--tls-client-auth", "request"})),
+            "accepted");
+  EXPECT_NE(error(with_tls({"--tls-reload-interval-seconds", "0"})).find("1..86400"),
+            std::string::npos);
+  EXPECT_NE(error({"--health-listen", "8081"}).find("HOST:PORT"), std::string::npos);
+  EXPECT_EQ(error({"--health-listen", "127.0.0.1:8081"}), "accepted");
 }
 
 TEST(ServerConfig, UnknownKeysAndBadValuesAreErrors) {
@@ -65,6 +111,30 @@ TEST(ServerConfig, ZeroWorkersMeansCores) {
   auto c = load({"--workers", "0"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_GE(c->workers, 1);
+}
+
+TEST(ServerConfig, NegativeSizesAndUnrepresentableDurationsAreErrors) {
+  ServerConfig c;
+  // An unsigned read of "-1" used to wrap to 2^64 - 1: an unbounded limit.
+  for (const char* yaml : {"max_model_bytes: -1\n", "cache_bytes: -5\n", "max_inflight_bytes: -1\n",
+                           "verify_max_bytes: -1\n"})
+    EXPECT_FALSE(server::apply_yaml(yaml, &c).ok()) << yaml;
+  for (const char* flag : {"--default-deadline-seconds", "--grace-period-seconds"})
+    for (const char* value : {"1e30", "nan", "-1"})
+      EXPECT_FALSE(load({flag, value}).ok()) << flag << value;
+  EXPECT_TRUE(load({"--default-deadline-seconds", "3600"}).ok());
+}
+
+TEST(ServerConfig, InflightBytesDefaultsToAShareOfMemory) {
+  auto automatic = load({});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
+  EXPECT_GT(automatic->max_inflight_bytes, 0u);
+  EXPECT_LE(automatic->max_inflight_bytes, physical / 4);
+  auto explicit_value = load({"--max-inflight-bytes", "12345"});
+  ASSERT_TRUE(explicit_value.ok());
+  EXPECT_EQ(explicit_value->max_inflight_bytes, 12345u);
 }
 
 TEST(ServerConfig, MissingFileIsAnError) {

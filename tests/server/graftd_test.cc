@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <future>
 #include <regex>
 #include <thread>
+
+#include <onnx/defs/parser.h>
 
 #include "client/graft_client.h"
 #include "core/cache/digest.h"
@@ -131,33 +134,6 @@ std::map<std::string, double> parse_metrics(const std::string& text) {
 double metric(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
   return it == m.end() ? -1 : it->second;
-}
-
-// A chain of Identity/Relu pairs: big enough to keep a worker busy for a while.
-std::string chain_model(int pairs, const std::string& tag = "") {
-  onnx::ModelProto proto;
-  proto.set_ir_version(8);
-  proto.add_opset_import()->set_version(13);
-  proto.set_doc_string(tag);  // distinct tags make distinct digests
-  auto* g = proto.mutable_graph();
-  g->set_name("chain");
-  auto* in = g->add_input();
-  in->set_name("x");
-  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  std::string prev = "x";
-  for (int i = 0; i < pairs; ++i) {
-    for (const char* op : {"Identity", "Relu"}) {
-      auto* n = g->add_node();
-      n->set_op_type(op);
-      n->add_input(prev);
-      prev = std::string(op) + std::to_string(i);
-      n->add_output(prev);
-    }
-  }
-  auto* out = g->add_output();
-  out->set_name(prev);
-  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  return proto.SerializeAsString();
 }
 
 std::string local_result(const std::string& bytes) {
@@ -453,8 +429,8 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
        {"graft_requests_total", "graft_request_duration_seconds", "graft_pass_duration_seconds",
         "graft_pass_nodes_removed_total", "graft_cache_hits_total", "graft_cache_misses_total",
         "graft_cache_evictions_total", "graft_cache_bytes", "graft_queue_depth",
-        "graft_inflight_requests", "graft_model_bytes_in_total", "graft_model_bytes_out_total",
-        "graft_build_info"})
+        "graft_inflight_requests", "graft_upload_bytes", "graft_model_bytes_in_total",
+        "graft_model_bytes_out_total", "graft_build_info"})
     EXPECT_NE(text.find("# TYPE " + std::string(family) + " "), std::string::npos) << family;
   EXPECT_GT(metric(metrics, "graft_model_bytes_in_total"), 500000);
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
@@ -477,45 +453,12 @@ TEST(Graftd, ReflectionAndHealthAreServed) {
   EXPECT_GE(passes->passes_size(), 8);
 }
 
-}  // namespace
-}  // namespace graft::testing
-
-namespace graft::testing {
-namespace {
-
-// Identity -> MatMul with its weight in an external-data file "weights/w.bin".
-std::string external_data_model(const std::string& weight_bytes) {
-  auto model = parse_text(R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[1, 4] x) => (float[1, 4] y) {
-      t = Identity (x)
-      y = Relu (t)
-    }
-  )");
-  onnx::ModelProto proto = model->to_proto();
-  proto.mutable_graph()->mutable_node(1)->set_op_type("MatMul");
-  proto.mutable_graph()->mutable_node(1)->add_input("w");
-  auto* w = proto.mutable_graph()->add_initializer();
-  w->set_name("w");
-  w->set_data_type(onnx::TensorProto::FLOAT);
-  w->add_dims(4);
-  w->add_dims(4);
-  w->set_data_location(onnx::TensorProto::EXTERNAL);
-  auto* loc = w->add_external_data();
-  loc->set_key("location");
-  loc->set_value("weights/w.bin");
-  auto* len = w->add_external_data();
-  len->set_key("length");
-  len->set_value(std::to_string(weight_bytes.size()));
-  return proto.SerializeAsString();
-}
-
 TEST(Graftd, ExternalDataFilesTravelWithTheModel) {
   Graftd server;
   client::GraftClient client(server.address());
   std::string weights(64, '\0');
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>(i * 7);
-  std::string bytes = external_data_model(weights);
+  std::string bytes = external_data_model("weights/w.bin", weights.size());
   auto r = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 16,
                            {{"weights/w.bin", weights}});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -538,7 +481,7 @@ TEST(Graftd, ExternalDataFilesTravelWithTheModel) {
 TEST(Graftd, ExternalDataNamesAndSizesAreChecked) {
   Graftd server({"--max-model-bytes", "100000"});
   client::GraftClient client(server.address());
-  std::string bytes = external_data_model(std::string(64, 'w'));
+  std::string bytes = external_data_model("weights/w.bin", 64);
   for (const char* name : {"../w.bin", "/etc/passwd", "a/../../b", ""}) {
     auto r = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
                              {{name, std::string(64, 'w')}});
@@ -560,7 +503,8 @@ TEST(Graftd, CliCarriesExternalDataFiles) {
   fs::remove_all(dir);
   fs::create_directories(dir / "in" / "weights");
   std::string weights(64, 'q');
-  std::ofstream(dir / "in" / "model.onnx", std::ios::binary) << external_data_model(weights);
+  std::ofstream(dir / "in" / "model.onnx", std::ios::binary)
+      << external_data_model("weights/w.bin", weights.size());
   std::ofstream(dir / "in" / "weights" / "w.bin", std::ios::binary) << weights;
   std::string cli = GRAFT_CLI;
   std::string in = (dir / "in" / "model.onnx").string();
@@ -578,6 +522,456 @@ TEST(Graftd, CliCarriesExternalDataFiles) {
   EXPECT_EQ(read_file(dir / "local" / "weights" / "w.bin"), weights);
   EXPECT_EQ(read_file(dir / "remote" / "m.onnx"), read_file(dir / "local" / "m.onnx"));
   fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile models under verification (issue findings 1, 3 and 4): each ends in a precise answer,
+// within the server's bounds, and the server goes on serving.
+
+std::string model_bytes(const std::string& text) {
+  onnx::ModelProto proto;
+  auto status = onnx::OnnxParser::Parse(proto, text.c_str());
+  EXPECT_TRUE(status.IsOK()) << status.ErrorMessage();
+  return proto.SerializeAsString();
+}
+
+v1::PipelineConfig verified() {
+  auto config = o2();
+  config.mutable_verify()->set_enabled(true);
+  return config;
+}
+
+// Peak resident memory of a process so far (VmHWM), in bytes.
+uint64_t peak_rss(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+TEST(Graftd, IfWithoutConditionIsInvalidArgumentNotACrash) {
+  onnx::ModelProto proto;
+  ASSERT_TRUE(onnx::OnnxParser::Parse(proto, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x) => (float[2] y) {
+      y = If (c) <
+        then_branch = t () => (float[2] a) { a = Neg (x) },
+        else_branch = e () => (float[2] b) { b = Abs (x) }
+      >
+    }
+  )")
+                  .IsOK());
+  proto.mutable_graph()->mutable_node(0)->set_input(0, "");
+  Graftd server;
+  client::GraftClient client(server.address());
+  auto r = client.optimize(proto.SerializeAsString(), verified());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(std::string(r.status().message()).find("required input 0 ('cond') is missing"),
+            std::string::npos)
+      << r.status();
+  auto serving = client.serving();
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_TRUE(*serving);
+}
+
+TEST(Graftd, LoopScanOutputsStayWithinVerifyMaxBytes) {
+  // 200,000 iterations of a 16 KiB scan slice: 3.3 GB if nothing stopped it.
+  const std::string bomb = model_bytes(loop_scan_bomb(200000));
+  Graftd server({"--workers", "1", "--verify-max-bytes", "67108864"});
+  client::GraftClient client(server.address());
+  auto r = client.optimize(bomb, verified());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->report.verification().status(), v1::Verification::NOT_VERIFIABLE);
+  EXPECT_NE(r->report.verification().message().find("memory budget"), std::string::npos)
+      << r->report.verification().message();
+  // 64 MiB of evaluator memory plus the process itself; before the budget covered Loop
+  // outputs this peaked above 3 GB.
+  EXPECT_LT(peak_rss(server.pid()), uint64_t{512} << 20);
+}
+
+TEST(Graftd, VerificationCpuBombEndsAtItsDeadlineAndFreesTheWorker) {
+  // Expand to 1024 x 1024, then six MatMuls of 2^30 multiply-adds each.
+  std::string text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, 1] x) => (float[1024, 1024] y) {
+      shape = Constant <value = int64[2] {1024, 1024}> ()
+      m0 = Expand (x, shape)
+  )";
+  for (int i = 1; i <= 6; ++i)
+    text += "      m" + std::to_string(i) + " = MatMul (m" + std::to_string(i - 1) + ", m0)\n";
+  text += "      y = Identity (m6)\n    }\n";
+  Graftd server({"--workers", "1"});
+  client::GraftClient client(server.address());
+  auto slow = client.optimize(model_bytes(text), verified(), std::chrono::milliseconds(1000));
+  ASSERT_FALSE(slow.ok());
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded) << slow.status();
+  // The single worker is free again (before the evaluator polled inside kernels, it stayed
+  // busy for minutes): a normal request succeeds.
+  auto next = client.optimize(read_file(kExample), o2(), std::chrono::seconds(60));
+  EXPECT_TRUE(next.ok()) << next.status();
+}
+
+// One Optimize call driven message by message, for what the client library never sends.
+class RawOptimize {
+ public:
+  explicit RawOptimize(const std::string& address)
+      : stub_(v1::Graft::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        stream_(stub_->Optimize(&context_)) {}
+  bool start(const v1::OptimizeStart& start) {
+    v1::OptimizeRequest msg;
+    *msg.mutable_start() = start;
+    return stream_->Write(msg);
+  }
+  bool chunk(const std::string& data, const std::string& file = "") {
+    v1::OptimizeRequest msg;
+    msg.mutable_chunk()->set_data(data);
+    msg.mutable_chunk()->set_file(file);
+    return stream_->Write(msg);
+  }
+  // Ends the upload, reads the response and returns the call's status.
+  grpc::Status finish(std::string* model = nullptr) {
+    stream_->WritesDone();
+    v1::OptimizeResponse msg;
+    while (stream_->Read(&msg))
+      if (model && msg.has_chunk() && msg.chunk().file().empty()) *model += msg.chunk().data();
+    return stream_->Finish();
+  }
+  void cancel() { context_.TryCancel(); }
+  // Waits for the server to end the call, without ending the upload.
+  grpc::Status await_end() {
+    v1::OptimizeResponse msg;
+    while (stream_->Read(&msg)) {
+    }
+    return stream_->Finish();
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<v1::Graft::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::OptimizeRequest, v1::OptimizeResponse>> stream_;
+};
+
+v1::OptimizeStart start_for(const std::string& model) {
+  v1::OptimizeStart start;
+  *start.mutable_config() = o2();
+  start.set_model_size(model.size());
+  return start;
+}
+
+// Declared external-file sizes are added without wrapping: a sum past 2^64 is not small.
+TEST(Graftd, ExternalFileSizesCannotWrapPastTheLimit) {
+  Graftd server({"--max-model-bytes", "10000000"});
+  std::string bytes = external_data_model("weights/w.bin", 64);
+  const std::vector<std::vector<uint64_t>> cases = {
+      {0 - static_cast<uint64_t>(bytes.size())},  // model + file = 2^64
+      {uint64_t{1} << 63, uint64_t{1} << 63},     // file + file = 2^64
+      {~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}}};
+  for (const auto& sizes : cases) {
+    RawOptimize call(server.address());
+    v1::OptimizeStart start = start_for(bytes);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      auto* f = start.add_external_files();
+      f->set_name("w" + std::to_string(i) + ".bin");
+      f->set_size(sizes[i]);
+    }
+    call.start(start);
+    call.chunk(bytes);
+    // More than max_model_bytes of file data: a wrapped total would let all of it in.
+    const std::string mib(1 << 20, 'x');
+    for (int i = 0; i < 12 && call.chunk(mib, "w0.bin"); ++i) {
+    }
+    grpc::Status st = call.finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_NE(st.error_message().find("max_model_bytes"), std::string::npos) << st.error_message();
+  }
+  // The server is still there.
+  client::GraftClient client(server.address());
+  EXPECT_TRUE(client.optimize(read_file(kExample), o2()).ok());
+}
+
+// A client without a deadline that announces a model and then goes quiet is ended at the
+// request's deadline (default_deadline_seconds, or deadline_hint_ms when it gives one): before,
+// it held a handler thread and one of the workers + queue_length admission slots for as long as
+// it kept its connection open, and that many such clients shut everyone else out.
+TEST(Graftd, StalledUploadWithoutDeadlineEndsAtTheRequestsDeadline) {
+  Graftd server({"--workers", "1", "--queue-length", "0", "--default-deadline-seconds", "2"});
+  const std::string bytes = chain_model(10, "stall");
+  RawOptimize stalled(server.address());
+  stalled.start(start_for(bytes));
+  stalled.chunk(bytes.substr(0, 10));
+  auto ended = std::async(std::launch::async, [&] { return stalled.await_end(); });
+  // Admitted once its chunk is charged to the upload budget...
+  bool admitted = false;
+  for (int i = 0; i < 3000 && !admitted; ++i) {
+    admitted = metric(parse_metrics(http_get(server.metrics_port(), "/metrics")),
+                      "graft_upload_bytes") > 0;
+    if (!admitted) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(admitted);
+  // ...and while it lasts, it holds the only admission slot.
+  client::GraftClient client(server.address());
+  auto refused = client.optimize(bytes, o2());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  // A guard against hanging forever (which it did), far beyond the 2 s deadline.
+  if (ended.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    stalled.cancel();
+    ended.wait();
+    FAIL() << "graftd did not end a stalled upload without a deadline";
+  }
+  grpc::Status st = ended.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("default_deadline_seconds"), std::string::npos)
+      << st.error_message();
+  // The slot is free again, once the handler has returned (the client may hear of the end a
+  // moment before).
+  auto after = client.optimize(bytes, o2());
+  for (int i = 0; i < 1000 && after.status().code() == absl::StatusCode::kResourceExhausted; ++i) {
+    std::this_thread::sleep_for(10ms);
+    after = client.optimize(bytes, o2());
+  }
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->model, local_result(bytes));
+
+  // A deadline hint bounds the upload the same way, from the call's start.
+  RawOptimize hinted(server.address());
+  auto start = start_for(bytes);
+  start.set_deadline_hint_ms(300);
+  hinted.start(start);
+  auto hinted_end = std::async(std::launch::async, [&] { return hinted.await_end(); });
+  if (hinted_end.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    hinted.cancel();
+    hinted_end.wait();
+    FAIL() << "graftd did not end a stalled upload at its deadline hint";
+  }
+  st = hinted_end.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("deadline_hint_ms"), std::string::npos) << st.error_message();
+
+  // Counted and logged as what the clients received.
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"DEADLINE_EXCEEDED\",method=\"Optimize\"}"),
+            2);
+}
+
+// A deadline hint too far away to represent means no deadline, not an overflowed one.
+TEST(Graftd, HugeDeadlineHintsDoNotOverflow) {
+  Graftd server;
+  std::string bytes = chain_model(10, "hint");
+  for (uint64_t hint : {~uint64_t{0}, uint64_t{1} << 62, uint64_t{10'000'000'000'000'000}}) {
+    RawOptimize call(server.address());
+    v1::OptimizeStart start = start_for(bytes);
+    start.set_deadline_hint_ms(hint);
+    call.start(start);
+    call.chunk(bytes);
+    std::string model;
+    grpc::Status st = call.finish(&model);
+    EXPECT_TRUE(st.ok()) << hint << ": " << st.error_message();
+    if (st.ok()) {
+      EXPECT_EQ(model, local_result(bytes));
+    }
+  }
+}
+
+// An empty model is an invalid model, remotely as locally (exit 3), not a usage error.
+TEST(Graftd, EmptyModelIsAnInvalidModel) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  auto r = client.optimize("", o2());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("invalid model"), absl::string_view::npos) << r.status();
+  EXPECT_NE(r.status().message().find("empty"), absl::string_view::npos) << r.status();
+
+  fs::path empty = fs::temp_directory_path() / ("graftd_empty_" + std::to_string(::getpid()));
+  std::ofstream(empty).close();
+  std::string cli = GRAFT_CLI;
+  int remote = std::system(
+      (cli + " optimize -q " + empty.string() + " --server " + server.address() + " 2>/dev/null")
+          .c_str());
+  int local =
+      std::system((cli + " optimize -q --local " + empty.string() + " 2>/dev/null").c_str());
+  EXPECT_EQ(WEXITSTATUS(remote), 3);
+  EXPECT_EQ(WEXITSTATUS(local), 3);
+  fs::remove(empty);
+}
+
+uint64_t vm_size_bytes(pid_t pid) {
+  std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+  std::smatch m;
+  if (!std::regex_search(status, m, std::regex(R"(VmSize:\s+([0-9]+) kB)"))) return 0;
+  return std::stoull(m[1]) * 1024;
+}
+
+// Memory follows the bytes that arrived, not the size a start message announces.
+TEST(Graftd, AnnouncedSizesReserveNothing) {
+  constexpr int kStreams = 8;
+  // The budget is set so that it cannot be what refuses the announced sizes on a small machine.
+  Graftd server({"--workers", "1", "--queue-length", std::to_string(kStreams - 1),
+                 "--max-inflight-bytes", std::to_string(64ull << 30)});
+  const uint64_t before = vm_size_bytes(server.pid());
+  ASSERT_GT(before, 0u);
+  std::vector<std::unique_ptr<RawOptimize>> calls;
+  v1::OptimizeStart start;
+  *start.mutable_config() = o2();
+  start.set_model_size(2147483647);
+  for (int i = 0; i < kStreams; ++i) {
+    calls.push_back(std::make_unique<RawOptimize>(server.address()));
+    calls.back()->start(start);
+    calls.back()->chunk("x");
+  }
+  // workers + queue_length calls hold an upload: one more is refused once all of them have
+  // read their start message.
+  bool all_admitted = false;
+  for (int i = 0; i < 2000 && !all_admitted; ++i) {
+    RawOptimize extra(server.address());
+    extra.start(start);
+    grpc::Status st = extra.finish();
+    all_admitted = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                   st.error_message().find("already being handled") != std::string::npos;
+  }
+  ASSERT_TRUE(all_admitted);
+  std::this_thread::sleep_for(200ms);  // past the admission, to where a reservation would be
+  const uint64_t during = vm_size_bytes(server.pid());
+  // Eight announced 2 GiB uploads reserved up front would add 16 GiB of address space.
+  EXPECT_LT(during, before + (4ull << 30)) << "VmSize grew from " << before << " to " << during;
+  for (auto& c : calls) c->cancel();
+  for (auto& c : calls) c->finish();
+}
+
+// The CLI checks the locations it uploads: no '..', no symlink.
+TEST(Graftd, CliUploadsOnlyFilesInsideTheModelsFolder) {
+  Graftd server;
+  fs::path dir = fs::temp_directory_path() / ("graftd_ext_paths_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "in" / "weights");
+  std::ofstream(dir / "secret.txt") << "secret";
+  std::string cli = GRAFT_CLI;
+  auto run = [&](const std::string& location) {
+    std::string bytes = external_data_model(std::string(64, 'q'));
+    onnx::ModelProto proto;
+    proto.ParseFromString(bytes);
+    proto.mutable_graph()->mutable_initializer(0)->mutable_external_data(0)->set_value(location);
+    std::ofstream(dir / "in" / "model.onnx", std::ios::binary) << proto.SerializeAsString();
+    std::string cmd = cli + " optimize -q " + (dir / "in" / "model.onnx").string() + " -o " +
+                      (dir / "out.onnx").string() + " --server " + server.address() + " 2>" +
+                      (dir / "err").string();
+    int status = std::system(cmd.c_str());
+    return std::make_pair(WEXITSTATUS(status), read_file(dir / "err"));
+  };
+  auto [dotdot, dotdot_err] = run("../secret.txt");
+  EXPECT_EQ(dotdot, 3) << dotdot_err;
+  EXPECT_NE(dotdot_err.find("'../secret.txt'"), std::string::npos) << dotdot_err;
+  fs::create_symlink(dir / "secret.txt", dir / "in" / "weights" / "w.bin");
+  auto [link, link_err] = run("weights/w.bin");
+  EXPECT_EQ(link, 3) << link_err;
+  EXPECT_NE(link_err.find("symbolic link"), std::string::npos) << link_err;
+  // Neither upload reached the server.
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_model_bytes_in_total"), 0);
+  EXPECT_EQ(server.log().find("Optimize"), std::string::npos) << server.log();
+  fs::remove_all(dir);
+}
+
+// Client-set numbers of the pipeline config are bounded where the API meets the core.
+TEST(Graftd, ConfigNumbersAreBounded) {
+  Graftd server({"--verify-max-bytes", "100000000"});
+  client::GraftClient client(server.address());
+  const std::string digest(64, 'a');
+  auto expect_invalid = [&](const v1::PipelineConfig& config, const std::string& word) {
+    auto r = client.lookup(digest, config, false);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << word;
+    EXPECT_NE(r.status().message().find(word), absl::string_view::npos) << r.status();
+  };
+  {
+    auto c = o2();
+    (*(*c.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] =
+        "4611686018427387904";
+    expect_invalid(c, "verify_max_bytes");
+  }
+  for (double v : {1e300, -1e19, std::nan("")}) {
+    auto c = o2();
+    c.mutable_verify()->set_enabled(true);
+    (*c.mutable_verify()->mutable_values())["x"] = v;
+    expect_invalid(c, "'x'");
+  }
+  {
+    auto c = o2();
+    c.mutable_verify()->set_enabled(true);
+    (*c.mutable_verify()->mutable_dims())["n"] = -1;
+    expect_invalid(c, "'n'");
+  }
+  {
+    auto c = o2();
+    c.mutable_verify()->set_enabled(true);
+    c.mutable_verify()->set_default_dim(int64_t{1} << 40);
+    expect_invalid(c, "default dim");
+  }
+  {
+    auto c = o2();
+    c.set_max_rounds(-5);
+    expect_invalid(c, "rounds");
+  }
+  {
+    auto c = o2();
+    for (int i = 0; i < 100000; ++i) c.add_passes("prune");
+    expect_invalid(c, "passes");
+  }
+  // Sane values still pass.
+  auto fine = o2();
+  (*(*fine.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "1000000";
+  EXPECT_TRUE(client.lookup(digest, fine, false).ok());
+}
+
+// max_inflight_bytes bounds the uploads all calls hold together; a full budget is
+// RESOURCE_EXHAUSTED naming the key, and its bytes come back when requests end.
+TEST(Graftd, InflightBudgetBoundsUploadsAcrossRequests) {
+  Graftd server({"--max-inflight-bytes", "1000000", "--max-model-bytes", "4000000"});
+  auto upload_bytes = [&] {
+    return metric(parse_metrics(http_get(server.metrics_port(), "/metrics")), "graft_upload_bytes");
+  };
+  EXPECT_EQ(upload_bytes(), 0);
+  client::GraftClient client(server.address());
+  // Larger than the whole budget: refused at once.
+  auto too_big = client.optimize(chain_model(10, std::string(1500000, 'x')), o2());
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted) << too_big.status();
+  EXPECT_NE(too_big.status().message().find("max_inflight_bytes"), absl::string_view::npos)
+      << too_big.status();
+
+  // One upload holds 700 kB of the budget...
+  std::string held = chain_model(10, std::string(800000, 'a'));
+  RawOptimize first(server.address());
+  first.start(start_for(held));
+  first.chunk(held.substr(0, 700000));
+  bool charged = false;
+  for (int i = 0; i < 3000 && !charged; ++i) {
+    charged = upload_bytes() >= 700000;
+    if (!charged) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(charged) << upload_bytes();
+  // ...so another of 400 kB does not fit now,
+  std::string second = chain_model(10, std::string(400000, 'b'));
+  auto refused = client.optimize(second, o2());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("max_inflight_bytes"), absl::string_view::npos)
+      << refused.status();
+  // ...and does once the first is done and its memory released.
+  first.chunk(held.substr(700000));
+  std::string model;
+  grpc::Status st = first.finish(&model);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(model, local_result(held));
+  bool released = false;
+  for (int i = 0; i < 3000 && !released; ++i) {
+    released = upload_bytes() == 0;
+    if (!released) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(released) << upload_bytes();
+  auto retried = client.optimize(second, o2());
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->model, local_result(second));
+  EXPECT_NE(server.log().find("RESOURCE_EXHAUSTED"), std::string::npos);
 }
 
 }  // namespace

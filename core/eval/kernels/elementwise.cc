@@ -703,9 +703,15 @@ absl::Status cast(KernelContext& ctx, int32_t to) {
   if (from == to) {
     std::memcpy(y->data<char>(), x->data<char>(), x->bytes());
   } else if (from_float || is_float_type(to)) {
-    for (int64_t i = 0; i < n; ++i) y->set_double(i, x->get_double(i));
+    for (int64_t i = 0; i < n; ++i) {
+      poll_every(i);
+      y->set_double(i, x->get_double(i));
+    }
   } else {
-    for (int64_t i = 0; i < n; ++i) y->set_int64(i, x->get_int64(i));
+    for (int64_t i = 0; i < n; ++i) {
+      poll_every(i);
+      y->set_int64(i, x->get_int64(i));
+    }
   }
   return absl::OkStatus();
 }

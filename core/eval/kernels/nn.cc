@@ -19,6 +19,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/eval/broadcast.h"
+#include "core/eval/budget.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
 
@@ -44,8 +45,6 @@ using onnx::TensorProto;
 // Attribute values (pads, strides, sizes, ...) beyond this are rejected so that shape arithmetic
 // can never overflow int64.
 constexpr int64_t kMaxDim = int64_t{1} << 30;
-// Upper bound on the multiply-adds of one kernel call: folding must not hang on a crafted model.
-constexpr double kMaxWork = 4e9;
 
 absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
@@ -66,13 +65,12 @@ absl::Status require_float(const KernelContext& ctx, const Tensor& t) {
   return absl::OkStatus();
 }
 
-absl::Status check_work(const KernelContext& ctx, double work) {
-  if (work > kMaxWork) return unimplemented(ctx, "too much work for constant evaluation");
-  return absl::OkStatus();
-}
+// Refuses at once a kernel call whose multiply-adds the run's work budget cannot pay for (a
+// crafted model must not hang folding or verification); the loops then charge it as they go.
+absl::Status check_work(const KernelContext& ctx, double work) { return ctx.afford(work); }
 
-std::vector<double> to_doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.size()));
+Scratch<double> to_doubles(const Tensor& t) {
+  Scratch<double> v(static_cast<size_t>(t.size()));
   if (t.dtype() == TensorProto::FLOAT) {
     const float* p = t.data<float>();
     for (int64_t i = 0; i < t.size(); ++i) v[i] = p[i];
@@ -85,8 +83,8 @@ std::vector<double> to_doubles(const Tensor& t) {
   return v;
 }
 
-std::vector<int64_t> to_ints(const Tensor& t) {
-  std::vector<int64_t> v(static_cast<size_t>(t.size()));
+Scratch<int64_t> to_ints(const Tensor& t) {
+  Scratch<int64_t> v(static_cast<size_t>(t.size()));
   for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_int64(i);
   return v;
 }
@@ -102,7 +100,7 @@ void store(Tensor* t, int64_t i, double v) {
 }
 void store(Tensor* t, int64_t i, int64_t v) { t->set_int64(i, v); }
 
-void store_all(Tensor* t, const std::vector<double>& v) {
+void store_all(Tensor* t, const Scratch<double>& v) {
   for (int64_t i = 0; i < t->size(); ++i) store(t, i, v[i]);
 }
 
@@ -132,7 +130,7 @@ bool matmul_type_ok(int32_t t) {
 }
 
 template <typename T>
-std::vector<T> values(const Tensor& t) {
+Scratch<T> values(const Tensor& t) {
   if constexpr (std::is_same_v<T, double>) {
     return to_doubles(t);
   } else {
@@ -159,18 +157,24 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
   NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), out));
   const int64_t nbatch = element_count(batch);
   NN_RETURN_IF_ERROR(check_work(ctx, static_cast<double>(nbatch) * m * n * k));
-  const std::vector<T> av = values<T>(a), bv = values<T>(b);
+  const Scratch<T> av = values<T>(a), bv = values<T>(b);
+  // One output row at a time, l outer and j inner: each element still sums its products in
+  // order of l (the same result as a dot product per element), but B is read row by row.
+  Scratch<T> acc(static_cast<size_t>(n));
   BroadcastIterator it(batch, {abatch, bbatch});
   int64_t yi = 0;
   for (int64_t bi = 0; bi < nbatch; ++bi, it.next()) {
     const T* pa = av.data() + it.offset(0) * m * k;
     const T* pb = bv.data() + it.offset(1) * k * n;
     for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        T acc = 0;
-        for (int64_t l = 0; l < k; ++l) acc = mul_add(acc, pa[i * k + l], pb[l * n + j]);
-        store(y, yi++, acc);
+      spend_work(static_cast<uint64_t>(n) * static_cast<uint64_t>(k));
+      std::fill(acc.begin(), acc.end(), T{0});
+      for (int64_t l = 0; l < k; ++l) {
+        const T a_il = pa[i * k + l];
+        const T* row = pb + l * n;
+        for (int64_t j = 0; j < n; ++j) acc[j] = mul_add(acc[j], a_il, row[j]);
       }
+      for (int64_t j = 0; j < n; ++j) store(y, yi++, acc[j]);
     }
   }
   return absl::OkStatus();
@@ -209,12 +213,13 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
   }
   NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), {m, n}));
   NN_RETURN_IF_ERROR(check_work(ctx, static_cast<double>(m) * n * k));
-  const std::vector<T> av = values<T>(a), bv = values<T>(b);
-  std::vector<T> cv;
+  const Scratch<T> av = values<T>(a), bv = values<T>(b);
+  Scratch<T> cv;
   if (c != nullptr) cv = values<T>(*c);
   std::vector<int64_t> cdims = c != nullptr ? c->dims() : std::vector<int64_t>{};
   BroadcastIterator it({m, n}, {cdims});
   for (int64_t i = 0; i < m; ++i) {
+    spend_work(static_cast<uint64_t>(n) * static_cast<uint64_t>(k));
     for (int64_t j = 0; j < n; ++j, it.next()) {
       T acc = 0;
       for (int64_t l = 0; l < k; ++l) {
@@ -267,7 +272,7 @@ absl::Status softmax_impl(KernelContext& ctx, bool log) {
   const int64_t len = coerce_2d ? product(d, axis, rank) : d[axis];
   const int64_t inner = coerce_2d ? 1 : product(d, axis + 1, rank);
   NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), d));
-  std::vector<double> v = to_doubles(*x);
+  Scratch<double> v = to_doubles(*x);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
       double* base = v.data() + o * len * inner + in;
@@ -305,7 +310,7 @@ absl::Status batch_norm(KernelContext& ctx) {
   NN_RETURN_IF_ERROR(require_float(ctx, *x));
   if (x->rank() < 2) return invalid(ctx, "input rank below 2");
   const int64_t ch = x->dims()[1];
-  std::vector<std::vector<double>> p;
+  std::vector<Scratch<double>> p;
   for (size_t i = 1; i <= 4; ++i) {
     NN_ASSIGN_OR_RETURN(const Tensor* t, required(ctx, i));
     NN_RETURN_IF_ERROR(require_float(ctx, *t));
@@ -315,7 +320,7 @@ absl::Status batch_norm(KernelContext& ctx) {
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
   NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
   const int64_t n = x->dims()[0], inner = product(x->dims(), 2, x->dims().size());
-  std::vector<double> v = to_doubles(*x);
+  Scratch<double> v = to_doubles(*x);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t c = 0; c < ch; ++c) {
       const double scale = p[0][c] / std::sqrt(p[3][c] + eps);
@@ -360,18 +365,18 @@ absl::Status layer_norm(KernelContext& ctx) {
     NN_ASSIGN_OR_RETURN(inv_out, ctx.make_output(2, stash, stat_dims));
   }
   // Map each position of the normalized block to its Scale/B element once.
-  std::vector<double> sv(len), bv(len, 0.0);
+  Scratch<double> sv(len), bv(len, 0.0);
   {
-    const std::vector<double> s = to_doubles(*scale);
+    const Scratch<double> s = to_doubles(*scale);
     BroadcastIterator it(norm_shape, {scale->dims()});
     for (int64_t i = 0; i < len; ++i, it.next()) sv[i] = s[it.offset(0)];
   }
   if (bias != nullptr) {
-    const std::vector<double> b = to_doubles(*bias);
+    const Scratch<double> b = to_doubles(*bias);
     BroadcastIterator it(norm_shape, {bias->dims()});
     for (int64_t i = 0; i < len; ++i, it.next()) bv[i] = b[it.offset(0)];
   }
-  std::vector<double> v = to_doubles(*x);
+  Scratch<double> v = to_doubles(*x);
   for (int64_t o = 0; o < outer; ++o) {
     double* base = v.data() + o * len;
     double mean = 0;
@@ -530,8 +535,8 @@ absl::Status conv(KernelContext& ctx) {
   const int64_t cg = cin / group, mg = cout / group;
   NN_RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(y->size()) * cg * static_cast<double>(g.kernel_size)));
-  const std::vector<double> xv = to_doubles(*x), wv = to_doubles(*w);
-  std::vector<double> bv = b != nullptr ? to_doubles(*b) : std::vector<double>(cout, 0.0);
+  const Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
+  Scratch<double> bv = b != nullptr ? to_doubles(*b) : Scratch<double>(cout, 0.0);
   // A tile of output positions at a time (batch and spatial positions flattened, so small
   // feature maps still make long tiles): their window values are gathered into `cols` (one row
   // per input channel and kernel point, as W is laid out), then each output channel is a sum of
@@ -540,7 +545,7 @@ absl::Status conv(KernelContext& ctx) {
   // contribute 0 * w.
   const int64_t kk = g.kernel_size, rows = cg * kk, total = batch * g.out_size;
   const int64_t tile = std::min<int64_t>(total, 256);
-  std::vector<double> cols(static_cast<size_t>(rows * tile)), acc(static_cast<size_t>(tile));
+  Scratch<double> cols(static_cast<size_t>(rows * tile)), acc(static_cast<size_t>(tile));
   std::vector<int64_t> offsets(static_cast<size_t>(kk * tile)), nbs(tile), ops(tile);
   std::vector<int64_t> o(g.n, 0), kidx(g.n, 0);
   std::vector<WindowPoint> pts;
@@ -585,6 +590,8 @@ absl::Status conv(KernelContext& ctx) {
             row[t] = off[t] >= 0 ? xc[nbs[t] * cin * g.in_size + off[t]] : 0.0;
         }
       }
+      spend_work(static_cast<uint64_t>(mg) * static_cast<uint64_t>(rows) *
+                 static_cast<uint64_t>(tn));
       for (int64_t m = gr * mg; m < (gr + 1) * mg; ++m) {
         std::fill(acc.begin(), acc.begin() + tn, bv[m]);
         const double* wp = wv.data() + m * rows;
@@ -680,8 +687,8 @@ absl::Status conv_transpose(KernelContext& ctx) {
   const int64_t kernel_size = product(kernel, 0, n);
   NN_RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(x->size()) * mg * static_cast<double>(kernel_size)));
-  const std::vector<double> xv = to_doubles(*x), wv = to_doubles(*w);
-  std::vector<double> acc(static_cast<size_t>(y->size()), 0.0);
+  const Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
+  Scratch<double> acc(static_cast<size_t>(y->size()), 0.0);
   // Scatter every input element through the kernel; per input position, the output offsets of
   // the kernel points are computed once and shared by all channels.
   std::vector<int64_t> ii(n, 0), kidx(n, 0), offs(kernel_size);
@@ -699,6 +706,8 @@ absl::Status conv_transpose(KernelContext& ctx) {
       }
       offs[kp] = off;
     }
+    spend_work(static_cast<uint64_t>(batch) * static_cast<uint64_t>(cin) *
+               static_cast<uint64_t>(mg) * static_cast<uint64_t>(kernel_size));
     for (int64_t nb = 0; nb < batch; ++nb) {
       for (int64_t gr = 0; gr < group; ++gr) {
         for (int64_t c = 0; c < cg; ++c) {
@@ -716,7 +725,7 @@ absl::Status conv_transpose(KernelContext& ctx) {
     }
   }
   if (b != nullptr) {
-    const std::vector<double> bv = to_doubles(*b);
+    const Scratch<double> bv = to_doubles(*b);
     for (int64_t nb = 0; nb < batch; ++nb) {
       for (int64_t m = 0; m < cout; ++m) {
         double* yp = acc.data() + (nb * cout + m) * out_size;
@@ -770,12 +779,13 @@ absl::Status pool(KernelContext& ctx, bool is_max) {
   const int64_t planes = xd[0] * xd[1];
   NN_RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(y->size()) * static_cast<double>(g.kernel_size)));
-  const std::vector<double> xv = to_doubles(*x);
+  const Scratch<double> xv = to_doubles(*x);
   std::vector<int64_t> o(g.n, 0), kidx(g.n, 0);
   std::vector<WindowPoint> pts;
   pts.reserve(g.kernel_size);
   for (int64_t op = 0; op < g.out_size; ++op, next_index(o, g.out)) {
     window_points(g, o, kidx, pts);
+    spend_work(static_cast<uint64_t>(planes) * pts.size());
     for (int64_t pl = 0; pl < planes; ++pl) {
       const double* xp = xv.data() + pl * g.in_size;
       const int64_t yi = pl * g.out_size + op;
@@ -818,7 +828,7 @@ absl::Status global_pool(KernelContext& ctx, bool is_max) {
   out_dims[1] = xd[1];
   NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
   const int64_t planes = xd[0] * xd[1], inner = product(xd, 2, xd.size());
-  const std::vector<double> xv = to_doubles(*x);
+  const Scratch<double> xv = to_doubles(*x);
   for (int64_t pl = 0; pl < planes; ++pl) {
     const double* xp = xv.data() + pl * inner;
     double r = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
@@ -948,10 +958,10 @@ absl::Status resize(KernelContext& ctx) {
   }
   if (rank == 0) return invalid(ctx, "scalar input");
   std::vector<int64_t> out(rank);
-  std::vector<double> scale(rank);
+  Scratch<double> scale(rank);
   // The resized length the coordinate transforms use: with `scales` it is in*scale, unrounded
   // (as in the ONNX reference the test data come from), not the integer output size.
-  std::vector<double> rlen(rank);
+  Scratch<double> rlen(rank);
   if (sizes != nullptr && sizes->size() > 0) {
     if (scales != nullptr && scales->size() > 0) return invalid(ctx, "both scales and sizes");
     if (sizes->dtype() != TensorProto::INT64 || sizes->size() != static_cast<int64_t>(rank)) {
@@ -978,7 +988,7 @@ absl::Status resize(KernelContext& ctx) {
       rlen[d] = x->dims()[d] * scale[d];
     }
   }
-  std::vector<double> roi_v;
+  Scratch<double> roi_v;
   if (ctm == "tf_crop_and_resize") {
     if (roi == nullptr || roi->size() != static_cast<int64_t>(2 * rank) ||
         !is_float_type(roi->dtype())) {
@@ -996,7 +1006,7 @@ absl::Status resize(KernelContext& ctx) {
   // Per axis and output coordinate: the input indices and weights it reads.
   std::vector<std::vector<Taps>> taps(rank);
   std::vector<std::vector<int64_t>> tap_idx(rank);
-  std::vector<std::vector<double>> tap_w(rank);
+  std::vector<Scratch<double>> tap_w(rank);
   int64_t max_taps = 1;
   for (size_t d = 0; d < rank; ++d) {
     const int64_t len = in[d];
@@ -1079,11 +1089,12 @@ absl::Status resize(KernelContext& ctx) {
   }
   NN_RETURN_IF_ERROR(check_work(ctx, static_cast<double>(y->size()) * max_taps));
 
-  const std::vector<double> xv = to_doubles(*x);
+  const Scratch<double> xv = to_doubles(*x);
   std::vector<int64_t> in_strides(rank, 1);
   for (size_t d = rank - 1; d-- > 0;) in_strides[d] = in_strides[d + 1] * in[d + 1];
   std::vector<int64_t> o(rank, 0), t(rank, 0);
   for (int64_t yi = 0; yi < y->size(); ++yi, next_index(o, out)) {
+    spend_work(static_cast<uint64_t>(max_taps));
     bool outside = false;
     for (size_t d = 0; d < rank; ++d) outside |= taps[d][o[d]].count == 0;
     if (outside) {
@@ -1188,12 +1199,13 @@ absl::Status einsum_impl(KernelContext& ctx, const std::vector<std::vector<int>>
       s *= dims[j];
     }
   }
-  std::vector<std::vector<T>> vals;
+  std::vector<Scratch<T>> vals;
   for (size_t k = 0; k < ni; ++k) vals.push_back(values<T>(*ctx.inputs[k]));
-  std::vector<T> acc(static_cast<size_t>(y->size()), T{0});
+  Scratch<T> acc(static_cast<size_t>(y->size()), T{0});
   if (y->size() > 0 && work > 0) {
     std::vector<int64_t> idx(nl, 0), off(ni + 1, 0);
     while (true) {
+      spend_work(ni);
       T p = vals[0][off[0]];
       for (size_t k = 1; k < ni; ++k) p = mul_add(T{0}, p, vals[k][off[k]]);
       acc[off[ni]] = mul_add(acc[off[ni]], p, T{1});

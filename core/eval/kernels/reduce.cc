@@ -226,6 +226,7 @@ absl::Status reduce_kernel(KernelContext& ctx) {
       std::vector<int64_t> pos(r, 0);
       int64_t o = 0;
       for (int64_t i = 0; i < n; i += inner) {
+        spend_work(static_cast<uint64_t>(inner));
         for (int64_t j = 0; j < inner; ++j) f(o + j * istep, i + j);
         for (int64_t d = r - 1; d-- > 0;) {
           if (++pos[d] < x.dims()[d]) {

@@ -26,9 +26,6 @@ namespace {
 
 using onnx::TensorProto;
 
-// Upper bound on the multiply-adds of one kernel call (constant folding must not hang).
-constexpr double kMaxWork = 4e9;
-
 absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
 }
@@ -36,8 +33,8 @@ absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
   return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
 }
 
-std::vector<double> to_doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.size()));
+Scratch<double> to_doubles(const Tensor& t) {
+  Scratch<double> v(static_cast<size_t>(t.size()));
   if (t.dtype() == TensorProto::FLOAT) {
     const float* p = t.data<float>();
     for (int64_t i = 0; i < t.size(); ++i) v[i] = p[i];
@@ -237,10 +234,11 @@ absl::Status run_rnn(KernelContext& ctx, const RnnSpec& spec,
     return invalid(ctx, "R has the wrong shape");
   const double work = static_cast<double>(seq) * static_cast<double>(batch) * directions *
                       static_cast<double>(g * hidden) * static_cast<double>(input_size + hidden);
-  if (work > kMaxWork) return unimplemented(ctx, "too much work for constant evaluation");
+  // Refused at once when the run's work budget cannot pay for it; charged step by step below.
+  if (auto st = ctx.afford(work); !st.ok()) return st;
 
-  std::vector<double> w = to_doubles(*w_t), r = to_doubles(*r_t), x = to_doubles(*x_t);
-  std::vector<double> b(static_cast<size_t>(directions * 2 * g * hidden), 0.0);
+  Scratch<double> w = to_doubles(*w_t), r = to_doubles(*r_t), x = to_doubles(*x_t);
+  Scratch<double> b(static_cast<size_t>(directions * 2 * g * hidden), 0.0);
   if (const Tensor* b_t = ctx.input(3)) {
     if (b_t->dims() != std::vector<int64_t>{directions, 2 * g * hidden})
       return invalid(ctx, "B has the wrong shape");
@@ -261,13 +259,13 @@ absl::Status run_rnn(KernelContext& ctx, const RnnSpec& spec,
   auto state_index = [&](int64_t d, int64_t bi) {
     return layout == 0 ? (d * batch + bi) * hidden : (bi * directions + d) * hidden;
   };
-  std::vector<double> h0(static_cast<size_t>(directions * batch * hidden), 0.0);
-  std::vector<double> c0 = h0;
+  Scratch<double> h0(static_cast<size_t>(directions * batch * hidden), 0.0);
+  Scratch<double> c0 = h0;
   if (const Tensor* t = ctx.input(5)) {
     if (t->dims() != state_dims) return invalid(ctx, "initial_h has the wrong shape");
     h0 = to_doubles(*t);
   }
-  std::vector<double> p;
+  Scratch<double> p;
   if (spec.has_cell) {
     if (const Tensor* t = ctx.input(6)) {
       if (t->dims() != state_dims) return invalid(ctx, "initial_c has the wrong shape");
@@ -306,8 +304,8 @@ absl::Status run_rnn(KernelContext& ctx, const RnnSpec& spec,
     y_c = *t;
   }
 
-  std::vector<double> h(static_cast<size_t>(hidden)), c(static_cast<size_t>(hidden));
-  std::vector<double> scratch(static_cast<size_t>(2 * g * hidden));
+  Scratch<double> h(static_cast<size_t>(hidden)), c(static_cast<size_t>(hidden));
+  Scratch<double> scratch(static_cast<size_t>(2 * g * hidden));
   const size_t per_direction = spec.defaults.size();
   for (int d = 0; d < directions; ++d) {
     const bool reverse = direction == "reverse" || d == 1;
@@ -323,6 +321,7 @@ absl::Status run_rnn(KernelContext& ctx, const RnnSpec& spec,
       std::copy(c0.begin() + s0, c0.begin() + s0 + hidden, c.begin());
       const int64_t len = lens[bi];
       for (int64_t step = 0; step < len; ++step) {
+        spend_work(static_cast<uint64_t>(g * hidden) * static_cast<uint64_t>(input_size + hidden));
         const int64_t t = reverse ? len - 1 - step : step;
         const double* xt =
             x.data() + (layout == 0 ? (t * batch + bi) : (bi * seq + t)) * input_size;

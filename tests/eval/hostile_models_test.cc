@@ -1,0 +1,314 @@
+// Models built to hurt the evaluator: required inputs left out, Loop outputs that grow without
+// bound, kernels with far more work than a request may spend. Each must end in a precise error,
+// within the run's memory and work budget, never a crash.
+#include <onnx/defs/parser.h>
+#include <onnx/defs/schema.h>
+
+#include <absl/strings/str_join.h>
+
+#include "core/eval/executor.h"
+#include "core/eval/kernel.h"
+#include "core/ir/operands.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+using onnx::TensorProto;
+
+// Empty input names: the text syntax has none, so the models name them EMPTY.
+void clear_placeholders(onnx::GraphProto* g) {
+  for (auto& n : *g->mutable_node()) {
+    for (auto& in : *n.mutable_input())
+      if (in == "EMPTY") in.clear();
+    for (auto& a : *n.mutable_attribute())
+      if (a.has_g()) clear_placeholders(a.mutable_g());
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ir::Model>> load_text(const std::string& text) {
+  onnx::ModelProto proto;
+  auto status = onnx::OnnxParser::Parse(proto, text.c_str());
+  EXPECT_TRUE(status.IsOK()) << status.ErrorMessage() << "\n" << text;
+  clear_placeholders(proto.mutable_graph());
+  return ir::Model::from_proto(std::move(proto));
+}
+
+eval::Tensor scalar(int32_t dtype, double v) {
+  auto t = eval::Tensor::zeros(dtype, {}, 64);
+  EXPECT_TRUE(t.ok());
+  t->set_double(0, v);
+  return std::move(*t);
+}
+
+eval::Tensor filled(std::vector<int64_t> dims, double v) {
+  auto t = eval::Tensor::zeros(TensorProto::FLOAT, std::move(dims), 1ull << 30);
+  EXPECT_TRUE(t.ok());
+  for (int64_t i = 0; i < t->size(); ++i) t->set_double(i, v);
+  return std::move(*t);
+}
+
+bool contains(const absl::Status& st, const std::string& what) {
+  return std::string(st.message()).find(what) != std::string::npos;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 1: If without its condition, Loop with an empty loop-carried input.
+
+constexpr const char* kIfWithoutCondition = R"(
+  <ir_version: 8, opset_import: ["" : OPSET]>
+  g (float[2] x) => (float[2] y) {
+    y = If (EMPTY) <
+      then_branch = t () => (float[2] a) { a = Neg (x) },
+      else_branch = e () => (float[2] b) { b = Abs (x) }
+    >
+  }
+)";
+
+constexpr const char* kLoopWithEmptyCarried = R"(
+  <ir_version: 8, opset_import: ["" : OPSET]>
+  g (float[2] x, int64 m) => (float[2] y) {
+    y = Loop (m, EMPTY, EMPTY) <
+      body = b (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        vo = Neg (v)
+      }
+    >
+  }
+)";
+
+std::string with_opset(std::string text, int opset) {
+  text.replace(text.find("OPSET"), 5, std::to_string(opset));
+  return text;
+}
+
+TEST(HostileModels, IfWithoutConditionIsRejectedOnLoad) {
+  auto model = load_text(with_opset(kIfWithoutCondition, 13));
+  ASSERT_FALSE(model.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(model.status())) << model.status();
+  EXPECT_TRUE(contains(model.status(), "required input 0 ('cond') is missing")) << model.status();
+}
+
+TEST(HostileModels, LoopWithEmptyCarriedInputIsRejectedOnLoad) {
+  auto model = load_text(with_opset(kLoopWithEmptyCarried, 13));
+  ASSERT_FALSE(model.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(model.status())) << model.status();
+  EXPECT_TRUE(contains(model.status(), "variadic) is empty")) << model.status();
+}
+
+// Opsets newer than the ONNX library knows load (their ops stay opaque to passes), so the
+// evaluator checks them itself against the newest schema it has.
+TEST(HostileModels, NewerOpsetsWithoutRequiredInputsAreNotRun) {
+  std::map<std::string, eval::Tensor> feeds;
+  feeds.emplace("x", filled({2}, 1.0));
+  feeds.emplace("m", scalar(TensorProto::INT64, 3));
+  for (const char* text : {kIfWithoutCondition, kLoopWithEmptyCarried}) {
+    auto model = load_text(with_opset(text, 99));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto out = eval::run_model(**model, feeds);
+    ASSERT_FALSE(out.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(out.status())) << out.status();
+    EXPECT_TRUE(contains(out.status(), "missing") || contains(out.status(), "empty"))
+        << out.status();
+  }
+}
+
+// A one-node model of `op` at `opset` reading graph inputs x0..x{count-1} (float, any shape).
+onnx::ModelProto one_node(const std::string& op, int opset, size_t count, int outputs) {
+  onnx::ModelProto proto;
+  proto.set_ir_version(8);
+  proto.add_opset_import()->set_version(opset);
+  auto* g = proto.mutable_graph();
+  g->set_name("g");
+  auto* node = g->add_node();
+  node->set_op_type(op);
+  node->set_name("n");
+  for (size_t i = 0; i < count; ++i) {
+    const std::string name = "x" + std::to_string(i);
+    node->add_input(name);
+    auto* in = g->add_input();
+    in->set_name(name);
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(TensorProto::FLOAT);
+  }
+  for (int o = 0; o < std::max(1, outputs); ++o) node->add_output("y" + std::to_string(o));
+  g->add_output()->set_name("y0");
+  return proto;
+}
+
+// The class: every op the evaluator registers, at every opset it registers, with each of the
+// schema's required inputs left out. Loading rejects the model (for opsets the ONNX library
+// knows); the kernel entry point rejects the node in any case (a pass could build one); neither
+// dereferences the absent input.
+TEST(HostileModels, EveryRegisteredOpRejectsEachMissingRequiredInput) {
+  const int newest = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at("").second;
+  int cases = 0;
+  std::vector<std::string> without_schema;
+  for (const std::string& op : eval::supported_ops()) {
+    for (const auto& [since, until] : eval::kernel_versions(op)) {
+      const onnx::OpSchema* schema =
+          onnx::OpSchemaRegistry::Schema(op, std::min(since, newest), "");
+      if (schema == nullptr) {
+        // Ops newer than the ONNX library: no schema to check against, so the kernel must
+        // check its inputs itself. Each of the first four left out must be an error, not a
+        // crash.
+        without_schema.push_back(op + "-" + std::to_string(since));
+        for (size_t p = 0; p < 4; ++p) {
+          auto model = ir::Model::from_proto(one_node(op, since, 4, 1));
+          ASSERT_TRUE(model.ok()) << model.status();
+          ir::Node* n = (*model)->graph().nodes()[0];
+          n->set_input(p, nullptr);
+          const eval::Tensor one = filled({1}, 1.0);
+          std::vector<const eval::Tensor*> inputs(4, &one);
+          inputs[p] = nullptr;
+          (void)eval::run_kernel(*n, inputs, eval::Limits{});
+        }
+        continue;
+      }
+      const auto& formals = schema->inputs();
+      for (size_t p = 0; p < formals.size(); ++p) {
+        if (formals[p].GetOption() != onnx::OpSchema::Single) continue;
+        const size_t count = std::max<size_t>(p + 1, static_cast<size_t>(schema->min_input()));
+        onnx::ModelProto proto = one_node(op, since, count, schema->min_output());
+
+        // On load, where the library knows the opset.
+        onnx::ModelProto without = proto;
+        without.mutable_graph()->mutable_node(0)->set_input(static_cast<int>(p), "");
+        auto rejected = ir::Model::from_proto(std::move(without));
+        if (since <= newest) {
+          ASSERT_FALSE(rejected.ok()) << op << "-" << since << " without input " << p;
+          EXPECT_TRUE(absl::IsInvalidArgument(rejected.status())) << rejected.status();
+          EXPECT_TRUE(contains(rejected.status(), "required input")) << rejected.status();
+        }
+
+        // At the kernel entry point: the node loads with the input, then loses it.
+        auto model = ir::Model::from_proto(std::move(proto));
+        ASSERT_TRUE(model.ok()) << model.status();
+        ir::Node* n = (*model)->graph().nodes()[0];
+        n->set_input(p, nullptr);
+        const eval::Tensor one = filled({1}, 1.0);
+        std::vector<const eval::Tensor*> inputs(count, &one);
+        inputs[p] = nullptr;
+        auto out = eval::run_kernel(*n, inputs, eval::Limits{});
+        ASSERT_FALSE(out.ok()) << op << "-" << since;
+        EXPECT_TRUE(absl::IsInvalidArgument(out.status())) << out.status();
+        EXPECT_TRUE(contains(out.status(), "required input")) << out.status();
+        ++cases;
+      }
+    }
+  }
+  EXPECT_GT(cases, 200);
+  // Pinned so that a new kernel without a schema is a deliberate choice.
+  EXPECT_EQ(absl::StrJoin(without_schema, " "), "Gelu-20") << "ops checked only by their kernels";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 3: memory. A Loop of many iterations, each emitting a 16 KB scan slice.
+
+TEST(HostileModels, LoopScanOutputsStayWithinTheMemoryBudget) {
+  auto model = load_text(loop_scan_bomb(200000));  // 200,000 x 16 KiB = 3.3 GB
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::map<std::string, eval::Tensor> feeds;
+  feeds.emplace("x", filled({4096}, 1.0));
+  eval::Limits limits;
+  limits.max_tensor_bytes = 1ull << 30;
+  limits.max_live_bytes = 64ull << 20;
+  limits.max_work = 0;
+  eval::RunStats stats;
+  auto out = eval::run_model(**model, feeds, limits, &stats);
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
+  EXPECT_TRUE(contains(out.status(), "memory budget")) << out.status();
+  EXPECT_LE(stats.peak_bytes, limits.max_live_bytes);
+  EXPECT_GT(stats.peak_bytes, limits.max_live_bytes / 2);  // it did fill the budget first
+
+  // A few iterations fit, and give the right stack.
+  auto few = load_text(loop_scan_bomb(3));
+  ASSERT_TRUE(few.ok()) << few.status();
+  auto small = eval::run_model(**few, feeds, limits, &stats);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ((*small)[0].dims(), (std::vector<int64_t>{3, 4096}));
+}
+
+// Kernel scratch counts: MatMul converts both operands to double (twice their float bytes).
+TEST(HostileModels, KernelScratchCountsAgainstTheBudget) {
+  auto model = load_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[256, 256] a, float[256, 256] b) => (float[256, 256] y) { y = MatMul (a, b) }
+  )");
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::map<std::string, eval::Tensor> feeds;
+  feeds.emplace("a", filled({256, 256}, 1.0));
+  feeds.emplace("b", filled({256, 256}, 2.0));
+  const uint64_t tensors = 3 * 256 * 256 * 4;  // a, b and y as float
+  eval::Limits limits;
+  limits.max_live_bytes = 0;
+  eval::RunStats stats;
+  auto out = eval::run_model(**model, feeds, limits, &stats);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].get_double(0), 512.0);
+  EXPECT_GE(stats.peak_bytes, tensors + 2 * 256 * 256 * 8);  // plus both operands as double
+  // A budget that holds the tensors but not the scratch is refused, not overrun.
+  limits.max_live_bytes = tensors + 256 * 256 * 8;
+  out = eval::run_model(**model, feeds, limits, &stats);
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(contains(out.status(), "memory budget")) << out.status();
+  EXPECT_LE(stats.peak_bytes, limits.max_live_bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 4: CPU. Expand to 1024 x 1024, then MatMul: 2^30 multiply-adds from a tiny model.
+
+constexpr const char* kMatMulBomb = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[1, 1] x) => (float[1024, 1024] y) {
+    shape = Constant <value = int64[2] {1024, 1024}> ()
+    big = Expand (x, shape)
+    y = MatMul (big, big)
+  }
+)";
+
+TEST(HostileModels, WorkBeyondTheBudgetIsRefusedBeforeItStarts) {
+  auto model = load_text(kMatMulBomb);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::map<std::string, eval::Tensor> feeds;
+  feeds.emplace("x", filled({1, 1}, 1.0));
+  eval::Limits limits;
+  limits.max_work = 100'000'000;  // a tenth of the MatMul
+  eval::RunStats stats;
+  auto out = eval::run_model(**model, feeds, limits, &stats);
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
+  EXPECT_TRUE(contains(out.status(), "work budget")) << out.status();
+  EXPECT_LT(stats.work, limits.max_work);  // refused up front, not after burning it
+}
+
+// A deadline reaches inside a long kernel: the poll that fails is one made by the MatMul loop,
+// not one between nodes, and the run stops long before the MatMul's work is done.
+TEST(HostileModels, DeadlineStopsALongKernelFromInside) {
+  auto model = load_text(kMatMulBomb);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::map<std::string, eval::Tensor> feeds;
+  feeds.emplace("x", filled({1, 1}, 1.0));
+  int polls = 0;
+  // Polls come before each of the three nodes and every 2^20 units of work (Expand's and
+  // MatMul's outputs are 2^20 elements each, MatMul rows 2^20 multiply-adds): the sixth is in
+  // MatMul's loop.
+  std::function<absl::Status()> should_continue = [&]() -> absl::Status {
+    if (++polls >= 6) return absl::DeadlineExceededError("deadline passed");
+    return absl::OkStatus();
+  };
+  eval::Limits limits;
+  limits.max_work = 0;
+  limits.max_live_bytes = 0;
+  limits.should_continue = &should_continue;
+  eval::RunStats stats;
+  auto out = eval::run_model(**model, feeds, limits, &stats);
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(out.status())) << out.status();
+  EXPECT_TRUE(contains(out.status(), "MatMul")) << out.status();
+  EXPECT_EQ(polls, 6);
+  EXPECT_LT(stats.work, uint64_t{1} << 30 >> 4);  // stopped within the first 1/16 of its work
+}
+
+}  // namespace
+}  // namespace graft::testing
