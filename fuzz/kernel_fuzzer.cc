@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -347,6 +348,31 @@ const std::set<std::string, std::less<>>& skipped_ops() {
   return *ops;
 }
 
+// With GRAFT_FUZZ_DUMP set: the decoded node on stderr (for triage of a saved input).
+void dump(const onnx::ModelProto& model) {
+  const auto& g = model.graph();
+  std::string text = "opset " + std::to_string(model.opset_import(0).version()) + "\n";
+  auto dims = [](const auto& list) {
+    std::string s = "[";
+    for (int64_t d : list) s += (s.size() > 1 ? "," : "") + std::to_string(d);
+    return s + "]";
+  };
+  for (const auto& t : g.initializer())
+    text += "initializer " + t.name() + ": type " + std::to_string(t.data_type()) + " dims " +
+            dims(t.dims()) + "\n";
+  for (const auto& in : g.input()) {
+    const auto& tt = in.type().tensor_type();
+    std::vector<int64_t> d;
+    for (const auto& dim : tt.shape().dim()) d.push_back(dim.dim_value());
+    text += "input " + in.name() + ": type " + std::to_string(tt.elem_type()) + " dims " + dims(d) +
+            "\n";
+  }
+  onnx::NodeProto node = g.node(0);
+  for (auto& a : *node.mutable_attribute()) a.clear_t();  // tensors: type and dims are enough
+  text += node.ShortDebugString() + "\n";
+  std::fputs(text.c_str(), stderr);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -482,6 +508,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     graph->add_output()->set_name(name);
   }
 
+  if (std::getenv("GRAFT_FUZZ_DUMP")) dump(model);
   auto loaded = graft::ir::Model::from_proto(std::move(model));
   if (!loaded.ok()) return 0;
   graft::eval::Limits limits;
