@@ -12,9 +12,13 @@
 #include "core/ir/model.h"
 #include "core/pipeline/pipeline.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/heap_limit.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using graft::fuzz::fail;
+  // The heap one input may hold: folding is capped at 1 MiB per tensor (and by max_growth); 256 MiB
+  // leaves room for the IR, snapshots and protobuf copies of an 8 KiB model.
+  graft::fuzz::HeapLimit heap_limit(256ll << 20);
   auto model = graft::ir::Model::parse(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!model.ok()) return 0;  // rejected with a reason, as it should be
 

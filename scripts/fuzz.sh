@@ -19,6 +19,8 @@
 # failed property), 2 bad usage or build failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Symbolized sanitizer stacks need llvm-symbolizer; llvm-14 installs it outside PATH.
+export PATH="$PATH:/usr/lib/llvm-14/bin"
 root=$PWD
 
 seconds=60 jobs=1 all_testdata=0 targets=()
@@ -81,10 +83,15 @@ run_target() {
     args+=(-max_len=8192 -dict="$root/fuzz/onnx.dict")
     seeds+=("${onnx_seeds[@]}")
   else
-    [[ -f $root/fuzz/$t.dict ]] && args+=(-dict="$root/fuzz/$t.dict")
-    [[ -f $root/fuzz/$t.options ]] && read -r -a extra <"$root/fuzz/$t.options" && args+=("${extra[@]}")
+    for name in "$t" "${t}_fuzzer"; do
+      [[ -f $root/fuzz/$name.dict ]] && args+=(-dict="$root/fuzz/$name.dict")
+      [[ -f $root/fuzz/$name.options ]] && read -r -a extra <"$root/fuzz/$name.options" &&
+        args+=("${extra[@]}")
+    done
   fi
-  [[ -d $root/fuzz/corpus/$t ]] && seeds+=("$root/fuzz/corpus/$t")
+  for name in "$t" "${t}_fuzzer"; do
+    [[ -d $root/fuzz/corpus/$name ]] && seeds+=("$root/fuzz/corpus/$name")
+  done
 
   : >"$log"
   local regressions=()
@@ -108,7 +115,12 @@ declare -A status
 pids=()
 for t in "${targets[@]}"; do
   while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-  (run_target "$t"; echo $? >"$work/logs/$t.status") &
+  rm -f "$work/logs/$t.status"
+  (
+    set +e  # the status of a finding is recorded, not fatal here
+    run_target "$t"
+    echo $? >"$work/logs/$t.status"
+  ) &
   pids+=($!)
 done
 wait "${pids[@]}" || true
@@ -118,8 +130,8 @@ printf '%-10s %12s %10s  %s\n' target executions exec/s result
 for t in "${targets[@]}"; do
   log="$work/logs/$t.log"
   rc=$(cat "$work/logs/$t.status" 2>/dev/null || echo 2)
-  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{s += $2} END {print s + 0}')
-  rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | tail -1 | awk '{print $2 + 0}')
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | awk '{s += $2} END {print s + 0}')
+  rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | awk '{print $2 + 0}')
   total=$((total + execs))
   if [[ $rc == 0 ]]; then
     result=ok

@@ -13,6 +13,9 @@ packages=(
 if [[ "${1:-}" == "--test" ]]; then
   # openssl: the TLS tests make throwaway certificates with it.
   packages+=(libonnx-testdata python3-yaml openssl)
+  # Sanitizer builds and fuzzing (scripts/sanitize.sh, scripts/fuzz.sh): clang 14 with its
+  # sanitizer runtimes and libFuzzer, and llvm-symbolizer for readable reports.
+  packages+=(clang libclang-rt-14-dev libfuzzer-14-dev llvm-14)
   # tests/deploy needs a kubectl; an installed one (e.g. the Cloud SDK's) owns /usr/bin/kubectl.
   command -v kubectl >/dev/null || packages+=(kubernetes-client)
 fi

@@ -1,8 +1,41 @@
 #!/usr/bin/env bash
-# Installs dependencies (with the ONNX backend test data), builds everything and runs every test.
+# Installs dependencies (with the ONNX backend test data and clang), builds everything and runs
+# every test, in phases:
+#   build, tests   the gcc build (./build) and its whole suite
+#   asan           the unit, pass, pipeline, evaluator, cache, CLI and server tests under
+#                  ASan+UBSan (clang, ./build-asan; scripts/sanitize.sh)
+#   tsan           the server tests under TSan (clang, ./build-tsan)
+#   fuzz           each fuzz target for GRAFT_FUZZ_SECONDS (default 60) from the committed
+#                  corpus, after replaying its saved reproducers (scripts/fuzz.sh; reuses build-asan)
+# Every phase runs even if an earlier one failed; the summary gives each phase's time and result,
+# and the exit status is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
 ./scripts/install-deps.sh --test
-./scripts/build.sh -DGRAFT_BUILD_TESTS=ON -DGRAFT_BUILD_BENCH=ON
-cd build
-ctest --output-on-failure -j "$(nproc)"
+
+names=() times=() results=()
+phase() {  # phase NAME COMMAND...
+  local name=$1 start=$SECONDS result=ok
+  shift
+  echo "==== $name: $*"
+  "$@" || result=FAILED
+  names+=("$name") times+=($((SECONDS - start))) results+=("$result")
+  echo "==== $name: $result in $((SECONDS - start)) s"
+}
+run_ctest() { (cd build && ctest --output-on-failure -j "$(nproc)"); }
+
+phase build ./scripts/build.sh -DGRAFT_BUILD_TESTS=ON -DGRAFT_BUILD_BENCH=ON
+phase tests run_ctest
+phase asan ./scripts/sanitize.sh asan
+phase tsan ./scripts/sanitize.sh tsan
+phase fuzz ./scripts/fuzz.sh --jobs "$(nproc)" "${GRAFT_FUZZ_SECONDS:-60}"
+
+failed=0
+echo "==== summary"
+for i in "${!names[@]}"; do
+  printf '%-6s %6d s  %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}"
+  [[ ${results[$i]} == ok ]] || failed=1
+done
+printf '%-6s %6d s\n' total "$SECONDS"
+exit $failed
