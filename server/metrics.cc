@@ -115,6 +115,11 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
                      .Help("Optimize requests being handled")
                      .Register(*registry_);
   in_flight_ = &flight.Add({});
+  auto& busy = BuildGauge()
+                   .Name("graft_busy_workers")
+                   .Help("Pipeline workers running a request (of `workers`)")
+                   .Register(*registry_);
+  busy_workers_ = &busy.Add({});
   auto& uploads = BuildGauge()
                       .Name("graft_upload_bytes")
                       .Help("Bytes of uploads held in memory (bounded by max_inflight_bytes)")

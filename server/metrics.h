@@ -28,6 +28,7 @@ class Metrics {
   void model_bytes(uint64_t in, uint64_t out);
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
   prometheus::Gauge& in_flight() { return *in_flight_; }
+  prometheus::Gauge& busy_workers() { return *busy_workers_; }
   prometheus::Gauge& upload_bytes() { return *upload_bytes_; }
   // The port actually bound (useful with port 0).
   int port() const;
@@ -50,6 +51,7 @@ class Metrics {
   prometheus::Counter* bytes_out_;
   prometheus::Gauge* queue_depth_;
   prometheus::Gauge* in_flight_;
+  prometheus::Gauge* busy_workers_;
   prometheus::Gauge* upload_bytes_;
   // The C heap's bytes in use and free-but-kept, read from the allocator at every scrape.
   std::shared_ptr<prometheus::Collectable> heap_;

@@ -212,6 +212,11 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
     }
     job->queue_seconds = seconds_since(submitted);
     metrics_->queue_depth().Set(static_cast<double>(pool_.queued()));
+    metrics_->busy_workers().Increment();
+    struct Idle {
+      Metrics* metrics;
+      ~Idle() { metrics->busy_workers().Decrement(); }
+    } idle{metrics_};
     auto stop = [job, deadline]() -> absl::Status {
       if (job->cancelled) return absl::CancelledError("the client cancelled the request");
       if (SysClock::now() > deadline)

@@ -1,5 +1,3 @@
-#include <chrono>
-
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -309,8 +307,9 @@ TEST(Prune, DeadNodesAppendedOutOfOrder) {
   EXPECT_EQ(onnx_errors(*model), "");
 }
 
-// A long chain with a dead branch of the same length: a quadratic walk would take minutes.
-TEST(Prune, LongChainsAreLinear) {
+// A long chain with a dead branch of the same length: a recursive walk would overflow the stack
+// (and a quadratic one would run into the test's timeout; bench/ measures the speed).
+TEST(Prune, LongChainsArePrunedWithoutRecursion) {
   constexpr int kLength = 200000;
   onnx::ModelProto proto;
   proto.set_ir_version(8);
@@ -337,13 +336,10 @@ TEST(Prune, LongChainsAreLinear) {
   add_io(g->add_output(), "live" + std::to_string(kLength - 1));
   auto model = ir::Model::from_proto(std::move(proto));
   ASSERT_TRUE(model.ok()) << model.status();
-  auto start = std::chrono::steady_clock::now();
   auto result = run_pass_checked(**model, "prune");
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(result.rewrites, kLength);
   EXPECT_EQ((*model)->graph().num_nodes(), static_cast<size_t>(kLength));
   EXPECT_EQ((*model)->graph().find_local("dead0"), nullptr);
-  EXPECT_LT(seconds, 30.0);
 }
 
 }  // namespace

@@ -429,7 +429,7 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
        {"graft_requests_total", "graft_request_duration_seconds", "graft_pass_duration_seconds",
         "graft_pass_nodes_removed_total", "graft_cache_hits_total", "graft_cache_misses_total",
         "graft_cache_evictions_total", "graft_cache_bytes", "graft_queue_depth",
-        "graft_inflight_requests", "graft_upload_bytes", "graft_model_bytes_in_total",
+        "graft_inflight_requests", "graft_busy_workers", "graft_upload_bytes", "graft_model_bytes_in_total",
         "graft_heap_in_use_bytes", "graft_heap_free_bytes", "graft_model_bytes_out_total",
         "graft_build_info"})
     EXPECT_NE(text.find("# TYPE " + std::string(family) + " "), std::string::npos) << family;
@@ -844,14 +844,14 @@ TEST(Graftd, DeadlineWhileQueuedIsAnsweredWithoutWaitingForAWorker) {
     client::GraftClient c(server.address());
     return c.optimize(slow_model, o2(), std::chrono::seconds(300));
   });
-  // The slow request is on the worker once all of it has arrived (nothing else is queued).
-  bool uploaded = false;
-  for (int i = 0; i < 6000 && !uploaded; ++i) {
-    uploaded = metric(parse_metrics(http_get(server.metrics_port(), "/metrics")),
-                      "graft_upload_bytes") >= static_cast<double>(slow_model.size());
-    if (!uploaded) std::this_thread::sleep_for(10ms);
+  // Wait until the slow request is on the worker.
+  bool busy_worker = false;
+  for (int i = 0; i < 6000 && !busy_worker; ++i) {
+    busy_worker =
+        metric(parse_metrics(http_get(server.metrics_port(), "/metrics")), "graft_busy_workers") == 1;
+    if (!busy_worker) std::this_thread::sleep_for(10ms);
   }
-  ASSERT_TRUE(uploaded);
+  ASSERT_TRUE(busy_worker);
   // A request with a short deadline hint and no deadline of its own queues behind it...
   const std::string bytes = chain_model(10, "queued");
   RawOptimize hinted(server.address());
