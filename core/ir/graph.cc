@@ -18,7 +18,18 @@ void Value::set_initializer(onnx::TensorProto tensor) {
   tensor.set_name(name_);
   initializer_ = std::make_shared<const onnx::TensorProto>(std::move(tensor));
   initializer_type_.reset();
+  // New contents: this value and what its readers compute may have changed.
+  drop_fact();
+  for (const Use& u : uses_) u.node->edited();
 }
+
+void Value::drop_fact() {
+  fact_gen_ = 0;
+  inferred_.reset();
+  if (owner_) owner_->model()->touch();
+}
+
+const TensorFact& Value::fact() const { return fact_of(*this); }
 
 const onnx::TypeProto* Value::type() const {
   if (info_ && info_->has_type()) return &info_->type();
@@ -43,26 +54,6 @@ const onnx::TypeProto* Value::type() const {
   return nullptr;
 }
 
-int32_t Value::elem_type() const {
-  if (initializer_) return initializer_->data_type();
-  const onnx::TypeProto* t = type();
-  if (t && t->has_tensor_type()) return t->tensor_type().elem_type();
-  return 0;
-}
-
-std::optional<std::vector<int64_t>> Value::static_shape() const {
-  if (initializer_)
-    return std::vector<int64_t>(initializer_->dims().begin(), initializer_->dims().end());
-  const onnx::TypeProto* t = type();
-  if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) return std::nullopt;
-  std::vector<int64_t> dims;
-  for (const auto& d : t->tensor_type().shape().dim()) {
-    if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
-    dims.push_back(d.dim_value());
-  }
-  return dims;
-}
-
 void Value::set_type(const onnx::TypeProto& type) {
   if (!info_) {
     info_ = std::make_unique<onnx::ValueInfoProto>();
@@ -70,6 +61,8 @@ void Value::set_type(const onnx::TypeProto& type) {
   }
   info_->set_name(name_);
   *info_->mutable_type() = type;
+  fact_gen_ = 0;  // the declaration is one of the fact's sources
+  owner_->model()->touch();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -99,7 +92,19 @@ void Value::remove_use(Node* node, int index) {
 
 int64_t Node::opset() const { return graph_->opset(domain()); }
 
+void Node::edited() {
+  for (Value* o : outputs_)
+    if (o) o->drop_fact();
+  graph_->model()->touch();
+}
+
+onnx::NodeProto& Node::mutable_proto() {
+  edited();
+  return proto_;
+}
+
 void Node::set_input(size_t i, Value* v) {
+  edited();
   if (i >= inputs_.size()) inputs_.resize(i + 1, nullptr);
   if (inputs_[i]) inputs_[i]->remove_use(this, static_cast<int>(i));
   inputs_[i] = v;
@@ -109,6 +114,7 @@ void Node::set_input(size_t i, Value* v) {
 void Node::add_input(Value* v) { set_input(inputs_.size(), v); }
 
 void Node::truncate_inputs(size_t count) {
+  if (inputs_.size() > count) edited();
   while (inputs_.size() > count) {
     if (inputs_.back()) inputs_.back()->remove_use(this, static_cast<int>(inputs_.size() - 1));
     inputs_.pop_back();
@@ -144,6 +150,7 @@ std::optional<std::vector<int64_t>> Node::attr_ints(std::string_view name) const
 }
 
 void Node::set_attr(onnx::AttributeProto attr) {
+  edited();
   for (auto& a : *proto_.mutable_attribute()) {
     if (a.name() == attr.name()) {
       a = std::move(attr);
@@ -154,6 +161,7 @@ void Node::set_attr(onnx::AttributeProto attr) {
 }
 
 void Node::remove_attr(std::string_view name) {
+  edited();
   auto* attrs = proto_.mutable_attribute();
   for (int i = 0; i < attrs->size(); ++i) {
     if (attrs->Get(i).name() == name) {
@@ -233,6 +241,7 @@ Value* Graph::new_value(std::string name) {
 
 Node* Graph::add_node(std::string op_type, std::vector<Value*> inputs,
                       const std::vector<std::string>& output_hints, std::string domain) {
+  model_->touch();
   auto node = std::make_unique<Node>();
   Node* n = node.get();
   n->graph_ = this;
@@ -254,6 +263,7 @@ Node* Graph::add_node(std::string op_type, std::vector<Value*> inputs,
 }
 
 Value* Graph::add_initializer(std::string_view name_hint, onnx::TensorProto tensor) {
+  model_->touch();
   Value* v = new_value(model_->fresh_name(name_hint));
   v->set_initializer(std::move(tensor));
   v->init_order_ = next_init_order_++;
@@ -262,6 +272,7 @@ Value* Graph::add_initializer(std::string_view name_hint, onnx::TensorProto tens
 }
 
 void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
+  model_->touch();
   bool registered = value->initializer_ != nullptr;
   value->set_initializer(std::move(tensor));
   if (!registered) {
@@ -271,6 +282,7 @@ void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
 }
 
 void Graph::remove_node(Node* node) {
+  model_->touch();
   if (node->dead_) return;
   // Detach uses held by nested subgraph nodes and outputs first (they may capture outer values).
   for (auto& sub : node->subgraphs_) {
@@ -302,6 +314,7 @@ void Graph::remove_value(Value* value) {
   if (value->dead_ || value->graph_input_ || value->producer_ || !value->uses_.empty() ||
       !value->output_refs_.empty())
     return;
+  value->owner_->model_->touch();
   Graph* g = value->owner_;
   value->dead_ = true;
   auto it = g->by_name_.find(value->name_);
@@ -310,6 +323,7 @@ void Graph::remove_value(Value* value) {
 
 void Graph::replace_all_uses(Value* from, Value* to, bool keep_outputs) {
   if (from == to) return;
+  from->owner_->model_->touch();
   for (const Use& u : from->uses_) {
     u.node->inputs_[u.index] = to;
     to->add_use(u.node, u.index);
@@ -325,6 +339,7 @@ void Graph::replace_all_uses(Value* from, Value* to, bool keep_outputs) {
 }
 
 void Graph::set_output(size_t i, Value* value) {
+  model_->touch();
   Value* old = outputs_[i].value;
   if (old == value) return;
   auto& refs = old->output_refs_;
@@ -335,10 +350,15 @@ void Graph::set_output(size_t i, Value* value) {
 }
 
 void Graph::move_output_name(Node* node, int index, Value* value) {
+  model_->touch();
   Value* old = node->outputs_[index];
   if (value->producer_) {
+    // The previous producer keeps a (fresh, unused) output in its slot.
     Node* p = value->producer_;
-    p->outputs_[value->producer_index_] = nullptr;
+    Value* fresh = p->graph_->new_value(model_->fresh_name(value->name_));
+    fresh->producer_ = p;
+    fresh->producer_index_ = value->producer_index_;
+    p->outputs_[value->producer_index_] = fresh;
   }
   replace_all_uses(old, value);
   node->outputs_[index] = value;

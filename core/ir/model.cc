@@ -338,6 +338,9 @@ class Cloner {
     dst->rest_ = src.rest_;
     dst->names_ = src.names_;
     dst->name_counter_ = src.name_counter_;
+    dst->generation_ = src.generation_;
+    dst->inference_done_ = src.inference_done_;
+    dst->inference_ok_ = src.inference_ok_;
     structure(*src.graph_, *dst->graph_);
     dst->functions_.resize(src.functions_.size());
     for (size_t i = 0; i < src.functions_.size(); ++i) {
@@ -372,6 +375,10 @@ class Cloner {
       if (v->info_) nv->info_ = std::make_unique<onnx::ValueInfoProto>(*v->info_);
       nv->info_order_ = v->info_order_;
       nv->init_order_ = v->init_order_;
+      // Facts hold for the copy too (same structure, same generation).
+      nv->fact_ = v->fact_;
+      nv->fact_gen_ = v->fact_gen_;
+      if (v->inferred_) nv->inferred_ = std::make_unique<TensorFact>(*v->inferred_);
       v->twin_ = nv.get();
       d.values_.push_back(std::move(nv));
     }

@@ -25,6 +25,7 @@
 #include <absl/status/statusor.h>
 #include <onnx/onnx_pb.h>
 
+#include "core/ir/shapes.h"
 #include "core/ir/tensor.h"
 
 namespace graft::ir {
@@ -65,12 +66,16 @@ class Value {
   // Replaces the tensor of an existing initializer (its name is forced to this value's name).
   void set_initializer(onnx::TensorProto tensor);
 
-  // Best known type: value_info entry, graph input/output declaration, or initializer.
+  // Declared type: value_info entry, graph input/output declaration, or initializer.
   const onnx::TypeProto* type() const;
-  // Element type (TensorProto::DataType) if known, else 0.
-  int32_t elem_type() const;
-  // Static shape if the value is a tensor whose every dim is a known number.
-  std::optional<std::vector<int64_t>> static_shape() const;
+  // What is known of the tensor this value computes (shapes.h): declarations, ONNX inference
+  // and Graft's rules combined. Computed lazily; valid across rewrites.
+  const TensorFact& fact() const;
+  // Element type (TensorProto::DataType) if known, else 0 (from fact()).
+  int32_t elem_type() const { return fact().elem_type; }
+  // Static shape if every dim is known (from fact()).
+  std::optional<std::vector<int64_t>> static_shape() const { return fact().static_shape(); }
+  std::optional<int64_t> rank() const { return fact().rank(); }
   // Records a type for this value (creates or replaces its value_info entry).
   void set_type(const onnx::TypeProto& type);
   const onnx::ValueInfoProto* value_info() const { return info_.get(); }
@@ -84,6 +89,9 @@ class Value {
   friend class Model;
   friend class Loader;
   friend class Cloner;
+  friend class FactEngine;
+  // Forgets what is known of this value (its meaning changed in place).
+  void drop_fact();
   // Use list maintenance in O(1): each node input slot remembers its entry's position.
   void add_use(Node* node, int index);
   void remove_use(Node* node, int index);
@@ -101,6 +109,10 @@ class Value {
   std::unique_ptr<onnx::ValueInfoProto> info_;                 // graph value_info entry
   int64_t info_order_ = 0;
   int64_t init_order_ = 0;
+  mutable TensorFact fact_;               // see shapes.h
+  mutable uint64_t fact_gen_ = 0;         // model generation fact_ was computed at; 0: never
+  mutable bool fact_busy_ = false;        // on the stack of the fact computation
+  std::unique_ptr<TensorFact> inferred_;  // from libonnx's inference, when it ran
   mutable size_t scratch_ = 0;     // per-algorithm counter (verification)
   mutable Value* twin_ = nullptr;  // the copy being made by a clone
 };
@@ -150,7 +162,9 @@ class Node {
   const std::vector<Subgraph>& subgraphs() const { return subgraphs_; }
   // The node proto without inputs, outputs and graph attribute bodies.
   const onnx::NodeProto& proto() const { return proto_; }
-  onnx::NodeProto& mutable_proto() { return proto_; }
+  // For edits of the op or its attributes: the outputs' facts are dropped (their meaning may
+  // change).
+  onnx::NodeProto& mutable_proto();
 
  private:
   friend class Graph;
@@ -158,6 +172,8 @@ class Node {
   friend class Loader;
   friend class Cloner;
   friend class Value;
+  // The outputs' facts no longer hold: the node was edited in place.
+  void edited();
   onnx::NodeProto proto_;
   std::vector<Value*> inputs_;
   std::vector<uint32_t> use_pos_;  // per input slot: its entry's index in the value's uses_
@@ -224,7 +240,8 @@ class Graph {
   static void replace_all_uses(Value* from, Value* to, bool keep_outputs = false);
   // Makes `value` (a graph output) be produced by node output slot `index` of `node` in place of
   // the value currently there, which is replaced everywhere by `value` and removed. Used to keep
-  // graph output names when the node computing them changes.
+  // graph output names when the node computing them changes. If `value` had a producer, that
+  // node's slot gets a fresh unused value.
   void move_output_name(Node* node, int index, Value* value);
   // Points graph output `i` at `value` (its declared type info is kept).
   void set_output(size_t i, Value* value);
@@ -324,13 +341,28 @@ class Model {
 
   absl::Status finalize();
   absl::Status verify() const;
+  // Bumped by every edit: facts computed at an older generation that were incomplete are
+  // computed again when asked.
+  uint64_t generation() const { return generation_; }
+  void touch() { ++generation_; }
+  // Runs libonnx's shape inference again at the next fact asked (e.g. after folding made more
+  // operands constant).
+  void refresh_shape_inference();
+  // Whether libonnx's inference ran on this model and succeeded (it does not know newer IR
+  // versions or opsets, and fails on models whose declarations contradict their operators):
+  // otherwise facts rest on declarations and Graft's rules alone.
+  bool shape_inference_ok();
   size_t total_nodes() const;          // all graphs, including subgraphs and functions
   uint64_t initializer_bytes() const;  // all graphs
 
  private:
   friend class Loader;
   friend class Cloner;
+  friend class FactEngine;
   onnx::ModelProto rest_;  // without graph and functions
+  uint64_t generation_ = 1;
+  bool inference_done_ = false;
+  bool inference_ok_ = false;
   std::unique_ptr<Graph> graph_;
   std::vector<Function> functions_;
   std::unordered_set<std::string> names_;

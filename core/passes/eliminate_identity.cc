@@ -3,32 +3,24 @@
 // copied value is renamed to output them, or the Identity stays when that is impossible (it
 // forwards a graph input, an initializer, an outer-scope value or another graph output).
 #include "core/passes/passes.h"
-#include "core/passes/rewrite_util.h"
+#include "core/passes/rules.h"
 
 namespace graft {
 
 namespace {
 
-class EliminateIdentity final : public Pass {
- public:
-  std::string_view name() const override { return "eliminate_identity"; }
-
-  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
-    PassResult result;
-    for (ir::Graph* g : model.all_graphs()) {
-      for (ir::Node* n : g->nodes()) {
-        if (n->dead() || !n->is("Identity") || n->inputs().size() != 1 ||
-            n->outputs().size() != 1 || !n->attributes().empty())
-          continue;
-        if (bypass_node(n, n->input(0), n->output(0))) result.add();
-      }
-    }
-    return result;
-  }
-};
+std::vector<Rule> identity_rules() {
+  return {{"identity", {"Identity"}, [](ir::Node& n, Rewriter& rw) {
+             if (n.inputs().size() != 1 || n.outputs().size() != 1 || !n.attributes().empty())
+               return false;
+             return rw.replace_node(&n, {n.input(0)}, /*allow_identity=*/false);
+           }}};
+}
 
 }  // namespace
 
-std::unique_ptr<Pass> make_eliminate_identity() { return std::make_unique<EliminateIdentity>(); }
+std::unique_ptr<Pass> make_eliminate_identity() {
+  return std::make_unique<RulePass>("eliminate_identity", identity_rules());
+}
 
 }  // namespace graft

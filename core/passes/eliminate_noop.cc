@@ -1,70 +1,32 @@
 // Removes nodes that provably return their data input unchanged: Dropout in inference mode,
 // Transpose by the identity permutation, shape ops whose result has the input's shape, Cast to
 // the input's own type, Slice taking everything, Pad by nothing, Concat of one input and Split
-// into one part. Proof comes from constant operands (initializers), attributes and the types the
-// model declares; anything unknown (non-constant operands, unknown ranks, attributes the op
-// version does not define) keeps the node.
+// into one part. Proof comes from constant operands (initializers or Constant nodes), attributes
+// and shape facts (declarations checked against inference, in every graph); anything unknown
+// (non-constant operands, unknown dims, attributes the op version does not define) keeps the
+// node. One rule per op, each named after it.
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
-#include <string_view>
 #include <vector>
 
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
-#include "core/passes/rewrite_util.h"
+#include "core/passes/rules.h"
 
 namespace graft {
 
 namespace {
 
-using Shape = std::vector<int64_t>;
-
-// Integer contents of a constant operand; nullopt unless the model fixes it at load time.
-std::optional<std::vector<int64_t>> constant_ints(const ir::Value* v) {
-  if (!v || !v->is_constant()) return std::nullopt;
-  return ir::read_int64s(*v->initializer());
-}
-
-const onnx::TensorShapeProto* declared_shape(const ir::Value* v) {
-  const onnx::TypeProto* t = v->type();
-  if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) return nullptr;
-  return &t->tensor_type().shape();
-}
-
-std::optional<int64_t> known_rank(const ir::Value* v) {
-  const onnx::TensorShapeProto* shape = declared_shape(v);
-  if (!shape) return std::nullopt;
-  return shape->dim_size();
-}
-
-std::optional<int64_t> known_dim(const ir::Value* v, int64_t axis) {
-  const onnx::TensorShapeProto* shape = declared_shape(v);
-  if (!shape || axis < 0 || axis >= shape->dim_size()) return std::nullopt;
-  const auto& d = shape->dim(static_cast<int>(axis));
-  if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
-  return d.dim_value();
-}
-
-bool all_zero(const std::optional<std::vector<int64_t>>& values) {
-  if (!values) return false;
-  for (int64_t v : *values)
-    if (v != 0) return false;
-  return true;
-}
-
-std::optional<int64_t> product(const Shape& dims, size_t begin, size_t end) {
-  return ir::element_count(Shape(dims.begin() + begin, dims.begin() + end));
-}
-
-// The output shape declared by the model equals the input's static shape: the fallback proof for
-// ops whose parameters are computed at run time.
-bool declared_same_shape(const ir::Node& n, const Shape& in) {
+// Input and output facts both fully known and equal: for ops that only reshape or broadcast, the
+// proof that they copy their input.
+bool same_static_shape(const ir::Node& n) {
+  auto in = n.input(0)->static_shape();
   auto out = n.output(0)->static_shape();
-  return out && *out == in;
+  return in && out && *in == *out;
 }
 
-bool dropout_is_noop(const ir::Node& n, int64_t opset) {
+bool dropout_is_noop(const ir::Node& n) {
+  const int64_t opset = n.opset();
   if (opset < 7) {
     // Before opset 7 the graph says whether it runs for inference.
     if (!only_attributes(n, {"ratio", "is_test", "consumed_inputs"})) return false;
@@ -91,208 +53,191 @@ bool transpose_is_noop(const ir::Node& n) {
     return true;
   }
   // Without a permutation Transpose reverses the axes, which changes nothing only up to rank 1.
-  auto rank = known_rank(n.input(0));
+  auto rank = n.input(0)->rank();
   return rank && *rank <= 1;
 }
 
-// Shape Reshape produces from `in` for a constant `target`, nullopt if the target is invalid.
-std::optional<Shape> reshape_result(const Shape& in, const std::vector<int64_t>& target,
-                                    bool allowzero) {
-  Shape out(target.size());
-  std::optional<size_t> inferred;
+// A constant Reshape target that gives back the input's dims: each entry copies (0), equals the
+// input's known dim, or is the single -1 where every other entry matched (the remaining dim).
+bool reshape_target_is_identity(const ir::TensorFact& in, const std::vector<int64_t>& target,
+                                bool allowzero) {
+  if (!in.has_rank || in.dims.size() != target.size()) return false;
+  int minus_one = 0;
   for (size_t i = 0; i < target.size(); ++i) {
-    int64_t t = target[i];
-    if (t == 0 && !allowzero) {
-      if (i >= in.size()) return std::nullopt;
-      out[i] = in[i];
-    } else if (t == -1) {
-      if (inferred) return std::nullopt;
-      inferred = i;
-      out[i] = 1;
-    } else if (t < 0) {
-      return std::nullopt;
-    } else {
-      out[i] = t;
+    const int64_t t = target[i];
+    const ir::Dim& d = in.dims[i];
+    if (t == 0 && !allowzero) continue;
+    if (t == -1) {
+      ++minus_one;
+      continue;
     }
+    if (!d.known() || d.value != t) return false;
   }
-  auto total = ir::element_count(in);
-  auto known = ir::element_count(out);
-  if (!total || !known) return std::nullopt;
-  if (inferred) {
-    // -1 is ambiguous next to a zero-sized dim.
-    if (*known == 0 || *total % *known != 0) return std::nullopt;
-    out[*inferred] = *total / *known;
-  } else if (*known != *total) {
-    return std::nullopt;
-  }
-  return out;
+  // -1 next to a zero-sized dim is ambiguous (the count says nothing about it).
+  if (minus_one == 1)
+    for (const ir::Dim& d : in.dims)
+      if (d.known() && d.value == 0) return false;
+  return minus_one <= 1;
 }
 
-bool reshape_is_noop(const ir::Node& n, int64_t opset, const Shape& in) {
+bool reshape_is_noop(const ir::Node& n) {
   std::optional<std::vector<int64_t>> target;
-  if (opset < 5) {
+  if (n.opset() < 5) {
     if (!only_attributes(n, {"shape", "consumed_inputs"}) || n.inputs().size() != 1) return false;
     target = n.attr_ints("shape");
   } else {
     if (!only_attributes(n, {"allowzero"}) || n.inputs().size() != 2 || !n.input(1)) return false;
     target = constant_ints(n.input(1));
   }
-  if (!target) return declared_same_shape(n, in);
-  auto result = reshape_result(in, *target, n.attr_int("allowzero", 0) != 0);
-  return result && *result == in;
+  if (target &&
+      reshape_target_is_identity(n.input(0)->fact(), *target, n.attr_int("allowzero", 0) != 0))
+    return true;
+  return same_static_shape(n);
 }
 
-bool expand_is_noop(const ir::Node& n, const Shape& in) {
+bool expand_is_noop(const ir::Node& n) {
   if (!only_attributes(n, {}) || n.inputs().size() != 2 || !n.input(1)) return false;
   auto target = constant_ints(n.input(1));
-  if (!target) return declared_same_shape(n, in);
+  if (!target) return same_static_shape(n);
   // Broadcasting keeps the input's shape iff the target has no more axes and each of its dims
   // (aligned from the right) is 1 or the input's dim.
-  if (target->size() > in.size()) return false;
-  size_t offset = in.size() - target->size();
+  const ir::TensorFact& in = n.input(0)->fact();
+  if (!in.has_rank || target->size() > in.dims.size()) return false;
+  const size_t offset = in.dims.size() - target->size();
   for (size_t i = 0; i < target->size(); ++i) {
-    int64_t t = (*target)[i];
-    if (t != 1 && t != in[offset + i]) return false;
+    const int64_t t = (*target)[i];
+    const ir::Dim& d = in.dims[offset + i];
+    if (t != 1 && !(d.known() && d.value == t)) return false;
   }
   return true;
 }
 
-bool squeeze_is_noop(const ir::Node& n, int64_t opset, const Shape& in) {
-  std::optional<std::vector<int64_t>> axes;
-  if (opset < 13) {
-    if (!only_attributes(n, {"axes"}) || n.inputs().size() != 1) return false;
-    axes = n.attr_ints("axes");
-  } else {
-    if (!only_attributes(n, {}) || n.inputs().size() > 2) return false;
-    if (n.input(1)) {
-      axes = constant_ints(n.input(1));
-      if (!axes) return declared_same_shape(n, in);
-    }
-  }
+bool squeeze_is_noop(const ir::Node& n) {
+  if (n.opset() < 13 ? !only_attributes(n, {"axes"}) || n.inputs().size() != 1
+                     : !only_attributes(n, {}) || n.inputs().size() > 2)
+    return false;
+  auto p = ir::squeeze_axes(n);
+  if (!p) return same_static_shape(n);
   // Listed axes must have size 1 and are all removed, so the shape changes; with no axes every
   // size-1 dim goes.
-  if (axes && !axes->empty()) return false;
-  for (int64_t d : in)
-    if (d == 1) return false;
+  if (!p->all) return false;
+  const ir::TensorFact& in = n.input(0)->fact();
+  if (!in.has_rank) return false;
+  for (const ir::Dim& d : in.dims)
+    if (!d.known() || d.value == 1) return false;
   return true;
 }
 
-bool unsqueeze_is_noop(const ir::Node& n, int64_t opset, const Shape& in) {
-  if (opset < 13 ? !only_attributes(n, {"axes"}) : !only_attributes(n, {})) return false;
-  return declared_same_shape(n, in);
+bool unsqueeze_is_noop(const ir::Node& n) {
+  if (n.opset() < 13 ? !only_attributes(n, {"axes"}) : !only_attributes(n, {})) return false;
+  auto axes = ir::unsqueeze_axes(n);
+  if (axes) return axes->empty();
+  return same_static_shape(n);
 }
 
-bool flatten_is_noop(const ir::Node& n, const Shape& in) {
+bool flatten_is_noop(const ir::Node& n) {
   if (!only_attributes(n, {"axis"}) || n.inputs().size() != 1) return false;
-  int64_t rank = static_cast<int64_t>(in.size());
+  const ir::TensorFact& in = n.input(0)->fact();
+  if (in.rank() != 2) return false;
+  // [a, b] stays [a, b] at axis 1; at axis 0 it becomes [1, a*b], at 2 [a*b, 1].
   int64_t axis = n.attr_int("axis", 1);
-  if (axis < 0) axis += rank;
-  if (axis < 0 || axis > rank) return false;
-  auto outer = product(in, 0, static_cast<size_t>(axis));
-  auto inner = product(in, static_cast<size_t>(axis), in.size());
-  return outer && inner && in == Shape{*outer, *inner};
+  if (axis < 0) axis += 2;
+  if (axis == 1) return true;
+  if (axis == 0) return in.dim(0) == 1;
+  if (axis == 2) return in.dim(1) == 1;
+  return false;
 }
 
 bool cast_is_noop(const ir::Node& n) {
   if (!only_attributes(n, {"to", "saturate"}) || n.inputs().size() != 1) return false;
-  const onnx::AttributeProto* to = n.attr("to");
   // Opset 1 names the type as a string; only the integer form is compared.
-  if (!to || to->type() != onnx::AttributeProto::INT) return false;
-  int32_t from = n.input(0)->elem_type();
-  return from != 0 && to->i() == from;
+  auto to = ir::cast_to(n);
+  const int32_t from = n.input(0)->elem_type();
+  return to && from != 0 && *to == from;
 }
 
-bool slice_is_noop(const ir::Node& n, int64_t opset) {
-  const ir::Value* data = n.input(0);
-  std::optional<std::vector<int64_t>> starts, ends, axes, steps;
-  if (opset < 10) {
-    if (!only_attributes(n, {"starts", "ends", "axes"}) || n.inputs().size() != 1) return false;
-    starts = n.attr_ints("starts");
-    ends = n.attr_ints("ends");
-    axes = n.attr_ints("axes");
-  } else {
-    if (!only_attributes(n, {}) || n.inputs().size() < 3 || n.inputs().size() > 5) return false;
-    starts = constant_ints(n.input(1));
-    ends = constant_ints(n.input(2));
-    if (n.input(3) && !(axes = constant_ints(n.input(3)))) return false;
-    if (n.input(4) && !(steps = constant_ints(n.input(4)))) return false;
-  }
-  if (!starts || !ends || starts->size() != ends->size()) return false;
-  size_t count = starts->size();
-  if ((axes && axes->size() != count) || (steps && steps->size() != count)) return false;
-  auto rank = known_rank(data);
-  for (size_t i = 0; i < count; ++i) {
-    int64_t axis = axes ? (*axes)[i] : static_cast<int64_t>(i);
+bool slice_is_noop(const ir::Node& n) {
+  if (n.opset() < 10 ? !only_attributes(n, {"starts", "ends", "axes"}) || n.inputs().size() != 1
+                     : !only_attributes(n, {}) || n.inputs().size() < 3 || n.inputs().size() > 5)
+    return false;
+  auto p = ir::slice_params(n);
+  if (!p) return false;
+  const ir::TensorFact& data = n.input(0)->fact();
+  for (size_t i = 0; i < p->starts.size(); ++i) {
+    int64_t axis = p->axes[i];
     if (axis < 0) {
-      if (!rank) return false;
-      axis += *rank;
+      if (!data.has_rank) return false;
+      axis += static_cast<int64_t>(data.dims.size());
     }
-    if (axis < 0 || (rank && axis >= *rank)) return false;
-    if ((steps && (*steps)[i] != 1) || (*starts)[i] != 0) return false;
-    if ((*ends)[i] == INT64_MAX) continue;
-    auto dim = known_dim(data, axis);
-    if (!dim || (*ends)[i] < *dim) return false;
+    if (axis < 0 || (data.has_rank && axis >= static_cast<int64_t>(data.dims.size()))) return false;
+    if (p->steps[i] != 1 || p->starts[i] != 0) return false;
+    if (p->ends[i] == INT64_MAX) continue;
+    auto dim = data.dim(axis);
+    if (!dim || p->ends[i] < *dim) return false;
   }
   return true;
 }
 
-bool pad_is_noop(const ir::Node& n, int64_t opset) {
+bool pad_is_noop(const ir::Node& n) {
+  const int64_t opset = n.opset();
   if (opset < 2) {
     if (!only_attributes(n, {"mode", "paddings", "value"}) || n.inputs().size() != 1) return false;
-    return all_zero(n.attr_ints("paddings"));
-  }
-  if (opset < 11) {
+  } else if (opset < 11) {
     if (!only_attributes(n, {"mode", "pads", "value"}) || n.inputs().size() != 1) return false;
-    return all_zero(n.attr_ints("pads"));
+  } else if (!only_attributes(n, {"mode"}) || n.inputs().size() < 2 || n.inputs().size() > 4) {
+    return false;
   }
   // Zero pads make mode, constant_value and axes irrelevant.
-  if (!only_attributes(n, {"mode"}) || n.inputs().size() < 2 || n.inputs().size() > 4) return false;
-  return all_zero(constant_ints(n.input(1)));
-}
-
-bool is_noop(const ir::Node& n) {
-  if (!n.is_onnx_domain() || !n.input(0) || !n.output(0)) return false;
-  int64_t opset = n.opset();
-  if (opset <= 0) return false;
-  const std::string& op = n.op_type();
-  if (op == "Dropout") return dropout_is_noop(n, opset);
-  if (n.outputs().size() != 1) return false;
-  if (op == "Transpose") return transpose_is_noop(n);
-  if (op == "Cast") return cast_is_noop(n);
-  if (op == "Slice") return slice_is_noop(n, opset);
-  if (op == "Pad") return pad_is_noop(n, opset);
-  if (op == "Concat") return only_attributes(n, {"axis"}) && n.inputs().size() == 1;
-  if (op == "Split") return only_attributes(n, {"axis", "split", "num_outputs"});
-
-  if (op != "Reshape" && op != "Expand" && op != "Squeeze" && op != "Unsqueeze" && op != "Flatten")
-    return false;
-  auto in = n.input(0)->static_shape();
-  if (!in) return false;
-  if (op == "Reshape") return reshape_is_noop(n, opset, *in);
-  if (op == "Expand") return expand_is_noop(n, *in);
-  if (op == "Squeeze") return squeeze_is_noop(n, opset, *in);
-  if (op == "Unsqueeze") return unsqueeze_is_noop(n, opset, *in);
-  return flatten_is_noop(n, *in);
-}
-
-class EliminateNoop final : public Pass {
- public:
-  std::string_view name() const override { return "eliminate_noop"; }
-
-  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
-    PassResult result;
-    for (ir::Graph* g : model.all_graphs()) {
-      for (ir::Node* n : g->nodes()) {
-        if (n->dead() || !is_noop(*n)) continue;
-        if (bypass_node(n, n->input(0), n->output(0))) result.add();
-      }
-    }
-    return result;
+  auto p = ir::pad_params(n);
+  if (!p) {
+    // A constant_value that is not a constant does not matter either.
+    auto pads = opset >= 11 ? constant_ints(n.input(1)) : std::nullopt;
+    if (!pads) return false;
+    p = ir::PadParams{*pads, "constant", std::nullopt, std::nullopt};
   }
-};
+  for (int64_t v : p->pads)
+    if (v != 0) return false;
+  return true;
+}
+
+// A rule removing `op` nodes for which `is_noop` holds: readers read the data input instead.
+Rule noop_rule(const char* name, const char* op, bool (*is_noop)(const ir::Node&)) {
+  return Rule{name, {op}, [is_noop](ir::Node& n, Rewriter& rw) {
+                if (!n.input(0) || !n.output(0) || !is_noop(n)) return false;
+                // Only the first output may be read (Dropout's mask is checked by its rule).
+                for (size_t i = 1; i < n.outputs().size(); ++i)
+                  if (n.output(i) && n.output(i)->use_count() > 0) return false;
+                return rw.replace_node(&n, {n.input(0)}, /*allow_identity=*/false);
+              }};
+}
+
+std::vector<Rule> noop_rules() {
+  return {
+      noop_rule("dropout", "Dropout", dropout_is_noop),
+      noop_rule("transpose", "Transpose", transpose_is_noop),
+      noop_rule("reshape", "Reshape", reshape_is_noop),
+      noop_rule("expand", "Expand", expand_is_noop),
+      noop_rule("squeeze", "Squeeze", squeeze_is_noop),
+      noop_rule("unsqueeze", "Unsqueeze", unsqueeze_is_noop),
+      noop_rule("flatten", "Flatten", flatten_is_noop),
+      noop_rule("cast", "Cast", cast_is_noop),
+      noop_rule("slice", "Slice", slice_is_noop),
+      noop_rule("pad", "Pad", pad_is_noop),
+      noop_rule("concat", "Concat",
+                [](const ir::Node& n) {
+                  return only_attributes(n, {"axis"}) && n.inputs().size() == 1;
+                }),
+      noop_rule("split", "Split",
+                [](const ir::Node& n) {
+                  return n.outputs().size() == 1 && only_attributes(n, {"axis", "split", "num_outputs"});
+                }),
+  };
+}
 
 }  // namespace
 
-std::unique_ptr<Pass> make_eliminate_noop() { return std::make_unique<EliminateNoop>(); }
+std::unique_ptr<Pass> make_eliminate_noop() {
+  return std::make_unique<RulePass>("eliminate_noop", noop_rules());
+}
 
 }  // namespace graft

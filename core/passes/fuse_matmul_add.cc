@@ -1,13 +1,18 @@
-// MatMul(A, B) followed by Add(., C) with a constant bias is exactly Gemm(A, B, C) when the
-// product is 2-D and C broadcasts to it in Gemm's (unidirectional) sense: one node instead of
-// two, and runtimes have fused GEMM+bias kernels.
+// Gemm fusions.
 //
-// Gemm only takes 2-D operands, so a MatMul whose rank is unknown or not 2 is left alone, as is
-// an Add whose bias would broadcast the result to a bigger shape.
+// matmul_add: MatMul(A, B) followed by Add(., C) with a constant bias is exactly Gemm(A, B, C)
+// when the product is 2-D and C broadcasts to it in Gemm's (unidirectional) sense: one node
+// instead of two, and runtimes have fused GEMM+bias kernels. Gemm only takes 2-D operands, so a
+// MatMul whose operands' rank is not known to be 2 is left alone, as is an Add whose bias would
+// broadcast the result to a bigger shape.
+//
+// transpose_into_gemm: Gemm reading a 2-D Transpose (perm [1, 0]) of A or B reads the
+// transpose's input instead and flips transA or transB.
 #include <optional>
 #include <vector>
 
 #include "core/passes/passes.h"
+#include "core/passes/rules.h"
 
 namespace graft {
 
@@ -15,104 +20,87 @@ namespace {
 
 using onnx::TensorProto;
 
-// Dims from the initializer or the declared type; a symbolic dim is nullopt. nullopt overall if
-// even the rank is unknown.
-std::optional<std::vector<std::optional<int64_t>>> known_dims(const ir::Value* v) {
-  if (!v) return std::nullopt;
-  std::vector<std::optional<int64_t>> dims;
-  if (v->initializer()) {
-    for (int64_t d : v->initializer()->dims()) dims.push_back(d);
-    return dims;
-  }
-  const onnx::TypeProto* t = v->type();
-  if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) return std::nullopt;
-  for (const auto& d : t->tensor_type().shape().dim()) {
-    if (d.has_dim_value() && d.dim_value() >= 0)
-      dims.push_back(d.dim_value());
-    else
-      dims.push_back(std::nullopt);
-  }
-  return dims;
-}
-
-// True if a dim of the bias is provably compatible with output dim `out` without making the
-// result bigger: it is 1, or equal to a known `out`.
+// True if a bias dim is provably compatible with output dim `out` without making the result
+// bigger: it is 1, or equal to a known `out`.
 bool broadcasts_into(int64_t bias_dim, std::optional<int64_t> out) {
   return bias_dim == 1 || (out && *out == bias_dim);
 }
 
-class FuseMatmulAdd final : public Pass {
- public:
-  std::string_view name() const override { return "fuse_matmul_add"; }
+bool matmul_add(ir::Node& add, Rewriter& rw) {
+  // Add before opset 7 broadcasts only with its `broadcast` attribute, and Gemm before 7 has no
+  // unidirectional broadcasting of C.
+  ir::Node* matmul = nullptr;
+  ir::Value *a = nullptr, *b = nullptr, *bias = nullptr;
+  auto no_attributes = [](const ir::Node& n) { return n.attributes().empty(); };
+  if (!match(add, m::Op("Add", {m::Op("MatMul", {m::Any(&a), m::Any(&b)})
+                                    .exact()
+                                    .where(no_attributes)
+                                    .bind(&matmul)
+                                    .one_use(),
+                                m::Const(&bias)})
+                      .exact()
+                      .where(no_attributes)
+                      .commutative()))
+    return false;
+  if (add.outputs().size() != 1 || matmul->graph() != add.graph()) return false;
 
-  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
-    PassResult result;
-    for (ir::Graph* g : model.all_graphs()) {
-      for (ir::Node* add : g->nodes()) {
-        if (add->dead() || !add->is("Add")) continue;
-        for (int side = 0; side < 2; ++side) {
-          if (fuse(*g, add, side)) {
-            result.add();
-            break;
-          }
-        }
-      }
-    }
-    return result;
-  }
+  // Integer Gemm exists only from opset 9 and bfloat16 only from 13: stay with float types.
+  const TensorProto* c = constant_proto(bias);
+  if (!c || !is_ieee_float(c->data_type())) return false;
+  const int32_t dtype = c->data_type();
+  for (const ir::Value* v : {a, b, matmul->output(0)})
+    if (v->elem_type() != 0 && v->elem_type() != dtype) return false;
 
- private:
-  // Fuses when Add's input `side` is the MatMul product and the other input the bias.
-  bool fuse(ir::Graph& g, ir::Node* add, int side) {
-    // Add before opset 7 broadcasts only with its `broadcast` attribute, and Gemm before 7 has
-    // no unidirectional broadcasting of C.
-    if (add->opset() < 7 || !add->attributes().empty() || add->inputs().size() != 2 ||
-        add->outputs().size() != 1)
-      return false;
-    ir::Value* product = add->input(side);
-    ir::Value* bias = add->input(1 - side);
-    ir::Value* out = add->output(0);
-    if (!product || !bias || !out || out->use_count() == 0) return false;
-    ir::Node* matmul = product->producer();
-    if (!matmul || matmul->dead() || !matmul->is("MatMul") || matmul->graph() != &g) return false;
-    if (!matmul->attributes().empty() || matmul->inputs().size() != 2) return false;
-    if (product->uses().size() != 1 || product->is_graph_output()) return false;
+  const ir::TensorFact& af = a->fact();
+  const ir::TensorFact& bf = b->fact();
+  if (af.rank() != 2 || bf.rank() != 2) return false;
+  const std::vector<int64_t> c_dims(c->dims().begin(), c->dims().end());
+  // A bias of rank > 2, or with a dim that does not fit [M, N], would make Add's result bigger
+  // than the product, which Gemm cannot express.
+  if (c_dims.size() > 2) return false;
+  if (!c_dims.empty() && !broadcasts_into(c_dims.back(), bf.dim(1))) return false;
+  if (c_dims.size() == 2 && !broadcasts_into(c_dims[0], af.dim(0))) return false;
 
-    // Integer Gemm exists only from opset 9 and bfloat16 only from 13: stay with float types.
-    if (!bias->is_constant()) return false;
-    const int32_t dtype = bias->initializer()->data_type();
-    if (dtype != TensorProto::FLOAT && dtype != TensorProto::DOUBLE &&
-        dtype != TensorProto::FLOAT16)
-      return false;
-    ir::Value* a = matmul->input(0);
-    ir::Value* b = matmul->input(1);
-    for (const ir::Value* v : {a, b, product})
-      if (v && v->elem_type() != 0 && v->elem_type() != dtype) return false;
+  ir::Node* gemm = rw.add_node(*add.graph(), "Gemm", {a, b, bias}, 1, &add);
+  if (!rw.replace_node(&add, {gemm->output(0)})) return false;
+  rw.erase(matmul);
+  return true;
+}
 
-    const auto a_dims = known_dims(a);
-    const auto b_dims = known_dims(b);
-    if (!a_dims || !b_dims || a_dims->size() != 2 || b_dims->size() != 2) return false;
-    const std::optional<int64_t> m = (*a_dims)[0];
-    const std::optional<int64_t> n = (*b_dims)[1];
-    std::vector<int64_t> c_dims(bias->initializer()->dims().begin(),
-                                bias->initializer()->dims().end());
-    // A bias of rank > 2, or with a dim that does not fit [M, N], would make Add's result
-    // bigger than the product, which Gemm cannot express.
-    if (c_dims.size() > 2) return false;
-    if (!c_dims.empty() && !broadcasts_into(c_dims.back(), n)) return false;
-    if (c_dims.size() == 2 && !broadcasts_into(c_dims[0], m)) return false;
-
-    ir::Node* gemm = g.add_node("Gemm", {a, b, bias}, {out->name()});
-    // Removing the Add first leaves `out` alive (it has uses) without a producer.
-    g.remove_node(add);
-    g.move_output_name(gemm, 0, out);
-    g.remove_node(matmul);
+bool transpose_into_gemm(ir::Node& gemm, Rewriter& rw) {
+  if (!only_attributes(gemm, {"alpha", "beta", "transA", "transB"})) return false;
+  for (int side = 0; side < 2; ++side) {
+    ir::Node* t = producer(gemm.input(side), "Transpose");
+    if (!t || t->graph() != gemm.graph() || !only_attributes(*t, {"perm"})) continue;
+    ir::Value* x = t->input(0);
+    if (!x || x->rank() != 2) continue;
+    auto perm = t->attr_ints("perm");
+    if (perm && *perm != std::vector<int64_t>{1, 0}) continue;
+    const char* flag = side == 0 ? "transA" : "transB";
+    onnx::AttributeProto attr;
+    attr.set_name(flag);
+    attr.set_type(onnx::AttributeProto::INT);
+    attr.set_i(gemm.attr_int(flag, 0) ? 0 : 1);
+    rw.set_input(&gemm, static_cast<size_t>(side), x);
+    if (attr.i())
+      rw.set_attr(&gemm, attr);
+    else
+      rw.remove_attr(&gemm, flag);
+    rw.erase(t);  // if nothing else reads it
     return true;
   }
-};
+  return false;
+}
+
+std::vector<Rule> gemm_rules() {
+  return {{"matmul_add", {"Add"}, matmul_add, "", 7},
+          {"transpose_into_gemm", {"Gemm"}, transpose_into_gemm, "", 7}};
+}
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_matmul_add() { return std::make_unique<FuseMatmulAdd>(); }
+std::unique_ptr<Pass> make_fuse_matmul_add() {
+  return std::make_unique<RulePass>("fuse_matmul_add", gemm_rules());
+}
 
 }  // namespace graft

@@ -19,6 +19,7 @@ using PassOptions = std::map<std::string, std::string>;
 struct PassResult {
   bool changed = false;
   int64_t rewrites = 0;  // pass-defined unit: nodes removed, nodes fused, tensors merged...
+  std::map<std::string, int64_t> rules;  // rewrites per rule, for passes made of rules
   void add(int64_t n = 1) {
     rewrites += n;
     changed = changed || n > 0;

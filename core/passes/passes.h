@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "core/passes/pass.h"
 
@@ -19,5 +20,10 @@ std::unique_ptr<Pass> make_cse();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_matmul_add();
 std::unique_ptr<Pass> make_prune();
+
+// Rule sets split across files (one pass made of both).
+struct Rule;
+std::vector<Rule> arithmetic_rules();  // simplify_arithmetic.cc
+std::vector<Rule> chain_rules();       // simplify_chains.cc
 
 }  // namespace graft

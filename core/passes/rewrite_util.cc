@@ -2,13 +2,6 @@
 
 namespace graft {
 
-bool is_output_of(const ir::Graph& graph, const ir::Value* value) {
-  if (!value->is_graph_output()) return false;
-  for (const auto& out : graph.outputs())
-    if (out.value == value) return true;
-  return false;
-}
-
 bool bypass_node(ir::Node* node, ir::Value* in, ir::Value* out) {
   if (!in || !out || in == out || node->dead() || out->producer() != node) return false;
   for (ir::Value* other : node->outputs())
@@ -31,29 +24,6 @@ bool bypass_node(ir::Node* node, ir::Value* in, ir::Value* out) {
   g->remove_node(node);  // `out` survives without a producer: it is a graph output
   g->move_output_name(producer, index, out);
   return true;
-}
-
-bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {
-  for (const auto& a : n.attributes()) {
-    bool found = false;
-    for (std::string_view k : known) found = found || a.name() == k;
-    if (!found) return false;
-  }
-  return true;
-}
-
-bool can_hold_new_initializers(const ir::Model& model, const ir::Graph* g) {
-  if (!model.allows_new_initializers()) return false;
-  while (g->parent()) g = g->parent()->graph();
-  return g == &model.graph();
-}
-
-onnx::AttributeProto constant_value_attr(onnx::TensorProto tensor) {
-  onnx::AttributeProto attr;
-  attr.set_name("value");
-  attr.set_type(onnx::AttributeProto::TENSOR);
-  *attr.mutable_t() = std::move(tensor);
-  return attr;
 }
 
 }  // namespace graft

@@ -1,0 +1,100 @@
+// Constant operands and operator parameters, read the way the node's opset defines them.
+//
+// ONNX moved many parameters from attributes to inputs over the opsets (Slice's starts at 10,
+// Squeeze/Unsqueeze axes and Split sizes at 13, Reduce* axes at 13 or 18, Pad's pads at 11,
+// Clip's bounds at 11). Every reader here looks where the node's opset puts the parameter and
+// returns nullopt when it is not a constant, is malformed, or the op is not the one expected, so
+// a caller never has to know the history. Shape facts (shapes.h) and the passes use the same
+// readers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "core/ir/model.h"
+
+namespace graft::ir {
+
+// The tensor a value holds for the whole run: a non-overridable initializer, or the `value`
+// attribute of the Constant node producing it (in any graph, function bodies included).
+// nullptr for anything else, including externally stored tensors and sparse constants.
+const onnx::TensorProto* constant_proto(const Value* v);
+// True if `v` is such a constant (also when its data is external, which constant_proto refuses).
+bool is_constant_value(const Value* v);
+// Integer contents of a constant integer tensor (any int/bool type), nullopt otherwise.
+std::optional<std::vector<int64_t>> constant_ints(const Value* v);
+// Contents of a constant FLOAT/DOUBLE/FLOAT16 tensor as doubles.
+std::optional<std::vector<double>> constant_doubles(const Value* v);
+
+// `axis` in [-rank, rank) made non-negative; nullopt when out of range.
+std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank);
+// Every axis normalized; nullopt if one is out of range or repeated.
+std::optional<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& axes, int64_t rank);
+
+// Slice: starts/ends/axes/steps (attributes before opset 10, inputs since). `axes` defaults to
+// 0..n-1 and `steps` to ones; axes are as written (maybe negative).
+struct SliceParams {
+  std::vector<int64_t> starts, ends, axes, steps;
+};
+std::optional<SliceParams> slice_params(const Node& n);
+
+// Axes of Squeeze/Unsqueeze (attribute before opset 13, input since). `all` is set for a
+// Squeeze without axes (every dim of size 1 goes).
+struct AxesParam {
+  bool all = false;
+  std::vector<int64_t> axes;
+};
+std::optional<AxesParam> squeeze_axes(const Node& n);
+std::optional<std::vector<int64_t>> unsqueeze_axes(const Node& n);
+
+// Reduce* (and ArgMax/ArgMin's keepdims): axes from the attribute, or the input where the opset
+// has one (ReduceSum from 13, the others from 18). `axes` nullopt means "all axes" unless
+// noop_with_empty_axes, which makes the node an identity.
+struct ReduceParams {
+  std::optional<std::vector<int64_t>> axes;
+  bool keepdims = true;
+  bool noop_with_empty_axes = false;
+};
+std::optional<ReduceParams> reduce_params(const Node& n);
+
+// Pad: pads (attribute `paddings` at opset 1, `pads` to 10, input from 11), mode, constant value
+// when known (0 when absent), axes (opset 18) when given.
+struct PadParams {
+  std::vector<int64_t> pads;
+  std::string mode = "constant";
+  std::optional<double> value;
+  std::optional<std::vector<int64_t>> axes;
+};
+std::optional<PadParams> pad_params(const Node& n);
+
+// Split: axis and explicit sizes (attribute before 13, input since), or the number of equal
+// parts (the node's output count, or num_outputs at 18).
+struct SplitParams {
+  int64_t axis = 0;
+  std::optional<std::vector<int64_t>> sizes;
+  int64_t parts = 0;
+};
+std::optional<SplitParams> split_params(const Node& n);
+
+// Clip's bounds (attributes before opset 11, optional inputs since); an absent bound is nullopt
+// inside a found ClipParams. nullopt overall when a given bound is not a constant scalar.
+struct ClipParams {
+  std::optional<double> min, max;
+};
+std::optional<ClipParams> clip_params(const Node& n);
+
+// Cast's `to` (a TensorProto::DataType), nullopt when absent or not an int.
+std::optional<int32_t> cast_to(const Node& n);
+
+// Resize/Upsample: constant scales or sizes, whichever the node gives (inputs by opset).
+struct ResizeParams {
+  std::optional<std::vector<double>> scales;
+  std::optional<std::vector<int64_t>> sizes;
+};
+std::optional<ResizeParams> resize_params(const Node& n);
+
+}  // namespace graft::ir

@@ -1,0 +1,901 @@
+// Shape facts: combining sources, running libonnx's inference, and Graft's own rules.
+#include "core/ir/shapes.h"
+
+#include <algorithm>
+#include <exception>
+#include <functional>
+#include <unordered_map>
+
+#include <absl/strings/str_cat.h>
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "core/ir/model.h"
+#include "core/ir/op_params.h"
+#include "core/ir/tensor.h"
+
+namespace graft::ir {
+
+using onnx::TensorProto;
+
+// ---------------------------------------------------------------------------------------------
+// TensorFact
+
+TensorFact TensorFact::from_type(const onnx::TypeProto& type) {
+  TensorFact f;
+  if (!type.has_tensor_type()) return f;
+  const auto& tt = type.tensor_type();
+  f.elem_type = tt.elem_type();
+  if (!tt.has_shape()) return f;
+  f.has_rank = true;
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value() && d.dim_value() >= 0)
+      f.dims.push_back(Dim::of(d.dim_value()));
+    else if (d.has_dim_param() && !d.dim_param().empty())
+      f.dims.push_back(Dim::named(d.dim_param()));
+    else
+      f.dims.push_back(Dim{});
+  }
+  return f;
+}
+
+std::optional<int64_t> TensorFact::dim(int64_t axis) const {
+  if (!has_rank) return std::nullopt;
+  auto a = normalize_axis(axis, static_cast<int64_t>(dims.size()));
+  if (!a || !dims[static_cast<size_t>(*a)].known()) return std::nullopt;
+  return dims[static_cast<size_t>(*a)].value;
+}
+
+std::optional<std::vector<int64_t>> TensorFact::static_shape() const {
+  if (!has_rank) return std::nullopt;
+  std::vector<int64_t> out;
+  out.reserve(dims.size());
+  for (const Dim& d : dims) {
+    if (!d.known()) return std::nullopt;
+    out.push_back(d.value);
+  }
+  return out;
+}
+
+std::optional<std::vector<int64_t>> TensorFact::dims_or_minus_one() const {
+  if (!has_rank) return std::nullopt;
+  std::vector<int64_t> out;
+  for (const Dim& d : dims) out.push_back(d.known() ? d.value : -1);
+  return out;
+}
+
+std::optional<int64_t> TensorFact::element_count() const {
+  auto s = static_shape();
+  if (!s) return std::nullopt;
+  return ir::element_count(*s);
+}
+
+bool TensorFact::complete() const { return elem_type != 0 && static_shape().has_value(); }
+
+void TensorFact::to_type(onnx::TypeProto* type) const {
+  auto* tt = type->mutable_tensor_type();
+  tt->set_elem_type(elem_type);
+  if (!has_rank) {
+    tt->clear_shape();
+    return;
+  }
+  auto* shape = tt->mutable_shape();
+  shape->clear_dim();
+  for (const Dim& d : dims) {
+    auto* out = shape->add_dim();
+    if (d.known())
+      out->set_dim_value(d.value);
+    else if (d.is_symbol())
+      out->set_dim_param(d.symbol);
+  }
+}
+
+std::string TensorFact::to_string() const {
+  std::string s = elem_type == 0 ? "?" : TensorProto::DataType_Name(elem_type);
+  if (!has_rank) return s + "[*]";
+  s += "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ",";
+    s += dims[i].known() ? std::to_string(dims[i].value)
+                         : (dims[i].is_symbol() ? dims[i].symbol : std::string("?"));
+  }
+  return s + "]";
+}
+
+TensorFact merge_facts(const TensorFact& a, const TensorFact& b, bool* conflict) {
+  bool bad = false;
+  TensorFact out;
+  if (a.elem_type && b.elem_type && a.elem_type != b.elem_type)
+    bad = true;
+  else
+    out.elem_type = a.elem_type ? a.elem_type : b.elem_type;
+  if (a.has_rank && b.has_rank) {
+    if (a.dims.size() != b.dims.size()) {
+      bad = true;
+    } else {
+      out.has_rank = true;
+      out.dims.resize(a.dims.size());
+      for (size_t i = 0; i < a.dims.size(); ++i) {
+        const Dim& x = a.dims[i];
+        const Dim& y = b.dims[i];
+        if (x.known() && y.known() && x.value != y.value) {
+          bad = true;  // left unknown
+        } else if (x.known() || y.known()) {
+          out.dims[i] = x.known() ? x : y;
+        } else if (x.is_symbol()) {
+          out.dims[i] = x;  // two different names for one dim: either is true
+        } else {
+          out.dims[i] = y;
+        }
+      }
+    }
+  } else if (a.has_rank || b.has_rank) {
+    out.has_rank = true;
+    out.dims = a.has_rank ? a.dims : b.dims;
+  }
+  if (conflict && bad) *conflict = true;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// libonnx's inference
+
+bool libonnx_knows(const Model& model) {
+  const auto& rest = model.rest();
+  if (rest.ir_version() > onnx::Version::IR_VERSION) return false;
+  const auto& schemas = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  for (const auto& op : rest.opset_import()) {
+    std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
+    auto it = schemas.find(domain);
+    // Custom domains have no schemas: inference leaves their nodes' outputs unknown.
+    if (it == schemas.end()) continue;
+    if (op.version() > it->second.second) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Initializers above this size become data-less stubs (same type and dims) in the copy given to
+// inference: shape-carrying tensors are tiny, weights need not be copied.
+constexpr uint64_t kStubBytes = 4096;
+
+void clear_value_info(onnx::GraphProto* g) {
+  g->clear_value_info();
+  for (auto& n : *g->mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) clear_value_info(a.mutable_g());
+      for (auto& sub : *a.mutable_graphs()) clear_value_info(&sub);
+    }
+}
+
+// A fact from inference: dims it named itself (libonnx's "unk__N") are unknowns, not symbols
+// shared with the model's own.
+TensorFact inferred_fact(const onnx::TypeProto& t) {
+  TensorFact f = TensorFact::from_type(t);
+  for (Dim& d : f.dims)
+    if (d.is_symbol() && d.symbol.rfind("unk__", 0) == 0) d = Dim{};
+  return f;
+}
+
+}  // namespace
+
+class FactEngine {
+ public:
+  static void run_inference(Model& m);
+  static const TensorFact& get(const Value* v);
+  // The fact as last computed (rules read their inputs' after get() made them fresh).
+  static const TensorFact& cached(const Value* v) { return v->fact_; }
+
+ private:
+  static void assign(Graph& g, const onnx::GraphProto& gp);
+  static bool fresh(const Value* v, uint64_t gen) {
+    return v->fact_gen_ == gen || (v->fact_gen_ != 0 && v->fact_.complete());
+  }
+  static void deps(const Value* v, std::vector<const Value*>* out);
+  static void compute(const Node& n, uint64_t gen);
+  static TensorFact source_fact(const Value* v);
+};
+
+void FactEngine::run_inference(Model& m) {
+  m.inference_done_ = true;
+  m.inference_ok_ = false;
+  if (!libonnx_knows(m)) return;
+  auto copy = m.clone();
+  for (Value* v : copy->graph().initializers()) {
+    const TensorProto& t = *v->initializer();
+    if (tensor_bytes(t) <= kStubBytes && !is_external(t)) continue;
+    TensorProto stub;
+    stub.set_data_type(t.data_type());
+    *stub.mutable_dims() = t.dims();
+    v->set_initializer(std::move(stub));
+  }
+  onnx::ModelProto proto = copy->release_proto();
+  // Inference starts from the operators alone; declarations are compared afterwards.
+  clear_value_info(proto.mutable_graph());
+  try {
+    onnx::ShapeInferenceOptions options{/*check_type=*/false, /*error_mode=*/0,
+                                        /*enable_data_propagation=*/false};
+    onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), options);
+  } catch (const std::exception&) {
+    return;  // e.g. a declared output type contradicting the operators: no inferred facts
+  }
+  m.inference_ok_ = true;
+  assign(m.graph(), proto.graph());
+}
+
+// Attaches inferred facts to the node outputs of `g` (saved as `gp`, nodes in the same order),
+// then to the values of If branches. Loop and Scan bodies are skipped (see shapes.h).
+void FactEngine::assign(Graph& g, const onnx::GraphProto& gp) {
+  auto take = [&](const onnx::ValueInfoProto& info) {
+    if (!info.has_type()) return;
+    Value* v = g.find_local(info.name());
+    if (v && v->producer() && !v->dead())
+      v->inferred_ = std::make_unique<TensorFact>(inferred_fact(info.type()));
+  };
+  for (const auto& info : gp.value_info()) take(info);
+  for (const auto& info : gp.output()) take(info);
+  std::vector<Node*> nodes = g.nodes();
+  if (static_cast<int>(nodes.size()) != gp.node_size()) return;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node* n = nodes[i];
+    const onnx::NodeProto& np = gp.node(static_cast<int>(i));
+    if (np.op_type() != n->op_type()) return;
+    if (!n->is("If")) continue;
+    for (const auto& sub : n->subgraphs())
+      for (const auto& a : np.attribute())
+        if (a.name() == sub.attr_name && a.has_g()) assign(*sub.graph, a.g());
+  }
+}
+
+const TensorFact& FactEngine::get(const Value* v) {
+  Model* m = v->owner()->model();
+  if (!m->inference_done_) run_inference(*m);
+  const uint64_t gen = m->generation();
+  if (fresh(v, gen)) return v->fact_;
+  // Depth-first over the stale values `v` depends on, without recursion (chains can be long).
+  std::vector<const Value*> stack{v};
+  std::vector<const Value*> needed;
+  while (!stack.empty()) {
+    const Value* t = stack.back();
+    if (fresh(t, gen)) {
+      t->fact_busy_ = false;
+      stack.pop_back();
+      continue;
+    }
+    if (!t->fact_busy_) {
+      t->fact_busy_ = true;
+      needed.clear();
+      deps(t, &needed);
+      bool pushed = false;
+      for (const Value* d : needed)
+        if (!fresh(d, gen) && !d->fact_busy_) {
+          stack.push_back(d);
+          pushed = true;
+        }
+      if (pushed) continue;
+    }
+    // Every dependency is fresh (or on a cycle, which leaves it as it is).
+    if (const Node* p = t->producer(); p && !t->is_constant() && !t->is_graph_input()) {
+      compute(*p, gen);
+    } else {
+      t->fact_ = source_fact(t);
+    }
+    t->fact_gen_ = gen;
+    t->fact_busy_ = false;
+    stack.pop_back();
+  }
+  return v->fact_;
+}
+
+void FactEngine::deps(const Value* v, std::vector<const Value*>* out) {
+  if (v->is_constant() || v->is_graph_input()) return;
+  const Node* p = v->producer();
+  if (!p) return;
+  for (const Value* in : p->inputs())
+    if (in) out->push_back(in);
+  for (const auto& sub : p->subgraphs())
+    for (const auto& o : sub.graph->outputs()) out->push_back(o.value);
+}
+
+// What is known of a value without a producer: a graph input's declaration, an initializer's
+// tensor, the iteration count and condition of a Loop body.
+TensorFact FactEngine::source_fact(const Value* v) {
+  if (v->is_constant()) {
+    const TensorProto& t = *v->initializer();
+    std::vector<Dim> dims;
+    for (int64_t d : t.dims()) dims.push_back(Dim::of(d));
+    return TensorFact::of_rank(t.data_type(), std::move(dims));
+  }
+  TensorFact declared;
+  const onnx::TypeProto* t = v->type();
+  // A graph input with an initializer is described by its declaration only: the initializer is a
+  // default a caller may override with another shape.
+  if (t && t != v->initializer_type_.get()) declared = TensorFact::from_type(*t);
+  const Graph* g = v->owner();
+  if (v->is_graph_input() && g->parent() && g->parent()->is("Loop")) {
+    const auto& ins = g->inputs();
+    TensorFact known;
+    if (!ins.empty() && ins[0].value == v) known = TensorFact::of_rank(TensorProto::INT64, {});
+    if (ins.size() > 1 && ins[1].value == v) known = TensorFact::of_rank(TensorProto::BOOL, {});
+    if (known.has_rank) {
+      bool conflict = false;
+      TensorFact merged = merge_facts(known, declared, &conflict);
+      return conflict ? known : merged;
+    }
+  }
+  return declared;
+}
+
+TensorFact rule_fact(const Node& n, size_t output);  // below
+
+void FactEngine::compute(const Node& n, uint64_t gen) {
+  for (size_t i = 0; i < n.outputs().size(); ++i) {
+    Value* o = n.outputs()[i];
+    if (!o) continue;
+    TensorFact inferred = rule_fact(n, i);
+    if (o->inferred_) {
+      bool conflict = false;
+      TensorFact both = merge_facts(*o->inferred_, inferred, &conflict);
+      // Two inferences disagreeing: trust neither where they do.
+      inferred = both;
+    }
+    TensorFact declared;
+    if (const onnx::TypeProto* t = o->type()) declared = TensorFact::from_type(*t);
+    bool conflict = false;
+    TensorFact merged = merge_facts(declared, inferred, &conflict);
+    o->fact_ = conflict ? inferred : merged;
+    o->fact_gen_ = gen;
+  }
+}
+
+const TensorFact& fact_of(const Value& v) { return FactEngine::get(&v); }
+
+bool Model::shape_inference_ok() {
+  if (!inference_done_) FactEngine::run_inference(*this);
+  return inference_ok_;
+}
+
+void Model::refresh_shape_inference() {
+  inference_done_ = false;
+  for (Graph* g : all_graphs())
+    for (const auto& v : g->values_) {
+      v->inferred_.reset();
+      v->fact_gen_ = 0;
+    }
+  touch();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graft's rules: the fact of output `output` of `n` from its inputs' facts (already fresh).
+
+namespace {
+
+const TensorFact kUnknown{};
+
+const TensorFact& cached(const Value* v) { return v ? FactEngine::cached(v) : kUnknown; }
+
+const TensorFact& in_fact(const Node& n, size_t i) { return cached(n.input(i)); }
+
+TensorFact with_type(TensorFact f, int32_t t) {
+  f.elem_type = t;
+  return f;
+}
+
+TensorFact rank_only(int32_t t, int64_t rank) {
+  return TensorFact::of_rank(t, std::vector<Dim>(static_cast<size_t>(rank)));
+}
+
+// Multidirectional (numpy) broadcasting of the inputs' shapes.
+TensorFact broadcast(const std::vector<const TensorFact*>& ins, int32_t elem_type) {
+  TensorFact out;
+  out.elem_type = elem_type;
+  size_t rank = 0;
+  for (const TensorFact* f : ins) {
+    if (!f->has_rank) return out;
+    rank = std::max(rank, f->dims.size());
+  }
+  out.has_rank = true;
+  out.dims.assign(rank, Dim{});
+  for (size_t k = 0; k < rank; ++k) {
+    // Dims aligned from the right; a missing dim is 1.
+    std::optional<Dim> result;
+    bool unknown = false;
+    for (const TensorFact* f : ins) {
+      if (f->dims.size() + k < rank) continue;
+      const Dim& d = f->dims[f->dims.size() - rank + k];
+      if (d.known() && d.value == 1) continue;
+      if (!d.known() && !d.is_symbol()) {
+        unknown = true;
+        continue;
+      }
+      if (!result) {
+        result = d;
+      } else if (result->known() && d.known()) {
+        if (result->value != d.value) return TensorFact{elem_type, false, {}};  // invalid
+      } else if (d.known()) {
+        result = d;  // a symbol broadcast against N > 1 must be N (or 1)
+      } else if (!result->known() && result->symbol != d.symbol) {
+        unknown = true;
+      }
+    }
+    if (!result)
+      out.dims[k] = unknown ? Dim{} : Dim::of(1);
+    else if (unknown && !result->known())
+      out.dims[k] = Dim{};  // the unknown one may be the larger
+    else
+      out.dims[k] = *result;
+  }
+  return out;
+}
+
+bool one_of(const std::string& op, std::initializer_list<const char*> ops) {
+  for (const char* o : ops)
+    if (op == o) return true;
+  return false;
+}
+
+// Ops whose first output has the shape and type of their first input.
+bool same_as_input(const std::string& op) {
+  return one_of(op, {"Identity",  "Abs",      "Neg",         "Exp",        "Log",
+                     "Sqrt",      "Reciprocal", "Floor",     "Ceil",       "Round",
+                     "Relu",      "Sigmoid",  "Tanh",        "Erf",        "Sin",
+                     "Cos",       "Tan",      "Asin",        "Acos",       "Atan",
+                     "Sinh",      "Cosh",     "Asinh",       "Acosh",      "Atanh",
+                     "Sign",      "Softplus", "Softsign",    "Softmax",    "LogSoftmax",
+                     "Hardmax",   "Elu",      "Selu",        "Celu",       "LeakyRelu",
+                     "ThresholdedRelu", "HardSigmoid", "HardSwish", "Gelu", "Mish",
+                     "Shrink",    "Clip",     "Dropout",     "BatchNormalization",
+                     "LayerNormalization", "InstanceNormalization", "LpNormalization",
+                     "MeanVarianceNormalization", "LRN", "CumSum", "Trilu",
+                     "ReverseSequence", "ScatterND", "ScatterElements", "Scatter",
+                     "PRelu",     "BitwiseNot"});
+}
+
+bool broadcasting(const std::string& op) {
+  return one_of(op, {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean",
+                     "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"});
+}
+
+bool comparison(const std::string& op) {
+  return one_of(op, {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+                     "Xor"});
+}
+
+std::optional<int64_t> product(const std::vector<Dim>& dims, size_t begin, size_t end) {
+  std::vector<int64_t> v;
+  for (size_t i = begin; i < end; ++i) {
+    if (!dims[i].known()) return std::nullopt;
+    v.push_back(dims[i].value);
+  }
+  return element_count(v);
+}
+
+TensorFact reshape_fact(const Node& n, const TensorFact& x) {
+  auto shape = constant_ints(n.input(1));
+  if (n.opset() < 5) shape = n.attr_ints("shape");
+  if (!shape) {
+    // The output's rank is the shape tensor's length.
+    const TensorFact& s = in_fact(n, 1);
+    if (n.opset() >= 5 && s.has_rank && s.dims.size() == 1 && s.dims[0].known())
+      return rank_only(x.elem_type, s.dims[0].value);
+    return TensorFact{x.elem_type, false, {}};
+  }
+  const bool allowzero = n.attr_int("allowzero", 0) != 0;
+  std::vector<Dim> dims;
+  int minus_one = -1;
+  for (size_t i = 0; i < shape->size(); ++i) {
+    int64_t s = (*shape)[i];
+    if (s == 0 && !allowzero) {
+      if (!x.has_rank || i >= x.dims.size()) return rank_only(x.elem_type, shape->size());
+      dims.push_back(x.dims[i]);
+    } else if (s == -1) {
+      if (minus_one >= 0) return TensorFact{x.elem_type, false, {}};
+      minus_one = static_cast<int>(i);
+      dims.push_back(Dim{});
+    } else if (s < 0) {
+      return TensorFact{x.elem_type, false, {}};
+    } else {
+      dims.push_back(Dim::of(s));
+    }
+  }
+  if (minus_one >= 0) {
+    auto total = x.element_count();
+    std::optional<int64_t> rest = product(dims, 0, static_cast<size_t>(minus_one));
+    std::optional<int64_t> tail =
+        product(dims, static_cast<size_t>(minus_one) + 1, dims.size());
+    if (total && rest && tail && *rest > 0 && *tail > 0 && *total % (*rest * *tail) == 0)
+      dims[static_cast<size_t>(minus_one)] = Dim::of(*total / (*rest * *tail));
+  }
+  return TensorFact::of_rank(x.elem_type, std::move(dims));
+}
+
+TensorFact slice_fact(const Node& n, const TensorFact& x) {
+  TensorFact out{x.elem_type, x.has_rank, {}};
+  if (!x.has_rank) return out;
+  const int64_t rank = static_cast<int64_t>(x.dims.size());
+  auto p = slice_params(n);
+  if (!p) {
+    out.dims.assign(x.dims.size(), Dim{});
+    return out;
+  }
+  out.dims = x.dims;
+  for (size_t i = 0; i < p->starts.size(); ++i) {
+    auto axis = normalize_axis(p->axes[i], rank);
+    if (!axis) return TensorFact{x.elem_type, false, {}};
+    Dim& d = out.dims[static_cast<size_t>(*axis)];
+    if (!d.known()) {
+      d = Dim{};
+      continue;
+    }
+    const int64_t size = d.value, step = p->steps[i];
+    auto clampv = [](int64_t v, int64_t lo, int64_t hi) { return std::min(std::max(v, lo), hi); };
+    int64_t start = p->starts[i], end = p->ends[i];
+    if (start < 0) start = start < -size ? 0 : start + size;  // careful with INT64_MIN
+    if (end < 0) end = end < -size ? -1 : end + size;
+    int64_t len;
+    if (step > 0) {
+      start = clampv(start, 0, size);
+      end = clampv(end, 0, size);
+      len = end > start ? (end - start + step - 1) / step : 0;
+    } else {
+      start = clampv(start, 0, size - 1);
+      end = clampv(end, -1, size - 1);
+      len = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+    }
+    d = Dim::of(len);
+  }
+  return out;
+}
+
+TensorFact matmul_fact(const TensorFact& a, const TensorFact& b) {
+  int32_t t = a.elem_type ? a.elem_type : b.elem_type;
+  if (!a.has_rank || !b.has_rank || a.dims.empty() || b.dims.empty()) return TensorFact{t, false, {}};
+  std::vector<Dim> ad = a.dims, bd = b.dims;
+  const bool a1 = ad.size() == 1, b1 = bd.size() == 1;
+  if (a1) ad.insert(ad.begin(), Dim::of(1));
+  if (b1) bd.push_back(Dim::of(1));
+  TensorFact ab = TensorFact::of_rank(t, std::vector<Dim>(ad.begin(), ad.end() - 2));
+  TensorFact bb = TensorFact::of_rank(t, std::vector<Dim>(bd.begin(), bd.end() - 2));
+  TensorFact out = broadcast({&ab, &bb}, t);
+  if (!out.has_rank) return out;
+  if (!a1) out.dims.push_back(ad[ad.size() - 2]);
+  if (!b1) out.dims.push_back(bd.back());
+  return out;
+}
+
+TensorFact reduce_fact(const Node& n, const TensorFact& x, int32_t elem_type) {
+  TensorFact out{elem_type, false, {}};
+  if (!x.has_rank) return out;
+  const int64_t rank = static_cast<int64_t>(x.dims.size());
+  std::optional<std::vector<int64_t>> axes;
+  bool keepdims = true;
+  if (n.op_type() == "ArgMax" || n.op_type() == "ArgMin") {
+    axes = std::vector<int64_t>{n.attr_int("axis", 0)};
+    keepdims = n.attr_int("keepdims", 1) != 0;
+  } else {
+    auto p = reduce_params(n);
+    if (!p) return out;
+    if (!p->axes && p->noop_with_empty_axes) return with_type(x, elem_type);
+    axes = p->axes;
+    keepdims = p->keepdims;
+  }
+  std::vector<bool> reduced(x.dims.size(), !axes.has_value());
+  if (axes) {
+    auto norm = normalize_axes(*axes, rank);
+    if (!norm) return out;
+    for (int64_t a : *norm) reduced[static_cast<size_t>(a)] = true;
+  }
+  out.has_rank = true;
+  for (size_t i = 0; i < x.dims.size(); ++i) {
+    if (!reduced[i])
+      out.dims.push_back(x.dims[i]);
+    else if (keepdims)
+      out.dims.push_back(Dim::of(1));
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorFact rule_fact(const Node& n, size_t output) {
+  if (!n.is_onnx_domain()) return {};
+  const std::string& op = n.op_type();
+  const TensorFact& x = in_fact(n, 0);
+  if (op == "Constant") {
+    const onnx::AttributeProto* a = n.attributes().empty() ? nullptr : &n.attributes()[0];
+    if (!a || n.attributes().size() != 1) return {};
+    if (a->name() == "value" && a->has_t()) {
+      std::vector<Dim> dims;
+      for (int64_t d : a->t().dims()) dims.push_back(Dim::of(d));
+      return TensorFact::of_rank(a->t().data_type(), std::move(dims));
+    }
+    if (a->name() == "value_float") return TensorFact::of_rank(TensorProto::FLOAT, {});
+    if (a->name() == "value_int") return TensorFact::of_rank(TensorProto::INT64, {});
+    if (a->name() == "value_floats")
+      return TensorFact::of_rank(TensorProto::FLOAT, {Dim::of(a->floats_size())});
+    if (a->name() == "value_ints")
+      return TensorFact::of_rank(TensorProto::INT64, {Dim::of(a->ints_size())});
+    return {};
+  }
+  if (op == "Dropout" && output == 1) {
+    TensorFact mask = x;
+    mask.elem_type = TensorProto::BOOL;
+    return mask;
+  }
+  if ((op == "BatchNormalization" || op == "LayerNormalization") && output > 0) return {};
+  if (same_as_input(op)) return output == 0 ? x : TensorFact{};
+  if (op == "Cast") {
+    auto to = cast_to(n);
+    return with_type(x, to ? *to : 0);
+  }
+  if (op == "CastLike") return with_type(x, in_fact(n, 1).elem_type);
+  if (op == "Not" || op == "IsNaN" || op == "IsInf") return with_type(x, TensorProto::BOOL);
+  if (broadcasting(op) || comparison(op) || op == "Where") {
+    std::vector<const TensorFact*> ins;
+    for (size_t i = 0; i < n.inputs().size(); ++i) ins.push_back(&in_fact(n, i));
+    if (ins.empty()) return {};
+    int32_t t = comparison(op) ? TensorProto::BOOL
+                               : (op == "Where" ? in_fact(n, 1).elem_type : x.elem_type);
+    return broadcast(ins, t);
+  }
+  if (op == "Shape") {
+    if (!x.has_rank) return TensorFact::of_rank(TensorProto::INT64, {Dim{}});
+    int64_t rank = static_cast<int64_t>(x.dims.size());
+    int64_t start = n.attr_int("start", 0), end = n.attr_int("end", rank);
+    if (start < 0) start = std::max<int64_t>(0, start + rank);
+    if (end < 0) end = std::max<int64_t>(0, end + rank);
+    start = std::min(start, rank);
+    end = std::min(end, rank);
+    return TensorFact::of_rank(TensorProto::INT64, {Dim::of(std::max<int64_t>(0, end - start))});
+  }
+  if (op == "Size") return TensorFact::of_rank(TensorProto::INT64, {});
+  if (op == "Reshape") return reshape_fact(n, x);
+  if (op == "Flatten") {
+    if (!x.has_rank) return TensorFact::of_rank(x.elem_type, {Dim{}, Dim{}});
+    auto axis = n.attr_int("axis", 1);
+    auto a = axis == static_cast<int64_t>(x.dims.size())
+                 ? std::optional<int64_t>(axis)
+                 : normalize_axis(axis, static_cast<int64_t>(x.dims.size()));
+    if (!a) return {};
+    auto outer = product(x.dims, 0, static_cast<size_t>(*a));
+    auto inner = product(x.dims, static_cast<size_t>(*a), x.dims.size());
+    return TensorFact::of_rank(x.elem_type, {outer ? Dim::of(*outer) : Dim{},
+                                             inner ? Dim::of(*inner) : Dim{}});
+  }
+  if (op == "Transpose") {
+    if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
+    const size_t rank = x.dims.size();
+    std::vector<int64_t> perm;
+    if (auto p = n.attr_ints("perm")) {
+      perm = *p;
+    } else {
+      for (size_t i = 0; i < rank; ++i) perm.push_back(static_cast<int64_t>(rank - 1 - i));
+    }
+    if (perm.size() != rank) return {};
+    std::vector<Dim> dims;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(rank)) return {};
+      dims.push_back(x.dims[static_cast<size_t>(p)]);
+    }
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
+  }
+  if (op == "Squeeze") {
+    auto p = squeeze_axes(n);
+    if (!x.has_rank || !p) return with_type(TensorFact{}, x.elem_type);
+    std::vector<Dim> dims;
+    if (p->all) {
+      for (const Dim& d : x.dims) {
+        if (!d.known()) return with_type(TensorFact{}, x.elem_type);
+        if (d.value != 1) dims.push_back(d);
+      }
+    } else {
+      auto axes = normalize_axes(p->axes, static_cast<int64_t>(x.dims.size()));
+      if (!axes) return {};
+      for (size_t i = 0; i < x.dims.size(); ++i)
+        if (std::find(axes->begin(), axes->end(), static_cast<int64_t>(i)) == axes->end())
+          dims.push_back(x.dims[i]);
+    }
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
+  }
+  if (op == "Unsqueeze") {
+    auto axes = unsqueeze_axes(n);
+    if (!x.has_rank || !axes) return with_type(TensorFact{}, x.elem_type);
+    const int64_t rank = static_cast<int64_t>(x.dims.size() + axes->size());
+    auto norm = normalize_axes(*axes, rank);
+    if (!norm) return {};
+    std::vector<Dim> dims;
+    size_t next = 0;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (std::find(norm->begin(), norm->end(), i) != norm->end())
+        dims.push_back(Dim::of(1));
+      else
+        dims.push_back(x.dims[next++]);
+    }
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
+  }
+  if (op == "Concat") {
+    TensorFact out{x.elem_type, false, {}};
+    int64_t axis = n.attr_int("axis", 0);
+    int64_t total = 0;
+    bool total_known = true;
+    for (size_t i = 0; i < n.inputs().size(); ++i) {
+      const TensorFact& f = in_fact(n, i);
+      if (!out.elem_type) out.elem_type = f.elem_type;
+      if (!f.has_rank) {
+        total_known = false;
+        continue;
+      }
+      auto a = normalize_axis(axis, static_cast<int64_t>(f.dims.size()));
+      if (!a) return {};
+      const Dim along = f.dims[static_cast<size_t>(*a)];
+      if (along.known())
+        total += along.value;
+      else
+        total_known = false;
+      TensorFact others = TensorFact::of_rank(out.elem_type, f.dims);
+      others.dims[static_cast<size_t>(*a)] = Dim{};
+      bool conflict = false;
+      out = merge_facts(out, others, &conflict);
+      if (conflict) return {};
+    }
+    if (out.has_rank) {
+      auto a = normalize_axis(axis, static_cast<int64_t>(out.dims.size()));
+      if (a && total_known) out.dims[static_cast<size_t>(*a)] = Dim::of(total);
+    }
+    return out;
+  }
+  if (op == "Gather") {
+    const TensorFact& idx = in_fact(n, 1);
+    if (!x.has_rank || !idx.has_rank) return with_type(TensorFact{}, x.elem_type);
+    auto a = normalize_axis(n.attr_int("axis", 0), static_cast<int64_t>(x.dims.size()));
+    if (!a) return {};
+    std::vector<Dim> dims(x.dims.begin(), x.dims.begin() + *a);
+    dims.insert(dims.end(), idx.dims.begin(), idx.dims.end());
+    dims.insert(dims.end(), x.dims.begin() + *a + 1, x.dims.end());
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
+  }
+  if (op == "Slice") return slice_fact(n, x);
+  if (op == "MatMul") return matmul_fact(x, in_fact(n, 1));
+  if (op == "Gemm") {
+    const TensorFact& b = in_fact(n, 1);
+    Dim m, k;
+    if (x.has_rank && x.dims.size() == 2) m = x.dims[n.attr_int("transA", 0) ? 1 : 0];
+    if (b.has_rank && b.dims.size() == 2) k = b.dims[n.attr_int("transB", 0) ? 0 : 1];
+    return TensorFact::of_rank(x.elem_type, {m, k});
+  }
+  if (op == "Expand") {
+    auto shape = constant_ints(n.input(1));
+    const TensorFact& s = in_fact(n, 1);
+    if (!shape) {
+      if (x.has_rank && s.has_rank && s.dims.size() == 1 && s.dims[0].known())
+        return rank_only(x.elem_type,
+                         std::max<int64_t>(s.dims[0].value, static_cast<int64_t>(x.dims.size())));
+      return with_type(TensorFact{}, x.elem_type);
+    }
+    std::vector<Dim> dims;
+    for (int64_t d : *shape) dims.push_back(Dim::of(d));
+    TensorFact target = TensorFact::of_rank(x.elem_type, std::move(dims));
+    return broadcast({&x, &target}, x.elem_type);
+  }
+  if (op == "ConstantOfShape") {
+    int32_t t = TensorProto::FLOAT;
+    if (const onnx::AttributeProto* v = n.attr("value"); v && v->has_t()) t = v->t().data_type();
+    auto shape = constant_ints(n.input(0));
+    if (!shape) {
+      if (x.has_rank && x.dims.size() == 1 && x.dims[0].known())
+        return rank_only(t, x.dims[0].value);
+      return with_type(TensorFact{}, t);
+    }
+    std::vector<Dim> dims;
+    for (int64_t d : *shape) dims.push_back(Dim::of(d));
+    return TensorFact::of_rank(t, std::move(dims));
+  }
+  if (op == "Range") return TensorFact::of_rank(x.elem_type, {Dim{}});
+  if (op == "NonZero")
+    return TensorFact::of_rank(TensorProto::INT64,
+                               {x.has_rank ? Dim::of(static_cast<int64_t>(x.dims.size())) : Dim{},
+                                Dim{}});
+  if (one_of(op, {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                  "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}))
+    return reduce_fact(n, x, x.elem_type);
+  if (op == "ArgMax" || op == "ArgMin") return reduce_fact(n, x, TensorProto::INT64);
+  if (op == "Tile") {
+    auto repeats = constant_ints(n.input(1));
+    if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
+    if (!repeats || repeats->size() != x.dims.size())
+      return rank_only(x.elem_type, static_cast<int64_t>(x.dims.size()));
+    std::vector<Dim> dims;
+    for (size_t i = 0; i < x.dims.size(); ++i) {
+      int64_t r = (*repeats)[i];
+      if ((*repeats)[i] == 1)
+        dims.push_back(x.dims[i]);
+      else
+        dims.push_back(x.dims[i].known() && r >= 0 ? Dim::of(x.dims[i].value * r) : Dim{});
+    }
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
+  }
+  if (op == "Pad") {
+    if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
+    const int64_t rank = static_cast<int64_t>(x.dims.size());
+    auto p = pad_params(n);
+    if (!p || p->axes || static_cast<int64_t>(p->pads.size()) != 2 * rank)
+      return rank_only(x.elem_type, rank);
+    std::vector<Dim> dims;
+    for (int64_t i = 0; i < rank; ++i) {
+      const int64_t add = p->pads[static_cast<size_t>(i)] + p->pads[static_cast<size_t>(i + rank)];
+      const Dim& d = x.dims[static_cast<size_t>(i)];
+      dims.push_back(add == 0 ? d : (d.known() ? Dim::of(d.value + add) : Dim{}));
+    }
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
+  }
+  if (op == "Split") {
+    auto p = split_params(n);
+    if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
+    TensorFact out = x;
+    auto a = normalize_axis(p ? p->axis : 0, static_cast<int64_t>(x.dims.size()));
+    if (!a) return {};
+    Dim& d = out.dims[static_cast<size_t>(*a)];
+    if (p && p->sizes && output < p->sizes->size())
+      d = Dim::of((*p->sizes)[output]);
+    else if (p && !p->sizes && d.known() && p->parts > 0 && d.value % p->parts == 0)
+      d = Dim::of(d.value / p->parts);
+    else
+      d = Dim{};
+    return out;
+  }
+  if (op == "Conv" || op == "ConvTranspose" || one_of(op, {"MaxPool", "AveragePool", "LpPool",
+                                                           "GlobalAveragePool", "GlobalMaxPool",
+                                                           "GlobalLpPool"})) {
+    if (output > 0 || !x.has_rank || x.dims.size() < 2) return with_type(TensorFact{}, x.elem_type);
+    TensorFact out = rank_only(x.elem_type, static_cast<int64_t>(x.dims.size()));
+    out.dims[0] = x.dims[0];
+    const TensorFact& w = in_fact(n, 1);
+    if (op == "Conv" && w.has_rank && !w.dims.empty())
+      out.dims[1] = w.dims[0];
+    else if (op == "ConvTranspose" && w.has_rank && w.dims.size() > 1 && w.dims[1].known())
+      out.dims[1] = Dim::of(w.dims[1].value * n.attr_int("group", 1));
+    else if (op != "Conv" && op != "ConvTranspose")
+      out.dims[1] = x.dims[1];
+    if (op.rfind("Global", 0) == 0)
+      for (size_t i = 2; i < out.dims.size(); ++i) out.dims[i] = Dim::of(1);
+    return out;
+  }
+  if (op == "If") {
+    // Both branches' outputs describe it; where they differ, less is known.
+    TensorFact out;
+    bool first = true;
+    for (const auto& sub : n.subgraphs()) {
+      const auto& outs = sub.graph->outputs();
+      if (output >= outs.size()) return {};
+      const TensorFact& f = cached(outs[output].value);
+      if (first) {
+        out = f;
+        first = false;
+        continue;
+      }
+      TensorFact meet;
+      meet.elem_type = out.elem_type == f.elem_type ? f.elem_type : 0;
+      if (out.has_rank && f.has_rank && out.dims.size() == f.dims.size()) {
+        meet.has_rank = true;
+        for (size_t i = 0; i < f.dims.size(); ++i)
+          meet.dims.push_back(out.dims[i] == f.dims[i] ? f.dims[i] : Dim{});
+      }
+      out = meet;
+    }
+    return out;
+  }
+  if (op == "Loop" || op == "Scan") {
+    // Only element types: carried values may change shape between iterations.
+    for (const auto& sub : n.subgraphs()) {
+      const auto& outs = sub.graph->outputs();
+      const size_t skip = op == "Loop" ? 1 : 0;  // Loop's body also outputs its condition
+      if (output + skip < outs.size())
+        return with_type(TensorFact{}, cached(outs[output + skip].value).elem_type);
+    }
+    return {};
+  }
+  return {};
+}
+
+}  // namespace graft::ir

@@ -1,0 +1,92 @@
+// Shape and type facts: what is known of every tensor value in every graph (main graph, If/Loop/
+// Scan bodies, model-local function bodies) — its element type, its rank and each dim, where a
+// dim is a known integer, a named symbol (ONNX dim_param: the same name is the same size
+// wherever it appears) or unknown.
+//
+// Sources, combined per value (Value::fact()):
+//  - declarations: value_info, graph input/output types, initializer tensors;
+//  - ONNX shape inference (libonnx) over the main graph and, through If, its branches — run
+//    lazily on a data-less copy the first time a fact is asked, and again after
+//    Model::refresh_shape_inference(). Loop and Scan bodies are not taken from it: a loop-carried
+//    value may change shape between iterations, which its inference ignores;
+//  - Graft's own rules (shapes.cc): element type and shape of the common ops from their inputs'
+//    facts and constant operands, in every graph and for opsets newer than libonnx knows.
+// Inferred facts win over a declaration that contradicts them (exporters' value_info is
+// sometimes stale); where the two inference sources disagree, the fact is left unknown.
+//
+// Facts stay correct across rewrites. A fact describes the tensor a value computes, and a
+// semantics-preserving rewrite never changes what a surviving value computes, with one
+// exception: editing a node in place (its inputs, attributes) or an initializer's tensor gives
+// its outputs a new meaning, so those edits drop the outputs' facts (graph.cc). New values get
+// facts from the rules the first time they are asked; an incomplete fact is recomputed once the
+// model's generation changed (more may be known now).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+namespace graft::ir {
+
+struct Dim {
+  int64_t value = -1;  // >= 0 when known
+  std::string symbol;  // ONNX dim_param, when the size is unknown but named
+
+  static Dim of(int64_t v) { return Dim{v, {}}; }
+  static Dim named(std::string s) { return Dim{-1, std::move(s)}; }
+  bool known() const { return value >= 0; }
+  bool is_symbol() const { return value < 0 && !symbol.empty(); }
+  // Same size for sure: equal known values or the same symbol.
+  bool same_as(const Dim& o) const {
+    return known() ? o.value == value : (is_symbol() && o.symbol == symbol);
+  }
+  bool operator==(const Dim&) const = default;
+};
+
+struct TensorFact {
+  int32_t elem_type = 0;  // TensorProto::DataType, 0 when unknown
+  bool has_rank = false;  // whether `dims` is meaningful
+  std::vector<Dim> dims;
+
+  static TensorFact of_rank(int32_t elem_type, std::vector<Dim> dims) {
+    return TensorFact{elem_type, true, std::move(dims)};
+  }
+  // The fact an ONNX type describes (a non-tensor type describes nothing).
+  static TensorFact from_type(const onnx::TypeProto& type);
+
+  std::optional<int64_t> rank() const {
+    return has_rank ? std::optional<int64_t>(static_cast<int64_t>(dims.size())) : std::nullopt;
+  }
+  // The known size of `axis` (negative counts from the end), nullopt otherwise.
+  std::optional<int64_t> dim(int64_t axis) const;
+  // Every dim known.
+  std::optional<std::vector<int64_t>> static_shape() const;
+  // Dims with -1 for unknown and symbolic ones; nullopt if the rank is unknown.
+  std::optional<std::vector<int64_t>> dims_or_minus_one() const;
+  std::optional<int64_t> element_count() const;
+  // Nothing more can be learnt: element type and every dim known.
+  bool complete() const;
+  // Writes the fact as a tensor type (dims that are unknown are left without value or name).
+  void to_type(onnx::TypeProto* type) const;
+  std::string to_string() const;  // e.g. "float[batch,3,?]", "?[?]" / "float[*]" if rank unknown
+  bool operator==(const TensorFact&) const = default;
+};
+
+// Combines two facts about the same value from independent sources: what one knows fills the
+// other's unknowns. A disagreement (element type, rank, or two known dims) leaves that part
+// unknown and sets *conflict.
+TensorFact merge_facts(const TensorFact& a, const TensorFact& b, bool* conflict = nullptr);
+
+// Whether libonnx knows the model's IR version and every standard opset it imports: its shape
+// inference (and checker) would apply old operator semantics to a newer model.
+class Model;
+bool libonnx_knows(const Model& model);
+
+// Value::fact()'s implementation.
+class Value;
+const TensorFact& fact_of(const Value& v);
+
+}  // namespace graft::ir

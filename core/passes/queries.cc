@@ -1,0 +1,93 @@
+#include "core/passes/queries.h"
+
+#include <algorithm>
+
+#include "core/ir/tensor.h"
+
+namespace graft {
+
+using onnx::TensorProto;
+
+std::optional<eval::Tensor> constant_tensor(const ir::Value* v, uint64_t max_bytes) {
+  const TensorProto* proto = constant_proto(v);
+  if (!proto) return std::nullopt;
+  auto t = eval::Tensor::from_proto(*proto, max_bytes);
+  if (!t.ok() || t->dtype() == TensorProto::STRING) return std::nullopt;
+  return std::move(*t);
+}
+
+std::optional<FloatConstant> float_constant(const ir::Value* v) {
+  const TensorProto* t = constant_proto(v);
+  if (!t || !is_ieee_float(t->data_type())) return std::nullopt;
+  auto values = ir::read_doubles(*t);
+  if (!values) return std::nullopt;  // a malformed payload
+  return FloatConstant{t->data_type(), std::vector<int64_t>(t->dims().begin(), t->dims().end()),
+                       std::move(*values)};
+}
+
+std::optional<double> constant_scalar(const ir::Value* v) {
+  auto t = constant_tensor(v, 64);
+  if (!t || t->size() != 1) return std::nullopt;
+  return t->get_double(0);
+}
+
+bool all_equal(const eval::Tensor& t, int64_t value) {
+  const bool floating = is_float_type(t.dtype());
+  if (!floating && !is_integer_type(t.dtype())) return false;
+  for (int64_t i = 0; i < t.size(); ++i) {
+    if (floating ? t.get_double(i) != static_cast<double>(value) : t.get_int64(i) != value)
+      return false;
+  }
+  return true;
+}
+
+bool single_use(const ir::Value* v) {
+  return v && !v->dead() && v->uses().size() == 1 && !v->is_graph_output();
+}
+
+ir::Node* producer(const ir::Value* v, std::string_view op) {
+  if (!v || v->dead()) return nullptr;
+  ir::Node* p = v->producer();
+  return p && !p->dead() && p->is(op) ? p : nullptr;
+}
+
+ir::Node* only_reader(const ir::Value* v) {
+  return single_use(v) ? v->uses()[0].node : nullptr;
+}
+
+bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {
+  for (const auto& a : n.attributes())
+    if (std::find(known.begin(), known.end(), a.name()) == known.end()) return false;
+  return true;
+}
+
+namespace {
+
+bool dropout_may_be_random(const ir::Node& n) {
+  if (n.opset() < 7) return n.attr_int("is_test", 0) == 0;
+  if (n.opset() < 12) return false;
+  const ir::Value* mode = n.input(2);
+  if (!mode) return false;
+  auto values = constant_ints(mode);
+  if (!values || values->empty()) return true;
+  return std::any_of(values->begin(), values->end(), [](int64_t x) { return x != 0; });
+}
+
+}  // namespace
+
+bool is_nondeterministic(const ir::Node& n) {
+  if (!n.is_onnx_domain()) return false;
+  static constexpr std::string_view kRandomOps[] = {"RandomNormal",     "RandomUniform",
+                                                    "RandomNormalLike", "RandomUniformLike",
+                                                    "Multinomial",      "Bernoulli"};
+  for (std::string_view op : kRandomOps)
+    if (n.op_type() == op) return true;
+  return n.op_type() == "Dropout" && dropout_may_be_random(n);
+}
+
+bool is_ieee_float(int32_t dtype) {
+  return dtype == TensorProto::FLOAT || dtype == TensorProto::DOUBLE ||
+         dtype == TensorProto::FLOAT16;
+}
+
+}  // namespace graft

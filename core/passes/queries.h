@@ -1,0 +1,66 @@
+// Operand queries shared by every pass: constants (initializers and Constant nodes alike, in any
+// graph), operator parameters read by opset (core/ir/op_params.h), uses and producers, and
+// attribute checks. A pass never reads these things its own way.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/eval/tensor.h"
+#include "core/ir/model.h"
+#include "core/ir/op_params.h"
+#include "core/passes/rewriter.h"
+
+namespace graft {
+
+using ir::constant_doubles;
+using ir::constant_ints;
+using ir::constant_proto;
+using ir::is_constant_value;
+
+// Largest constant the queries decode into an eval::Tensor.
+inline constexpr uint64_t kMaxConstantBytes = 16ull << 20;
+
+// The constant `v` holds (see ir::constant_proto), decoded; nullopt for strings, external data,
+// tensors over `max_bytes` or malformed payloads.
+std::optional<eval::Tensor> constant_tensor(const ir::Value* v,
+                                            uint64_t max_bytes = kMaxConstantBytes);
+// A constant float tensor (FLOAT, DOUBLE or FLOAT16) with its type and dims, values as doubles.
+struct FloatConstant {
+  int32_t dtype = 0;
+  std::vector<int64_t> dims;
+  std::vector<double> values;
+};
+std::optional<FloatConstant> float_constant(const ir::Value* v);
+// A constant scalar (any element count of 1) as a double.
+std::optional<double> constant_scalar(const ir::Value* v);
+
+// True if every element of `t` equals `value` (floats compared as doubles, -0.0 == 0.0).
+bool all_equal(const eval::Tensor& t, int64_t value);
+
+// Exactly one node reads `v` and it is not a graph output: a rewrite may change or absorb it.
+bool single_use(const ir::Value* v);
+// The live producer of `v` if it is op `op` of the ONNX domain in the same graph as `v`'s
+// readers can see, else nullptr.
+ir::Node* producer(const ir::Value* v, std::string_view op);
+// The only node reading `v` (nullptr unless single_use).
+ir::Node* only_reader(const ir::Value* v);
+
+// True if every attribute of `n` is named in `known`. An attribute outside it may change the
+// meaning of the node (or come from an op version the pass does not reason about).
+bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known);
+
+// Ops whose result may differ between two runs on the same inputs: the random generators, and
+// Dropout unless it runs in inference mode (is_test=1 before opset 7, always in 7-11, and a
+// training_mode input that is absent or a constant false from 12).
+bool is_nondeterministic(const ir::Node& n);
+
+using eval::is_float_type;    // FLOAT, DOUBLE, FLOAT16, BFLOAT16
+using eval::is_integer_type;  // signed and unsigned integers (not bool)
+// FLOAT, DOUBLE, FLOAT16: the types weights are rewritten in (ir::make_float_tensor).
+bool is_ieee_float(int32_t dtype);
+
+}  // namespace graft

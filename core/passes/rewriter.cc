@@ -1,0 +1,203 @@
+#include "core/passes/rewriter.h"
+
+#include <absl/strings/str_cat.h>
+
+namespace graft {
+
+bool is_output_of(const ir::Graph& graph, const ir::Value* value) {
+  if (!value->is_graph_output()) return false;
+  for (const auto& out : graph.outputs())
+    if (out.value == value) return true;
+  return false;
+}
+
+bool can_hold_new_initializers(const ir::Model& model, const ir::Graph* g) {
+  if (!model.allows_new_initializers()) return false;
+  while (g->parent()) g = g->parent()->graph();
+  return g == &model.graph();
+}
+
+onnx::AttributeProto constant_value_attr(onnx::TensorProto tensor) {
+  onnx::AttributeProto attr;
+  attr.set_name("value");
+  attr.set_type(onnx::AttributeProto::TENSOR);
+  *attr.mutable_t() = std::move(tensor);
+  return attr;
+}
+
+namespace {
+
+// Whether `to`'s producer can be renamed to output `from`, an output name of graph `g`.
+bool can_take_name(const ir::Graph& g, const ir::Value* to) {
+  const ir::Node* p = to->producer();
+  return p && !p->dead() && p->graph() == &g && !to->is_graph_input() && !to->is_initializer() &&
+         !is_output_of(g, to);
+}
+
+}  // namespace
+
+void Rewriter::touch_readers(const ir::Value* v) {
+  if (!on_touch || !v) return;
+  for (const ir::Use& u : v->uses()) touch(u.node);
+}
+
+bool Rewriter::replace_all_uses(ir::Value* from, ir::Value* to, bool allow_identity) {
+  if (!from || !to || from == to || from->dead() || to->dead()) return false;
+  ir::Graph* g = from->owner();
+  if (!is_output_of(*g, from)) {
+    // Outputs of nested graphs follow: they are positional, and `to` is in scope wherever
+    // `from` was.
+    touch_readers(from);
+    ir::Graph::replace_all_uses(from, to);
+    return true;
+  }
+  if (can_take_name(*g, to)) {
+    touch_readers(from);
+    touch_readers(to);
+    ir::Node* p = to->producer();
+    g->move_output_name(p, to->producer_index(), from);
+    touch(p);
+    return true;
+  }
+  // One value cannot have two names, and a graph input, initializer or outer value cannot be
+  // renamed: only an Identity can give `to` the output's name.
+  if (!allow_identity) return false;
+  ir::Node* id = add_node(*g, "Identity", {to}, 1, from->producer());
+  touch_readers(from);
+  g->move_output_name(id, 0, from);
+  return true;
+}
+
+bool Rewriter::replace_node(ir::Node* node, const std::vector<ir::Value*>& replacements,
+                            bool allow_identity) {
+  if (!node || node->dead()) return false;
+  ir::Graph* g = node->graph();
+  const auto& outs = node->outputs();
+  // Check every output first, so a refusal changes nothing.
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ir::Value* out = outs[i];
+    if (!out || out->use_count() == 0) continue;
+    ir::Value* to = i < replacements.size() ? replacements[i] : nullptr;
+    if (!to || to == out) return false;
+    if (!allow_identity && is_output_of(*out->owner(), out) && !can_take_name(*g, to))
+      return false;
+  }
+  // A later output's replacement may be an earlier output's: copy before the slots change.
+  const std::vector<ir::Value*> original(outs.begin(), outs.end());
+  for (size_t i = 0; i < original.size(); ++i) {
+    ir::Value* out = original[i];
+    if (!out || out->dead() || out->use_count() == 0) continue;
+    replace_all_uses(out, replacements[i], allow_identity);
+  }
+  return erase(node);
+}
+
+bool Rewriter::erase(ir::Node* node) {
+  if (!node || node->dead()) return false;
+  for (const ir::Value* out : node->outputs())
+    if (out && out->use_count() > 0) return false;
+  const std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().end());
+  node->graph()->remove_node(node);
+  for (ir::Value* v : inputs) {
+    if (!v || v->dead()) continue;
+    erase_if_unused(v);
+    // Its producer may now have a single reader, or none.
+    if (!v->dead()) touch(v->producer());
+  }
+  return true;
+}
+
+void Rewriter::erase_if_unused(ir::Value* v) {
+  if (!v || v->dead() || v->use_count() > 0 || v->is_graph_input()) return;
+  if (v->is_initializer()) {
+    v->owner()->remove_value(v);
+    return;
+  }
+  ir::Node* p = v->producer();
+  if (p && !p->dead() && p->is("Constant")) erase(p);
+}
+
+ir::Node* Rewriter::add_node(ir::Graph& g, std::string_view op,
+                             const std::vector<ir::Value*>& inputs, size_t outputs,
+                             const ir::Node* origin, std::string_view domain) {
+  std::vector<std::string> hints;
+  const ir::Value* named = origin ? origin->output(0) : nullptr;
+  for (size_t i = 0; i < outputs; ++i) {
+    std::string hint = named ? absl::StrCat(named->name(), "_", op) : std::string(op);
+    if (outputs > 1) absl::StrAppend(&hint, "_", i);
+    hints.push_back(std::move(hint));
+  }
+  ir::Node* n = g.add_node(std::string(op), inputs, hints, std::string(domain));
+  if (origin && !origin->name().empty())
+    n->mutable_proto().set_name(model_.fresh_name(absl::StrCat(origin->name(), "/", op)));
+  touch(n);
+  return n;
+}
+
+ir::Value* Rewriter::add_constant(ir::Graph& g, onnx::TensorProto tensor,
+                                  std::string_view name_hint) {
+  if (can_hold_new_initializers(model_, &g)) return g.add_initializer(name_hint, std::move(tensor));
+  ir::Node* c = g.add_node("Constant", {}, {std::string(name_hint)});
+  c->set_attr(constant_value_attr(std::move(tensor)));
+  touch(c);
+  return c->output(0);
+}
+
+void Rewriter::set_input(ir::Node* node, size_t index, ir::Value* v) {
+  ir::Value* old = node->input(index);
+  node->set_input(index, v);
+  touch(node);
+  touch_readers(node->output(0));
+  if (old && !old->dead()) {
+    erase_if_unused(old);
+    if (!old->dead()) touch(old->producer());
+  }
+}
+
+void Rewriter::set_inputs(ir::Node* node, const std::vector<ir::Value*>& inputs) {
+  std::vector<ir::Value*> old(node->inputs().begin(), node->inputs().end());
+  for (size_t i = 0; i < inputs.size(); ++i) node->set_input(i, inputs[i]);
+  node->truncate_inputs(inputs.size());
+  touch(node);
+  touch_readers(node->output(0));
+  for (ir::Value* v : old) {
+    if (!v || v->dead()) continue;
+    erase_if_unused(v);
+    if (!v->dead()) touch(v->producer());
+  }
+}
+
+bool Rewriter::replace_with_constant(ir::Node* node, onnx::TensorProto tensor) {
+  if (!node || node->dead() || node->outputs().size() != 1 || !node->output(0)) return false;
+  ir::Value* out = node->output(0);
+  ir::Graph* g = node->graph();
+  if (out->use_count() == 0) return erase(node);
+  if (can_hold_new_initializers(model_, g)) {
+    // The output keeps its name and readers and becomes the initializer.
+    const std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().end());
+    touch_readers(out);
+    g->remove_node(node);  // `out` stays: it has readers
+    g->make_initializer(out, std::move(tensor));
+    for (ir::Value* v : inputs) {
+      if (!v || v->dead()) continue;
+      erase_if_unused(v);
+      if (!v->dead()) touch(v->producer());
+    }
+    return true;
+  }
+  ir::Node* c = add_node(*g, "Constant", {}, 1, node);
+  c->set_attr(constant_value_attr(std::move(tensor)));
+  return replace_node(node, {c->output(0)});
+}
+
+void Rewriter::set_attr(ir::Node* node, onnx::AttributeProto attr) {
+  node->set_attr(std::move(attr));
+  touch(node);
+}
+
+void Rewriter::remove_attr(ir::Node* node, std::string_view name) {
+  node->remove_attr(name);
+  touch(node);
+}
+
+}  // namespace graft

@@ -1,0 +1,227 @@
+#include "core/passes/weights.h"
+
+#include <absl/strings/str_cat.h>
+
+#include "core/ir/tensor.h"
+
+namespace graft {
+
+namespace {
+
+bool read_conv(LinearOp& op) {
+  ir::Node& n = *op.node;
+  const bool transpose = op.kind == LinearOp::kConvTranspose;
+  if (transpose ? !only_attributes(n, {"auto_pad", "dilations", "group", "kernel_shape",
+                                       "output_padding", "output_shape", "pads", "strides"})
+                : !only_attributes(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads",
+                                       "strides"}))
+    return false;
+  if (n.inputs().size() < 2 || n.inputs().size() > 3) return false;
+  auto w = float_constant(n.input(1));
+  if (!w || w->dims.size() < 3) return false;
+  const int64_t group = n.attr_int("group", 1);
+  if (group < 1) return false;
+  // Conv: W [M, C/group, k...], output channel m is W's axis 0. ConvTranspose: W [C, M/group,
+  // k...]; W[c, j] feeds output channel (c / (C/group)) * M/group + j.
+  int64_t channels = w->dims[0];
+  if (transpose) {
+    if (w->dims[0] % group != 0) return false;
+    channels = w->dims[1] * group;
+  }
+  if (channels <= 0) return false;
+  if (n.input(2)) {
+    op.bias = float_constant(n.input(2));
+    if (!op.bias || op.bias->dims != std::vector<int64_t>{channels} ||
+        op.bias->dtype != w->dtype)
+      return false;
+  }
+  op.channels = channels;
+  op.output_rank = static_cast<int64_t>(w->dims.size());
+  op.channel_axis = 1;
+  op.weight = std::move(*w);
+  return true;
+}
+
+bool read_gemm(LinearOp& op) {
+  ir::Node& n = *op.node;
+  // Before opset 7, C broadcasting needs the `broadcast` attribute; leave those alone.
+  if (n.opset() < 7 || !only_attributes(n, {"alpha", "beta", "transA", "transB"})) return false;
+  if (n.inputs().size() < 2 || n.inputs().size() > 3) return false;
+  for (const char* name : {"alpha", "beta"})
+    if (n.attr(name) && !n.attr(name)->has_f()) return false;
+  for (const char* name : {"transA", "transB"})
+    if (n.attr(name) && !n.attr(name)->has_i()) return false;
+  auto b = float_constant(n.input(1));
+  if (!b || b->dims.size() != 2) return false;
+  const int64_t cols = n.attr_int("transB", 0) ? b->dims[0] : b->dims[1];
+  if (cols <= 0) return false;
+  if (n.input(2)) {
+    // C as rows x cols with cols in {1, N}: scalar, [1], [N], [1, N], [R, 1], [R, N].
+    op.bias = float_constant(n.input(2));
+    if (!op.bias || op.bias->dims.size() > 2 || op.bias->dtype != b->dtype) return false;
+    const int64_t c_cols = op.bias->dims.empty() ? 1 : op.bias->dims.back();
+    const int64_t c_rows = op.bias->dims.size() == 2 ? op.bias->dims[0] : 1;
+    if (c_rows < 1 || (c_cols != 1 && c_cols != cols)) return false;
+  }
+  op.channels = cols;
+  op.output_rank = 2;
+  op.channel_axis = 1;
+  op.weight = std::move(*b);
+  return true;
+}
+
+bool read_matmul(LinearOp& op) {
+  ir::Node& n = *op.node;
+  if (n.opset() < 7 || !n.attributes().empty() || n.inputs().size() != 2 || !n.input(0))
+    return false;
+  // With a higher-rank A the output's channel axis is still W's columns, but Gemm (which the
+  // folded MatMul becomes) only takes 2-D operands.
+  if (n.input(0)->rank() != 2) return false;
+  auto w = float_constant(n.input(1));
+  if (!w || w->dims.size() != 2 || w->dims[1] <= 0) return false;
+  const int32_t a_type = n.input(0)->elem_type();
+  if (a_type != 0 && a_type != w->dtype) return false;
+  op.channels = w->dims[1];
+  op.output_rank = 2;
+  op.channel_axis = 1;
+  op.weight = std::move(*w);
+  return true;
+}
+
+// The name hint for a folded version of `v`.
+std::string folded_name(const ir::Value* v, const char* suffix) {
+  return absl::StrCat(v->name(), suffix);
+}
+
+}  // namespace
+
+std::optional<LinearOp> read_linear(ir::Node& node) {
+  LinearOp op;
+  op.node = &node;
+  bool ok = false;
+  if (node.is("Conv")) {
+    op.kind = LinearOp::kConv;
+    ok = read_conv(op);
+  } else if (node.is("ConvTranspose")) {
+    op.kind = LinearOp::kConvTranspose;
+    ok = read_conv(op);
+  } else if (node.is("Gemm")) {
+    op.kind = LinearOp::kGemm;
+    ok = read_gemm(op);
+  } else if (node.is("MatMul")) {
+    op.kind = LinearOp::kMatMul;
+    ok = read_matmul(op);
+  }
+  if (!ok || node.outputs().size() != 1 || !node.output(0)) return std::nullopt;
+  return op;
+}
+
+std::optional<std::vector<double>> per_channel(const LinearOp& op, const ir::Value* v) {
+  auto c = float_constant(v);
+  if (!c || c->dtype != op.weight.dtype) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(c->dims.size());
+  if (rank > op.output_rank) return std::nullopt;
+  // Aligned from the right: the channel axis may be C or 1, every other axis 1.
+  int64_t along = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t axis = op.output_rank - rank + i;
+    const int64_t d = c->dims[static_cast<size_t>(i)];
+    if (axis == op.channel_axis && (d == op.channels || d == 1))
+      along = d;
+    else if (d != 1)
+      return std::nullopt;
+  }
+  std::vector<double> out(static_cast<size_t>(op.channels));
+  for (int64_t ch = 0; ch < op.channels; ++ch)
+    out[static_cast<size_t>(ch)] = c->values[along == 1 ? 0 : static_cast<size_t>(ch)];
+  return out;
+}
+
+ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vector<double>& scale,
+                               const std::vector<double>& shift) {
+  const FloatConstant& w = op.weight;
+  const int64_t channels = op.channels;
+  auto shift_of = [&](int64_t c) { return shift.empty() ? 0.0 : shift[static_cast<size_t>(c)]; };
+  std::vector<double> weight = w.values;
+  std::vector<double> bias;
+  std::vector<int64_t> bias_dims{channels};
+  ir::Node& n = *op.node;
+  if (op.kind == LinearOp::kConv || op.kind == LinearOp::kConvTranspose) {
+    int64_t window = 1;  // elements per W[i, j] (the kernel window)
+    for (size_t d = 2; d < w.dims.size(); ++d) window *= w.dims[d];
+    const int64_t per_row = w.dims[1] * window;  // elements per W[i]
+    const int64_t group = n.attr_int("group", 1);
+    const int64_t in_per_group = w.dims[0] / group;
+    for (size_t i = 0; i < weight.size(); ++i) {
+      const int64_t row = static_cast<int64_t>(i) / per_row;
+      int64_t channel = row;
+      if (op.kind == LinearOp::kConvTranspose) {
+        const int64_t j = (static_cast<int64_t>(i) % per_row) / window;
+        channel = (row / in_per_group) * w.dims[1] + j;
+      }
+      weight[i] *= scale[static_cast<size_t>(channel)];
+    }
+    bias.resize(static_cast<size_t>(channels));
+    for (int64_t m = 0; m < channels; ++m)
+      bias[static_cast<size_t>(m)] =
+          (op.bias ? op.bias->values[static_cast<size_t>(m)] : 0.0) * scale[static_cast<size_t>(m)] +
+          shift_of(m);
+  } else if (op.kind == LinearOp::kGemm) {
+    // Y = alpha * A' * B' + beta * C; channel n is column n of B' (row n of B when transB) and
+    // column n of beta * C. beta goes into the new C, so the Gemm's beta becomes 1.
+    const bool trans_b = n.attr_int("transB", 0) != 0;
+    for (int64_t r = 0; r < w.dims[0]; ++r)
+      for (int64_t col = 0; col < w.dims[1]; ++col)
+        weight[static_cast<size_t>(r * w.dims[1] + col)] *=
+            scale[static_cast<size_t>(trans_b ? r : col)];
+    const double beta = n.attr_float("beta", 1.0f);
+    int64_t c_rows = 1, c_cols = 1;
+    if (op.bias) {
+      if (!op.bias->dims.empty()) c_cols = op.bias->dims.back();
+      if (op.bias->dims.size() == 2) c_rows = op.bias->dims[0];
+    }
+    bias.resize(static_cast<size_t>(c_rows * channels));
+    for (int64_t r = 0; r < c_rows; ++r)
+      for (int64_t c = 0; c < channels; ++c) {
+        const double cv =
+            op.bias ? op.bias->values[static_cast<size_t>(r * c_cols + (c_cols == 1 ? 0 : c))] : 0.0;
+        bias[static_cast<size_t>(r * channels + c)] =
+            beta * cv * scale[static_cast<size_t>(c)] + shift_of(c);
+      }
+    if (c_rows != 1) bias_dims = {c_rows, channels};
+  } else {
+    for (size_t i = 0; i < weight.size(); ++i)
+      weight[i] *= scale[i % static_cast<size_t>(channels)];
+    bias.resize(static_cast<size_t>(channels));
+    for (int64_t c = 0; c < channels; ++c) bias[static_cast<size_t>(c)] = shift_of(c);
+  }
+  // Computed in double; one that does not fit the weights' type would be stored as an infinity
+  // (e.g. a float16 weight times a large scale) and change finite outputs.
+  if (!ir::fits_float_type(w.dtype, weight) || !ir::fits_float_type(w.dtype, bias)) return nullptr;
+
+  ir::Graph& g = *n.graph();
+  ir::Value* old_w = n.input(1);
+  ir::Value* old_b = n.input(2);
+  // A pure shift leaves the weights as they are.
+  bool unit = true;
+  for (double s : scale) unit = unit && s == 1.0;
+  ir::Value* new_w =
+      unit ? old_w
+           : rw.add_constant(g, ir::make_float_tensor(w.dtype, w.dims, weight),
+                             folded_name(old_w, "_scaled"));
+  ir::Value* new_b = rw.add_constant(g, ir::make_float_tensor(w.dtype, bias_dims, bias),
+                                     old_b ? folded_name(old_b, "_shifted")
+                                           : folded_name(old_w, "_bias"));
+  if (op.kind == LinearOp::kMatMul) {
+    ir::Node* gemm = rw.add_node(g, "Gemm", {n.input(0), new_w, new_b}, 1, &n);
+    return gemm->output(0);  // the MatMul goes once the caller's replacement leaves it unread
+  }
+  rw.set_input(&n, 1, new_w);
+  rw.set_input(&n, 2, new_b);
+  if (op.kind == LinearOp::kGemm) rw.remove_attr(&n, "beta");
+  rw.erase_if_unused(old_w);
+  rw.erase_if_unused(old_b);
+  return n.output(0);
+}
+
+}  // namespace graft

@@ -1,0 +1,209 @@
+// Shape and type facts (core/ir/shapes.h): sources, rules, subgraphs, functions, rewrites.
+#include "core/ir/shapes.h"
+
+#include "core/ir/tensor.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+// The value named `name` in any graph of the model (main, subgraphs, function bodies).
+ir::Value* any_value(const ir::Model& model, const std::string& name) {
+  for (ir::Graph* g : model.all_graphs())
+    if (ir::Value* v = g->find_local(name)) return v;
+  return nullptr;
+}
+
+std::string fact(const ir::Model& model, const std::string& name) {
+  ir::Value* v = any_value(model, name);
+  return v ? v->fact().to_string() : "no value " + name;
+}
+
+TEST(ShapeFacts, RulesPropagateDimsAndSymbols) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[batch,3,4,5] x, float[5] b) => (float[batch,60] y)
+      <int64[2] shape = {0, -1}, int64[1] axes = {1}> {
+      r = Relu (x)
+      t = Transpose <perm = [0, 2, 3, 1]> (r)
+      s = Add (t, b)
+      y = Reshape (r, shape)
+      sh = Shape (x)
+      u = Unsqueeze (x, axes)
+      c = Cast <to = 7> (x)
+      m = Equal (s, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "r"), "FLOAT[batch,3,4,5]");
+  EXPECT_EQ(fact(*model, "t"), "FLOAT[batch,4,5,3]");
+  // Broadcasting [batch,4,5,3] against [5]: 3 vs 5 cannot broadcast (an invalid model), so only
+  // the element type is known.
+  EXPECT_EQ(fact(*model, "s"), "FLOAT[*]");
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[batch,60]");
+  EXPECT_EQ(fact(*model, "sh"), "INT64[4]");
+  EXPECT_EQ(fact(*model, "u"), "FLOAT[batch,1,3,4,5]");
+  EXPECT_EQ(fact(*model, "c"), "INT64[batch,3,4,5]");
+  EXPECT_EQ(fact(*model, "m"), "BOOL[*]");
+}
+
+TEST(ShapeFacts, BroadcastSymbolsAgainstKnownDims) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,1,7] a, float[3,1] b, float[M] c, float[7,2] k) => (float[N,3,7] y) {
+      y = Add (a, b)
+      z = Mul (a, c)
+      w = MatMul (a, k)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[N,3,7]");
+  // 7 against M: M must be 7 or 1, so the result is 7.
+  EXPECT_EQ(fact(*model, "z"), "FLOAT[N,1,7]");
+  EXPECT_EQ(fact(*model, "w"), "FLOAT[N,1,2]");
+}
+
+TEST(ShapeFacts, AContradictedDeclarationIsNotTrusted) {
+  // The exporter's value_info says t is [5]; the operators say [2,3].
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,3] y)
+      <float[5] t> {
+      t = Neg (x)
+      y = Abs (t)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "t"), "FLOAT[2,3]");
+  // The declaration is still what the model says when saved.
+  auto proto = model->to_proto();
+  ASSERT_EQ(proto.graph().value_info_size(), 1);
+  EXPECT_EQ(proto.graph().value_info(0).type().tensor_type().shape().dim_size(), 1);
+}
+
+TEST(ShapeFacts, IfBranchValuesAreKnownFromOuterValues) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[2,8] x) => (float[2,4] y)
+      <int64[1] starts = {0}, int64[1] ends = {4}, int64[1] axes = {1}> {
+      y = If (cond) <
+        then_branch = then_g () => (float[2,4] a) {
+          s = Slice (x, starts, ends, axes)
+          a = Cast <to = 1> (s)
+        },
+        else_branch = else_g () => (float[2,4] b) {
+          sh = Shape (x)
+          k = Slice (x, starts, ends, axes)
+          b = Neg (k)
+        }
+      >
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "s"), "FLOAT[2,4]");
+  EXPECT_EQ(fact(*model, "sh"), "INT64[2]");
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[2,4]");
+}
+
+TEST(ShapeFacts, FunctionBodiesUseConstantsAndRules) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2,3] x) => (float[6] y) {
+      y = local.Flat (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    Flat (a) => (b) {
+      shape = Constant <value = int64[1] {-1}> ()
+      b = Reshape (a, shape)
+      n = Shape (shape)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "shape"), "INT64[1]");
+  EXPECT_EQ(fact(*model, "n"), "INT64[1]");
+  // The function's input has no type: the reshape's rank is known, its size is not.
+  EXPECT_EQ(fact(*model, "b"), "?[?]");
+}
+
+TEST(ShapeFacts, LoopBodiesKnowTheirCountersButNotCarriedShapes) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64 trips, bool cond, float[1] x0) => (float[?] x) {
+      x = Loop (trips, cond, x0) <
+        body = body_g (int64 i, bool c, float[?] acc) => (bool c_out, float[?] acc_out) {
+          c_out = Identity (c)
+          one = Constant <value = float[1] {1.0}> ()
+          acc_out = Concat <axis = 0> (acc, one)
+          ii = Add (i, i)
+        }
+      >
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "ii"), "INT64[]");
+  EXPECT_EQ(fact(*model, "c_out"), "BOOL[]");
+  EXPECT_EQ(fact(*model, "acc_out"), "FLOAT[?]");
+  EXPECT_EQ(fact(*model, "x"), "FLOAT[?]");  // only the declaration: the rank
+}
+
+TEST(ShapeFacts, FactsFollowInPlaceEditsAndNewNodes) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,6] x) => (float[24] y)
+      <int64[1] flat = {-1}, int64[2] square = {2, 12}> {
+      r = Reshape (x, flat)
+      y = Neg (r)
+    }
+  )");
+  ASSERT_TRUE(model);
+  ir::Graph& g = model->graph();
+  ir::Value* r = g.find_local("r");
+  EXPECT_EQ(r->fact().to_string(), "FLOAT[24]");
+  // Editing the node in place changes what its output is.
+  r->producer()->set_input(1, g.find_local("square"));
+  EXPECT_EQ(r->fact().to_string(), "FLOAT[2,12]");
+  // A node added by a rewrite gets its fact when first asked.
+  ir::Node* t = g.add_node("Transpose", {r}, {"t"});
+  EXPECT_EQ(t->output(0)->fact().to_string(), "FLOAT[12,2]");
+  // A new initializer tensor changes the reader's fact too.
+  g.find_local("square")->set_initializer(ir::make_int64_tensor({2}, {3, 8}));
+  EXPECT_EQ(r->fact().to_string(), "FLOAT[3,8]");
+  EXPECT_EQ(t->output(0)->fact().to_string(), "FLOAT[8,3]");
+}
+
+TEST(ShapeFacts, LongChainsDoNotRecurse) {
+  std::string body;
+  std::string prev = "x";
+  for (int i = 0; i < 100000; ++i) {
+    std::string next = "v" + std::to_string(i);
+    body += next + " = Neg (" + prev + ")\n";
+    prev = next;
+  }
+  auto model = parse_text("<ir_version: 8, opset_import: [\"\" : 13]>\n"
+                          "g (float[batch,2] x) => (float[batch,2] " + prev + ") {\n" + body + "}");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, prev), "FLOAT[batch,2]");
+}
+
+TEST(ShapeFacts, SileroIfBranchesHaveInferredShapes) {
+  auto path = shared_models_dir() / "silero_vad_v5.onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  auto model = ir::Model::load_file(path.string());
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Values inside If branches with no value_info whose facts are now complete.
+  int inside = 0, known = 0;
+  for (ir::Graph* g : (*model)->all_graphs()) {
+    if (!g->parent() || !g->parent()->is("If")) continue;
+    for (ir::Node* n : g->nodes())
+      for (ir::Value* v : n->outputs()) {
+        if (!v || v->value_info()) continue;
+        ++inside;
+        if (v->fact().rank()) ++known;
+      }
+  }
+  EXPECT_GT(inside, 100);
+  EXPECT_GT(known, inside * 9 / 10) << known << " of " << inside;
+}
+
+}  // namespace
+}  // namespace graft::testing
