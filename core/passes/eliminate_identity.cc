@@ -31,4 +31,12 @@ class EliminateIdentity final : public Pass {
 
 std::unique_ptr<Pass> make_eliminate_identity() { return std::make_unique<EliminateIdentity>(); }
 
+PassInfo eliminate_identity_pass() {
+  return {.name = "eliminate_identity",
+          .level = 1,
+          .description = "remove Identity nodes (graph output names are kept)",
+          .options = {},
+          .create = make_eliminate_identity};
+}
+
 }  // namespace graft

@@ -295,4 +295,14 @@ class EliminateNoop final : public Pass {
 
 std::unique_ptr<Pass> make_eliminate_noop() { return std::make_unique<EliminateNoop>(); }
 
+PassInfo eliminate_noop_pass() {
+  return {.name = "eliminate_noop",
+          .level = 1,
+          .description =
+              "remove no-op nodes: inference Dropout, identity Transpose/Reshape/Expand/Squeeze/"
+              "Unsqueeze/Flatten/Cast/Slice/Pad, one-part Concat/Split",
+          .options = {},
+          .create = make_eliminate_noop};
+}
+
 }  // namespace graft

@@ -377,4 +377,13 @@ class FoldShapes final : public Pass {
 
 std::unique_ptr<Pass> make_fold_shapes() { return std::make_unique<FoldShapes>(); }
 
+PassInfo fold_shapes_pass() {
+  return {
+      .name = "fold_shapes",
+      .level = 1,
+      .description = "Shape, Size and shape arithmetic on statically known shapes become constants",
+      .options = {},
+      .create = make_fold_shapes};
+}
+
 }  // namespace graft

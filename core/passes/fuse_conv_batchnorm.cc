@@ -319,4 +319,13 @@ class FuseConvBatchnorm final : public Pass {
 
 std::unique_ptr<Pass> make_fuse_conv_batchnorm() { return std::make_unique<FuseConvBatchnorm>(); }
 
+PassInfo fuse_conv_batchnorm_pass() {
+  return {.name = "fuse_conv_batchnorm",
+          .level = 2,
+          .description =
+              "fold inference BatchNormalization into a preceding Conv/ConvTranspose/Gemm/MatMul",
+          .options = {},
+          .create = make_fuse_conv_batchnorm};
+}
+
 }  // namespace graft

@@ -115,4 +115,12 @@ class FuseMatmulAdd final : public Pass {
 
 std::unique_ptr<Pass> make_fuse_matmul_add() { return std::make_unique<FuseMatmulAdd>(); }
 
+PassInfo fuse_matmul_add_pass() {
+  return {.name = "fuse_matmul_add",
+          .level = 2,
+          .description = "2-D MatMul followed by Add of a constant bias becomes Gemm",
+          .options = {},
+          .create = make_fuse_matmul_add};
+}
+
 }  // namespace graft
