@@ -790,7 +790,7 @@ class Client {
   Outcome bad_config() {
     auto c = o2();
     std::string words;
-    switch (rng_() % 6) {
+    switch (rng_() % 7) {
       case 0:
         c.mutable_verify()->set_enabled(true);
         c.mutable_verify()->set_trials(100);
@@ -815,10 +815,14 @@ class Client {
         c.mutable_verify()->set_default_dim(int64_t{1} << 40);
         words = "default dim";
         break;
-      default:
-        (*(*c.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] =
-            "4611686018427387904";
+      case 5:
+        // Within the option's range, above the server's grant.
+        (*(*c.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "1GiB";
         words = "verify_max_bytes";
+        break;
+      default:
+        (*(*c.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "abc";
+        words = "option fold_constants.max_bytes must be";
         break;
     }
     return plain(pick(shared_->real_models), c, grpc::StatusCode::INVALID_ARGUMENT, words);

@@ -456,23 +456,19 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
     if (!client.ok()) return fail_connect(client.status());
     auto response = client->list_passes();
     if (!response.ok()) return fail_remote(response.status());
-    for (const auto& p : response->passes()) {
-      PassInfo info{p.name(), p.description(), p.level(), {}, nullptr};
-      for (const auto& o : p.options())
-        info.options.push_back({o.name(), o.default_value(), o.description()});
-      passes.push_back(std::move(info));
-    }
+    for (const auto& p : response->passes()) passes.push_back(api::from_proto(p));
   }
   std::printf("%-22s %-6s %s\n", "pass", "level", "description");
   for (const auto& p : passes) {
     std::printf("%-22s O%-5d %s\n", p.name.c_str(), p.level, p.description.c_str());
     for (const auto& o : p.options)
-      std::printf("%-22s %-6s   option %s (default %s): %s\n", "", "", o.name.c_str(),
-                  o.default_value.c_str(), o.description.c_str());
+      std::printf("%-29s option %s (%s): %s\n", "", o.name.c_str(), option_summary(o).c_str(),
+                  o.help.c_str());
   }
   std::printf(
       "\nlevels: O0 runs nothing; O1 safe cleanups; O2 (default) adds fusions; O3 adds "
-      "aggressive passes (currently the same as O2)\n");
+      "aggressive passes (currently the same as O2)\noptions: --option PASS.OPTION=VALUE "
+      "(repeatable)\n");
   return kOk;
 }
 
@@ -503,10 +499,16 @@ int main(int argc, char** argv) {
   auto add_pipeline_options = [&](CLI::App* cmd) {
     auto* level =
         cmd->add_option("--level", args.level, "optimization level O0..O3")->capture_default_str();
-    cmd->add_option("--passes", args.passes, "explicit ordered pass list (comma separated)")
+    // A repeatable option takes one value per occurrence: CLI11 would otherwise let a list
+    // option swallow the arguments after it (`--option a.b=1 in.onnx` losing the input).
+    auto one_value = [](CLI::Option* o) { return o->allow_extra_args(false); };
+    one_value(
+        cmd->add_option("--passes", args.passes, "explicit ordered pass list (comma separated)"))
         ->delimiter(',')
         ->excludes(level);
-    cmd->add_option("--option", args.options, "pass option as pass.key=value (repeatable)");
+    one_value(cmd->add_option("--option", args.options,
+                              "pass option as PASS.OPTION=VALUE (repeatable; `graft passes` "
+                              "lists them)"));
     cmd->add_option("--max-rounds", args.max_rounds, "fixed-point rounds at most")
         ->capture_default_str();
     cmd->add_flag("--check", args.check,
@@ -515,16 +517,17 @@ int main(int argc, char** argv) {
         "--verify", args.verify,
         "run the original and optimized model on random inputs with the reference evaluator and "
         "compare the outputs; a pass that changes them is rolled back");
-    cmd->add_option(
-           "--verify-dim", args.verify_dims,
-           "value of a symbolic input dim, NAME=N; *=N for every unnamed or unlisted "
-           "one (default: the first of 1, 16, 64, 256 the original runs with) (repeatable)")
+    one_value(cmd->add_option(
+                  "--verify-dim", args.verify_dims,
+                  "value of a symbolic input dim, NAME=N; *=N for every unnamed or unlisted "
+                  "one (default: the first of 1, 16, 64, 256 the original runs with) (repeatable)"))
         ->needs(verify);
-    cmd->add_option("--verify-shape", args.verify_shapes,
-                    "an input's full shape, INPUT=D,D,... (repeatable)")
+    one_value(cmd->add_option("--verify-shape", args.verify_shapes,
+                              "an input's full shape, INPUT=D,D,... (repeatable)"))
         ->needs(verify);
-    cmd->add_option("--verify-value", args.verify_values,
-                    "fill an input with one number instead of random ones, INPUT=V (repeatable)")
+    one_value(cmd->add_option(
+                  "--verify-value", args.verify_values,
+                  "fill an input with one number instead of random ones, INPUT=V (repeatable)"))
         ->needs(verify);
     cmd->add_option("--verify-seed", args.verify_seed, "random input seed")
         ->capture_default_str()

@@ -85,21 +85,89 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   return out;
 }
 
+void fill_pass_info(const PassInfo& info, v1::PassInfo* out) {
+  out->set_name(info.name);
+  out->set_description(info.description);
+  out->set_level(info.level);
+  for (const auto& o : info.options) {
+    auto* opt = out->add_options();
+    opt->set_name(o.name);
+    opt->set_default_value(format_value(o.default_value));
+    opt->set_description(o.help);
+    switch (o.type) {
+      case OptionType::kInteger:
+        opt->set_type(v1::PassOption::INTEGER);
+        break;
+      case OptionType::kBytes:
+        opt->set_type(v1::PassOption::BYTES);
+        break;
+      case OptionType::kBoolean:
+        opt->set_type(v1::PassOption::BOOLEAN);
+        break;
+      case OptionType::kEnum:
+        opt->set_type(v1::PassOption::ENUM);
+        break;
+    }
+    if (o.type == OptionType::kInteger || o.type == OptionType::kBytes) {
+      opt->set_min(o.min);
+      opt->set_max(o.max);
+    }
+    for (const auto& c : o.choices) opt->add_choices(c);
+  }
+}
+
+PassInfo from_proto(const v1::PassInfo& info) {
+  PassInfo out{.name = info.name(),
+               .level = info.level(),
+               .description = info.description(),
+               .options = {},
+               .create = nullptr};
+  for (const auto& o : info.options()) {
+    OptionSpec spec;
+    spec.name = o.name();
+    spec.help = o.description();
+    switch (o.type()) {
+      case v1::PassOption::BYTES:
+        spec.type = OptionType::kBytes;
+        break;
+      case v1::PassOption::BOOLEAN:
+        spec.type = OptionType::kBoolean;
+        break;
+      case v1::PassOption::ENUM:
+        spec.type = OptionType::kEnum;
+        break;
+      default:  // INTEGER, or a server that does not say: shown as an integer, unbounded
+        spec.type = OptionType::kInteger;
+        break;
+    }
+    if (o.type() == v1::PassOption::INTEGER || o.type() == v1::PassOption::BYTES) {
+      spec.min = o.min();
+      spec.max = o.max();
+    }
+    spec.choices.assign(o.choices().begin(), o.choices().end());
+    // The server's canonical text: parsing it gives the typed default; a value this client
+    // cannot parse is kept as text, for display.
+    auto value = parse_option(info.name(), spec, o.default_value());
+    spec.default_value = value.ok() ? *value : OptionValue(o.default_value());
+    out.options.push_back(std::move(spec));
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
-  auto names = resolve_passes(config);
-  if (!names.ok()) return names.status();
+  auto specs = resolve_pipeline(config);
+  if (!specs.ok()) return specs.status();
   // Lengths prefix every field, so no value can imitate a separator.
   std::string out;
   auto field = [&](const std::string& s) { absl::StrAppend(&out, s.size(), ":", s, ";"); };
+  // Every option of every pass that runs, parsed, defaults included: a value given as its
+  // default, or spelt differently ("1" and "true", "1KiB" and "1024"), means the same run.
   field("passes");
-  for (const auto& n : *names) field(n);
-  field("options");
-  for (const auto& [pass, options] : config.pass_options)  // std::map: sorted
-    for (const auto& [key, value] : options) {
-      field(pass);
-      field(key);
-      field(value);
-    }
+  for (const auto& spec : *specs) {
+    field(spec.name);
+    for (const auto& [key, value] : spec.options.values())
+      field(absl::StrCat(key, "=", format_value(value)));
+  }
   field(absl::StrCat("rounds=", config.max_rounds));
   field(absl::StrCat("checker=", config.onnx_checker, ",shapes=", config.shape_inference));
   // Verification can roll passes back, so its settings are part of what the result means.

@@ -22,9 +22,14 @@ absl::Status check_limits(const PipelineConfig& config);
 absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config);
 v1::PipelineConfig to_proto(const PipelineConfig& config);
 
-// A canonical text of what the config means: the resolved pass list, options sorted, rounds
-// and checks. Equal for configs that run the same pipeline (e.g. "O2" and O2's explicit list).
+// A canonical text of what the config means: the resolved pass list with every option's parsed
+// value (defaults included), rounds and checks. Equal for configs that run the same pipeline
+// (e.g. "O2" and O2's explicit list, or an option left out and given as its default).
 absl::StatusOr<std::string> canonical_config(const PipelineConfig& config);
+
+// A pass's descriptor as ListPasses answers it, and back (without `create`).
+void fill_pass_info(const PassInfo& info, v1::PassInfo* out);
+PassInfo from_proto(const v1::PassInfo& info);
 
 void fill_report(const PipelineReport& report, v1::OptimizeReport* out);
 PipelineReport to_pipeline_report(const v1::OptimizeReport& report);

@@ -1,7 +1,6 @@
 #include "server/service.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -100,19 +99,18 @@ absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& serve
   }
   // Folding runs the evaluator too: a client may lower its per-tensor cap, not raise it past
   // the evaluator memory this server grants a request.
+  // from_proto checked the value against the pass's schema, so it parses here.
   const uint64_t fold_limit = std::max<uint64_t>(kDefaultFoldBytes, server.verify_max_bytes);
-  for (const auto& [pass, options] : config->pass_options) {
-    auto it = options.find("max_bytes");
-    if (pass != "fold_constants" || it == options.end()) continue;
-    const std::string& text = it->second;
-    int64_t bytes = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
-    if (end != text.data() + text.size()) continue;  // not a number: the pass says so
-    if (ec == std::errc() && bytes <= 0) continue;   // ditto for a negative one; 0 is no folding
-    if (ec == std::errc() && static_cast<uint64_t>(bytes) <= fold_limit) continue;
-    return absl::InvalidArgumentError(
-        absl::StrCat("fold_constants.max_bytes ", text, " exceeds this server's limit of ",
-                     fold_limit, " bytes (the larger of 16 MiB and verify_max_bytes)"));
+  auto fold = config->pass_options.find("fold_constants");
+  if (fold != config->pass_options.end() && fold->second.count("max_bytes")) {
+    const PassInfo* info = find_pass("fold_constants");
+    auto values = parse_options(info->name, info->options, fold->second);
+    if (!values.ok()) return values.status();
+    if (static_cast<uint64_t>(values->integer("max_bytes")) > fold_limit)
+      return absl::InvalidArgumentError(
+          absl::StrCat("option fold_constants.max_bytes ", values->integer("max_bytes"),
+                       " exceeds this server's limit of ", fold_limit,
+                       " bytes (the larger of 16 MiB and verify_max_bytes)"));
   }
   return config;
 }
@@ -423,18 +421,7 @@ grpc::Status GraftService::Lookup(grpc::ServerContext*, const v1::LookupRequest*
 grpc::Status GraftService::ListPasses(grpc::ServerContext*, const v1::ListPassesRequest*,
                                       v1::ListPassesResponse* response) {
   const auto start = Clock::now();
-  for (const auto& p : all_passes()) {
-    auto* info = response->add_passes();
-    info->set_name(p.name);
-    info->set_description(p.description);
-    info->set_level(p.level);
-    for (const auto& o : p.options) {
-      auto* opt = info->add_options();
-      opt->set_name(o.name);
-      opt->set_default_value(o.default_value);
-      opt->set_description(o.description);
-    }
-  }
+  for (const auto& p : all_passes()) api::fill_pass_info(p, response->add_passes());
   metrics_->request_done("ListPasses", "OK", seconds_since(start));
   return grpc::Status::OK;
 }

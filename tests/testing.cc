@@ -32,7 +32,10 @@ PassResult run_pass(ir::Model& model, const std::string& pass, const PassOptions
   const PassInfo* info = find_pass(pass);
   EXPECT_NE(info, nullptr) << pass;
   if (!info) return {};
-  PassContext ctx(options);
+  auto values = parse_options(pass, info->options, options);
+  EXPECT_TRUE(values.ok()) << values.status();
+  if (!values.ok()) return {};
+  PassContext ctx(*values);
   auto result = info->create()->run(model, ctx);
   EXPECT_TRUE(result.ok()) << result.status();
   auto st = model.finalize();

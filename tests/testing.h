@@ -16,7 +16,8 @@ namespace graft::testing {
 
 // Parses a model in ONNX text syntax (onnx/defs/parser.h); fails the test on a syntax error.
 std::unique_ptr<ir::Model> parse_text(const std::string& text);
-// Runs one registered pass on the model, then finalize() and verify(); fails the test on error.
+// Runs one registered pass on the model with `options` checked against its schema (defaults
+// for the rest), then finalize() and verify(); fails the test on error.
 PassResult run_pass(ir::Model& model, const std::string& pass, const PassOptions& options = {});
 // run_pass, plus a check (EXPECT) that the reference evaluator computes the same outputs before
 // and after the pass (same_outputs(...) == ""). For models the evaluator cannot run (custom

@@ -237,4 +237,13 @@ class Cse final : public Pass {
 
 std::unique_ptr<Pass> make_cse() { return std::make_unique<Cse>(); }
 
+PassInfo cse_pass() {
+  return {.name = "cse",
+          .level = 1,
+          .description =
+              "merge nodes computing the same op on the same inputs (deterministic ops only)",
+          .options = {},
+          .create = make_cse};
+}
+
 }  // namespace graft

@@ -23,4 +23,12 @@ std::unique_ptr<Pass> make_eliminate_identity() {
   return std::make_unique<RulePass>("eliminate_identity", identity_rules());
 }
 
+PassInfo eliminate_identity_pass() {
+  return {.name = "eliminate_identity",
+          .level = 1,
+          .description = "remove Identity nodes (graph output names are kept)",
+          .options = {},
+          .create = make_eliminate_identity};
+}
+
 }  // namespace graft

@@ -240,4 +240,14 @@ std::unique_ptr<Pass> make_eliminate_noop() {
   return std::make_unique<RulePass>("eliminate_noop", noop_rules());
 }
 
+PassInfo eliminate_noop_pass() {
+  return {.name = "eliminate_noop",
+          .level = 1,
+          .description =
+              "remove no-op nodes: inference Dropout, identity Transpose/Reshape/Expand/Squeeze/"
+              "Unsqueeze/Flatten/Cast/Slice/Pad, one-part Concat/Split",
+          .options = {},
+          .create = make_eliminate_noop};
+}
+
 }  // namespace graft

@@ -6,6 +6,7 @@
 // run at the node's opset, results above `max_bytes`, and results much larger than their inputs
 // (ConstantOfShape/Expand/Tile/Range would trade a tiny computation for a bloated model file).
 // Function bodies cannot hold initializers, and IR < 4 models would gain graph inputs.
+#include <limits>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -23,6 +24,12 @@ namespace {
 // Results under this size are always worth folding, whatever their growth: a shape vector or a
 // small mask costs less in the file than the node that computes it.
 constexpr uint64_t kAlwaysFoldBytes = 1024;
+
+constexpr char kMaxBytes[] = "max_bytes";
+constexpr char kMaxGrowth[] = "max_growth";
+// A folded result becomes an initializer of a model that protobuf must serialize in one
+// message, which cannot exceed 2 GiB.
+constexpr int64_t kMaxFoldBytes = int64_t{1} << 31;
 
 bool is_nondeterministic(const ir::Node& n) {
   static const std::unordered_set<std::string> ops = {"RandomNormal",     "RandomUniform",
@@ -44,14 +51,8 @@ class FoldConstants final : public Pass {
   std::string_view name() const override { return "fold_constants"; }
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
-    auto max_bytes = ctx.option_int("max_bytes", 16ll << 20);
-    if (!max_bytes.ok()) return max_bytes.status();
-    auto max_growth = ctx.option_int("max_growth", 4);
-    if (!max_growth.ok()) return max_growth.status();
-    if (*max_bytes < 0 || *max_growth < 0)
-      return absl::InvalidArgumentError("fold_constants: max_bytes and max_growth must be >= 0");
-    limits_.max_tensor_bytes = static_cast<uint64_t>(*max_bytes);
-    max_growth_ = static_cast<uint64_t>(*max_growth);
+    limits_.max_tensor_bytes = static_cast<uint64_t>(ctx.int_option(kMaxBytes));
+    max_growth_ = static_cast<uint64_t>(ctx.int_option(kMaxGrowth));
 
     PassResult result;
     if (!model.allows_new_initializers()) return result;
@@ -155,5 +156,23 @@ class FoldConstants final : public Pass {
 }  // namespace
 
 std::unique_ptr<Pass> make_fold_constants() { return std::make_unique<FoldConstants>(); }
+
+PassInfo fold_constants_pass() {
+  return {
+      .name = "fold_constants",
+      .level = 1,
+      .description =
+          "nodes whose inputs are all constants become initializers holding their results "
+          "(deterministic ops the reference evaluator supports)",
+      .options =
+          {
+              bytes_option(kMaxBytes, 16ll << 20, kMaxFoldBytes, "largest folded result in bytes"),
+              integer_option(kMaxGrowth, 4, 0, std::numeric_limits<int64_t>::max(),
+                             "never fold when the result is more than this many times larger than "
+                             "the constant inputs folding frees, i.e. those only this node reads "
+                             "(results under 1 KiB always fold)"),
+          },
+      .create = make_fold_constants};
+}
 
 }  // namespace graft

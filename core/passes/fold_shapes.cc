@@ -151,4 +151,13 @@ std::unique_ptr<Pass> make_fold_shapes() {
   return std::make_unique<RulePass>("fold_shapes", shape_rules());
 }
 
+PassInfo fold_shapes_pass() {
+  return {
+      .name = "fold_shapes",
+      .level = 1,
+      .description = "Shape, Size and shape arithmetic on statically known shapes become constants",
+      .options = {},
+      .create = make_fold_shapes};
+}
+
 }  // namespace graft

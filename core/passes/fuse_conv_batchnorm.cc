@@ -124,4 +124,14 @@ std::unique_ptr<Pass> make_fuse_conv_batchnorm() {
   return std::make_unique<RulePass>("fuse_conv_batchnorm", affine_rules());
 }
 
+PassInfo fuse_conv_batchnorm_pass() {
+  return {.name = "fuse_conv_batchnorm",
+          .level = 2,
+          .description =
+              "fold inference BatchNormalization, and Mul or Add of a per-channel constant, into a "
+              "preceding Conv/ConvTranspose/Gemm/MatMul",
+          .options = {},
+          .create = make_fuse_conv_batchnorm};
+}
+
 }  // namespace graft

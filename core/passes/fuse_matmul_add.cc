@@ -103,4 +103,13 @@ std::unique_ptr<Pass> make_fuse_matmul_add() {
   return std::make_unique<RulePass>("fuse_matmul_add", gemm_rules());
 }
 
+PassInfo fuse_matmul_add_pass() {
+  return {.name = "fuse_matmul_add",
+          .level = 2,
+          .description = "2-D MatMul followed by Add of a constant bias becomes Gemm; a 2-D "
+                         "Transpose feeding Gemm becomes its transA/transB",
+          .options = {},
+          .create = make_fuse_matmul_add};
+}
+
 }  // namespace graft

@@ -4,17 +4,18 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <absl/status/statusor.h>
 
 #include "core/ir/model.h"
+#include "core/passes/options.h"
 
 namespace graft {
-
-using PassOptions = std::map<std::string, std::string>;
 
 struct PassResult {
   bool changed = false;
@@ -28,11 +29,12 @@ struct PassResult {
 
 class PassContext {
  public:
-  explicit PassContext(const PassOptions& options) : options_(options) {}
-  const PassOptions& options() const { return options_; }
-  // Integer option with a default; a malformed value is an InvalidArgument error.
-  absl::StatusOr<int64_t> option_int(const std::string& name, int64_t def) const;
-  absl::StatusOr<bool> option_bool(const std::string& name, bool def) const;
+  // `options` were checked against the pass's schema when the pipeline was configured.
+  explicit PassContext(const OptionValues& options) : options_(options) {}
+  const OptionValues& options() const { return options_; }
+  int64_t int_option(std::string_view name) const { return options_.integer(name); }
+  bool bool_option(std::string_view name) const { return options_.boolean(name); }
+  const std::string& enum_option(std::string_view name) const { return options_.choice(name); }
 
   // The most initializer bytes (all graphs) the model may hold when the pass ends; 0 = no limit.
   // Set by the pipeline from the input's size, so a small model cannot fold itself into
@@ -40,7 +42,7 @@ class PassContext {
   uint64_t max_weight_bytes = 0;
 
  private:
-  const PassOptions& options_;
+  const OptionValues& options_;
 };
 
 class Pass {
@@ -48,6 +50,16 @@ class Pass {
   virtual ~Pass() = default;
   virtual std::string_view name() const = 0;
   virtual absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) = 0;
+};
+
+// What a pass is, declared once at the end of its own file (core/passes/<name>.cc) and listed
+// in pipeline order by registry.cc.
+struct PassInfo {
+  std::string name;
+  int level = 1;  // lowest optimization level that runs this pass (1..3)
+  std::string description;
+  std::vector<OptionSpec> options;
+  std::function<std::unique_ptr<Pass>()> create;
 };
 
 }  // namespace graft

@@ -1,4 +1,6 @@
-// Factories of the built-in passes, one per file in core/passes/.
+// The built-in passes. Each core/passes/<name>.cc defines, at its end, the pass's factory and
+// its descriptor (name, level, description, option schema); registry.cc lists the descriptors
+// in pipeline order.
 #pragma once
 
 #include <memory>
@@ -25,5 +27,18 @@ std::unique_ptr<Pass> make_prune();
 struct Rule;
 std::vector<Rule> arithmetic_rules();  // simplify_arithmetic.cc
 std::vector<Rule> chain_rules();       // simplify_chains.cc
+
+PassInfo extract_constants_pass();
+PassInfo fold_constants_pass();
+PassInfo fold_shapes_pass();
+PassInfo inline_constant_if_pass();
+PassInfo simplify_arithmetic_pass();
+PassInfo eliminate_identity_pass();
+PassInfo eliminate_noop_pass();
+PassInfo dedup_initializers_pass();
+PassInfo cse_pass();
+PassInfo fuse_conv_batchnorm_pass();
+PassInfo fuse_matmul_add_pass();
+PassInfo prune_pass();
 
 }  // namespace graft

@@ -1,28 +1,14 @@
-// Names every pass, its level and its order in the default pipeline.
+// The built-in passes in pipeline order, and the levels as sets of them. Each pass declares its
+// own name, level, description and options (PassInfo, at the end of its file).
 #pragma once
 
-#include <functional>
-#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/passes/pass.h"
 
 namespace graft {
-
-struct PassOptionInfo {
-  std::string name;
-  std::string default_value;
-  std::string description;
-};
-
-struct PassInfo {
-  std::string name;
-  std::string description;
-  int level;  // lowest optimization level that runs this pass (1..3)
-  std::vector<PassOptionInfo> options;
-  std::function<std::unique_ptr<Pass>()> create;
-};
 
 // Every built-in pass in pipeline order.
 const std::vector<PassInfo>& all_passes();

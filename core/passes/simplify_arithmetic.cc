@@ -283,4 +283,14 @@ std::unique_ptr<Pass> make_simplify_arithmetic() {
   return std::make_unique<RulePass>("simplify_arithmetic", std::move(rules));
 }
 
+PassInfo simplify_arithmetic_pass() {
+  return {.name = "simplify_arithmetic",
+          .level = 1,
+          .description =
+              "exact algebraic rewrites: constant push-down, neutral and absorbing elements, "
+              "inverse pairs, Transpose/Reshape/Squeeze/Unsqueeze/Cast chains",
+          .options = {},
+          .create = make_simplify_arithmetic};
+}
+
 }  // namespace graft

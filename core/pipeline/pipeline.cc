@@ -109,7 +109,7 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config) {
+absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& config) {
   if (auto st = check_rounds(config); !st.ok()) return st;
   std::vector<std::string> names;
   if (config.passes.empty()) {
@@ -126,34 +126,45 @@ absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& co
     if (!find_pass(n))
       return absl::InvalidArgumentError(
           absl::StrCat("unknown pass '", n, "'; valid passes: ", absl::StrJoin(valid, ", ")));
+  // Options of passes the list does not run are checked too: a misspelt or malformed option
+  // is a mistake whichever passes run.
+  std::map<std::string, OptionValues> given;
   for (const auto& [pass, options] : config.pass_options) {
     const PassInfo* info = find_pass(pass);
     if (!info)
       return absl::InvalidArgumentError(
           absl::StrCat("options given for unknown pass '", pass,
                        "'; valid passes: ", absl::StrJoin(valid, ", ")));
-    for (const auto& [key, value] : options) {
-      bool known = false;
-      for (const auto& o : info->options) known = known || o.name == key;
-      if (!known)
-        return absl::InvalidArgumentError(
-            absl::StrCat("pass '", pass, "' has no option '", key, "'"));
-    }
+    auto values = parse_options(pass, info->options, options);
+    if (!values.ok()) return values.status();
+    given.emplace(pass, std::move(*values));
   }
+  std::vector<PassSpec> specs;
+  for (const auto& n : names) {
+    const PassInfo* info = find_pass(n);
+    auto it = given.find(n);
+    absl::StatusOr<OptionValues> values = it != given.end()
+                                              ? absl::StatusOr<OptionValues>(it->second)
+                                              : parse_options(n, info->options, PassOptions{});
+    if (!values.ok()) return values.status();
+    specs.push_back({n, info->create, std::move(*values)});
+  }
+  return specs;
+}
+
+absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config) {
+  auto specs = resolve_pipeline(config);
+  if (!specs.ok()) return specs.status();
+  std::vector<std::string> names;
+  for (const auto& s : *specs) names.push_back(s.name);
   return names;
 }
 
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config) {
-  auto names = resolve_passes(config);
-  if (!names.ok()) return names.status();
-  std::vector<PassSpec> specs;
-  for (const auto& n : *names) {
-    auto opt_it = config.pass_options.find(n);
-    specs.push_back({n, find_pass(n)->create,
-                     opt_it == config.pass_options.end() ? PassOptions{} : opt_it->second});
-  }
-  return run_specs(model, specs, config);
+  auto specs = resolve_pipeline(config);
+  if (!specs.ok()) return specs.status();
+  return run_specs(model, *specs, config);
 }
 
 absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,

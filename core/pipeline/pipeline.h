@@ -18,9 +18,10 @@
 namespace graft {
 
 struct PipelineConfig {
-  int level = 2;                                    // used when `passes` is empty
-  std::vector<std::string> passes;                  // explicit ordered pass list
-  std::map<std::string, PassOptions> pass_options;  // per pass name
+  int level = 2;                    // used when `passes` is empty
+  std::vector<std::string> passes;  // explicit ordered pass list
+  // Per pass name, as text; checked against each pass's option schema by resolve_pipeline.
+  std::map<std::string, PassOptions> pass_options;
   int max_rounds = 10;
   bool onnx_checker = false;     // run onnx::checker after each changing pass
   bool shape_inference = false;  // run strict ONNX shape inference after each changing pass
@@ -65,9 +66,6 @@ struct PipelineReport {
   VerificationReport verification;
 };
 
-// Validates a config (known pass names, options, rounds) and resolves the pass list.
-absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config);
-
 // Optimizes `model` in place (it may be replaced by a snapshot on rollback).
 // Errors: InvalidArgument for a bad config; the should_continue status when stopped.
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
@@ -76,8 +74,16 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
 struct PassSpec {
   std::string name;
   std::function<std::unique_ptr<Pass>()> create;
-  PassOptions options;
+  OptionValues options;
 };
+
+// Validates a config and resolves it into the passes to run, in order, with their options
+// parsed: the level or the pass names, every option given (also for passes the list does not
+// run) against its pass's schema, and the rounds. InvalidArgument naming what is wrong.
+absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& config);
+// The names of resolve_pipeline's passes.
+absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config);
+
 // The pipeline over given passes (config.passes/level are ignored); honours config.verify, for
 // which passes are re-created to replay a prefix of the run.
 absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
@@ -87,7 +93,7 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
 struct PassInstance {
   std::string name;
   std::unique_ptr<Pass> pass;
-  PassOptions options;
+  OptionValues options;
 };
 // The fixed-point driver over already-built pass instances (config.passes/level and verify are
 // ignored). When `applied` is given it receives, in order, the index in `passes` of every pass

@@ -117,6 +117,47 @@ TEST(Cli, PassesListsEveryPassWithLevel) {
         "fuse_conv_batchnorm", "fuse_matmul_add", "prune"})
     EXPECT_NE(r.out.find(p), std::string::npos) << p;
   EXPECT_NE(r.out.find("O2"), std::string::npos);
+  // Each option under its pass: name, type, range, default, help.
+  const auto fold = r.out.find("fold_constants ");
+  ASSERT_NE(fold, std::string::npos) << r.out;
+  const auto max_bytes = r.out.find(
+      "option max_bytes (bytes in [0, 2147483648], default 16777216): largest folded result");
+  const auto max_growth = r.out.find("option max_growth (integer >= 0, default 4): never fold");
+  EXPECT_GT(max_bytes, fold) << r.out;
+  EXPECT_GT(max_growth, max_bytes) << r.out;
+  EXPECT_LT(max_growth, r.out.find("inline_constant_if")) << r.out;
+  EXPECT_NE(max_growth, std::string::npos) << r.out;
+}
+
+// A bad option value is a configuration error (exit 2) found before the input is read: with a
+// missing input file the run still ends with 2, not with the I/O error's 4.
+TEST(Cli, BadOptionValueIsAConfigurationError) {
+  for (const char* input : {kExample.c_str(), "/no/such/file.onnx"}) {
+    CliRun r =
+        graft(std::string("optimize --local --option fold_constants.max_bytes=abc ") + input);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("option fold_constants.max_bytes must be a byte count in [0, 2147483648]"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("got 'abc'"), std::string::npos) << r.err;
+  }
+  CliRun range =
+      graft("optimize --local --option fold_constants.max_growth=-1 " + kExample.string());
+  EXPECT_EQ(range.code, 2) << range.err;
+  EXPECT_NE(range.err.find("fold_constants.max_growth"), std::string::npos) << range.err;
+  CliRun unknown = graft("optimize --local --option prune.depth=1 " + kExample.string());
+  EXPECT_EQ(unknown.code, 2) << unknown.err;
+  EXPECT_NE(unknown.err.find("pass 'prune' has no option 'depth'"), std::string::npos)
+      << unknown.err;
+  // A good value in another spelling runs; list options before the input take one value each,
+  // so the input stays the input.
+  CliRun listed =
+      graft("optimize -q --local --passes extract_constants,prune " + kExample.string());
+  EXPECT_EQ(listed.code, 0) << listed.err;
+  fs::path out = temp_dir() / "suffix.onnx";
+  CliRun good = graft("optimize -q --local --option fold_constants.max_bytes=8MiB " +
+                      kExample.string() + " -o " + out.string());
+  EXPECT_EQ(good.code, 0) << good.err;
 }
 
 TEST(Cli, ExitCodes) {

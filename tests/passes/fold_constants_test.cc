@@ -299,13 +299,20 @@ TEST(FoldConstants, OldIrVersionsAndFunctionBodiesAreLeftAlone) {
   EXPECT_EQ(count_ops(*model, "Add"), 2);
 }
 
-TEST(FoldConstants, BadOptionsAreErrors) {
-  auto model = parse_text(kConstantOfShape);
-  ASSERT_TRUE(model);
-  PassOptions options = {{"max_bytes", "-1"}};
-  PassContext ctx(options);
-  auto result = find_pass("fold_constants")->create()->run(*model, ctx);
-  EXPECT_FALSE(result.ok());
+// Bad values are configuration errors (tests/passes/options_test.cc has the parser's cases).
+TEST(FoldConstants, BadOptionsAreConfigurationErrors) {
+  const PassInfo* info = find_pass("fold_constants");
+  ASSERT_NE(info, nullptr);
+  for (const char* bad : {"-1", "abc", "2147483649", "1.5", ""})
+    EXPECT_EQ(parse_options("fold_constants", info->options, {{"max_bytes", bad}}).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  EXPECT_FALSE(parse_options("fold_constants", info->options, {{"max_growth", "-1"}}).ok());
+  auto edge =
+      parse_options("fold_constants", info->options, {{"max_bytes", "2GiB"}, {"max_growth", "0"}});
+  ASSERT_TRUE(edge.ok()) << edge.status();
+  EXPECT_EQ(edge->integer("max_bytes"), int64_t{1} << 31);
+  EXPECT_EQ(edge->integer("max_growth"), 0);
 }
 
 }  // namespace

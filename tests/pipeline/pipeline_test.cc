@@ -62,6 +62,17 @@ class RenamingPass final : public Pass {
   }
 };
 
+// Reads an option it never declared: a bug in the pass, caught when it runs.
+class UndeclaredOptionPass final : public Pass {
+ public:
+  std::string_view name() const override { return "undeclared_option"; }
+  absl::StatusOr<PassResult> run(ir::Model&, PassContext& ctx) override {
+    PassResult r;
+    if (ctx.int_option("depth") > 0) r.add();
+    return r;
+  }
+};
+
 // Counts its runs and changes the model only in the first `changes` of them.
 class CountingPass final : public Pass {
  public:
@@ -144,6 +155,80 @@ TEST(Pipeline, BadConfigIsRejected) {
   config.max_rounds = 10;
   config.pass_options["prune"]["nonsense"] = "1";
   EXPECT_FALSE(resolve_passes(config).ok());
+}
+
+// Option values are checked against each pass's schema when the pipeline is configured, so a
+// bad one fails the whole run before any pass starts and the model is untouched.
+TEST(Pipeline, BadOptionValueIsRejectedBeforeAnyPassRuns) {
+  struct Case {
+    std::vector<std::string> passes;  // empty: O2
+    std::string pass, option, value, message;
+  };
+  const std::vector<Case> cases = {
+      {{},
+       "fold_constants",
+       "max_bytes",
+       "abc",
+       "option fold_constants.max_bytes must be a byte count in [0, 2147483648]"},
+      {{}, "fold_constants", "max_bytes", "2147483649", "got '2147483649'"},
+      {{}, "fold_constants", "max_growth", "-1", "option fold_constants.max_growth must be"},
+      {{}, "fold_constants", "max_bytez", "1", "pass 'fold_constants' has no option 'max_bytez'"},
+      {{}, "prune", "depth", "1", "pass 'prune' has no option 'depth'; it takes no options"},
+      {{}, "no_such_pass", "x", "1", "options given for unknown pass 'no_such_pass'"},
+      // The pass list does not run fold_constants: its options are still checked.
+      {{"extract_constants"}, "fold_constants", "max_bytes", "-5", "must be a byte count"},
+  };
+  for (const Case& c : cases) {
+    auto model = parse_text(kModel);
+    const std::string before = model->to_proto().SerializeAsString();
+    PipelineConfig config;
+    config.passes = c.passes;
+    config.pass_options[c.pass][c.option] = c.value;
+    int polls = 0;  // polled before every pass
+    config.should_continue = [&] {
+      ++polls;
+      return absl::OkStatus();
+    };
+    auto report = run_pipeline(model, config);
+    ASSERT_FALSE(report.ok()) << c.value;
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(report.status().message().find(c.message), absl::string_view::npos)
+        << report.status();
+    EXPECT_EQ(polls, 0) << "a pass ran before the config was rejected";
+    EXPECT_EQ(model->to_proto().SerializeAsString(), before);
+    EXPECT_EQ(resolve_passes(config).status(), report.status());
+  }
+  // The same values, well-formed, run.
+  auto model = parse_text(kModel);
+  PipelineConfig config;
+  config.pass_options["fold_constants"] = {{"max_bytes", "1MiB"}, {"max_growth", "0"}};
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(count_ops(*model, "Constant"), 0);
+}
+
+TEST(Pipeline, ResolvedPassesCarryParsedOptionsWithDefaults) {
+  PipelineConfig config;
+  config.passes = {"extract_constants", "fold_constants", "prune"};
+  config.pass_options["fold_constants"]["max_growth"] = "7";
+  auto specs = resolve_pipeline(config);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 3u);
+  EXPECT_EQ((*specs)[1].name, "fold_constants");
+  EXPECT_EQ((*specs)[1].options.integer("max_growth"), 7);
+  EXPECT_EQ((*specs)[1].options.integer("max_bytes"), 16777216);
+  EXPECT_TRUE((*specs)[2].options.values().empty());
+}
+
+// A pass that reads an option it does not declare is rolled back with the reason.
+TEST(Pipeline, PassReadingAnUndeclaredOptionIsRolledBack) {
+  auto model = parse_text(kModel);
+  auto report = run_passes(model, instances(std::make_unique<UndeclaredOptionPass>()), {});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->passes[0].rollbacks, 1);
+  EXPECT_NE(report->passes[0].rollback_reason.find("'depth', which it does not declare"),
+            std::string::npos)
+      << report->passes[0].rollback_reason;
 }
 
 void expect_rolled_back(std::unique_ptr<Pass> pass, const std::string& reason_fragment) {
@@ -325,7 +410,7 @@ TEST(Pipeline, FoldingCannotGrowTheWeightsBeyondTheModelLimit) {
   ASSERT_TRUE(report.ok()) << report.status();
   const uint64_t after = (*model)->initializer_bytes();
   EXPECT_LE(after, 4 * before + (uint64_t{64} << 20));
-  EXPECT_GT(after, 2 * before);  // folding still happened up to the limit
+  EXPECT_GT(after, 2 * before);                // folding still happened up to the limit
   EXPECT_GT(count_ops(**model, "Concat"), 0);  // and stopped there
 }
 

@@ -33,7 +33,10 @@ class RenameOp final : public Pass {
   std::string from_, to_;
 };
 
-PassSpec builtin(const std::string& name) { return {name, find_pass(name)->create, {}}; }
+PassSpec builtin(const std::string& name) {
+  const PassInfo* info = find_pass(name);
+  return {name, info->create, *parse_options(name, info->options, {})};
+}
 PassSpec rename(const std::string& label, const std::string& from, const std::string& to) {
   return {label, [from, to] { return std::make_unique<RenameOp>(from, to); }, {}};
 }

@@ -431,9 +431,9 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
        {"graft_requests_total", "graft_request_duration_seconds", "graft_pass_duration_seconds",
         "graft_pass_nodes_removed_total", "graft_cache_hits_total", "graft_cache_misses_total",
         "graft_cache_evictions_total", "graft_cache_bytes", "graft_queue_depth",
-        "graft_inflight_requests", "graft_busy_workers", "graft_upload_bytes", "graft_model_bytes_in_total",
-        "graft_heap_in_use_bytes", "graft_heap_free_bytes", "graft_model_bytes_out_total",
-        "graft_build_info"})
+        "graft_inflight_requests", "graft_busy_workers", "graft_upload_bytes",
+        "graft_model_bytes_in_total", "graft_heap_in_use_bytes", "graft_heap_free_bytes",
+        "graft_model_bytes_out_total", "graft_build_info"})
     EXPECT_NE(text.find("# TYPE " + std::string(family) + " "), std::string::npos) << family;
   EXPECT_GT(metric(metrics, "graft_model_bytes_in_total"), 500000);
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
@@ -849,8 +849,8 @@ TEST(Graftd, DeadlineWhileQueuedIsAnsweredWithoutWaitingForAWorker) {
   // Wait until the slow request is on the worker.
   bool busy_worker = false;
   for (int i = 0; i < 6000 && !busy_worker; ++i) {
-    busy_worker =
-        metric(parse_metrics(http_get(server.metrics_port(), "/metrics")), "graft_busy_workers") == 1;
+    busy_worker = metric(parse_metrics(http_get(server.metrics_port(), "/metrics")),
+                         "graft_busy_workers") == 1;
     if (!busy_worker) std::this_thread::sleep_for(10ms);
   }
   ASSERT_TRUE(busy_worker);
@@ -1011,10 +1011,16 @@ TEST(Graftd, ConfigNumbersAreBounded) {
     EXPECT_NE(r.status().message().find(word), absl::string_view::npos) << r.status();
   };
   {
+    // Within the option's own range, above this server's grant.
+    auto c = o2();
+    (*(*c.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "1GiB";
+    expect_invalid(c, "verify_max_bytes");
+  }
+  {
     auto c = o2();
     (*(*c.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] =
         "4611686018427387904";
-    expect_invalid(c, "verify_max_bytes");
+    expect_invalid(c, "option fold_constants.max_bytes must be a byte count in [0, 2147483648]");
   }
   for (double v : {1e300, -1e19, std::nan("")}) {
     auto c = o2();
@@ -1048,6 +1054,102 @@ TEST(Graftd, ConfigNumbersAreBounded) {
   auto fine = o2();
   (*(*fine.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "1000000";
   EXPECT_TRUE(client.lookup(digest, fine, false).ok());
+  (*(*fine.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "100000000";
+  EXPECT_TRUE(client.lookup(digest, fine, false).ok());
+}
+
+// A pass option the pass does not accept is INVALID_ARGUMENT naming the option and what it
+// accepts, answered on OptimizeStart: before the upload, the cache or any pass.
+TEST(Graftd, BadPassOptionIsInvalidArgumentBeforeAnyWork) {
+  Graftd server;
+  const std::string bytes = read_file(kExample);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"max_bytes", "abc"}, {"max_bytes", "-1"}, {"max_growth", "1.5"}, {"max_bytez", "1"}};
+  for (const auto& [key, value] : cases) {
+    v1::OptimizeStart start = start_for(bytes);
+    (*(*start.mutable_config()->mutable_pass_options())["fold_constants"].mutable_values())[key] =
+        value;
+    // Only the start message: the server must answer without waiting for the model.
+    RawOptimize call(server.address());
+    ASSERT_TRUE(call.start(start));
+    grpc::Status st = call.await_end();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("fold_constants"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find(key), std::string::npos) << st.error_message();
+  }
+  // The client library and Lookup give the same answer.
+  client::GraftClient client(server.address());
+  auto bad = o2();
+  (*(*bad.mutable_pass_options())["fold_constants"].mutable_values())["max_bytes"] = "abc";
+  auto optimized = client.optimize(bytes, bad);
+  EXPECT_EQ(optimized.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(optimized.status().message().find(
+                "option fold_constants.max_bytes must be a byte count in [0, 2147483648]"),
+            absl::string_view::npos)
+      << optimized.status();
+  auto looked_up = client.lookup(cache::sha256_hex(bytes), bad, false);
+  EXPECT_EQ(looked_up.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(looked_up.status().message(), optimized.status().message());
+
+  // No pass ran and nothing reached the cache.
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 0);
+  EXPECT_EQ(metric(metrics, "graft_model_bytes_in_total"), 0);
+  for (const auto& [name, value] : metrics)
+    EXPECT_EQ(name.rfind("graft_pass_duration_seconds_count", 0), std::string::npos)
+        << name << " " << value;
+  EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"INVALID_ARGUMENT\",method=\"Optimize\"}"),
+            static_cast<double>(cases.size() + 1));
+
+  // The CLI: exit code 2 (a configuration error), the message names the option.
+  fs::path err = fs::temp_directory_path() / ("graftd_bad_option_" + std::to_string(::getpid()));
+  std::string cli = GRAFT_CLI;
+  int status =
+      std::system((cli + " optimize -q " + kExample.string() + " --server " + server.address() +
+                   " --option fold_constants.max_bytes=abc 2>" + err.string())
+                      .c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2) << read_file(err);
+  EXPECT_NE(read_file(err).find("fold_constants.max_bytes"), std::string::npos) << read_file(err);
+  status = std::system((cli + " lookup " + kExample.string() + " --server " + server.address() +
+                        " --option fold_constants.max_growth=x 2>" + err.string())
+                           .c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2) << read_file(err);
+  EXPECT_NE(read_file(err).find("fold_constants.max_growth"), std::string::npos) << read_file(err);
+  fs::remove(err);
+}
+
+// ListPasses describes each option: type, range, default, help.
+TEST(Graftd, ListPassesDescribesOptions) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  auto passes = client.list_passes();
+  ASSERT_TRUE(passes.ok()) << passes.status();
+  const v1::PassInfo* fold = nullptr;
+  for (const auto& p : passes->passes())
+    if (p.name() == "fold_constants") fold = &p;
+  ASSERT_NE(fold, nullptr);
+  ASSERT_EQ(fold->options_size(), 2);
+  EXPECT_EQ(fold->options(0).name(), "max_bytes");
+  EXPECT_EQ(fold->options(0).type(), v1::PassOption::BYTES);
+  EXPECT_EQ(fold->options(0).default_value(), "16777216");
+  EXPECT_EQ(fold->options(0).max(), int64_t{1} << 31);
+  EXPECT_FALSE(fold->options(0).description().empty());
+  EXPECT_EQ(fold->options(1).name(), "max_growth");
+  EXPECT_EQ(fold->options(1).type(), v1::PassOption::INTEGER);
+  EXPECT_EQ(fold->options(1).default_value(), "4");
+
+  // `graft passes --server` prints them like the local listing.
+  std::string cli = GRAFT_CLI;
+  fs::path out = fs::temp_directory_path() / ("graftd_passes_" + std::to_string(::getpid()));
+  ASSERT_EQ(
+      std::system((cli + " passes --server " + server.address() + " >" + out.string()).c_str()), 0);
+  std::string remote = read_file(out);
+  ASSERT_EQ(std::system((cli + " passes >" + out.string()).c_str()), 0);
+  EXPECT_EQ(remote, read_file(out));
+  EXPECT_NE(remote.find("option max_bytes (bytes in [0, 2147483648], default 16777216)"),
+            std::string::npos)
+      << remote;
+  fs::remove(out);
 }
 
 // max_inflight_bytes bounds the uploads all calls hold together; a full budget is
