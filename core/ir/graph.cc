@@ -273,6 +273,15 @@ Value* Graph::add_initializer(std::string_view name_hint, onnx::TensorProto tens
 
 void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
   model_->touch();
+  if (Node* p = value->producer_) {
+    // The producer keeps a fresh, unused value in its slot (and can then be removed).
+    Value* fresh = p->graph_->new_value(model_->fresh_name(value->name_));
+    fresh->producer_ = p;
+    fresh->producer_index_ = value->producer_index_;
+    p->outputs_[value->producer_index_] = fresh;
+    value->producer_ = nullptr;
+    value->producer_index_ = -1;
+  }
   bool registered = value->initializer_ != nullptr;
   value->set_initializer(std::move(tensor));
   if (!registered) {

@@ -229,7 +229,8 @@ class Graph {
                  const std::vector<std::string>& output_hints, std::string domain = "");
   // Creates an initializer value with a fresh name derived from `name_hint`.
   Value* add_initializer(std::string_view name_hint, onnx::TensorProto tensor);
-  // Turns `value` (owned by this graph, with no producer) into an initializer holding `tensor`.
+  // Turns `value` (owned by this graph) into an initializer holding `tensor`. If a node produced
+  // it, that node's slot gets a fresh unused value.
   void make_initializer(Value* value, onnx::TensorProto tensor);
   // Detaches a node from its inputs; its outputs must have no uses left (they are removed).
   void remove_node(Node* node);

@@ -24,6 +24,8 @@
 
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+#include "core/passes/queries.h"
+#include "core/passes/rewriter.h"
 
 namespace graft {
 
@@ -121,28 +123,6 @@ size_t node_hash(const ir::Node& n) {
   return h;
 }
 
-// True if a Dropout node may drop values: its result is random unless it runs in inference
-// mode, which is is_test=1 before opset 7, implicit in opsets 7-11, and a training_mode input
-// that is absent or a constant false from opset 12.
-bool dropout_may_be_random(const ir::Node& n) {
-  if (n.opset() < 7) return n.attr_int("is_test", 0) == 0;
-  const ir::Value* mode = n.input(2);
-  if (!mode) return false;
-  if (!mode->is_constant() || ir::is_external(*mode->initializer())) return true;
-  auto values = ir::read_int64s(*mode->initializer());
-  if (!values || values->empty()) return true;
-  return std::any_of(values->begin(), values->end(), [](int64_t v) { return v != 0; });
-}
-
-bool is_nondeterministic(const ir::Node& n) {
-  static constexpr std::string_view kRandomOps[] = {"RandomNormal",     "RandomUniform",
-                                                    "RandomNormalLike", "RandomUniformLike",
-                                                    "Multinomial",      "Bernoulli"};
-  for (std::string_view op : kRandomOps)
-    if (n.op_type() == op) return true;
-  return n.op_type() == "Dropout" && dropout_may_be_random(n);
-}
-
 bool can_merge(const ir::Node& n) {
   if (!n.is_onnx_domain() || !n.subgraphs().empty() || n.outputs().empty()) return false;
   if (std::none_of(n.outputs().begin(), n.outputs().end(),
@@ -160,25 +140,14 @@ class Cse final : public Pass {
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
     PassResult result;
-    for (ir::Graph* g : model.all_graphs()) run_graph(*g, result);
+    Rewriter rw(model);
+    for (ir::Graph* g : model.all_graphs()) run_graph(rw, *g, result);
     return result;
   }
 
  private:
-  // A graph output name that must move onto the kept node once the scan is done.
-  struct Rename {
-    ir::Node* keep;
-    int slot;
-    ir::Value* name_holder;
-  };
-
-  static void run_graph(ir::Graph& g, PassResult& result) {
+  static void run_graph(Rewriter& rw, ir::Graph& g, PassResult& result) {
     std::unordered_map<size_t, std::vector<ir::Node*>> seen;
-    // Outputs of kept nodes that will take over a graph output name (at most one each).
-    std::unordered_set<const ir::Value*> renamed;
-    std::vector<Rename> renames;
-    std::vector<ir::Node*> removed_later;
-
     for (ir::Node* n : g.nodes()) {
       if (n->dead() || !can_merge(*n)) continue;
       auto& bucket = seen[node_hash(*n)];
@@ -193,43 +162,11 @@ class Cse final : public Pass {
         bucket.push_back(n);
         continue;
       }
-      if (!merge_is_safe(*keep, *n, renamed)) continue;
-      bool deferred = false;
-      for (size_t i = 0; i < n->outputs().size(); ++i) {
-        ir::Value* dup = n->output(i);
-        if (!dup) continue;
-        ir::Value* kept = keep->output(i);
-        // Graph outputs keep pointing at `dup` until its name moves onto `keep` below; redirecting
-        // the node uses now lets later duplicates of the consumers match in this same scan.
-        ir::Graph::replace_all_uses(dup, kept, /*keep_outputs=*/true);
-        if (dup->is_graph_output()) {
-          renames.push_back({keep, static_cast<int>(i), dup});
-          renamed.insert(kept);
-          deferred = true;
-        }
-      }
-      if (deferred) {
-        removed_later.push_back(n);
-      } else {
-        g.remove_node(n);
-      }
-      result.add();
+      // A graph output name of the duplicate moves onto the kept node; when that output of the
+      // kept node is itself a graph output, one value would need two names, and both stay.
+      const std::vector<ir::Value*> kept(keep->outputs().begin(), keep->outputs().end());
+      if (rw.replace_node(n, kept, /*allow_identity=*/false)) result.add();
     }
-
-    for (const Rename& r : renames) g.move_output_name(r.keep, r.slot, r.name_holder);
-    for (ir::Node* n : removed_later) g.remove_node(n);
-  }
-
-  // Both outputs of a slot being graph outputs (or about to be) would need two names for one
-  // value.
-  static bool merge_is_safe(const ir::Node& keep, const ir::Node& dup,
-                            const std::unordered_set<const ir::Value*>& renamed) {
-    for (size_t i = 0; i < dup.outputs().size(); ++i) {
-      const ir::Value* d = dup.output(i);
-      const ir::Value* k = keep.output(i);
-      if (d && d->is_graph_output() && (k->is_graph_output() || renamed.count(k))) return false;
-    }
-    return true;
   }
 };
 

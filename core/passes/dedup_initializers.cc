@@ -15,6 +15,7 @@
 
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+#include "core/passes/rewriter.h"
 
 namespace graft {
 
@@ -84,12 +85,13 @@ class DedupInitializers final : public Pass {
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
     PassResult result;
-    for (ir::Graph* g : model.all_graphs()) run_graph(*g, result);
+    Rewriter rw(model);
+    for (ir::Graph* g : model.all_graphs()) run_graph(rw, *g, result);
     return result;
   }
 
  private:
-  static void run_graph(ir::Graph& g, PassResult& result) {
+  static void run_graph(Rewriter& rw, ir::Graph& g, PassResult& result) {
     std::unordered_map<size_t, std::vector<ir::Value*>> kept;
     for (ir::Value* v : g.initializers()) {
       if (!can_merge(*v)) continue;
@@ -109,8 +111,8 @@ class DedupInitializers final : public Pass {
         std::swap(keep, drop);
         *twin = keep;
       }
-      ir::Graph::replace_all_uses(drop, keep);
-      g.remove_value(drop);
+      if (!rw.replace_all_uses(drop, keep, /*allow_identity=*/false)) continue;
+      rw.erase_if_unused(drop);
       result.add();
     }
   }

@@ -2,6 +2,7 @@
 // every constant the same way. Function bodies cannot hold initializers and are left alone.
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+#include "core/passes/rewriter.h"
 
 namespace graft {
 
@@ -51,6 +52,7 @@ class ExtractConstants final : public Pass {
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
     PassResult result;
     if (!model.allows_new_initializers()) return result;
+    Rewriter rw(model);
     std::vector<ir::Graph*> graphs{&model.graph()};
     for (size_t i = 0; i < graphs.size(); ++i) {
       ir::Graph* g = graphs[i];
@@ -59,15 +61,8 @@ class ExtractConstants final : public Pass {
         if (!n->is("Constant") || n->outputs().size() != 1 || !n->output(0)) continue;
         auto tensor = constant_value(*n);
         if (!tensor) continue;
-        ir::Value* out = n->output(0);
-        // Keep the output's name: it is what consumers (and maybe graph outputs) refer to.
-        if (out->uses().empty() && !out->is_graph_output()) {
-          g->remove_node(n);
-        } else {
-          g->remove_node(n);
-          g->make_initializer(out, std::move(*tensor));
-        }
-        result.add();
+        // The output keeps its name: it is what consumers (and maybe graph outputs) refer to.
+        if (rw.replace_with_constant(n, std::move(*tensor))) result.add();
       }
     }
     return result;

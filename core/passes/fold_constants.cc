@@ -16,6 +16,8 @@
 #include "core/eval/kernel.h"
 #include "core/eval/tensor.h"
 #include "core/passes/passes.h"
+#include "core/passes/queries.h"
+#include "core/passes/rewriter.h"
 
 namespace graft {
 
@@ -30,13 +32,6 @@ constexpr char kMaxGrowth[] = "max_growth";
 // A folded result becomes an initializer of a model that protobuf must serialize in one
 // message, which cannot exceed 2 GiB.
 constexpr int64_t kMaxFoldBytes = int64_t{1} << 31;
-
-bool is_nondeterministic(const ir::Node& n) {
-  static const std::unordered_set<std::string> ops = {"RandomNormal",     "RandomUniform",
-                                                      "RandomNormalLike", "RandomUniformLike",
-                                                      "Multinomial",      "Bernoulli"};
-  return ops.count(n.op_type()) > 0;
-}
 
 // Approximate in-file size of a tensor: element bytes, or string lengths plus a small overhead.
 uint64_t tensor_bytes(const eval::Tensor& t) {
@@ -58,6 +53,8 @@ class FoldConstants final : public Pass {
     if (!model.allows_new_initializers()) return result;
     max_weight_bytes_ = ctx.max_weight_bytes;
     weight_bytes_ = model.initializer_bytes();
+    Rewriter rw(model);
+    rw_ = &rw;
     // Parents before their subgraphs, so values captured from outer graphs are already folded.
     std::vector<ir::Graph*> graphs{&model.graph()};
     for (size_t i = 0; i < graphs.size(); ++i) {
@@ -65,9 +62,10 @@ class FoldConstants final : public Pass {
       for (ir::Node* n : g->nodes()) {
         if (n->dead()) continue;
         for (const auto& sub : n->subgraphs()) graphs.push_back(sub.graph.get());
-        if (fold(*g, n)) result.add();
+        if (fold(n)) result.add();
       }
     }
+    rw_ = nullptr;
     return result;
   }
 
@@ -83,7 +81,7 @@ class FoldConstants final : public Pass {
   }
 
   // Evaluates `n` and replaces it by initializers; false (model untouched) if it should stay.
-  bool fold(ir::Graph& g, ir::Node* n) {
+  bool fold(ir::Node* n) {
     if (!foldable(*n)) return false;
 
     // Inputs are read under the same cap: a crafted initializer must not make us allocate more.
@@ -134,23 +132,20 @@ class FoldConstants final : public Pass {
       return false;
     weight_bytes_ += output_bytes;
 
-    std::vector<std::pair<ir::Value*, onnx::TensorProto>> results;
+    std::vector<onnx::TensorProto> results;
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       ir::Value* out = n->output(i);
-      if (!out) continue;
-      results.emplace_back(out, (*computed)[i].to_proto(out->name()));
+      results.push_back(out ? (*computed)[i].to_proto(out->name()) : onnx::TensorProto());
     }
-    // Keep the output names: consumers, nested subgraphs and graph outputs refer to them.
-    g.remove_node(n);
-    for (auto& [out, proto] : results)
-      if (!out->dead()) g.make_initializer(out, std::move(proto));
-    return true;
+    // The outputs keep their names: consumers, nested subgraphs and graph outputs refer to them.
+    return rw_->replace_with_constants(n, std::move(results));
   }
 
   eval::Limits limits_;
   uint64_t max_growth_ = 4;
   uint64_t max_weight_bytes_ = 0;
   uint64_t weight_bytes_ = 0;
+  Rewriter* rw_ = nullptr;
 };
 
 }  // namespace

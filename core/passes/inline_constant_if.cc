@@ -23,7 +23,7 @@
 
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
-#include "core/passes/rewrite_util.h"
+#include "core/passes/rewriter.h"
 
 namespace graft {
 
@@ -91,19 +91,21 @@ class InlineConstantIf final : public Pass {
     // Deepest graphs first: an inlined inner If leaves its enclosing branch free of subgraphs,
     // so the outer If can be inlined in the same run.
     std::vector<ir::Graph*> graphs = model.all_graphs();
+    Rewriter rw(model);
     for (auto it = graphs.rbegin(); it != graphs.rend(); ++it) {
       ir::Graph* g = *it;
       if (g->parent() && g->parent()->dead()) continue;
       for (ir::Node* n : g->nodes()) {
         if (n->dead() || !n->is("If")) continue;
-        if (inline_if(model, *g, n)) result.add();
+        if (inline_if(rw, *g, n)) result.add();
       }
     }
     return result;
   }
 
  private:
-  static bool inline_if(ir::Model& model, ir::Graph& g, ir::Node* n) {
+  static bool inline_if(Rewriter& rw, ir::Graph& g, ir::Node* n) {
+    ir::Model& model = rw.model();
     auto cond = constant_condition(n->input(0));
     if (!cond || n->inputs().size() != 1) return false;
     const ir::Graph* b = branch(*n, *cond ? "then_branch" : "else_branch");
@@ -120,20 +122,10 @@ class InlineConstantIf final : public Pass {
       auto it = copies.find(v);
       return it == copies.end() ? v : it->second;
     };
-    for (ir::Value* init : b->initializers()) {
-      if (init->use_count() == 0) continue;
-      if (initializers) {
-        copies[init] = g.add_initializer(init->name(), *init->initializer());
-      } else {
-        ir::Node* c = g.add_node("Constant", {}, {init->name()});
-        onnx::TensorProto t = *init->initializer();
-        t.set_name(c->output(0)->name());
-        c->set_attr(constant_value_attr(std::move(t)));
-        copies[init] = c->output(0);
-      }
-    }
-    std::unordered_set<const ir::Node*> created;
-    for (ir::Node* inner : b->nodes()) {
+    for (ir::Value* init : b->initializers())
+      if (init->use_count() > 0)
+        copies[init] = rw.add_constant(g, *init->initializer(), init->name());
+      for (ir::Node* inner : b->nodes()) {
       std::vector<ir::Value*> inputs;
       for (ir::Value* v : inner->inputs()) inputs.push_back(v ? mapped(v) : nullptr);
       std::vector<std::string> hints;
@@ -145,7 +137,6 @@ class InlineConstantIf final : public Pass {
       *copy->mutable_proto().mutable_attribute() = inner->proto().attribute();
       if (!inner->proto().doc_string().empty())
         copy->mutable_proto().set_doc_string(inner->proto().doc_string());
-      created.insert(copy);
       for (size_t i = 0; i < hints.size(); ++i) {
         ir::Value* out = inner->output(i);
         copies[out] = copy->output(i);
@@ -154,28 +145,18 @@ class InlineConstantIf final : public Pass {
       }
     }
 
-    // The If's outputs take over the branch results.
-    std::unordered_set<const ir::Value*> renamed;
+    // The If's outputs take over the branch results; an output name of `g` moves onto the
+    // copied node computing it (once: a branch result listed twice makes the second If output
+    // read the first), or an Identity produces it.
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       ir::Value* out = n->output(i);
       if (!out) continue;
       ir::Value* branch_out = b->outputs()[i].value;
       ir::Value* result = mapped(branch_out);
-      ir::Node* producer = result->producer();
-      // A copied node's output is renamed to the If's output, once; a branch result listed
-      // twice makes the second If output read the first.
-      if (producer && created.count(producer) && !renamed.count(result)) {
-        g.move_output_name(producer, result->producer_index(), out);
-        copies[branch_out] = out;
-        renamed.insert(out);
-      } else if (!out->is_graph_output()) {
-        ir::Graph::replace_all_uses(out, result);
-      } else {
-        ir::Node* id = g.add_node("Identity", {result}, {out->name()});
-        g.move_output_name(id, 0, out);
-      }
+      rw.replace_all_uses(out, result);
+      if (result->dead()) copies[branch_out] = out;  // renamed to `out`
     }
-    g.remove_node(n);
+    rw.erase(n);
     return true;
   }
 };

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/passes/passes.h"
+#include "core/passes/rewriter.h"
 
 namespace graft {
 
@@ -118,37 +119,45 @@ class Liveness {
   std::vector<ir::Value*> work_;
 };
 
-size_t nested_nodes(const ir::Node& n) {
-  size_t count = 0;
-  for (const auto& sub : n.subgraphs())
-    for (ir::Node* inner : sub.graph->nodes()) count += 1 + nested_nodes(*inner);
-  return count;
-}
 
 class Prune final : public Pass {
+  Rewriter* rw_ = nullptr;
+
  public:
   std::string_view name() const override { return "prune"; }
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
     PassResult result;
     Effects effects(model);
+    Rewriter rw(model);
+    rw_ = &rw;
     std::vector<ir::Graph*> roots{&model.graph()};
     for (auto& fn : model.functions()) roots.push_back(fn.body.get());
     // Purity of every function is settled before any body is pruned.
     for (ir::Graph* root : roots) effects.analyze(*root);
     for (ir::Graph* root : roots) prune_root(*root, effects, result);
+    rw_ = nullptr;
     return result;
   }
 
  private:
+  static int64_t initializer_count(const ir::Model& model) {
+    int64_t n = 0;
+    for (ir::Graph* g : model.all_graphs()) n += static_cast<int64_t>(g->initializers().size());
+    return n;
+  }
+
   void prune_root(ir::Graph& root, const Effects& effects, PassResult& result) {
     Liveness liveness(effects, root.num_nodes());
     liveness.enter(root);
 
     // The graphs that survive: the root and the subgraphs of its live nodes, parents first.
     std::vector<ir::Graph*> graphs{&root};
-    std::vector<ir::Value*> orphans;
-    int64_t removed_nodes = 0;
+    std::vector<ir::Node*> dead;
+    ir::Model& model = *root.model();
+    // Erasing a node also erases the constants only it read: count removals model-wide.
+    const int64_t nodes_before = static_cast<int64_t>(model.total_nodes());
+    const int64_t initializers_before = initializer_count(model);
     for (size_t i = 0; i < graphs.size(); ++i) {
       ir::Graph* g = graphs[i];
       std::vector<ir::Node*> nodes = g->nodes();
@@ -159,29 +168,28 @@ class Prune final : public Pass {
           for (const auto& sub : n->subgraphs()) graphs.push_back(sub.graph.get());
           continue;
         }
-        for (ir::Value* out : n->outputs())
-          if (out) orphans.push_back(out);
-        removed_nodes += 1 + static_cast<int64_t>(nested_nodes(*n));
-        g->remove_node(n);
+        dead.push_back(n);
       }
     }
-    // A value can outlive its producer's removal when a dead reader sat in another graph or out
-    // of order (nodes appended by an earlier pass are not sorted yet); it is unused by now.
-    for (ir::Value* v : orphans)
-      if (!v->dead()) v->owner()->remove_value(v);
-    result.add(removed_nodes);
+    // Consumers go before producers so that each erased node's outputs have no readers left. A
+    // dead reader in another graph, or out of order (nodes appended by an earlier pass are not
+    // sorted yet), leaves a node for a later sweep.
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (ir::Node* n : dead) {
+        if (n->dead()) continue;
+        if (rw_->erase(n)) progress = true;
+      }
+    }
+    result.add(nodes_before - static_cast<int64_t>(model.total_nodes()));
 
-    int64_t removed_initializers = 0;
     int64_t removed_info = 0;
     for (ir::Graph* g : graphs) {
-      for (ir::Value* v : g->initializers()) {
-        if (v->is_graph_input() || v->use_count() != 0) continue;
-        g->remove_value(v);
-        ++removed_initializers;
-      }
+      if (g->parent() && g->parent()->dead()) continue;
+      for (ir::Value* v : g->initializers()) rw_->erase_if_unused(v);
       removed_info += g->prune_orphan_value_info();
     }
-    result.add(removed_initializers);
+    result.add(initializers_before - initializer_count(model));
     // value_info is metadata, not a rewrite, but dropping it still changes the model.
     if (removed_info > 0) result.changed = true;
   }

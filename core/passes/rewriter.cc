@@ -123,13 +123,13 @@ ir::Node* Rewriter::add_node(ir::Graph& g, std::string_view op,
   std::vector<std::string> hints;
   const ir::Value* named = origin ? origin->output(0) : nullptr;
   for (size_t i = 0; i < outputs; ++i) {
-    std::string hint = named ? absl::StrCat(named->name(), "_", op) : std::string(op);
+    std::string hint = named ? absl::StrCat(named->name(), "_", std::string(op)) : std::string(op);
     if (outputs > 1) absl::StrAppend(&hint, "_", i);
     hints.push_back(std::move(hint));
   }
   ir::Node* n = g.add_node(std::string(op), inputs, hints, std::string(domain));
   if (origin && !origin->name().empty())
-    n->mutable_proto().set_name(model_.fresh_name(absl::StrCat(origin->name(), "/", op)));
+    n->mutable_proto().set_name(model_.fresh_name(absl::StrCat(origin->name(), "/", std::string(op))));
   touch(n);
   return n;
 }
@@ -168,26 +168,37 @@ void Rewriter::set_inputs(ir::Node* node, const std::vector<ir::Value*>& inputs)
 }
 
 bool Rewriter::replace_with_constant(ir::Node* node, onnx::TensorProto tensor) {
-  if (!node || node->dead() || node->outputs().size() != 1 || !node->output(0)) return false;
-  ir::Value* out = node->output(0);
+  if (!node || node->outputs().size() != 1) return false;
+  std::vector<onnx::TensorProto> tensors;
+  tensors.push_back(std::move(tensor));
+  return replace_with_constants(node, std::move(tensors));
+}
+
+bool Rewriter::replace_with_constants(ir::Node* node, std::vector<onnx::TensorProto> tensors) {
+  if (!node || node->dead() || tensors.size() != node->outputs().size()) return false;
   ir::Graph* g = node->graph();
-  if (out->use_count() == 0) return erase(node);
   if (can_hold_new_initializers(model_, g)) {
-    // The output keeps its name and readers and becomes the initializer.
-    const std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().end());
-    touch_readers(out);
-    g->remove_node(node);  // `out` stays: it has readers
-    g->make_initializer(out, std::move(tensor));
-    for (ir::Value* v : inputs) {
-      if (!v || v->dead()) continue;
-      erase_if_unused(v);
-      if (!v->dead()) touch(v->producer());
+    // Each read output keeps its name and readers and becomes an initializer.
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      ir::Value* out = node->output(i);
+      if (!out || out->use_count() == 0) continue;
+      touch_readers(out);
+      g->make_initializer(out, std::move(tensors[i]));
     }
-    return true;
+    return erase(node);
   }
-  ir::Node* c = add_node(*g, "Constant", {}, 1, node);
-  c->set_attr(constant_value_attr(std::move(tensor)));
-  return replace_node(node, {c->output(0)});
+  std::vector<ir::Value*> replacements;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ir::Value* out = node->output(i);
+    if (!out || out->use_count() == 0) {
+      replacements.push_back(nullptr);
+      continue;
+    }
+    ir::Node* c = add_node(*g, "Constant", {}, 1, node);
+    c->set_attr(constant_value_attr(std::move(tensors[i])));
+    replacements.push_back(c->output(0));
+  }
+  return replace_node(node, replacements);
 }
 
 void Rewriter::set_attr(ir::Node* node, onnx::AttributeProto attr) {

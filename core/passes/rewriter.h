@@ -63,6 +63,8 @@ class Rewriter {
   // `node`'s single output becomes the constant `tensor` (same name and readers): an
   // initializer where the graph may hold new ones, else a Constant node. Then as erase().
   bool replace_with_constant(ir::Node* node, onnx::TensorProto tensor);
+  // The same for every output of `node` (tensors[i] for output i; unused outputs are dropped).
+  bool replace_with_constants(ir::Node* node, std::vector<onnx::TensorProto> tensors);
 
   // In-place edits (the node's outputs change meaning; their facts are dropped). A constant
   // input left without readers is erased.
