@@ -163,7 +163,7 @@ class Printer {
       out_ << ", metadata " << quote(p.key()) << ": " << quote(p.value());
     out_ << ">\n";
 
-    Scope& main = prepare(m.graph(), nullptr, /*kept_interface=*/true);
+    Scope& main = prepare(m.graph(), nullptr);
     graph(m.graph(), main, 0, "graph " + id(m.graph().name()));
 
     std::vector<const onnx::FunctionProto*> fns;
@@ -290,7 +290,7 @@ class Printer {
 
   // Orders the graph's nodes and names its values, recursing into subgraphs in the same order
   // they will be printed, so numbers follow the text from top to bottom.
-  Scope& prepare(const onnx::GraphProto& g, Scope* parent, bool kept_interface) {
+  Scope& prepare(const onnx::GraphProto& g, Scope* parent) {
     // Each root graph (the main graph, a function body) numbers from 0: names in one never
     // refer to another, so one function's text does not depend on the size of the rest.
     if (!parent) next_ = 0;
@@ -307,18 +307,19 @@ class Printer {
     for (const auto& o : g.output()) outputs.push_back(o.name());
     s.order = node_order(g.node(), outputs);
 
-    if (kept_interface) {
-      for (const auto& v : g.input()) keep(s, v.name());
-      for (const auto& o : outputs)
-        if (s.defined.count(o)) keep(s, o);
-    }
+    // A graph's inputs and outputs are its interface: they keep their names, in subgraphs too
+    // (passes keep a branch's output names), except an output that is a value of an enclosing
+    // graph, which is named there.
+    for (const auto& v : g.input()) keep(s, v.name());
+    for (const auto& o : outputs)
+      if (s.defined.count(o)) keep(s, o);
     for (const auto& t : g.initializer())
       if (kept_initializers_.count(t.name())) keep(s, t.name());
     for (const auto& v : g.input()) use(s, v.name());
     for (int i : s.order) {
       const auto& n = g.node(i);
       for (const auto& in : n.input()) use(s, in);
-      for (const auto* sub : subgraphs(n)) prepare(*sub, &s, false);
+      for (const auto* sub : subgraphs(n)) prepare(*sub, &s);
       for (const auto& o : n.output()) use(s, o);
     }
     for (const auto& o : outputs) use(s, o);
@@ -472,14 +473,14 @@ class Printer {
   }
 
   void function(const onnx::FunctionProto& f) {
-    // A function body is a graph of nodes whose interface (inputs, outputs) keeps its names.
+    // A function body as a graph of nodes, so it is printed and canonicalised like one.
     onnx::GraphProto body;
     for (const auto& in : f.input()) body.add_input()->set_name(in);
     for (const auto& o : f.output()) body.add_output()->set_name(o);
     *body.mutable_node() = f.node();
     bodies_.push_back(std::move(body));
     const onnx::GraphProto& g = bodies_.back();
-    Scope& s = prepare(g, nullptr, /*kept_interface=*/true);
+    Scope& s = prepare(g, nullptr);
     out_ << "\n<domain: " << quote(f.domain()) << ", opset_import: [";
     std::vector<std::pair<std::string, int64_t>> opsets;
     for (const auto& o : f.opset_import())

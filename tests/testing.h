@@ -90,10 +90,11 @@ std::string print(const ir::Model& model);
 //  - nodes in dataflow order: depth first from the graph outputs through each node's inputs
 //    (then the names its subgraphs capture); nodes no output needs follow in stored order;
 //  - values named %0, %1, ... in order of first appearance in that text, per main graph or
-//    function (subgraphs included, so a captured name reads the same inside and out); the main
-//    graph's inputs and outputs and a function's parameters keep their names (interface), and
-//    so do initializers named in `kept_initializers` (expect_rewrite passes those of the model
-//    before the pass: a weight the pass kept reads as itself, one it made reads as %N);
+//    function (subgraphs included, so a captured name reads the same inside and out); the
+//    inputs and outputs of every graph (main, subgraph, function body) keep their names
+//    (interface), and so do initializers named in `kept_initializers` (expect_rewrite passes
+//    those of the model before the pass: a weight the pass kept reads as itself, one it made
+//    reads as %N);
 //  - initializers and value_info sorted by those names; an orphan value_info prints as "?";
 //  - node names, subgraph names and doc strings left out; attributes sorted by name;
 //    "ai.onnx" written as ""; opsets and functions sorted;

@@ -82,17 +82,17 @@ TEST(CanonicalText, ShowsEverythingInAFixedForm) {
   ASSERT_TRUE(model);
   EXPECT_EQ(canonical_text(*model), R"(<ir_version: 8, opset_import: ["" : 13, "local" : 1]>
 graph g (bool[] cond, float[N,2] x) => (float[N,2] y, float[2] z) {
-  initializer %1 = float[2] {0.1, 2}
+  initializer %0 = float[2] {0.1, 2}
   y = If (cond) <
-    else_branch = graph () => (float[N,2] %0) {
-      %0 = Neg (x)
+    else_branch = graph () => (float[N,2] e) {
+      e = Neg (x)
     }
-    then_branch = graph () => (float[N,2] %2) {
-      %2 = Add (x, %1)
+    then_branch = graph () => (float[N,2] r) {
+      r = Add (x, %0)
     }
   >
-  z = local.F <alpha: float = 0.5> (%1)
-  %3 = Constant <value: tensor = int64[2] {1, -2}> ()
+  z = local.F <alpha: float = 0.5> (%0)
+  %1 = Constant <value: tensor = int64[2] {1, -2}> ()
 }
 <domain: "local", opset_import: ["" : 13], attributes: [alpha]>
 function F (p) => (q) {
@@ -133,6 +133,32 @@ TEST(CanonicalText, IgnoresInventedNamesAndStorageOrder) {
     v->set_initializer(ir::make_float_tensor(onnx::TensorProto::FLOAT, dims_of(v), values_of(v)));
   for (ir::Node* n : other->graph().nodes()) n->mutable_proto().set_name("node_" + n->op_type());
   EXPECT_EQ(canonical_text(*other), a);
+}
+
+TEST(CanonicalText, LoopBodiesAreCanonicalisedToo) {
+  auto loop = [](const std::string& temp, const std::string& op) {
+    return canonical(R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      g (int64 n, bool go, float[2] x) => (float[2] y) <float[2] k = {1, 2}> {
+        y = Loop (n, go, x) <
+          body = b (int64 i, bool c, float[2] v) => (bool c_out, float[2] v_out) {
+            c_out = Identity (c)
+            )" + temp +
+                     " = " + op + R"( (v, k)
+            v_out = Neg ()" +
+                     temp + R"()
+          }>
+      }
+    )");
+  };
+  const std::string want = loop("t", "Add");
+  ASSERT_NE(want, "");
+  EXPECT_EQ(loop("other_name", "Add"), want);
+  EXPECT_NE(loop("t", "Mul"), want);
+  EXPECT_NE(want.find("body = graph (int64[] i, bool[] c, float[2] v) => (bool[] c_out, "
+                      "float[2] v_out)"),
+            std::string::npos)
+      << want;
 }
 
 TEST(CanonicalText, TellsApartModelsThatDiffer) {
