@@ -139,7 +139,7 @@ std::string tensor_text(const onnx::TensorProto& t) {
 
 // Names a graph defines and what they print as, with its enclosing graph's scope as parent.
 struct Scope {
-  const Scope* parent = nullptr;
+  Scope* parent = nullptr;
   std::unordered_set<std::string> defined;
   std::unordered_map<std::string, std::string> printed;
   std::vector<int> order;  // nodes in printing order
@@ -272,8 +272,9 @@ class Printer {
   }
 
   // The scope defining `name` as seen from `s`, or nullptr.
-  static Scope* owner(Scope* s, const std::string& name) {
-    for (; s; s = const_cast<Scope*>(s->parent))
+  template <typename S>  // Scope or const Scope
+  static S* owner(S* s, const std::string& name) {
+    for (; s; s = s->parent)
       if (s->defined.count(name)) return s;
     return nullptr;
   }
@@ -315,7 +316,6 @@ class Printer {
       if (s.defined.count(o)) keep(s, o);
     for (const auto& t : g.initializer())
       if (kept_initializers_.count(t.name())) keep(s, t.name());
-    for (const auto& v : g.input()) use(s, v.name());
     for (int i : s.order) {
       const auto& n = g.node(i);
       for (const auto& in : n.input()) use(s, in);
@@ -329,7 +329,7 @@ class Printer {
 
   std::string name_in(const Scope& s, const std::string& name) const {
     if (name.empty()) return "\"\"";
-    Scope* def = owner(const_cast<Scope*>(&s), name);
+    const Scope* def = owner(&s, name);
     if (def) {
       auto it = def->printed.find(name);
       if (it != def->printed.end()) return it->second;
@@ -383,7 +383,7 @@ class Printer {
       indent(depth + 1);
       // A value_info naming no value keeps no name in canonical text: its name is whatever the
       // pass left, and only its presence and type say something.
-      const bool orphan = !owner(const_cast<Scope*>(&s), v->name());
+      const bool orphan = !owner(&s, v->name());
       out_ << "value_info " << (v->has_type() ? type_text(v->type()) : "?") << " "
            << (orphan && canonical_ ? "?" : name_in(s, v->name())) << "\n";
     }
