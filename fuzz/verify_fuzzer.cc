@@ -7,7 +7,8 @@
 //
 // Properties beyond "no crash, no sanitizer report": the pipeline only stops for the deadline
 // given here, no pass is rolled back (neither for breaking the graph nor for changing the
-// outputs: either is a pass bug the pipeline only contained), and the result loads again.
+// outputs: either is a pass bug the pipeline only contained), no pass that reports "unchanged"
+// changed the model (check_unchanged fails the run), and the result loads again.
 #include <time.h>
 
 #include <cstddef>
@@ -39,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using graft::fuzz::fail;
   // The heap one input may hold: verification is budgeted at 2 MiB live (256 KiB per tensor) and
   // folding at 256 KiB per tensor; 64 MiB leaves room for the IR, snapshots and protobuf copies of
-  // an 8 KiB model.
+  // an 8 KiB model (check_unchanged's included).
   graft::fuzz::HeapLimit heap_limit(64ll << 20);
   auto model = graft::ir::Model::parse(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!model.ok()) return 0;
@@ -48,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.level = 2;
   config.pass_options["fold_constants"]["max_bytes"] = std::to_string(256 << 10);
   config.verify = true;
+  config.check_unchanged = true;
   auto& verify = config.verify_options;
   verify.default_dim = 2;  // no search over 1, 16, 64, 256
   verify.trials = 1;

@@ -28,16 +28,42 @@ std::unique_ptr<ir::Model> parse_text(const std::string& text) {
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-PassResult run_pass(ir::Model& model, const std::string& pass, const PassOptions& options) {
-  const PassInfo* info = find_pass(pass);
-  EXPECT_NE(info, nullptr) << pass;
-  if (!info) return {};
-  auto values = parse_options(pass, info->options, options);
-  EXPECT_TRUE(values.ok()) << values.status();
-  if (!values.ok()) return {};
-  PassContext ctx(*values);
-  auto result = info->create()->run(model, ctx);
-  EXPECT_TRUE(result.ok()) << result.status();
+PassRef::PassRef(const char* name) : PassRef(std::string(name)) {}
+
+PassRef::PassRef(const std::string& name) {
+  spec.name = name;
+  if (const PassInfo* info = find_pass(name)) spec.create = info->create;
+}
+
+PassRef::PassRef(PassSpec pass) : spec(std::move(pass)) {}
+
+PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& options) {
+  const PassSpec& spec = pass.spec;
+  EXPECT_TRUE(spec.create) << "no pass '" << spec.name << "'";
+  if (!spec.create) return {};
+  // A registered pass gets `options` checked against its schema (defaults for the rest); a pass
+  // the test builds has no schema and takes its spec's values.
+  OptionValues values = spec.options;
+  if (const PassInfo* info = find_pass(spec.name)) {
+    auto parsed = parse_options(spec.name, info->options, options);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    if (!parsed.ok()) return {};
+    values = *parsed;
+  } else {
+    EXPECT_TRUE(options.empty()) << "options for a pass without a schema";
+  }
+  PassContext ctx(values);
+  const auto before = model.clone();
+  const ModelFingerprint before_fingerprint = fingerprint(model);
+  auto result = spec.create()->run(model, ctx);
+  EXPECT_TRUE(result.ok()) << spec.name << ": " << result.status();
+  if (result.ok() && !result->changed) {
+    // Before finalize(), as the pipeline checks: finalize only frees what the pass marked dead.
+    auto st = verify_unchanged(spec.name, before_fingerprint, fingerprint(model));
+    EXPECT_TRUE(st.ok()) << st.message() << "\nbefore:\n"
+                         << print(*before) << "\nafter:\n"
+                         << print(model);
+  }
   auto st = model.finalize();
   EXPECT_TRUE(st.ok()) << st;
   st = model.verify();
@@ -45,11 +71,121 @@ PassResult run_pass(ir::Model& model, const std::string& pass, const PassOptions
   return result.ok() ? *result : PassResult{};
 }
 
-PassResult run_pass_checked(ir::Model& model, const std::string& pass, const PassOptions& options) {
+PassResult run_pass_checked(ir::Model& model, const PassRef& pass, const PassOptions& options) {
   auto before = model.clone();
   PassResult result = run_pass(model, pass, options);
-  EXPECT_EQ(same_outputs(*before, model), "") << "pass " << pass << " changed the outputs";
+  EXPECT_EQ(same_outputs(*before, model), "")
+      << "pass " << pass.spec.name << " changed the outputs";
   return result;
+}
+
+PipelineConfig test_pipeline_config() {
+  PipelineConfig config;
+  config.check_unchanged = true;
+  return config;
+}
+
+namespace {
+
+// Lines only in `a` marked "-", only in `b` "+", common ones " " (longest common subsequence).
+std::string line_diff(const std::string& a, const std::string& b) {
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  const auto x = lines(a), y = lines(b);
+  std::vector<std::vector<int>> lcs(x.size() + 1, std::vector<int>(y.size() + 1, 0));
+  for (size_t i = x.size(); i-- > 0;)
+    for (size_t j = y.size(); j-- > 0;)
+      lcs[i][j] = x[i] == y[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
+  std::string out;
+  size_t i = 0, j = 0;
+  while (i < x.size() || j < y.size()) {
+    if (i < x.size() && j < y.size() && x[i] == y[j]) {
+      out += "  " + x[i++] + "\n";
+      ++j;
+    } else if (i < x.size() && (j == y.size() || lcs[i + 1][j] >= lcs[i][j + 1])) {
+      out += "- " + x[i++] + "\n";
+    } else {
+      out += "+ " + y[j++] + "\n";
+    }
+  }
+  return out;
+}
+
+void expect_outputs(Outputs outputs, const ir::Model& before, const ir::Model& after,
+                    const std::string& pass) {
+  if (outputs == Outputs::kNotCompared) return;
+  const std::string same = same_outputs(before, after);
+  if (same.rfind("not verifiable: ", 0) == 0) {
+    if (outputs == Outputs::kSame)
+      ADD_FAILURE() << "outputs not compared for pass " << pass << ": " << same
+                    << " (Outputs::kSameIfVerifiable or kNotCompared, with the reason, if this is "
+                       "expected)";
+    return;
+  }
+  EXPECT_EQ(same, "") << "pass " << pass << " changed the outputs";
+}
+
+}  // namespace
+
+RewriteOptions rewrites(int64_t count, Outputs outputs) {
+  RewriteOptions options;
+  options.rewrites = count;
+  options.outputs = outputs;
+  return options;
+}
+
+RewriteOptions compare_outputs(Outputs outputs) { return rewrites(-1, outputs); }
+
+std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, const std::string& text,
+                                       const RewriteOptions& options) {
+  auto model = parse_text(text);
+  if (!model) return model;
+  const auto before = model->clone();
+  PassResult result = run_pass(*model, pass, options.pass_options);
+  EXPECT_TRUE(result.changed) << "pass " << pass.spec.name << " did not rewrite\n" << text;
+  if (options.rewrites >= 0) {
+    EXPECT_EQ(result.rewrites, options.rewrites) << "pass " << pass.spec.name;
+  }
+  const std::string errors = onnx_errors(*model);
+  if (errors.rfind("skipped: ", 0) != 0) {
+    EXPECT_EQ(errors, "") << "pass " << pass.spec.name << " made a model ONNX rejects:\n"
+                          << print(*model);
+  }
+  expect_outputs(options.outputs, *before, *model, pass.spec.name);
+  return model;
+}
+
+std::unique_ptr<ir::Model> expect_rewrite(const PassRef& pass, const std::string& before,
+                                          const std::string& after, const RewriteOptions& options) {
+  auto expected = parse_text(after);
+  auto result = run_rewrite(pass, before, options);
+  if (!expected || !result) return nullptr;
+  const std::set<std::string> kept = initializer_names(*parse_text(before));
+  const std::string got = canonical_text(*result, kept), want = canonical_text(*expected, kept);
+  EXPECT_TRUE(got == want) << "pass " << pass.spec.name
+                           << " did not rewrite as expected.\nresult (canonical text):\n"
+                           << got << "\nexpected (canonical text of `after`):\n"
+                           << want << "\ndiff (- result, + expected):\n"
+                           << line_diff(got, want);
+  return result;
+}
+
+void expect_no_rewrite(const PassRef& pass, const std::string& text,
+                       const RewriteOptions& options) {
+  auto model = parse_text(text);
+  if (!model) return;
+  const auto before = model->clone();
+  // run_pass fails the test if the model changed while the pass reports no change.
+  PassResult result = run_pass(*model, pass, options.pass_options);
+  EXPECT_TRUE(!result.changed && result.rewrites == 0)
+      << "pass " << pass.spec.name << " rewrote what it must leave alone (changed "
+      << result.changed << ", " << result.rewrites << " rewrites)\ndiff (- before, + after):\n"
+      << line_diff(print(*before), print(*model));
+  expect_outputs(options.outputs, *before, *model, pass.spec.name);
 }
 
 std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32_t seed) {
@@ -81,10 +217,10 @@ int count_ops(const ir::Model& model, const std::string& op) {
   return n;
 }
 
-std::string print(const ir::Model& model) {
-  std::ostringstream os;
-  os << model.to_proto().graph();
-  return os.str();
+std::vector<std::string> op_types(const ir::Graph& graph) {
+  std::vector<std::string> ops;
+  for (const ir::Node* n : graph.nodes()) ops.push_back(n->op_type());
+  return ops;
 }
 
 std::string onnx_errors(const ir::Model& model) {
@@ -94,13 +230,26 @@ std::string onnx_errors(const ir::Model& model) {
   return st.ok() ? "" : std::string(st.message());
 }
 
-std::vector<double> initializer_values(const ir::Model& model, const std::string& name) {
-  ir::Value* v = model.graph().find_local(name);
-  EXPECT_TRUE(v && v->initializer()) << "no initializer " << name;
-  if (!v || !v->initializer()) return {};
-  auto values = ir::read_doubles(*v->initializer());
-  EXPECT_TRUE(values.has_value()) << name;
-  return values.value_or(std::vector<double>{});
+ir::Node* producer(const ir::Graph& graph, const std::string& name) {
+  const ir::Value* v = graph.lookup(name);
+  return v ? v->producer() : nullptr;
+}
+
+ir::Node* producer(const ir::Model& model, const std::string& name) {
+  return producer(model.graph(), name);
+}
+
+std::string producer_op(const ir::Graph& graph, const std::string& name) {
+  const ir::Node* n = producer(graph, name);
+  return n ? n->op_type() : "";
+}
+
+ir::Node* only_node(const ir::Graph& graph, const std::string& op) {
+  std::vector<ir::Node*> found;
+  for (ir::Node* n : graph.nodes())
+    if (n->op_type() == op) found.push_back(n);
+  EXPECT_EQ(found.size(), 1u) << "nodes of type " << op;
+  return found.empty() ? nullptr : found[0];
 }
 
 std::vector<std::string> input_names(const ir::Node& node) {
@@ -109,10 +258,66 @@ std::vector<std::string> input_names(const ir::Node& node) {
   return names;
 }
 
+std::vector<std::string> input_names(const ir::Node* node) {
+  EXPECT_TRUE(node) << "no node";
+  return node ? input_names(*node) : std::vector<std::string>{};
+}
+
+std::vector<std::string> input_names(const ir::Graph& graph) {
+  std::vector<std::string> names;
+  for (const auto& in : graph.inputs()) names.push_back(in.value->name());
+  return names;
+}
+
 std::vector<std::string> output_names(const ir::Graph& graph) {
   std::vector<std::string> names;
   for (const auto& o : graph.outputs()) names.push_back(o.value->name());
   return names;
+}
+
+std::vector<std::string> initializer_names(const ir::Graph& graph) {
+  std::vector<std::string> names;
+  for (const ir::Value* v : graph.initializers()) names.push_back(v->name());
+  return names;
+}
+
+std::vector<double> values_of(const ir::Value* value) {
+  EXPECT_TRUE(value && value->initializer())
+      << (value ? value->name() : std::string("a missing value")) << " is not an initializer";
+  if (!value || !value->initializer()) return {};
+  if (auto ints = ir::read_int64s(*value->initializer()))
+    return std::vector<double>(ints->begin(), ints->end());
+  auto values = ir::read_doubles(*value->initializer());
+  EXPECT_TRUE(values.has_value()) << value->name() << " is not numeric";
+  return values.value_or(std::vector<double>{});
+}
+
+std::vector<double> initializer_values(const ir::Model& model, const std::string& name) {
+  const ir::Value* v = model.graph().find_local(name);
+  EXPECT_TRUE(v) << "no value " << name;
+  return values_of(v);
+}
+
+std::vector<int64_t> dims_of(const ir::Value* value) {
+  EXPECT_TRUE(value && value->initializer())
+      << (value ? value->name() : std::string("a missing value")) << " is not an initializer";
+  if (!value || !value->initializer()) return {};
+  const auto& dims = value->initializer()->dims();
+  return {dims.begin(), dims.end()};
+}
+
+std::vector<int64_t> dims_of(const ir::Model& model, const std::string& name) {
+  const ir::Value* v = model.graph().find_local(name);
+  EXPECT_TRUE(v) << "no value " << name;
+  return dims_of(v);
+}
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want,
+                 double abs_tolerance, double rel_tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], std::max(abs_tolerance, rel_tolerance * std::abs(want[i])))
+        << "at " << i;
 }
 
 std::filesystem::path onnx_testdata_dir() {

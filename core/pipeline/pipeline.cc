@@ -9,10 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/checker.h>
 #include <onnx/defs/printer.h>
 #include <onnx/defs/schema.h>
@@ -73,6 +76,46 @@ absl::Status check_rounds(const PipelineConfig& config) {
 }
 
 }  // namespace
+
+ModelFingerprint fingerprint(const ir::Model& model) {
+  ModelFingerprint fp;
+  std::unique_ptr<ir::Model> copy = model.clone();  // shares the tensors, copies the rest
+  for (ir::Graph* g : copy->all_graphs()) {
+    for (ir::Value* v : g->initializers()) {
+      onnx::TensorProto stub;
+      stub.add_int64_data(static_cast<int64_t>(fp.tensors.size()));
+      fp.tensors.push_back(v->shared_initializer());
+      v->set_initializer(std::move(stub));
+    }
+  }
+  const onnx::ModelProto proto = copy->to_proto();
+  google::protobuf::io::StringOutputStream stream(&fp.structure);
+  google::protobuf::io::CodedOutputStream out(&stream);
+  out.SetSerializationDeterministic(true);
+  proto.SerializeToCodedStream(&out);
+  out.Trim();
+  return fp;
+}
+
+absl::Status verify_unchanged(const std::string& pass, const ModelFingerprint& before,
+                              const ModelFingerprint& after) {
+  const std::string lie = absl::StrCat("pass '", pass, "' reported no change but edited the model");
+  if (before.structure != after.structure) {
+    const auto diff = std::mismatch(before.structure.begin(), before.structure.end(),
+                                    after.structure.begin(), after.structure.end());
+    return absl::InternalError(absl::StrCat(lie, " (its graphs serialize differently from byte ",
+                                            diff.first - before.structure.begin(), ")"));
+  }
+  // The same structure has the same initializers in the same places.
+  for (size_t i = 0; i < before.tensors.size(); ++i) {
+    const auto& a = before.tensors[i];
+    const auto& b = after.tensors[i];
+    if (a != b && a->SerializeAsString() != b->SerializeAsString())
+      return absl::InternalError(
+          absl::StrCat(lie, " (the tensor of initializer '", b->name(), "' changed)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::string* skipped) {
   const auto& rest = model.rest();
@@ -342,6 +385,11 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
     return absl::OkStatus();
   };
 
+  // With check_unchanged: the fingerprint of the model as it is now, taken lazily. A pass that
+  // reports no change and passes the check leaves it valid for the next pass, so a run of
+  // passes that change nothing costs one fingerprint each.
+  std::optional<ModelFingerprint> unchanged;
+
   // One snapshot per round, not per pass: clones cost O(nodes) and rollbacks are rare. On a
   // rollback the snapshot is restored and the passes that changed the model since it was taken
   // are replayed (passes are deterministic), so their work is kept.
@@ -364,9 +412,18 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         s.bytes_before = s.bytes_after = bytes_before;
       }
       auto pass_start = Clock::now();
+      if (config.check_unchanged && !unchanged) unchanged = fingerprint(*model);
       PassResult result;
       absl::Status broken = run_checked(slot, &result);
       ++s.runs;
+      if (config.check_unchanged) {
+        if (broken.ok() && !result.changed) {
+          if (auto st = verify_unchanged(s.name, *unchanged, fingerprint(*model)); !st.ok())
+            return st;
+        } else {
+          unchanged.reset();
+        }
+      }
       if (!broken.ok()) {
         ++s.rollbacks;
         if (s.rollback_reason.empty()) s.rollback_reason = std::string(broken.message());

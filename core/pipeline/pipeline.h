@@ -32,6 +32,11 @@ struct PipelineConfig {
   eval::VerifyOptions verify_options;
   // Polled between passes; a non-OK status stops the pipeline with that status.
   std::function<absl::Status()> should_continue;
+  // For tests and fuzzing: a pass that reports "unchanged" must have left the model
+  // byte-identical (verify_unchanged), else the pipeline fails with an Internal error naming the
+  // pass rather than rolling it back, because the pass's report is wrong, not the model. Off in
+  // production: it costs a clone and a serialization of the graphs (not the weights) per pass.
+  bool check_unchanged = false;
 };
 
 struct PassStats {
@@ -102,6 +107,23 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
                                           const PipelineConfig& config,
                                           std::vector<size_t>* applied = nullptr);
+
+// What check_unchanged compares: the model serialized deterministically with each initializer's
+// tensor replaced by its position in `tensors`, which holds the tensors themselves. Taking one
+// costs a clone and a serialization of everything but the weights; the weights are compared by
+// identity, and by bytes only where a pass replaced one.
+struct ModelFingerprint {
+  std::string structure;
+  std::vector<std::shared_ptr<const onnx::TensorProto>> tensors;
+};
+ModelFingerprint fingerprint(const ir::Model& model);
+// OK when `after` serializes to the same bytes as `before`: the same structure, and each
+// initializer the same tensor or one with the same bytes; else an Internal error naming `pass`
+// and the first difference. As strict as comparing whole serialized models, because initializer
+// tensors are immutable (shared_ptr<const>: snapshots and rollbacks already rely on it) and
+// `before` holds its tensors, so no address can be reused by another tensor meanwhile.
+absl::Status verify_unchanged(const std::string& pass, const ModelFingerprint& before,
+                              const ModelFingerprint& after);
 
 // ONNX checker (+ strict shape inference) on a copy of the model. OK when libonnx does not know
 // the model's IR version or opsets (best effort), with `skipped` set to the reason.

@@ -139,7 +139,7 @@ TEST(Executor, OptimizedExampleModelComputesTheSameOutputs) {
   auto original = ir::Model::parse(bytes);
   auto optimized = ir::Model::parse(bytes);
   ASSERT_TRUE(original.ok() && optimized.ok());
-  auto report = run_pipeline(*optimized, PipelineConfig{});
+  auto report = run_pipeline(*optimized, test_pipeline_config());
   ASSERT_TRUE(report.ok());
   ASSERT_LT(report->nodes_after, report->nodes_before);
   auto feeds = random_feeds(**original, {{"x", {1, 3, 48, 192}}}, 42);
@@ -173,7 +173,7 @@ TEST(Executor, OptimizedSharedModelsComputeTheSameOutputs) {
     auto original = ir::Model::parse(bytes);
     auto optimized = ir::Model::parse(bytes);
     ASSERT_TRUE(original.ok() && optimized.ok()) << file;
-    ASSERT_TRUE(run_pipeline(*optimized, PipelineConfig{}).ok()) << file;
+    ASSERT_TRUE(run_pipeline(*optimized, test_pipeline_config()).ok()) << file;
     auto feeds = random_feeds(**original, dims, 7);
     eval::Limits limits;
     limits.max_tensor_bytes = 1ull << 30;
@@ -411,7 +411,7 @@ TEST(Executor, OptimizedSileroComputesTheSameOutputs) {
   auto original = ir::Model::parse(bytes);
   auto optimized = ir::Model::parse(bytes);
   ASSERT_TRUE(original.ok() && optimized.ok());
-  ASSERT_TRUE(run_pipeline(*optimized, PipelineConfig{}).ok());
+  ASSERT_TRUE(run_pipeline(*optimized, test_pipeline_config()).ok());
   std::mt19937 rng(3);
   std::uniform_real_distribution<double> audio(-0.5, 0.5), state(-0.1, 0.1);
   std::vector<double> x(512), h(2 * 128);

@@ -5,13 +5,6 @@
 namespace graft::testing {
 namespace {
 
-// The node producing the value `name` in the main graph (nullptr if none).
-const ir::Node* producer(const ir::Model& model, const std::string& name) {
-  const ir::Value* v = model.graph().find_local(name);
-  return v ? v->producer() : nullptr;
-}
-
-// Names of the main graph outputs, in order.
 TEST(Cse, MergesEqualNodesOnSameInputs) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>

@@ -15,12 +15,6 @@ std::vector<int64_t> ints_of(const ir::Model& model, const std::string& name) {
   return ir::read_int64s(*v->initializer()).value_or(std::vector<int64_t>{});
 }
 
-std::vector<int64_t> dims_of(const ir::Model& model, const std::string& name) {
-  ir::Value* v = model.graph().find_local(name);
-  if (!v || !v->initializer()) return {-1};
-  return {v->initializer()->dims().begin(), v->initializer()->dims().end()};
-}
-
 // Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as torch.onnx exports x.view(B, -1)-like
 // code that multiplies the trailing dims.
 constexpr char kTorchChain[] = R"(

@@ -6,27 +6,9 @@
 namespace graft::testing {
 namespace {
 
-std::vector<std::string> op_types(const ir::Graph& g) {
-  std::vector<std::string> ops;
-  for (ir::Node* n : g.nodes()) ops.push_back(n->op_type());
-  return ops;
-}
-
-std::vector<std::string> initializer_names(const ir::Graph& g) {
-  std::vector<std::string> names;
-  for (ir::Value* v : g.initializers()) names.push_back(v->name());
-  return names;
-}
-
 std::vector<std::string> value_info_names(const onnx::GraphProto& g) {
   std::vector<std::string> names;
   for (const auto& vi : g.value_info()) names.push_back(vi.name());
-  return names;
-}
-
-std::vector<std::string> input_names(const ir::Graph& g) {
-  std::vector<std::string> names;
-  for (const auto& in : g.inputs()) names.push_back(in.value->name());
   return names;
 }
 

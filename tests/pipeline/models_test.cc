@@ -30,7 +30,8 @@ Outcome optimize_and_check(const fs::path& path) {
   bool input_valid = onnx_check(**model, false, &skipped).ok() && skipped.empty();
   onnx::ModelProto before = (*model)->to_proto();
 
-  PipelineConfig config;  // O2, structural checks only: the checker is applied below
+  // O2, structural checks only: the checker is applied below.
+  PipelineConfig config = test_pipeline_config();
   config.verify = true;
   // Node tests come with recorded inputs (test_data_set_*/input_*.pb, in graph input order):
   // valid indices, shapes and axes where random numbers would not be.

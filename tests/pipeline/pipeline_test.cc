@@ -89,6 +89,16 @@ class CountingPass final : public Pass {
   int changes_;
 };
 
+// Edits the model, if only a node's name, but reports no change.
+class LyingPass final : public Pass {
+ public:
+  std::string_view name() const override { return "liar"; }
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
+    model.graph().nodes().back()->mutable_proto().set_name("renamed");
+    return PassResult{};
+  }
+};
+
 std::vector<PassInstance> instances(std::unique_ptr<Pass> pass) {
   std::vector<PassInstance> v;
   std::string name(pass->name());
@@ -108,7 +118,7 @@ TEST(Pipeline, LevelsAreNestedAndO0IsEmpty) {
 TEST(Pipeline, O0ChangesNothing) {
   auto model = parse_text(kModel);
   std::string before = model->to_proto().SerializeAsString();
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.level = 0;
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -118,7 +128,7 @@ TEST(Pipeline, O0ChangesNothing) {
 
 TEST(Pipeline, ExplicitListRunsOnlyThose) {
   auto model = parse_text(kModel);
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.passes = {"extract_constants"};
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -135,7 +145,7 @@ TEST(Pipeline, ExplicitListRunsOnlyThose) {
 }
 
 TEST(Pipeline, UnknownPassListsValidOnes) {
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.passes = {"extract_constants", "no_such_pass"};
   auto names = resolve_passes(config);
   ASSERT_FALSE(names.ok());
@@ -146,7 +156,7 @@ TEST(Pipeline, UnknownPassListsValidOnes) {
 }
 
 TEST(Pipeline, BadConfigIsRejected) {
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.level = 7;
   EXPECT_FALSE(resolve_passes(config).ok());
   config.level = 2;
@@ -234,7 +244,7 @@ TEST(Pipeline, PassReadingAnUndeclaredOptionIsRolledBack) {
 void expect_rolled_back(std::unique_ptr<Pass> pass, const std::string& reason_fragment) {
   auto model = parse_text(kModel);
   std::string before = model->to_proto().SerializeAsString();
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   auto report = run_passes(model, instances(std::move(pass)), config);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->passes.size(), 1u);
@@ -265,7 +275,7 @@ TEST(Pipeline, RollbackKeepsOtherPassesWork) {
   std::vector<PassInstance> passes = instances(find_pass("extract_constants")->create());
   passes.push_back({"breaking", std::make_unique<BreakingPass>(), {}});
   passes.push_back({"counting", std::make_unique<CountingPass>(&later_runs, 1), {}});
-  auto report = run_passes(model, std::move(passes), PipelineConfig{});
+  auto report = run_passes(model, std::move(passes), test_pipeline_config());
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->passes[1].rollbacks, 1);
   // The earlier pass's work survives the rollback (it is replayed, not counted twice) and the
@@ -278,10 +288,46 @@ TEST(Pipeline, RollbackKeepsOtherPassesWork) {
   EXPECT_TRUE(model->verify().ok());
 }
 
+// A wrong report is a bug in the pass, not in the model: the run fails rather than rolling back.
+void expect_caught(const absl::StatusOr<PipelineReport>& report) {
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(report.status().message().find("pass 'liar' reported no change but edited the model"),
+            std::string::npos)
+      << report.status();
+}
+
+TEST(Pipeline, CheckUnchangedFailsAPassThatEditsButReportsNoChange) {
+  {
+    auto model = parse_text(kModel);
+    expect_caught(
+        run_passes(model, instances(std::make_unique<LyingPass>()), test_pipeline_config()));
+  }
+  {
+    // After a pass that changed the model, compared with the model as that pass left it.
+    auto model = parse_text(kModel);
+    std::vector<PassInstance> passes = instances(find_pass("extract_constants")->create());
+    passes.push_back({"liar", std::make_unique<LyingPass>(), {}});
+    expect_caught(run_passes(model, std::move(passes), test_pipeline_config()));
+  }
+  {
+    // The verifying driver too.
+    auto model = parse_text(kModel);
+    PipelineConfig config = test_pipeline_config();
+    config.verify = true;
+    expect_caught(
+        run_specs(model, {{"liar", [] { return std::make_unique<LyingPass>(); }, {}}}, config));
+  }
+  // Off by default (production does not pay for it): the same run goes through.
+  auto model = parse_text(kModel);
+  EXPECT_FALSE(PipelineConfig{}.check_unchanged);
+  EXPECT_TRUE(run_passes(model, instances(std::make_unique<LyingPass>()), PipelineConfig{}).ok());
+}
+
 TEST(Pipeline, FixedPointIsBoundedByMaxRounds) {
   auto model = parse_text(kModel);
   int runs = 0;
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.max_rounds = 4;
   auto report = run_passes(model, instances(std::make_unique<CountingPass>(&runs, 100)), config);
   ASSERT_TRUE(report.ok());
@@ -293,7 +339,8 @@ TEST(Pipeline, FixedPointIsBoundedByMaxRounds) {
 TEST(Pipeline, StopsWhenNothingChanges) {
   auto model = parse_text(kModel);
   int runs = 0;
-  auto report = run_passes(model, instances(std::make_unique<CountingPass>(&runs, 2)), {});
+  auto report = run_passes(model, instances(std::make_unique<CountingPass>(&runs, 2)),
+                           test_pipeline_config());
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(runs, 3);
   EXPECT_TRUE(report->reached_fixed_point);
@@ -303,7 +350,7 @@ TEST(Pipeline, StopsWhenNothingChanges) {
 TEST(Pipeline, CancellationStopsBetweenPasses) {
   auto model = parse_text(kModel);
   int polls = 0;
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.should_continue = [&] {
     return ++polls > 1 ? absl::CancelledError("client went away") : absl::OkStatus();
   };
@@ -330,7 +377,7 @@ TEST(Pipeline, OnnxCheckerRollsBackInvalidModels) {
     }
   };
   auto model = parse_text(kModel);
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.onnx_checker = true;
   auto report = run_passes(model, instances(std::make_unique<BadAttrPass>()), config);
   ASSERT_TRUE(report.ok());
@@ -340,14 +387,15 @@ TEST(Pipeline, OnnxCheckerRollsBackInvalidModels) {
 
   // Without the checker the same pass is kept: only the checker catches it.
   auto unchecked = parse_text(kModel);
-  report = run_passes(unchecked, instances(std::make_unique<BadAttrPass>()), PipelineConfig{});
+  report =
+      run_passes(unchecked, instances(std::make_unique<BadAttrPass>()), test_pipeline_config());
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->passes[0].rollbacks, 0);
 }
 
 TEST(Pipeline, DumpWritesTextAfterChangingPasses) {
   auto model = parse_text(kModel);
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.passes = {"extract_constants"};
   config.dump_dir = (std::filesystem::temp_directory_path() / "graft_dump_test").string();
   std::filesystem::remove_all(config.dump_dir);
@@ -405,7 +453,7 @@ TEST(Pipeline, FoldingCannotGrowTheWeightsBeyondTheModelLimit) {
   ASSERT_TRUE(model.ok()) << model.status();
   const uint64_t before = (*model)->initializer_bytes();
   EXPECT_EQ(before, uint64_t{kChains} * elements * 4);
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   auto report = run_pipeline(*model, config);
   ASSERT_TRUE(report.ok()) << report.status();
   const uint64_t after = (*model)->initializer_bytes();

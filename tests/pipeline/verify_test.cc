@@ -237,7 +237,7 @@ TEST(Verifier, StopsWhenToldTo) {
   EXPECT_EQ(polls, 3);  // stopped at the third node of four
 
   // Through the pipeline, the request ends with the deadline status.
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.verify = true;
   int pipeline_polls = 0;
   bool expired = false;
@@ -259,7 +259,7 @@ TEST(PipelineVerify, GuiltyPassIsFoundRolledBackAndTheRestKept) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
   auto original = model->clone();
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.verify = true;
   std::vector<PassSpec> specs = {builtin("eliminate_identity"), rename("sub_to_add", "Sub", "Add"),
                                  builtin("prune")};
@@ -289,7 +289,7 @@ TEST(PipelineVerify, BisectionFindsAPassThatOnlyBreaksAfterOthersRan) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
   auto original = model->clone();
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.verify = true;
   std::vector<PassSpec> specs = {builtin("eliminate_identity"), builtin("cse"),
                                  rename("late", "Mul", "Div"), rename("also_bad", "Sub", "Add"),
@@ -308,7 +308,7 @@ TEST(PipelineVerify, BisectionFindsAPassThatOnlyBreaksAfterOthersRan) {
 TEST(PipelineVerify, HarmlessPipelineIsVerifiedWithoutRollback) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.verify = true;
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -327,7 +327,7 @@ TEST(PipelineVerify, UnverifiableModelIsStillOptimizedAndSaysWhy) {
     }
   )");
   ASSERT_TRUE(model);
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.verify = true;
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -340,7 +340,7 @@ TEST(PipelineVerify, OffByDefault) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
   std::vector<PassSpec> specs = {rename("sub_to_add", "Sub", "Add")};
-  auto report = run_specs(model, specs, PipelineConfig{});
+  auto report = run_specs(model, specs, test_pipeline_config());
   ASSERT_TRUE(report.ok());
   EXPECT_FALSE(report->verification.requested);
   EXPECT_EQ(count_ops(*model, "Add"), 1);  // nothing checked the numbers
@@ -350,7 +350,7 @@ TEST(PipelineVerify, FailingOptimizedModelCountsAsMismatch) {
   // Concat without the axis attribute it requires fails on the evaluator.
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
-  PipelineConfig config;
+  PipelineConfig config = test_pipeline_config();
   config.verify = true;
   std::vector<PassSpec> specs = {rename("to_concat", "Mul", "Concat")};
   auto report = run_specs(model, specs, config);

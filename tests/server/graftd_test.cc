@@ -139,7 +139,7 @@ double metric(const std::map<std::string, double>& m, const std::string& key) {
 std::string local_result(const std::string& bytes) {
   auto model = ir::Model::parse(bytes);
   EXPECT_TRUE(model.ok());
-  EXPECT_TRUE(run_pipeline(*model, PipelineConfig{}).ok());
+  EXPECT_TRUE(run_pipeline(*model, test_pipeline_config()).ok());
   auto out = (*model)->serialize_and_release();
   EXPECT_TRUE(out.ok());
   return *out;
