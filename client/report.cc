@@ -50,6 +50,9 @@ std::string format_table(const RunSummary& run) {
     std::string rolled = p.rollbacks ? "yes: " + p.rollback_reason : "-";
     out += line("%-22s %5d %10.2f %17s %25s %9lld  %s\n", p.name.c_str(), p.runs, p.seconds * 1e3,
                 nodes.c_str(), bytes.c_str(), static_cast<long long>(p.rewrites), rolled.c_str());
+    for (const auto& [rule, count] : p.rules)
+      if (count > 0)
+        out += line("  %-20s %60s %9lld\n", rule.c_str(), "", static_cast<long long>(count));
   }
   std::string nodes = std::to_string(r.nodes_before) + " -> " + std::to_string(r.nodes_after);
   std::string bytes = human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after);
@@ -86,6 +89,7 @@ nlohmann::json to_json(const RunSummary& run) {
                       {"initializer_bytes_before", p.bytes_before},
                       {"initializer_bytes_after", p.bytes_after},
                       {"rewrites", p.rewrites},
+                      {"rules", p.rules},
                       {"rollbacks", p.rollbacks},
                       {"rollback_reason", p.rollback_reason}});
   }

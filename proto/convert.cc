@@ -201,6 +201,7 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
     s->set_rewrites(p.rewrites);
     s->set_rollbacks(p.rollbacks);
     s->set_rollback_reason(p.rollback_reason);
+    for (const auto& [rule, count] : p.rules) (*s->mutable_rule_rewrites())[rule] = count;
   }
   out->set_rounds(r.rounds);
   out->set_reached_fixed_point(r.reached_fixed_point);
@@ -249,6 +250,7 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
     p.rewrites = s.rewrites();
     p.rollbacks = s.rollbacks();
     p.rollback_reason = s.rollback_reason();
+    for (const auto& [rule, count] : s.rule_rewrites()) p.rules[rule] = count;
     r.passes.push_back(std::move(p));
   }
   r.rounds = in.rounds();

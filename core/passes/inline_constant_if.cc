@@ -125,7 +125,8 @@ class InlineConstantIf final : public Pass {
     for (ir::Value* init : b->initializers())
       if (init->use_count() > 0)
         copies[init] = rw.add_constant(g, *init->initializer(), init->name());
-      for (ir::Node* inner : b->nodes()) {
+    std::unordered_set<const ir::Node*> created;
+    for (ir::Node* inner : b->nodes()) {
       std::vector<ir::Value*> inputs;
       for (ir::Value* v : inner->inputs()) inputs.push_back(v ? mapped(v) : nullptr);
       std::vector<std::string> hints;
@@ -135,6 +136,7 @@ class InlineConstantIf final : public Pass {
       }
       ir::Node* copy = g.add_node(inner->op_type(), inputs, hints, inner->domain());
       *copy->mutable_proto().mutable_attribute() = inner->proto().attribute();
+      created.insert(copy);
       if (!inner->proto().doc_string().empty())
         copy->mutable_proto().set_doc_string(inner->proto().doc_string());
       for (size_t i = 0; i < hints.size(); ++i) {
@@ -153,7 +155,9 @@ class InlineConstantIf final : public Pass {
       if (!out) continue;
       ir::Value* branch_out = b->outputs()[i].value;
       ir::Value* result = mapped(branch_out);
-      rw.replace_all_uses(out, result);
+      ir::Node* p = result->producer();
+      rw.replace_all_uses(out, result, /*allow_identity=*/true,
+                          /*keep_name=*/p && created.count(p) > 0);
       if (result->dead()) copies[branch_out] = out;  // renamed to `out`
     }
     rw.erase(n);

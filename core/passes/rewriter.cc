@@ -41,10 +41,13 @@ void Rewriter::touch_readers(const ir::Value* v) {
   for (const ir::Use& u : v->uses()) touch(u.node);
 }
 
-bool Rewriter::replace_all_uses(ir::Value* from, ir::Value* to, bool allow_identity) {
+bool Rewriter::replace_all_uses(ir::Value* from, ir::Value* to, bool allow_identity,
+                                bool keep_name) {
   if (!from || !to || from == to || from->dead() || to->dead()) return false;
   ir::Graph* g = from->owner();
-  if (!is_output_of(*g, from)) {
+  const bool interface = is_output_of(*g, from);
+  keep_name = keep_name || (to->producer() && added_.count(to->producer()) > 0);
+  if (!interface && !(keep_name && can_take_name(*g, to))) {
     // Outputs of nested graphs follow: they are positional, and `to` is in scope wherever
     // `from` was.
     touch_readers(from);
@@ -128,6 +131,7 @@ ir::Node* Rewriter::add_node(ir::Graph& g, std::string_view op,
     hints.push_back(std::move(hint));
   }
   ir::Node* n = g.add_node(std::string(op), inputs, hints, std::string(domain));
+  added_.insert(n);
   if (origin && !origin->name().empty())
     n->mutable_proto().set_name(model_.fresh_name(absl::StrCat(origin->name(), "/", std::string(op))));
   touch(n);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <unordered_set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,11 +34,15 @@ class Rewriter {
   std::function<void(ir::Node*)> on_touch;
 
   // Every reader of `from` (nodes in any graph, outputs of nested graphs) reads `to` instead.
+  // When `to` is computed by a node this rewriter added, it takes `from`'s name.
   // When `from` is an output of its own graph, the graph keeps the output name: `to`'s producer
   // is renamed to output `from` when `to` is a node output of that same graph that is not
   // itself one of its outputs; otherwise an Identity is inserted if `allow_identity`, else
   // nothing changes and false is returned.
-  bool replace_all_uses(ir::Value* from, ir::Value* to, bool allow_identity = true);
+  // With `keep_name`, `from`'s name moves onto `to`'s producer whenever it can, interface or
+  // not (for readable results, e.g. an inlined branch keeping the If's output names).
+  bool replace_all_uses(ir::Value* from, ir::Value* to, bool allow_identity = true,
+                        bool keep_name = false);
 
   // Replaces each output i of `node` by replacements[i] (nullptr: the output must be unused),
   // then erases `node`. False, with nothing changed, when an output cannot be replaced (see
@@ -80,6 +85,8 @@ class Rewriter {
   }
   void touch_readers(const ir::Value* v);
   ir::Model& model_;
+  // Nodes this rewriter added: a value they compute takes the name of the value it replaces.
+  std::unordered_set<const ir::Node*> added_;
 };
 
 // True if `value` is listed among the outputs of `graph` itself (not of a nested subgraph).

@@ -442,6 +442,7 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
       } else if (result.changed) {
         ++s.changed_runs;
         s.rewrites += result.rewrites;
+        for (const auto& [rule, count] : result.rules) s.rules[rule] += count;
         round_changed = true;
         since_snapshot.push_back(&slot);
         if (applied) applied->push_back(static_cast<size_t>(&slot - slots.data()));

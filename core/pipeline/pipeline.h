@@ -49,6 +49,7 @@ struct PassStats {
   size_t nodes_before = 0, nodes_after = 0;
   uint64_t bytes_before = 0, bytes_after = 0;  // initializer bytes, same convention
   int64_t rewrites = 0;
+  std::map<std::string, int64_t> rules;  // rewrites per rule (passes made of rules)
   int rollbacks = 0;
   std::string rollback_reason;  // of the first rollback
 };

@@ -60,12 +60,11 @@ TEST(FoldConstants, ShapeGatherConcatReshapeChainFolds) {
   auto result = run_pass_checked(*model, "fold_constants");
   EXPECT_EQ(result.rewrites, 5);
   EXPECT_EQ(model->graph().num_nodes(), 1u);
-  ir::Value* n = model->graph().find_local("n");
-  ASSERT_TRUE(n && n->initializer());
-  EXPECT_EQ(ir::read_int64s(*n->initializer()), (std::vector<int64_t>{2, -1}));
+  // The folded shape arithmetic went with the Reshape that was its only reader.
+  for (const char* gone : {"s", "d0", "u", "n", "zero", "axes", "minus1", "w"})
+    EXPECT_EQ(model->graph().find_local(gone), nullptr) << gone;
   EXPECT_EQ(dims_of(*model, "r"), (std::vector<int64_t>{2, 12}));
   EXPECT_EQ(initializer_values(*model, "r"), w);
-  EXPECT_EQ(model->graph().find_local("s")->initializer()->data_type(), onnx::TensorProto::INT64);
   EXPECT_EQ(onnx_errors(*model), "");
 }
 

@@ -148,7 +148,7 @@ TEST(FuseConvAffine, InsideAnIfBranch) {
 TEST(TransposeIntoGemm, TransposedOperandsFlipTheFlags) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[3,4] a, float[2,3] b) => (float[4,2] y) {
+    g (float[3,4] a, float[3,2] b) => (float[4,2] y) {
       at = Transpose <perm = [1, 0]> (a)
       bt = Transpose (b)
       y = Gemm <transB = 1> (at, bt)
@@ -171,7 +171,7 @@ TEST(TransposeIntoGemm, LookAlikesAndSharedTransposes) {
   // elsewhere stays for that reader (the Gemm still reads its input directly).
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[3,4] a, float[4,2] b) => (float[4,2] y, float[4,3] at) {
+    g (float[3,4] a, float[3,2] b) => (float[4,2] y, float[4,3] at) {
       at = Transpose <perm = [1, 0]> (a)
       same = Transpose <perm = [0, 1]> (b)
       y = Gemm (at, same)
@@ -187,7 +187,8 @@ TEST(TransposeIntoGemm, LookAlikesAndSharedTransposes) {
 TEST(TransposeIntoGemm, InsideALoopBody) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (int64 n, bool c, float[3,4] a, float[3,2] b) => (float[3,2] fin, float[?,4,2] ys) {
+    g (float[3,4] a, float[3,2] b) => (float[3,2] fin, float[2,4,2] ys)
+      <int64 n = {2}, bool c = {1}> {
       fin, ys = Loop (n, c, b) <
         body = body_g (int64 i, bool ci, float[3,2] acc) => (bool co, float[3,2] acc_out,
                                                              float[4,2] out) {

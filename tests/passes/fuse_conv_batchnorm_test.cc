@@ -176,8 +176,8 @@ TEST(FuseConvBatchnorm, GemmWithFullCOrNoC) {
 }
 
 TEST(FuseConvBatchnorm, TwoDimensionalMatMulBecomesGemm) {
-  // MatMul's weights are [K, N]: column n scales with channel n. (Unlike the Conv path, this one
-  // leaves the unused original weights to prune.)
+  // MatMul's weights are [K, N]: column n scales with channel n. The original weights, unused
+  // now, go with the MatMul.
   expect_rewrite("fuse_conv_batchnorm", R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (double[5,3] a) => (double[5,2] y)
@@ -191,8 +191,7 @@ TEST(FuseConvBatchnorm, TwoDimensionalMatMulBecomesGemm) {
                  R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (double[5,3] a) => (double[5,2] y)
-      <double[3,2] w = {1, 2, 3, 4, 5, 6},
-       double[3,2] wf = {0.25, 8.0, 0.75, 16.0, 1.25, 24.0}, double[2] cf = {0.0, 11.0}> {
+      <double[3,2] wf = {0.25, 8.0, 0.75, 16.0, 1.25, 24.0}, double[2] cf = {0.0, 11.0}> {
       y = Gemm (a, wf, cf)
     }
   )",

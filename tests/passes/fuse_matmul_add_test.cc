@@ -115,8 +115,21 @@ TEST(FuseMatmulAdd, LeavesHigherRankOrUnknownRankMatMulAlone) {
       y = Add (t, c)
     }
   )");
-  // `r` has no declared type, so nothing proves it is 2-D.
+  // `r` comes from a custom op: nothing proves it is 2-D.
   expect_no_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 13, "custom" : 1]>
+    g (float[4,3] a) => (float[4,2] y)
+      <float[3,2] w = {1, 2, 3, 4, 5, 6}, float[2] c = {0.5, -0.5}> {
+      r = custom.Op (a)
+      t = MatMul (r, w)
+      y = Add (t, c)
+    }
+  )", compare_outputs(Outputs::kNotCompared));
+}
+
+TEST(FuseMatmulAdd, RankKnownOnlyByInference) {
+  // `r` has no declared type; its rank comes from shape facts (Relu keeps a's [4, 3]).
+  auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[4,3] a) => (float[4,2] y)
       <float[3,2] w = {1, 2, 3, 4, 5, 6}, float[2] c = {0.5, -0.5}> {
@@ -125,6 +138,11 @@ TEST(FuseMatmulAdd, LeavesHigherRankOrUnknownRankMatMulAlone) {
       y = Add (t, c)
     }
   )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(run_pass_checked(*model, "fuse_matmul_add").rules.at("matmul_add"), 1);
+  EXPECT_EQ(count_ops(*model, "Gemm"), 1);
+  EXPECT_EQ(count_ops(*model, "MatMul"), 0);
+  EXPECT_EQ(onnx_errors(*model), "");
 }
 
 TEST(FuseMatmulAdd, LeavesBiasThatBroadcastsBeyondTheProductAlone) {

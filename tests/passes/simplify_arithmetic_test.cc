@@ -23,8 +23,8 @@ std::unique_ptr<ir::Model> simplify(const std::string& text, int expected_rewrit
 // ---------------------------------------------------------------- constants pushed together
 
 TEST(SimplifyArithmetic, PushesConstantsThroughAdd) {
-  // c1 + c2 = {1.0 + 0.5, 2.0 - 4.0, 3.0 + 0.25}, exact in float. (The pass leaves what it no
-  // longer uses, here c1 and c2, to prune; so do the tests below.)
+  // c1 + c2 = {1.0 + 0.5, 2.0 - 4.0, 3.0 + 0.25}, exact in float. The constants the rewrite no
+  // longer reads go with it (the rewriter erases them); so in the tests below.
   expect_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,3] x) => (float[2,3] y)
@@ -35,8 +35,7 @@ TEST(SimplifyArithmetic, PushesConstantsThroughAdd) {
   )",
                  R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[2,3] x) => (float[2,3] y) <float[3] c1 = {1.0, 2.0, 3.0},
-        float[3] c2 = {0.5, -4.0, 0.25}, float[3] sum = {1.5, -2.0, 3.25}> {
+    g (float[2,3] x) => (float[2,3] y) <float[3] sum = {1.5, -2.0, 3.25}> {
       y = Add (x, sum)
     }
   )",
@@ -106,9 +105,10 @@ TEST(SimplifyArithmetic, KeepsPushDownLookAlikes) {
        model_text(13, "(float[2,3] x, float[3] c1) => (float[2,3] y)", consts,
                   "t = Add (x, c2)\n y = Add (c1, t)")},
   };
+  // (Some cases have an input of unknown rank, which the evaluator cannot make up.)
   for (const auto& [name, text] : cases) {
     SCOPED_TRACE(name);
-    expect_no_rewrite(kPass, text);
+    expect_no_rewrite(kPass, text, compare_outputs(Outputs::kSameIfVerifiable));
   }
 }
 
@@ -174,9 +174,10 @@ TEST(SimplifyArithmetic, KeepsSumAndConcatLookAlikes) {
                   "float[2,1] c1 = {1.0, 2.0}, float[2,1] c2 = {3.0, 4.0}",
                   "y = Concat <axis = 1> (c1, x, c2)")},
   };
+  // (Some cases have an input of unknown rank, which the evaluator cannot make up.)
   for (const auto& [name, text] : cases) {
     SCOPED_TRACE(name);
-    expect_no_rewrite(kPass, text);
+    expect_no_rewrite(kPass, text, compare_outputs(Outputs::kSameIfVerifiable));
   }
 }
 
@@ -365,9 +366,10 @@ TEST(SimplifyArithmetic, KeepsInversePairLookAlikes) {
       {"graph_output_of_graph_input",
        model_text(13, "(float[2,3] x) => (float[2,3] y)", "", "t = Neg (x)\n y = Neg (t)")},
   };
+  // (Some cases have an input of unknown rank, which the evaluator cannot make up.)
   for (const auto& [name, text] : cases) {
     SCOPED_TRACE(name);
-    expect_no_rewrite(kPass, text);
+    expect_no_rewrite(kPass, text, compare_outputs(Outputs::kSameIfVerifiable));
   }
 }
 
@@ -447,7 +449,7 @@ TEST(SimplifyArithmetic, MergesReshapes) {
 TEST(SimplifyArithmetic, KeepsTransposeAndReshapeLookAlikes) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"default_perm_unknown_rank",
-       model_text(13, "(float[2,3] x) => (float[2,3] y)", "",
+       model_text(13, "(float x) => (float[2,3] y)", "",
                   "r = Identity (x)\n t = Transpose (r)\n u = Transpose <perm = [1, 0]> (t)\n"
                   " y = Relu (u)")},
       {"transpose_of_relu", model_text(13, "(float[2,3] x) => (float[3,2] y)", "",
@@ -460,9 +462,10 @@ TEST(SimplifyArithmetic, KeepsTransposeAndReshapeLookAlikes) {
        model_text(14, "(float[2,3] x, float[3,2] z) => (float[3,2] y)", "int64[1] s1 = {6}",
                   "t = Reshape (x, s1)\n s2 = Shape (z)\n y = Reshape (t, s2)")},
   };
+  // (Some cases have an input of unknown rank, which the evaluator cannot make up.)
   for (const auto& [name, text] : cases) {
     SCOPED_TRACE(name);
-    expect_no_rewrite(kPass, text);
+    expect_no_rewrite(kPass, text, compare_outputs(Outputs::kSameIfVerifiable));
   }
 }
 
@@ -496,7 +499,6 @@ TEST(SimplifyArithmetic, MergesSqueezeChainsWithAxesAttributes) {
                  R"(
     <ir_version: 8, opset_import: ["" : 11]>
     g (float[1,2,1,3] x) => (float[2,3] y) {
-      t = Squeeze <axes = [0]> (x)
       y = Squeeze <axes = [0, 2]> (x)
     }
   )",
@@ -533,13 +535,14 @@ TEST(SimplifyArithmetic, KeepsSqueezeLookAlikes) {
        model_text(13, "(float[1,2,1] x) => (float[2] y)", "int64[1] a = {0}",
                   "t = Squeeze (x, a)\n y = Squeeze (t)")},
       {"negative_axes_unknown_rank",
-       model_text(13, "(float[2,3] x) => (float[2,1,1,3] y)",
+       model_text(13, "(float x) => (float[2,1,1,3] y)",
                   "int64[1] a = {-2}, int64[1] b = {-2}",
                   "r = Identity (x)\n t = Unsqueeze (r, a)\n y = Unsqueeze (t, b)")},
   };
+  // (Some cases have an input of unknown rank, which the evaluator cannot make up.)
   for (const auto& [name, text] : cases) {
     SCOPED_TRACE(name);
-    expect_no_rewrite(kPass, text);
+    expect_no_rewrite(kPass, text, compare_outputs(Outputs::kSameIfVerifiable));
   }
 }
 
@@ -629,7 +632,7 @@ TEST(SimplifyArithmetic, SimplifiesInsideSubgraphs) {
   )",
                  R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (bool cond, float[2] x) => (float[2] y) <float z = {0.0}> {
+    g (bool cond, float[2] x) => (float[2] y) {
       y = If (cond) <
         then_branch = then_g () => (float[2] a) {
           t = Neg (x)
