@@ -71,7 +71,7 @@ fi
 # Sanitizer settings: any report ends the run with a stack; libFuzzer's own -rss_limit_mb and
 # -malloc_limit_mb (the same by default) turn unbounded memory into an "oom" finding.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1}"
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")/.." && pwd)/scripts/lsan.supp}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")/.." && pwd)/scripts/lsan.supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 run_target() {

@@ -23,7 +23,7 @@ case "$kind" in
     ctest_args=(-LE deploy)
     # Leak checking stays on: a leak in a test or in graftd fails the run too.
     export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:log_path=$root/$dir/sanitizer-reports/asan"
-    export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp"
+    export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$root/$dir/sanitizer-reports/ubsan"
     ;;
   tsan)

@@ -62,6 +62,23 @@ absl::Status check_operands(const Node& n, bool clamp_to_known_opset) {
         return absl::InvalidArgumentError(absl::StrCat(describe(n), ": input ", i, " ('",
                                                        formal.GetName(), "', variadic) is empty"));
   }
+  // Required attributes: ONNX's shape inference and the kernels read them without checking.
+  if (clamped) return absl::OkStatus();  // a newer opset may have changed them
+  for (const auto& [name, formal] : schema->attributes()) {
+    if (!formal.required) continue;
+    const onnx::AttributeProto* a = n.attr(name);
+    if (a == nullptr)
+      return absl::InvalidArgumentError(
+          absl::StrCat(describe(n), ": required attribute '", name, "' is missing"));
+    // A reference to a function's attribute is resolved at the call; old models may leave the
+    // type unset.
+    if (!a->ref_attr_name().empty() || a->type() == onnx::AttributeProto::UNDEFINED) continue;
+    if (a->type() != formal.type)
+      return absl::InvalidArgumentError(absl::StrCat(
+          describe(n), ": attribute '", name, "' must be ",
+          onnx::AttributeProto::AttributeType_Name(formal.type), ", not ",
+          onnx::AttributeProto::AttributeType_Name(a->type())));
+  }
   return absl::OkStatus();
 }
 

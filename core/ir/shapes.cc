@@ -197,10 +197,41 @@ class FactEngine {
   static TensorFact source_fact(const Value* v);
 };
 
+// libonnx's inference gives ConstantOfShape, Expand and Reshape an output rank equal to the
+// length of their shape operand when its values are unknown: a declared (or data-less stub)
+// 1-D integer tensor of a billion entries would make it allocate a billion dims. Models with such
+// a tensor get no libonnx inference; Graft's rules cap the ranks they make.
+constexpr int64_t kMaxShapeTensorLength = 1024;
+
+bool has_huge_shape_tensor(const Model& m) {
+  auto huge = [](const onnx::TypeProto& t) {
+    if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return false;
+    const auto& shape = t.tensor_type().shape();
+    return shape.dim_size() == 1 && shape.dim(0).has_dim_value() &&
+           shape.dim(0).dim_value() > kMaxShapeTensorLength;
+  };
+  for (const Graph* g : m.all_graphs()) {
+    for (const auto& in : g->inputs())
+      if (huge(in.info.type())) return true;
+    for (const auto& out : g->outputs())
+      if (huge(out.info.type())) return true;
+    for (const Value* v : g->initializers()) {
+      const TensorProto& t = *v->initializer();
+      if (t.dims_size() == 1 && t.dims(0) > kMaxShapeTensorLength &&
+          (t.data_type() == TensorProto::INT64 || t.data_type() == TensorProto::INT32))
+        return true;
+    }
+    for (const Node* n : g->nodes())
+      for (const Value* o : n->outputs())
+        if (o && o->value_info() && huge(o->value_info()->type())) return true;
+  }
+  return false;
+}
+
 void FactEngine::run_inference(Model& m) {
   m.inference_done_ = true;
   m.inference_ok_ = false;
-  if (!libonnx_knows(m)) return;
+  if (!libonnx_knows(m) || has_huge_shape_tensor(m)) return;
   auto copy = m.clone();
   for (Value* v : copy->graph().initializers()) {
     const TensorProto& t = *v->initializer();
@@ -373,6 +404,16 @@ namespace {
 
 const TensorFact kUnknown{};
 
+// Checked arithmetic on dims: sizes come from the model, so a product or sum may not fit.
+Dim checked_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, &r) ? Dim::of(r) : Dim{};
+}
+Dim checked_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return !__builtin_add_overflow(a, b, &r) && r >= 0 ? Dim::of(r) : Dim{};
+}
+
 const TensorFact& cached(const Value* v) { return v ? FactEngine::cached(v) : kUnknown; }
 
 const TensorFact& in_fact(const Node& n, size_t i) { return cached(n.input(i)); }
@@ -382,7 +423,12 @@ TensorFact with_type(TensorFact f, int32_t t) {
   return f;
 }
 
+// Ranks this large only come from crafted models (a declared shape tensor of a billion
+// entries); a fact is not worth allocating for them.
+constexpr int64_t kMaxRank = 1024;
+
 TensorFact rank_only(int32_t t, int64_t rank) {
+  if (rank < 0 || rank > kMaxRank) return TensorFact{t, false, {}};
   return TensorFact::of_rank(t, std::vector<Dim>(static_cast<size_t>(rank)));
 }
 
@@ -504,8 +550,9 @@ TensorFact reshape_fact(const Node& n, const TensorFact& x) {
     std::optional<int64_t> rest = product(dims, 0, static_cast<size_t>(minus_one));
     std::optional<int64_t> tail =
         product(dims, static_cast<size_t>(minus_one) + 1, dims.size());
-    if (total && rest && tail && *rest > 0 && *tail > 0 && *total % (*rest * *tail) == 0)
-      dims[static_cast<size_t>(minus_one)] = Dim::of(*total / (*rest * *tail));
+    const Dim known = rest && tail ? checked_mul(*rest, *tail) : Dim{};
+    if (total && known.known() && known.value > 0 && *total % known.value == 0)
+      dims[static_cast<size_t>(minus_one)] = Dim::of(*total / known.value);
   }
   return TensorFact::of_rank(x.elem_type, std::move(dims));
 }
@@ -529,6 +576,10 @@ TensorFact slice_fact(const Node& n, const TensorFact& x) {
       continue;
     }
     const int64_t size = d.value, step = p->steps[i];
+    if (step == INT64_MIN) {
+      d = Dim{};
+      continue;
+    }
     auto clampv = [](int64_t v, int64_t lo, int64_t hi) { return std::min(std::max(v, lo), hi); };
     int64_t start = p->starts[i], end = p->ends[i];
     if (start < 0) start = start < -size ? 0 : start + size;  // careful with INT64_MIN
@@ -729,9 +780,7 @@ TensorFact rule_fact(const Node& n, size_t output) {
       auto a = normalize_axis(axis, static_cast<int64_t>(f.dims.size()));
       if (!a) return {};
       const Dim along = f.dims[static_cast<size_t>(*a)];
-      if (along.known())
-        total += along.value;
-      else
+      if (!along.known() || __builtin_add_overflow(total, along.value, &total))
         total_known = false;
       TensorFact others = TensorFact::of_rank(out.elem_type, f.dims);
       others.dims[static_cast<size_t>(*a)] = Dim{};
@@ -811,7 +860,7 @@ TensorFact rule_fact(const Node& n, size_t output) {
       if ((*repeats)[i] == 1)
         dims.push_back(x.dims[i]);
       else
-        dims.push_back(x.dims[i].known() && r >= 0 ? Dim::of(x.dims[i].value * r) : Dim{});
+        dims.push_back(x.dims[i].known() ? checked_mul(x.dims[i].value, r) : Dim{});
     }
     return TensorFact::of_rank(x.elem_type, std::move(dims));
   }
@@ -823,9 +872,15 @@ TensorFact rule_fact(const Node& n, size_t output) {
       return rank_only(x.elem_type, rank);
     std::vector<Dim> dims;
     for (int64_t i = 0; i < rank; ++i) {
-      const int64_t add = p->pads[static_cast<size_t>(i)] + p->pads[static_cast<size_t>(i + rank)];
+      const int64_t before = p->pads[static_cast<size_t>(i)];
+      const int64_t after = p->pads[static_cast<size_t>(i + rank)];
       const Dim& d = x.dims[static_cast<size_t>(i)];
-      dims.push_back(add == 0 ? d : (d.known() ? Dim::of(d.value + add) : Dim{}));
+      int64_t add = 0;
+      if (__builtin_add_overflow(before, after, &add)) {
+        dims.push_back(Dim{});
+        continue;
+      }
+      dims.push_back(add == 0 ? d : (d.known() ? checked_add(d.value, add) : Dim{}));
     }
     return TensorFact::of_rank(x.elem_type, std::move(dims));
   }
@@ -849,12 +904,13 @@ TensorFact rule_fact(const Node& n, size_t output) {
                                                            "GlobalLpPool"})) {
     if (output > 0 || !x.has_rank || x.dims.size() < 2) return with_type(TensorFact{}, x.elem_type);
     TensorFact out = rank_only(x.elem_type, static_cast<int64_t>(x.dims.size()));
+    if (!out.has_rank) return out;
     out.dims[0] = x.dims[0];
     const TensorFact& w = in_fact(n, 1);
     if (op == "Conv" && w.has_rank && !w.dims.empty())
       out.dims[1] = w.dims[0];
     else if (op == "ConvTranspose" && w.has_rank && w.dims.size() > 1 && w.dims[1].known())
-      out.dims[1] = Dim::of(w.dims[1].value * n.attr_int("group", 1));
+      out.dims[1] = checked_mul(w.dims[1].value, n.attr_int("group", 1));
     else if (op != "Conv" && op != "ConvTranspose")
       out.dims[1] = x.dims[1];
     if (op.rfind("Global", 0) == 0)

@@ -85,6 +85,11 @@ TensorFact merge_facts(const TensorFact& a, const TensorFact& b, bool* conflict 
 class Model;
 bool libonnx_knows(const Model& model);
 
+// True if the model declares (or holds as an initializer) a 1-D integer tensor longer than 1024:
+// libonnx's inference would make an output rank of that length (ConstantOfShape, Expand, Reshape
+// of unknown values), so it is not run on such models.
+bool has_huge_shape_tensor(const Model& model);
+
 // Value::fact()'s implementation.
 class Value;
 const TensorFact& fact_of(const Value& v);

@@ -172,6 +172,31 @@ TEST(ShapeFacts, FactsFollowInPlaceEditsAndNewNodes) {
   EXPECT_EQ(r->fact().to_string(), "FLOAT[3,8]");
 }
 
+// Sizes come from the model: products and sums that do not fit, extreme steps and absurd ranks
+// give unknown dims, never a wrapped number or a huge allocation.
+TEST(ShapeFacts, HostileSizesGiveUnknownDims) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4611686018427387904,3] x, int64[1000000000000] s) => (float[?,?] y)
+      <int64[2] big = {4, 1}, int64[4] pads = {4611686018427387904, 0, 4611686018427387904, 0},
+       int64[1] st = {-1}, int64[1] en = {0}, int64[1] ax = {0},
+       int64[1] step = {-9223372036854775808}> {
+      t = Tile (x, big)
+      p = Pad (x, pads)
+      r = Slice (x, st, en, ax, step)
+      e = Expand (x, s)
+      c = ConstantOfShape (s)
+      y = Identity (t)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "t"), "FLOAT[?,3]");
+  EXPECT_EQ(fact(*model, "p"), "FLOAT[?,3]");
+  EXPECT_EQ(fact(*model, "r"), "FLOAT[?,3]");
+  EXPECT_EQ(fact(*model, "e"), "FLOAT[*]");
+  EXPECT_EQ(fact(*model, "c"), "FLOAT[*]");
+}
+
 TEST(ShapeFacts, LongChainsDoNotRecurse) {
   std::string body;
   std::string prev = "x";

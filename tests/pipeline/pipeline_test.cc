@@ -464,3 +464,33 @@ TEST(Pipeline, FoldingCannotGrowTheWeightsBeyondTheModelLimit) {
 
 }  // namespace
 }  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+// A declared shape tensor of a trillion entries: libonnx's inference would give ConstantOfShape
+// a trillion dims. Neither the checker nor shape facts run it; the pipeline still optimizes.
+TEST(Pipeline, HugeShapeTensorsDoNotReachLibonnxInference) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[1000000000000] s, float[2] x) => (float[2] y) {
+      c = ConstantOfShape (s)
+      i = Identity (x)
+      y = Neg (i)
+    }
+  )");
+  ASSERT_TRUE(model);
+  std::string skipped;
+  EXPECT_TRUE(onnx_check(*model, true, &skipped).ok());
+  EXPECT_NE(skipped.find("longer than 1024"), std::string::npos) << skipped;
+  PipelineConfig config = test_pipeline_config();
+  config.onnx_checker = true;
+  config.shape_inference = true;
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(model->graph().num_nodes(), 1u);  // Neg; the Identity and the unread c went
+  EXPECT_EQ(model->graph().find_local("c"), nullptr);
+}
+
+}  // namespace
+}  // namespace graft::testing
