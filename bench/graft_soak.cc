@@ -63,6 +63,7 @@
 #include "proto/convert.h"
 #include "server/config.h"
 #include "server/service.h"
+#include "tests/chain_model.h"
 
 namespace {
 
@@ -118,32 +119,6 @@ std::string float_list(std::mt19937_64& rng, int n) {
   std::string out;
   for (int i = 0; i < n; ++i) out += (i ? ", " : "") + fmt("%.4f", d(rng));
   return out;
-}
-
-// A chain of Identity/Relu pairs (as tests/server/graftd_test.cc's).
-std::string chain_model(int pairs) {
-  onnx::ModelProto proto;
-  proto.set_ir_version(8);
-  proto.add_opset_import()->set_version(13);
-  auto* g = proto.mutable_graph();
-  g->set_name("chain");
-  auto* in = g->add_input();
-  in->set_name("x");
-  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  std::string prev = "x";
-  for (int i = 0; i < pairs; ++i) {
-    for (const char* op : {"Identity", "Relu"}) {
-      auto* n = g->add_node();
-      n->set_op_type(op);
-      n->add_input(prev);
-      prev = std::string(op) + std::to_string(i);
-      n->add_output(prev);
-    }
-  }
-  auto* out = g->add_output();
-  out->set_name(prev);
-  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  return proto.SerializeAsString();
 }
 
 // Constants to fold, an Identity to remove, a MatMul + Add to fuse.
@@ -1224,7 +1199,7 @@ int main(int argc, char** argv) {
   for (int v = 0; v < 12; ++v) {
     int pairs = 10 + static_cast<int>(rng() % 3000);
     add_template(Kind::kValidGenerated, "chain of " + std::to_string(pairs) + " pairs",
-                 graft::bench::append_doc_string(chain_model(pairs), shared.unique("chain")), o2());
+                 graft::bench::append_doc_string(graft::testing::chain_model(pairs), shared.unique("chain")), o2());
     int width = 1 + static_cast<int>(rng() % 32);
     add_template(Kind::kValidGenerated, "folding model, width " + std::to_string(width),
                  graft::bench::append_doc_string(folding_model(rng, width), shared.unique("fold")),
@@ -1254,7 +1229,7 @@ int main(int argc, char** argv) {
   shared.if_without_condition = if_without_condition();
   shared.loop_scan_bomb = loop_scan_bomb();
   shared.matmul_bomb = matmul_bomb();
-  shared.slow_model = chain_model(30000);
+  shared.slow_model = graft::testing::chain_model(30000);
   {
     auto expected = local_result(shared.server, shared.loop_scan_bomb, verified());
     if (!expected.ok() || expected->verification != v1::Verification::NOT_VERIFIABLE) {

@@ -2,12 +2,16 @@
 # Builds Graft's libFuzzer targets (fuzz/*_fuzzer.cc; clang, ASan+UBSan, in ./build-asan) and runs
 # each for SECONDS (default 60), then prints executions per target and in total.
 #
-#   scripts/fuzz.sh [--all-testdata] [--jobs N] [SECONDS] [TARGET...]
+#   scripts/fuzz.sh [--all-testdata] [--jobs N] [--seed N] [SECONDS] [TARGET...]
 #
 # TARGET: a fuzzer's name with or without "_fuzzer" (model, verify, kernel...); default: all.
 # --all-testdata  also seed the ONNX targets with every model of libonnx-testdata (1,072 models;
 #                 the committed corpus holds a coverage-selected subset)
 # --jobs N        run N targets at once (default 1; each uses one core)
+# --seed N        libFuzzer's random seed (default: a new one each run). With a fixed seed a target
+#                 tries the same inputs in the same order from the same corpus, so a run of a given
+#                 length finds the same things: CI uses one (scripts/test.sh) so that what it
+#                 reports is reproducible; long runs by hand should leave it out to explore.
 #
 # Before fuzzing, each target replays its saved reproducers (fuzz/regressions/<target>/): a fixed
 # bug must stay fixed. Scratch state lives outside git, under $GRAFT_FUZZ_WORK (default
@@ -23,11 +27,12 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/lib/llvm-14/bin"
 root=$PWD
 
-seconds=60 jobs=1 all_testdata=0 targets=()
+seconds=60 jobs=1 all_testdata=0 seed="" targets=()
 while (($#)); do
   case "$1" in
     --all-testdata) all_testdata=1 ;;
     --jobs) jobs="${2:?--jobs needs a number}"; shift ;;
+    --seed) seed="${2:?--seed needs a number}"; shift ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) seconds="$1" ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
@@ -79,6 +84,7 @@ run_target() {
   local corpus="$work/corpus/$t" artifacts="$work/artifacts/$t/"
   mkdir -p "$corpus" "$artifacts"
   local args=(-rss_limit_mb=2048 -timeout=30 -print_final_stats=1 -artifact_prefix="$artifacts")
+  [[ -n $seed ]] && args+=(-seed="$seed")
   local seeds=()
   if reads_onnx "$t"; then
     args+=(-max_len=8192 -dict="$root/fuzz/onnx.dict")

@@ -6,7 +6,8 @@
 #                  ASan+UBSan (clang, ./build-asan; scripts/sanitize.sh)
 #   tsan           the server tests under TSan (clang, ./build-tsan)
 #   fuzz           each fuzz target for GRAFT_FUZZ_SECONDS (default 60) from the committed
-#                  corpus, after replaying its saved reproducers (scripts/fuzz.sh; reuses build-asan)
+#                  corpus, after replaying its saved reproducers (scripts/fuzz.sh; reuses build-asan),
+#                  with libFuzzer seed GRAFT_FUZZ_SEED (default 1) so that a result reproduces
 # Every phase runs even if an earlier one failed; the summary gives each phase's time and result,
 # and the exit status is non-zero if any failed.
 set -euo pipefail
@@ -29,7 +30,7 @@ phase build ./scripts/build.sh -DGRAFT_BUILD_TESTS=ON -DGRAFT_BUILD_BENCH=ON
 phase tests run_ctest
 phase asan ./scripts/sanitize.sh asan
 phase tsan ./scripts/sanitize.sh tsan
-phase fuzz ./scripts/fuzz.sh --jobs "$(nproc)" "${GRAFT_FUZZ_SECONDS:-60}"
+phase fuzz ./scripts/fuzz.sh --jobs "$(nproc)" --seed "${GRAFT_FUZZ_SEED:-1}" "${GRAFT_FUZZ_SECONDS:-60}"
 
 failed=0
 echo "==== summary"

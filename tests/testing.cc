@@ -337,32 +337,6 @@ std::string read_file(const std::filesystem::path& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::string chain_model(int pairs, const std::string& tag) {
-  onnx::ModelProto proto;
-  proto.set_ir_version(8);
-  proto.add_opset_import()->set_version(13);
-  proto.set_doc_string(tag);
-  auto* g = proto.mutable_graph();
-  g->set_name("chain");
-  auto* in = g->add_input();
-  in->set_name("x");
-  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  std::string prev = "x";
-  for (int i = 0; i < pairs; ++i) {
-    for (const char* op : {"Identity", "Relu"}) {
-      auto* n = g->add_node();
-      n->set_op_type(op);
-      n->add_input(prev);
-      prev = std::string(op) + std::to_string(i);
-      n->add_output(prev);
-    }
-  }
-  auto* out = g->add_output();
-  out->set_name(prev);
-  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  return proto.SerializeAsString();
-}
-
 std::string external_data_model(const std::string& location, int64_t length) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>

@@ -16,6 +16,7 @@
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
 #include "core/pipeline/pipeline.h"
+#include "tests/chain_model.h"
 
 namespace graft::testing {
 
@@ -156,9 +157,8 @@ void expect_near(const std::vector<double>& got, const std::vector<double>& want
 // Root of the libonnx-testdata models, or empty if the package is not installed.
 std::filesystem::path onnx_testdata_dir();
 
-// Serialized test models shared by the service and CLI tests.
-// A chain of `pairs` Identity/Relu pairs (keeps a worker busy); distinct tags, distinct digests.
-std::string chain_model(int pairs, const std::string& tag = "");
+// Serialized test models shared by the service and CLI tests; chain_model (a chain of Identity/
+// Relu pairs that keeps a worker busy; distinct tags, distinct digests) is in chain_model.h.
 // x -> Identity -> MatMul(., w) -> y, whose 4x4 float weight w lives in the external-data file
 // `location` (with a "length" entry when `length` is not negative).
 std::string external_data_model(const std::string& location, int64_t length = -1);

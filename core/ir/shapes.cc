@@ -365,12 +365,9 @@ void FactEngine::compute(const Node& n, uint64_t gen) {
     Value* o = n.outputs()[i];
     if (!o) continue;
     TensorFact inferred = rule_fact(n, i);
-    if (o->inferred_) {
-      bool conflict = false;
-      TensorFact both = merge_facts(*o->inferred_, inferred, &conflict);
-      // Two inferences disagreeing: trust neither where they do.
-      inferred = both;
-    }
+    // Two inferences disagreeing: trust neither where they do (merge_facts leaves those dims
+    // unknown).
+    if (o->inferred_) inferred = merge_facts(*o->inferred_, inferred, nullptr);
     TensorFact declared;
     if (const onnx::TypeProto* t = o->type()) declared = TensorFact::from_type(*t);
     bool conflict = false;

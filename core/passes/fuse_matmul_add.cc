@@ -77,13 +77,10 @@ bool transpose_into_gemm(ir::Node& gemm, Rewriter& rw) {
     auto perm = t->attr_ints("perm");
     if (perm && *perm != std::vector<int64_t>{1, 0}) continue;
     const char* flag = side == 0 ? "transA" : "transB";
-    onnx::AttributeProto attr;
-    attr.set_name(flag);
-    attr.set_type(onnx::AttributeProto::INT);
-    attr.set_i(gemm.attr_int(flag, 0) ? 0 : 1);
+    const bool transposed = gemm.attr_int(flag, 0) == 0;
     rw.set_input(&gemm, static_cast<size_t>(side), x);
-    if (attr.i())
-      rw.set_attr(&gemm, attr);
+    if (transposed)
+      rw.set_attr(&gemm, int_attr(flag, 1));
     else
       rw.remove_attr(&gemm, flag);
     rw.erase(t);  // if nothing else reads it

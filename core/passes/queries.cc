@@ -51,6 +51,13 @@ ir::Node* producer(const ir::Value* v, std::string_view op) {
   return p && !p->dead() && p->is(op) ? p : nullptr;
 }
 
+ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node& n) {
+  ir::Node* p = producer(v, op);
+  if (!p || p->opset() != n.opset() || p->outputs().size() != 1 || p->graph() != n.graph())
+    return nullptr;
+  return p;
+}
+
 ir::Node* only_reader(const ir::Value* v) {
   return single_use(v) ? v->uses()[0].node : nullptr;
 }
@@ -59,6 +66,22 @@ bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> 
   for (const auto& a : n.attributes())
     if (std::find(known.begin(), known.end(), a.name()) == known.end()) return false;
   return true;
+}
+
+onnx::AttributeProto ints_attr(std::string_view name, const std::vector<int64_t>& values) {
+  onnx::AttributeProto a;
+  a.set_name(std::string(name));
+  a.set_type(onnx::AttributeProto::INTS);
+  for (int64_t v : values) a.add_ints(v);
+  return a;
+}
+
+onnx::AttributeProto int_attr(std::string_view name, int64_t value) {
+  onnx::AttributeProto a;
+  a.set_name(std::string(name));
+  a.set_type(onnx::AttributeProto::INT);
+  a.set_i(value);
+  return a;
 }
 
 namespace {

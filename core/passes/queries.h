@@ -46,12 +46,19 @@ bool single_use(const ir::Value* v);
 // The live producer of `v` if it is op `op` of the ONNX domain in the same graph as `v`'s
 // readers can see, else nullptr.
 ir::Node* producer(const ir::Value* v, std::string_view op);
+// The producer of `v` if it is op `op` at the same opset as `n`, with one output, in n's graph:
+// the inner node of a chain n(op(x)) that folds into one node.
+ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node& n);
 // The only node reading `v` (nullptr unless single_use).
 ir::Node* only_reader(const ir::Value* v);
 
 // True if every attribute of `n` is named in `known`. An attribute outside it may change the
 // meaning of the node (or come from an op version the pass does not reason about).
 bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known);
+// An INTS attribute named `name` holding `values`, for rewrites that set one.
+onnx::AttributeProto ints_attr(std::string_view name, const std::vector<int64_t>& values);
+// An INT attribute named `name` holding `value`.
+onnx::AttributeProto int_attr(std::string_view name, int64_t value);
 
 // Ops whose result may differ between two runs on the same inputs: the random generators, and
 // Dropout unless it runs in inference mode (is_test=1 before opset 7, always in 7-11, and a

@@ -101,13 +101,15 @@ bool Rewriter::erase(ir::Node* node) {
     if (out && out->use_count() > 0) return false;
   const std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().end());
   node->graph()->remove_node(node);
-  for (ir::Value* v : inputs) {
-    if (!v || v->dead()) continue;
-    erase_if_unused(v);
-    // Its producer may now have a single reader, or none.
-    if (!v->dead()) touch(v->producer());
-  }
+  for (ir::Value* v : inputs) lost_reader(v);
   return true;
+}
+
+void Rewriter::lost_reader(ir::Value* v) {
+  if (!v || v->dead()) return;
+  erase_if_unused(v);
+  // Its producer may now have a single reader, or none.
+  if (!v->dead()) touch(v->producer());
 }
 
 void Rewriter::erase_if_unused(ir::Value* v) {
@@ -152,10 +154,7 @@ void Rewriter::set_input(ir::Node* node, size_t index, ir::Value* v) {
   node->set_input(index, v);
   touch(node);
   touch_readers(node->output(0));
-  if (old && !old->dead()) {
-    erase_if_unused(old);
-    if (!old->dead()) touch(old->producer());
-  }
+  lost_reader(old);
 }
 
 void Rewriter::set_inputs(ir::Node* node, const std::vector<ir::Value*>& inputs) {
@@ -164,11 +163,7 @@ void Rewriter::set_inputs(ir::Node* node, const std::vector<ir::Value*>& inputs)
   node->truncate_inputs(inputs.size());
   touch(node);
   touch_readers(node->output(0));
-  for (ir::Value* v : old) {
-    if (!v || v->dead()) continue;
-    erase_if_unused(v);
-    if (!v->dead()) touch(v->producer());
-  }
+  for (ir::Value* v : old) lost_reader(v);
 }
 
 bool Rewriter::replace_with_constant(ir::Node* node, onnx::TensorProto tensor) {

@@ -84,6 +84,8 @@ class Rewriter {
     if (on_touch && n && !n->dead()) on_touch(n);
   }
   void touch_readers(const ir::Value* v);
+  // `v` lost a reader: erased if now unused (erase_if_unused), else its producer is touched.
+  void lost_reader(ir::Value* v);
   ir::Model& model_;
   // Nodes this rewriter added: a value they compute takes the name of the value it replaces.
   std::unordered_set<const ir::Node*> added_;

@@ -32,7 +32,8 @@ RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules) {
     queued.erase(n);
     if (n->dead()) continue;
     const bool onnx_domain = n->is_onnx_domain();
-    for (const Rule* r : by_op[n->op_type()]) {
+    const auto candidates = by_op.find(n->op_type());  // there: push() queues only these ops
+    for (const Rule* r : candidates->second) {
       if (r->domain.empty() ? !onnx_domain : n->domain() != r->domain) continue;
       const int64_t opset = n->opset();
       if (opset < r->min_opset || opset > r->max_opset) continue;

@@ -80,14 +80,6 @@ bool is_signed_or_float(int32_t t) {
          t == TensorProto::DOUBLE;
 }
 
-// The producer of `v` if it is op `op` at the same opset as `n`, with one output, in n's graph.
-ir::Node* same_op_producer(const ir::Value* v, std::string_view op, const ir::Node& n) {
-  ir::Node* p = producer(v, op);
-  if (!p || p->opset() != n.opset() || p->outputs().size() != 1 || p->graph() != n.graph())
-    return nullptr;
-  return p;
-}
-
 // Binary arithmetic from opset 7 on (numpy broadcasting, no broadcast/axis attributes).
 bool plain_binary(const ir::Node& n) {
   return n.opset() >= 7 && n.attributes().empty() && n.inputs().size() == 2 && n.input(0) &&
@@ -104,7 +96,7 @@ bool push_down(ir::Node& n, Rewriter& rw) {
     ir::Value* c1 = n.input(side);
     ir::Value* t = n.input(1 - side);
     if (!is_constant_value(c1) || is_constant_value(t)) continue;
-    ir::Node* inner = same_op_producer(t, n.op_type(), n);
+    ir::Node* inner = chain_producer(t, n.op_type(), n);
     if (!inner || !plain_binary(*inner) || !single_use(t)) continue;
     for (int inner_side = 0; inner_side < 2; ++inner_side) {
       ir::Value* c2 = inner->input(inner_side);
@@ -260,7 +252,7 @@ bool merge_concat(ir::Node& n, Rewriter& rw) {
 bool inverse_pair(ir::Node& n, Rewriter& rw) {
   if (n.inputs().size() != 1 || !n.attributes().empty() || n.outputs().size() != 1) return false;
   if (n.is("Neg") && n.opset() < 6) return false;  // consumed_inputs era
-  ir::Node* inner = same_op_producer(n.input(0), n.op_type(), n);
+  ir::Node* inner = chain_producer(n.input(0), n.op_type(), n);
   if (!inner || inner->inputs().size() != 1 || !inner->attributes().empty() || !inner->input(0))
     return false;
   return rw.replace_node(&n, {inner->input(0)}, /*allow_identity=*/false);

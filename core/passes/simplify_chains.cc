@@ -16,22 +16,6 @@ namespace {
 
 using onnx::TensorProto;
 
-// The producer of `v` if it is op `op` at the same opset as `n`, with one output, in n's graph.
-ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node& n) {
-  ir::Node* p = producer(v, op);
-  if (!p || p->opset() != n.opset() || p->outputs().size() != 1 || p->graph() != n.graph())
-    return nullptr;
-  return p;
-}
-
-onnx::AttributeProto ints_attr(const char* name, const std::vector<int64_t>& values) {
-  onnx::AttributeProto a;
-  a.set_name(name);
-  a.set_type(onnx::AttributeProto::INTS);
-  for (int64_t v : values) a.add_ints(v);
-  return a;
-}
-
 // The permutation of a Transpose; without a perm attribute the axes are reversed, which needs
 // the rank: the known one, else `rank_hint`.
 std::optional<std::vector<int64_t>> transpose_perm(const ir::Node& n,

@@ -272,6 +272,7 @@ absl::Status softmax_impl(KernelContext& ctx, bool log) {
   const int64_t len = coerce_2d ? product(d, axis, rank) : d[axis];
   const int64_t inner = coerce_2d ? 1 : product(d, axis + 1, rank);
   NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), d));
+  if (y->size() == 0) return absl::OkStatus();  // no rows (and no buffer to offset into)
   Scratch<double> v = to_doubles(*x);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
