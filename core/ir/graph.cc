@@ -290,7 +290,15 @@ void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
   }
 }
 
-void Graph::remove_node(Node* node) {
+bool Graph::remove_node(Node* node) {
+  if (node->dead_) return true;
+  for (const Value* out : node->outputs_)
+    if (out && (!out->uses_.empty() || !out->output_refs_.empty())) return false;
+  detach_node(node);
+  return true;
+}
+
+void Graph::detach_node(Node* node) {
   model_->touch();
   if (node->dead_) return;
   // Detach uses held by nested subgraph nodes and outputs first (they may capture outer values).
@@ -302,7 +310,7 @@ void Graph::remove_node(Node* node) {
           std::remove_if(refs.begin(), refs.end(), [g](const auto& r) { return r.first == g; }),
           refs.end());
     }
-    for (Node* inner : g->nodes()) g->remove_node(inner);
+    for (Node* inner : g->nodes()) g->detach_node(inner);
   }
   for (size_t i = 0; i < node->inputs_.size(); ++i)
     if (node->inputs_[i]) node->inputs_[i]->remove_use(node, static_cast<int>(i));
@@ -310,8 +318,7 @@ void Graph::remove_node(Node* node) {
     if (!out) continue;
     out->producer_ = nullptr;
     out->producer_index_ = -1;
-    // An output still in use keeps existing without a producer: verify() reports it, and the
-    // pipeline rolls the pass back.
+    // Only a dying subgraph's values can still be read here (by its own dying nodes).
     if (out->uses_.empty() && out->output_refs_.empty()) remove_value(out);
   }
   node->dead_ = true;

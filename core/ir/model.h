@@ -232,8 +232,10 @@ class Graph {
   // Turns `value` (owned by this graph) into an initializer holding `tensor`. If a node produced
   // it, that node's slot gets a fresh unused value.
   void make_initializer(Value* value, onnx::TensorProto tensor);
-  // Detaches a node from its inputs; its outputs must have no uses left (they are removed).
-  void remove_node(Node* node);
+  // Detaches a node from its inputs and removes its outputs. Refuses (false, nothing changed)
+  // while any output is read by a node or is a graph output: no used value is ever left
+  // without a producer. Redirect the readers first (or use Rewriter, which does).
+  bool remove_node(Node* node);
   // Removes a value that nobody uses or produces (e.g. an unused initializer).
   void remove_value(Value* value);
   // Redirects every use of `from` (node inputs anywhere in scope) to `to`. Graph outputs are
@@ -268,6 +270,8 @@ class Graph {
   friend class Value;
   friend void save_function(Function& fn, onnx::FunctionProto* out, bool move_tensors);
   Value* new_value(std::string name);
+  // remove_node without the check: for the nodes of a subgraph that dies with its owner.
+  void detach_node(Node* node);
   absl::Status topo_sort();
   void compact();
   void save(onnx::GraphProto* out, bool move_tensors);

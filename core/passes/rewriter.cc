@@ -100,7 +100,7 @@ bool Rewriter::erase(ir::Node* node) {
   for (const ir::Value* out : node->outputs())
     if (out && out->use_count() > 0) return false;
   const std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().end());
-  node->graph()->remove_node(node);
+  if (!node->graph()->remove_node(node)) return false;  // not reached: uses checked above
   for (ir::Value* v : inputs) lost_reader(v);
   return true;
 }

@@ -455,8 +455,9 @@ TEST(InlineConstantIf, OldIrVersionsGetConstantNodesForBranchInitializers) {
     if (sub.attr_name == "then_branch") then_g = sub.graph.get();
   ASSERT_TRUE(then_g);
   ir::Value* two = then_g->find_local("two");
-  then_g->remove_node(two->producer());
+  ir::Node* two_constant = two->producer();
   then_g->make_initializer(two, ir::make_float_tensor(onnx::TensorProto::FLOAT, {2}, {2, 2}));
+  ASSERT_TRUE(then_g->remove_node(two_constant));
   ASSERT_TRUE(model->finalize().ok());
 
   auto result = run_pass_checked(*model, "inline_constant_if");

@@ -171,5 +171,40 @@ TEST(Rewriter, NewNodesAreNamedAfterTheNodeTheyReplace) {
   EXPECT_EQ(g.find_local("y")->producer(), abs);
 }
 
+// Below the rewriter: Graph::remove_node itself refuses a node whose output is still read (by a
+// node, including one inside a subgraph capturing it, or as a graph output), so no edit can
+// leave a used value without a producer.
+TEST(Graph, RemoveNodeRefusesWhileAnOutputIsUsed) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x, bool c) => (float[2] y, float[2] z) {
+      n = Neg (x)
+      y = Abs (n)
+      cap = Relu (x)
+      z = If (c) <
+        then_branch = t () => (float[2] a) { a = Neg (cap) },
+        else_branch = e () => (float[2] b) { b = Abs (cap) }
+      >
+    }
+  )");
+  ASSERT_TRUE(model);
+  ir::Graph& g = model->graph();
+  const std::string before = model->to_proto().SerializeAsString();
+  EXPECT_FALSE(g.remove_node(g.find_local("n")->producer()));    // read by Abs
+  EXPECT_FALSE(g.remove_node(g.find_local("y")->producer()));    // a graph output
+  EXPECT_FALSE(g.remove_node(g.find_local("cap")->producer()));  // captured by the branches
+  EXPECT_EQ(model->to_proto().SerializeAsString(), before);
+  ASSERT_TRUE(model->verify().ok());
+  // Once nothing reads it, it goes, and takes its unused outputs along.
+  ir::Node* if_node = g.find_local("z")->producer();
+  ir::Node* other = g.add_node("Neg", {g.find_local("x")}, {"z2"});
+  g.move_output_name(other, 0, g.find_local("z"));
+  EXPECT_TRUE(g.remove_node(if_node));
+  EXPECT_TRUE(g.remove_node(g.find_local("cap")->producer()));
+  EXPECT_EQ(g.find_local("cap"), nullptr);
+  ASSERT_TRUE(model->finalize().ok());
+  EXPECT_TRUE(model->verify().ok());
+}
+
 }  // namespace
 }  // namespace graft::testing
