@@ -106,6 +106,7 @@ nlohmann::json to_json(const RunSummary& run) {
           {"initializer_bytes_before", r.bytes_before},
           {"initializer_bytes_after", r.bytes_after},
           {"checker_note", r.checker_note},
+          {"value_info_refined", r.value_info_refined},
           {"verification", verification_json(r.verification)},
           {"server", run.server},
           {"cache_hit", run.cache_hit},

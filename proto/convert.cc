@@ -210,6 +210,7 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
   out->set_initializer_bytes_before(r.bytes_before);
   out->set_initializer_bytes_after(r.bytes_after);
   out->set_checker_note(r.checker_note);
+  out->set_value_info_refined(r.value_info_refined);
   out->set_pipeline_seconds(r.seconds);
   const VerificationReport& v = r.verification;
   if (v.requested) {
@@ -260,6 +261,7 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
   r.bytes_before = in.initializer_bytes_before();
   r.bytes_after = in.initializer_bytes_after();
   r.checker_note = in.checker_note();
+  r.value_info_refined = in.value_info_refined();
   r.seconds = in.pipeline_seconds();
   const v1::Verification& v = in.verification();
   if (v.status() != v1::Verification::NOT_REQUESTED) {

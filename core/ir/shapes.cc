@@ -379,6 +379,27 @@ void FactEngine::compute(const Node& n, uint64_t gen) {
 
 const TensorFact& fact_of(const Value& v) { return FactEngine::get(&v); }
 
+int refine_value_info(Model& model) {
+  int refined = 0;
+  for (Graph* g : model.all_graphs()) {
+    for (Node* n : g->nodes()) {
+      for (Value* v : n->outputs()) {
+        const onnx::ValueInfoProto* info = v ? v->value_info() : nullptr;
+        if (!info || !info->has_type() || !info->type().has_tensor_type()) continue;
+        const TensorFact declared = TensorFact::from_type(info->type());
+        bool conflict = false;
+        const TensorFact merged = merge_facts(declared, v->fact(), &conflict);
+        if (conflict || merged == declared) continue;
+        onnx::TypeProto type = info->type();  // keeps denotations and the like
+        merged.to_type(&type);
+        v->set_type(type);
+        ++refined;
+      }
+    }
+  }
+  return refined;
+}
+
 bool Model::shape_inference_ok() {
   if (!inference_done_) FactEngine::run_inference(*this);
   return inference_ok_;

@@ -90,6 +90,12 @@ bool libonnx_knows(const Model& model);
 // of unknown values), so it is not run on such models.
 bool has_huge_shape_tensor(const Model& model);
 
+// Writes what the facts add into the value_info entries the model already has (an element type
+// or dims they leave unknown), never creating an entry or changing a known part, so a model that
+// had none keeps none and a round trip without rewrites is unchanged. Entries whose fact
+// contradicts them are left as they are. Returns the number of entries refined.
+int refine_value_info(Model& model);
+
 // Value::fact()'s implementation.
 class Value;
 const TensorFact& fact_of(const Value& v);

@@ -465,6 +465,9 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
     }
   }
   for (auto& slot : slots) report.passes.push_back(std::move(slot.stats));
+  // What the passes learnt about shapes goes into the value_info the model had; a model no
+  // pass changed is returned as it came.
+  if (step > 0) report.value_info_refined = ir::refine_value_info(*model);
   report.nodes_after = model->total_nodes();
   report.bytes_after = model->initializer_bytes();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();

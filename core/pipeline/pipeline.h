@@ -69,6 +69,8 @@ struct PipelineReport {
   uint64_t bytes_before = 0, bytes_after = 0;
   double seconds = 0;
   std::string checker_note;  // why ONNX checking was skipped, if it was asked for and skipped
+  // value_info entries given an element type or dims they lacked (ir::refine_value_info).
+  int value_info_refined = 0;
   VerificationReport verification;
 };
 

@@ -495,5 +495,60 @@ TEST(Pipeline, HugeShapeTensorsDoNotReachLibonnxInference) {
   EXPECT_EQ(model->graph().find_local("c"), nullptr);
 }
 
+// What the facts know goes back into the value_info entries the input had, and only there.
+std::unique_ptr<ir::Model> with_shapeless_info(const char* text, std::vector<std::string> names) {
+  auto parsed = parse_text(text);
+  onnx::ModelProto proto = parsed->to_proto();
+  for (const std::string& name : names) {
+    auto* vi = proto.mutable_graph()->add_value_info();
+    vi->set_name(name);
+    vi->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  }
+  auto model = ir::Model::from_proto(std::move(proto));
+  EXPECT_TRUE(model.ok()) << model.status();
+  return std::move(*model);
+}
+
+const onnx::ValueInfoProto* find_info(const onnx::ModelProto& m, const std::string& name) {
+  for (const auto& vi : m.graph().value_info())
+    if (vi.name() == name) return &vi;
+  return nullptr;
+}
+
+TEST(Pipeline, ValueInfoTheInputHadIsRefinedFromFacts) {
+  auto model = with_shapeless_info(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2, 3] x) => (float[2, 3] y) {
+      a = Relu (x)
+      b = Identity (a)
+      y = Neg (b)
+    }
+  )", {"a"});
+  auto report = run_pipeline(model, test_pipeline_config());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->value_info_refined, 1);
+  const onnx::ModelProto out = model->to_proto();
+  const onnx::ValueInfoProto* a = find_info(out, "a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(ir::TensorFact::from_type(a->type()).to_string(), "FLOAT[2,3]");
+  EXPECT_EQ(out.graph().value_info_size(), 1);  // no entry is created for anything else
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(Pipeline, ValueInfoOfAModelNoPassChangedIsLeftAsItCame) {
+  auto model = with_shapeless_info(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2, 3] x) => (float[2, 3] y) {
+      a = Relu (x)
+      y = Neg (a)
+    }
+  )", {"a"});
+  const std::string before = model->to_proto().SerializeAsString();
+  auto report = run_pipeline(model, test_pipeline_config());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->value_info_refined, 0);
+  EXPECT_EQ(model->to_proto().SerializeAsString(), before);
+}
+
 }  // namespace
 }  // namespace graft::testing
