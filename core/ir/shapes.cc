@@ -281,7 +281,6 @@ void FactEngine::assign(Graph& g, const onnx::GraphProto& gp) {
 
 const TensorFact& FactEngine::get(const Value* v) {
   Model* m = v->owner()->model();
-  if (!m->inference_done_) run_inference(*m);
   const uint64_t gen = m->generation();
   if (fresh(v, gen)) return v->fact_;
   // Depth-first over the stale values `v` depends on, without recursion (chains can be long).
@@ -365,6 +364,10 @@ void FactEngine::compute(const Node& n, uint64_t gen) {
     Value* o = n.outputs()[i];
     if (!o) continue;
     TensorFact inferred = rule_fact(n, i);
+    // libonnx's inference runs (once, over the whole model) only when Graft's rules leave a fact
+    // incomplete: on models the rules cover, it is never paid for.
+    Model& m = *n.graph()->model();
+    if (!inferred.complete() && !m.inference_done_) run_inference(m);
     // Two inferences disagreeing: trust neither where they do (merge_facts leaves those dims
     // unknown).
     if (o->inferred_) inferred = merge_facts(*o->inferred_, inferred, nullptr);

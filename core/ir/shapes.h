@@ -6,8 +6,8 @@
 // Sources, combined per value (Value::fact()):
 //  - declarations: value_info, graph input/output types, initializer tensors;
 //  - ONNX shape inference (libonnx) over the main graph and, through If, its branches — run
-//    lazily on a data-less copy the first time a fact is asked, and again after
-//    Model::refresh_shape_inference(). Loop and Scan bodies are not taken from it: a loop-carried
+//    on a data-less copy the first time Graft's rules leave a fact incomplete (so never on a
+//    model the rules cover), and again after Model::refresh_shape_inference(). Loop and Scan bodies are not taken from it: a loop-carried
 //    value may change shape between iterations, which its inference ignores;
 //  - Graft's own rules (shapes.cc): element type and shape of the common ops from their inputs'
 //    facts and constant operands, in every graph and for opsets newer than libonnx knows.

@@ -35,6 +35,12 @@ struct FloatConstant {
   std::vector<double> values;
 };
 std::optional<FloatConstant> float_constant(const ir::Value* v);
+// The type and dims of such a constant without decoding its values (cheap on large weights).
+struct FloatConstantType {
+  int32_t dtype = 0;
+  std::vector<int64_t> dims;
+};
+std::optional<FloatConstantType> float_constant_type(const ir::Value* v);
 // A constant scalar (any element count of 1) as a double.
 std::optional<double> constant_scalar(const ir::Value* v);
 

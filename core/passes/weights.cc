@@ -17,7 +17,7 @@ bool read_conv(LinearOp& op) {
                                        "strides"}))
     return false;
   if (n.inputs().size() < 2 || n.inputs().size() > 3) return false;
-  auto w = float_constant(n.input(1));
+  auto w = float_constant_type(n.input(1));
   if (!w || w->dims.size() < 3) return false;
   const int64_t group = n.attr_int("group", 1);
   if (group < 1) return false;
@@ -51,7 +51,7 @@ bool read_gemm(LinearOp& op) {
     if (n.attr(name) && !n.attr(name)->has_f()) return false;
   for (const char* name : {"transA", "transB"})
     if (n.attr(name) && !n.attr(name)->has_i()) return false;
-  auto b = float_constant(n.input(1));
+  auto b = float_constant_type(n.input(1));
   if (!b || b->dims.size() != 2) return false;
   const int64_t cols = n.attr_int("transB", 0) ? b->dims[0] : b->dims[1];
   if (cols <= 0) return false;
@@ -77,7 +77,7 @@ bool read_matmul(LinearOp& op) {
   // With a higher-rank A the output's channel axis is still W's columns, but Gemm (which the
   // folded MatMul becomes) only takes 2-D operands.
   if (n.input(0)->rank() != 2) return false;
-  auto w = float_constant(n.input(1));
+  auto w = float_constant_type(n.input(1));
   if (!w || w->dims.size() != 2 || w->dims[1] <= 0) return false;
   const int32_t a_type = n.input(0)->elem_type();
   if (a_type != 0 && a_type != w->dtype) return false;
@@ -139,13 +139,21 @@ std::optional<std::vector<double>> per_channel(const LinearOp& op, const ir::Val
 
 ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vector<double>& scale,
                                const std::vector<double>& shift) {
-  const FloatConstant& w = op.weight;
+  const FloatConstantType& w = op.weight;
   const int64_t channels = op.channels;
   auto shift_of = [&](int64_t c) { return shift.empty() ? 0.0 : shift[static_cast<size_t>(c)]; };
-  std::vector<double> weight = w.values;
+  ir::Node& n = *op.node;
+  // A pure shift leaves the weights as they are (and does not decode them).
+  bool unit = true;
+  for (double s : scale) unit = unit && s == 1.0;
+  std::vector<double> weight;
+  if (!unit) {
+    auto values = float_constant(n.input(1));
+    if (!values || values->dims != w.dims) return nullptr;
+    weight = std::move(values->values);
+  }
   std::vector<double> bias;
   std::vector<int64_t> bias_dims{channels};
-  ir::Node& n = *op.node;
   if (op.kind == LinearOp::kConv || op.kind == LinearOp::kConvTranspose) {
     int64_t window = 1;  // elements per W[i, j] (the kernel window)
     for (size_t d = 2; d < w.dims.size(); ++d) window *= w.dims[d];
@@ -170,10 +178,11 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
     // Y = alpha * A' * B' + beta * C; channel n is column n of B' (row n of B when transB) and
     // column n of beta * C. beta goes into the new C, so the Gemm's beta becomes 1.
     const bool trans_b = n.attr_int("transB", 0) != 0;
-    for (int64_t r = 0; r < w.dims[0]; ++r)
-      for (int64_t col = 0; col < w.dims[1]; ++col)
-        weight[static_cast<size_t>(r * w.dims[1] + col)] *=
-            scale[static_cast<size_t>(trans_b ? r : col)];
+    if (!weight.empty())
+      for (int64_t r = 0; r < w.dims[0]; ++r)
+        for (int64_t col = 0; col < w.dims[1]; ++col)
+          weight[static_cast<size_t>(r * w.dims[1] + col)] *=
+              scale[static_cast<size_t>(trans_b ? r : col)];
     const double beta = n.attr_float("beta", 1.0f);
     int64_t c_rows = 1, c_cols = 1;
     if (op.bias) {
@@ -202,9 +211,6 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
   ir::Graph& g = *n.graph();
   ir::Value* old_w = n.input(1);
   ir::Value* old_b = n.input(2);
-  // A pure shift leaves the weights as they are.
-  bool unit = true;
-  for (double s : scale) unit = unit && s == 1.0;
   ir::Value* new_w =
       unit ? old_w
            : rw.add_constant(g, ir::make_float_tensor(w.dtype, w.dims, weight),

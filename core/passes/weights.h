@@ -19,7 +19,9 @@ struct LinearOp {
   enum Kind { kConv, kConvTranspose, kGemm, kMatMul };
   ir::Node* node = nullptr;
   Kind kind = kConv;
-  FloatConstant weight;                // W (Conv, ConvTranspose), B (Gemm, MatMul)
+  // W (Conv, ConvTranspose), B (Gemm, MatMul): type and dims only; the values are decoded when
+  // a fold scales them (a pure shift never reads them: weights can be hundreds of MiB).
+  FloatConstantType weight;
   std::optional<FloatConstant> bias;   // Conv's B, Gemm's C
   int64_t channels = 0;                // output channels
   int64_t output_rank = 0;             // rank of the op's output
