@@ -104,6 +104,9 @@ bool scale_or_shift(ir::Node& n, Rewriter& rw) {
   for (int side = 0; side < 2; ++side) {
     auto op = linear_producer(n.input(side), n);
     if (!op) continue;
+    // MatMul + Add is fuse_matmul_add's: it reuses the bias constant as Gemm's C, where a fold
+    // would write a copy for dedup_initializers to merge in one more pipeline round.
+    if (op->kind == LinearOp::kMatMul && n.op_type() == "Add") continue;
     auto c = per_channel(*op, n.input(1 - side));
     if (!c) continue;
     if (n.op_type() == "Mul") return fold(rw, n, *op, *c, {});
@@ -129,7 +132,7 @@ PassInfo fuse_conv_batchnorm_pass() {
           .level = 2,
           .description =
               "fold inference BatchNormalization, and Mul or Add of a per-channel constant, into a "
-              "preceding Conv/ConvTranspose/Gemm/MatMul",
+              "preceding Conv/ConvTranspose/Gemm/MatMul (MatMul + Add is fuse_matmul_add's)",
           .options = {},
           .create = make_fuse_conv_batchnorm};
 }

@@ -436,8 +436,10 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
         "graft_model_bytes_out_total", "graft_build_info"})
     EXPECT_NE(text.find("# TYPE " + std::string(family) + " "), std::string::npos) << family;
   EXPECT_GT(metric(metrics, "graft_model_bytes_in_total"), 500000);
-  // 35 BatchNormalizations and one per-channel Add folded into the node before them.
-  EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 36);
+  // 35 BatchNormalizations folded into the Conv before them; the MatMul + Add of the classifier
+  // head becomes a Gemm.
+  EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
+  EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_matmul_add\"}"), 1);
   // No high-cardinality labels: never a digest.
   EXPECT_EQ(std::regex_search(text, std::regex("[0-9a-f]{32}")), false);
 }
