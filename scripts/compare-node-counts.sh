@@ -20,7 +20,7 @@ run() {
     echo "error $code"
     return
   fi
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1]));
+  /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1]));
 print(r["nodes_after"], r["verification"]["status"])' "$tmp/r.json"
 }
 

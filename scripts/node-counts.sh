@@ -16,7 +16,7 @@ no_fold=$(echo "$o2" | tr , '\n' | grep -vxF -f <(echo "$folding" | tr , '\n') |
 count() {
   "$graft" optimize --local -q --passes "$2" --verify "$1" --report "$tmp/r.json" ||
     return 1
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1]));
+  /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1]));
 print(r["nodes_before"], r["nodes_after"], r["verification"]["status"])' "$tmp/r.json"
 }
 
