@@ -482,5 +482,31 @@ TEST(HostileModels, EveryRegisteredOpSurvivesEmptyTensors) {
   EXPECT_GT(succeeded, 2000);  // most ops accept empty tensors; the sweep must reach the kernels
 }
 
+// kernel_fuzzer: Pow of an int64 base with a float exponent converted 2^63 (which is what the
+// int64 maximum rounds to as a double) back to int64, undefined behaviour. Results out of the
+// integer type's range are its minimum, like the integer power's wrap-free convention; 2^62 is
+// still exact.
+TEST(HostileModels, IntegerPowJustPastTheRangeIsNotConvertedUndefined) {
+  auto model = load_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[2] x, float[2] e) => (int64[2] y) { y = Pow (x, e) }
+  )");
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::map<std::string, eval::Tensor> feeds;
+  auto x = eval::Tensor::zeros(TensorProto::INT64, {2}, 64);
+  auto e = eval::Tensor::zeros(TensorProto::FLOAT, {2}, 64);
+  ASSERT_TRUE(x.ok() && e.ok());
+  x->set_double(0, 2);
+  x->set_double(1, 2);
+  e->set_double(0, 63);
+  e->set_double(1, 62);
+  feeds.emplace("x", std::move(*x));
+  feeds.emplace("e", std::move(*e));
+  auto out = eval::run_model(**model, feeds, eval::Limits{});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].get_int64(0), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ((*out)[0].get_int64(1), int64_t{1} << 62);
+}
+
 }  // namespace
 }  // namespace graft::testing

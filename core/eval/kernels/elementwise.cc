@@ -405,8 +405,10 @@ void register_arithmetic() {
           } else {
             double v = std::pow(static_cast<double>(x), static_cast<double>(e));
             if constexpr (kIsInt<A>) {
+              // max() + 1 is a power of two, exact as a double (max() itself rounds up to it
+              // for 64 bits, where `v <= max()` let 2^63 through to an undefined conversion).
               if (!(v >= static_cast<double>(std::numeric_limits<A>::min()) &&
-                    v <= static_cast<double>(std::numeric_limits<A>::max()))) {
+                    v < static_cast<double>(std::numeric_limits<A>::max()) + 1.0)) {
                 return std::numeric_limits<A>::min();
               }
             }
