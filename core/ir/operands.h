@@ -1,7 +1,8 @@
 // Whether a node's inputs and attributes fit its operator's ONNX schema: every required input is
 // present (not past the end, not an empty name), variadic inputs have no holes, the count is
-// within the schema's bounds, and every required attribute is there with its type. Kernels and passes rely on required inputs being there; a model that omits one
-// is not valid ONNX, whatever the op.
+// within the schema's bounds, and every required attribute is there with its type. Kernels and
+// passes rely on required inputs being there; a model that omits one is not valid ONNX, whatever
+// the op.
 #pragma once
 
 #include <absl/status/status.h>

@@ -17,12 +17,11 @@ std::optional<eval::Tensor> constant_tensor(const ir::Value* v, uint64_t max_byt
 }
 
 std::optional<FloatConstant> float_constant(const ir::Value* v) {
-  const TensorProto* t = constant_proto(v);
-  if (!t || !is_ieee_float(t->data_type())) return std::nullopt;
-  auto values = ir::read_doubles(*t);
+  auto type = float_constant_type(v);
+  if (!type) return std::nullopt;
+  auto values = ir::read_doubles(*constant_proto(v));
   if (!values) return std::nullopt;  // a malformed payload
-  return FloatConstant{t->data_type(), std::vector<int64_t>(t->dims().begin(), t->dims().end()),
-                       std::move(*values)};
+  return FloatConstant{type->dtype, std::move(type->dims), std::move(*values)};
 }
 
 std::optional<FloatConstantType> float_constant_type(const ir::Value* v) {
