@@ -487,13 +487,31 @@ int main(int argc, char** argv) {
       std::ofstream(argv[i + 2], std::ios::binary)
           .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
       return 0;
+    } else if (arg == "--profile" && i + 2 < argc) {
+      // For perf: only load + O2 pipeline + save of one model, REPS times in this process.
+      std::string bytes = read_file(argv[i + 1]);
+      const int reps = std::max(1, std::atoi(argv[i + 2]));
+      Result r = measure(fs::path(argv[i + 1]).filename().string(), bytes, reps);
+      if (!r.error.empty()) {
+        std::fprintf(stderr, "%s\n", r.error.c_str());
+        return 1;
+      }
+      std::printf("%s: %d reps, median load %.2f ms, pipeline %.2f ms, save %.2f ms, floor %.2f ms, "
+                  "ratio %.2f, nodes %zu -> %zu\n",
+                  r.name.c_str(), reps, ms(r.load), ms(r.pipeline), ms(r.save), ms(r.floor),
+                  r.ratio(), r.nodes_in, r.nodes_out);
+      for (const auto& p : r.passes)  // the last repetition's
+        std::printf("  %-22s %8.3f ms\n", p.name.c_str(), p.seconds * 1e3);
+      return 0;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--chain-budget SECONDS] | --write-chain NODES FILE\n"
+                   "usage: %s [--quick] [--chain-budget SECONDS] | --write-chain NODES FILE"
+                   " | --profile MODEL REPS\n"
                    "  Times Graft (load + O2 pipeline + save) against protobuf parse + serialize\n"
                    "  of the same bytes. --quick uses tiny sizes (CI smoke run).\n"
                    "  --chain-budget: skip a chain size whose single repetition is predicted to\n"
-                   "  take longer (default 240 s, 10 s with --quick); 0 stops after two sizes.\n",
+                   "  take longer (default 240 s, 10 s with --quick); 0 stops after two sizes.\n"
+                   "  --profile: only time MODEL, REPS times in this process (for perf).\n",
                    argv[0]);
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }

@@ -378,6 +378,7 @@ class Cloner {
       // Facts hold for the copy too (same structure, same generation).
       nv->fact_ = v->fact_;
       nv->fact_gen_ = v->fact_gen_;
+      nv->fact_exact_ = v->fact_exact_;
       if (v->inferred_) nv->inferred_ = std::make_unique<TensorFact>(*v->inferred_);
       v->twin_ = nv.get();
       d.values_.push_back(std::move(nv));

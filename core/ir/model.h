@@ -90,6 +90,7 @@ class Value {
   friend class Loader;
   friend class Cloner;
   friend class FactEngine;
+  friend bool fact_exact(const Value& v);
   // Forgets what is known of this value (its meaning changed in place).
   void drop_fact();
   // Use list maintenance in O(1): each node input slot remembers its entry's position.
@@ -112,6 +113,7 @@ class Value {
   mutable TensorFact fact_;               // see shapes.h
   mutable uint64_t fact_gen_ = 0;         // model generation fact_ was computed at; 0: never
   mutable bool fact_busy_ = false;        // on the stack of the fact computation
+  mutable bool fact_exact_ = false;       // libonnx's inference could not tell more (shapes.cc)
   std::unique_ptr<TensorFact> inferred_;  // from libonnx's inference, when it ran
   mutable size_t scratch_ = 0;     // per-algorithm counter (verification)
   mutable Value* twin_ = nullptr;  // the copy being made by a clone
@@ -353,10 +355,14 @@ class Model {
   // Runs libonnx's shape inference again at the next fact asked (e.g. after folding made more
   // operands constant).
   void refresh_shape_inference();
-  // Whether libonnx's inference ran on this model and succeeded (it does not know newer IR
-  // versions or opsets, and fails on models whose declarations contradict their operators):
-  // otherwise facts rest on declarations and Graft's rules alone.
-  bool shape_inference_ok();
+  // Facts from declarations and Graft's rules alone, from now on (tests compare the rules with
+  // libonnx's inference). facts_checked() becomes false.
+  void disable_shape_inference();
+  // Whether the facts computed so far rest only on graph-input declarations and checked
+  // inference: true until libonnx's inference was needed (Graft's rules left a fact incomplete)
+  // and failed (it does not know newer IR versions or opsets, and fails on models whose
+  // declarations contradict their operators); then facts rest on unchecked declarations.
+  bool facts_checked() const { return !inference_done_ || inference_ok_; }
   size_t total_nodes() const;          // all graphs, including subgraphs and functions
   uint64_t initializer_bytes() const;  // all graphs
 

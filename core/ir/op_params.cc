@@ -52,6 +52,29 @@ std::optional<std::vector<double>> constant_doubles(const Value* v) {
   return read_doubles(*t);
 }
 
+std::optional<int64_t> window_extent(int64_t in, int64_t kernel, int64_t stride,
+                                     int64_t dilation, int64_t pad_begin, int64_t pad_end,
+                                     const std::string& auto_pad, bool ceil_mode) {
+  if (in < 0 || kernel < 1 || stride < 1 || dilation < 1 || pad_begin < 0 || pad_end < 0)
+    return std::nullopt;
+  int64_t eff = 0;  // (kernel - 1) * dilation + 1
+  if (__builtin_mul_overflow(kernel - 1, dilation, &eff) || __builtin_add_overflow(eff, 1, &eff))
+    return std::nullopt;
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") return in / stride + (in % stride != 0);
+  int64_t num = in;
+  if (auto_pad == "NOTSET") {
+    if (__builtin_add_overflow(num, pad_begin, &num) || __builtin_add_overflow(num, pad_end, &num))
+      return std::nullopt;
+  } else if (auto_pad == "VALID") {
+    ceil_mode = false;
+  } else {
+    return std::nullopt;
+  }
+  num -= eff;
+  if (num < 0) return std::nullopt;
+  return (ceil_mode ? num / stride + (num % stride != 0) : num / stride) + 1;
+}
+
 std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank) return std::nullopt;
   return axis < 0 ? axis + rank : axis;

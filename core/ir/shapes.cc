@@ -193,6 +193,7 @@ class FactEngine {
     return v->fact_gen_ == gen || (v->fact_gen_ != 0 && v->fact_.complete());
   }
   static void deps(const Value* v, std::vector<const Value*>* out);
+  static void deps_of(const Node& n, std::vector<const Value*>* out);
   static void compute(const Node& n, uint64_t gen);
   static TensorFact source_fact(const Value* v);
 };
@@ -310,6 +311,7 @@ const TensorFact& FactEngine::get(const Value* v) {
       compute(*p, gen);
     } else {
       t->fact_ = source_fact(t);
+      t->fact_exact_ = true;  // a source: nothing but its declaration tells more
     }
     t->fact_gen_ = gen;
     t->fact_busy_ = false;
@@ -320,11 +322,13 @@ const TensorFact& FactEngine::get(const Value* v) {
 
 void FactEngine::deps(const Value* v, std::vector<const Value*>* out) {
   if (v->is_constant() || v->is_graph_input()) return;
-  const Node* p = v->producer();
-  if (!p) return;
-  for (const Value* in : p->inputs())
+  if (const Node* p = v->producer()) deps_of(*p, out);
+}
+
+void FactEngine::deps_of(const Node& n, std::vector<const Value*>* out) {
+  for (const Value* in : n.inputs())
     if (in) out->push_back(in);
-  for (const auto& sub : p->subgraphs())
+  for (const auto& sub : n.subgraphs())
     for (const auto& o : sub.graph->outputs()) out->push_back(o.value);
 }
 
@@ -357,17 +361,27 @@ TensorFact FactEngine::source_fact(const Value* v) {
   return declared;
 }
 
-TensorFact rule_fact(const Node& n, size_t output);  // below
+// Sets *partial where the rule could not tell all that libonnx might.
+TensorFact rule_fact(const Node& n, size_t output, bool* partial);  // below
 
 void FactEngine::compute(const Node& n, uint64_t gen) {
+  // A fact is exact when every rule on the way from the graph's sources told all it could:
+  // its unknown dims come from unknown or symbolic dims of sources, and libonnx would not know
+  // them either.
+  bool inputs_exact = true;
+  std::vector<const Value*> ins;
+  deps_of(n, &ins);
+  for (const Value* in : ins) inputs_exact = inputs_exact && in->fact_exact_;
   for (size_t i = 0; i < n.outputs().size(); ++i) {
     Value* o = n.outputs()[i];
     if (!o) continue;
-    TensorFact inferred = rule_fact(n, i);
+    bool partial = !inputs_exact;
+    TensorFact inferred = rule_fact(n, i, &partial);
     // libonnx's inference runs (once, over the whole model) only when Graft's rules leave a fact
-    // incomplete: on models the rules cover, it is never paid for.
+    // incomplete and may have missed something: on models the rules cover, it is never paid for.
     Model& m = *n.graph()->model();
-    if (!inferred.complete() && !m.inference_done_) run_inference(m);
+    if (partial && !inferred.complete() && !m.inference_done_) run_inference(m);
+    o->fact_exact_ = !partial || inferred.complete();
     // Two inferences disagreeing: trust neither where they do (merge_facts leaves those dims
     // unknown).
     if (o->inferred_) inferred = merge_facts(*o->inferred_, inferred, nullptr);
@@ -381,6 +395,11 @@ void FactEngine::compute(const Node& n, uint64_t gen) {
 }
 
 const TensorFact& fact_of(const Value& v) { return FactEngine::get(&v); }
+
+bool fact_exact(const Value& v) {
+  FactEngine::get(&v);
+  return v.fact_exact_;
+}
 
 int refine_value_info(Model& model) {
   int refined = 0;
@@ -403,9 +422,9 @@ int refine_value_info(Model& model) {
   return refined;
 }
 
-bool Model::shape_inference_ok() {
-  if (!inference_done_) FactEngine::run_inference(*this);
-  return inference_ok_;
+void Model::disable_shape_inference() {
+  refresh_shape_inference();
+  inference_done_ = true;
 }
 
 void Model::refresh_shape_inference() {
@@ -447,6 +466,23 @@ TensorFact with_type(TensorFact f, int32_t t) {
 // Ranks this large only come from crafted models (a declared shape tensor of a billion
 // entries); a fact is not worth allocating for them.
 constexpr int64_t kMaxRank = 1024;
+
+// What a rule returns where it cannot tell more than libonnx might (an operand that is not
+// constant, an op or attribute it does not know, an invalid model): marks the fact partial, so
+// that libonnx's inference is asked.
+TensorFact unknown(bool* partial) {
+  *partial = true;
+  return {};
+}
+
+// Where a rule's parameter operands are all constant (or it has none) and it still could not read
+// them, libonnx might: it reads initializers and Constant nodes (not computed values: Graft runs
+// it without data propagation).
+void may_know_more(const Node& n, bool* partial) {
+  for (size_t i = 1; i < n.inputs().size(); ++i)
+    if (n.input(i) && !constant_proto(n.input(i))) return;
+  *partial = true;
+}
 
 TensorFact rank_only(int32_t t, int64_t rank) {
   if (rank < 0 || rank > kMaxRank) return TensorFact{t, false, {}};
@@ -538,7 +574,7 @@ std::optional<int64_t> product(const std::vector<Dim>& dims, size_t begin, size_
   return element_count(v);
 }
 
-TensorFact reshape_fact(const Node& n, const TensorFact& x) {
+TensorFact reshape_fact(const Node& n, const TensorFact& x, bool* partial) {
   auto shape = constant_ints(n.input(1));
   if (n.opset() < 5) shape = n.attr_ints("shape");
   if (!shape) {
@@ -557,11 +593,11 @@ TensorFact reshape_fact(const Node& n, const TensorFact& x) {
       if (!x.has_rank || i >= x.dims.size()) return rank_only(x.elem_type, shape->size());
       dims.push_back(x.dims[i]);
     } else if (s == -1) {
-      if (minus_one >= 0) return TensorFact{x.elem_type, false, {}};
+      if (minus_one >= 0) return with_type(unknown(partial), x.elem_type);
       minus_one = static_cast<int>(i);
       dims.push_back(Dim{});
     } else if (s < 0) {
-      return TensorFact{x.elem_type, false, {}};
+      return with_type(unknown(partial), x.elem_type);
     } else {
       dims.push_back(Dim::of(s));
     }
@@ -578,19 +614,20 @@ TensorFact reshape_fact(const Node& n, const TensorFact& x) {
   return TensorFact::of_rank(x.elem_type, std::move(dims));
 }
 
-TensorFact slice_fact(const Node& n, const TensorFact& x) {
+TensorFact slice_fact(const Node& n, const TensorFact& x, bool* partial) {
   TensorFact out{x.elem_type, x.has_rank, {}};
   if (!x.has_rank) return out;
   const int64_t rank = static_cast<int64_t>(x.dims.size());
   auto p = slice_params(n);
   if (!p) {
+    may_know_more(n, partial);
     out.dims.assign(x.dims.size(), Dim{});
     return out;
   }
   out.dims = x.dims;
   for (size_t i = 0; i < p->starts.size(); ++i) {
     auto axis = normalize_axis(p->axes[i], rank);
-    if (!axis) return TensorFact{x.elem_type, false, {}};
+    if (!axis) return with_type(unknown(partial), x.elem_type);
     Dim& d = out.dims[static_cast<size_t>(*axis)];
     if (!d.known()) {
       d = Dim{};
@@ -636,7 +673,7 @@ TensorFact matmul_fact(const TensorFact& a, const TensorFact& b) {
   return out;
 }
 
-TensorFact reduce_fact(const Node& n, const TensorFact& x, int32_t elem_type) {
+TensorFact reduce_fact(const Node& n, const TensorFact& x, int32_t elem_type, bool* partial) {
   TensorFact out{elem_type, false, {}};
   if (!x.has_rank) return out;
   const int64_t rank = static_cast<int64_t>(x.dims.size());
@@ -647,7 +684,10 @@ TensorFact reduce_fact(const Node& n, const TensorFact& x, int32_t elem_type) {
     keepdims = n.attr_int("keepdims", 1) != 0;
   } else {
     auto p = reduce_params(n);
-    if (!p) return out;
+    if (!p) {
+      may_know_more(n, partial);
+      return out;
+    }
     if (!p->axes && p->noop_with_empty_axes) return with_type(x, elem_type);
     axes = p->axes;
     keepdims = p->keepdims;
@@ -655,7 +695,7 @@ TensorFact reduce_fact(const Node& n, const TensorFact& x, int32_t elem_type) {
   std::vector<bool> reduced(x.dims.size(), !axes.has_value());
   if (axes) {
     auto norm = normalize_axes(*axes, rank);
-    if (!norm) return out;
+    if (!norm) return with_type(unknown(partial), elem_type);
     for (int64_t a : *norm) reduced[static_cast<size_t>(a)] = true;
   }
   out.has_rank = true;
@@ -670,13 +710,13 @@ TensorFact reduce_fact(const Node& n, const TensorFact& x, int32_t elem_type) {
 
 }  // namespace
 
-TensorFact rule_fact(const Node& n, size_t output) {
-  if (!n.is_onnx_domain()) return {};
+TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
+  if (!n.is_onnx_domain()) return unknown(partial);
   const std::string& op = n.op_type();
   const TensorFact& x = in_fact(n, 0);
   if (op == "Constant") {
     const onnx::AttributeProto* a = n.attributes().empty() ? nullptr : &n.attributes()[0];
-    if (!a || n.attributes().size() != 1) return {};
+    if (!a || n.attributes().size() != 1) return unknown(partial);
     if (a->name() == "value" && a->has_t()) {
       std::vector<Dim> dims;
       for (int64_t d : a->t().dims()) dims.push_back(Dim::of(d));
@@ -688,17 +728,18 @@ TensorFact rule_fact(const Node& n, size_t output) {
       return TensorFact::of_rank(TensorProto::FLOAT, {Dim::of(a->floats_size())});
     if (a->name() == "value_ints")
       return TensorFact::of_rank(TensorProto::INT64, {Dim::of(a->ints_size())});
-    return {};
+    return unknown(partial);
   }
   if (op == "Dropout" && output == 1) {
     TensorFact mask = x;
     mask.elem_type = TensorProto::BOOL;
     return mask;
   }
-  if ((op == "BatchNormalization" || op == "LayerNormalization") && output > 0) return {};
+  if ((op == "BatchNormalization" || op == "LayerNormalization") && output > 0) return unknown(partial);
   if (same_as_input(op)) return output == 0 ? x : TensorFact{};
   if (op == "Cast") {
     auto to = cast_to(n);
+    if (!to) *partial = true;
     return with_type(x, to ? *to : 0);
   }
   if (op == "CastLike") return with_type(x, in_fact(n, 1).elem_type);
@@ -706,7 +747,7 @@ TensorFact rule_fact(const Node& n, size_t output) {
   if (broadcasting(op) || comparison(op) || op == "Where") {
     std::vector<const TensorFact*> ins;
     for (size_t i = 0; i < n.inputs().size(); ++i) ins.push_back(&in_fact(n, i));
-    if (ins.empty()) return {};
+    if (ins.empty()) return unknown(partial);
     int32_t t = comparison(op) ? TensorProto::BOOL
                                : (op == "Where" ? in_fact(n, 1).elem_type : x.elem_type);
     return broadcast(ins, t);
@@ -722,14 +763,14 @@ TensorFact rule_fact(const Node& n, size_t output) {
     return TensorFact::of_rank(TensorProto::INT64, {Dim::of(std::max<int64_t>(0, end - start))});
   }
   if (op == "Size") return TensorFact::of_rank(TensorProto::INT64, {});
-  if (op == "Reshape") return reshape_fact(n, x);
+  if (op == "Reshape") return reshape_fact(n, x, partial);
   if (op == "Flatten") {
     if (!x.has_rank) return TensorFact::of_rank(x.elem_type, {Dim{}, Dim{}});
     auto axis = n.attr_int("axis", 1);
     auto a = axis == static_cast<int64_t>(x.dims.size())
                  ? std::optional<int64_t>(axis)
                  : normalize_axis(axis, static_cast<int64_t>(x.dims.size()));
-    if (!a) return {};
+    if (!a) return unknown(partial);
     auto outer = product(x.dims, 0, static_cast<size_t>(*a));
     auto inner = product(x.dims, static_cast<size_t>(*a), x.dims.size());
     return TensorFact::of_rank(x.elem_type, {outer ? Dim::of(*outer) : Dim{},
@@ -744,26 +785,27 @@ TensorFact rule_fact(const Node& n, size_t output) {
     } else {
       for (size_t i = 0; i < rank; ++i) perm.push_back(static_cast<int64_t>(rank - 1 - i));
     }
-    if (perm.size() != rank) return {};
+    if (perm.size() != rank) return unknown(partial);
     std::vector<Dim> dims;
     for (int64_t p : perm) {
-      if (p < 0 || p >= static_cast<int64_t>(rank)) return {};
+      if (p < 0 || p >= static_cast<int64_t>(rank)) return unknown(partial);
       dims.push_back(x.dims[static_cast<size_t>(p)]);
     }
     return TensorFact::of_rank(x.elem_type, std::move(dims));
   }
   if (op == "Squeeze") {
     auto p = squeeze_axes(n);
+    if (!p) may_know_more(n, partial);
     if (!x.has_rank || !p) return with_type(TensorFact{}, x.elem_type);
     std::vector<Dim> dims;
     if (p->all) {
       for (const Dim& d : x.dims) {
-        if (!d.known()) return with_type(TensorFact{}, x.elem_type);
+        if (!d.known()) return with_type(unknown(partial), x.elem_type);
         if (d.value != 1) dims.push_back(d);
       }
     } else {
       auto axes = normalize_axes(p->axes, static_cast<int64_t>(x.dims.size()));
-      if (!axes) return {};
+      if (!axes) return unknown(partial);
       for (size_t i = 0; i < x.dims.size(); ++i)
         if (std::find(axes->begin(), axes->end(), static_cast<int64_t>(i)) == axes->end())
           dims.push_back(x.dims[i]);
@@ -772,10 +814,11 @@ TensorFact rule_fact(const Node& n, size_t output) {
   }
   if (op == "Unsqueeze") {
     auto axes = unsqueeze_axes(n);
+    if (!axes) may_know_more(n, partial);
     if (!x.has_rank || !axes) return with_type(TensorFact{}, x.elem_type);
     const int64_t rank = static_cast<int64_t>(x.dims.size() + axes->size());
     auto norm = normalize_axes(*axes, rank);
-    if (!norm) return {};
+    if (!norm) return unknown(partial);
     std::vector<Dim> dims;
     size_t next = 0;
     for (int64_t i = 0; i < rank; ++i) {
@@ -799,7 +842,7 @@ TensorFact rule_fact(const Node& n, size_t output) {
         continue;
       }
       auto a = normalize_axis(axis, static_cast<int64_t>(f.dims.size()));
-      if (!a) return {};
+      if (!a) return unknown(partial);
       const Dim along = f.dims[static_cast<size_t>(*a)];
       if (!along.known() || __builtin_add_overflow(total, along.value, &total))
         total_known = false;
@@ -807,7 +850,7 @@ TensorFact rule_fact(const Node& n, size_t output) {
       others.dims[static_cast<size_t>(*a)] = Dim{};
       bool conflict = false;
       out = merge_facts(out, others, &conflict);
-      if (conflict) return {};
+      if (conflict) return unknown(partial);
     }
     if (out.has_rank) {
       auto a = normalize_axis(axis, static_cast<int64_t>(out.dims.size()));
@@ -819,13 +862,13 @@ TensorFact rule_fact(const Node& n, size_t output) {
     const TensorFact& idx = in_fact(n, 1);
     if (!x.has_rank || !idx.has_rank) return with_type(TensorFact{}, x.elem_type);
     auto a = normalize_axis(n.attr_int("axis", 0), static_cast<int64_t>(x.dims.size()));
-    if (!a) return {};
+    if (!a) return unknown(partial);
     std::vector<Dim> dims(x.dims.begin(), x.dims.begin() + *a);
     dims.insert(dims.end(), idx.dims.begin(), idx.dims.end());
     dims.insert(dims.end(), x.dims.begin() + *a + 1, x.dims.end());
     return TensorFact::of_rank(x.elem_type, std::move(dims));
   }
-  if (op == "Slice") return slice_fact(n, x);
+  if (op == "Slice") return slice_fact(n, x, partial);
   if (op == "MatMul") return matmul_fact(x, in_fact(n, 1));
   if (op == "Gemm") {
     const TensorFact& b = in_fact(n, 1);
@@ -838,9 +881,11 @@ TensorFact rule_fact(const Node& n, size_t output) {
     auto shape = constant_ints(n.input(1));
     const TensorFact& s = in_fact(n, 1);
     if (!shape) {
-      if (x.has_rank && s.has_rank && s.dims.size() == 1 && s.dims[0].known())
-        return rank_only(x.elem_type,
-                         std::max<int64_t>(s.dims[0].value, static_cast<int64_t>(x.dims.size())));
+      // A target of known length: x's dims other than 1 survive the broadcast.
+      if (x.has_rank && s.has_rank && s.dims.size() == 1 && s.dims[0].known()) {
+        const TensorFact target = rank_only(x.elem_type, s.dims[0].value);
+        return target.has_rank ? broadcast({&x, &target}, x.elem_type) : target;
+      }
       return with_type(TensorFact{}, x.elem_type);
     }
     std::vector<Dim> dims;
@@ -861,17 +906,21 @@ TensorFact rule_fact(const Node& n, size_t output) {
     for (int64_t d : *shape) dims.push_back(Dim::of(d));
     return TensorFact::of_rank(t, std::move(dims));
   }
-  if (op == "Range") return TensorFact::of_rank(x.elem_type, {Dim{}});
+  if (op == "Range") {
+    if (constant_proto(n.input(0))) may_know_more(n, partial);  // libonnx computes its length
+    return TensorFact::of_rank(x.elem_type, {Dim{}});
+  }
   if (op == "NonZero")
     return TensorFact::of_rank(TensorProto::INT64,
                                {x.has_rank ? Dim::of(static_cast<int64_t>(x.dims.size())) : Dim{},
                                 Dim{}});
   if (one_of(op, {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                   "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}))
-    return reduce_fact(n, x, x.elem_type);
-  if (op == "ArgMax" || op == "ArgMin") return reduce_fact(n, x, TensorProto::INT64);
+    return reduce_fact(n, x, x.elem_type, partial);
+  if (op == "ArgMax" || op == "ArgMin") return reduce_fact(n, x, TensorProto::INT64, partial);
   if (op == "Tile") {
     auto repeats = constant_ints(n.input(1));
+    if (!repeats) may_know_more(n, partial);
     if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
     if (!repeats || repeats->size() != x.dims.size())
       return rank_only(x.elem_type, static_cast<int64_t>(x.dims.size()));
@@ -889,6 +938,8 @@ TensorFact rule_fact(const Node& n, size_t output) {
     if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
     const int64_t rank = static_cast<int64_t>(x.dims.size());
     auto p = pad_params(n);
+    if (!p) may_know_more(n, partial);
+    if (p && p->axes) *partial = true;  // Graft's rule does not place pads by axes
     if (!p || p->axes || static_cast<int64_t>(p->pads.size()) != 2 * rank)
       return rank_only(x.elem_type, rank);
     std::vector<Dim> dims;
@@ -907,10 +958,11 @@ TensorFact rule_fact(const Node& n, size_t output) {
   }
   if (op == "Split") {
     auto p = split_params(n);
+    if (!p) may_know_more(n, partial);
     if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
     TensorFact out = x;
     auto a = normalize_axis(p ? p->axis : 0, static_cast<int64_t>(x.dims.size()));
-    if (!a) return {};
+    if (!a) return unknown(partial);
     Dim& d = out.dims[static_cast<size_t>(*a)];
     if (p && p->sizes && output < p->sizes->size())
       d = Dim::of((*p->sizes)[output]);
@@ -923,8 +975,10 @@ TensorFact rule_fact(const Node& n, size_t output) {
   if (op == "Conv" || op == "ConvTranspose" || one_of(op, {"MaxPool", "AveragePool", "LpPool",
                                                            "GlobalAveragePool", "GlobalMaxPool",
                                                            "GlobalLpPool"})) {
-    if (output > 0 || !x.has_rank || x.dims.size() < 2) return with_type(TensorFact{}, x.elem_type);
-    TensorFact out = rank_only(x.elem_type, static_cast<int64_t>(x.dims.size()));
+    if (output > 0 && !(op == "MaxPool" && output == 1)) return unknown(partial);
+    if (!x.has_rank || x.dims.size() < 2) return with_type(TensorFact{}, x.elem_type);
+    TensorFact out = rank_only(output == 1 ? TensorProto::INT64 : x.elem_type,
+                               static_cast<int64_t>(x.dims.size()));  // MaxPool's Indices: int64
     if (!out.has_rank) return out;
     out.dims[0] = x.dims[0];
     const TensorFact& w = in_fact(n, 1);
@@ -934,9 +988,71 @@ TensorFact rule_fact(const Node& n, size_t output) {
       out.dims[1] = checked_mul(w.dims[1].value, n.attr_int("group", 1));
     else if (op != "Conv" && op != "ConvTranspose")
       out.dims[1] = x.dims[1];
-    if (op.rfind("Global", 0) == 0)
+    if (op.rfind("Global", 0) == 0) {
       for (size_t i = 2; i < out.dims.size(); ++i) out.dims[i] = Dim::of(1);
+      return out;
+    }
+    // Spatial dims of Conv and the pools without ceil_mode (ConvTranspose's and the rest are
+    // left to libonnx, which only knows them from known input dims).
+    bool any_known = false;
+    for (size_t i = 2; i < x.dims.size(); ++i) any_known = any_known || x.dims[i].known();
+    if (!any_known) return out;
+    const size_t spatial = x.dims.size() - 2;
+    std::optional<std::vector<int64_t>> kernel = n.attr_ints("kernel_shape");
+    if (!kernel && op == "Conv" && w.has_rank && w.dims.size() == x.dims.size()) {
+      kernel.emplace();
+      for (size_t i = 2; i < w.dims.size(); ++i) kernel->push_back(w.dims[i].value);
+    }
+    auto ints = [&](const char* name, int64_t def, size_t count) {
+      auto v = n.attr_ints(name);
+      return v ? *v : std::vector<int64_t>(count, def);
+    };
+    const std::vector<int64_t> strides = ints("strides", 1, spatial);
+    const std::vector<int64_t> dilations = ints("dilations", 1, spatial);
+    const std::vector<int64_t> pads = ints("pads", 0, 2 * spatial);
+    const bool dilated = op == "Conv" || op == "MaxPool";  // the others' arrived after opset 17
+    if (op == "ConvTranspose" || n.attr_int("ceil_mode", 0) != 0 || !kernel ||
+        kernel->size() != spatial || strides.size() != spatial ||
+        dilations.size() != spatial || pads.size() != 2 * spatial ||
+        (!dilated && n.attr("dilations"))) {
+      *partial = true;
+      return out;
+    }
+    const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+    for (size_t i = 0; i < spatial; ++i) {
+      const Dim& in = x.dims[i + 2];
+      if (!in.known()) continue;
+      auto extent = window_extent(in.value, (*kernel)[i], strides[i], dilations[i], pads[i],
+                                  pads[i + spatial], auto_pad, false);
+      if (extent)
+        out.dims[i + 2] = Dim::of(*extent);
+      else
+        *partial = true;
+    }
     return out;
+  }
+  if (op == "RNN" || op == "GRU" || op == "LSTM") {
+    // X is [seq, batch, input] ([batch, seq, input] with layout 1); Y is [seq, directions, batch,
+    // hidden] ([batch, seq, directions, hidden]), Y_h and Y_c [directions, batch, hidden]
+    // ([batch, directions, hidden]).
+    const int64_t hidden = n.attr_int("hidden_size", 0);
+    const int64_t layout = n.opset() >= 14 ? n.attr_int("layout", 0) : 0;
+    if (hidden <= 0 || (layout != 0 && layout != 1) || output > (op == "LSTM" ? 2u : 1u))
+      return unknown(partial);
+    const Dim dirs = Dim::of(n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1);
+    Dim seq, batch;
+    if (x.has_rank && x.dims.size() == 3) {
+      seq = x.dims[layout == 0 ? 0 : 1];
+      batch = x.dims[layout == 0 ? 1 : 0];
+    }
+    std::vector<Dim> dims;
+    if (output == 0)
+      dims = layout == 0 ? std::vector<Dim>{seq, dirs, batch, Dim::of(hidden)}
+                         : std::vector<Dim>{batch, seq, dirs, Dim::of(hidden)};
+    else
+      dims = layout == 0 ? std::vector<Dim>{dirs, batch, Dim::of(hidden)}
+                         : std::vector<Dim>{batch, dirs, Dim::of(hidden)};
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
   }
   if (op == "If") {
     // Both branches' outputs describe it; where they differ, less is known.
@@ -944,7 +1060,7 @@ TensorFact rule_fact(const Node& n, size_t output) {
     bool first = true;
     for (const auto& sub : n.subgraphs()) {
       const auto& outs = sub.graph->outputs();
-      if (output >= outs.size()) return {};
+      if (output >= outs.size()) return unknown(partial);
       const TensorFact& f = cached(outs[output].value);
       if (first) {
         out = f;
@@ -964,15 +1080,16 @@ TensorFact rule_fact(const Node& n, size_t output) {
   }
   if (op == "Loop" || op == "Scan") {
     // Only element types: carried values may change shape between iterations.
+    *partial = true;
     for (const auto& sub : n.subgraphs()) {
       const auto& outs = sub.graph->outputs();
       const size_t skip = op == "Loop" ? 1 : 0;  // Loop's body also outputs its condition
       if (output + skip < outs.size())
         return with_type(TensorFact{}, cached(outs[output + skip].value).elem_type);
     }
-    return {};
+    return unknown(partial);
   }
-  return {};
+  return unknown(partial);
 }
 
 }  // namespace graft::ir

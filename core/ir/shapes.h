@@ -101,4 +101,10 @@ int refine_value_info(Model& model);
 class Value;
 const TensorFact& fact_of(const Value& v);
 
+// Whether libonnx's inference could not tell more about `v` than fact_of(v): every rule on the
+// way from the graph's sources (inputs, initializers, constants) told all it could, so unknown
+// dims come from unknown or symbolic source dims. libonnx's inference runs only when a fact is
+// incomplete and not exact. Computes the fact if needed.
+bool fact_exact(const Value& v);
+
 }  // namespace graft::ir

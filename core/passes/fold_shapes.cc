@@ -5,8 +5,9 @@
 //
 // Dims come from the IR's shape facts (core/ir/shapes.h): declarations checked against ONNX
 // shape inference and Graft's rules, in every graph (If branches and function bodies included).
-// Models that libonnx 1.12 cannot infer (newer IR or opset) or on which inference fails are left
-// alone: their declarations cannot be checked. Facts are never written back into the model.
+// Where Graft's rules give a fact whole, it rests on graph-input declarations alone; where they
+// do not, libonnx's inference runs, and a model it cannot infer (newer IR or opset) or on which it
+// fails is left alone from then on: its declarations cannot be checked.
 //
 // Deliberately not folded: symbolic dims (even two equal symbols), Size with any unknown dim,
 // shapes of graph inputs that only an initializer default describes (a caller may override it),
@@ -27,15 +28,20 @@ using Dims = std::vector<ir::Dim>;
 
 int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-// Whether folding may trust the facts of `n`'s model, and a constant can be put in its graph
-// (a Constant node holds int64 from opset 9).
+// Whether a constant can replace `n` in its graph (a Constant node holds int64 from opset 9).
 bool can_fold(const ir::Node& n) {
   if (!n.is_onnx_domain() || n.outputs().size() != 1 || !n.output(0) ||
       n.output(0)->use_count() == 0)
     return false;
-  ir::Model& model = *n.graph()->model();
-  if (!model.shape_inference_ok()) return false;
+  const ir::Model& model = *n.graph()->model();
   return can_hold_new_initializers(model, n.graph()) || n.graph()->opset("") >= 9;
+}
+
+// Replaces `n` by `value` if the facts it was computed from can be trusted. Asked after the facts:
+// computing them is what runs libonnx's inference when Graft's rules alone leave one incomplete.
+bool fold_to(ir::Node& n, Rewriter& rw, onnx::TensorProto value) {
+  if (!n.graph()->model()->facts_checked()) return false;
+  return rw.replace_with_constant(&n, std::move(value));
 }
 
 // The entries of a Shape node's output, known or not; nullopt if its input's rank is unknown or
@@ -72,15 +78,14 @@ bool fold_shape(ir::Node& n, Rewriter& rw) {
   auto entries = shape_entries(n);
   auto values = entries ? known(*entries) : std::nullopt;
   if (!values) return false;
-  return rw.replace_with_constant(
-      &n, ir::make_int64_tensor({static_cast<int64_t>(values->size())}, *values));
+  return fold_to(n, rw, ir::make_int64_tensor({static_cast<int64_t>(values->size())}, *values));
 }
 
 bool fold_size(ir::Node& n, Rewriter& rw) {
   if (!can_fold(n) || !n.input(0) || !n.attributes().empty()) return false;
   auto count = n.input(0)->fact().element_count();
   if (!count) return false;
-  return rw.replace_with_constant(&n, ir::make_int64_tensor({}, {*count}));
+  return fold_to(n, rw, ir::make_int64_tensor({}, {*count}));
 }
 
 // Gather(Shape(x), constant indices) reading only known dims.
@@ -102,8 +107,8 @@ bool fold_gather(ir::Node& n, Rewriter& rw) {
     values.push_back((*entries)[static_cast<size_t>(i)].value);
   }
   const auto& idims = indices_proto->dims();
-  return rw.replace_with_constant(
-      &n, ir::make_int64_tensor(std::vector<int64_t>(idims.begin(), idims.end()), values));
+  return fold_to(n, rw,
+                 ir::make_int64_tensor(std::vector<int64_t>(idims.begin(), idims.end()), values));
 }
 
 // Slice(Shape(x), ...) with constant parameters selecting only known dims.
@@ -134,8 +139,7 @@ bool fold_slice(ir::Node& n, Rewriter& rw) {
     if (!(*entries)[static_cast<size_t>(i)].known()) return false;
     values.push_back((*entries)[static_cast<size_t>(i)].value);
   }
-  return rw.replace_with_constant(
-      &n, ir::make_int64_tensor({static_cast<int64_t>(values.size())}, values));
+  return fold_to(n, rw, ir::make_int64_tensor({static_cast<int64_t>(values.size())}, values));
 }
 
 std::vector<Rule> shape_rules() {

@@ -22,6 +22,7 @@
 #include "core/eval/budget.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/ir/op_params.h"
 
 namespace graft::eval {
 namespace {
@@ -434,27 +435,25 @@ absl::StatusOr<Geometry> window_geometry(const KernelContext& ctx, std::vector<i
   }
   NN_ASSIGN_OR_RETURN(std::vector<int64_t> pads, ints_attr(ctx, "pads", 2 * g.n, 0, 0));
   const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" &&
+      auto_pad != "SAME_LOWER")
+    return invalid(ctx, "unknown auto_pad");
   g.pad_begin.assign(pads.begin(), pads.begin() + g.n);
   g.pad_end.assign(pads.begin() + g.n, pads.end());
   g.out.resize(g.n);
   for (size_t d = 0; d < g.n; ++d) {
     const int64_t eff = (g.kernel[d] - 1) * g.dilations[d] + 1, s = g.strides[d];
-    if (auto_pad == "NOTSET") {
-      const int64_t num = g.in[d] + g.pad_begin[d] + g.pad_end[d] - eff;
-      if (num < 0) return invalid(ctx, "window larger than padded input");
-      g.out[d] = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
-    } else if (auto_pad == "VALID") {
+    std::optional<int64_t> out = ir::window_extent(g.in[d], g.kernel[d], s, g.dilations[d],
+                                                   g.pad_begin[d], g.pad_end[d], auto_pad,
+                                                   ceil_mode);
+    if (!out) return invalid(ctx, "window larger than padded input");
+    g.out[d] = *out;
+    if (auto_pad == "VALID") {
       g.pad_begin[d] = g.pad_end[d] = 0;
-      const int64_t num = g.in[d] - eff;
-      if (num < 0) return invalid(ctx, "window larger than input");
-      g.out[d] = num / s + 1;
     } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      g.out[d] = (g.in[d] + s - 1) / s;
       const int64_t total = std::max<int64_t>(0, (g.out[d] - 1) * s + eff - g.in[d]);
       g.pad_begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       g.pad_end[d] = total - g.pad_begin[d];
-    } else {
-      return invalid(ctx, "unknown auto_pad");
     }
     g.in_size *= g.in[d];
     g.out_size *= g.out[d];
