@@ -2,6 +2,7 @@
 #include "core/ir/shapes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <unordered_map>
@@ -1030,6 +1031,49 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
         *partial = true;
     }
     return out;
+  }
+  if (op == "Resize" || op == "Upsample") {
+    if (!x.has_rank) return with_type(TensorFact{}, x.elem_type);
+    const int64_t rank = static_cast<int64_t>(x.dims.size());
+    auto p = resize_params(n);
+    if (!p) may_know_more(n, partial);
+    // Resize-18's axes and aspect-ratio policy, and crops, are not modelled.
+    if (!p || n.attr("axes") || n.attr("keep_aspect_ratio_policy") ||
+        n.attr_string("coordinate_transformation_mode", "") == "tf_crop_and_resize") {
+      if (p) *partial = true;
+      return rank_only(x.elem_type, rank);
+    }
+    std::vector<Dim> dims;
+    if (p->sizes) {
+      if (static_cast<int64_t>(p->sizes->size()) != rank) return unknown(partial);
+      for (int64_t d : *p->sizes) dims.push_back(d >= 0 ? Dim::of(d) : Dim{});
+    } else {
+      if (static_cast<int64_t>(p->scales->size()) != rank) return unknown(partial);
+      for (int64_t i = 0; i < rank; ++i) {
+        const Dim& in = x.dims[static_cast<size_t>(i)];
+        const double scale = (*p->scales)[static_cast<size_t>(i)];
+        if (scale == 1.0) {
+          dims.push_back(in);
+          continue;
+        }
+        if (!in.known() || !(scale > 0) || !(scale < 1e9)) {
+          if (in.known()) *partial = true;
+          dims.push_back(Dim{});
+          continue;
+        }
+        // floor(in * scale); runtimes compute it in float or double: where those disagree (a
+        // product at an integer boundary), the dim is left unknown.
+        const double wide = std::floor(static_cast<double>(in.value) * scale);
+        const double narrow = std::floor(static_cast<float>(in.value) * static_cast<float>(scale));
+        if (wide != narrow || wide > 4e18) {
+          *partial = true;
+          dims.push_back(Dim{});
+        } else {
+          dims.push_back(Dim::of(static_cast<int64_t>(wide)));
+        }
+      }
+    }
+    return TensorFact::of_rank(x.elem_type, std::move(dims));
   }
   if (op == "RNN" || op == "GRU" || op == "LSTM") {
     // X is [seq, batch, input] ([batch, seq, input] with layout 1); Y is [seq, directions, batch,

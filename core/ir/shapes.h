@@ -6,8 +6,9 @@
 // Sources, combined per value (Value::fact()):
 //  - declarations: value_info, graph input/output types, initializer tensors;
 //  - ONNX shape inference (libonnx) over the main graph and, through If, its branches — run
-//    on a data-less copy the first time Graft's rules leave a fact incomplete (so never on a
-//    model the rules cover), and again after Model::refresh_shape_inference(). Loop and Scan
+//    on a data-less copy the first time Graft's rules leave a fact incomplete and not exact
+//    (fact_exact below: so never on a model the rules cover, symbolic dims or not), and again
+//    after Model::refresh_shape_inference(). Loop and Scan
 //    bodies are not taken from it: a loop-carried value may change shape between iterations,
 //    which its inference ignores;
 //  - Graft's own rules (shapes.cc): element type and shape of the common ops from their inputs'

@@ -160,15 +160,19 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
     const int64_t per_row = w.dims[1] * window;  // elements per W[i]
     const int64_t group = n.attr_int("group", 1);
     const int64_t in_per_group = w.dims[0] / group;
-    for (size_t i = 0; i < weight.size(); ++i) {
-      const int64_t row = static_cast<int64_t>(i) / per_row;
-      int64_t channel = row;
-      if (op.kind == LinearOp::kConvTranspose) {
-        const int64_t j = (static_cast<int64_t>(i) % per_row) / window;
-        channel = (row / in_per_group) * w.dims[1] + j;
-      }
-      weight[i] *= scale[static_cast<size_t>(channel)];
-    }
+    // W[row, j] is a window of `window` elements; its channel is the row (Conv) or, for
+    // ConvTranspose, j within the row's group.
+    if (!weight.empty() && static_cast<int64_t>(weight.size()) != w.dims[0] * per_row)
+      return nullptr;  // a payload that does not match its dims
+    if (!weight.empty())
+      for (int64_t row = 0; row < w.dims[0]; ++row)
+        for (int64_t j = 0; j < w.dims[1]; ++j) {
+          const int64_t channel =
+              op.kind == LinearOp::kConvTranspose ? (row / in_per_group) * w.dims[1] + j : row;
+          const double s = scale[static_cast<size_t>(channel)];
+          double* p = weight.data() + row * per_row + j * window;
+          for (int64_t k = 0; k < window; ++k) p[k] *= s;
+        }
     bias.resize(static_cast<size_t>(channels));
     for (int64_t m = 0; m < channels; ++m)
       bias[static_cast<size_t>(m)] =

@@ -47,6 +47,54 @@ TEST(ShapeFacts, RulesPropagateDimsAndSymbols) {
   EXPECT_EQ(fact(*model, "m"), "BOOL[*]");
 }
 
+// The ops that made real models need libonnx's inference: sliding windows, Resize, recurrent
+// ops. With a symbolic batch no fact is complete; they are exact, so libonnx is not asked.
+TEST(ShapeFacts, WindowsResizeAndRecurrentOpsAreExact) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,3,9,10] x, float[8,3,3,3] w, float[T,N,4] s, float[1,20,4] lw, float[1,20,5] lr)
+        => (float[N,8,5,5] c) <float[4] scales = {1.0, 1.0, 1.5, 0.5}, float[0] roi = {},
+                                int64[4] sizes = {1, 3, 4, 4}> {
+      c = Conv <pads = [1, 1, 1, 1], strides = [2, 2]> (x, w)
+      v = Conv <auto_pad = "VALID", dilations = [2, 2]> (x, w)
+      p = MaxPool <kernel_shape = [2, 2], auto_pad = "SAME_UPPER", strides = [2, 3]> (x)
+      a = AveragePool <kernel_shape = [3, 3]> (x)
+      r = Resize (x, roi, scales)
+      z = Resize (x, roi, , sizes)
+      y, yh, yc = LSTM <hidden_size = 5, direction = "bidirectional"> (s, lw, lr)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "c"), "FLOAT[N,8,5,5]");
+  EXPECT_EQ(fact(*model, "v"), "FLOAT[N,8,5,6]");
+  EXPECT_EQ(fact(*model, "p"), "FLOAT[N,3,5,4]");
+  EXPECT_EQ(fact(*model, "a"), "FLOAT[N,3,7,8]");
+  EXPECT_EQ(fact(*model, "r"), "FLOAT[N,3,13,5]");
+  EXPECT_EQ(fact(*model, "z"), "FLOAT[1,3,4,4]");
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[T,2,N,5]");
+  EXPECT_EQ(fact(*model, "yh"), "FLOAT[2,N,5]");
+  EXPECT_EQ(fact(*model, "yc"), "FLOAT[2,N,5]");
+  for (const char* name : {"c", "v", "p", "a", "r", "z", "y", "yh", "yc"})
+    EXPECT_TRUE(ir::fact_exact(*any_value(*model, name))) << name;
+  EXPECT_TRUE(model->facts_checked());
+}
+
+// A parameter Graft's rules cannot read but libonnx might (a constant of the wrong type here):
+// the fact is not exact, and libonnx's inference is asked.
+TEST(ShapeFacts, AnUnreadableConstantParameterIsNotExact) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,3] x, int64[2] k) => (float[N,6] y) <float[2] repeats = {1.0, 2.0}> {
+      y = Tile (x, repeats)
+      t = Tile (x, k)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(ir::fact_exact(*any_value(*model, "y")));
+  // k is a graph input: libonnx cannot read it either.
+  EXPECT_TRUE(ir::fact_exact(*any_value(*model, "t")));
+}
+
 TEST(ShapeFacts, BroadcastSymbolsAgainstKnownDims) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
