@@ -496,10 +496,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", r.error.c_str());
         return 1;
       }
-      std::printf("%s: %d reps, median load %.2f ms, pipeline %.2f ms, save %.2f ms, floor %.2f ms, "
-                  "ratio %.2f, nodes %zu -> %zu\n",
-                  r.name.c_str(), reps, ms(r.load), ms(r.pipeline), ms(r.save), ms(r.floor),
-                  r.ratio(), r.nodes_in, r.nodes_out);
+      std::printf(
+          "%s: %d reps, median load %.2f ms, pipeline %.2f ms, save %.2f ms, floor %.2f ms, "
+          "ratio %.2f, nodes %zu -> %zu\n",
+          r.name.c_str(), reps, ms(r.load), ms(r.pipeline), ms(r.save), ms(r.floor), r.ratio(),
+          r.nodes_in, r.nodes_out);
       for (const auto& p : r.passes)  // the last repetition's
         std::printf("  %-22s %8.3f ms\n", p.name.c_str(), p.seconds * 1e3);
       return 0;

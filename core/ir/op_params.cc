@@ -52,8 +52,8 @@ std::optional<std::vector<double>> constant_doubles(const Value* v) {
   return read_doubles(*t);
 }
 
-std::optional<int64_t> window_extent(int64_t in, int64_t kernel, int64_t stride,
-                                     int64_t dilation, int64_t pad_begin, int64_t pad_end,
+std::optional<int64_t> window_extent(int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
+                                     int64_t pad_begin, int64_t pad_end,
                                      const std::string& auto_pad, bool ceil_mode) {
   if (in < 0 || kernel < 1 || stride < 1 || dilation < 1 || pad_begin < 0 || pad_end < 0)
     return std::nullopt;

@@ -39,8 +39,8 @@ std::optional<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& a
 // formulas: NOTSET uses the explicit pads (and `ceil_mode`), VALID no padding, SAME_UPPER and
 // SAME_LOWER ceil(in / stride). nullopt for an unknown auto_pad, a window larger than the
 // (padded) input, a stride, kernel or dilation below 1, a negative pad, or overflow.
-std::optional<int64_t> window_extent(int64_t in, int64_t kernel, int64_t stride,
-                                     int64_t dilation, int64_t pad_begin, int64_t pad_end,
+std::optional<int64_t> window_extent(int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
+                                     int64_t pad_begin, int64_t pad_end,
                                      const std::string& auto_pad, bool ceil_mode);
 
 // Slice: starts/ends/axes/steps (attributes before opset 10, inputs since). `axes` defaults to

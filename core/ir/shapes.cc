@@ -170,16 +170,14 @@ void clear_value_info(onnx::GraphProto* g) {
     }
 }
 
-// A fact from inference: dims it named itself (libonnx's "unk__N") are unknowns, not symbols
-// shared with the model's own.
+}  // namespace
+
 TensorFact inferred_fact(const onnx::TypeProto& t) {
   TensorFact f = TensorFact::from_type(t);
   for (Dim& d : f.dims)
     if (d.is_symbol() && d.symbol.rfind("unk__", 0) == 0) d = Dim{};
   return f;
 }
-
-}  // namespace
 
 class FactEngine {
  public:
@@ -194,7 +192,14 @@ class FactEngine {
     return v->fact_gen_ == gen || (v->fact_gen_ != 0 && v->fact_.complete());
   }
   static void deps(const Value* v, std::vector<const Value*>* out);
-  static void deps_of(const Node& n, std::vector<const Value*>* out);
+  // Calls f on each value `n`'s outputs are computed from: its inputs and its subgraphs' outputs.
+  template <typename F>
+  static void for_each_dep(const Node& n, F&& f) {
+    for (const Value* in : n.inputs())
+      if (in) f(in);
+    for (const auto& sub : n.subgraphs())
+      for (const auto& o : sub.graph->outputs()) f(o.value);
+  }
   static void compute(const Node& n, uint64_t gen);
   static TensorFact source_fact(const Value* v);
 };
@@ -323,14 +328,7 @@ const TensorFact& FactEngine::get(const Value* v) {
 
 void FactEngine::deps(const Value* v, std::vector<const Value*>* out) {
   if (v->is_constant() || v->is_graph_input()) return;
-  if (const Node* p = v->producer()) deps_of(*p, out);
-}
-
-void FactEngine::deps_of(const Node& n, std::vector<const Value*>* out) {
-  for (const Value* in : n.inputs())
-    if (in) out->push_back(in);
-  for (const auto& sub : n.subgraphs())
-    for (const auto& o : sub.graph->outputs()) out->push_back(o.value);
+  if (const Node* p = v->producer()) for_each_dep(*p, [out](const Value* d) { out->push_back(d); });
 }
 
 // What is known of a value without a producer: a graph input's declaration, an initializer's
@@ -370,9 +368,7 @@ void FactEngine::compute(const Node& n, uint64_t gen) {
   // its unknown dims come from unknown or symbolic dims of sources, and libonnx would not know
   // them either.
   bool inputs_exact = true;
-  std::vector<const Value*> ins;
-  deps_of(n, &ins);
-  for (const Value* in : ins) inputs_exact = inputs_exact && in->fact_exact_;
+  for_each_dep(n, [&](const Value* d) { inputs_exact = inputs_exact && d->fact_exact_; });
   for (size_t i = 0; i < n.outputs().size(); ++i) {
     Value* o = n.outputs()[i];
     if (!o) continue;
@@ -736,7 +732,8 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
     mask.elem_type = TensorProto::BOOL;
     return mask;
   }
-  if ((op == "BatchNormalization" || op == "LayerNormalization") && output > 0) return unknown(partial);
+  if ((op == "BatchNormalization" || op == "LayerNormalization") && output > 0)
+    return unknown(partial);
   if (same_as_input(op)) return output == 0 ? x : TensorFact{};
   if (op == "Cast") {
     auto to = cast_to(n);
@@ -1013,9 +1010,8 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
     const std::vector<int64_t> pads = ints("pads", 0, 2 * spatial);
     const bool dilated = op == "Conv" || op == "MaxPool";  // the others' arrived after opset 17
     if (op == "ConvTranspose" || n.attr_int("ceil_mode", 0) != 0 || !kernel ||
-        kernel->size() != spatial || strides.size() != spatial ||
-        dilations.size() != spatial || pads.size() != 2 * spatial ||
-        (!dilated && n.attr("dilations"))) {
+        kernel->size() != spatial || strides.size() != spatial || dilations.size() != spatial ||
+        pads.size() != 2 * spatial || (!dilated && n.attr("dilations"))) {
       *partial = true;
       return out;
     }

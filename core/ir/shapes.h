@@ -8,9 +8,8 @@
 //  - ONNX shape inference (libonnx) over the main graph and, through If, its branches — run
 //    on a data-less copy the first time Graft's rules leave a fact incomplete and not exact
 //    (fact_exact below: so never on a model the rules cover, symbolic dims or not), and again
-//    after Model::refresh_shape_inference(). Loop and Scan
-//    bodies are not taken from it: a loop-carried value may change shape between iterations,
-//    which its inference ignores;
+//    after Model::refresh_shape_inference(). Loop and Scan bodies are not taken from it: a
+//    loop-carried value may change shape between iterations, which its inference ignores;
 //  - Graft's own rules (shapes.cc): element type and shape of the common ops from their inputs'
 //    facts and constant operands, in every graph and for opsets newer than libonnx knows.
 // Inferred facts win over a declaration that contradicts them (exporters' value_info is
@@ -81,6 +80,10 @@ struct TensorFact {
 // other's unknowns. A disagreement (element type, rank, or two known dims) leaves that part
 // unknown and sets *conflict.
 TensorFact merge_facts(const TensorFact& a, const TensorFact& b, bool* conflict = nullptr);
+
+// The fact a type from libonnx's inference describes: dims it named itself ("unk__N") are
+// unknowns, not symbols shared with the model's own.
+TensorFact inferred_fact(const onnx::TypeProto& type);
 
 // Whether libonnx knows the model's IR version and every standard opset it imports: its shape
 // inference (and checker) would apply old operator semantics to a newer model.

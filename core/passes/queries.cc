@@ -27,7 +27,8 @@ std::optional<FloatConstant> float_constant(const ir::Value* v) {
 std::optional<FloatConstantType> float_constant_type(const ir::Value* v) {
   const TensorProto* t = constant_proto(v);
   if (!t || !is_ieee_float(t->data_type())) return std::nullopt;
-  return FloatConstantType{t->data_type(), std::vector<int64_t>(t->dims().begin(), t->dims().end())};
+  return FloatConstantType{t->data_type(),
+                           std::vector<int64_t>(t->dims().begin(), t->dims().end())};
 }
 
 std::optional<double> constant_scalar(const ir::Value* v) {

@@ -8,7 +8,9 @@
 //    fold_shapes fold a wrong constant);
 //  - where Graft calls its fact exact (libonnx's inference is then skipped), libonnx knows
 //    nothing more: no element type, rank or known dim the fact lacks.
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,10 +40,7 @@ std::map<std::string, ir::TensorFact> libonnx_facts(const onnx::GraphProto& g) {
   std::map<std::string, ir::TensorFact> out;
   auto take = [&](const onnx::ValueInfoProto& info) {
     if (!info.has_type() || !info.type().has_tensor_type()) return;
-    ir::TensorFact f = ir::TensorFact::from_type(info.type());
-    for (ir::Dim& d : f.dims)
-      if (d.is_symbol() && d.symbol.rfind("unk__", 0) == 0) d = ir::Dim{};
-    out[info.name()] = f;
+    out[info.name()] = ir::inferred_fact(info.type());
   };
   for (const auto& info : g.value_info()) take(info);
   for (const auto& info : g.output()) take(info);
@@ -86,9 +85,9 @@ void compare_model(const fs::path& path, const std::string& label, Tally* t) {
       t->exact += exact;
       if (it == theirs.end()) continue;
       const ir::TensorFact& lib = it->second;
-      const std::string where = label + ": " + n->op_type() + " output " + v->name() +
-                                ": Graft " + ours.to_string() + (exact ? " (exact)" : "") +
-                                ", libonnx " + lib.to_string();
+      const std::string where = label + ": " + n->op_type() + " output " + v->name() + ": Graft " +
+                                ours.to_string() + (exact ? " (exact)" : "") + ", libonnx " +
+                                lib.to_string();
       bool disagree = ours.elem_type && lib.elem_type && ours.elem_type != lib.elem_type;
       disagree |= ours.has_rank && lib.has_rank && ours.dims.size() != lib.dims.size();
       if (!disagree && ours.has_rank && lib.has_rank)
@@ -135,9 +134,10 @@ TEST(RulesVsInference, AgreeOnEveryTestDataModel) {
   for (const auto& [path, label] : models) compare_model(path, label, &t);
   std::string failures;
   for (const auto& f : t.failures) failures += "\n  " + f;
-  std::printf("rules vs inference: %d models (%d skipped), %d values, %d exact, %d disagree, "
-              "%d exact but libonnx knows more\n",
-              t.models, t.skipped, t.values, t.exact, t.disagreements, t.missed);
+  std::printf(
+      "rules vs inference: %d models (%d skipped), %d values, %d exact, %d disagree, "
+      "%d exact but libonnx knows more\n",
+      t.models, t.skipped, t.values, t.exact, t.disagreements, t.missed);
   EXPECT_GT(t.models, 0);
   EXPECT_EQ(t.disagreements + t.missed, 0) << failures;
 }

@@ -443,9 +443,8 @@ absl::StatusOr<Geometry> window_geometry(const KernelContext& ctx, std::vector<i
   g.out.resize(g.n);
   for (size_t d = 0; d < g.n; ++d) {
     const int64_t eff = (g.kernel[d] - 1) * g.dilations[d] + 1, s = g.strides[d];
-    std::optional<int64_t> out = ir::window_extent(g.in[d], g.kernel[d], s, g.dilations[d],
-                                                   g.pad_begin[d], g.pad_end[d], auto_pad,
-                                                   ceil_mode);
+    std::optional<int64_t> out = ir::window_extent(
+        g.in[d], g.kernel[d], s, g.dilations[d], g.pad_begin[d], g.pad_end[d], auto_pad, ceil_mode);
     if (!out) return invalid(ctx, "window larger than padded input");
     g.out[d] = *out;
     if (auto_pad == "VALID") {
