@@ -155,9 +155,12 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
   std::vector<double> bias;
   std::vector<int64_t> bias_dims{channels};
   if (op.kind == LinearOp::kConv || op.kind == LinearOp::kConvTranspose) {
-    int64_t window = 1;  // elements per W[i, j] (the kernel window)
-    for (size_t d = 2; d < w.dims.size(); ++d) window *= w.dims[d];
-    const int64_t per_row = w.dims[1] * window;  // elements per W[i]
+    // Elements per W[i, j] (the kernel window) and per W[i]. Beside a zero dim the others'
+    // product can overflow even though the tensor is valid (and empty).
+    const auto window = ir::element_count(std::vector<int64_t>(w.dims.begin() + 2, w.dims.end()));
+    const auto row_size = window ? ir::element_count({w.dims[1], *window}) : std::nullopt;
+    if (!row_size) return nullptr;
+    const int64_t per_row = *row_size;
     const int64_t group = n.attr_int("group", 1);
     const int64_t in_per_group = w.dims[0] / group;
     // W[row, j] is a window of `window` elements; its channel is the row (Conv) or, for
@@ -170,8 +173,8 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
           const int64_t channel =
               op.kind == LinearOp::kConvTranspose ? (row / in_per_group) * w.dims[1] + j : row;
           const double s = scale[static_cast<size_t>(channel)];
-          double* p = weight.data() + row * per_row + j * window;
-          for (int64_t k = 0; k < window; ++k) p[k] *= s;
+          double* p = weight.data() + row * per_row + j * *window;
+          for (int64_t k = 0; k < *window; ++k) p[k] *= s;
         }
     bias.resize(static_cast<size_t>(channels));
     for (int64_t m = 0; m < channels; ++m)

@@ -120,6 +120,22 @@ TEST(FuseConvAffine, LookAlikesAreLeftAlone) {
   }
 }
 
+// A weight with no elements may still declare dims whose product past the zero overflows
+// int64: folding must not multiply them (undefined behaviour, caught by UBSan) and leaves it.
+TEST(FuseConvAffine, EmptyWeightWithOverflowingDimsIsLeftAlone) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,0,5,5] x) => (float[1,2,5,5] y)
+      <float[2,0,4294967296,4294967296] w = {}, float[2,1,1] c = {2, 3}> {
+      t = Conv <kernel_shape = [1, 1]> (x, w)
+      y = Mul (t, c)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(run_pass(*model, "fuse_conv_batchnorm").rewrites, 0);
+  EXPECT_EQ(count_ops(*model, "Mul"), 1);
+}
+
 TEST(FuseConvAffine, InsideAnIfBranch) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
