@@ -168,6 +168,11 @@ class Node {
   // change).
   onnx::NodeProto& mutable_proto();
 
+  // Scratch for a pass's worklist (the rule driver, rules.cc): whether the node is queued. A
+  // clone starts unqueued.
+  bool queued() const { return queued_; }
+  void set_queued(bool queued) { queued_ = queued; }
+
  private:
   friend class Graph;
   friend class Model;
@@ -187,6 +192,7 @@ class Node {
   // Per-algorithm scratch (sorting marks, verification positions); the model is used by one
   // thread at a time.
   uint8_t mark_ = 0;
+  bool queued_ = false;
   mutable size_t position_ = 0;
   mutable Node* twin_ = nullptr;  // the copy being made by a clone
 };

@@ -1,23 +1,43 @@
 #include "core/passes/rules.h"
 
+#include <bitset>
 #include <deque>
+#include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace graft {
 
 RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules) {
-  RuleCounts counts;
-  std::unordered_map<std::string, std::vector<const Rule*>> by_op;
-  for (const Rule& r : rules)
-    for (const std::string& op : r.ops) by_op[op].push_back(&r);
+  // Dispatch by op type. Most nodes match no rule: a 256-bit filter on the op name's length and
+  // end characters turns most of them away before their name is hashed.
+  std::unordered_map<std::string_view, std::vector<size_t>> by_op;
+  std::bitset<256> maybe;
+  auto filter_key = [](std::string_view op) -> size_t {
+    return op.empty() ? 0
+                      : (op.size() * 31 + static_cast<unsigned char>(op.front()) * 7 +
+                         static_cast<unsigned char>(op.back())) &
+                            255;
+  };
+  for (size_t i = 0; i < rules.size(); ++i)
+    for (const std::string& op : rules[i].ops) {
+      by_op[op].push_back(i);
+      maybe.set(filter_key(op));
+    }
+  auto rules_for = [&](const ir::Node* n) -> const std::vector<size_t>* {
+    const std::string& op = n->op_type();
+    if (!maybe.test(filter_key(op))) return nullptr;
+    auto it = by_op.find(op);
+    return it == by_op.end() ? nullptr : &it->second;
+  };
 
   Rewriter rw(model);
+  // A FIFO worklist; a node's queued() flag keeps it there at most once.
   std::deque<ir::Node*> work;
-  std::unordered_set<ir::Node*> queued;
   auto push = [&](ir::Node* n) {
-    if (n && !n->dead() && by_op.count(n->op_type()) && queued.insert(n).second)
+    if (n && !n->dead() && !n->queued() && rules_for(n)) {
+      n->set_queued(true);
       work.push_back(n);
+    }
   };
   rw.on_touch = push;
   for (ir::Graph* g : model.all_graphs())
@@ -25,25 +45,34 @@ RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules) {
 
   // Rules that undo each other would loop forever; a correct rule set rewrites each node a
   // bounded number of times, far below this.
+  std::vector<int64_t> applied(rules.size(), 0);
+  int64_t total = 0;
   const int64_t cap = 16 * static_cast<int64_t>(model.total_nodes()) + 1024;
-  while (!work.empty() && counts.total < cap) {
+  while (!work.empty() && total < cap) {
     ir::Node* n = work.front();
     work.pop_front();
-    queued.erase(n);
+    n->set_queued(false);
     if (n->dead()) continue;
+    const std::vector<size_t>* candidates = rules_for(n);  // non-null: push() queues only these
     const bool onnx_domain = n->is_onnx_domain();
-    const auto candidates = by_op.find(n->op_type());  // there: push() queues only these ops
-    for (const Rule* r : candidates->second) {
-      if (r->domain.empty() ? !onnx_domain : n->domain() != r->domain) continue;
-      const int64_t opset = n->opset();
-      if (opset < r->min_opset || opset > r->max_opset) continue;
-      if (!r->apply(*n, rw)) continue;
-      ++counts.rewrites[r->name];
-      ++counts.total;
+    const int64_t opset = n->opset();
+    for (size_t i : *candidates) {
+      const Rule& r = rules[i];
+      if (r.domain.empty() ? !onnx_domain : n->domain() != r.domain) continue;
+      if (opset < r.min_opset || opset > r.max_opset) continue;
+      if (!r.apply(*n, rw)) continue;
+      ++applied[i];
+      ++total;
       push(n);  // it may match again (or another rule may) if it survived
       break;
     }
   }
+  for (ir::Node* n : work) n->set_queued(false);  // stopped by the cap
+
+  RuleCounts counts;
+  counts.total = total;
+  for (size_t i = 0; i < rules.size(); ++i)
+    if (applied[i] > 0) counts.rewrites[rules[i].name] += applied[i];
   return counts;
 }
 

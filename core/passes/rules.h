@@ -36,14 +36,24 @@
 namespace graft {
 
 struct Rule {
+  using Apply = std::function<bool(ir::Node& root, Rewriter& rw)>;
+  Rule(std::string name, std::vector<std::string> ops, Apply apply, std::string domain = "",
+       int64_t min_opset = 1, int64_t max_opset = std::numeric_limits<int64_t>::max())
+      : name(std::move(name)),
+        ops(std::move(ops)),
+        apply(std::move(apply)),
+        domain(std::move(domain)),
+        min_opset(min_opset),
+        max_opset(max_opset) {}
+
   std::string name;
   std::vector<std::string> ops;  // root op types
   // Applies the rule at `root` (an op from `ops`, in `domain`, opset in range): returns true if it
   // rewrote something (through `rw` only), false if it did not match (changing nothing).
-  std::function<bool(ir::Node& root, Rewriter& rw)> apply;
+  Apply apply;
   std::string domain;  // "" is the ONNX domain
-  int64_t min_opset = 1;
-  int64_t max_opset = std::numeric_limits<int64_t>::max();
+  int64_t min_opset;
+  int64_t max_opset;
 };
 
 struct RuleCounts {
