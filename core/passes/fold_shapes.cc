@@ -9,6 +9,9 @@
 // do not, libonnx's inference runs, and a model it cannot infer (newer IR or opset) or on which it
 // fails is left alone from then on: its declarations cannot be checked.
 //
+// A Reshape whose target is computed from Shapes gets a constant target using Reshape's 0 and
+// -1 entries even where dims are symbolic: reshape_chains.cc.
+//
 // Deliberately not folded: symbolic dims (even two equal symbols), Size with any unknown dim,
 // shapes of graph inputs that only an initializer default describes (a caller may override it),
 // Shape with attributes other than start/end (or start/end before opset 15), and any result
@@ -152,14 +155,18 @@ std::vector<Rule> shape_rules() {
 }  // namespace
 
 std::unique_ptr<Pass> make_fold_shapes() {
-  return std::make_unique<RulePass>("fold_shapes", shape_rules());
+  std::vector<Rule> rules = shape_rules();
+  for (Rule& r : reshape_chain_rules()) rules.push_back(std::move(r));
+  return std::make_unique<RulePass>("fold_shapes", std::move(rules));
 }
 
 PassInfo fold_shapes_pass() {
   return {
       .name = "fold_shapes",
       .level = 1,
-      .description = "Shape, Size and shape arithmetic on statically known shapes become constants",
+      .description = "Shape, Size and shape arithmetic on statically known shapes become "
+                     "constants; a Reshape target computed from Shapes becomes a constant with "
+                     "0 (copy) and -1 (inferred) entries",
       .options = {},
       .create = make_fold_shapes};
 }

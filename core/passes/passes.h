@@ -27,6 +27,7 @@ std::unique_ptr<Pass> make_prune();
 struct Rule;
 std::vector<Rule> arithmetic_rules();  // simplify_arithmetic.cc
 std::vector<Rule> chain_rules();       // simplify_chains.cc
+std::vector<Rule> reshape_chain_rules();  // reshape_chains.cc (in fold_shapes)
 
 PassInfo extract_constants_pass();
 PassInfo fold_constants_pass();

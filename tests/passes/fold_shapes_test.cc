@@ -48,7 +48,12 @@ TEST(FoldShapes, TorchChainWithSymbolicBatchFoldsKnownDims) {
   run_pass(*model, "extract_constants");
   auto result = run_pass_checked(*model, "fold_shapes");
   EXPECT_TRUE(result.changed);
-  EXPECT_EQ(result.rewrites, 2);  // d1 and d2; d0 reads the symbolic batch dim
+  // d1 and d2; d0 reads the symbolic batch dim; the Reshape's target becomes [0, 12] (0 copies
+  // the batch dim, 12 is y's declared dim), which leaves the chain to prune.
+  EXPECT_EQ(result.rewrites, 3);
+  ir::Node* reshape = model->graph().find_local("y")->producer();
+  ASSERT_TRUE(reshape && reshape->input(1)->is_constant());
+  EXPECT_EQ(ir::read_int64s(*reshape->input(1)->initializer()), (std::vector<int64_t>{0, 12}));
   EXPECT_EQ(count_ops(*model, "Shape"), 1);
   EXPECT_EQ(count_ops(*model, "Gather"), 1);
   EXPECT_EQ(ints_of(*model, "d1"), (std::vector<int64_t>{3}));
@@ -63,6 +68,8 @@ TEST(FoldShapes, TorchChainWithSymbolicBatchFoldsKnownDims) {
   EXPECT_EQ(count_ops(*model, "Mul"), 0);
   EXPECT_EQ(count_ops(*model, "Concat"), 1);  // u0 is still dynamic
   EXPECT_EQ(onnx_errors(*model), "");
+  run_pass(*model, "prune");
+  EXPECT_EQ(model->graph().num_nodes(), 1u);
 }
 
 TEST(FoldShapes, StaticChainGivesReshapeAConstantShape) {
@@ -70,7 +77,8 @@ TEST(FoldShapes, StaticChainGivesReshapeAConstantShape) {
   ASSERT_TRUE(model);
   run_pass(*model, "extract_constants");
   auto result = run_pass_checked(*model, "fold_shapes");
-  EXPECT_EQ(result.rewrites, 1);  // the Shape itself; its Gathers are now constant
+  // The Shape itself (its Gathers are now constant), and the Reshape's target from y's dims.
+  EXPECT_EQ(result.rewrites, 2);
   EXPECT_EQ(count_ops(*model, "Shape"), 0);
   EXPECT_EQ(ints_of(*model, "s"), (std::vector<int64_t>{5, 3, 4}));
   run_pass_checked(*model, "fold_constants");
