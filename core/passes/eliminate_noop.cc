@@ -1,7 +1,7 @@
 // Removes nodes that provably return their data input unchanged: Dropout in inference mode,
 // Transpose by the identity permutation, shape ops whose result has the input's shape, Cast to
 // the input's own type, Slice taking everything, Pad by nothing, Concat of one input and Split
-// into one part. Proof comes from constant operands (initializers or Constant nodes), attributes
+// into one part, Sum/Mean/Max/Min of one operand. Proof comes from constant operands (initializers or Constant nodes), attributes
 // and shape facts (declarations checked against inference, in every graph); anything unknown
 // (non-constant operands, unknown dims, attributes the op version does not define) keeps the
 // node. One rule per op, each named after it.
@@ -200,6 +200,12 @@ bool pad_is_noop(const ir::Node& n) {
   return true;
 }
 
+// Sum, Mean, Max and Min of a single operand return it (from opset 6: earlier versions have
+// consumed_inputs). Mean divides by one, which is exact.
+bool single_operand(const ir::Node& n) {
+  return n.opset() >= 6 && n.attributes().empty() && n.inputs().size() == 1;
+}
+
 // A rule removing `op` nodes for which `is_noop` holds: readers read the data input instead.
 Rule noop_rule(const char* name, const char* op, bool (*is_noop)(const ir::Node&)) {
   return Rule{name, {op}, [is_noop](ir::Node& n, Rewriter& rw) {
@@ -231,6 +237,10 @@ std::vector<Rule> noop_rules() {
                 [](const ir::Node& n) {
                   return n.outputs().size() == 1 && only_attributes(n, {"axis", "split", "num_outputs"});
                 }),
+      noop_rule("sum", "Sum", single_operand),
+      noop_rule("mean", "Mean", single_operand),
+      noop_rule("max", "Max", single_operand),
+      noop_rule("min", "Min", single_operand),
   };
 }
 
@@ -245,7 +255,8 @@ PassInfo eliminate_noop_pass() {
           .level = 1,
           .description =
               "remove no-op nodes: inference Dropout, identity Transpose/Reshape/Expand/Squeeze/"
-              "Unsqueeze/Flatten/Cast/Slice/Pad, one-part Concat/Split",
+              "Unsqueeze/Flatten/Cast/Slice/Pad, one-part Concat/Split, one-operand "
+              "Sum/Mean/Max/Min",
           .options = {},
           .create = make_eliminate_noop};
 }

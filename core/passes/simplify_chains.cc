@@ -1,7 +1,9 @@
 // simplify_arithmetic's rules for chains: Transpose of Transpose, Reshape of Reshape, Squeeze
-// and Unsqueeze pairs, Cast through a type that holds every value exactly. See
+// and Unsqueeze pairs, Cast through a type that holds every value exactly, Relu next to a Clip
+// with a non-negative lower bound, Clip of Clip. See
 // simplify_arithmetic.cc for what "same results" means and what is deliberately not done.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -239,13 +241,96 @@ bool merge_cast(ir::Node& n, Rewriter& rw) {
   return true;
 }
 
+// Clip's bounds when they are constants (or absent) and the node has no other attributes than
+// its version defines; nullopt otherwise. Before opset 6 Clip has consumed_inputs.
+std::optional<ir::ClipParams> constant_clip(const ir::Node& n) {
+  if (!n.is("Clip") || n.opset() < 6 || n.outputs().size() != 1 || !n.output(0)) return std::nullopt;
+  if (n.opset() < 11 ? !only_attributes(n, {"min", "max"}) : !n.attributes().empty())
+    return std::nullopt;
+  return ir::clip_params(n);
+}
+
+// Relu(x) is max(x, 0), so with lower bound lo >= 0:
+//  - Clip(Relu(x), lo, hi) = Clip(x, lo, hi): max(max(x, 0), lo) = max(x, lo);
+//  - Relu(Clip(x, lo, hi)) = Clip(x, lo, hi): the Clip's result is already >= 0.
+// A NaN stays NaN either way.
+bool relu_clip(ir::Node& n, Rewriter& rw) {
+  if (n.is("Relu")) {
+    if (n.inputs().size() != 1 || !n.attributes().empty() || n.outputs().size() != 1) return false;
+    ir::Node* clip = producer(n.input(0), "Clip");
+    auto bounds = clip ? constant_clip(*clip) : std::nullopt;
+    if (!bounds || !bounds->min || !(*bounds->min >= 0) || clip->graph() != n.graph()) return false;
+    return rw.replace_node(&n, {n.input(0)}, /*allow_identity=*/false);
+  }
+  auto bounds = constant_clip(n);
+  if (!bounds || !bounds->min || !(*bounds->min >= 0)) return false;
+  ir::Node* relu = producer(n.input(0), "Relu");
+  if (!relu || relu->graph() != n.graph() || !single_use(n.input(0)) ||
+      relu->inputs().size() != 1 || !relu->attributes().empty() || !relu->input(0))
+    return false;
+  rw.set_input(&n, 0, relu->input(0));
+  rw.erase(relu);
+  return true;
+}
+
+// Clip(Clip(x, a, b), c, d) = Clip(x, max(a, c), min(b, d)) when that range is not empty (an
+// absent bound is unbounded). The bounds are values of x's type, so their max and min are too.
+bool merge_clip(ir::Node& n, Rewriter& rw) {
+  auto outer = constant_clip(n);
+  ir::Node* inner = outer ? chain_producer(n.input(0), "Clip", n) : nullptr;
+  auto in = inner && single_use(n.input(0)) ? constant_clip(*inner) : std::nullopt;
+  if (!in || !inner->input(0)) return false;
+  for (const auto& b : {in->min, in->max, outer->min, outer->max})
+    if (b && std::isnan(*b)) return false;
+  auto combine = [](std::optional<double> a, std::optional<double> b, bool lower) {
+    if (!a) return b;
+    if (!b) return a;
+    return std::optional<double>(lower ? std::max(*a, *b) : std::min(*a, *b));
+  };
+  const std::optional<double> lo = combine(in->min, outer->min, true);
+  const std::optional<double> hi = combine(in->max, outer->max, false);
+  if (lo && hi && !(*lo <= *hi)) return false;  // an empty range (or a NaN bound)
+  // Each bound is read from the node that holds it: no new constant is needed.
+  auto holder = [&](const std::optional<double>& v,
+                    const std::optional<double>& outer_v) -> ir::Node* {
+    if (!v) return nullptr;
+    return outer_v && *outer_v == *v ? &n : inner;
+  };
+  if (n.opset() >= 11) {
+    ir::Node* lo_from = holder(lo, outer->min);
+    ir::Node* hi_from = holder(hi, outer->max);
+    std::vector<ir::Value*> inputs{inner->input(0), lo_from ? lo_from->input(1) : nullptr,
+                                   hi_from ? hi_from->input(2) : nullptr};
+    if (!inputs[2]) inputs.pop_back();
+    if (inputs.size() == 2 && !inputs[1]) inputs.pop_back();
+    rw.set_inputs(&n, inputs);
+  } else {
+    // Attributes are floats: the combined bounds are floats already.
+    auto set = [&](const char* name, const std::optional<double>& v) {
+      if (!v) return rw.remove_attr(&n, name);
+      onnx::AttributeProto a;
+      a.set_name(name);
+      a.set_type(onnx::AttributeProto::FLOAT);
+      a.set_f(static_cast<float>(*v));
+      rw.set_attr(&n, std::move(a));
+    };
+    set("min", lo);
+    set("max", hi);
+    rw.set_input(&n, 0, inner->input(0));
+  }
+  rw.erase(inner);
+  return true;
+}
+
 }  // namespace
 
 std::vector<Rule> chain_rules() {
   return {{"transpose_chain", {"Transpose"}, merge_transpose},
           {"reshape_chain", {"Reshape"}, merge_reshape},
           {"squeeze_chain", {"Squeeze", "Unsqueeze"}, merge_squeeze},
-          {"cast_chain", {"Cast"}, merge_cast}};
+          {"cast_chain", {"Cast"}, merge_cast},
+          {"relu_clip", {"Relu", "Clip"}, relu_clip},
+          {"clip_chain", {"Clip"}, merge_clip}};
 }
 
 }  // namespace graft

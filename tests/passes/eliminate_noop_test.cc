@@ -117,6 +117,10 @@ TEST(EliminateNoop, RemovesProvableNoops) {
        "t = Concat <axis = 0> (x)"},
       {"split_single_output", 13, "float[2,3]", "float[2,3]", "float[2,3] t",
        "t = Split <axis = 1> (x)"},
+      {"sum_one_operand", 13, "float[2,3]", "float[2,3]", "float[2,3] t", "t = Sum (x)"},
+      {"mean_one_operand", 13, "float[2,3]", "float[2,3]", "float[2,3] t", "t = Mean (x)"},
+      {"max_one_operand", 8, "double[2,3]", "double[2,3]", "double[2,3] t", "t = Max (x)"},
+      {"min_one_operand", 6, "float[2,3]", "float[2,3]", "float[2,3] t", "t = Min (x)"},
   };
   for (const Case& c : cases) EXPECT_TRUE(removes(c)) << c.name;
 }
@@ -180,6 +184,11 @@ TEST(EliminateNoop, KeepsLookAlikes) {
        "t = Concat <axis = 0> (x, x)"},
       {"split_two_outputs", 13, "float[2,4]", "float[2,2]", "float[2,2] t",
        "t, u = Split <axis = 1> (x)"},
+      {"sum_two_operands", 13, "float[2,3]", "float[2,3]", "float[2,3] t", "t = Sum (x, x)"},
+      {"max_broadcasting_operands", 13, "float[2,3]", "float[2,3]", "float[3] c = {1, 2, 3}",
+       "t = Max (x, c)"},
+      {"mean5_consumed_inputs", 5, "float[2,3]", "float[2,3]", "float[2,3] t",
+       "t = Mean <consumed_inputs = [0]> (x)"},
   };
   for (const Case& c : cases) EXPECT_FALSE(removes(c)) << c.name;
 }

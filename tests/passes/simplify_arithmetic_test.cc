@@ -713,5 +713,143 @@ TEST(SimplifyArithmetic, LeavesOtherDomainsAlone) {
                     compare_outputs(Outputs::kSameIfVerifiable));  // no custom-domain kernels
 }
 
+TEST(SimplifyArithmetic, ReluNextToANonNegativeClip) {
+  // Clip(Relu(x), 0, 6) is Clip(x, 0, 6) (Relu6 after a Relu); Relu(Clip(x, 1, 4)) is the Clip.
+  // In a branch, with Constant-node bounds, and at opset 9 with attribute bounds.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[2,3] x) => (float[2,3] y, float[2,3] z, float[2,3] w)
+      <float lo = {0.0}, float hi = {6.0}, float one = {1.0}, float four = {4.0}> {
+      r = Relu (x)
+      y = Clip (r, lo, hi)
+      k = Clip (x, one, four)
+      z = Relu (k)
+      w = If (c) <
+        then_branch = then_g () => (float[2,3] a) {
+          zero = Constant <value = float {0.5}> ()
+          r2 = Relu (x)
+          a = Clip (r2, zero)
+        },
+        else_branch = else_g () => (float[2,3] b) {
+          b = Relu (x)
+        }>
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[2,3] x) => (float[2,3] y, float[2,3] z, float[2,3] w)
+      <float lo = {0.0}, float hi = {6.0}, float one = {1.0}, float four = {4.0}> {
+      y = Clip (x, lo, hi)
+      z = Clip (x, one, four)
+      w = If (c) <
+        then_branch = then_g () => (float[2,3] a) {
+          zero = Constant <value = float {0.5}> ()
+          a = Clip (x, zero)
+        },
+        else_branch = else_g () => (float[2,3] b) {
+          b = Relu (x)
+        }>
+    }
+  )",
+                 rewrites(3));
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 9]>
+    g (float[2,3] x) => (float[2,3] y) {
+      r = Relu (x)
+      y = Clip <min = 0.0, max = 6.0> (r)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 9]>
+    g (float[2,3] x) => (float[2,3] y) {
+      y = Clip <min = 0.0, max = 6.0> (x)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(SimplifyArithmetic, MergesClipChains) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,3] y, float[2,3] z)
+      <float a = {-1.0}, float b = {6.0}, float c = {0.0}, float d = {3.0}> {
+      t = Clip (x, a, b)
+      y = Clip (t, c, d)
+      u = Clip (x, c, b)
+      z = Clip (u, a, d)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,3] y, float[2,3] z)
+      <float c = {0.0}, float d = {3.0}> {
+      y = Clip (x, c, d)
+      z = Clip (x, c, d)
+    }
+  )",
+                 rewrites(2));
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 9]>
+    g (float[2,3] x) => (float[2,3] y) {
+      t = Clip <min = -1.0> (x)
+      y = Clip <min = 0.0, max = 6.0> (t)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 9]>
+    g (float[2,3] x) => (float[2,3] y) {
+      y = Clip <min = 0.0, max = 6.0> (x)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(SimplifyArithmetic, KeepsClipLookAlikes) {
+  const char* models[] = {
+      // A negative lower bound: Relu matters.
+      R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,3] y) <float lo = {-1.0}, float hi = {6.0}> {
+      r = Relu (x)
+      y = Clip (r, lo, hi)
+    }
+  )",
+      R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,3] y) <float lo = {-1.0}> {
+      k = Clip (x, lo)
+      y = Relu (k)
+    }
+  )",
+      // No lower bound at all.
+      R"(
+    <ir_version: 8, opset_import: ["" : 9]>
+    g (float[2,3] x) => (float[2,3] y) {
+      k = Clip <max = 6.0> (x)
+      y = Relu (k)
+    }
+  )",
+      // A runtime bound, a Relu read twice.
+      R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x, float m) => (float[2,3] z, float[2,3] w, float[2,3] r) <float hi = {6.0}> {
+      j = Clip (x, m, hi)
+      z = Relu (j)
+      r = Relu (x)
+      w = Clip (r, m)
+    }
+  )",
+      // Disjoint ranges: the chain's result is the outer bound, not a Clip of x.
+      R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,3] y)
+      <float a = {0.0}, float b = {1.0}, float c = {2.0}, float d = {3.0}> {
+      t = Clip (x, a, b)
+      y = Clip (t, c, d)
+    }
+  )"};
+  for (const char* text : models) expect_no_rewrite(kPass, text);
+}
+
 }  // namespace
 }  // namespace graft::testing
