@@ -110,17 +110,25 @@ class FoldConstants final : public Pass {
       if (tensor_bytes(t) > limits_.max_tensor_bytes) return false;
       output_bytes += tensor_bytes(t);
     }
-    // Growth is measured against the input bytes folding frees (inputs only this node reads):
-    // a large result added while its inputs stay, e.g. slices of a weight other nodes still
-    // read, would make the model bigger instead of moving bytes. A Constant's result is its own
-    // attribute, so folding it never adds bytes.
+    // Growth is measured against the input bytes folding frees. An input only this node reads
+    // is freed whole. One that every reader can fold (e.g. a weight split into slices) goes
+    // once all of them are folded, so each reader is credited an equal share of it: folding all
+    // of them adds at most max_growth times the input. An input some runtime node also reads
+    // (a slice of a weight that a Gather still uses) stays, so nothing is credited: folding
+    // would duplicate it. A Constant's result is its own attribute, so folding it never adds
+    // bytes.
     uint64_t freed_bytes = 0;
     counted.clear();
     for (ir::Value* v : n->inputs()) {
       if (!v || !counted.insert(v).second || v->is_graph_output()) continue;
-      bool only_here = true;
-      for (const ir::Use& u : v->uses()) only_here = only_here && u.node == n;
-      if (only_here) freed_bytes += ir::tensor_bytes(*v->initializer());
+      std::unordered_set<const ir::Node*> readers;
+      bool all_fold = true;
+      for (const ir::Use& u : v->uses()) {
+        if (!readers.insert(u.node).second) continue;
+        all_fold = all_fold && (u.node == n || foldable(*u.node));
+      }
+      if (all_fold && !readers.empty())
+        freed_bytes += ir::tensor_bytes(*v->initializer()) / readers.size();
     }
     const bool grows = !n->is("Constant") && output_bytes >= kAlwaysFoldBytes &&
                        static_cast<unsigned __int128>(output_bytes) >
