@@ -1,10 +1,10 @@
 // Removes nodes that provably return their data input unchanged: Dropout in inference mode,
 // Transpose by the identity permutation, shape ops whose result has the input's shape, Cast to
 // the input's own type, Slice taking everything, Pad by nothing, Concat of one input and Split
-// into one part, Sum/Mean/Max/Min of one operand. Proof comes from constant operands (initializers or Constant nodes), attributes
-// and shape facts (declarations checked against inference, in every graph); anything unknown
-// (non-constant operands, unknown dims, attributes the op version does not define) keeps the
-// node. One rule per op, each named after it.
+// into one part, Sum/Mean/Max/Min of one operand. Proof comes from constant operands (initializers
+// or Constant nodes), attributes and shape facts (declarations checked against inference, in every
+// graph); anything unknown (non-constant operands, unknown dims, attributes the op version does not
+// define) keeps the node. One rule per op, each named after it.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -229,10 +229,9 @@ std::vector<Rule> noop_rules() {
       noop_rule("cast", "Cast", cast_is_noop),
       noop_rule("slice", "Slice", slice_is_noop),
       noop_rule("pad", "Pad", pad_is_noop),
-      noop_rule("concat", "Concat",
-                [](const ir::Node& n) {
-                  return only_attributes(n, {"axis"}) && n.inputs().size() == 1;
-                }),
+      noop_rule(
+          "concat", "Concat",
+          [](const ir::Node& n) { return only_attributes(n, {"axis"}) && n.inputs().size() == 1; }),
       noop_rule("split", "Split",
                 [](const ir::Node& n) {
                   return n.outputs().size() == 1 && only_attributes(n, {"axis", "split", "num_outputs"});

@@ -161,14 +161,14 @@ std::unique_ptr<Pass> make_fold_shapes() {
 }
 
 PassInfo fold_shapes_pass() {
-  return {
-      .name = "fold_shapes",
-      .level = 1,
-      .description = "Shape, Size and shape arithmetic on statically known shapes become "
-                     "constants; a Reshape target computed from Shapes becomes a constant with "
-                     "0 (copy) and -1 (inferred) entries",
-      .options = {},
-      .create = make_fold_shapes};
+  return {.name = "fold_shapes",
+          .level = 1,
+          .description =
+              "Shape, Size and shape arithmetic on statically known shapes become "
+              "constants; a Reshape target computed from Shapes becomes a constant with "
+              "0 (copy) and -1 (inferred) entries",
+          .options = {},
+          .create = make_fold_shapes};
 }
 
 }  // namespace graft

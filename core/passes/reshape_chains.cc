@@ -36,8 +36,8 @@ namespace {
 // One entry of a traced shape tensor.
 struct Entry {
   enum Kind { kConstant, kDim, kUnknown } kind = kUnknown;
-  int64_t value = 0;                // kConstant: the value; kDim: the dim's index in `of`
-  const ir::Value* of = nullptr;    // kDim: the value whose Shape this entry reads
+  int64_t value = 0;              // kConstant: the value; kDim: the dim's index in `of`
+  const ir::Value* of = nullptr;  // kDim: the value whose Shape this entry reads
 };
 using Entries = std::vector<Entry>;
 
@@ -217,9 +217,8 @@ bool reshape_of_shape_chain(ir::Node& n, Rewriter& rw) {
     if (e.kind == Entry::kDim) {
       const ir::TensorFact& of = e.of->fact();
       const ir::Dim& d = of.dims[static_cast<size_t>(e.value)];
-      const bool same_position =
-          (e.of == x && e.value == static_cast<int64_t>(j)) ||
-          (xf.has_rank && j < xf.dims.size() && d.same_as(xf.dims[j]));
+      const bool same_position = (e.of == x && e.value == static_cast<int64_t>(j)) ||
+                                 (xf.has_rank && j < xf.dims.size() && d.same_as(xf.dims[j]));
       if (same_position && !allowzero) {
         shape.push_back(0);
         continue;

@@ -244,7 +244,8 @@ bool merge_cast(ir::Node& n, Rewriter& rw) {
 // Clip's bounds when they are constants (or absent) and the node has no other attributes than
 // its version defines; nullopt otherwise. Before opset 6 Clip has consumed_inputs.
 std::optional<ir::ClipParams> constant_clip(const ir::Node& n) {
-  if (!n.is("Clip") || n.opset() < 6 || n.outputs().size() != 1 || !n.output(0)) return std::nullopt;
+  if (!n.is("Clip") || n.opset() < 6 || n.outputs().size() != 1 || !n.output(0))
+    return std::nullopt;
   if (n.opset() < 11 ? !only_attributes(n, {"min", "max"}) : !n.attributes().empty())
     return std::nullopt;
   return ir::clip_params(n);
