@@ -1,0 +1,639 @@
+#!/usr/bin/python3
+"""Generates a development corpus of realistic ONNX models with PyTorch.
+
+Usage: /usr/bin/python3 bench/models/make.py [OUT_DIR] [--only NAME ...]
+
+For each model writes OUT_DIR/NAME.onnx, exported with torch.onnx.export's default settings
+(constant folding on, eval mode) at opset 17, the way a user would export it, and records in
+OUT_DIR/inputs.json what a runner needs to feed it seeded random inputs: a concrete shape for
+every input, a value range where the runner's default [-1, 1] does not fit (token ids) and a
+fixed value for attention masks, in the format of ../shared/models/inputs.json. OUT_DIR
+defaults to /tmp/graft-corpus (about 350 MB).
+
+The transformers are small stand-ins written here in the style of the Hugging Face
+implementations (the graph patterns, not the code, are the point); the CNNs and the detector
+come from torchvision. Weights are random and seeded; nothing is downloaded. Each model is
+checked with onnx.checker and, when onnxruntime is importable, run and compared with PyTorch.
+A model that fails is reported and skipped; the exit status is non-zero only if all fail.
+"""
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import math
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+try:
+    import onnxruntime
+except ImportError:
+    onnxruntime = None
+
+REPO = Path(__file__).resolve().parents[2]
+# Not under ../shared: the corpus is ~350 MB of random weights and is regenerated in ~40 s.
+DEFAULT_OUT = Path("/tmp/graft-corpus")
+OPSET = 17
+SEED = 0
+
+
+@dataclass
+class Export:
+    """What to export: the module, its example inputs by ONNX input name, and how to call it."""
+
+    module: nn.Module
+    inputs: dict  # input name -> example tensor, in the order the flattened arguments have
+    outputs: list  # output names
+    args: tuple = None  # arguments for module(*args); default: the inputs in order
+    dynamic_axes: dict = field(default_factory=dict)
+    ranges: dict = field(default_factory=dict)  # inputs.json "range": name -> (low, high)
+    values: dict = field(default_factory=dict)  # inputs.json "values": name -> the one value
+
+    def call_args(self):
+        return self.args if self.args is not None else tuple(self.inputs.values())
+
+    def input_spec(self):
+        spec = {"shapes": {name: list(t.shape) for name, t in self.inputs.items()}}
+        if self.values:
+            spec["values"] = self.values
+        if self.ranges:
+            spec["range"] = {name: list(r) for name, r in self.ranges.items()}
+        return spec
+
+
+MODELS = {}
+
+
+def model(name):
+    """Registers a function returning an Export under a model name."""
+
+    def register(make):
+        MODELS[name] = make
+        return make
+
+    return register
+
+
+def perturb_norms(module):
+    """Gives normalization layers non-trivial parameters and statistics.
+
+    Freshly constructed norms are identities (weight 1, bias 0, BatchNorm mean 0 and variance
+    1), which an optimizer could fold away in ways trained weights never allow.
+    """
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm, RMSNorm)):
+                if getattr(m, "weight", None) is not None:
+                    m.weight.uniform_(0.8, 1.2)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.uniform_(-0.1, 0.1)
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    return module
+
+
+def additive_mask(attention_mask, dtype=torch.float32):
+    """[batch, keys] 0/1 mask -> [batch, 1, 1, keys], 0 where attended, very negative elsewhere."""
+    mask = attention_mask[:, None, None, :].to(dtype)
+    return (1.0 - mask) * torch.finfo(dtype).min
+
+
+# --- BERT-style encoder: post-LayerNorm, erf GELU, heads split with view/permute on x.size() ---
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, vocab, hidden, max_positions, type_vocab):
+        super().__init__()
+        self.word = nn.Embedding(vocab, hidden, padding_idx=0)
+        self.position = nn.Embedding(max_positions, hidden)
+        self.token_type = nn.Embedding(type_vocab, hidden)
+        self.norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.dropout = nn.Dropout(0.1)
+        # Like BERT, positions and (absent) token types come from buffers sliced to the input.
+        self.register_buffer("position_ids", torch.arange(max_positions)[None], persistent=False)
+        self.register_buffer(
+            "token_type_ids", torch.zeros(1, max_positions, dtype=torch.long), persistent=False)
+
+    def forward(self, input_ids):
+        batch, seq = input_ids.size()
+        positions = self.position_ids[:, :seq]
+        token_types = self.token_type_ids[:, :seq].expand(batch, seq)
+        x = self.word(input_ids) + self.token_type(token_types) + self.position(positions)
+        return self.dropout(self.norm(x))
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(0.1)
+
+    def split_heads(self, x):
+        # [batch, seq, hidden] -> [batch, heads, seq, head_dim]; the shape is built from
+        # x.size(), which exports as Shape -> Gather -> Unsqueeze -> Concat -> Reshape.
+        x = x.view(x.size()[:-1] + (self.heads, self.head_dim))
+        return x.permute(0, 2, 1, 3)
+
+    def forward(self, x, mask):
+        q = self.split_heads(self.query(x))
+        k = self.split_heads(self.key(x))
+        v = self.split_heads(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        probs = self.dropout(F.softmax(scores + mask, dim=-1))
+        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        return context.view(context.size()[:-2] + (self.heads * self.head_dim,))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, hidden, heads, intermediate):
+        super().__init__()
+        self.attention = BertSelfAttention(hidden, heads)
+        self.attention_out = nn.Linear(hidden, hidden)
+        self.attention_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.intermediate = nn.Linear(hidden, intermediate)
+        self.gelu = nn.GELU()
+        self.output = nn.Linear(intermediate, hidden)
+        self.output_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask):
+        # Post-LayerNorm: normalize after each residual addition.
+        x = self.attention_norm(x + self.dropout(self.attention_out(self.attention(x, mask))))
+        h = self.output(self.gelu(self.intermediate(x)))
+        return self.output_norm(x + self.dropout(h))
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, vocab=8000, hidden=256, layers=4, heads=4, intermediate=1024,
+                 max_positions=512, type_vocab=2):
+        super().__init__()
+        self.embeddings = BertEmbeddings(vocab, hidden, max_positions, type_vocab)
+        self.layers = nn.ModuleList(BertLayer(hidden, heads, intermediate) for _ in range(layers))
+        self.pooler = nn.Linear(hidden, hidden)
+
+    def forward(self, input_ids, attention_mask):
+        mask = additive_mask(attention_mask)
+        x = self.embeddings(input_ids)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x, torch.tanh(self.pooler(x[:, 0]))
+
+
+@model("bert_encoder")
+def bert_encoder():
+    vocab, batch, seq = 8000, 2, 16
+    net = BertEncoder(vocab=vocab)
+    axes = {0: "batch", 1: "sequence"}
+    return Export(
+        net,
+        inputs={
+            "input_ids": torch.randint(0, vocab, (batch, seq)),
+            "attention_mask": torch.ones(batch, seq, dtype=torch.long),
+        },
+        outputs=["last_hidden_state", "pooler_output"],
+        dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes,
+                      "pooler_output": {0: "batch"}},
+        ranges={"input_ids": (0, vocab - 1)},
+        values={"attention_mask": 1},
+    )
+
+
+# --- GPT-2-style decoder: pre-LayerNorm, tanh GELU, KV cache, LM head tied to the embedding ---
+
+
+class Conv1D(nn.Module):
+    """GPT-2's projection: a [in, out] weight applied with addmm to the flattened input.
+
+    It exports as Reshape -> Gemm -> Reshape, with shapes taken from the input at run time.
+    """
+
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_in, n_out) * 0.02)
+        self.bias = nn.Parameter(torch.randn(n_out) * 0.02)
+
+    def forward(self, x):
+        out_shape = x.size()[:-1] + (self.weight.size(-1),)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(out_shape)
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, hidden, heads, max_positions):
+        super().__init__()
+        self.hidden = hidden
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.c_attn = Conv1D(hidden, 3 * hidden)
+        self.c_proj = Conv1D(hidden, hidden)
+        self.dropout = nn.Dropout(0.1)
+        # Lower-triangular causal mask, sliced to [queries, keys] at run time.
+        causal = torch.tril(torch.ones(max_positions, max_positions, dtype=torch.bool))
+        self.register_buffer("bias", causal[None, None], persistent=False)
+
+    def split_heads(self, x):
+        x = x.view(x.size()[:-1] + (self.heads, self.head_dim))
+        return x.permute(0, 2, 1, 3)
+
+    def forward(self, x, past_key, past_value, mask):
+        q, k, v = self.c_attn(x).split(self.hidden, dim=2)
+        q = self.split_heads(q)
+        k = torch.cat((past_key, self.split_heads(k)), dim=-2)
+        v = torch.cat((past_value, self.split_heads(v)), dim=-2)
+
+        w = torch.matmul(q, k.transpose(-1, -2))
+        w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype)
+        q_len, k_len = q.size(-2), k.size(-2)
+        causal = self.bias[:, :, k_len - q_len:k_len, :k_len]
+        w = torch.where(causal, w, torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype))
+        w = self.dropout(F.softmax(w + mask, dim=-1))
+
+        out = torch.matmul(w, v).permute(0, 2, 1, 3).contiguous()
+        out = out.view(out.size()[:-2] + (self.hidden,))
+        return self.dropout(self.c_proj(out)), k, v
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, hidden, heads, max_positions):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(hidden, eps=1e-5)
+        self.attn = GPT2Attention(hidden, heads, max_positions)
+        self.ln_2 = nn.LayerNorm(hidden, eps=1e-5)
+        self.mlp = nn.Sequential(
+            Conv1D(hidden, 4 * hidden), nn.GELU(approximate="tanh"),
+            Conv1D(4 * hidden, hidden), nn.Dropout(0.1))
+
+    def forward(self, x, past_key, past_value, mask):
+        # Pre-LayerNorm: normalize the input of each sublayer, add the residual unnormalized.
+        a, key, value = self.attn(self.ln_1(x), past_key, past_value, mask)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), key, value
+
+
+class GPT2Decoder(nn.Module):
+    def __init__(self, vocab=50257, hidden=256, layers=2, heads=4, max_positions=1024):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, hidden)
+        self.wpe = nn.Embedding(max_positions, hidden)
+        nn.init.normal_(self.wte.weight, std=0.02)
+        nn.init.normal_(self.wpe.weight, std=0.01)
+        self.drop = nn.Dropout(0.1)
+        self.blocks = nn.ModuleList(GPT2Block(hidden, heads, max_positions) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
+
+    def forward(self, input_ids, attention_mask, past_key_values):
+        # attention_mask covers past and new tokens: [batch, past_len + seq].
+        past_len = past_key_values[0][0].size(-2)
+        positions = torch.arange(past_len, past_len + input_ids.size(-1), dtype=torch.long)
+        x = self.drop(self.wte(input_ids) + self.wpe(positions[None]))
+        mask = additive_mask(attention_mask)
+        presents = []
+        for block, (past_key, past_value) in zip(self.blocks, past_key_values):
+            x, key, value = block(x, past_key, past_value, mask)
+            presents.append((key, value))
+        # The LM head reuses the input embedding (tied weights).
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return logits, tuple(presents)
+
+
+@model("gpt2_decoder")
+def gpt2_decoder():
+    vocab, hidden, heads, layers = 50257, 256, 4, 2
+    batch, seq, past_len = 2, 8, 8
+    net = GPT2Decoder(vocab=vocab, hidden=hidden, layers=layers, heads=heads)
+    inputs = {
+        "input_ids": torch.randint(0, vocab, (batch, seq)),
+        "attention_mask": torch.ones(batch, past_len + seq, dtype=torch.long),
+    }
+    past = []
+    for i in range(layers):
+        kv = tuple(torch.randn(batch, heads, past_len, hidden // heads) for _ in range(2))
+        inputs[f"past_key_values.{i}.key"], inputs[f"past_key_values.{i}.value"] = kv
+        past.append(kv)
+    outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+
+    axes = {"input_ids": {0: "batch", 1: "sequence"},
+            "attention_mask": {0: "batch", 1: "total_sequence"},
+            "logits": {0: "batch", 1: "sequence"}}
+    for name in inputs:
+        if name.startswith("past_key_values."):
+            axes[name] = {0: "batch", 2: "past_sequence"}
+    for name in outputs[1:]:
+        axes[name] = {0: "batch", 2: "total_sequence"}
+    return Export(
+        net,
+        inputs=inputs,
+        args=(inputs["input_ids"], inputs["attention_mask"], tuple(past)),
+        outputs=outputs,
+        dynamic_axes=axes,
+        ranges={"input_ids": (0, vocab - 1)},
+        values={"attention_mask": 1},
+    )
+
+
+# --- LLaMA-style decoder layers: RMSNorm, rotary position embedding, SiLU-gated MLP ---
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        # Normalizes in float32 whatever the input type (a no-op cast pair for float32 models).
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos and sin tables for every position, precomputed and gathered by position id."""
+
+    def __init__(self, dim, max_positions=2048, base=10000.0):
+        super().__init__()
+        inv_freq = 1.0 / base ** (torch.arange(0, dim, 2).float() / dim)
+        angles = torch.outer(torch.arange(max_positions).float(), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)  # [max_positions, dim]
+        self.register_buffer("cos_cached", angles.cos(), persistent=False)
+        self.register_buffer("sin_cached", angles.sin(), persistent=False)
+
+    def forward(self, position_ids):
+        # [batch, seq] -> two [batch, 1, seq, dim] tables, broadcast over heads.
+        return self.cos_cached[position_ids][:, None], self.sin_cached[position_ids][:, None]
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.hidden = hidden
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.rotary = RotaryEmbedding(self.head_dim)
+
+    def forward(self, x, position_ids, mask):
+        batch, seq, _ = x.size()
+        q, k, v = (proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        cos, sin = self.rotary(position_ids)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+
+        w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim) + mask
+        w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(w, v).transpose(1, 2).reshape(batch, seq, self.hidden)
+        return self.o_proj(out)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden, intermediate):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, hidden, heads, intermediate):
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden)
+        self.self_attn = LlamaAttention(hidden, heads)
+        self.post_attention_layernorm = RMSNorm(hidden)
+        self.mlp = LlamaMLP(hidden, intermediate)
+
+    def forward(self, x, position_ids, mask):
+        x = x + self.self_attn(self.input_layernorm(x), position_ids, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def causal_mask(seq, dtype=torch.float32):
+    """[1, 1, seq, seq]: 0 on and below the diagonal, the dtype's minimum above it."""
+    mask = torch.full((seq, seq), torch.finfo(dtype).min)
+    idx = torch.arange(seq)
+    mask = mask.masked_fill(idx < (idx + 1).view(seq, 1), 0)
+    return mask.to(dtype)[None, None]
+
+
+class LlamaBlocks(nn.Module):
+    def __init__(self, hidden=256, heads=4, intermediate=688, layers=2):
+        super().__init__()
+        self.layers = nn.ModuleList(LlamaLayer(hidden, heads, intermediate) for _ in range(layers))
+        self.norm = RMSNorm(hidden)
+
+    def forward(self, hidden_states, position_ids):
+        mask = causal_mask(hidden_states.size(1), hidden_states.dtype)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, position_ids, mask)
+        return self.norm(hidden_states)
+
+
+@model("llama_block")
+def llama_block():
+    batch, seq, hidden = 2, 16, 256
+    axes = {0: "batch", 1: "sequence"}
+    return Export(
+        LlamaBlocks(hidden=hidden),
+        inputs={
+            "hidden_states": torch.randn(batch, seq, hidden),
+            "position_ids": torch.arange(seq).expand(batch, seq),
+        },
+        outputs=["last_hidden_state"],
+        dynamic_axes={"hidden_states": axes, "position_ids": axes, "last_hidden_state": axes},
+        ranges={"position_ids": (0, seq - 1)},
+    )
+
+
+# --- torchvision models ---
+
+
+def classifier(name):
+    """A torchvision ImageNet classifier with random weights and a dynamic batch."""
+
+    def make():
+        net = getattr(torchvision.models, name)(weights=None)
+        return Export(
+            net,
+            inputs={"input": torch.randn(1, 3, 224, 224)},
+            outputs=["logits"],
+            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        )
+
+    return make
+
+
+for _name in ("mobilenet_v3_small", "efficientnet_b0", "resnet18", "convnext_tiny"):
+    model(_name)(classifier(_name))
+
+
+@model("ssdlite320_mobilenet_v3_large")
+def ssdlite320_mobilenet_v3_large():
+    # The detector takes a list of images and returns one dict of boxes, scores and labels per
+    # image; export flattens both. Preprocessing and postprocessing (NMS) are in the graph.
+    net = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None)
+    image = torch.rand(3, 320, 320)
+    return Export(
+        net,
+        inputs={"image": image},
+        args=([image],),
+        outputs=["boxes", "scores", "labels"],
+        ranges={"image": (0, 1)},
+    )
+
+
+# --- driver ---
+
+
+def op_counts(graph, counts=None):
+    """Node count per op type, over the graph and every subgraph (If branches, Loop bodies)."""
+    counts = collections.Counter() if counts is None else counts
+    for node in graph.node:
+        counts[node.op_type] += 1
+        for attr in node.attribute:
+            for subgraph in [attr.g] if attr.HasField("g") else attr.graphs:
+                op_counts(subgraph, counts)
+    return counts
+
+
+def flatten(value):
+    """Tensors of a nested output structure, in the order torch.onnx.export flattens them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = value.values()
+    return [t for v in value for t in flatten(v)]
+
+
+def run_check(path, ex):
+    """Runs the model with onnxruntime on the example inputs; returns a description of the
+    largest difference from PyTorch's outputs."""
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: ex.inputs[i.name].numpy() for i in session.get_inputs()}
+    got = session.run(None, feeds)
+    with torch.no_grad():
+        expected = flatten(ex.module(*ex.call_args()))
+    worst = 0.0
+    for name, a, b in zip(ex.outputs, got, expected):
+        b = b.numpy()
+        if a.shape != b.shape:
+            return f"output {name}: shape {list(a.shape)}, PyTorch {list(b.shape)}"
+        if a.size:
+            diff = abs(a.astype("float64") - b.astype("float64")) / (1 + abs(b.astype("float64")))
+            worst = max(worst, float(diff.max()))
+    return f"max relative difference {worst:.1e}"
+
+
+def build(name, out_dir):
+    """Exports one model; returns (its inputs.json entry, a summary row)."""
+    torch.manual_seed(SEED)
+    start = time.monotonic()
+    ex = MODELS[name]()
+    ex.module.eval()
+    perturb_norms(ex.module)
+    path = out_dir / f"{name}.onnx"
+    # torch prints a diagnostics summary on stdout; keep it off the output.
+    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(
+            ex.module, ex.call_args(), str(path),
+            input_names=list(ex.inputs), output_names=ex.outputs,
+            dynamic_axes=ex.dynamic_axes or None, opset_version=OPSET)
+    seconds = time.monotonic() - start
+
+    proto = onnx.load(str(path))
+    counts = op_counts(proto.graph)
+    total, top = sum(counts.values()), len(proto.graph.node)
+    control = [op for op in ("If", "Loop", "Scan", "NonMaxSuppression") if counts[op]]
+    row = {"name": name, "nodes": total, "top_level": top, "seconds": seconds,
+           "mb": path.stat().st_size / 1e6}
+    extra = "".join(f", {counts[op]} {op}" for op in control)
+    print(f"{name}: {total} nodes ({top} top-level{extra}), {row['mb']:.1f} MB, "
+          f"built and exported in {seconds:.1f} s", file=sys.stderr)
+
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        raise RuntimeError(f"onnx.checker rejects {path.name}: {e}") from None
+    if onnxruntime is not None:
+        # Reported, not fatal: the model is valid ONNX either way. Detectors with random weights
+        # score many boxes alike, so their kept boxes may legitimately differ.
+        try:
+            result = run_check(path, ex)
+        except Exception as e:
+            result = f"FAILED: {type(e).__name__}: {e}"
+        print(f"{name}: onnxruntime: {result}", file=sys.stderr)
+    return ex.input_spec(), row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", nargs="?", type=Path, default=DEFAULT_OUT,
+                        help=f"output directory (default: {DEFAULT_OUT})")
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(MODELS),
+                        help="build only these models: " + ", ".join(MODELS))
+    args = parser.parse_args()
+    out_dir = args.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Tracing warns about every Python int taken from a tensor shape, and torch and torchvision
+    # about details of their own code; expected, and they would drown the progress lines.
+    warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch(vision)?\.")
+
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
+          f"onnx {onnx.__version__}, opset {OPSET} -> {out_dir}", file=sys.stderr)
+    if onnxruntime is None:
+        print("onnxruntime is not installed: skipping the runtime check", file=sys.stderr)
+
+    # inputs.json is merged, so that --only keeps the entries of models built earlier.
+    spec_path = out_dir / "inputs.json"
+    specs = json.loads(spec_path.read_text()) if spec_path.exists() else {}
+    rows, failed = [], []
+    for name in args.only or MODELS:
+        try:
+            specs[name], row = build(name, out_dir)
+            rows.append(row)
+        except Exception as e:  # report and go on with the other models
+            failed.append(name)
+            specs.pop(name, None)  # no stale or invalid model left behind
+            (out_dir / f"{name}.onnx").unlink(missing_ok=True)
+            print(f"{name}: FAILED, skipped: {type(e).__name__}: {e}", file=sys.stderr)
+    spec_path.write_text(json.dumps(dict(sorted(specs.items())), indent=1) + "\n")
+
+    print(f"\n{'model':32} {'nodes':>6} {'top':>6} {'MB':>6} {'s':>6}", file=sys.stderr)
+    for r in rows:
+        print(f"{r['name']:32} {r['nodes']:6} {r['top_level']:6} {r['mb']:6.1f} "
+              f"{r['seconds']:6.1f}", file=sys.stderr)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed and not rows else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,809 @@
+'use strict';
+// Parity benchmark: Graft's O2 output against ONNX Runtime's "basic" graph
+// optimizations. For each model it compares node counts, checks that Graft's
+// output computes the same values as the original under ORT, and times Graft's
+// output against ORT-basic's saved output (both run with ORT's optimizations
+// disabled, so only the graphs differ). See README.md; run through ./run,
+// which installs onnxruntime-node on first use.
+
+const fs = require('fs');
+const path = require('path');
+const { spawnSync } = require('child_process');
+
+const REPO_ROOT = path.resolve(__dirname, '..', '..');
+const DEFAULT_GRAFT = ['build-rel', 'build', 'build-prof'].map((d) => path.join(REPO_ROOT, d, 'client', 'graft'));
+const ATOL = 1e-4; // equal when |got - expected| <= ATOL + RTOL * |expected|
+const RTOL = 1e-3;
+const GRAFT_TIMEOUT_MS = 10 * 60 * 1000;
+
+const USAGE = `usage: bench/ort_parity/run [options] MODEL_DIR_OR_FILE...
+
+Compares Graft (optimize --local --level O2) with ONNX Runtime's basic graph
+optimizations: node counts, outputs under ORT, latency under ORT.
+
+A directory contributes its *.onnx files; one with none of its own (or any
+directory with --recursive) also contributes each subdirectory's model.onnx,
+named after the subdirectory (the layout of ONNX's test data).
+
+options:
+  --graft PATH     graft CLI (default: the first that exists of
+                   build-rel/client/graft, build/client/graft, build-prof/client/graft)
+  --reps N         timed runs of each model, interleaved (default 40)
+  --warmup N       untimed runs of each before timing (default 5)
+  --seed N         random input seed (default 1)
+  --out DIR        where optimized models, logs and parity.json go (default /tmp/ort_parity)
+  --recursive      also take subdirectory/model.onnx from every directory given
+  --inputs FILE    an inputs.json to consult before the ones beside the models
+  -h, --help       this text
+
+Input shapes and values come from --inputs, else inputs.json beside the model
+(or in the directory given), e.g. {"model": {"shapes": {"x": [1,3,224,224]},
+"values": {"sr": 16000}, "range": {"x": [-0.5, 0.5]}}}. Otherwise declared
+static dims are used and symbolic dims are set to 1.
+
+exit status: 0 when every model's outputs are equal, 1 when any mismatch or
+failure, 2 on bad arguments.`;
+
+// ---------------------------------------------------------------- arguments
+
+function parseArgs(argv) {
+  const opts = {
+    graft: null,
+    reps: 40,
+    warmup: 5,
+    seed: 1,
+    out: '/tmp/ort_parity',
+    recursive: false,
+    inputs: null,
+    targets: [],
+  };
+  const intArg = (name, v, min) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) fail(`${name} needs an integer >= ${min}, got '${v}'`);
+    return n;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const next = () => {
+      if (i + 1 >= argv.length) fail(`${a} needs a value`);
+      return argv[++i];
+    };
+    if (a === '-h' || a === '--help') {
+      console.log(USAGE);
+      process.exit(0);
+    } else if (a === '--graft') opts.graft = next();
+    else if (a === '--reps') opts.reps = intArg(a, next(), 1);
+    else if (a === '--warmup') opts.warmup = intArg(a, next(), 0);
+    else if (a === '--seed') opts.seed = intArg(a, next(), 0);
+    else if (a === '--out') opts.out = next();
+    else if (a === '--recursive') opts.recursive = true;
+    else if (a === '--inputs') opts.inputs = path.resolve(next());
+    else if (a.startsWith('-') && a !== '-') fail(`unknown option ${a}`);
+    else opts.targets.push(a);
+  }
+  if (opts.targets.length === 0) fail('no model or directory given');
+  if (opts.graft === null) {
+    opts.graft = DEFAULT_GRAFT.find((p) => fs.existsSync(p));
+    if (!opts.graft) fail(`no graft binary found (looked for ${DEFAULT_GRAFT.join(', ')}); pass --graft PATH`);
+  }
+  if (opts.inputs !== null && !fs.existsSync(opts.inputs)) fail(`--inputs: ${opts.inputs} does not exist`);
+  opts.graft = path.resolve(opts.graft);
+  try {
+    fs.accessSync(opts.graft, fs.constants.X_OK);
+  } catch {
+    fail(`graft binary ${opts.graft} does not exist or is not executable`);
+  }
+  return opts;
+}
+
+function fail(msg) {
+  console.error(`ort_parity: ${msg}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+// ---------------------------------------------------------------- model discovery
+
+// Returns [{name, file, specDirs}] where specDirs are the directories whose
+// inputs.json may describe the model (its own first).
+function findModels(targets, recursive) {
+  const models = [];
+  // DIR/model.onnx is named after DIR (ONNX test data), other files after themselves.
+  const nameOf = (file) =>
+    path.basename(file) === 'model.onnx' ? path.basename(path.dirname(file)) : path.basename(file, '.onnx');
+  const onnxIn = (dir) =>
+    fs.readdirSync(dir).filter((f) => f.endsWith('.onnx') && fs.statSync(path.join(dir, f)).isFile()).sort();
+  for (const t of targets) {
+    const st = fs.statSync(t, { throwIfNoEntry: false });
+    if (!st) {
+      console.error(`ort_parity: ${t}: no such file or directory (skipped)`);
+      continue;
+    }
+    if (st.isFile()) {
+      const file = path.resolve(t);
+      models.push({ name: nameOf(file), file, specDirs: [path.dirname(file)] });
+      continue;
+    }
+    const dir = path.resolve(t);
+    const own = onnxIn(dir);
+    for (const f of own) models.push({ name: nameOf(path.join(dir, f)), file: path.join(dir, f), specDirs: [dir] });
+    if (own.length === 0 || recursive) {
+      // ONNX test-data layout: DIR/test_x/model.onnx, named after test_x.
+      const subdirs = fs
+        .readdirSync(dir, { withFileTypes: true })
+        .filter((e) => e.isDirectory())
+        .map((e) => e.name)
+        .sort();
+      for (const sub of subdirs) {
+        const file = path.join(dir, sub, 'model.onnx');
+        if (fs.existsSync(file)) models.push({ name: sub, file, specDirs: [path.join(dir, sub), dir] });
+      }
+    }
+    if (!models.some((m) => m.file.startsWith(dir + path.sep)))
+      console.error(`ort_parity: ${t}: no *.onnx (nor */model.onnx) found`);
+  }
+  // Output files are named after the model: make names unique.
+  const seen = new Map();
+  for (const m of models) {
+    const n = (seen.get(m.name) || 0) + 1;
+    seen.set(m.name, n);
+    if (n > 1) m.name = `${m.name}-${n}`;
+  }
+  return models;
+}
+
+// ---------------------------------------------------------------- minimal ONNX protobuf reader
+//
+// Node counting needs only a few length-delimited fields of onnx.proto, so the
+// wire format is walked directly instead of decoding whole messages:
+//   ModelProto.graph = 7, ModelProto.functions = 25, FunctionProto.node = 7,
+//   GraphProto.node = 1, NodeProto.attribute = 5,
+//   AttributeProto.g = 6, AttributeProto.graphs = 11.
+
+function readVarint(buf, pos) {
+  let value = 0;
+  let scale = 1;
+  for (;;) {
+    if (pos >= buf.length) throw new Error('truncated protobuf (varint)');
+    const b = buf[pos++];
+    value += (b & 0x7f) * scale; // plain arithmetic: exact below 2^53, plenty for keys and lengths
+    if (b < 0x80) return [value, pos];
+    scale *= 128;
+  }
+}
+
+// Calls fn(fieldNumber, start, end) for each length-delimited field of the
+// message in buf[start, end); other wire types are skipped.
+function forEachLenField(buf, start, end, fn) {
+  let pos = start;
+  while (pos < end) {
+    let key;
+    [key, pos] = readVarint(buf, pos);
+    const field = Math.floor(key / 8);
+    const wire = key % 8;
+    if (wire === 0) [, pos] = readVarint(buf, pos);
+    else if (wire === 1) pos += 8;
+    else if (wire === 5) pos += 4;
+    else if (wire === 2) {
+      let len;
+      [len, pos] = readVarint(buf, pos);
+      if (pos + len > end) throw new Error('truncated protobuf (length-delimited field)');
+      fn(field, pos, pos + len);
+      pos += len;
+    } else throw new Error(`unsupported protobuf wire type ${wire}`);
+  }
+  if (pos !== end) throw new Error('truncated protobuf');
+}
+
+function countGraph(buf, start, end, counts, bucket) {
+  forEachLenField(buf, start, end, (f, s, e) => {
+    if (f === 1) {
+      counts[bucket]++;
+      countNodeSubgraphs(buf, s, e, counts);
+    }
+  });
+}
+
+function countNodeSubgraphs(buf, start, end, counts) {
+  forEachLenField(buf, start, end, (f, s, e) => {
+    if (f !== 5) return;
+    forEachLenField(buf, s, e, (af, gs, ge) => {
+      if (af === 6 || af === 11) countGraph(buf, gs, ge, counts, 'subgraph');
+    });
+  });
+}
+
+// Node counts of an .onnx file: main graph, nested subgraphs (If/Loop/Scan
+// bodies, at any depth), model-local functions; total is their sum.
+function countNodes(file) {
+  const buf = fs.readFileSync(file);
+  const counts = { main: 0, subgraph: 0, function: 0 };
+  forEachLenField(buf, 0, buf.length, (f, s, e) => {
+    if (f === 7) countGraph(buf, s, e, counts, 'main');
+    else if (f === 25)
+      forEachLenField(buf, s, e, (ff, ns, ne) => {
+        if (ff === 7) {
+          counts.function++;
+          countNodeSubgraphs(buf, ns, ne, counts);
+        }
+      });
+  });
+  counts.total = counts.main + counts.subgraph + counts.function;
+  return counts;
+}
+
+// ---------------------------------------------------------------- inputs
+
+// mulberry32: small deterministic PRNG, uniform in [0, 1).
+function mulberry32(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const specCache = new Map();
+function readSpecFile(file) {
+  if (!specCache.has(file)) {
+    let spec = null;
+    if (fs.existsSync(file)) {
+      try {
+        spec = JSON.parse(fs.readFileSync(file, 'utf8'));
+      } catch (e) {
+        console.error(`ort_parity: ${file}: ${e.message} (ignored)`);
+      }
+    }
+    specCache.set(file, spec);
+  }
+  return specCache.get(file);
+}
+
+// The model's entry of the first inputs.json naming it: --inputs, then those
+// in model.specDirs.
+function inputSpec(model, inputsFile) {
+  const files = model.specDirs.map((d) => path.join(d, 'inputs.json'));
+  if (inputsFile) files.unshift(inputsFile);
+  for (const file of files) {
+    const spec = readSpecFile(file);
+    if (spec && spec[model.name]) return spec[model.name];
+  }
+  return {};
+}
+
+function float32ToFloat16Bits(v) {
+  const f32 = new Float32Array([v]);
+  const x = new Uint32Array(f32.buffer)[0];
+  const sign = (x >>> 16) & 0x8000;
+  const exp = ((x >>> 23) & 0xff) - 127 + 15;
+  const mant = x & 0x7fffff;
+  if (exp <= 0) return sign; // flush tiny values to zero; inputs here are in small ranges
+  if (exp >= 31) return sign | 0x7c00;
+  return sign | (exp << 10) | (mant >>> 13);
+}
+
+function float16BitsToNumber(h) {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >>> 10) & 0x1f;
+  const mant = h & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 31) return mant ? NaN : sign * Infinity;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+
+const FLOAT_TYPES = new Set(['float32', 'float64', 'float16']);
+const ARRAY_OF = {
+  float32: Float32Array,
+  float64: Float64Array,
+  float16: Uint16Array, // raw IEEE half bits
+  int8: Int8Array,
+  uint8: Uint8Array,
+  int16: Int16Array,
+  uint16: Uint16Array,
+  int32: Int32Array,
+  uint32: Uint32Array,
+  int64: BigInt64Array,
+  uint64: BigUint64Array,
+  bool: Uint8Array,
+};
+
+// Stores the number v in element i of data (typed for type).
+function store(data, type, i, v) {
+  if (type === 'int64' || type === 'uint64') data[i] = BigInt(Math.trunc(v));
+  else if (type === 'float16') data[i] = float32ToFloat16Bits(v);
+  else if (type === 'bool') data[i] = v ? 1 : 0;
+  else data[i] = v;
+}
+
+// Builds the ORT feeds for the original model's inputs. Random values:
+// floats uniform in [-1, 1), integers in [0, 100), bools fair; inputs.json's
+// "range": {"input": [lo, hi]} overrides the interval, "values" fixes them.
+function makeFeeds(ort, inputMetadata, spec, seed, notes, randomInts) {
+  const rand = mulberry32(seed);
+  const shapes = spec.shapes || {};
+  const values = spec.values || {};
+  const ranges = spec.range || {};
+  for (const key of new Set([...Object.keys(shapes), ...Object.keys(values), ...Object.keys(ranges)]))
+    if (!inputMetadata.some((m) => m.name === key)) notes.push(`inputs.json names '${key}', which is not a model input`);
+
+  const feeds = {};
+  for (const m of inputMetadata) {
+    if (!m.isTensor) throw new Error(`input '${m.name}' is not a tensor (sequence/map inputs are not supported)`);
+    const given = values[m.name];
+    const flat = Array.isArray(given) ? given.flat(Infinity) : null;
+    let dims;
+    if (shapes[m.name]) dims = shapes[m.name].map(Number);
+    else if (flat && m.shape.length === 1) dims = [flat.length]; // a list for a vector input sets its length
+    else
+      dims = m.shape.map((d, i) => {
+        if (typeof d === 'number' && d >= 0) return d;
+        notes.push(`input '${m.name}' dim ${i} (${d === '' ? 'unnamed' : `'${d}'`}) is symbolic: using 1`);
+        return 1;
+      });
+    const size = dims.reduce((a, b) => a * b, 1);
+
+    if (m.type === 'string') {
+      const data = flat ? flat.map(String) : Array.from({ length: size }, () => 'a');
+      feeds[m.name] = new ort.Tensor('string', data, dims);
+      continue;
+    }
+    const Ctor = ARRAY_OF[m.type];
+    if (!Ctor) throw new Error(`input '${m.name}' has unsupported type ${m.type}`);
+    const data = new Ctor(size);
+    if (flat) {
+      if (flat.length !== size) throw new Error(`inputs.json: '${m.name}' has ${flat.length} values for dims [${dims}]`);
+      flat.forEach((v, i) => store(data, m.type, i, v));
+    } else if (given !== undefined) {
+      for (let i = 0; i < size; i++) store(data, m.type, i, given);
+    } else if (m.type === 'bool') {
+      for (let i = 0; i < size; i++) data[i] = rand() < 0.5 ? 1 : 0;
+    } else {
+      const isFloat = FLOAT_TYPES.has(m.type);
+      if (!isFloat && !ranges[m.name]) randomInts.push(m.name);
+      const [lo, hi] = ranges[m.name] || (isFloat ? [-1, 1] : [0, 100]);
+      for (let i = 0; i < size; i++) {
+        const v = lo + (hi - lo) * rand();
+        store(data, m.type, i, isFloat ? v : Math.floor(v));
+      }
+    }
+    feeds[m.name] = new ort.Tensor(m.type, data, dims);
+  }
+  return feeds;
+}
+
+// ---------------------------------------------------------------- output comparison
+
+function elementAsNumber(tensor, i) {
+  const v = tensor.data[i];
+  if (typeof v === 'bigint') return Number(v);
+  if (tensor.type === 'float16' && typeof v === 'number' && tensor.data instanceof Uint16Array)
+    return float16BitsToNumber(v);
+  return Number(v);
+}
+
+// Compares one output: {ok, maxErr, kind, reason}. maxErr is the largest
+// |got - expected| (Infinity where exactly one side is NaN or the infinities
+// differ); it is null, and kind/reason say why, when values cannot be compared.
+function compareTensor(expected, got) {
+  const unlike = (kind, reason) => ({ ok: false, maxErr: null, kind, reason });
+  if (expected.type !== got.type) return unlike('type', `type ${expected.type} vs ${got.type}`);
+  if (expected.dims.length !== got.dims.length || expected.dims.some((d, i) => d !== got.dims[i]))
+    return unlike('dims', `dims [${expected.dims}] vs [${got.dims}]`);
+  const n = expected.data.length;
+  if (expected.type === 'string') {
+    for (let i = 0; i < n; i++) if (expected.data[i] !== got.data[i]) return unlike('strings', `string element ${i} differs`);
+    return { ok: true, maxErr: 0 };
+  }
+  let ok = true;
+  let maxErr = 0;
+  for (let i = 0; i < n; i++) {
+    const e = elementAsNumber(expected, i);
+    const g = elementAsNumber(got, i);
+    let err;
+    if (e === g || (Number.isNaN(e) && Number.isNaN(g))) err = 0;
+    else {
+      err = Math.abs(g - e);
+      if (Number.isNaN(err)) err = Infinity;
+    }
+    if (err > maxErr) maxErr = err;
+    if (!(err <= ATOL + RTOL * Math.abs(e))) ok = false;
+  }
+  return { ok, maxErr };
+}
+
+// Compares all outputs of the reference run with another run of the same
+// feeds: {ok, maxErr, kind, outputs: {name: {ok, maxErr, kind, reason}}};
+// maxErr is over the outputs whose values could be compared, kind is the
+// first output's that could not (dims, type, missing, strings).
+function compareOutputs(expected, got) {
+  const result = { ok: true, maxErr: 0, kind: null, outputs: {} };
+  for (const name of Object.keys(expected)) {
+    const r = got[name]
+      ? compareTensor(expected[name], got[name])
+      : { ok: false, maxErr: null, kind: 'missing', reason: 'output missing' };
+    result.outputs[name] = r;
+    if (!r.ok) result.ok = false;
+    if (r.maxErr === null) result.kind = result.kind || r.kind;
+    else if (r.maxErr > result.maxErr) result.maxErr = r.maxErr;
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------- ORT helpers
+
+// Sessions used for running: ORT's own graph optimizations off and one
+// thread, so that outputs and timings reflect the graph as written.
+const RUN_OPTIONS = {
+  graphOptimizationLevel: 'disabled',
+  intraOpNumThreads: 1,
+  interOpNumThreads: 1,
+  executionMode: 'sequential',
+  logSeverityLevel: 4, // fatal only: errors are caught and reported per model
+};
+
+// Feeds restricted to the session's inputs (a model whose inputs differ is noted).
+function feedsFor(session, feeds, who, notes) {
+  const out = {};
+  for (const name of session.inputNames) {
+    if (!(name in feeds)) throw new Error(`${who} has input '${name}' that the original does not have`);
+    out[name] = feeds[name];
+  }
+  for (const name of Object.keys(feeds))
+    if (!session.inputNames.includes(name)) notes.push(`${who} has no input '${name}' (not fed)`);
+  return out;
+}
+
+async function timedRun(session, feeds) {
+  const t0 = process.hrtime.bigint();
+  await session.run(feeds);
+  return Number(process.hrtime.bigint() - t0) / 1e6;
+}
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const n = s.length;
+  return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+function errorText(e) {
+  return String((e && e.message) || e)
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .join(' ');
+}
+
+// ---------------------------------------------------------------- one model
+
+// Failure kinds, most fundamental first; a model's "failure" is the first of
+// these it met (its "errors" has every message).
+const FAILURE_KINDS = {
+  read: 'cannot read the input model',
+  graft: 'Graft failed',
+  ort_original: 'ORT cannot load or run the original',
+  ort_graft_output: "ORT cannot load or run Graft's output",
+  ort_basic: 'ORT basic failed',
+  latency: 'latency runs failed',
+  internal: 'internal error of this script',
+};
+
+function newResult(model) {
+  return {
+    name: model.name,
+    file: model.file,
+    nodes: { input: null, graft: null, ort_basic: null }, // totals over all graphs
+    node_detail: {}, // {main, subgraph, function, total} per file
+    graft: { exit: null, signal: null, ms: null, error: null, log: null }, // ms: wall time of the graft process
+    ort_basic: { error: null },
+    equal: null, // true / false; null when the check could not run
+    max_err: null,
+    mismatch_kind: null, // dims / type / missing / strings: some output could not be compared by value
+    outputs: null,
+    ort_basic_equal: null, // sanity check: ORT-basic's output against the original
+    latency: null,
+    failure: null, // a FAILURE_KINDS key
+    failures: [],
+    errors: [], // "stage: message" for each failure
+    notes: [],
+  };
+}
+
+async function runModel(ort, model, opts, log) {
+  const r = newResult(model);
+  const failed = (kind, msg) => {
+    r.failures.push(kind);
+    // ORT usually fails the same way for the basic and the unoptimized
+    // session of a model: keep one copy of a message.
+    const body = (m) => m.slice(m.indexOf(': ') + 2);
+    if (!r.errors.some((m) => body(m) === body(msg))) r.errors.push(msg);
+    r.failure = Object.keys(FAILURE_KINDS).find((k) => r.failures.includes(k));
+  };
+  const out = (suffix) => path.join(opts.out, `${model.name}.${suffix}`);
+  const basicFile = out('ort_basic.onnx');
+  const graftFile = out('graft.onnx');
+  for (const f of [basicFile, graftFile]) fs.rmSync(f, { force: true }); // never pick up a stale result
+
+  try {
+    r.node_detail.input = countNodes(model.file);
+    r.nodes.input = r.node_detail.input.total;
+  } catch (e) {
+    failed('read', `read input: ${errorText(e)}`);
+  }
+
+  // 1. ORT basic: ORT writes the graph after its basic optimizations.
+  log('ORT basic');
+  try {
+    const s = await ort.InferenceSession.create(model.file, {
+      graphOptimizationLevel: 'basic',
+      optimizedModelFilePath: basicFile,
+      intraOpNumThreads: 1,
+      interOpNumThreads: 1,
+      logSeverityLevel: 4,
+    });
+    await s.release();
+    if (!fs.existsSync(basicFile)) throw new Error('ORT wrote no optimized model');
+    r.node_detail.ort_basic = countNodes(basicFile);
+    r.nodes.ort_basic = r.node_detail.ort_basic.total;
+  } catch (e) {
+    r.ort_basic.error = errorText(e);
+    failed('ort_basic', `ORT basic: ${r.ort_basic.error}`);
+  }
+
+  // 2. Graft O2, in process (no server).
+  log('graft O2');
+  const argv = ['optimize', '--local', '--level', 'O2', model.file, '-o', graftFile];
+  const t0 = process.hrtime.bigint();
+  const p = spawnSync(opts.graft, argv, { encoding: 'utf8', timeout: GRAFT_TIMEOUT_MS, maxBuffer: 64 << 20 });
+  r.graft.ms = Number(process.hrtime.bigint() - t0) / 1e6;
+  r.graft.exit = p.status;
+  r.graft.signal = p.signal;
+  r.graft.log = out('graft.log');
+  fs.writeFileSync(r.graft.log, `$ ${opts.graft} ${argv.join(' ')}\n${p.stdout || ''}${p.stderr || ''}`);
+  if (p.error || p.status !== 0) {
+    const why = p.error
+      ? errorText(p.error)
+      : p.signal
+        ? `killed by ${p.signal}`
+        : `exit ${p.status}: ${(p.stderr || '').trim().split('\n').pop() || 'no message'}`;
+    r.graft.error = why;
+    failed('graft', `graft: ${why}`);
+  } else if (!fs.existsSync(graftFile)) {
+    r.graft.error = 'exit 0 but no output written';
+    failed('graft', `graft: ${r.graft.error}`);
+  } else {
+    try {
+      r.node_detail.graft = countNodes(graftFile);
+      r.nodes.graft = r.node_detail.graft.total;
+    } catch (e) {
+      r.graft.error = `unreadable output: ${errorText(e)}`;
+      failed('graft', `graft: ${r.graft.error}`);
+    }
+  }
+
+  // 3. Outputs: original (reference) vs Graft, same random inputs, ORT unoptimized.
+  if (r.graft.error !== null) return r;
+  let feeds, reference, graftSession, basicSession;
+  const randomInts = []; // names of inputs filled with random integers
+  try {
+    log('outputs');
+    const orig = await ort.InferenceSession.create(model.file, RUN_OPTIONS);
+    try {
+      feeds = makeFeeds(ort, orig.inputMetadata, inputSpec(model, opts.inputs), opts.seed, r.notes, randomInts);
+      reference = await orig.run(feeds);
+    } finally {
+      await orig.release();
+    }
+  } catch (e) {
+    let hint = '';
+    if (randomInts.length)
+      hint = ` (hint: integer input(s) ${randomInts.join(', ')} were random in [0, 100); give "values" or "range" in inputs.json)`;
+    failed('ort_original', `run original under ORT: ${errorText(e)}${hint}`);
+    return r;
+  }
+  let gFeeds, bFeeds;
+  try {
+    graftSession = await ort.InferenceSession.create(graftFile, RUN_OPTIONS);
+    gFeeds = feedsFor(graftSession, feeds, 'graft output', r.notes);
+    const cmp = compareOutputs(reference, await graftSession.run(gFeeds));
+    r.equal = cmp.ok;
+    r.max_err = cmp.maxErr;
+    r.mismatch_kind = cmp.kind;
+    r.outputs = cmp.outputs;
+    for (const [name, o] of Object.entries(cmp.outputs)) if (o.reason) r.notes.push(`output '${name}': ${o.reason}`);
+  } catch (e) {
+    failed('ort_graft_output', `run graft output under ORT: ${errorText(e)}`);
+  }
+
+  // ORT-basic's output, also run unoptimized: a sanity check of the reference
+  // and tolerance (recorded in parity.json) and the baseline for latency.
+  if (r.equal !== null && r.ort_basic.error === null) {
+    try {
+      basicSession = await ort.InferenceSession.create(basicFile, RUN_OPTIONS);
+      bFeeds = feedsFor(basicSession, feeds, 'ORT-basic output', r.notes);
+      const bcmp = compareOutputs(reference, await basicSession.run(bFeeds));
+      r.ort_basic_equal = bcmp.ok;
+      if (!bcmp.ok) r.notes.push(`ORT basic's own output differs from the original (${bcmp.kind || `max err ${fmtErr(bcmp.maxErr)}`})`);
+    } catch (e) {
+      failed('ort_basic', `run ORT-basic output under ORT: ${errorText(e)}`);
+    }
+  }
+
+  // 4. Latency: Graft's output vs ORT-basic's, interleaved A B A B ... so
+  // that drift (thermal, other load) hits both alike.
+  if (r.equal !== null && r.ort_basic_equal !== null) {
+    try {
+      log(`latency (${opts.warmup} warm-up + ${opts.reps} runs each)`);
+      for (let i = 0; i < opts.warmup; i++) {
+        await graftSession.run(gFeeds);
+        await basicSession.run(bFeeds);
+      }
+      const g = [];
+      const b = [];
+      for (let i = 0; i < opts.reps; i++) {
+        g.push(await timedRun(graftSession, gFeeds));
+        b.push(await timedRun(basicSession, bFeeds));
+      }
+      const gm = median(g);
+      const bm = median(b);
+      r.latency = { graft_ms: gm, ort_basic_ms: bm, ratio: gm / bm, graft_runs_ms: g, ort_basic_runs_ms: b };
+    } catch (e) {
+      failed('latency', `latency runs: ${errorText(e)}`);
+    }
+  }
+  if (graftSession) await graftSession.release();
+  if (basicSession) await basicSession.release();
+  return r;
+}
+
+// ---------------------------------------------------------------- report
+
+function fmtErr(x) {
+  if (x === null || x === undefined) return '-';
+  if (!Number.isFinite(x)) return String(x);
+  return x === 0 ? '0' : x.toExponential(1);
+}
+
+const fmtMs = (x) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(2) : x.toFixed(3));
+
+// A model passes when Graft's outputs were compared and found equal and
+// nothing failed; every other model counts as a mismatch in the last line.
+const passed = (r) => r.equal === true && r.failure === null;
+
+function tableRows(results) {
+  const header = ['model', 'nodes in', 'graft', 'ort basic', 'outputs equal', 'graft ms', 'ort-basic ms', 'ratio'];
+  const rows = results.map((r) => {
+    const n = (x) => (x === null ? '-' : String(x));
+    let equal;
+    if (r.equal === true) equal = 'yes';
+    else if (r.equal === false) equal = `NO(${r.mismatch_kind || fmtErr(r.max_err)})`;
+    else if (r.failure === 'ort_original') equal = 'ERR(orig)'; // ORT cannot run the original: no reference
+    else if (r.failure === 'ort_graft_output') equal = 'ERR(graft)';
+    else equal = '-'; // Graft failed (its column says ERR(exit code)), or worse
+    // ERR(exit code), or ERR(out) when graft exited 0 but its output is missing or unreadable.
+    let graftNodes = n(r.nodes.graft);
+    if (r.graft.error !== null) graftNodes = r.graft.exit === 0 ? 'ERR(out)' : `ERR(${r.graft.exit ?? r.graft.signal ?? '-'})`;
+    const basicNodes = r.ort_basic.error !== null ? 'ERR' : n(r.nodes.ort_basic);
+    const l = r.latency;
+    return [
+      r.name,
+      n(r.nodes.input),
+      graftNodes,
+      basicNodes,
+      equal,
+      l ? fmtMs(l.graft_ms) : '-',
+      l ? fmtMs(l.ort_basic_ms) : '-',
+      l ? l.ratio.toFixed(3) : '-',
+    ];
+  });
+  return [header, ...rows];
+}
+
+function printTable(rows) {
+  const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => row[c].length)));
+  // Model names left-aligned, numbers right-aligned.
+  const line = (row) => row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join('  ');
+  console.log(line(rows[0]));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const row of rows.slice(1)) console.log(line(row));
+}
+
+function summarize(results) {
+  // Only models whose outputs are equal: the speed of a wrong graph says nothing.
+  const ratios = results.filter((r) => r.latency && r.equal).map((r) => ({ name: r.name, ratio: r.latency.ratio }));
+  const worst = ratios.reduce((w, x) => (w === null || x.ratio > w.ratio ? x : w), null);
+  return {
+    models: results.length,
+    nodes_le_ort_basic: results.filter(
+      (r) => r.nodes.graft !== null && r.nodes.ort_basic !== null && r.nodes.graft <= r.nodes.ort_basic,
+    ).length,
+    mismatches: results.filter((r) => !passed(r)).length, // output differences and failures
+    output_differences: results.filter((r) => r.equal === false).length,
+    failures: Object.fromEntries(
+      Object.keys(FAILURE_KINDS).map((k) => [k, results.filter((r) => r.equal !== false && r.failure === k).length]),
+    ),
+    median_ratio: ratios.length ? median(ratios.map((x) => x.ratio)) : null,
+    worst_ratio: worst,
+  };
+}
+
+// ---------------------------------------------------------------- main
+
+async function main() {
+  const opts = parseArgs(process.argv.slice(2));
+  let ort;
+  try {
+    ort = require('onnxruntime-node');
+  } catch (e) {
+    console.error(`ort_parity: cannot load onnxruntime-node (${errorText(e)}); run through bench/ort_parity/run, which installs it`);
+    process.exit(2);
+  }
+  ort.env.logLevel = 'fatal'; // failures are reported by this script, with context
+  const ortVersion = require('onnxruntime-node/package.json').version;
+
+  const models = findModels(opts.targets, opts.recursive);
+  if (models.length === 0) fail('no models found');
+  fs.mkdirSync(opts.out, { recursive: true });
+  console.error(`ort_parity: ${models.length} model(s), graft ${opts.graft}, onnxruntime-node ${ortVersion}, out ${opts.out}`);
+
+  const results = [];
+  for (const [i, model] of models.entries()) {
+    const log = (what) => console.error(`[${i + 1}/${models.length}] ${model.name}: ${what}`);
+    let r;
+    try {
+      r = await runModel(ort, model, opts, log);
+    } catch (e) {
+      // Should not happen (runModel catches per stage), but keep going regardless.
+      r = newResult(model);
+      r.failure = 'internal';
+      r.failures.push('internal');
+      r.errors.push(`internal: ${e && e.stack ? e.stack : e}`);
+    }
+    for (const n of r.notes) console.error(`[${i + 1}/${models.length}] ${model.name}: note: ${n}`);
+    if (r.failure) console.error(`[${i + 1}/${models.length}] ${model.name}: FAILED: ${FAILURE_KINDS[r.failure]}`);
+    results.push(r);
+  }
+
+  const s = summarize(results);
+  const json = {
+    graft: opts.graft,
+    onnxruntime_node: ortVersion,
+    level: 'O2',
+    reps: opts.reps,
+    warmup: opts.warmup,
+    seed: opts.seed,
+    tolerance: { atol: ATOL, rtol: RTOL },
+    summary: s,
+    models: results,
+  };
+  fs.writeFileSync(path.join(opts.out, 'parity.json'), JSON.stringify(json, null, 1) + '\n');
+
+  printTable(tableRows(results));
+  const failed = results.filter((r) => r.errors.length);
+  if (failed.length) {
+    console.log('');
+    // Long ORT messages are cut here; parity.json has them whole.
+    const cut = (m) => (m.length > 400 ? `${m.slice(0, 400)}...` : m);
+    for (const r of failed) console.log(`${r.name}: ${r.errors.map(cut).join('; ')}`);
+  }
+  console.log('');
+  if (s.mismatches) {
+    // What the mismatch count is made of (a model counts once, under its
+    // output difference or else its first failure).
+    const parts = [`${s.output_differences} output differences`];
+    for (const [k, n] of Object.entries(s.failures)) if (n) parts.push(`${n} ${FAILURE_KINDS[k]}`);
+    console.log(`mismatches: ${s.mismatches} = ${parts.join(' + ')}`);
+  }
+  const R = s.median_ratio === null ? 'n/a' : s.median_ratio.toFixed(3);
+  const W = s.worst_ratio === null ? 'n/a' : `${s.worst_ratio.ratio.toFixed(3)} (${s.worst_ratio.name})`;
+  console.log(
+    `parity: ${s.models} models, nodes <= ORT basic: ${s.nodes_le_ort_basic}, mismatches: ${s.mismatches}, median latency ratio: ${R}, worst: ${W}`,
+  );
+  process.exitCode = s.mismatches ? 1 : 0;
+}
+
+main().catch((e) => {
+  console.error(`ort_parity: ${e && e.stack ? e.stack : e}`);
+  process.exit(2);
+});
