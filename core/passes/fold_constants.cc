@@ -23,9 +23,11 @@ namespace graft {
 
 namespace {
 
-// Results under this size are always worth folding, whatever their growth: a shape vector or a
-// small mask costs less in the file than the node that computes it.
-constexpr uint64_t kAlwaysFoldBytes = 1024;
+// Results under this size are always worth folding, whatever their growth: a shape vector, a mask
+// or a detector's anchor grid costs little in the file and nothing at run time, where the nodes
+// computing it would run on every inference. ONNX Runtime folds every constant subgraph; the
+// pipeline's weight cap bounds what many such folds can add together.
+constexpr uint64_t kAlwaysFoldBytes = 64 << 10;
 
 constexpr char kMaxBytes[] = "max_bytes";
 constexpr char kMaxGrowth[] = "max_growth";
@@ -172,8 +174,9 @@ PassInfo fold_constants_pass() {
               bytes_option(kMaxBytes, 16ll << 20, kMaxFoldBytes, "largest folded result in bytes"),
               integer_option(kMaxGrowth, 4, 0, std::numeric_limits<int64_t>::max(),
                              "never fold when the result is more than this many times larger than "
-                             "the constant inputs folding frees, i.e. those only this node reads "
-                             "(results under 1 KiB always fold)"),
+                             "the constant inputs folding frees (an input only foldable nodes read "
+                             "counts as an equal share for each; results under 64 KiB always "
+                             "fold)"),
           },
       .create = make_fold_constants};
 }

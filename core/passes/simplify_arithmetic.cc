@@ -280,7 +280,8 @@ PassInfo simplify_arithmetic_pass() {
           .level = 1,
           .description =
               "exact algebraic rewrites: constant push-down, neutral and absorbing elements, "
-              "inverse pairs, Transpose/Reshape/Squeeze/Unsqueeze/Cast chains",
+              "inverse pairs, Transpose/Reshape/Squeeze/Unsqueeze/Cast/Clip chains, Relu next to "
+              "a non-negative Clip",
           .options = {},
           .create = make_simplify_arithmetic};
 }

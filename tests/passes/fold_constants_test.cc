@@ -154,7 +154,7 @@ constexpr char kConstantOfShape[] = R"(
 TEST(FoldConstants, GrowthCapKeepsBlowUps) {
   auto model = parse_text(kConstantOfShape);
   ASSERT_TRUE(model);
-  // 1M floats from a 16-byte shape stays; 225 floats (under 1 KiB) fold despite the growth.
+  // 1M floats from a 16-byte shape stays; 225 floats (under 64 KiB) fold despite the growth.
   auto result = run_pass(*model, "fold_constants");
   EXPECT_EQ(result.rewrites, 1);
   EXPECT_EQ(count_ops(*model, "ConstantOfShape"), 1);
@@ -163,6 +163,26 @@ TEST(FoldConstants, GrowthCapKeepsBlowUps) {
   EXPECT_FALSE(f->is_initializer());
   EXPECT_EQ(initializer_values(*model, "f2"), std::vector<double>(225, 0.5));
   EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, ResultsUnder64KiBFoldWhateverTheirGrowth) {
+  // A detector's anchor grid: 40 KB of floats tiled from 16 bytes folds (the Tile would run on
+  // every inference); the same tiling to 80 KB stays.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[100,100] x, float[200,100] z) => (float[100,100] y, float[200,100] w)
+      <float[2,2] a = {1, 2, 3, 4}, int64[2] r = {50, 50}, int64[2] r2 = {100, 50}> {
+      t = Tile (a, r)
+      y = Add (x, t)
+      t2 = Tile (a, r2)
+      w = Add (z, t2)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 1);
+  EXPECT_TRUE(model->graph().find_local("t")->is_initializer());
+  EXPECT_FALSE(model->graph().find_local("t2")->is_initializer());
 }
 
 TEST(FoldConstants, MaxGrowthOptionAllowsLargerResults) {
@@ -306,14 +326,14 @@ namespace {
 // grow (LSTM gate reordering in exported RNNs: Slice, Slice, Slice, Concat). A weight that a
 // runtime node also reads would be duplicated, so its slices stay.
 TEST(FoldConstants, SlicesOfAWeightFoldOnlyWhenTheWeightGoes) {
-  std::vector<std::string> values(64 * 64);
+  std::vector<std::string> values(128 * 256);  // slices of 64 KiB: not folded for size alone
   for (size_t i = 0; i < values.size(); ++i) values[i] = std::to_string(i % 7);
   const std::string weight = absl::StrJoin(values, ",");
   auto model = parse_text(absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[1, 64] x) => (float[1, 64] y) <float[64, 64] w = {)",
+    g (float[1, 128] x) => (float[1, 256] y) <float[128, 256] w = {)",
                                        weight, R"(},
-        int64[1] s0 = {0}, int64[1] e0 = {32}, int64[1] s1 = {32}, int64[1] e1 = {64},
+        int64[1] s0 = {0}, int64[1] e0 = {128}, int64[1] s1 = {128}, int64[1] e1 = {256},
         int64[1] ax = {1}> {
       a = Slice (w, s0, e0, ax)
       b = Slice (w, s1, e1, ax)
@@ -332,10 +352,10 @@ TEST(FoldConstants, SlicesOfAWeightFoldOnlyWhenTheWeightGoes) {
 
   auto shared = parse_text(absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[1, 64] x, int64[2] i) => (float[1, 32] y, float[1, 32] z, float[2, 64] g)
-      <float[64, 64] w = {)",
+    g (float[1, 128] x, int64[2] i) => (float[1, 128] y, float[1, 128] z, float[2, 256] g)
+      <float[128, 256] w = {)",
                                         weight, R"(},
-        int64[1] s0 = {0}, int64[1] e0 = {32}, int64[1] s1 = {32}, int64[1] e1 = {64},
+        int64[1] s0 = {0}, int64[1] e0 = {128}, int64[1] s1 = {128}, int64[1] e1 = {256},
         int64[1] ax = {1}> {
       a = Slice (w, s0, e0, ax)
       b = Slice (w, s1, e1, ax)
