@@ -7,7 +7,10 @@
 // broadcast the result to a bigger shape.
 //
 // transpose_into_gemm: Gemm reading a 2-D Transpose (perm [1, 0]) of A or B reads the
-// transpose's input instead and flips transA or transB.
+// transpose's input instead and flips transA or transB; matmul_transpose: the same for a 2-D
+// MatMul, which becomes a Gemm.
+//
+// gemm_add: a Gemm without C followed by Add of a constant takes it as C.
 #include <optional>
 #include <vector>
 
@@ -67,6 +70,79 @@ bool matmul_add(ir::Node& add, Rewriter& rw) {
   return true;
 }
 
+// The input of a 2-D Transpose (perm [1, 0] or none) producing `v` in `graph`, read by nobody
+// else; nullptr otherwise.
+ir::Value* transposed_2d(ir::Value* v, const ir::Graph* graph) {
+  ir::Node* t = producer(v, "Transpose");
+  if (!t || t->graph() != graph || !single_use(v) || !only_attributes(*t, {"perm"})) return nullptr;
+  ir::Value* x = t->input(0);
+  if (!x || x->rank() != 2) return nullptr;
+  auto perm = t->attr_ints("perm");
+  if (perm && *perm != std::vector<int64_t>{1, 0}) return nullptr;
+  return x;
+}
+
+// MatMul(A, Transpose(B)) with 2-D operands is Gemm(A, B, transB=1) (and Transpose(A) likewise):
+// the transposition happens inside the GEMM instead of as a copy on every run. Gemm's C is
+// optional from opset 11.
+bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
+  if (matmul.opset() < 11 || !matmul.attributes().empty() || matmul.inputs().size() != 2 ||
+      matmul.outputs().size() != 1 || !matmul.output(0))
+    return false;
+  ir::Value* a = matmul.input(0);
+  ir::Value* b = matmul.input(1);
+  if (!a || !b || a->rank() != 2 || b->rank() != 2) return false;
+  const int32_t dtype = a->elem_type();
+  if (!is_ieee_float(dtype) || b->elem_type() != dtype) return false;
+  ir::Value* ta = transposed_2d(a, matmul.graph());
+  ir::Value* tb = transposed_2d(b, matmul.graph());
+  if (!ta && !tb) return false;
+  ir::Node* gemm = rw.add_node(*matmul.graph(), "Gemm", {ta ? ta : a, tb ? tb : b}, 1, &matmul);
+  if (ta) rw.set_attr(gemm, int_attr("transA", 1));
+  if (tb) rw.set_attr(gemm, int_attr("transB", 1));
+  if (!rw.replace_node(&matmul, {gemm->output(0)})) {
+    rw.erase(gemm);
+    return false;
+  }
+  if (ta) rw.erase(a->producer());
+  if (tb) rw.erase(b->producer());
+  return true;
+}
+
+// Add(Gemm(A, B), c) with no C on the Gemm and a constant c that broadcasts into the product
+// is Gemm(A, B, c) with beta 1: Gemm adds beta * C after the product, as the Add did.
+bool gemm_add(ir::Node& add, Rewriter& rw) {
+  ir::Node* gemm = nullptr;
+  ir::Value* bias = nullptr;
+  auto no_c = [](const ir::Node& n) {
+    return n.inputs().size() == 2 && only_attributes(n, {"alpha", "beta", "transA", "transB"});
+  };
+  if (!match(add, m::Op("Add", {m::Op("Gemm").where(no_c).bind(&gemm).one_use(), m::Const(&bias)})
+                      .exact()
+                      .commutative()) ||
+      !add.attributes().empty() || gemm->graph() != add.graph() || gemm->opset() < 11 ||
+      add.outputs().size() != 1)
+    return false;
+  const onnx::TensorProto* c = constant_proto(bias);
+  const ir::TensorFact& out = gemm->output(0)->fact();
+  if (!c || c->data_type() != out.elem_type || !out.has_rank || out.dims.size() != 2 ||
+      c->dims_size() > 2)
+    return false;
+  const std::vector<int64_t> c_dims(c->dims().begin(), c->dims().end());
+  if (!c_dims.empty() && !broadcasts_into(c_dims.back(), out.dim(1))) return false;
+  if (c_dims.size() == 2 && !broadcasts_into(c_dims[0], out.dim(0))) return false;
+  ir::Node* fused = rw.add_node(*add.graph(), "Gemm", {gemm->input(0), gemm->input(1), bias}, 1,
+                                &add);
+  for (const auto& a : gemm->attributes())
+    if (a.name() != "beta") rw.set_attr(fused, a);
+  if (!rw.replace_node(&add, {fused->output(0)})) {
+    rw.erase(fused);
+    return false;
+  }
+  rw.erase(gemm);
+  return true;
+}
+
 bool transpose_into_gemm(ir::Node& gemm, Rewriter& rw) {
   if (!only_attributes(gemm, {"alpha", "beta", "transA", "transB"})) return false;
   for (int side = 0; side < 2; ++side) {
@@ -91,6 +167,8 @@ bool transpose_into_gemm(ir::Node& gemm, Rewriter& rw) {
 
 std::vector<Rule> gemm_rules() {
   return {{"matmul_add", {"Add"}, matmul_add, "", 7},
+          {"gemm_add", {"Add"}, gemm_add, "", 11},
+          {"matmul_transpose", {"MatMul"}, matmul_transpose, "", 11},
           {"transpose_into_gemm", {"Gemm"}, transpose_into_gemm, "", 7}};
 }
 
@@ -103,8 +181,9 @@ std::unique_ptr<Pass> make_fuse_matmul_add() {
 PassInfo fuse_matmul_add_pass() {
   return {.name = "fuse_matmul_add",
           .level = 2,
-          .description = "2-D MatMul followed by Add of a constant bias becomes Gemm; a 2-D "
-                         "Transpose feeding Gemm becomes its transA/transB",
+          .description = "2-D MatMul followed by Add of a constant bias becomes Gemm, as does a "
+                         "Gemm without C followed by one; a 2-D Transpose feeding Gemm or MatMul "
+                         "becomes transA/transB",
           .options = {},
           .create = make_fuse_matmul_add};
 }

@@ -216,5 +216,115 @@ TEST(FuseMatmulAdd, LeavesIntegerMatMulAlone) {
   )");
 }
 
+TEST(FuseMatmulAdd, TransposedMatMulOperandsBecomeGemmFlags) {
+  // A tied output projection x @ W^T, and a transposed activation, in the main graph and a branch.
+  expect_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[4,3] x, float[3,4] s) => (float[4,2] y, float[4,2] z)
+      <float[2,3] w = {1, 2, 3, 4, 5, 6}> {
+      wt = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, wt)
+      z = If (c) <
+        then_branch = then_g () => (float[4,2] r) {
+          st = Transpose (s)
+          r = MatMul (st, wt)
+        },
+        else_branch = else_g () => (float[4,2] e) {
+          e = MatMul (x, wt)
+        }>
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[4,3] x, float[3,4] s) => (float[4,2] y, float[4,2] z)
+      <float[2,3] w = {1, 2, 3, 4, 5, 6}> {
+      wt = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, wt)
+      z = If (c) <
+        then_branch = then_g () => (float[4,2] r) {
+          r = Gemm <transA = 1> (s, wt)
+        },
+        else_branch = else_g () => (float[4,2] e) {
+          e = MatMul (x, wt)
+        }>
+    }
+  )",
+                 rewrites(1));
+  expect_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,3] x) => (float[4,2] y) <float[2,3] w = {1, 2, 3, 4, 5, 6}> {
+      wt = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, wt)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,3] x) => (float[4,2] y) <float[2,3] w = {1, 2, 3, 4, 5, 6}> {
+      y = Gemm <transB = 1> (x, w)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(FuseMatmulAdd, TransposedMatMulLookAlikes) {
+  const char* models[] = {
+      // Rank 3: Gemm takes 2-D operands only.
+      R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4,3] x, float[2,3] w) => (float[2,4,2] y) {
+      wt = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, wt)
+    }
+  )",
+      // Integers, and opset 10 (Gemm needs C there).
+      R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int32[4,3] x, int32[2,3] w) => (int32[4,2] y) {
+      wt = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, wt)
+    }
+  )",
+      R"(
+    <ir_version: 8, opset_import: ["" : 10]>
+    g (float[4,3] x, float[2,3] w) => (float[4,2] y) {
+      wt = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, wt)
+    }
+  )"};
+  for (const char* text : models)
+    expect_no_rewrite("fuse_matmul_add", text, compare_outputs(Outputs::kSameIfVerifiable));
+}
+
+TEST(FuseMatmulAdd, GemmWithoutCTakesAConstantAdd) {
+  expect_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,3] a, float[2,3] b) => (float[4,2] y) <float[2] c = {0.5, -0.5}> {
+      t = Gemm <alpha = 2.0, beta = 3.0, transB = 1> (a, b)
+      y = Add (c, t)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,3] a, float[2,3] b) => (float[4,2] y) <float[2] c = {0.5, -0.5}> {
+      y = Gemm <alpha = 2.0, transB = 1> (a, b, c)
+    }
+  )",
+                 rewrites(1));
+  // A Gemm that has a C, a bias that would grow the product, a Gemm read twice: unchanged.
+  expect_no_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,3] a, float[3,2] b) => (float[4,2] y, float[3,4,2] z, float[4,2] u, float[4,2] v)
+      <float[2] c = {0.5, -0.5}, float[3,1,1] big = {1, 2, 3}> {
+      t = Gemm (a, b, c)
+      y = Add (t, c)
+      p = Gemm (a, b)
+      z = Add (p, big)
+      q = Gemm (a, b)
+      u = Add (q, c)
+      v = Relu (q)
+    }
+  )");
+}
+
 }  // namespace
 }  // namespace graft::testing
