@@ -131,8 +131,8 @@ bool gemm_add(ir::Node& add, Rewriter& rw) {
   const std::vector<int64_t> c_dims(c->dims().begin(), c->dims().end());
   if (!c_dims.empty() && !broadcasts_into(c_dims.back(), out.dim(1))) return false;
   if (c_dims.size() == 2 && !broadcasts_into(c_dims[0], out.dim(0))) return false;
-  ir::Node* fused = rw.add_node(*add.graph(), "Gemm", {gemm->input(0), gemm->input(1), bias}, 1,
-                                &add);
+  ir::Node* fused =
+      rw.add_node(*add.graph(), "Gemm", {gemm->input(0), gemm->input(1), bias}, 1, &add);
   for (const auto& a : gemm->attributes())
     if (a.name() != "beta") rw.set_attr(fused, a);
   if (!rw.replace_node(&add, {fused->output(0)})) {
@@ -181,9 +181,10 @@ std::unique_ptr<Pass> make_fuse_matmul_add() {
 PassInfo fuse_matmul_add_pass() {
   return {.name = "fuse_matmul_add",
           .level = 2,
-          .description = "2-D MatMul followed by Add of a constant bias becomes Gemm, as does a "
-                         "Gemm without C followed by one; a 2-D Transpose feeding Gemm or MatMul "
-                         "becomes transA/transB",
+          .description =
+              "2-D MatMul followed by Add of a constant bias becomes Gemm, as does a "
+              "Gemm without C followed by one; a 2-D Transpose feeding Gemm or MatMul "
+              "becomes transA/transB",
           .options = {},
           .create = make_fuse_matmul_add};
 }

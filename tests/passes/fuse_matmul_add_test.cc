@@ -267,24 +267,23 @@ TEST(FuseMatmulAdd, TransposedMatMulOperandsBecomeGemmFlags) {
 }
 
 TEST(FuseMatmulAdd, TransposedMatMulLookAlikes) {
-  const char* models[] = {
-      // Rank 3: Gemm takes 2-D operands only.
-      R"(
+  const char* models[] = {// Rank 3: Gemm takes 2-D operands only.
+                          R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,4,3] x, float[2,3] w) => (float[2,4,2] y) {
       wt = Transpose <perm = [1, 0]> (w)
       y = MatMul (x, wt)
     }
   )",
-      // Integers, and opset 10 (Gemm needs C there).
-      R"(
+                          // Integers, and opset 10 (Gemm needs C there).
+                          R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (int32[4,3] x, int32[2,3] w) => (int32[4,2] y) {
       wt = Transpose <perm = [1, 0]> (w)
       y = MatMul (x, wt)
     }
   )",
-      R"(
+                          R"(
     <ir_version: 8, opset_import: ["" : 10]>
     g (float[4,3] x, float[2,3] w) => (float[4,2] y) {
       wt = Transpose <perm = [1, 0]> (w)
