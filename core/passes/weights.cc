@@ -1,5 +1,10 @@
 #include "core/passes/weights.h"
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
 #include <absl/strings/str_cat.h>
 
 #include "core/ir/tensor.h"
@@ -137,6 +142,89 @@ std::optional<std::vector<double>> per_channel(const LinearOp& op, const ir::Val
   return out;
 }
 
+namespace {
+
+// Calls f(offset, count, channel) for each run of W's elements (row-major) that belong to one
+// output channel; false if W's dims do not describe a layout (an overflowing element count).
+template <typename F>
+bool for_each_channel_run(const LinearOp& op, F&& f) {
+  const std::vector<int64_t>& dims = op.weight.dims;
+  if (op.kind == LinearOp::kConv || op.kind == LinearOp::kConvTranspose) {
+    // Elements per W[i, j] (the kernel window) and per W[i]. Beside a zero dim the others'
+    // product can overflow even though the tensor is valid (and empty).
+    const auto window = ir::element_count(std::vector<int64_t>(dims.begin() + 2, dims.end()));
+    const auto row_size = window ? ir::element_count({dims[1], *window}) : std::nullopt;
+    if (!row_size) return false;
+    // Conv: a row of W is output channel `row`.
+    if (op.kind == LinearOp::kConv) {
+      for (int64_t row = 0; row < dims[0]; ++row) f(row * *row_size, *row_size, row);
+      return true;
+    }
+    // ConvTranspose: W[row, j] is a window of `window` elements of channel j within the row's
+    // group.
+    const int64_t in_per_group = dims[0] / op.node->attr_int("group", 1);
+    for (int64_t row = 0; row < dims[0]; ++row)
+      for (int64_t j = 0; j < dims[1]; ++j)
+        f(row * *row_size + j * *window, *window, (row / in_per_group) * dims[1] + j);
+    return true;
+  }
+  if (op.kind == LinearOp::kGemm && op.node->attr_int("transB", 0) != 0) {
+    // B' = B^T: channel n is row n of B.
+    for (int64_t r = 0; r < dims[0]; ++r) f(r * dims[1], dims[1], r);
+    return true;
+  }
+  // Gemm without transB and MatMul: channel n is column n of B.
+  for (int64_t r = 0; r < dims[0]; ++r)
+    for (int64_t col = 0; col < dims[1]; ++col) f(r * dims[1] + col, int64_t{1}, col);
+  return true;
+}
+
+// W with each element multiplied by its output channel's scale: the product is computed in
+// double and rounded once to W's type. nullopt when W's payload does not match its dims or a
+// product does not fit the type (e.g. a float16 weight times a large scale would be stored as an
+// infinity and change finite outputs).
+std::optional<onnx::TensorProto> scaled_weight(const LinearOp& op,
+                                               const std::vector<double>& scale) {
+  const FloatConstantType& w = op.weight;
+  const auto count = ir::element_count(w.dims);
+  if (!count) return std::nullopt;
+  const onnx::TensorProto* t = constant_proto(op.node->input(1));
+  if (t && w.dtype == onnx::TensorProto::FLOAT && t->data_location() == onnx::TensorProto::DEFAULT &&
+      t->raw_data().size() == static_cast<size_t>(*count) * sizeof(float)) {
+    // The common case, without a round trip through doubles: the same arithmetic.
+    std::vector<float> values(static_cast<size_t>(*count));
+    if (!values.empty()) std::memcpy(values.data(), t->raw_data().data(), t->raw_data().size());
+    const bool laid_out =
+        for_each_channel_run(op, [&](int64_t offset, int64_t n, int64_t channel) {
+          const double s = scale[static_cast<size_t>(channel)];
+          float* p = values.data() + offset;
+          for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(static_cast<double>(p[k]) * s);
+        });
+    if (!laid_out) return std::nullopt;
+    for (float v : values)
+      if (!std::isfinite(v)) return std::nullopt;  // an overflow (or a NaN or infinite weight)
+    onnx::TensorProto out;
+    out.set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : w.dims) out.add_dims(d);
+    std::string raw(values.size() * sizeof(float), '\0');
+    if (!values.empty()) std::memcpy(raw.data(), values.data(), raw.size());
+    out.set_raw_data(std::move(raw));
+    return out;
+  }
+  auto decoded = float_constant(op.node->input(1));
+  if (!decoded || static_cast<int64_t>(decoded->values.size()) != *count) return std::nullopt;
+  std::vector<double>& values = decoded->values;
+  if (!for_each_channel_run(op, [&](int64_t offset, int64_t n, int64_t channel) {
+        const double s = scale[static_cast<size_t>(channel)];
+        for (int64_t k = 0; k < n; ++k) values[static_cast<size_t>(offset + k)] *= s;
+      }))
+    return std::nullopt;
+  if (!ir::fits_float_type(w.dtype, values)) return std::nullopt;
+  return ir::make_float_tensor(w.dtype, w.dims, values);
+}
+
+}  // namespace
+
 ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vector<double>& scale,
                                const std::vector<double>& shift) {
   const FloatConstantType& w = op.weight;
@@ -146,50 +234,20 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
   // A pure shift leaves the weights as they are (and does not decode them).
   bool unit = true;
   for (double s : scale) unit = unit && s == 1.0;
-  std::vector<double> weight;
-  if (!unit) {
-    auto values = float_constant(n.input(1));
-    if (!values) return nullptr;  // a malformed payload
-    weight = std::move(values->values);
-  }
+  std::optional<onnx::TensorProto> weight;
+  if (!unit && !(weight = scaled_weight(op, scale))) return nullptr;
+
   std::vector<double> bias;
   std::vector<int64_t> bias_dims{channels};
   if (op.kind == LinearOp::kConv || op.kind == LinearOp::kConvTranspose) {
-    // Elements per W[i, j] (the kernel window) and per W[i]. Beside a zero dim the others'
-    // product can overflow even though the tensor is valid (and empty).
-    const auto window = ir::element_count(std::vector<int64_t>(w.dims.begin() + 2, w.dims.end()));
-    const auto row_size = window ? ir::element_count({w.dims[1], *window}) : std::nullopt;
-    if (!row_size) return nullptr;
-    const int64_t per_row = *row_size;
-    const int64_t group = n.attr_int("group", 1);
-    const int64_t in_per_group = w.dims[0] / group;
-    // W[row, j] is a window of `window` elements; its channel is the row (Conv) or, for
-    // ConvTranspose, j within the row's group.
-    if (!weight.empty() && static_cast<int64_t>(weight.size()) != w.dims[0] * per_row)
-      return nullptr;  // a payload that does not match its dims
-    if (!weight.empty())
-      for (int64_t row = 0; row < w.dims[0]; ++row)
-        for (int64_t j = 0; j < w.dims[1]; ++j) {
-          const int64_t channel =
-              op.kind == LinearOp::kConvTranspose ? (row / in_per_group) * w.dims[1] + j : row;
-          const double s = scale[static_cast<size_t>(channel)];
-          double* p = weight.data() + row * per_row + j * *window;
-          for (int64_t k = 0; k < *window; ++k) p[k] *= s;
-        }
     bias.resize(static_cast<size_t>(channels));
     for (int64_t m = 0; m < channels; ++m)
       bias[static_cast<size_t>(m)] =
           (op.bias ? op.bias->values[static_cast<size_t>(m)] : 0.0) * scale[static_cast<size_t>(m)] +
           shift_of(m);
   } else if (op.kind == LinearOp::kGemm) {
-    // Y = alpha * A' * B' + beta * C; channel n is column n of B' (row n of B when transB) and
-    // column n of beta * C. beta goes into the new C, so the Gemm's beta becomes 1.
-    const bool trans_b = n.attr_int("transB", 0) != 0;
-    if (!weight.empty())
-      for (int64_t r = 0; r < w.dims[0]; ++r)
-        for (int64_t col = 0; col < w.dims[1]; ++col)
-          weight[static_cast<size_t>(r * w.dims[1] + col)] *=
-              scale[static_cast<size_t>(trans_b ? r : col)];
+    // Y = alpha * A' * B' + beta * C; channel n is column n of B' and of beta * C. beta goes
+    // into the new C, so the Gemm's beta becomes 1.
     const double beta = n.attr_float("beta", 1.0f);
     int64_t c_rows = 1, c_cols = 1;
     if (op.bias) {
@@ -206,22 +264,17 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
       }
     if (c_rows != 1) bias_dims = {c_rows, channels};
   } else {
-    for (size_t i = 0; i < weight.size(); ++i)
-      weight[i] *= scale[i % static_cast<size_t>(channels)];
     bias.resize(static_cast<size_t>(channels));
     for (int64_t c = 0; c < channels; ++c) bias[static_cast<size_t>(c)] = shift_of(c);
   }
-  // Computed in double; one that does not fit the weights' type would be stored as an infinity
-  // (e.g. a float16 weight times a large scale) and change finite outputs.
-  if (!ir::fits_float_type(w.dtype, weight) || !ir::fits_float_type(w.dtype, bias)) return nullptr;
+  // Computed in double; one that does not fit the weights' type would be stored as an infinity.
+  if (!ir::fits_float_type(w.dtype, bias)) return nullptr;
 
   ir::Graph& g = *n.graph();
   ir::Value* old_w = n.input(1);
   ir::Value* old_b = n.input(2);
   ir::Value* new_w =
-      unit ? old_w
-           : rw.add_constant(g, ir::make_float_tensor(w.dtype, w.dims, weight),
-                             folded_name(old_w, "_scaled"));
+      unit ? old_w : rw.add_constant(g, std::move(*weight), folded_name(old_w, "_scaled"));
   ir::Value* new_b = rw.add_constant(g, ir::make_float_tensor(w.dtype, bias_dims, bias),
                                      old_b ? folded_name(old_b, "_shifted")
                                            : folded_name(old_w, "_bias"));
