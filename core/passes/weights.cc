@@ -189,17 +189,17 @@ std::optional<onnx::TensorProto> scaled_weight(const LinearOp& op,
   const auto count = ir::element_count(w.dims);
   if (!count) return std::nullopt;
   const onnx::TensorProto* t = constant_proto(op.node->input(1));
-  if (t && w.dtype == onnx::TensorProto::FLOAT && t->data_location() == onnx::TensorProto::DEFAULT &&
+  if (t && w.dtype == onnx::TensorProto::FLOAT &&
+      t->data_location() == onnx::TensorProto::DEFAULT &&
       t->raw_data().size() == static_cast<size_t>(*count) * sizeof(float)) {
     // The common case, without a round trip through doubles: the same arithmetic.
     std::vector<float> values(static_cast<size_t>(*count));
     if (!values.empty()) std::memcpy(values.data(), t->raw_data().data(), t->raw_data().size());
-    const bool laid_out =
-        for_each_channel_run(op, [&](int64_t offset, int64_t n, int64_t channel) {
-          const double s = scale[static_cast<size_t>(channel)];
-          float* p = values.data() + offset;
-          for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(static_cast<double>(p[k]) * s);
-        });
+    const bool laid_out = for_each_channel_run(op, [&](int64_t offset, int64_t n, int64_t channel) {
+      const double s = scale[static_cast<size_t>(channel)];
+      float* p = values.data() + offset;
+      for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(static_cast<double>(p[k]) * s);
+    });
     if (!laid_out) return std::nullopt;
     for (float v : values)
       if (!std::isfinite(v)) return std::nullopt;  // an overflow (or a NaN or infinite weight)
