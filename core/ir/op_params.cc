@@ -92,6 +92,36 @@ std::optional<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& a
   return out;
 }
 
+std::vector<int64_t> slice_indices(int64_t len, int64_t start, int64_t end, int64_t step) {
+  std::vector<int64_t> out;
+  if (step == 0 || len <= 0) return out;
+  if (start < 0) start += len;
+  if (end < 0) end += len;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, len);
+    end = std::clamp<int64_t>(end, 0, len);
+    for (int64_t i = start; i < end; i += step) out.push_back(i);
+  } else {
+    start = std::clamp<int64_t>(start, 0, len - 1);
+    end = std::clamp<int64_t>(end, -1, len - 1);
+    for (int64_t i = start; i > end; i += step) out.push_back(i);
+  }
+  return out;
+}
+
+std::optional<std::pair<int64_t, int64_t>> shape_range(const Node& n, int64_t rank) {
+  for (const auto& a : n.attributes())
+    if (!((a.name() == "start" || a.name() == "end") && a.has_i() && n.opset() >= 15))
+      return std::nullopt;
+  int64_t start = n.attr_int("start", 0);
+  int64_t end = n.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  return std::make_pair(start, std::max(start, end));
+}
+
 std::optional<SliceParams> slice_params(const Node& n) {
   if (!n.is("Slice") || !n.input(0)) return std::nullopt;
   SliceParams p;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -49,6 +50,13 @@ struct SliceParams {
   std::vector<int64_t> starts, ends, axes, steps;
 };
 std::optional<SliceParams> slice_params(const Node& n);
+// The indices one Slice axis of length `len` selects with `start`, `end` (negative: from the end,
+// then clamped as ONNX says) and a non-zero `step`, in order.
+std::vector<int64_t> slice_indices(int64_t len, int64_t start, int64_t end, int64_t step);
+
+// The range [start, end) of its input's dims a Shape node returns, for an input of rank `rank`
+// (start/end attributes from opset 15, clamped); nullopt with any other attribute.
+std::optional<std::pair<int64_t, int64_t>> shape_range(const Node& n, int64_t rank);
 
 // Axes of Squeeze/Unsqueeze (attribute before opset 13, input since). `all` is set for a
 // Squeeze without axes (every dim of size 1 goes).

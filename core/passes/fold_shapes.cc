@@ -29,8 +29,6 @@ namespace {
 
 using Dims = std::vector<ir::Dim>;
 
-int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
 // Whether a constant can replace `n` in its graph (a Constant node holds int64 from opset 9).
 bool can_fold(const ir::Node& n) {
   if (!n.is_onnx_domain() || n.outputs().size() != 1 || !n.output(0) ||
@@ -50,20 +48,11 @@ bool fold_to(ir::Node& n, Rewriter& rw, onnx::TensorProto value) {
 // The entries of a Shape node's output, known or not; nullopt if its input's rank is unknown or
 // the node has attributes we do not understand.
 std::optional<Dims> shape_entries(const ir::Node& n) {
-  for (const auto& a : n.attributes())
-    if (!((a.name() == "start" || a.name() == "end") && a.has_i() && n.opset() >= 15))
-      return std::nullopt;
   const ir::TensorFact& f = n.input(0)->fact();
   if (!f.has_rank) return std::nullopt;
-  const int64_t rank = static_cast<int64_t>(f.dims.size());
-  int64_t start = n.attr_int("start", 0);
-  int64_t end = n.attr_int("end", rank);
-  if (start < 0) start += rank;
-  if (end < 0) end += rank;
-  start = clamp(start, 0, rank);
-  end = clamp(end, 0, rank);
-  if (start >= end) return Dims{};
-  return Dims(f.dims.begin() + start, f.dims.begin() + end);
+  auto range = ir::shape_range(n, static_cast<int64_t>(f.dims.size()));
+  if (!range) return std::nullopt;
+  return Dims(f.dims.begin() + range->first, f.dims.begin() + range->second);
 }
 
 // Known values of `entries[i]` for each index, nullopt if one is unknown.
@@ -122,23 +111,13 @@ bool fold_slice(ir::Node& n, Rewriter& rw) {
                       : n.inputs().size() != 1 || !only_attributes(n, {"starts", "ends", "axes"}))
     return false;
   auto p = ir::slice_params(n);
-  if (!p || p->starts.size() != 1 || (p->axes[0] != 0 && p->axes[0] != -1)) return false;
+  if (!p || p->starts.size() != 1 || (p->axes[0] != 0 && p->axes[0] != -1) || p->steps[0] == 0)
+    return false;  // a zero step is an error at run time
   auto entries = shape_entries(*shape);
   if (!entries) return false;
-  const int64_t len = static_cast<int64_t>(entries->size());
-  const int64_t step = p->steps[0];
-  int64_t start = p->starts[0], end = p->ends[0];
-  if (start < 0) start += len;
-  if (end < 0) end += len;
-  if (step > 0) {
-    start = clamp(start, 0, len);
-    end = clamp(end, 0, len);
-  } else {
-    start = clamp(start, 0, len - 1);
-    end = clamp(end, -1, len - 1);
-  }
   std::vector<int64_t> values;
-  for (int64_t i = start; step > 0 ? i < end : i > end; i += step) {
+  for (int64_t i : ir::slice_indices(static_cast<int64_t>(entries->size()), p->starts[0],
+                                     p->ends[0], p->steps[0])) {
     if (!(*entries)[static_cast<size_t>(i)].known()) return false;
     values.push_back((*entries)[static_cast<size_t>(i)].value);
   }

@@ -77,18 +77,12 @@ std::optional<Entries> pick(const Entries& entries, const std::vector<int64_t>& 
 
 std::optional<Entries> trace_shape(const ir::Node& shape) {
   const ir::Value* x = shape.input(0);
-  for (const auto& a : shape.attributes())
-    if (!((a.name() == "start" || a.name() == "end") && a.has_i() && shape.opset() >= 15))
-      return std::nullopt;
   const auto rank = x ? x->rank() : std::nullopt;
   if (!rank || static_cast<size_t>(*rank) > kMaxEntries) return std::nullopt;
-  int64_t s = shape.attr_int("start", 0), e = shape.attr_int("end", *rank);
-  if (s < 0) s += *rank;
-  if (e < 0) e += *rank;
-  s = std::clamp<int64_t>(s, 0, *rank);
-  e = std::clamp<int64_t>(e, 0, *rank);
+  auto range = ir::shape_range(shape, *rank);
+  if (!range) return std::nullopt;
   Entries out;
-  for (int64_t i = s; i < e; ++i) out.push_back(Entry{Entry::kDim, i, x});
+  for (int64_t i = range->first; i < range->second; ++i) out.push_back(Entry{Entry::kDim, i, x});
   return out;
 }
 
@@ -96,24 +90,9 @@ std::optional<Entries> trace_slice(const ir::Node& n, int depth) {
   auto p = ir::slice_params(n);
   if (!p || p->starts.size() != 1 || (p->axes[0] != 0 && p->axes[0] != -1)) return std::nullopt;
   auto in = trace(n.input(0), depth);
-  if (!in) return std::nullopt;
-  const int64_t len = static_cast<int64_t>(in->size());
-  const int64_t step = p->steps[0];
-  if (step == 0) return std::nullopt;
-  int64_t start = p->starts[0], end = p->ends[0];
-  if (start < 0) start += len;
-  if (end < 0) end += len;
-  std::vector<int64_t> indices;
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, len);
-    end = std::clamp<int64_t>(end, 0, len);
-    for (int64_t i = start; i < end; i += step) indices.push_back(i);
-  } else {
-    start = std::clamp<int64_t>(start, 0, len - 1);
-    end = std::clamp<int64_t>(end, -1, len - 1);
-    for (int64_t i = start; i > end; i += step) indices.push_back(i);
-  }
-  return pick(*in, indices);
+  if (!in || p->steps[0] == 0) return std::nullopt;
+  return pick(*in, ir::slice_indices(static_cast<int64_t>(in->size()), p->starts[0], p->ends[0],
+                                     p->steps[0]));
 }
 
 // The entries of an integer tensor of rank 0 or 1 that `v` holds, or nullopt if it is not

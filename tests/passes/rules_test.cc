@@ -117,10 +117,11 @@ TEST(RuleDriver, RewritesReachSubgraphsAndFunctions) {
   EXPECT_EQ(count_ops(*model, "Identity"), 0);
   for (ir::Graph* g : model->all_graphs())
     for (ir::Node* n : g->nodes())
-      if (n->is("Neg") && g != &model->graph())
+      if (n->is("Neg") && g != &model->graph()) {
         EXPECT_TRUE(n->output(0)->name() == "p" || n->output(0)->name() == "b" ||
                     n->output(0)->name() == "q")
             << n->output(0)->name();
+      }
 }
 
 TEST(Rewriter, ReplaceAllUsesKeepsInterfaceNames) {
