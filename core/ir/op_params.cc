@@ -100,11 +100,18 @@ std::vector<int64_t> slice_indices(int64_t len, int64_t start, int64_t end, int6
   if (step > 0) {
     start = std::clamp<int64_t>(start, 0, len);
     end = std::clamp<int64_t>(end, 0, len);
-    for (int64_t i = start; i < end; i += step) out.push_back(i);
+    // i + step may overflow; end - i may not (both are in [0, len]).
+    for (int64_t i = start; i < end; i += step) {
+      out.push_back(i);
+      if (step >= end - i) break;
+    }
   } else {
     start = std::clamp<int64_t>(start, 0, len - 1);
     end = std::clamp<int64_t>(end, -1, len - 1);
-    for (int64_t i = start; i > end; i += step) out.push_back(i);
+    for (int64_t i = start; i > end; i += step) {
+      out.push_back(i);
+      if (step <= end - i) break;
+    }
   }
   return out;
 }
