@@ -408,7 +408,8 @@ function compareTensor(expected, got) {
       if (Number.isNaN(err)) err = Infinity;
     }
     if (err > maxErr) maxErr = err;
-    if (!(err <= ATOL + RTOL * Math.abs(e))) ok = false;
+    // err 0 covers two NaNs (whose tolerance would be NaN) and equal infinities.
+    if (!(err === 0 || err <= ATOL + RTOL * Math.abs(e))) ok = false;
   }
   return { ok, maxErr };
 }
