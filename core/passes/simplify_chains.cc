@@ -1,6 +1,7 @@
 // simplify_arithmetic's rules for chains: Transpose of Transpose, Reshape of Reshape, Squeeze
-// and Unsqueeze pairs, Cast through a type that holds every value exactly, Relu next to a Clip
-// with a non-negative lower bound, Clip of Clip. See
+// and Unsqueeze pairs, any two of Reshape/Squeeze/Unsqueeze/Flatten with a known final shape,
+// Cast through a type that holds every value exactly, Relu next to a Clip with a non-negative
+// lower bound, Clip of Clip. See
 // simplify_arithmetic.cc for what "same results" means and what is deliberately not done.
 #include <algorithm>
 #include <cmath>
@@ -241,6 +242,41 @@ bool merge_cast(ir::Node& n, Rewriter& rw) {
   return true;
 }
 
+// A shape op whose parameters are all it has: Reshape (allowzero), Squeeze/Unsqueeze (axes),
+// Flatten (axis). Each keeps the elements in row-major order and only changes the dims.
+bool is_plain_shape_op(const ir::Node& n) {
+  if (!n.is_onnx_domain() || n.outputs().size() != 1 || !n.output(0) || !n.input(0)) return false;
+  const std::string& op = n.op_type();
+  if (op == "Reshape") return n.opset() >= 5 && only_attributes(n, {"allowzero"});
+  if (op == "Squeeze" || op == "Unsqueeze") return only_attributes(n, {"axes"});
+  if (op == "Flatten") return only_attributes(n, {"axis"});
+  return false;
+}
+
+// Two shape ops in a row whose final shape the facts know completely are one Reshape to that
+// shape (from opset 5, where Reshape takes its shape as an input). Shapes with a zero dim are
+// left alone: 0 in a Reshape target copies a dim unless allowzero, which needs opset 14.
+bool collapse_shape_ops(ir::Node& n, Rewriter& rw) {
+  if (n.opset() < 5 || !is_plain_shape_op(n) || !single_use(n.input(0))) return false;
+  ir::Node* inner = n.input(0)->producer();
+  if (!inner || inner->dead() || inner->graph() != n.graph() || !is_plain_shape_op(*inner))
+    return false;
+  auto shape = n.output(0)->static_shape();
+  if (!shape || std::count(shape->begin(), shape->end(), 0) > 0) return false;
+  // Declared shapes that libonnx's inference could not check are not trusted here.
+  if (!n.graph()->model()->facts_checked()) return false;
+  const int64_t length = static_cast<int64_t>(shape->size());
+  ir::Value* target = rw.add_constant(*n.graph(), ir::make_int64_tensor({length}, *shape),
+                                      n.output(0)->name() + "_shape");
+  ir::Node* reshape = rw.add_node(*n.graph(), "Reshape", {inner->input(0), target}, 1, &n);
+  if (!rw.replace_node(&n, {reshape->output(0)})) {
+    rw.erase(reshape);
+    return false;
+  }
+  rw.erase(inner);
+  return true;
+}
+
 // Clip's bounds when they are constants (or absent) and the node has no other attributes than
 // its version defines; nullopt otherwise. Before opset 6 Clip has consumed_inputs.
 std::optional<ir::ClipParams> constant_clip(const ir::Node& n) {
@@ -330,6 +366,7 @@ std::vector<Rule> chain_rules() {
           {"reshape_chain", {"Reshape"}, merge_reshape},
           {"squeeze_chain", {"Squeeze", "Unsqueeze"}, merge_squeeze},
           {"cast_chain", {"Cast"}, merge_cast},
+          {"shape_op_chain", {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}, collapse_shape_ops},
           {"relu_clip", {"Relu", "Clip"}, relu_clip},
           {"clip_chain", {"Clip"}, merge_clip}};
 }

@@ -455,11 +455,11 @@ TEST(SimplifyArithmetic, KeepsTransposeAndReshapeLookAlikes) {
       {"transpose_of_relu", model_text(13, "(float[2,3] x) => (float[3,2] y)", "",
                                        "t = Relu (x)\n y = Transpose <perm = [1, 0]> (t)")},
       {"reshape_zero_copies_intermediate_dim",
-       model_text(14, "(float[2,3] x) => (float[3,2] y)",
-                  "int64[2] s1 = {3, 2}, int64[2] s2 = {0, 2}",
+       model_text(14, "(float[N,6] x) => (float[M,3] y)",
+                  "int64[2] s1 = {-1, 3}, int64[2] s2 = {0, 3}",
                   "t = Reshape (x, s1)\n y = Reshape (t, s2)")},
       {"reshape_dynamic_target",
-       model_text(14, "(float[2,3] x, float[3,2] z) => (float[3,2] y)", "int64[1] s1 = {6}",
+       model_text(14, "(float[N,6] x, float[K,3] z) => (float[K,3] y)", "int64[1] s1 = {-1}",
                   "t = Reshape (x, s1)\n s2 = Shape (z)\n y = Reshape (t, s2)")},
   };
   // (Some cases have an input of unknown rank, which the evaluator cannot make up.)
@@ -529,13 +529,13 @@ TEST(SimplifyArithmetic, RemovesSqueezeOfUnsqueezeOfTheSameAxes) {
 TEST(SimplifyArithmetic, KeepsSqueezeLookAlikes) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"different_axes",
-       model_text(13, "(float[1,3] x) => (float[1,3] y)", "int64[1] a = {0}, int64[1] b = {1}",
+       model_text(13, "(float[1,N] x) => (float[1,N] y)", "int64[1] a = {0}, int64[1] b = {1}",
                   "t = Unsqueeze (x, a)\n y = Squeeze (t, b)")},
       {"squeeze_without_axes",
-       model_text(13, "(float[1,2,1] x) => (float[2] y)", "int64[1] a = {0}",
+       model_text(13, "(float[1,N,1] x) => (float[N] y)", "int64[1] a = {0}",
                   "t = Squeeze (x, a)\n y = Squeeze (t)")},
       {"negative_axes_unknown_rank",
-       model_text(13, "(float x) => (float[2,1,1,3] y)",
+       model_text(13, "(float x) => (float[2,1,1,M] y)",
                   "int64[1] a = {-2}, int64[1] b = {-2}",
                   "r = Identity (x)\n t = Unsqueeze (r, a)\n y = Unsqueeze (t, b)")},
   };
@@ -849,6 +849,57 @@ TEST(SimplifyArithmetic, KeepsClipLookAlikes) {
     }
   )"};
   for (const char* text : models) expect_no_rewrite(kPass, text);
+}
+
+TEST(SimplifyArithmetic, CollapsesShapeOpChainsWithAKnownShape) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[2,3,4] x, float[6] v) => (float[2,12] y, float[2,3] z) {
+      ax = Constant <value = int64[1] {0}> ()
+      u = Unsqueeze (x, ax)
+      y = Flatten <axis = 2> (u)
+      z = If (c) <
+        then_branch = then_g () => (float[2,3] a) {
+          s = Constant <value = int64[3] {1, 2, 3}> ()
+          r = Reshape (v, s)
+          a = Squeeze (r, ax)
+        },
+        else_branch = else_g () => (float[2,3] b) {
+          s2 = Constant <value = int64[2] {2, 3}> ()
+          b = Reshape (v, s2)
+        }>
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[2,3,4] x, float[6] v) => (float[2,12] y, float[2,3] z)
+      <int64[2] t1 = {2, 12}> {
+      y = Reshape (x, t1)
+      z = If (c) <
+        then_branch = then_g () => (float[2,3] a) <int64[2] t2 = {2, 3}> {
+          a = Reshape (v, t2)
+        },
+        else_branch = else_g () => (float[2,3] b) {
+          s2 = Constant <value = int64[2] {2, 3}> ()
+          b = Reshape (v, s2)
+        }>
+    }
+  )",
+                 rewrites(2));
+  // A symbolic dim, an intermediate read twice, a zero dim: unchanged.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,3,4] x, float[2,3,4] w, float[0,3] e) => (float[N,12] y, float[2,12] z,
+                                                       float[1,2,3,4] k, float[0,3] f) {
+      ax = Constant <value = int64[1] {0}> ()
+      u = Unsqueeze (x, ax)
+      y = Flatten <axis = 2> (u)
+      k = Unsqueeze (w, ax)
+      z = Flatten <axis = 2> (k)
+      g1 = Unsqueeze (e, ax)
+      f = Flatten <axis = 2> (g1)
+    }
+  )");
 }
 
 }  // namespace
