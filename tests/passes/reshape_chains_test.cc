@@ -1,4 +1,6 @@
 // Shape-chain fusion for Reshape (core/passes/reshape_chains.cc, part of fold_shapes).
+#include <string>
+
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -222,6 +224,45 @@ TEST(ReshapeChains, InsideASubgraph) {
     }
   )",
                  rewrites(1));
+}
+
+// TopK's output dims depend on k; only a declaration says t is [2,1], and libonnx cannot check
+// it at opset 18. Its dim 1 is then not used as a size (nor its symbols as equal): the entry
+// would need a second -1, so the Reshape stays. At opset 13 the declaration is checked and used.
+TEST(ReshapeChains, UncheckedDeclarationsAreNotUsed) {
+  auto make = [](int opset) {
+    auto model = parse_text(R"(
+      <ir_version: 8, opset_import: ["" : )" + std::to_string(opset) + R"(]>
+      g (float[2,3] x, int64[1] k, float[1,6] v) => (float[1,6] y) {
+        t, i = TopK (x, k)
+        s = Shape (t)
+        one = Constant <value = int64[1] {1}> ()
+        d = Gather (s, one)
+        m = Constant <value = int64[1] {-1}> ()
+        shape = Concat <axis = 0> (d, m)
+        y = Reshape (v, shape)
+      }
+    )");
+    EXPECT_TRUE(model);
+    if (!model) return model;
+    onnx::TypeProto declared;
+    declared.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+    declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    model->graph().find_local("t")->set_type(declared);
+    return model;
+  };
+  auto unchecked = make(18);
+  ASSERT_TRUE(unchecked);
+  EXPECT_FALSE(run_pass(*unchecked, "fold_shapes").changed);
+  EXPECT_FALSE(unchecked->facts_checked());
+  EXPECT_FALSE(unchecked->graph().find_local("y")->producer()->input(1)->is_constant());
+
+  auto checked = make(13);
+  ASSERT_TRUE(checked);
+  EXPECT_TRUE(run_pass(*checked, "fold_shapes").changed);
+  EXPECT_TRUE(checked->facts_checked());
+  EXPECT_TRUE(checked->graph().find_local("y")->producer()->input(1)->is_constant());
 }
 
 }  // namespace
