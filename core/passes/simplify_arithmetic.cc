@@ -4,6 +4,7 @@
 //  - neutral elements: x + 0, x - 0, x * 1, x / 1, Pow(x, 1) -> x; 0 - x -> Neg(x);
 //    1 / x -> Reciprocal(x) (floats); integer x * 0 -> zeros;
 //  - inverse pairs Neg(Neg(x)), Not(Not(x)) -> x;
+//  - x / 2^k -> x * 2^-k for floats where 2^-k is a normal number of the type (exact);
 //  - chains merged: Transpose of Transpose, Reshape of Reshape, Squeeze of Squeeze, Unsqueeze of
 //    Unsqueeze, Squeeze/Unsqueeze of the same axes (removed), Cast through a type that holds every
 //    value of the source type exactly.
@@ -27,6 +28,7 @@
 // The rules live in two files: arithmetic here, chains of shape ops and casts in
 // simplify_chains.cc.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -258,6 +260,33 @@ bool inverse_pair(ir::Node& n, Rewriter& rw) {
   return rw.replace_node(&n, {inner->input(0)}, /*allow_identity=*/false);
 }
 
+// x / c -> x * (1 / c) for a float constant c whose every element is a power of two whose
+// reciprocal the type holds exactly: both are then the correctly rounded x * 2^-k, bit for bit
+// (including signed zeros, infinities and NaN). Multiplication is cheaper than division.
+bool div_by_power_of_two(ir::Node& n, Rewriter& rw) {
+  if (!n.is("Div") || !plain_binary(n) || is_constant_value(n.input(0))) return false;
+  auto c = float_constant(n.input(1));
+  if (!c || n.input(0)->elem_type() != c->dtype || !keeps_shape_of(n.input(0), c->dims))
+    return false;
+  std::vector<double> reciprocal;
+  for (double v : c->values) {
+    int exponent = 0;
+    if (!std::isfinite(v) || std::frexp(v, &exponent) != 0.5 * (v < 0 ? -1 : 1)) return false;
+    reciprocal.push_back(1.0 / v);  // exact in double: a power of two within double's range
+  }
+  // The reciprocal must be a normal number of the type (not rounded, not an infinity).
+  const double smallest = c->dtype == onnx::TensorProto::DOUBLE    ? 0x1p-1022
+                          : c->dtype == onnx::TensorProto::FLOAT16 ? 0x1p-14
+                                                                   : 0x1p-126;
+  if (!ir::fits_float_type(c->dtype, reciprocal)) return false;
+  for (double r : reciprocal)
+    if (std::abs(r) < smallest) return false;
+  ir::Value* inv = rw.add_constant(*n.graph(), ir::make_float_tensor(c->dtype, c->dims, reciprocal),
+                                   n.input(1)->name() + "_reciprocal");
+  ir::Node* mul = rw.add_node(*n.graph(), "Mul", {n.input(0), inv}, 1, &n);
+  return rw.replace_node(&n, {mul->output(0)});
+}
+
 }  // namespace
 
 std::vector<Rule> arithmetic_rules() {
@@ -266,7 +295,8 @@ std::vector<Rule> arithmetic_rules() {
           {"integer_times_zero", {"Mul"}, absorb},
           {"sum_constants", {"Sum"}, fold_sum},
           {"concat_constants", {"Concat"}, merge_concat},
-          {"inverse_pair", {"Neg", "Not"}, inverse_pair}};
+          {"inverse_pair", {"Neg", "Not"}, inverse_pair},
+          {"div_by_power_of_two", {"Div"}, div_by_power_of_two}};
 }
 
 std::unique_ptr<Pass> make_simplify_arithmetic() {

@@ -288,7 +288,8 @@ TEST(SimplifyArithmetic, KeepsNeutralAndAbsorbingLookAlikes) {
       {"not_all_zero", "float[2,3]", "float[2,3]", "float[3] z = {0.0, 0.0, 1.0}",
        "t = Add (x, z)"},
       {"mul_two", "float[2,3]", "float[2,3]", "float o = {2.0}", "t = Mul (x, o)"},
-      {"div_minus_one", "float[2,3]", "float[2,3]", "float[3] o = {1.0, -1.0, 1.0}",
+      // (-1 is a power of two, so div_by_power_of_two would make this a Mul; 3 keeps it a Div.)
+      {"div_not_one", "float[2,3]", "float[2,3]", "float[3] o = {1.0, -1.0, 3.0}",
        "t = Div (x, o)"},
       {"pow_two", "float[2,3]", "float[2,3]", "float e = {2.0}", "t = Pow (x, e)"},
       {"one_pow_x", "float[2,3]", "float[2,3]", "float o = {1.0}", "t = Pow (o, x)"},
@@ -898,6 +899,57 @@ TEST(SimplifyArithmetic, CollapsesShapeOpChainsWithAKnownShape) {
       z = Flatten <axis = 2> (k)
       g1 = Unsqueeze (e, ax)
       f = Flatten <axis = 2> (g1)
+    }
+  )");
+}
+
+TEST(SimplifyArithmetic, DivisionByAPowerOfTwoBecomesAMultiplication) {
+  // Attention's 1 / sqrt(64), a per-channel [0.5, -4], in a branch too.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[2,2] x, double[2] d) => (float[2,2] y, double[2] z, float[2,2] w)
+      <float eight = {8.0}, double[2] p = {0.5, -4.0}> {
+      y = Div (x, eight)
+      z = Div (d, p)
+      w = If (c) <
+        then_branch = then_g () => (float[2,2] a) {
+          a = Div (x, eight)
+        },
+        else_branch = else_g () => (float[2,2] b) {
+          b = Relu (x)
+        }>
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, float[2,2] x, double[2] d) => (float[2,2] y, double[2] z, float[2,2] w)
+      <float r1 = {0.125}, double[2] r2 = {2.0, -0.25}> {
+      y = Mul (x, r1)
+      z = Mul (d, r2)
+      w = If (c) <
+        then_branch = then_g () => (float[2,2] a) <float r3 = {0.125}> {
+          a = Mul (x, r3)
+        },
+        else_branch = else_g () => (float[2,2] b) {
+          b = Relu (x)
+        }>
+    }
+  )",
+                 rewrites(3));
+  // Not powers of two (6, 3, 0), a reciprocal below float's normals (2^127 -> 2^-127), an
+  // integer division, a constant numerator: unchanged.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x, int32[2] i) => (float[2] a, float[2] b, float[2] e, float[2] f, int32[2] g,
+                                   float[2] h)
+      <float six = {6.0}, float[2] mixed = {2.0, 3.0}, float zero = {0.0},
+       float huge = {1.7014118e38}, int32 four = {4}, float[2] num = {1.0, 2.0}> {
+      a = Div (x, six)
+      b = Div (x, mixed)
+      e = Div (x, zero)
+      f = Div (x, huge)
+      g = Div (i, four)
+      h = Div (num, x)
     }
   )");
 }
