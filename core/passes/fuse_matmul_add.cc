@@ -56,7 +56,7 @@ bool matmul_add(ir::Node& add, Rewriter& rw) {
 
   const ir::TensorFact& af = a->fact();
   const ir::TensorFact& bf = b->fact();
-  if (af.rank() != 2 || bf.rank() != 2) return false;
+  if (!has_checked_rank(a, 2) || !has_checked_rank(b, 2)) return false;
   const std::vector<int64_t> c_dims(c->dims().begin(), c->dims().end());
   // A bias of rank > 2, or with a dim that does not fit [M, N], would make Add's result bigger
   // than the product, which Gemm cannot express.
@@ -76,7 +76,7 @@ ir::Value* transposed_2d(ir::Value* v, const ir::Graph* graph) {
   ir::Node* t = producer(v, "Transpose");
   if (!t || t->graph() != graph || !single_use(v) || !only_attributes(*t, {"perm"})) return nullptr;
   ir::Value* x = t->input(0);
-  if (!x || x->rank() != 2) return nullptr;
+  if (!has_checked_rank(x, 2)) return nullptr;
   auto perm = t->attr_ints("perm");
   if (perm && *perm != std::vector<int64_t>{1, 0}) return nullptr;
   return x;
@@ -91,7 +91,7 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
     return false;
   ir::Value* a = matmul.input(0);
   ir::Value* b = matmul.input(1);
-  if (!a || !b || a->rank() != 2 || b->rank() != 2) return false;
+  if (!has_checked_rank(a, 2) || !has_checked_rank(b, 2)) return false;
   const int32_t dtype = a->elem_type();
   if (!is_ieee_float(dtype) || b->elem_type() != dtype) return false;
   ir::Value* ta = transposed_2d(a, matmul.graph());
@@ -149,7 +149,7 @@ bool transpose_into_gemm(ir::Node& gemm, Rewriter& rw) {
     ir::Node* t = producer(gemm.input(side), "Transpose");
     if (!t || t->graph() != gemm.graph() || !only_attributes(*t, {"perm"})) continue;
     ir::Value* x = t->input(0);
-    if (!x || x->rank() != 2) continue;
+    if (!has_checked_rank(x, 2)) continue;
     auto perm = t->attr_ints("perm");
     if (perm && *perm != std::vector<int64_t>{1, 0}) continue;
     const char* flag = side == 0 ? "transA" : "transB";

@@ -47,6 +47,11 @@ bool all_equal(const eval::Tensor& t, int64_t value) {
   return true;
 }
 
+bool has_checked_rank(const ir::Value* v, int64_t rank) {
+  if (!v || v->dead() || v->rank() != rank) return false;
+  return v->is_graph_input() || v->is_constant() || v->owner()->model()->facts_checked();
+}
+
 bool single_use(const ir::Value* v) {
   return v && !v->dead() && v->uses().size() == 1 && !v->is_graph_output();
 }

@@ -1,3 +1,5 @@
+#include <string>
+
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -323,6 +325,39 @@ TEST(FuseMatmulAdd, GemmWithoutCTakesAConstantAdd) {
       v = Relu (q)
     }
   )");
+}
+
+// TopK's output rank here comes only from a declaration ([2,1]); at opset 18 libonnx cannot
+// check it, so MatMul + Add is not made a Gemm (which would need the rank to be 2 for sure). At
+// opset 13 the declaration is checked and the fusion happens.
+TEST(FuseMatmulAdd, UncheckedDeclaredRankIsNotRelied) {
+  auto make = [](int opset) {
+    auto model = parse_text(R"(
+      <ir_version: 8, opset_import: ["" : )" + std::to_string(opset) + R"(]>
+      g (float[2,3] x, int64[1] k) => (float[2,2] y)
+        <float[1,2] w = {1, 2}, float[2] c = {0.5, -0.5}> {
+        t, i = TopK (x, k)
+        m = MatMul (t, w)
+        y = Add (m, c)
+      }
+    )");
+    EXPECT_TRUE(model);
+    if (!model) return model;
+    onnx::TypeProto declared;
+    declared.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+    declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    model->graph().find_local("t")->set_type(declared);
+    return model;
+  };
+  auto unchecked = make(18);
+  ASSERT_TRUE(unchecked);
+  EXPECT_FALSE(run_pass(*unchecked, "fuse_matmul_add").changed);
+  EXPECT_FALSE(unchecked->facts_checked());
+  auto checked = make(13);
+  ASSERT_TRUE(checked);
+  EXPECT_TRUE(run_pass(*checked, "fuse_matmul_add").changed);
+  EXPECT_EQ(count_ops(*checked, "Gemm"), 1);
 }
 
 }  // namespace
