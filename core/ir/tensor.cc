@@ -177,10 +177,19 @@ onnx::TensorProto make_float_tensor(int32_t data_type, const std::vector<int64_t
     raw.resize(h.size() * 2);
     if (!h.empty()) std::memcpy(raw.data(), h.data(), raw.size());
   } else {
-    std::vector<float> f(values.begin(), values.end());
-    raw.resize(f.size() * 4);
-    if (!f.empty()) std::memcpy(raw.data(), f.data(), raw.size());
+    return make_float32_tensor(dims, std::vector<float>(values.begin(), values.end()));
   }
+  t.set_raw_data(std::move(raw));
+  return t;
+}
+
+onnx::TensorProto make_float32_tensor(const std::vector<int64_t>& dims,
+                                      const std::vector<float>& values) {
+  TensorProto t;
+  t.set_data_type(TensorProto::FLOAT);
+  for (int64_t d : dims) t.add_dims(d);
+  std::string raw(values.size() * sizeof(float), '\0');
+  if (!values.empty()) std::memcpy(raw.data(), values.data(), raw.size());
   t.set_raw_data(std::move(raw));
   return t;
 }

@@ -32,6 +32,9 @@ bool fits_float_type(int32_t data_type, const std::vector<double>& values);
 // Builds a tensor of `data_type` (FLOAT, DOUBLE or FLOAT16) from doubles, stored as raw_data.
 onnx::TensorProto make_float_tensor(int32_t data_type, const std::vector<int64_t>& dims,
                                     const std::vector<double>& values);
+// A FLOAT tensor holding `values` as they are, stored as raw_data.
+onnx::TensorProto make_float32_tensor(const std::vector<int64_t>& dims,
+                                      const std::vector<float>& values);
 onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims,
                                     const std::vector<int64_t>& values);
 

@@ -29,6 +29,15 @@ bool broadcasts_into(int64_t bias_dim, std::optional<int64_t> out) {
   return bias_dim == 1 || (out && *out == bias_dim);
 }
 
+// True if the constant bias `c` broadcasts into an [rows, cols] product in Gemm's (unidirectional)
+// sense without making it bigger: rank at most 2, each dim 1 or the product's known dim.
+bool bias_fits(const TensorProto& c, std::optional<int64_t> rows, std::optional<int64_t> cols) {
+  const int rank = c.dims_size();
+  if (rank > 2) return false;
+  if (rank >= 1 && !broadcasts_into(c.dims(rank - 1), cols)) return false;
+  return rank < 2 || broadcasts_into(c.dims(0), rows);
+}
+
 bool matmul_add(ir::Node& add, Rewriter& rw) {
   // Add before opset 7 broadcasts only with its `broadcast` attribute, and Gemm before 7 has no
   // unidirectional broadcasting of C.
@@ -57,12 +66,9 @@ bool matmul_add(ir::Node& add, Rewriter& rw) {
   const ir::TensorFact& af = a->fact();
   const ir::TensorFact& bf = b->fact();
   if (!has_checked_rank(a, 2) || !has_checked_rank(b, 2)) return false;
-  const std::vector<int64_t> c_dims(c->dims().begin(), c->dims().end());
   // A bias of rank > 2, or with a dim that does not fit [M, N], would make Add's result bigger
   // than the product, which Gemm cannot express.
-  if (c_dims.size() > 2) return false;
-  if (!c_dims.empty() && !broadcasts_into(c_dims.back(), bf.dim(1))) return false;
-  if (c_dims.size() == 2 && !broadcasts_into(c_dims[0], af.dim(0))) return false;
+  if (!bias_fits(*c, af.dim(0), bf.dim(1))) return false;
 
   ir::Node* gemm = rw.add_node(*add.graph(), "Gemm", {a, b, bias}, 1, &add);
   if (!rw.replace_node(&add, {gemm->output(0)})) return false;
@@ -70,11 +76,10 @@ bool matmul_add(ir::Node& add, Rewriter& rw) {
   return true;
 }
 
-// The input of a 2-D Transpose (perm [1, 0] or none) producing `v` in `graph`, read by nobody
-// else; nullptr otherwise.
+// The input of a 2-D Transpose (perm [1, 0] or none) producing `v` in `graph`; nullptr otherwise.
 ir::Value* transposed_2d(ir::Value* v, const ir::Graph* graph) {
   ir::Node* t = producer(v, "Transpose");
-  if (!t || t->graph() != graph || !single_use(v) || !only_attributes(*t, {"perm"})) return nullptr;
+  if (!t || t->graph() != graph || !only_attributes(*t, {"perm"})) return nullptr;
   ir::Value* x = t->input(0);
   if (!has_checked_rank(x, 2)) return nullptr;
   auto perm = t->attr_ints("perm");
@@ -94,8 +99,9 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
   if (!has_checked_rank(a, 2) || !has_checked_rank(b, 2)) return false;
   const int32_t dtype = a->elem_type();
   if (!is_ieee_float(dtype) || b->elem_type() != dtype) return false;
-  ir::Value* ta = transposed_2d(a, matmul.graph());
-  ir::Value* tb = transposed_2d(b, matmul.graph());
+  // Only a Transpose nobody else reads goes away; otherwise nothing is saved.
+  ir::Value* ta = single_use(a) ? transposed_2d(a, matmul.graph()) : nullptr;
+  ir::Value* tb = single_use(b) ? transposed_2d(b, matmul.graph()) : nullptr;
   if (!ta && !tb) return false;
   ir::Node* gemm = rw.add_node(*matmul.graph(), "Gemm", {ta ? ta : a, tb ? tb : b}, 1, &matmul);
   if (ta) rw.set_attr(gemm, int_attr("transA", 1));
@@ -126,11 +132,8 @@ bool gemm_add(ir::Node& add, Rewriter& rw) {
   const onnx::TensorProto* c = constant_proto(bias);
   const ir::TensorFact& out = gemm->output(0)->fact();
   if (!c || c->data_type() != out.elem_type || !out.has_rank || out.dims.size() != 2 ||
-      c->dims_size() > 2)
+      !bias_fits(*c, out.dim(0), out.dim(1)))
     return false;
-  const std::vector<int64_t> c_dims(c->dims().begin(), c->dims().end());
-  if (!c_dims.empty() && !broadcasts_into(c_dims.back(), out.dim(1))) return false;
-  if (c_dims.size() == 2 && !broadcasts_into(c_dims[0], out.dim(0))) return false;
   ir::Node* fused =
       rw.add_node(*add.graph(), "Gemm", {gemm->input(0), gemm->input(1), bias}, 1, &add);
   for (const auto& a : gemm->attributes())
@@ -146,12 +149,9 @@ bool gemm_add(ir::Node& add, Rewriter& rw) {
 bool transpose_into_gemm(ir::Node& gemm, Rewriter& rw) {
   if (!only_attributes(gemm, {"alpha", "beta", "transA", "transB"})) return false;
   for (int side = 0; side < 2; ++side) {
-    ir::Node* t = producer(gemm.input(side), "Transpose");
-    if (!t || t->graph() != gemm.graph() || !only_attributes(*t, {"perm"})) continue;
-    ir::Value* x = t->input(0);
-    if (!has_checked_rank(x, 2)) continue;
-    auto perm = t->attr_ints("perm");
-    if (perm && *perm != std::vector<int64_t>{1, 0}) continue;
+    ir::Value* x = transposed_2d(gemm.input(side), gemm.graph());
+    if (!x) continue;
+    ir::Node* t = gemm.input(side)->producer();
     const char* flag = side == 0 ? "transA" : "transB";
     const bool transposed = gemm.attr_int(flag, 0) == 0;
     rw.set_input(&gemm, static_cast<size_t>(side), x);

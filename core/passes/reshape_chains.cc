@@ -121,7 +121,8 @@ std::optional<Entries> trace(const ir::Value* v, int depth) {
   }
   if (op == "Unsqueeze" || op == "Squeeze") {
     // Only between rank 0 and rank 1 of one element: the entries are the same.
-    const ir::TensorFact& in = p->input(0) ? p->input(0)->fact() : v->fact();
+    if (!p->input(0)) return std::nullopt;
+    const ir::TensorFact& in = p->input(0)->fact();
     const ir::TensorFact& out = v->fact();
     if (!in.has_rank || !out.has_rank || in.dims.size() > 1 || out.dims.size() > 1)
       return std::nullopt;
@@ -177,11 +178,9 @@ bool reshape_of_shape_chain(ir::Node& n, Rewriter& rw) {
   const ir::TensorFact& xf = x->fact();
   const ir::TensorFact& yf = n.output(0)->fact();
   if (yf.has_rank && yf.dims.size() != entries->size()) return false;  // facts disagree
-  for (const Entry& e : *entries)
-    if (e.kind == Entry::kDim) e.of->fact();
-  // Asked after the facts (computing them may run libonnx's inference): where inference could
-  // not check the declarations, only what needs none is used — a dim of the input itself at its
-  // own position, constants, and -1.
+  // Asked after the facts (computing them may run libonnx's inference; trace_shape asked for
+  // the rank of every Shape's input): where inference could not check the declarations, only
+  // what needs none is used — a dim of the input itself at its own position, constants, and -1.
   const bool trusted = n.graph()->model()->facts_checked();
 
   std::vector<int64_t> shape;

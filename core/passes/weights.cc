@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include <string>
 
 #include <absl/strings/str_cat.h>
 
@@ -203,13 +201,7 @@ std::optional<onnx::TensorProto> scaled_weight(const LinearOp& op,
     if (!laid_out) return std::nullopt;
     for (float v : values)
       if (!std::isfinite(v)) return std::nullopt;  // an overflow (or a NaN or infinite weight)
-    onnx::TensorProto out;
-    out.set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : w.dims) out.add_dims(d);
-    std::string raw(values.size() * sizeof(float), '\0');
-    if (!values.empty()) std::memcpy(raw.data(), values.data(), raw.size());
-    out.set_raw_data(std::move(raw));
-    return out;
+    return ir::make_float32_tensor(w.dims, values);
   }
   auto decoded = float_constant(op.node->input(1));
   if (!decoded || static_cast<int64_t>(decoded->values.size()) != *count) return std::nullopt;
