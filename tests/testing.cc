@@ -383,4 +383,11 @@ std::string loop_scan_bomb(int64_t trips) {
   )";
 }
 
+onnx::TypeProto float_type(const std::vector<int64_t>& dims) {
+  onnx::TypeProto type;
+  type.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) type.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  return type;
+}
+
 }  // namespace graft::testing

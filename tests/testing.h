@@ -83,6 +83,9 @@ std::unique_ptr<ir::Model> expect_rewrite(const PassRef& pass, const std::string
 void expect_no_rewrite(const PassRef& pass, const std::string& text,
                        const RewriteOptions& options = {});
 
+// A float tensor type of known `dims`, e.g. for declaring a value's shape with Value::set_type.
+onnx::TypeProto float_type(const std::vector<int64_t>& dims);
+
 // The whole model as text in ONNX's text syntax, extended with initializers (with every value),
 // value_info, node domains and functions; names and order as stored. For failure messages.
 std::string print(const ir::Model& model);

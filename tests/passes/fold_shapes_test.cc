@@ -267,11 +267,7 @@ TEST(FoldShapes, DeclaredShapeContradictingInferenceIsNotTrusted) {
     }
   )");
   ASSERT_TRUE(model);
-  onnx::TypeProto wrong;
-  wrong.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  wrong.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(7);
-  wrong.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(7);
-  model->graph().find_local("t")->set_type(wrong);
+  model->graph().find_local("t")->set_type(float_type({7, 7}));
   auto result = run_pass_checked(*model, "fold_shapes");
   EXPECT_TRUE(result.changed);
   EXPECT_EQ(count_ops(*model, "Shape"), 0);
@@ -309,11 +305,7 @@ TEST(FoldShapes, NewerOpsetLeavesUncheckedDeclarationsAlone) {
     }
   )");
   ASSERT_TRUE(model);
-  onnx::TypeProto declared;
-  declared.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
-  declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
-  model->graph().find_local("t")->set_type(declared);
+  model->graph().find_local("t")->set_type(float_type({2, 1}));
   auto result = run_pass(*model, "fold_shapes");
   EXPECT_FALSE(result.changed);
   EXPECT_EQ(count_ops(*model, "Shape"), 1);
@@ -422,11 +414,7 @@ TEST(FoldShapes, DeclaredSubgraphShapesAreUsed) {
   for (const auto& sub : if_node->subgraphs())
     if (sub.attr_name == "then_branch") then_g = sub.graph.get();
   ASSERT_TRUE(then_g);
-  onnx::TypeProto declared;
-  declared.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(3);
-  declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
-  then_g->find_local("local")->set_type(declared);
+  then_g->find_local("local")->set_type(float_type({3, 2}));
   auto result = run_pass_checked(*model, "fold_shapes");
   EXPECT_EQ(result.rewrites, 2);
   EXPECT_EQ(count_ops(*model, "Shape"), 0);

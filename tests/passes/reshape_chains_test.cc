@@ -245,11 +245,7 @@ TEST(ReshapeChains, UncheckedDeclarationsAreNotUsed) {
     )");
     EXPECT_TRUE(model);
     if (!model) return model;
-    onnx::TypeProto declared;
-    declared.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-    declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
-    declared.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
-    model->graph().find_local("t")->set_type(declared);
+    model->graph().find_local("t")->set_type(float_type({2, 1}));
     return model;
   };
   auto unchecked = make(18);
