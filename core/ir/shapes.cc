@@ -161,16 +161,19 @@ namespace {
 // inference: shape-carrying tensors are tiny, weights need not be copied.
 constexpr uint64_t kStubBytes = 4096;
 
-void clear_value_info(onnx::GraphProto* g) {
+}  // namespace
+
+void strip_declarations(onnx::GraphProto* g) {
   g->clear_value_info();
+  for (auto& out : *g->mutable_output())
+    if (out.has_type() && out.type().has_tensor_type())
+      out.mutable_type()->mutable_tensor_type()->clear_shape();
   for (auto& n : *g->mutable_node())
     for (auto& a : *n.mutable_attribute()) {
-      if (a.has_g()) clear_value_info(a.mutable_g());
-      for (auto& sub : *a.mutable_graphs()) clear_value_info(&sub);
+      if (a.has_g()) strip_declarations(a.mutable_g());
+      for (auto& sub : *a.mutable_graphs()) strip_declarations(&sub);
     }
 }
-
-}  // namespace
 
 TensorFact inferred_fact(const onnx::TypeProto& t) {
   TensorFact f = TensorFact::from_type(t);
@@ -249,8 +252,8 @@ void FactEngine::run_inference(Model& m) {
     v->set_initializer(std::move(stub));
   }
   onnx::ModelProto proto = copy->release_proto();
-  // Inference starts from the operators alone; declarations are compared afterwards.
-  clear_value_info(proto.mutable_graph());
+  // Inference starts from the graph inputs and operators alone (see strip_declarations).
+  strip_declarations(proto.mutable_graph());
   try {
     onnx::ShapeInferenceOptions options{/*check_type=*/false, /*error_mode=*/0,
                                         /*enable_data_propagation=*/false};
@@ -382,11 +385,11 @@ void FactEngine::compute(const Node& n, uint64_t gen) {
     // Two inferences disagreeing: trust neither where they do (merge_facts leaves those dims
     // unknown).
     if (o->inferred_) inferred = merge_facts(*o->inferred_, inferred, nullptr);
-    TensorFact declared;
-    if (const onnx::TypeProto* t = o->type()) declared = TensorFact::from_type(*t);
-    bool conflict = false;
-    TensorFact merged = merge_facts(declared, inferred, &conflict);
-    o->fact_ = conflict ? inferred : merged;
+    // A node output's own declaration (value_info) is not used: it is the exporter's claim, and
+    // what it adds beyond Graft's rules and libonnx's inference (which starts from the operators
+    // alone) is exactly what nobody checked — a batch size fixed at export, a dim of an op whose
+    // output size depends on data. Only graph inputs (the interface) and constants are sources.
+    o->fact_ = std::move(inferred);
     o->fact_gen_ = gen;
   }
 }
@@ -571,6 +574,41 @@ std::optional<int64_t> product(const std::vector<Dim>& dims, size_t begin, size_
   return element_count(v);
 }
 
+// The -1 entry of a Reshape from `in` to `out` whose unknown sizes cancel: every output dim that
+// is not known is a copy of an input axis (a 0 entry) or the same symbol as an input dim, and the
+// input dims left over are known. [batch, 3, 4, 5] to [0, -1] gives 60.
+Dim cancelled_dim(const std::vector<Dim>& in, const std::vector<Dim>& out,
+                  const std::vector<int>& copied_from, int minus_one) {
+  std::vector<bool> used(in.size(), false);
+  int64_t out_known = 1, in_known = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (static_cast<int>(i) == minus_one) continue;
+    if (copied_from[i] >= 0 && !used[static_cast<size_t>(copied_from[i])]) {
+      used[static_cast<size_t>(copied_from[i])] = true;
+      continue;
+    }
+    if (out[i].known()) {
+      Dim m = checked_mul(out_known, out[i].value);
+      if (!m.known()) return Dim{};
+      out_known = m.value;
+      continue;
+    }
+    bool found = false;
+    for (size_t j = 0; j < in.size() && !found; ++j)
+      if (!used[j] && !in[j].known() && in[j].same_as(out[i])) used[j] = found = true;
+    if (!found) return Dim{};
+  }
+  for (size_t j = 0; j < in.size(); ++j) {
+    if (used[j]) continue;
+    if (!in[j].known()) return Dim{};
+    Dim m = checked_mul(in_known, in[j].value);
+    if (!m.known()) return Dim{};
+    in_known = m.value;
+  }
+  if (out_known <= 0 || in_known % out_known != 0) return Dim{};
+  return Dim::of(in_known / out_known);
+}
+
 TensorFact reshape_fact(const Node& n, const TensorFact& x, bool* partial) {
   auto shape = constant_ints(n.input(1));
   if (n.opset() < 5) shape = n.attr_ints("shape");
@@ -583,12 +621,14 @@ TensorFact reshape_fact(const Node& n, const TensorFact& x, bool* partial) {
   }
   const bool allowzero = n.attr_int("allowzero", 0) != 0;
   std::vector<Dim> dims;
+  std::vector<int> copied_from(shape->size(), -1);  // the input axis a 0 entry copies
   int minus_one = -1;
   for (size_t i = 0; i < shape->size(); ++i) {
     int64_t s = (*shape)[i];
     if (s == 0 && !allowzero) {
       if (!x.has_rank || i >= x.dims.size()) return rank_only(x.elem_type, shape->size());
       dims.push_back(x.dims[i]);
+      copied_from[i] = static_cast<int>(i);
     } else if (s == -1) {
       if (minus_one >= 0) return with_type(unknown(partial), x.elem_type);
       minus_one = static_cast<int>(i);
@@ -607,6 +647,8 @@ TensorFact reshape_fact(const Node& n, const TensorFact& x, bool* partial) {
     const Dim known = rest && tail ? checked_mul(*rest, *tail) : Dim{};
     if (total && known.known() && known.value > 0 && *total % known.value == 0)
       dims[static_cast<size_t>(minus_one)] = Dim::of(*total / known.value);
+    else if (x.has_rank)
+      dims[static_cast<size_t>(minus_one)] = cancelled_dim(x.dims, dims, copied_from, minus_one);
   }
   return TensorFact::of_rank(x.elem_type, std::move(dims));
 }

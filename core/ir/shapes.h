@@ -4,7 +4,10 @@
 // wherever it appears) or unknown.
 //
 // Sources, combined per value (Value::fact()):
-//  - declarations: value_info, graph input/output types, initializer tensors;
+//  - sources: graph input declarations (the model's interface) and initializer tensors. The
+//    declarations of node outputs (value_info, graph output types) are the exporter's claims
+//    and are not used: whatever they say beyond the rules and libonnx's inference is what
+//    nobody checked (a batch size fixed at export, the size of a data-dependent output);
 //  - ONNX shape inference (libonnx) over the main graph and, through If, its branches — run
 //    on a data-less copy the first time Graft's rules leave a fact incomplete and not exact
 //    (fact_exact below: so never on a model the rules cover, symbolic dims or not), and again
@@ -12,8 +15,7 @@
 //    loop-carried value may change shape between iterations, which its inference ignores;
 //  - Graft's own rules (shapes.cc): element type and shape of the common ops from their inputs'
 //    facts and constant operands, in every graph and for opsets newer than libonnx knows.
-// Inferred facts win over a declaration that contradicts them (exporters' value_info is
-// sometimes stale); where the two inference sources disagree, the fact is left unknown.
+// Where the two inference sources disagree, the fact is left unknown.
 //
 // Facts stay correct across rewrites. A fact describes the tensor a value computes, and a
 // semantics-preserving rewrite never changes what a surviving value computes, with one
@@ -84,6 +86,11 @@ TensorFact merge_facts(const TensorFact& a, const TensorFact& b, bool* conflict 
 // The fact a type from libonnx's inference describes: dims it named itself ("unk__N") are
 // unknowns, not symbols shared with the model's own.
 TensorFact inferred_fact(const onnx::TypeProto& type);
+
+// Removes from `g` and its subgraphs what facts do not use: value_info, and the shapes declared
+// for graph outputs (element types stay). libonnx's inference runs on what is left, so what it
+// knows comes from graph inputs, constants and operators only.
+void strip_declarations(onnx::GraphProto* g);
 
 // Whether libonnx knows the model's IR version and every standard opset it imports: its shape
 // inference (and checker) would apply old operator semantics to a newer model.

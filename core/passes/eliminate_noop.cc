@@ -178,6 +178,16 @@ bool slice_is_noop(const ir::Node& n) {
   return true;
 }
 
+// Tile by all ones (repeats a constant).
+bool tile_is_noop(const ir::Node& n) {
+  if (n.opset() < 6 || !only_attributes(n, {}) || n.inputs().size() != 2) return false;
+  auto repeats = constant_ints(n.input(1));
+  if (!repeats || n.input(0)->rank() != static_cast<int64_t>(repeats->size())) return false;
+  for (int64_t r : *repeats)
+    if (r != 1) return false;
+  return true;
+}
+
 bool pad_is_noop(const ir::Node& n) {
   const int64_t opset = n.opset();
   if (opset < 2) {
@@ -206,6 +216,21 @@ bool single_operand(const ir::Node& n) {
   return n.opset() >= 6 && n.attributes().empty() && n.inputs().size() == 1;
 }
 
+// Where(c, a, b) whose condition is a constant all true (all false) is a (b), when the condition
+// and the other operand broadcast into that operand's shape.
+bool where_constant_condition(ir::Node& n, Rewriter& rw) {
+  if (n.opset() < 9 || !n.attributes().empty() || n.inputs().size() != 3) return false;
+  auto c = constant_tensor(n.input(0));
+  if (!c || c->dtype() != onnx::TensorProto::BOOL || c->size() == 0) return false;
+  const bool first = c->get_int64(0) != 0;
+  for (int64_t i = 1; i < c->size(); ++i)
+    if ((c->get_int64(i) != 0) != first) return false;
+  ir::Value* kept = n.input(first ? 1 : 2);
+  ir::Value* other = n.input(first ? 2 : 1);
+  if (!broadcasts_into(n.input(0), kept) || !broadcasts_into(other, kept)) return false;
+  return rw.replace_node(&n, {kept}, /*allow_identity=*/false);
+}
+
 // A rule removing `op` nodes for which `is_noop` holds: readers read the data input instead.
 Rule noop_rule(const char* name, const char* op, bool (*is_noop)(const ir::Node&)) {
   return Rule{name, {op}, [is_noop](ir::Node& n, Rewriter& rw) {
@@ -229,6 +254,8 @@ std::vector<Rule> noop_rules() {
       noop_rule("cast", "Cast", cast_is_noop),
       noop_rule("slice", "Slice", slice_is_noop),
       noop_rule("pad", "Pad", pad_is_noop),
+      noop_rule("tile", "Tile", tile_is_noop),
+      Rule{"where", {"Where"}, where_constant_condition},
       noop_rule(
           "concat", "Concat",
           [](const ir::Node& n) { return only_attributes(n, {"axis"}) && n.inputs().size() == 1; }),
@@ -254,8 +281,8 @@ PassInfo eliminate_noop_pass() {
           .level = 1,
           .description =
               "remove no-op nodes: inference Dropout, identity Transpose/Reshape/Expand/Squeeze/"
-              "Unsqueeze/Flatten/Cast/Slice/Pad, one-part Concat/Split, one-operand "
-              "Sum/Mean/Max/Min",
+              "Unsqueeze/Flatten/Cast/Slice/Pad/Tile, one-part Concat/Split, one-operand "
+              "Sum/Mean/Max/Min, Where with a constant condition",
           .options = {},
           .create = make_eliminate_noop};
 }

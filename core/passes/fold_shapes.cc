@@ -3,11 +3,10 @@
 // folded by fold_constants. Where only some dims are known, a Gather or Slice that reads only
 // known entries of a Shape becomes a constant on its own, and the dynamic part stays.
 //
-// Dims come from the IR's shape facts (core/ir/shapes.h): declarations checked against ONNX
-// shape inference and Graft's rules, in every graph (If branches and function bodies included).
-// Where Graft's rules give a fact whole, it rests on graph-input declarations alone; where they
-// do not, libonnx's inference runs, and a model it cannot infer (newer IR or opset) or on which it
-// fails is left alone from then on: its declarations cannot be checked.
+// Dims come from the IR's shape facts (core/ir/shapes.h): graph-input declarations and constants
+// carried through Graft's rules and ONNX shape inference, in every graph (If branches and
+// function bodies included). Node outputs' own declarations (value_info) are never used: a model
+// libonnx cannot infer (newer IR or opset) is folded as far as Graft's rules alone reach.
 //
 // A Reshape whose target is computed from Shapes gets a constant target using Reshape's 0 and
 // -1 entries even where dims are symbolic: reshape_chains.cc.
@@ -38,13 +37,6 @@ bool can_fold(const ir::Node& n) {
   return can_hold_new_initializers(model, n.graph()) || n.graph()->opset("") >= 9;
 }
 
-// Replaces `n` by `value` if the facts it was computed from can be trusted. Asked after the facts:
-// computing them is what runs libonnx's inference when Graft's rules alone leave one incomplete.
-bool fold_to(ir::Node& n, Rewriter& rw, onnx::TensorProto value) {
-  if (!n.graph()->model()->facts_checked()) return false;
-  return rw.replace_with_constant(&n, std::move(value));
-}
-
 // The entries of a Shape node's output, known or not; nullopt if its input's rank is unknown or
 // the node has attributes we do not understand.
 std::optional<Dims> shape_entries(const ir::Node& n) {
@@ -70,14 +62,15 @@ bool fold_shape(ir::Node& n, Rewriter& rw) {
   auto entries = shape_entries(n);
   auto values = entries ? known(*entries) : std::nullopt;
   if (!values) return false;
-  return fold_to(n, rw, ir::make_int64_tensor({static_cast<int64_t>(values->size())}, *values));
+  return rw.replace_with_constant(
+      &n, ir::make_int64_tensor({static_cast<int64_t>(values->size())}, *values));
 }
 
 bool fold_size(ir::Node& n, Rewriter& rw) {
   if (!can_fold(n) || !n.input(0) || !n.attributes().empty()) return false;
   auto count = n.input(0)->fact().element_count();
   if (!count) return false;
-  return fold_to(n, rw, ir::make_int64_tensor({}, {*count}));
+  return rw.replace_with_constant(&n, ir::make_int64_tensor({}, {*count}));
 }
 
 // Gather(Shape(x), constant indices) reading only known dims.
@@ -99,8 +92,8 @@ bool fold_gather(ir::Node& n, Rewriter& rw) {
     values.push_back((*entries)[static_cast<size_t>(i)].value);
   }
   const auto& idims = indices_proto->dims();
-  return fold_to(n, rw,
-                 ir::make_int64_tensor(std::vector<int64_t>(idims.begin(), idims.end()), values));
+  return rw.replace_with_constant(
+      &n, ir::make_int64_tensor(std::vector<int64_t>(idims.begin(), idims.end()), values));
 }
 
 // Slice(Shape(x), ...) with constant parameters selecting only known dims.
@@ -121,7 +114,8 @@ bool fold_slice(ir::Node& n, Rewriter& rw) {
     if (!(*entries)[static_cast<size_t>(i)].known()) return false;
     values.push_back((*entries)[static_cast<size_t>(i)].value);
   }
-  return fold_to(n, rw, ir::make_int64_tensor({static_cast<int64_t>(values.size())}, values));
+  return rw.replace_with_constant(
+      &n, ir::make_int64_tensor({static_cast<int64_t>(values.size())}, values));
 }
 
 std::vector<Rule> shape_rules() {

@@ -124,7 +124,9 @@ std::vector<Rule> affine_rules() {
 }  // namespace
 
 std::unique_ptr<Pass> make_fuse_conv_batchnorm() {
-  return std::make_unique<RulePass>("fuse_conv_batchnorm", affine_rules());
+  std::vector<Rule> rules = affine_rules();
+  for (Rule& r : pad_fusion_rules()) rules.push_back(std::move(r));
+  return std::make_unique<RulePass>("fuse_conv_batchnorm", std::move(rules));
 }
 
 PassInfo fuse_conv_batchnorm_pass() {
@@ -132,7 +134,8 @@ PassInfo fuse_conv_batchnorm_pass() {
           .level = 2,
           .description =
               "fold inference BatchNormalization, and Mul or Add of a per-channel constant, into a "
-              "preceding Conv/ConvTranspose/Gemm/MatMul (MatMul + Add is fuse_matmul_add's)",
+              "preceding Conv/ConvTranspose/Gemm/MatMul (MatMul + Add is fuse_matmul_add's); a "
+              "constant-mode Pad into the Conv/AveragePool/MaxPool it feeds",
           .options = {},
           .create = make_fuse_conv_batchnorm};
 }

@@ -8,12 +8,14 @@
 //
 // transpose_into_gemm: Gemm reading a 2-D Transpose (perm [1, 0]) of A or B reads the
 // transpose's input instead and flips transA or transB; matmul_transpose: the same for a 2-D
-// MatMul, which becomes a Gemm.
+// MatMul, which becomes a Gemm. matmul_transpose_nd: MatMul(X, Transpose(W)) with X of rank > 2
+// becomes a Gemm with transB between two Reshapes (a tied output projection; see the rule).
 //
 // gemm_add: a Gemm without C followed by Add of a constant takes it as C.
 #include <optional>
 #include <vector>
 
+#include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 #include "core/passes/rules.h"
 
@@ -65,7 +67,7 @@ bool matmul_add(ir::Node& add, Rewriter& rw) {
 
   const ir::TensorFact& af = a->fact();
   const ir::TensorFact& bf = b->fact();
-  if (!has_checked_rank(a, 2) || !has_checked_rank(b, 2)) return false;
+  if (a->rank() != 2 || b->rank() != 2) return false;
   // A bias of rank > 2, or with a dim that does not fit [M, N], would make Add's result bigger
   // than the product, which Gemm cannot express.
   if (!bias_fits(*c, af.dim(0), bf.dim(1))) return false;
@@ -81,7 +83,7 @@ ir::Value* transposed_2d(ir::Value* v, const ir::Graph* graph) {
   ir::Node* t = producer(v, "Transpose");
   if (!t || t->graph() != graph || !only_attributes(*t, {"perm"})) return nullptr;
   ir::Value* x = t->input(0);
-  if (!has_checked_rank(x, 2)) return nullptr;
+  if (x->rank() != 2) return nullptr;
   auto perm = t->attr_ints("perm");
   if (perm && *perm != std::vector<int64_t>{1, 0}) return nullptr;
   return x;
@@ -96,7 +98,7 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
     return false;
   ir::Value* a = matmul.input(0);
   ir::Value* b = matmul.input(1);
-  if (!has_checked_rank(a, 2) || !has_checked_rank(b, 2)) return false;
+  if (a->rank() != 2 || b->rank() != 2) return false;
   const int32_t dtype = a->elem_type();
   if (!is_ieee_float(dtype) || b->elem_type() != dtype) return false;
   // Only a Transpose nobody else reads goes away; otherwise nothing is saved.
@@ -112,6 +114,72 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
   }
   if (ta) rw.erase(a->producer());
   if (tb) rw.erase(b->producer());
+  return true;
+}
+
+// MatMul(X, Transpose(W)) with X of rank r > 2 and a 2-D W [N, K]: the tied output projection
+// of a language model, whose W the token-embedding Gather also reads, so folding the Transpose
+// would store the weight twice (and fold_constants' growth cap refuses). It becomes
+// Reshape(Gemm(Reshape(X, [-1, K]), W, transB=1), [X's leading dims..., N]): the Reshapes are views
+// of contiguous tensors, the GEMM reads W transposed in place, and nothing is copied per run.
+// The leading dims are constants where facts know them all, else Shape(X) without its last entry
+// (Shape's start/end from opset 15, a Slice before). Exact: the same products summed in the
+// same order per output element.
+bool matmul_transpose_nd(ir::Node& matmul, Rewriter& rw) {
+  if (matmul.opset() < 11 || !matmul.attributes().empty() || matmul.inputs().size() != 2 ||
+      matmul.outputs().size() != 1 || !matmul.output(0))
+    return false;
+  ir::Value* x = matmul.input(0);
+  ir::Value* b = matmul.input(1);
+  const auto rank = x->rank();
+  if (!rank || *rank <= 2 || b->rank() != 2 || !single_use(b)) return false;
+  ir::Value* w = transposed_2d(b, matmul.graph());
+  const int32_t dtype = x->elem_type();
+  if (!w || !is_ieee_float(dtype) || b->elem_type() != dtype) return false;
+  const auto n = w->fact().dim(0), k = w->fact().dim(1);
+  if (!n || !k || *k <= 0 || x->fact().dim(*rank - 1) != k) return false;
+
+  ir::Graph& g = *matmul.graph();
+  const std::string name = matmul.output(0)->name();
+  std::vector<ir::Node*> added;  // erased, last first, if the rewrite cannot complete
+  auto add = [&](std::string_view op, const std::vector<ir::Value*>& inputs) {
+    added.push_back(rw.add_node(g, op, inputs, 1, &matmul));
+    return added.back();
+  };
+  std::vector<int64_t> lead;
+  for (int64_t i = 0; i + 1 < *rank; ++i)
+    if (auto d = x->fact().dim(i)) lead.push_back(*d);
+  ir::Value* target = nullptr;
+  if (static_cast<int64_t>(lead.size()) == *rank - 1) {
+    lead.push_back(*n);
+    target = rw.add_constant(g, ir::make_int64_tensor({*rank}, lead), name + "_shape");
+  } else {
+    ir::Value* dims = nullptr;
+    if (matmul.opset() >= 15) {
+      ir::Node* shape = add("Shape", {x});
+      rw.set_attr(shape, int_attr("end", -1));
+      dims = shape->output(0);
+    } else {
+      ir::Node* shape = add("Shape", {x});
+      ir::Value* zero = rw.add_constant(g, ir::make_int64_tensor({1}, {0}), name + "_start");
+      ir::Value* last = rw.add_constant(g, ir::make_int64_tensor({1}, {-1}), name + "_end");
+      dims = add("Slice", {shape->output(0), zero, last})->output(0);
+    }
+    ir::Value* cols = rw.add_constant(g, ir::make_int64_tensor({1}, {*n}), name + "_cols");
+    ir::Node* concat = add("Concat", {dims, cols});
+    rw.set_attr(concat, int_attr("axis", 0));
+    target = concat->output(0);
+  }
+  ir::Value* flat_shape = rw.add_constant(g, ir::make_int64_tensor({2}, {-1, *k}), name + "_rows");
+  ir::Node* flat = add("Reshape", {x, flat_shape});
+  ir::Node* gemm = add("Gemm", {flat->output(0), w});
+  rw.set_attr(gemm, int_attr("transB", 1));
+  ir::Node* out = add("Reshape", {gemm->output(0), target});
+  if (!rw.replace_node(&matmul, {out->output(0)})) {
+    for (auto it = added.rbegin(); it != added.rend(); ++it) rw.erase(*it);
+    return false;
+  }
+  rw.erase(b->producer());
   return true;
 }
 
@@ -169,6 +237,7 @@ std::vector<Rule> gemm_rules() {
   return {{"matmul_add", {"Add"}, matmul_add, "", 7},
           {"gemm_add", {"Add"}, gemm_add, "", 11},
           {"matmul_transpose", {"MatMul"}, matmul_transpose, "", 11},
+          {"matmul_transpose_nd", {"MatMul"}, matmul_transpose_nd, "", 11},
           {"transpose_into_gemm", {"Gemm"}, transpose_into_gemm, "", 7}};
 }
 

@@ -28,6 +28,7 @@ struct Rule;
 std::vector<Rule> arithmetic_rules();  // simplify_arithmetic.cc
 std::vector<Rule> chain_rules();       // simplify_chains.cc
 std::vector<Rule> reshape_chain_rules();  // reshape_chains.cc (in fold_shapes)
+std::vector<Rule> pad_fusion_rules();     // fuse_pad.cc (in fuse_conv_batchnorm)
 
 PassInfo extract_constants_pass();
 PassInfo fold_constants_pass();

@@ -47,9 +47,17 @@ bool all_equal(const eval::Tensor& t, int64_t value) {
   return true;
 }
 
-bool has_checked_rank(const ir::Value* v, int64_t rank) {
-  if (!v || v->dead() || v->rank() != rank) return false;
-  return v->is_graph_input() || v->is_constant() || v->owner()->model()->facts_checked();
+bool broadcasts_into(const ir::Value* v, const ir::Value* x) {
+  if (!v || !x) return false;
+  const ir::TensorFact& vf = v->fact();
+  const ir::TensorFact& xf = x->fact();
+  if (!vf.has_rank || !xf.has_rank || vf.dims.size() > xf.dims.size()) return false;
+  const size_t offset = xf.dims.size() - vf.dims.size();
+  for (size_t i = 0; i < vf.dims.size(); ++i) {
+    const ir::Dim& d = vf.dims[i];
+    if (!(d.known() && d.value == 1) && !d.same_as(xf.dims[offset + i])) return false;
+  }
+  return true;
 }
 
 bool single_use(const ir::Value* v) {

@@ -47,11 +47,10 @@ std::optional<double> constant_scalar(const ir::Value* v);
 // True if every element of `t` equals `value` (floats compared as doubles, -0.0 == 0.0).
 bool all_equal(const eval::Tensor& t, int64_t value);
 
-// `v`'s rank is `rank` by a fact the rewrite may rely on: `v` is a graph input or a constant (its
-// declaration or tensor is the source), or the model's declarations were checked
-// (Model::facts_checked(): libonnx's inference did not fail on the model). Call it after any
-// other fact query the rule makes.
-bool has_checked_rank(const ir::Value* v, int64_t rank);
+// `v` broadcasts into `x`'s shape (numpy-style, aligned from the right) without changing it:
+// both ranks known, v's no larger, and each of v's dims 1 or the same as x's (equal sizes or the
+// same symbol), by facts.
+bool broadcasts_into(const ir::Value* v, const ir::Value* x);
 
 // Exactly one node reads `v` and it is not a graph output: a rewrite may change or absorb it.
 bool single_use(const ir::Value* v);

@@ -178,10 +178,6 @@ bool reshape_of_shape_chain(ir::Node& n, Rewriter& rw) {
   const ir::TensorFact& xf = x->fact();
   const ir::TensorFact& yf = n.output(0)->fact();
   if (yf.has_rank && yf.dims.size() != entries->size()) return false;  // facts disagree
-  // Asked after the facts (computing them may run libonnx's inference; trace_shape asked for
-  // the rank of every Shape's input): where inference could not check the declarations, only
-  // what needs none is used — a dim of the input itself at its own position, constants, and -1.
-  const bool trusted = n.graph()->model()->facts_checked();
 
   std::vector<int64_t> shape;
   int inferred = 0;  // entries written as -1
@@ -194,21 +190,20 @@ bool reshape_of_shape_chain(ir::Node& n, Rewriter& rw) {
       continue;
     }
     // A known result dim is what the entry computes (a -1 of the model's own is left as it is).
-    if (auto known = yf.dim(static_cast<int64_t>(j)); trusted && known && *known > 0) {
+    if (auto known = yf.dim(static_cast<int64_t>(j)); known && *known > 0) {
       shape.push_back(*known);
       continue;
     }
     if (e.kind == Entry::kDim) {
       const ir::TensorFact& of = e.of->fact();
       const ir::Dim& d = of.dims[static_cast<size_t>(e.value)];
-      const bool same_position =
-          (e.of == x && e.value == static_cast<int64_t>(j)) ||
-          (trusted && xf.has_rank && j < xf.dims.size() && d.same_as(xf.dims[j]));
+      const bool same_position = (e.of == x && e.value == static_cast<int64_t>(j)) ||
+                                 (xf.has_rank && j < xf.dims.size() && d.same_as(xf.dims[j]));
       if (same_position && !allowzero) {
         shape.push_back(0);
         continue;
       }
-      if (trusted && d.known()) {
+      if (d.known()) {
         shape.push_back(d.value);
         continue;
       }

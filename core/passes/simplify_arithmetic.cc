@@ -5,6 +5,7 @@
 //    1 / x -> Reciprocal(x) (floats); integer x * 0 -> zeros;
 //  - inverse pairs Neg(Neg(x)), Not(Not(x)) -> x;
 //  - x / 2^k -> x * 2^-k for floats where 2^-k is a normal number of the type (exact);
+//  - y * Reciprocal(x) -> y / x for floats (one rounding instead of two: see mul_by_reciprocal);
 //  - chains merged: Transpose of Transpose, Reshape of Reshape, Squeeze of Squeeze, Unsqueeze of
 //    Unsqueeze, Squeeze/Unsqueeze of the same axes (removed), Cast through a type that holds every
 //    value of the source type exactly.
@@ -287,6 +288,31 @@ bool div_by_power_of_two(ir::Node& n, Rewriter& rw) {
   return rw.replace_node(&n, {mul->output(0)});
 }
 
+// Mul(y, Reciprocal(x)) -> Div(y, x) for floats (ONNX Runtime's DivMulFusion; 1 / x becomes
+// Reciprocal(x) by neutral_element first). One operation instead of two, and one rounding
+// instead of two: the result is the correctly rounded y / x where the original rounded 1 / x and
+// then the product, so it may differ from it in the last place (and for x whose reciprocal is
+// subnormal or infinite) — the accepted difference of this rule, the one ONNX Runtime accepts.
+bool mul_by_reciprocal(ir::Node& n, Rewriter& rw) {
+  // Reciprocal takes float types only, so no type check is needed (function bodies have none).
+  if (!plain_binary(n)) return false;
+  for (int side = 0; side < 2; ++side) {
+    ir::Value* r = n.input(side);
+    ir::Node* rec = chain_producer(r, "Reciprocal", n);
+    if (!rec || !single_use(r) || rec->inputs().size() != 1 || !rec->input(0) ||
+        !rec->attributes().empty() || rec->opset() < 6)
+      continue;
+    ir::Node* div = rw.add_node(*n.graph(), "Div", {n.input(1 - side), rec->input(0)}, 1, &n);
+    if (!rw.replace_node(&n, {div->output(0)})) {
+      rw.erase(div);
+      return false;
+    }
+    rw.erase(rec);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<Rule> arithmetic_rules() {
@@ -296,7 +322,8 @@ std::vector<Rule> arithmetic_rules() {
           {"sum_constants", {"Sum"}, fold_sum},
           {"concat_constants", {"Concat"}, merge_concat},
           {"inverse_pair", {"Neg", "Not"}, inverse_pair},
-          {"div_by_power_of_two", {"Div"}, div_by_power_of_two}};
+          {"div_by_power_of_two", {"Div"}, div_by_power_of_two},
+          {"mul_by_reciprocal", {"Mul"}, mul_by_reciprocal}};
 }
 
 std::unique_ptr<Pass> make_simplify_arithmetic() {

@@ -263,8 +263,6 @@ bool collapse_shape_ops(ir::Node& n, Rewriter& rw) {
     return false;
   auto shape = n.output(0)->static_shape();
   if (!shape || std::count(shape->begin(), shape->end(), 0) > 0) return false;
-  // Declared shapes that libonnx's inference could not check are not trusted here.
-  if (!n.graph()->model()->facts_checked()) return false;
   const int64_t length = static_cast<int64_t>(shape->size());
   ir::Value* target = rw.add_constant(*n.graph(), ir::make_int64_tensor({length}, *shape),
                                       n.output(0)->name() + "_shape");

@@ -79,7 +79,7 @@ bool read_matmul(LinearOp& op) {
     return false;
   // With a higher-rank A the output's channel axis is still W's columns, but Gemm (which the
   // folded MatMul becomes) only takes 2-D operands.
-  if (!has_checked_rank(n.input(0), 2)) return false;
+  if (n.input(0)->rank() != 2) return false;
   auto w = float_constant_type(n.input(1));
   if (!w || w->dims.size() != 2 || w->dims[1] <= 0) return false;
   const int32_t a_type = n.input(0)->elem_type();

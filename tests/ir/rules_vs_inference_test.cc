@@ -56,8 +56,7 @@ void compare_model(const fs::path& path, const std::string& label, Tally* t) {
       return;
     }
   }
-  proto.mutable_graph()->clear_value_info();
-  for (auto& out : *proto.mutable_graph()->mutable_output()) out.clear_type();
+  ir::strip_declarations(proto.mutable_graph());
   auto model = ir::Model::parse(proto.SerializeAsString());
   if (!model.ok() || !ir::libonnx_knows(**model) || ir::has_huge_shape_tensor(**model)) {
     ++t->skipped;

@@ -269,15 +269,8 @@ TEST(FuseMatmulAdd, TransposedMatMulOperandsBecomeGemmFlags) {
 }
 
 TEST(FuseMatmulAdd, TransposedMatMulLookAlikes) {
-  const char* models[] = {// Rank 3: Gemm takes 2-D operands only.
-                          R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[2,4,3] x, float[2,3] w) => (float[2,4,2] y) {
-      wt = Transpose <perm = [1, 0]> (w)
-      y = MatMul (x, wt)
-    }
-  )",
-                          // Integers, and opset 10 (Gemm needs C there).
+  // (Rank 3 is matmul_transpose_nd's: TiedProjectionOfRankThreeBecomesGemmBetweenReshapes.)
+  const char* models[] = {// Integers, and opset 10 (Gemm needs C there).
                           R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (int32[4,3] x, int32[2,3] w) => (int32[4,2] y) {
@@ -349,11 +342,79 @@ TEST(FuseMatmulAdd, UncheckedDeclaredRankIsNotRelied) {
   auto unchecked = make(18);
   ASSERT_TRUE(unchecked);
   EXPECT_FALSE(run_pass(*unchecked, "fuse_matmul_add").changed);
-  EXPECT_FALSE(unchecked->facts_checked());
   auto checked = make(13);
   ASSERT_TRUE(checked);
   EXPECT_TRUE(run_pass(*checked, "fuse_matmul_add").changed);
   EXPECT_EQ(count_ops(*checked, "Gemm"), 1);
+}
+
+TEST(FuseMatmulAdd, TiedProjectionOfRankThreeBecomesGemmBetweenReshapes) {
+  // The embedding w [5,4] feeds a Gather and, transposed, the output projection of a [B,S,4]
+  // hidden state: the Transpose disappears, w is read in place with transB, nothing is copied.
+  // Dynamic leading dims come from Shape (end = -1 at opset 15).
+  expect_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 15]>
+    g (int64[B,S] ids, float[B,S,4] h) => (float[B,S,4] e, float[B,S,5] y)
+      <float[5,4] w = {1, 2, 3, 4, 5, 6, 7, 8, -1, -2, -3, -4, 0.5, 0.25, 0, 1, 2, 0, 2, 0}> {
+      e = Gather (w, ids)
+      t = Transpose (w)
+      y = MatMul (h, t)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 15]>
+    g (int64[B,S] ids, float[B,S,4] h) => (float[B,S,4] e, float[B,S,5] y)
+      <float[5,4] w = {1, 2, 3, 4, 5, 6, 7, 8, -1, -2, -3, -4, 0.5, 0.25, 0, 1, 2, 0, 2, 0},
+       int64[2] rows = {-1, 4}, int64[1] cols = {5}> {
+      e = Gather (w, ids)
+      lead = Shape <end = -1> (h)
+      shape = Concat <axis = 0> (lead, cols)
+      flat = Reshape (h, rows)
+      prod = Gemm <transB = 1> (flat, w)
+      y = Reshape (prod, shape)
+    }
+  )",
+                 rewrites(1));
+  // Known leading dims give a constant target; before opset 15, Shape is sliced.
+  auto known = run_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4] h, float[5,4] w) => (float[2,3,5] y, float[5,4] w2) {
+      t = Transpose <perm = [1, 0]> (w)
+      y = MatMul (h, t)
+      w2 = Identity (w)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(known);
+  EXPECT_EQ(op_types(known->graph()),
+            (std::vector<std::string>{"Identity", "Reshape", "Gemm", "Reshape"}));
+  auto sliced = run_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[B,3,4] h, float[5,4] w) => (float[B,3,5] y) {
+      t = Transpose (w)
+      y = MatMul (h, t)
+    }
+  )",
+                            rewrites(1));
+  ASSERT_TRUE(sliced);
+  EXPECT_EQ(count_ops(*sliced, "Slice"), 1);
+  EXPECT_EQ(count_ops(*sliced, "Transpose"), 0);
+  // A Transpose read twice, a 3-D Transpose, an integer MatMul, K unknown: unchanged.
+  expect_no_rewrite("fuse_matmul_add", R"(
+    <ir_version: 8, opset_import: ["" : 15]>
+    g (float[2,3,4] h, float[5,4] w, float[2,5,4] v, int32[2,3,4] i, int32[5,4] wi,
+       float[2,3,K] hk, float[5,K] wk)
+      => (float[2,3,5] y, float[4,5] t, float[2,3,5] z, int32[2,3,5] q, float[2,3,5] r) {
+      t = Transpose (w)
+      y = MatMul (h, t)
+      u = Transpose <perm = [0, 2, 1]> (v)
+      z = MatMul (h, u)
+      ti = Transpose (wi)
+      q = MatMul (i, ti)
+      tk = Transpose (wk)
+      r = MatMul (hk, tk)
+    }
+  )");
 }
 
 }  // namespace

@@ -954,5 +954,50 @@ TEST(SimplifyArithmetic, DivisionByAPowerOfTwoBecomesAMultiplication) {
   )");
 }
 
+TEST(SimplifyArithmetic, MultiplicationByAReciprocalBecomesADivision) {
+  // 1 / x becomes Reciprocal (neutral_element), then y * Reciprocal(x) a Div; either operand
+  // order, in a function body too (x + 2 keeps the divisor away from 0 for the numeric check).
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2,3] x, float[3] y) => (float[2,3] a, float[2,3] b) <float one = {1.0}, float two = {2.0}> {
+      p = Add (x, two)
+      r = Div (one, p)
+      a = Mul (y, r)
+      q = Reciprocal (p)
+      b = local.f (q, x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    f (s, t) => (u) {
+      v = Reciprocal (s)
+      u = Mul (v, t)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2,3] x, float[3] y) => (float[2,3] a, float[2,3] b) <float two = {2.0}> {
+      p = Add (x, two)
+      a = Div (y, p)
+      q = Reciprocal (p)
+      b = local.f (q, x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    f (s, t) => (u) {
+      u = Div (t, s)
+    }
+  )",
+                 rewrites(3));
+  // A reciprocal also read as a graph output, and a Mul of a Div by a non-constant numerator:
+  // unchanged.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x, float[2] y, float[2] z) => (float[2] b, float[2] r, float[2] c) {
+      r = Reciprocal (x)
+      b = Mul (r, y)
+      d = Div (z, x)
+      c = Mul (d, y)
+    }
+  )");
+}
+
 }  // namespace
 }  // namespace graft::testing
