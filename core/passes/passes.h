@@ -10,6 +10,7 @@
 
 namespace graft {
 
+std::unique_ptr<Pass> make_inline_functions();
 std::unique_ptr<Pass> make_extract_constants();
 std::unique_ptr<Pass> make_fold_constants();
 std::unique_ptr<Pass> make_fold_shapes();
@@ -29,6 +30,7 @@ std::vector<Rule> arithmetic_rules();  // simplify_arithmetic.cc
 std::vector<Rule> chain_rules();       // simplify_chains.cc
 std::vector<Rule> reshape_chain_rules();  // reshape_chains.cc (in fold_shapes)
 
+PassInfo inline_functions_pass();
 PassInfo extract_constants_pass();
 PassInfo fold_constants_pass();
 PassInfo fold_shapes_pass();
