@@ -226,11 +226,14 @@ class InlineFunctions final : public Pass {
     return true;
   }
 
-  // Whether the call's attributes can stand for every reference of the body.
-  static bool attributes_fit(const FunctionInfo& info, const ir::Node& call) {
+  // Whether the call's attributes can stand for every reference of the body. A call in a
+  // function body may pass a reference of its own on; elsewhere a reference is invalid.
+  static bool attributes_fit(const FunctionInfo& info, const ir::Node& call, bool in_function) {
     for (const auto& [ref, type] : info.refs) {
       const onnx::AttributeProto* a = call.attr(ref);
-      if (a && type != onnx::AttributeProto::UNDEFINED && a->type() != type) return false;
+      if (!a) continue;
+      if (type != onnx::AttributeProto::UNDEFINED && a->type() != type) return false;
+      if (!in_function && !a->ref_attr_name().empty()) return false;
     }
     return true;
   }
@@ -274,7 +277,7 @@ class InlineFunctions final : public Pass {
     const ir::Graph& body = *info.fn->body;
     if (call->inputs().size() > body.inputs().size() ||
         call->outputs().size() > body.outputs().size() || !call->subgraphs().empty() ||
-        !attributes_fit(info, *call))
+        !attributes_fit(info, *call, root_of(&g) != &model_->graph()))
       return false;
     if (info.fn->body.get() == root_of(&g)) return false;  // never into itself
     std::vector<std::pair<std::string, int64_t>> missing;

@@ -174,6 +174,37 @@ TEST(InlineFunctions, AttributeReferencesInsideNestedSubgraphs) {
   EXPECT_EQ(onnx_errors(*model), "");
 }
 
+TEST(InlineFunctions, ReferencePassedOnThroughANestedCall) {
+  // Outer's body calls Inner with alpha = @alpha: once Inner is inlined into Outer, its
+  // LeakyRelu refers to Outer's alpha, which the main graph's call sets.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[4] x) => (float[4] y, float[4] z) {
+      y = local.Outer <alpha = 0.5> (x)
+      z = local.Outer (x)
+    }
+    <domain: "local", opset_import: ["" : 13, "local" : 1]>
+    Outer <alpha> (a) => (b) {
+      b = local.Inner <alpha: float = @alpha> (a)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    Inner <alpha> (a) => (b) {
+      b = LeakyRelu <alpha: float = @alpha> (a)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "inline_functions");
+  EXPECT_EQ(result.rewrites, 3);
+  EXPECT_TRUE(model->functions().empty());
+  ir::Node* y = producer(model->graph(), "y");
+  ASSERT_TRUE(y && y->is("LeakyRelu") && y->attr("alpha"));
+  EXPECT_EQ(y->attr("alpha")->f(), 0.5f);
+  ir::Node* z = producer(model->graph(), "z");
+  ASSERT_TRUE(z && z->is("LeakyRelu"));
+  EXPECT_EQ(z->attributes().size(), 0);
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
 TEST(InlineFunctions, MissingOptionalInputsAndOutputs) {
   // The call leaves F's optional `hi` out (an empty name) and ignores its second output; Clip
   // then has no max, and the unused output's nodes are dead code for prune.
