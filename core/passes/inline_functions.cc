@@ -20,11 +20,13 @@
 //    others becomes their nodes in one run. Functions on a call cycle, or calling one (ONNX
 //    forbids recursion; a hostile model may have it anyway), are never inlined. Calls inside If
 //    branches and Loop/Scan bodies are inlined too.
+//  - Growth: nothing is inlined unless the model with every call expanded stays within
+//    max_growth times its size (64 bytes per node plus its attributes' bytes, so a large
+//    Constant called many times counts; 1 MiB always fits). Hostile models nest calls to grow
+//    exponentially; all or nothing keeps the decision the same in every pipeline round.
 //  - Left alone: functions in the ONNX domains (a runtime may bind the standard op instead),
 //    functions with fields newer than libonnx 1.12 knows (attribute defaults, overloads), two
-//    functions of the same name, calls holding subgraph attributes, and everything once the
-//    nodes would grow past max_growth times their size (hostile models nest calls to grow
-//    exponentially; attribute bytes count, so large Constant bodies do not multiply unbounded).
+//    functions of the same name, calls holding subgraph attributes.
 //
 // Functions that had calls and have none left are removed, with the model's import of their
 // domain when nothing else uses it. keep_functions=true turns the pass off.
@@ -69,14 +71,10 @@ std::vector<ir::Graph*> graph_tree(ir::Graph* root) {
   return out;
 }
 
-// What copying `g`'s nodes costs: per node a fixed share plus its proto's bytes (attribute
-// tensors, strings), subgraphs included.
-uint64_t graph_size(const ir::Graph& g) {
-  uint64_t size = 0;
-  for (const ir::Graph* sub : graph_tree(const_cast<ir::Graph*>(&g)))
-    for (const ir::Node* n : sub->nodes()) size += 64 + n->proto().ByteSizeLong();
-  return size;
-}
+// What a node costs to hold: a fixed share plus its proto's bytes (attribute tensors, strings).
+uint64_t node_size(const ir::Node& n) { return 64 + n.proto().ByteSizeLong(); }
+
+uint64_t saturating_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 struct FunctionInfo {
   ir::Function* fn = nullptr;
@@ -85,7 +83,8 @@ struct FunctionInfo {
   // Attribute references in the body (any depth): referenced name, declared type.
   std::vector<std::pair<std::string, int>> refs;
   std::vector<std::string> domains;  // imported or used by the body's nodes (normalised)
-  uint64_t size = 0;                 // graph_size of the body, once its own calls are inlined
+  // Size (node_size summed) of the body with every call of an eligible function expanded.
+  uint64_t expanded = 0;
   bool called_before = false;
 };
 
@@ -100,19 +99,23 @@ class InlineFunctions final : public Pass {
     Rewriter rw(model);
     rw_ = &rw;
     collect(model);
-    uint64_t before = 0;
-    for (ir::Graph* g : model.all_graphs()) before += graph_size(*g);
+    // All or nothing: the model with every eligible call expanded must fit the budget. Inlining
+    // does not change that expanded size, so a later round decides the same way: the model can
+    // never grow by max_growth once per round.
+    uint64_t now = 0, expanded = expanded_size(&model.graph());
+    for (ir::Graph* g : model.all_graphs())
+      for (const ir::Node* n : g->nodes()) now = saturating_add(now, node_size(*n));
+    for (const FunctionInfo& info : infos_)
+      if (!info.eligible || !info.called_before)
+        expanded = saturating_add(expanded, expanded_size(info.fn->body.get()));
     const uint64_t growth = static_cast<uint64_t>(ctx.int_option(kMaxGrowth));
-    budget_ = std::max<uint64_t>(kAlwaysAllowedSize,
-                                 before > UINT64_MAX / growth ? UINT64_MAX : before * growth);
-    size_ = before;
+    const uint64_t budget = std::max<uint64_t>(
+        kAlwaysAllowedSize, now > UINT64_MAX / growth ? UINT64_MAX : now * growth);
+    if (expanded > budget) return result;
 
     // Bodies first, callees before callers, so each body is flat before it is copied anywhere;
     // then the main graph.
-    for (size_t f : order_) {
-      inline_calls(model.functions()[f].body.get(), result);
-      infos_[f].size = graph_size(*model.functions()[f].body);
-    }
+    for (size_t f : order_) inline_calls(model.functions()[f].body.get(), result);
     inline_calls(&model.graph(), result);
     if (remove_unused_functions(model)) result.changed = true;
     return result;
@@ -191,6 +194,19 @@ class InlineFunctions final : public Pass {
       infos_[i].eligible = false;
       order_.push_back(i);  // calls of acyclic functions in its body are still inlined
     }
+    for (size_t f : order_) infos_[f].expanded = expanded_size(fns[f].body.get());
+  }
+
+  // Size of the graphs under `root` with every call of an eligible function expanded (callees'
+  // `expanded` must be known: order_ computes them callees first).
+  uint64_t expanded_size(ir::Graph* root) const {
+    uint64_t size = 0;
+    for (ir::Graph* g : graph_tree(root))
+      for (const ir::Node* n : g->nodes()) {
+        auto f = find(*n);
+        size = saturating_add(size, f && infos_[*f].eligible ? infos_[*f].expanded : node_size(*n));
+      }
+    return size;
   }
 
   std::optional<size_t> find(const ir::Node& n) const {
@@ -282,7 +298,6 @@ class InlineFunctions final : public Pass {
     if (info.fn->body.get() == root_of(&g)) return false;  // never into itself
     std::vector<std::pair<std::string, int64_t>> missing;
     if (!opsets_compatible(info, *root_of(&g), missing)) return false;
-    if (size_ + info.size > budget_) return false;
 
     // Body values -> what the copy reads or computes instead: formals -> actuals.
     std::unordered_map<const ir::Value*, ir::Value*> values;
@@ -300,7 +315,6 @@ class InlineFunctions final : public Pass {
       return it == values.end() ? nullptr : it->second;
     });
     if (!srcs.empty() && copies.empty()) return false;
-    size_ += info.size;
     if (!missing.empty()) {
       auto* imports = imports_of(root_of(&g));
       for (const auto& [domain, version] : missing) {
@@ -391,8 +405,6 @@ class InlineFunctions final : public Pass {
   std::vector<FunctionInfo> infos_;
   std::map<FunctionKey, size_t> index_;
   std::vector<size_t> order_;  // callees before callers; cyclic ones last
-  uint64_t budget_ = 0;
-  uint64_t size_ = 0;
 };
 
 }  // namespace
@@ -408,9 +420,9 @@ PassInfo inline_functions_pass() {
           .options = {boolean_option(kKeepFunctions, false,
                                      "keep every function call as it is (turns the pass off)"),
                       integer_option(kMaxGrowth, 8, 1, 1 << 20,
-                                     "stop inlining before the nodes of all graphs (counted with "
-                                     "their attribute bytes) grow past this many times their size "
-                                     "(or 1 MiB)")},
+                                     "inline only if the model with every call expanded is at "
+                                     "most this many times its size (nodes counted with their "
+                                     "attributes' bytes; 1 MiB always fits)")},
           .create = make_inline_functions};
 }
 
