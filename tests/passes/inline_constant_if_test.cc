@@ -536,6 +536,52 @@ TEST(InlineConstantIf, InnerConstantIfFeedingABranchNodeAndALoop) {
   EXPECT_EQ(onnx_errors(*model), "");
 }
 
+TEST(InlineConstantIf, BranchWithALoopInAFunctionBody) {
+  // In a function body (no initializers there): the condition and the branch's constants are
+  // Constant nodes, and the copied Loop's body captures the copy of a branch value.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2] x) => (float[2] y) {
+      y = local.F (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    F (a) => (b) {
+      c = Constant <value = bool {1}> ()
+      b = If (c) <
+        then_branch = then_g () => (float[2] r) {
+          s = Neg (a)
+          trip = Constant <value = int64 {3}> ()
+          go = Constant <value = bool {1}> ()
+          r = Loop (trip, go, a) <
+            body = body (int64 i, bool c_in, float[2] acc) => (bool c_out, float[2] acc_out) {
+              c_out = Identity (c_in)
+              acc_out = Add (acc, s)
+            }>
+        },
+        else_branch = else_g () => (float[2] e) {
+          e = Abs (a)
+        }>
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "inline_constant_if");
+  EXPECT_EQ(result.rewrites, 1);
+  EXPECT_EQ(count_ops(*model, "If"), 0);
+  const ir::Graph& body = *model->functions()[0].body;
+  ir::Node* loop = body.outputs()[0].value->producer();
+  ASSERT_TRUE(loop && loop->is("Loop"));
+  EXPECT_EQ(loop->graph(), &body);
+  EXPECT_EQ(output_names(body), (std::vector<std::string>{"b"}));
+  ir::Node* add = loop->subgraphs()[0].graph->outputs()[1].value->producer();
+  ASSERT_TRUE(add && add->is("Add"));
+  ir::Node* neg = add->input(1)->producer();
+  ASSERT_TRUE(neg && neg->is("Neg"));
+  EXPECT_EQ(neg->graph(), &body);
+  EXPECT_TRUE(body.initializers().empty());
+  EXPECT_TRUE(names_unique(*model));
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
 TEST(InlineConstantIf, CustomDomainIfStays) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13, "custom" : 1]>
