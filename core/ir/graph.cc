@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <absl/strings/str_cat.h>
 
@@ -288,6 +289,174 @@ void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
     value->init_order_ = next_init_order_++;
     initializers_.push_back(value);
   }
+}
+
+// Copies nodes and their subgraphs into another graph (Graph::copy_nodes). Three steps, so that
+// nothing changes when the copy is refused and so that node order within the copied subgraphs
+// does not matter (a pass may have appended nodes out of order): check what the copy reads from
+// outside, create every value and node, then wire inputs, captures and outputs.
+class NodeCopier {
+ public:
+  NodeCopier(Graph& dst, const std::function<Value*(Value*)>& outer) : dst_(dst), outer_(outer) {}
+
+  std::vector<Node*> run(const std::vector<const Node*>& srcs) {
+    for (const Node* src : srcs) {
+      for (const Value* out : src->outputs_)
+        if (out) defined_.insert(out);
+      collect_defined(*src);
+    }
+    for (const Node* src : srcs)
+      if (!check(*src)) return {};
+    dst_.model_->touch();
+    std::vector<Node*> copies;
+    copies.reserve(srcs.size());
+    for (const Node* src : srcs) {
+      Node* copy = create_node(*src, dst_);
+      copy->order_ = dst_.next_order_++;
+      copies.push_back(copy);
+    }
+    dst_.order_valid_ = false;
+    for (size_t i = 0; i < srcs.size(); ++i) wire_node(*srcs[i], copies[i]);
+    return copies;
+  }
+
+ private:
+  // Values `src`'s subgraphs define, in any nested scope.
+  void collect_defined(const Node& src) {
+    for (const auto& sub : src.subgraphs_) {
+      const Graph& g = *sub.graph;
+      for (const auto& in : g.inputs_) defined_.insert(in.value);
+      for (const Value* v : g.initializers()) defined_.insert(v);
+      for (const Node* n : g.nodes()) {
+        for (const Value* out : n->outputs_)
+          if (out) defined_.insert(out);
+        collect_defined(*n);
+      }
+    }
+  }
+
+  // Whether every subgraph output resolves to a value, and no subgraph holds what the copy cannot
+  // rename.
+  bool check(const Node& src) {
+    for (const auto& sub : src.subgraphs_) {
+      const Graph& g = *sub.graph;
+      if (g.rest_.sparse_initializer_size() > 0) return false;
+      for (const auto& out : g.outputs_)
+        if (!out.value || (!defined_.count(out.value) && !outer(out.value))) return false;
+      for (const Node* n : g.nodes())
+        if (!check(*n)) return false;
+    }
+    return true;
+  }
+
+  Value* outer(Value* v) {
+    auto it = outer_cache_.find(v);
+    if (it != outer_cache_.end()) return it->second;
+    Value* r = outer_(v);
+    outer_cache_.emplace(v, r);
+    return r;
+  }
+
+  Value* resolve(Value* v) {
+    if (!v) return nullptr;
+    auto it = copies_.find(v);
+    return it != copies_.end() ? it->second : outer(v);
+  }
+
+  // A value of `g` standing for `src`: fresh name, the declared type, flags.
+  Value* define(Graph& g, const Value* src) {
+    Value* v = g.new_value(g.model_->fresh_name(src->name_));
+    if (src->info_) {
+      v->info_ = std::make_unique<onnx::ValueInfoProto>(*src->info_);
+      v->info_->set_name(v->name_);
+      v->info_order_ = g.next_info_order_++;
+    }
+    copies_[src] = v;
+    return v;
+  }
+
+  // Pass 1: the node, its output values and its subgraphs' values and nodes, without links.
+  Node* create_node(const Node& src, Graph& g) {
+    auto node = std::make_unique<Node>();
+    Node* n = node.get();
+    n->graph_ = &g;
+    n->order_ = src.order_;
+    n->proto_ = src.proto_;
+    if (!src.name().empty()) n->proto_.set_name(g.model_->fresh_name(src.name()));
+    for (size_t i = 0; i < src.outputs_.size(); ++i) {
+      const Value* out = src.outputs_[i];
+      if (!out) {
+        n->outputs_.push_back(nullptr);
+        continue;
+      }
+      Value* v = define(g, out);
+      v->producer_ = n;
+      v->producer_index_ = static_cast<int>(i);
+      n->outputs_.push_back(v);
+    }
+    for (const auto& sub : src.subgraphs_) {
+      Subgraph copy{sub.attr_name, sub.index, std::make_unique<Graph>(g.model_, n)};
+      create_graph(*sub.graph, *copy.graph);
+      n->subgraphs_.push_back(std::move(copy));
+    }
+    g.nodes_.push_back(std::move(node));
+    ++g.live_nodes_;
+    return n;
+  }
+
+  void create_graph(const Graph& s, Graph& d) {
+    d.rest_ = s.rest_;
+    // Annotations name tensors by their old names; they are hints a copy can do without.
+    d.rest_.clear_quantization_annotation();
+    d.next_order_ = s.next_order_;
+    for (const auto& in : s.inputs_) {
+      Value* v = define(d, in.value);
+      v->graph_input_ = true;
+      GraphInput copy{in.info, v};
+      copy.info.set_name(v->name_);
+      d.inputs_.push_back(std::move(copy));
+    }
+    for (Value* init : s.initializers()) {
+      Value* v = copies_.count(init) ? copies_[init] : define(d, init);
+      // Shared, like a clone's: tensors are immutable, and saving writes the value's name.
+      v->initializer_ = init->initializer_;
+      v->init_order_ = d.next_init_order_++;
+      d.initializers_.push_back(v);
+    }
+    for (const Node* n : s.nodes()) create_node(*n, d);
+  }
+
+  // Pass 2: inputs (and uses), subgraph outputs.
+  void wire_node(const Node& src, Node* n) {
+    for (size_t i = 0; i < src.inputs_.size(); ++i) {
+      Value* v = resolve(src.inputs_[i]);
+      n->inputs_.push_back(v);
+      if (v) v->add_use(n, static_cast<int>(i));
+    }
+    for (size_t k = 0; k < src.subgraphs_.size(); ++k) {
+      const Graph& s = *src.subgraphs_[k].graph;
+      Graph& d = *n->subgraphs_[k].graph;
+      const std::vector<Node*> src_nodes = s.nodes();
+      const std::vector<Node*> dst_nodes = d.nodes();
+      for (size_t i = 0; i < src_nodes.size(); ++i) wire_node(*src_nodes[i], dst_nodes[i]);
+      for (const auto& out : s.outputs_) {
+        Value* v = resolve(out.value);
+        v->output_refs_.emplace_back(&d, static_cast<int>(d.outputs_.size()));
+        d.outputs_.push_back({out.info, v});
+      }
+    }
+  }
+
+  Graph& dst_;
+  const std::function<Value*(Value*)>& outer_;
+  std::unordered_set<const Value*> defined_;
+  std::unordered_map<const Value*, Value*> copies_;
+  std::unordered_map<Value*, Value*> outer_cache_;
+};
+
+std::vector<Node*> Graph::copy_nodes(const std::vector<const Node*>& srcs,
+                                     const std::function<Value*(Value*)>& outer) {
+  return NodeCopier(*this, outer).run(srcs);
 }
 
 bool Graph::remove_node(Node* node) {

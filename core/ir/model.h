@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,7 @@ class Value {
   friend class Model;
   friend class Loader;
   friend class Cloner;
+  friend class NodeCopier;
   friend class FactEngine;
   friend bool fact_exact(const Value& v);
   // Forgets what is known of this value (its meaning changed in place).
@@ -178,6 +180,7 @@ class Node {
   friend class Model;
   friend class Loader;
   friend class Cloner;
+  friend class NodeCopier;
   friend class Value;
   // The outputs' facts no longer hold: the node was edited in place.
   void edited();
@@ -235,6 +238,21 @@ class Graph {
   // Creates a node; outputs get fresh names derived from `output_hints`.
   Node* add_node(std::string op_type, std::vector<Value*> inputs,
                  const std::vector<std::string>& output_hints, std::string domain = "");
+  // Copies `srcs`, nodes of one graph of this model (the nodes of an If branch being inlined, of
+  // a function body), into this graph, with deep copies of their subgraphs (If branches,
+  // Loop/Scan bodies, nested to any depth); returns the copies in the same order (output k of
+  // copy i stands for output k of srcs[i]; omitted outputs stay omitted). Every value the copies
+  // define — their outputs, and the inputs, initializers and node outputs of their subgraphs —
+  // gets a fresh model-wide name derived from the original's, so nothing can clash with or
+  // shadow a name in scope here; value_info types come along. Values the copies read from each
+  // other are wired whatever the order of `srcs`. Each value read from outside `srcs` (an input,
+  // or a value a subgraph captures by name from an enclosing scope) is asked of `outer` once: it
+  // returns the value the copy reads instead, which must be in scope in this graph (nullptr makes
+  // a node input absent). Returns {}, with nothing changed, when the copy cannot be made (or
+  // `srcs` is empty): a subgraph output `outer` maps to nullptr, or a subgraph holding sparse
+  // initializers (named values the IR keeps as opaque protos).
+  std::vector<Node*> copy_nodes(const std::vector<const Node*>& srcs,
+                                const std::function<Value*(Value*)>& outer);
   // Creates an initializer value with a fresh name derived from `name_hint`.
   Value* add_initializer(std::string_view name_hint, onnx::TensorProto tensor);
   // Turns `value` (owned by this graph) into an initializer holding `tensor`. If a node produced
@@ -274,6 +292,7 @@ class Graph {
   friend class Model;
   friend class Loader;
   friend class Cloner;
+  friend class NodeCopier;
   friend class Node;
   friend class Value;
   friend void save_function(Function& fn, onnx::FunctionProto* out, bool move_tensors);

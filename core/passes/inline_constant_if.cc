@@ -10,11 +10,14 @@
 // (an outer value, a branch initializer) is produced by an Identity, which eliminate_identity
 // removes where it can.
 //
-// Deliberately not inlined: taken branches holding nodes with subgraphs of their own (the IR has
-// no way to move a subgraph between nodes; nested constant Ifs are inlined first, deepest
-// first, so they do not block this), branches with inputs, sparse initializers or omitted
-// optional outputs in the middle of a node's outputs, conditions that are not one-element bool
-// initializers or Constant nodes (a graph input with an initializer default is not constant).
+// The taken branch may hold nodes with subgraphs of their own (a Loop, a nested If that is not
+// constant): the IR copies them whole (Graph::copy_nodes), every value they define renamed, and
+// the values they capture from the branch redirected to the copies. Exact: the same nodes
+// compute the same values; only names change.
+//
+// Deliberately not inlined: branches with inputs or sparse initializers, conditions that are
+// not one-element bool initializers or Constant nodes (a graph input with an initializer default
+// is not constant).
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -58,21 +61,10 @@ const ir::Graph* branch(const ir::Node& n, std::string_view attr) {
   return nullptr;
 }
 
-// True if every node of `b` can be recreated in another graph by op type, attributes and inputs.
+// True if the branch's nodes can be copied into another graph (Graph::copy_nodes checks the
+// nodes' own subgraphs).
 bool movable(const ir::Graph& b) {
-  if (!b.inputs().empty() || b.rest().sparse_initializer_size() > 0) return false;
-  for (const ir::Node* n : b.nodes()) {
-    if (!n->subgraphs().empty()) return false;
-    // add_node cannot leave a hole among outputs; trailing omitted outputs are simply not made.
-    bool hole = false;
-    for (const ir::Value* out : n->outputs()) {
-      if (!out)
-        hole = true;
-      else if (hole)
-        return false;
-    }
-  }
-  return true;
+  return b.inputs().empty() && b.rest().sparse_initializer_size() == 0;
 }
 
 // Constant-1 only holds floating-point tensors; Constant-9 holds every type.
@@ -125,27 +117,18 @@ class InlineConstantIf final : public Pass {
     for (ir::Value* init : b->initializers())
       if (init->use_count() > 0)
         copies[init] = rw.add_constant(g, *init->initializer(), init->name());
-    std::unordered_set<const ir::Node*> created;
-    for (ir::Node* inner : b->nodes()) {
-      std::vector<ir::Value*> inputs;
-      for (ir::Value* v : inner->inputs()) inputs.push_back(v ? mapped(v) : nullptr);
-      std::vector<std::string> hints;
-      for (ir::Value* out : inner->outputs()) {
-        if (!out) break;
-        hints.push_back(out->name());
-      }
-      ir::Node* copy = g.add_node(inner->op_type(), inputs, hints, inner->domain());
-      *copy->mutable_proto().mutable_attribute() = inner->proto().attribute();
-      created.insert(copy);
-      if (!inner->proto().doc_string().empty())
-        copy->mutable_proto().set_doc_string(inner->proto().doc_string());
-      for (size_t i = 0; i < hints.size(); ++i) {
-        ir::Value* out = inner->output(i);
-        copies[out] = copy->output(i);
-        if (out->value_info() && out->value_info()->has_type())
-          copy->output(i)->set_type(out->value_info()->type());
-      }
+    std::vector<const ir::Node*> inner;
+    for (const ir::Node* node : b->nodes()) inner.push_back(node);
+    std::vector<ir::Node*> copied = g.copy_nodes(inner, mapped);
+    if (!inner.empty() && copied.empty()) {
+      // Nothing copied: drop the constants made above, so the model is unchanged.
+      for (const auto& [init, copy] : copies) rw.erase_if_unused(copy);
+      return false;
     }
+    std::unordered_set<const ir::Node*> created(copied.begin(), copied.end());
+    for (size_t k = 0; k < inner.size(); ++k)
+      for (size_t i = 0; i < inner[k]->outputs().size(); ++i)
+        if (ir::Value* out = inner[k]->output(i)) copies[out] = copied[k]->output(i);
 
     // The If's outputs take over the branch results; an output name of `g` moves onto the
     // copied node computing it (once: a branch result listed twice makes the second If output

@@ -10,6 +10,7 @@
 
 namespace graft {
 
+std::unique_ptr<Pass> make_inline_functions();
 std::unique_ptr<Pass> make_extract_constants();
 std::unique_ptr<Pass> make_fold_constants();
 std::unique_ptr<Pass> make_fold_shapes();
@@ -30,6 +31,7 @@ std::vector<Rule> chain_rules();       // simplify_chains.cc
 std::vector<Rule> reshape_chain_rules();  // reshape_chains.cc (in fold_shapes)
 std::vector<Rule> pad_fusion_rules();     // fuse_pad.cc (in fuse_conv_batchnorm)
 
+PassInfo inline_functions_pass();
 PassInfo extract_constants_pass();
 PassInfo fold_constants_pass();
 PassInfo fold_shapes_pass();

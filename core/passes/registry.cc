@@ -5,10 +5,12 @@
 namespace graft {
 
 const std::vector<PassInfo>& all_passes() {
-  // Order matters: constants become initializers first so later passes see them; cleanups
+  // Order matters: function calls are inlined first, so every other pass sees their nodes;
+  // constants become initializers first so later passes see them; cleanups
   // expose fusions; prune runs last to drop what the others left unused.
   // clang-format off
   static const std::vector<PassInfo> passes = {
+      inline_functions_pass(),
       extract_constants_pass(),
       fold_shapes_pass(),
       fold_constants_pass(),

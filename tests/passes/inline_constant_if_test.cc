@@ -382,20 +382,23 @@ TEST(InlineConstantIf, ConditionWithTwoElementsStays) {
   EXPECT_EQ(count_ops(*model, "If"), 1);
 }
 
-TEST(InlineConstantIf, BranchWithItsOwnSubgraphStays) {
-  // The IR cannot move the Loop's body out of the branch.
+TEST(InlineConstantIf, BranchWithALoopIsInlined) {
+  // The taken branch holds a Loop whose body captures a branch value (s) and an outer one (w);
+  // the Loop's result is the If's output and a graph output.
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[2] x) => (float[2] y) {
+    g (float[2] x, float[2] w) => (float[2] y) {
       c = Constant <value = bool {1}> ()
       y = If (c) <
         then_branch = then_g () => (float[2] a) {
+          s = Mul (x, w)
           trip = Constant <value = int64 {2}> ()
           go = Constant <value = bool {1}> ()
           a = Loop (trip, go, x) <
             body = body (int64 i, bool c_in, float[2] acc) => (bool c_out, float[2] acc_out) {
               c_out = Identity (c_in)
-              acc_out = Neg (acc)
+              t = Add (acc, s)
+              acc_out = Sub (t, w)
             }>
         },
         else_branch = else_g () => (float[2] b) {
@@ -406,8 +409,177 @@ TEST(InlineConstantIf, BranchWithItsOwnSubgraphStays) {
   ASSERT_TRUE(model);
   run_pass(*model, "extract_constants");
   auto result = run_pass_checked(*model, "inline_constant_if");
-  EXPECT_FALSE(result.changed);
+  EXPECT_EQ(result.rewrites, 1);
+  EXPECT_EQ(count_ops(*model, "If"), 0);
+  ir::Graph& g = model->graph();
+  ir::Node* loop = g.find_local("y")->producer();
+  ASSERT_TRUE(loop && loop->is("Loop"));
+  EXPECT_EQ(loop->graph(), &g);
+  EXPECT_EQ(output_names(g), (std::vector<std::string>{"y"}));
+  const ir::Graph* body = loop->subgraphs()[0].graph.get();
+  ir::Node* sub = body->outputs()[1].value->producer();
+  ASSERT_TRUE(sub && sub->is("Sub"));
+  EXPECT_EQ(sub->input(1), g.find_local("w"));
+  ir::Node* add = sub->input(0)->producer();
+  ASSERT_TRUE(add && add->is("Add"));
+  ir::Node* mul = add->input(1)->producer();
+  ASSERT_TRUE(mul && mul->is("Mul"));
+  EXPECT_EQ(mul->graph(), &g);  // the copy of s, in the main graph
+  EXPECT_TRUE(names_unique(*model));
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(InlineConstantIf, BranchWithANestedIfReadingOuterValues) {
+  // The inner If's condition is an input, so it stays; its branches read an outer value (x), a
+  // value of the taken branch (s), and names that the enclosing graph defines too (t, u).
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x, bool k) => (float[2] y, float[2] t) {
+      c = Constant <value = bool {0}> ()
+      t = Neg (x)
+      r = If (c) <
+        then_branch = then_g () => (float[2] a) {
+          a = Identity (x)
+        },
+        else_branch = else_g () => (float[2] b) {
+          s = Exp (x)
+          b = If (k) <
+            then_branch = inner_then () => (float[2] p) {
+              u = Mul (s, x)
+              p = Add (u, t)
+            },
+            else_branch = inner_else () => (float[2] q) {
+              u = Sub (s, x)
+              q = Relu (u)
+            }>
+        }>
+      u = Abs (r)
+      y = Sigmoid (u)
+    }
+  )");
+  ASSERT_TRUE(model);
+  run_pass(*model, "extract_constants");
+  auto before = model->clone();
+  auto result = run_pass_checked(*model, "inline_constant_if");
+  EXPECT_EQ(result.rewrites, 1);
   EXPECT_EQ(count_ops(*model, "If"), 1);
+  ir::Graph& g = model->graph();
+  ir::Node* inner = g.find_local("u")->producer()->input(0)->producer();
+  ASSERT_TRUE(inner && inner->is("If"));
+  EXPECT_EQ(inner->graph(), &g);
+  EXPECT_EQ(inner->input(0), g.find_local("k"));
+  for (const auto& sub : inner->subgraphs()) {
+    ir::Node* out = sub.graph->outputs()[0].value->producer();
+    ASSERT_TRUE(out);
+    ir::Node* u = out->input(0)->producer();
+    ASSERT_TRUE(u);
+    EXPECT_EQ(u->graph(), sub.graph.get());
+    EXPECT_NE(u->output(0)->name(), "u");  // the main graph's u keeps its name
+    ir::Node* exp = u->input(0)->producer();
+    ASSERT_TRUE(exp && exp->is("Exp"));
+    EXPECT_EQ(exp->graph(), &g);
+    EXPECT_EQ(u->input(1), g.find_local("x"));
+    if (out->is("Add")) {
+      EXPECT_EQ(out->input(1), g.find_local("t"));
+    }
+  }
+  EXPECT_EQ(producer_op(g, "u"), "Abs");
+  EXPECT_TRUE(names_unique(*model));
+  for (uint32_t seed = 1; seed <= 6; ++seed) EXPECT_EQ(same_outputs(*before, *model, seed), "");
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(InlineConstantIf, InnerConstantIfFeedingABranchNodeAndALoop) {
+  // Deepest first: the inner If is inlined into the outer branch (its nodes appended after the
+  // Relu reading them), then the outer branch, with the Loop holding a third constant If, lands
+  // in the main graph: one run, whatever the order the branch's nodes are stored in.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x) => (float[2] y) {
+      c = Constant <value = bool {1}> ()
+      y = If (c) <
+        then_branch = then_g () => (float[2] a) {
+          i = If (c) <
+            then_branch = it () => (float[2] p) {
+              p = Neg (x)
+            },
+            else_branch = ie () => (float[2] q) {
+              q = Exp (x)
+            }>
+          r = Relu (i)
+          trip = Constant <value = int64 {2}> ()
+          go = Constant <value = bool {1}> ()
+          a = Loop (trip, go, r) <
+            body = body (int64 n, bool c_in, float[2] acc) => (bool c_out, float[2] acc_out) {
+              c_out = Identity (c_in)
+              acc_out = If (c) <
+                then_branch = lt () => (float[2] lp) {
+                  lp = Add (acc, r)
+                },
+                else_branch = le () => (float[2] lq) {
+                  lq = Identity (acc)
+                }>
+            }>
+        },
+        else_branch = else_g () => (float[2] b) {
+          b = Abs (x)
+        }>
+    }
+  )");
+  ASSERT_TRUE(model);
+  run_pass(*model, "extract_constants");
+  auto result = run_pass_checked(*model, "inline_constant_if");
+  EXPECT_EQ(result.rewrites, 3);
+  EXPECT_EQ(count_ops(*model, "If"), 0);
+  EXPECT_EQ(op_types(model->graph()), (std::vector<std::string>{"Neg", "Relu", "Loop"}));
+  EXPECT_TRUE(names_unique(*model));
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(InlineConstantIf, BranchWithALoopInAFunctionBody) {
+  // In a function body (no initializers there): the condition and the branch's constants are
+  // Constant nodes, and the copied Loop's body captures the copy of a branch value.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2] x) => (float[2] y) {
+      y = local.F (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    F (a) => (b) {
+      c = Constant <value = bool {1}> ()
+      b = If (c) <
+        then_branch = then_g () => (float[2] r) {
+          s = Neg (a)
+          trip = Constant <value = int64 {3}> ()
+          go = Constant <value = bool {1}> ()
+          r = Loop (trip, go, a) <
+            body = body (int64 i, bool c_in, float[2] acc) => (bool c_out, float[2] acc_out) {
+              c_out = Identity (c_in)
+              acc_out = Add (acc, s)
+            }>
+        },
+        else_branch = else_g () => (float[2] e) {
+          e = Abs (a)
+        }>
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "inline_constant_if");
+  EXPECT_EQ(result.rewrites, 1);
+  EXPECT_EQ(count_ops(*model, "If"), 0);
+  const ir::Graph& body = *model->functions()[0].body;
+  ir::Node* loop = body.outputs()[0].value->producer();
+  ASSERT_TRUE(loop && loop->is("Loop"));
+  EXPECT_EQ(loop->graph(), &body);
+  EXPECT_EQ(output_names(body), (std::vector<std::string>{"b"}));
+  ir::Node* add = loop->subgraphs()[0].graph->outputs()[1].value->producer();
+  ASSERT_TRUE(add && add->is("Add"));
+  ir::Node* neg = add->input(1)->producer();
+  ASSERT_TRUE(neg && neg->is("Neg"));
+  EXPECT_EQ(neg->graph(), &body);
+  EXPECT_TRUE(body.initializers().empty());
+  EXPECT_TRUE(names_unique(*model));
+  EXPECT_EQ(onnx_errors(*model), "");
 }
 
 TEST(InlineConstantIf, CustomDomainIfStays) {
