@@ -259,8 +259,8 @@ class Plan {
     onnx::TensorProto tensor;   // computed by prepare()
   };
   std::map<Slot, NewConstant> new_constants_;
-  std::map<Slot, ir::Node*> absorbed_;  // operand Transposes
-  std::unordered_set<const ir::Node*> absorbed_nodes_;
+  std::map<Slot, ir::Node*> absorbed_;     // operand Transposes
+  std::vector<ir::Node*> absorbed_nodes_;  // each once, in order (edits stay deterministic)
 };
 
 bool Plan::build() {
@@ -340,7 +340,8 @@ bool Plan::plan_node(ir::Node& n, const Perm& q) {
     new_constants_.emplace(slot, NewConstant{std::move(dims), inverse(q), {}});
   for (auto& [slot, t] : operands.absorbed) {
     absorbed_.emplace(slot, t);
-    absorbed_nodes_.insert(t);
+    if (std::find(absorbed_nodes_.begin(), absorbed_nodes_.end(), t) == absorbed_nodes_.end())
+      absorbed_nodes_.push_back(t);
   }
   return true;
 }
@@ -624,7 +625,7 @@ bool Plan::apply(Rewriter& rw) {
     rw.replace_all_uses(v, back->output(0));
   }
   for (auto it = moved_.rbegin(); it != moved_.rend(); ++it) rw.erase(it->node);
-  for (const ir::Node* t : absorbed_nodes_) rw.erase(const_cast<ir::Node*>(t));
+  for (ir::Node* t : absorbed_nodes_) rw.erase(t);
   rw.erase(&root_);
   return true;
 }

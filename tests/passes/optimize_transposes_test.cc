@@ -140,6 +140,26 @@ TEST(OptimizeTransposes, ReductionsRemapAxes) {
   EXPECT_EQ(max->attr_ints("axes"), (std::vector<int64_t>{1, 2}));
 }
 
+TEST(OptimizeTransposes, ReduceAxesInputFromOpset18) {
+  // ReduceMax takes its axes as an input from opset 18 (libonnx 1.12 cannot check this model;
+  // the evaluator still compares the outputs).
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[2,3,4] x) => (float[2,3] y) <int64[1] ax = {-1}> {
+      t = Transpose <perm = [1, 0, 2]> (x)
+      m = ReduceMax <keepdims = 0> (t, ax)
+      y = Transpose <perm = [1, 0]> (m)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 0);
+  const ir::Node* max = only_node(model->graph(), "ReduceMax");
+  ASSERT_TRUE(max);
+  EXPECT_EQ(max->input(0)->name(), "x");
+  EXPECT_EQ(values_of(max->input(1)), (std::vector<double>{2}));
+}
+
 TEST(OptimizeTransposes, ReductionToFewerElementsMovesTheTranspose) {
   // One Transpose either way, but after the ReduceMean it moves 2*4 elements instead of 2*3*4.
   auto model = run_rewrite(kPass, R"(
@@ -443,6 +463,35 @@ TEST(OptimizeTransposes, InsideIfBranches) {
     }
   )"),
             0);
+}
+
+TEST(OptimizeTransposes, RegionValueCapturedByABranchGetsATransposeBack) {
+  // r is read inside the If's branch: that reader is outside the region, so r keeps its layout
+  // through a Transpose in the outer graph, while the pair around Exp cancels.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[2,3] x) => (float[2,3] y, float[3,2] z) {
+      t = Transpose <perm = [1, 0]> (x)
+      r = Relu (t)
+      e = Exp (r)
+      y = Transpose <perm = [1, 0]> (e)
+      z = If (cond) <
+        then_branch = then_g () => (float[3,2] a) {
+          a = Neg (r)
+        },
+        else_branch = else_g () => (float[3,2] b) {
+          b = Abs (r)
+        }>
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 1);
+  EXPECT_EQ(producer_op(model->graph(), "y"), "Exp");
+  const ir::Node* iff = only_node(model->graph(), "If");
+  ASSERT_TRUE(iff);
+  const ir::Graph& then_g = *iff->subgraphs()[0].graph;
+  EXPECT_EQ(producer_op(model->graph(), input_names(only_node(then_g, "Neg"))[0]), "Transpose");
 }
 
 TEST(OptimizeTransposes, InsideFunctionBodies) {
