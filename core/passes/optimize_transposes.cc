@@ -226,6 +226,9 @@ class Plan {
   bool worth_it() const;
   // Computes the transposed constants; false (nothing changed) if one cannot be read.
   bool prepare();
+  // The ranks the plan relied on are still checked facts (has_checked_rank is asked again after
+  // every other fact query: one may have run libonnx's inference, and it may have failed).
+  bool ranks_checked() const;
   bool apply(Rewriter& rw);
 
  private:
@@ -234,6 +237,7 @@ class Plan {
   struct Operands {
     std::vector<std::pair<Slot, std::vector<int64_t>>> constants;  // slot, dims to read it as
     std::vector<std::pair<Slot, ir::Node*>> absorbed;
+    std::vector<std::pair<const ir::Value*, int64_t>> ranks;  // relied on
   };
   bool plan_node(ir::Node& n, const Perm& q);
   // Checks a data operand of `n` at `slot` that is not a region value.
@@ -261,6 +265,7 @@ class Plan {
   std::map<Slot, NewConstant> new_constants_;
   std::map<Slot, ir::Node*> absorbed_;     // operand Transposes
   std::vector<ir::Node*> absorbed_nodes_;  // each once, in order (edits stay deterministic)
+  std::vector<std::pair<const ir::Value*, int64_t>> ranks_;  // checked ranks the plan relies on
 };
 
 bool Plan::build() {
@@ -338,6 +343,7 @@ bool Plan::plan_node(ir::Node& n, const Perm& q) {
   moved_.push_back(Moved{&n, std::move(out_perms), std::move(*edit)});
   for (auto& [slot, dims] : operands.constants)
     new_constants_.emplace(slot, NewConstant{std::move(dims), inverse(q), {}});
+  ranks_.insert(ranks_.end(), operands.ranks.begin(), operands.ranks.end());
   for (auto& [slot, t] : operands.absorbed) {
     absorbed_.emplace(slot, t);
     if (std::find(absorbed_nodes_.begin(), absorbed_nodes_.end(), t) == absorbed_nodes_.end())
@@ -356,6 +362,7 @@ bool Plan::plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast,
     auto p = ir::transpose_perm(*t, r);
     if (p && *p == q && has_checked_rank(x, r)) {
       ops->absorbed.emplace_back(Slot(&n, slot), t);
+      ops->ranks.emplace_back(x, r);
       return true;
     }
   }
@@ -378,7 +385,9 @@ bool Plan::plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast,
     return true;
   }
   // A scalar broadcasts the same way in any layout.
-  return broadcast && has_checked_rank(in, 0);
+  if (!broadcast || !has_checked_rank(in, 0)) return false;
+  ops->ranks.emplace_back(in, 0);
+  return true;
 }
 
 // The parameter edits and output permutations of `n` moved under a value carrying q.
@@ -576,6 +585,12 @@ bool Plan::prepare() {
   return true;
 }
 
+bool Plan::ranks_checked() const {
+  for (const auto& [v, r] : ranks_)
+    if (!has_checked_rank(v, r)) return false;
+  return true;
+}
+
 bool Plan::apply(Rewriter& rw) {
   std::unordered_map<const ir::Value*, ir::Value*> new_of;
   new_of[root_.output(0)] = root_.input(0);
@@ -640,6 +655,7 @@ bool push_transpose(ir::Node& t, Rewriter& rw) {
   if (!has_checked_rank(x, static_cast<int64_t>(p->size()))) return false;
   Plan plan(t, *p);
   if (!plan.build() || !plan.worth_it() || !plan.prepare()) return false;
+  if (!plan.ranks_checked() || !has_checked_rank(x, static_cast<int64_t>(p->size()))) return false;
   return plan.apply(rw);
 }
 
