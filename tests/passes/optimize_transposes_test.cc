@@ -431,6 +431,27 @@ TEST(OptimizeTransposes, InvalidPermsAndUnknownRanksStay) {
                     compare_outputs(Outputs::kNotCompared));
 }
 
+TEST(OptimizeTransposes, MalformedParametersStay) {
+  // Axes out of range or repeated, pads of the wrong length, a constant of a higher rank: the
+  // node is left where it is (and the pair around it stays).
+  for (const char* op :
+       {"ReduceSum <axes = [5]> (t)", "ReduceSum <axes = [0, -2]> (t)",
+        "Pad <pads = [0, 1, 0]> (t)", "Concat <axis = 2> (t, t)", "ArgMax <axis = 7> (t)",
+        "Slice <starts = [0], ends = [1], axes = [4]> (t)", "Squeeze <axes = [3]> (t)",
+        "Unsqueeze <axes = [1, 1]> (t)", "Add (t, k)", "Split <axis = -9> (t)"}) {
+    SCOPED_TRACE(op);
+    expect_no_rewrite(kPass, std::string(R"(
+      <ir_version: 7, opset_import: ["" : 9]>
+      g (float[2,3] x) => (float y) <float[1,1,3] k = {1, 2, 3}> {
+        t = Transpose <perm = [1, 0]> (x)
+        r = )") + op + R"(
+        y = Transpose <perm = [1, 0]> (r)
+      }
+    )",
+                      compare_outputs(Outputs::kNotCompared));  // invalid models
+  }
+}
+
 TEST(OptimizeTransposes, LargeSharedConstantIsNotCopied) {
   // c (128 KiB) is also read by another node: transposing it would keep both copies.
   std::string values;
