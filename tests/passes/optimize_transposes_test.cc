@@ -486,6 +486,25 @@ TEST(OptimizeTransposes, InsideIfBranches) {
             0);
 }
 
+TEST(OptimizeTransposes, RootStaysForItsOtherReaders) {
+  // t also feeds a MatMul: it stays for it, while the pair around Relu still cancels (2 -> 1).
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x, float[2,2] w) => (float[2,3] y, float[3,2] z) {
+      t = Transpose <perm = [1, 0]> (x)
+      r = Relu (t)
+      y = Transpose <perm = [1, 0]> (r)
+      z = MatMul (t, w)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 1);
+  EXPECT_EQ(producer_op(model->graph(), "y"), "Relu");
+  EXPECT_EQ(input_names(producer(*model, "y")), (std::vector<std::string>{"x"}));
+  EXPECT_EQ(producer_op(model->graph(), input_names(producer(*model, "z"))[0]), "Transpose");
+}
+
 TEST(OptimizeTransposes, RegionValueCapturedByABranchGetsATransposeBack) {
   // r is read inside the If's branch: that reader is outside the region, so r keeps its layout
   // through a Transpose in the outer graph, while the pair around Exp cancels.
