@@ -56,6 +56,54 @@ void copy_field(const Field& f, std::string& bytes) {
 
 }  // namespace
 
+absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& dims,
+                                  const std::vector<int64_t>& perm, uint64_t max_bytes) {
+  const size_t rank = dims.size();
+  if (perm.size() != rank) return absl::InvalidArgumentError("transposed: perm length");
+  std::vector<bool> seen(rank, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(p)])
+      return absl::InvalidArgumentError("transposed: not a permutation");
+    seen[static_cast<size_t>(p)] = true;
+  }
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(count, d, &count))
+      return absl::InvalidArgumentError("transposed: bad dims");
+  }
+  if (count != x.size()) return absl::InvalidArgumentError("transposed: element count");
+  std::vector<int64_t> out_dims(rank);
+  for (size_t i = 0; i < rank; ++i) out_dims[i] = dims[static_cast<size_t>(perm[i])];
+  auto out = Tensor::zeros(x.dtype(), out_dims, max_bytes);
+  if (!out.ok()) return out.status();
+  if (count == 0) return out;
+  // Row-major strides of the source, seen in the order of the result's axes.
+  std::vector<int64_t> in_strides(rank, 1);
+  for (size_t i = rank; i-- > 1;) in_strides[i - 1] = in_strides[i] * dims[i];
+  std::vector<int64_t> strides(rank);
+  for (size_t i = 0; i < rank; ++i) strides[i] = in_strides[static_cast<size_t>(perm[i])];
+  std::vector<int64_t> index(rank, 0);
+  int64_t source = 0;
+  const bool strings = x.dtype() == TensorProto::STRING;
+  const size_t width = strings ? 0 : x.element_size();
+  for (int64_t k = 0; k < count; ++k) {
+    if (strings) {
+      out->strings()[static_cast<size_t>(k)] = x.strings()[static_cast<size_t>(source)];
+    } else {
+      std::memcpy(out->data<char>() + static_cast<size_t>(k) * width,
+                  x.data<char>() + static_cast<size_t>(source) * width, width);
+    }
+    // Advance the result's index (last axis fastest) and the source offset with it.
+    for (size_t i = rank; i-- > 0;) {
+      source += strides[i];
+      if (++index[i] < out_dims[i]) break;
+      source -= strides[i] * out_dims[i];
+      index[i] = 0;
+    }
+  }
+  return out;
+}
+
 bool is_float_type(int32_t dtype) {
   return dtype == TensorProto::FLOAT || dtype == TensorProto::DOUBLE ||
          dtype == TensorProto::FLOAT16 || dtype == TensorProto::BFLOAT16;

@@ -65,6 +65,13 @@ class Tensor {
   std::vector<std::string> strings_;
 };
 
+// `x`'s elements read as a tensor of dims `dims` (the same element count: e.g. `x`'s dims with
+// 1s inserted) and transposed by `perm` (a permutation of 0..dims.size()-1): result dim i is
+// dims[perm[i]]. InvalidArgument for a mismatched count or perm, ResourceExhausted above
+// `max_bytes` (as zeros()). For rewrites that move a Transpose onto a constant.
+absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& dims,
+                                  const std::vector<int64_t>& perm, uint64_t max_bytes);
+
 bool is_float_type(int32_t dtype);    // FLOAT, DOUBLE, FLOAT16, BFLOAT16
 bool is_integer_type(int32_t dtype);  // signed and unsigned integers (not bool)
 

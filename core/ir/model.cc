@@ -340,7 +340,6 @@ class Cloner {
     dst->name_counter_ = src.name_counter_;
     dst->generation_ = src.generation_;
     dst->inference_done_ = src.inference_done_;
-    dst->inference_ok_ = src.inference_ok_;
     structure(*src.graph_, *dst->graph_);
     dst->functions_.resize(src.functions_.size());
     for (size_t i = 0; i < src.functions_.size(); ++i) {

@@ -380,14 +380,9 @@ class Model {
   // Runs libonnx's shape inference again at the next fact asked (e.g. after folding made more
   // operands constant).
   void refresh_shape_inference();
-  // Facts from declarations and Graft's rules alone, from now on (tests compare the rules with
-  // libonnx's inference). facts_checked() becomes false.
+  // Facts from graph-input declarations, constants and Graft's rules alone, from now on (tests
+  // compare the rules with libonnx's inference).
   void disable_shape_inference();
-  // Whether the facts computed so far rest only on graph-input declarations and checked
-  // inference: true until libonnx's inference was needed (Graft's rules left a fact incomplete)
-  // and failed (it does not know newer IR versions or opsets, and fails on models whose
-  // declarations contradict their operators); then facts rest on unchecked declarations.
-  bool facts_checked() const { return !inference_done_ || inference_ok_; }
   size_t total_nodes() const;          // all graphs, including subgraphs and functions
   uint64_t initializer_bytes() const;  // all graphs
 
@@ -398,7 +393,6 @@ class Model {
   onnx::ModelProto rest_;  // without graph and functions
   uint64_t generation_ = 1;
   bool inference_done_ = false;
-  bool inference_ok_ = false;
   std::unique_ptr<Graph> graph_;
   std::vector<Function> functions_;
   std::unordered_set<std::string> names_;

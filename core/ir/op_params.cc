@@ -266,6 +266,33 @@ std::optional<ClipParams> clip_params(const Node& n) {
   return p;
 }
 
+bool is_permutation(const std::vector<int64_t>& perm) {
+  std::vector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[static_cast<size_t>(p)])
+      return false;
+    seen[static_cast<size_t>(p)] = true;
+  }
+  return true;
+}
+
+std::optional<std::vector<int64_t>> transpose_perm(const Node& n, std::optional<int64_t> rank) {
+  if (!n.is("Transpose") || n.inputs().size() != 1 || !n.input(0)) return std::nullopt;
+  for (const auto& a : n.attributes())
+    if (a.name() != "perm") return std::nullopt;
+  const onnx::AttributeProto* attr = n.attr("perm");
+  if (attr && attr->type() != onnx::AttributeProto::INTS) return std::nullopt;
+  auto perm = n.attr_ints("perm");
+  if (!perm || perm->empty()) {
+    // Reversal; a rank beyond any real tensor's is refused before allocating.
+    if (!rank || *rank < 0 || *rank > 1024) return std::nullopt;
+    perm.emplace();
+    for (int64_t i = *rank - 1; i >= 0; --i) perm->push_back(i);
+  }
+  if (!is_permutation(*perm)) return std::nullopt;
+  return perm;
+}
+
 std::optional<int32_t> cast_to(const Node& n) {
   const onnx::AttributeProto* to = n.attr("to");
   if (!to || to->type() != onnx::AttributeProto::INT) return std::nullopt;

@@ -103,6 +103,15 @@ struct ClipParams {
 };
 std::optional<ClipParams> clip_params(const Node& n);
 
+// A Transpose's permutation, checked to be one of 0..n-1 (nullopt otherwise, or with an attribute
+// other than perm, or without exactly one input). Without a perm attribute Transpose reverses the
+// axes, which needs the input's rank: pass it as `rank` (a rank the caller has checked), else
+// nullopt is returned.
+std::optional<std::vector<int64_t>> transpose_perm(const Node& n,
+                                                   std::optional<int64_t> rank = std::nullopt);
+// True if `perm` holds each of 0..perm.size()-1 once.
+bool is_permutation(const std::vector<int64_t>& perm);
+
 // Cast's `to` (a TensorProto::DataType), nullopt when absent or not an int.
 std::optional<int32_t> cast_to(const Node& n);
 

@@ -240,7 +240,6 @@ bool has_huge_shape_tensor(const Model& m) {
 
 void FactEngine::run_inference(Model& m) {
   m.inference_done_ = true;
-  m.inference_ok_ = false;
   if (!libonnx_knows(m) || has_huge_shape_tensor(m)) return;
   auto copy = m.clone();
   for (Value* v : copy->graph().initializers()) {
@@ -261,7 +260,6 @@ void FactEngine::run_inference(Model& m) {
   } catch (const std::exception&) {
     return;  // e.g. a declared output type contradicting the operators: no inferred facts
   }
-  m.inference_ok_ = true;
   assign(m.graph(), proto.graph());
 }
 

@@ -23,11 +23,12 @@ namespace graft {
 
 namespace {
 
-// Results under this size are always worth folding, whatever their growth: a shape vector, a mask
-// or a detector's anchor grid costs little in the file and nothing at run time, where the nodes
-// computing it would run on every inference. ONNX Runtime folds every constant subgraph; the
-// pipeline's weight cap bounds what many such folds can add together.
-constexpr uint64_t kAlwaysFoldBytes = 64 << 10;
+// Results under this size (kSmallConstantBytes, queries.h) are always worth folding, whatever
+// their growth: a shape vector, a mask or a detector's anchor grid costs little in the file and
+// nothing at run time, where the nodes computing it would run on every inference. ONNX Runtime
+// folds every constant subgraph; the pipeline's weight cap bounds what many such folds can add
+// together.
+constexpr uint64_t kAlwaysFoldBytes = kSmallConstantBytes;
 
 constexpr char kMaxBytes[] = "max_bytes";
 constexpr char kMaxGrowth[] = "max_growth";

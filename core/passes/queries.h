@@ -23,6 +23,9 @@ using ir::is_constant_value;
 
 // Largest constant the queries decode into an eval::Tensor.
 inline constexpr uint64_t kMaxConstantBytes = 16ull << 20;
+// A constant this small costs little in the file: fold_constants always folds results up to
+// this size, and rewrites may copy one (e.g. transposed) while the original stays for others.
+inline constexpr uint64_t kSmallConstantBytes = 64 << 10;
 
 // The constant `v` holds (see ir::constant_proto), decoded; nullopt for strings, external data,
 // tensors over `max_bytes` or malformed payloads.

@@ -16,6 +16,10 @@ const std::vector<PassInfo>& all_passes() {
       fold_constants_pass(),
       inline_constant_if_pass(),
       simplify_arithmetic_pass(),
+      // After folding and the chain rules (constants are initializers, adjacent Transposes
+      // merged), before the cleanups that tidy what it leaves (identity Transposes, duplicate
+      // constants and Transposes) and before the fusions that absorb a remaining Transpose.
+      optimize_transposes_pass(),
       eliminate_identity_pass(),
       eliminate_noop_pass(),
       dedup_initializers_pass(),

@@ -19,37 +19,18 @@ namespace {
 
 using onnx::TensorProto;
 
-// The permutation of a Transpose; without a perm attribute the axes are reversed, which needs
-// the rank: the known one, else `rank_hint`.
-std::optional<std::vector<int64_t>> transpose_perm(const ir::Node& n,
-                                                   std::optional<int64_t> rank_hint) {
-  if (!only_attributes(n, {"perm"}) || n.inputs().size() != 1 || !n.input(0)) return std::nullopt;
-  auto perm = n.attr_ints("perm");
-  if (!perm || perm->empty()) {
-    auto rank = n.input(0)->rank();
-    if (!rank) rank = rank_hint;
-    if (!rank) return std::nullopt;
-    perm.emplace();
-    for (int64_t i = *rank - 1; i >= 0; --i) perm->push_back(i);
-  }
-  std::vector<bool> seen(perm->size(), false);
-  for (int64_t p : *perm) {
-    if (p < 0 || p >= static_cast<int64_t>(perm->size()) || seen[static_cast<size_t>(p)])
-      return std::nullopt;
-    seen[static_cast<size_t>(p)] = true;
-  }
-  return perm;
-}
-
 // Transpose(Transpose(x, p1), p2) -> Transpose(x, q) with q[j] = p1[p2[j]], or x if q is the
 // identity. The inner Transpose stays for its other readers.
 bool merge_transpose(ir::Node& n, Rewriter& rw) {
   ir::Node* inner = chain_producer(n.input(0), "Transpose", n);
   if (!inner || n.outputs().size() != 1) return false;
-  auto p1 = transpose_perm(*inner, std::nullopt);
+  // Without a perm the inner Transpose reverses x's axes: x's rank must be a fact.
+  std::optional<int64_t> rank;
+  if (inner->input(0)) rank = inner->input(0)->rank();
+  auto p1 = ir::transpose_perm(*inner, rank);
   if (!p1) return false;
   // The intermediate has the rank of x, which is the length of p1.
-  auto p2 = transpose_perm(n, static_cast<int64_t>(p1->size()));
+  auto p2 = ir::transpose_perm(n, static_cast<int64_t>(p1->size()));
   if (!p2 || p1->size() != p2->size()) return false;
   std::vector<int64_t> q(p2->size());
   bool identity = true;

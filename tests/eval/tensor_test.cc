@@ -239,5 +239,56 @@ TEST(KernelRegistryTest, LookupRespectsDomainAndOpset) {
   EXPECT_EQ(find_kernel("GraftTestOp", "com.microsoft", 5), nullptr);
 }
 
+// transposed(): result dim i is dims[perm[i]]; dims may insert 1s into x's own (unsqueeze).
+TEST(TensorTest, TransposedMovesElements) {
+  auto x = Tensor::zeros(TensorProto::INT32, {2, 3}, kLimit);
+  ASSERT_TRUE(x.ok());
+  for (int64_t i = 0; i < 6; ++i) x->set_int64(i, i);
+  auto t = transposed(*x, {2, 3}, {1, 0}, kLimit);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->dims(), (std::vector<int64_t>{3, 2}));
+  std::vector<int64_t> got;
+  for (int64_t i = 0; i < 6; ++i) got.push_back(t->get_int64(i));
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
+  // Read as [1, 2, 3] and moved to [3, 1, 2]: the 1 goes in the middle, elements as above.
+  auto u = transposed(*x, {1, 2, 3}, {2, 0, 1}, kLimit);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->dims(), (std::vector<int64_t>{3, 1, 2}));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(u->get_int64(i), got[static_cast<size_t>(i)]);
+  // A rank-4 case against the definition out[a][b][c][d] = in[.] with in dims [2,1,3,2].
+  auto y = Tensor::zeros(TensorProto::FLOAT, {2, 1, 3, 2}, kLimit);
+  ASSERT_TRUE(y.ok());
+  for (int64_t i = 0; i < 12; ++i) y->set_double(i, static_cast<double>(i));
+  const std::vector<int64_t> perm{3, 0, 2, 1};
+  auto z = transposed(*y, {2, 1, 3, 2}, perm, kLimit);
+  ASSERT_TRUE(z.ok());
+  const std::vector<int64_t> in_dims{2, 1, 3, 2};
+  int64_t k = 0;
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t d = 0; d < 1; ++d) {
+          // Result index (a, b, c, d) is source index i with i[perm[j]] = result[j].
+          int64_t src[4];
+          src[perm[0]] = a;
+          src[perm[1]] = b;
+          src[perm[2]] = c;
+          src[perm[3]] = d;
+          const int64_t flat = ((src[0] * 1 + src[1]) * 3 + src[2]) * 2 + src[3];
+          EXPECT_EQ(z->get_double(k++), static_cast<double>(flat));
+        }
+}
+
+TEST(TensorTest, TransposedRefusesBadArguments) {
+  auto x = Tensor::zeros(TensorProto::FLOAT, {2, 3}, kLimit);
+  ASSERT_TRUE(x.ok());
+  EXPECT_FALSE(transposed(*x, {2, 3}, {0, 0}, kLimit).ok());
+  EXPECT_FALSE(transposed(*x, {2, 3}, {0, 2}, kLimit).ok());
+  EXPECT_FALSE(transposed(*x, {2, 3}, {0}, kLimit).ok());
+  EXPECT_FALSE(transposed(*x, {3, 3}, {1, 0}, kLimit).ok());
+  EXPECT_FALSE(transposed(*x, {-2, -3}, {1, 0}, kLimit).ok());
+  EXPECT_FALSE(transposed(*x, {2, 3}, {1, 0}, 8).ok());  // over max_bytes
+}
+
 }  // namespace
 }  // namespace graft::eval

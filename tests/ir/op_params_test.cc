@@ -62,5 +62,35 @@ TEST(OpParams, ShapeRangeReadsStartAndEnd) {
   EXPECT_FALSE(ir::shape_range(*old->graph().find_local("a")->producer(), 2));
 }
 
+// A Transpose's perm is checked to be a permutation; without one the axes are reversed, which
+// needs a rank from the caller.
+TEST(OpParams, TransposePermIsCheckedOrReversed) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4] x) => (float[4,2,3] a, float[4,3,2] b, float c, float d, float e) {
+      a = Transpose <perm = [2, 0, 1]> (x)
+      b = Transpose (x)
+      c = Transpose <perm = [0, 0, 1]> (x)
+      d = Transpose <perm = [0, 1, 3]> (x)
+      e = Transpose <perm = [2, 1, 0], other = 1> (x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto perm = [&](const char* name, std::optional<int64_t> rank) {
+    return ir::transpose_perm(*producer(*model, name), rank);
+  };
+  EXPECT_EQ(perm("a", std::nullopt), (Indices{2, 0, 1}));
+  EXPECT_EQ(perm("b", std::nullopt), std::nullopt);
+  EXPECT_EQ(perm("b", 3), (Indices{2, 1, 0}));
+  EXPECT_EQ(perm("b", -1), std::nullopt);
+  EXPECT_EQ(perm("c", 3), std::nullopt);
+  EXPECT_EQ(perm("d", 3), std::nullopt);
+  EXPECT_EQ(perm("e", 3), std::nullopt);
+  EXPECT_TRUE(ir::is_permutation({}));
+  EXPECT_TRUE(ir::is_permutation({1, 0}));
+  EXPECT_FALSE(ir::is_permutation({1, 1}));
+  EXPECT_FALSE(ir::is_permutation({-1, 0}));
+}
+
 }  // namespace
 }  // namespace graft::testing

@@ -1,0 +1,665 @@
+// Transposes pushed down through the ops they feed until they meet another Transpose (and cancel
+// or merge) or a constant (which takes the transpose into its data), in the spirit of ONNX
+// Runtime's TransposeOptimizer. Exporters from NHWC frameworks (TensorFlow, TFLite, Keras) wrap
+// every layout-sensitive op in NHWC->NCHW / NCHW->NHWC pairs, with elementwise ops, reductions,
+// Concat, Pad and Slice between them; moving each Transpose down lets the pairs cancel.
+//
+// One rule, rooted at a Transpose T = Transpose(x, p): starting from T's result, it follows the
+// readers of every value that would carry a transpose. A reader joins the moved region when the
+// op is one below (opset and attributes understood), all its other data operands are constants,
+// scalars, values of the region carrying the same permutation, or Transposes by that same
+// permutation (absorbed). Each op of the region is rebuilt on untransposed operands with its
+// axes remapped, and a value leaving the region gets Transpose(new value, q) back: for a reader
+// outside the region, a graph output, or a reader in another graph. A Transpose reading a
+// region value merges with it (the identity vanishes). The rewrite is made only when it strictly
+// lowers the number of Transposes in the graph, or keeps it and transposes fewer elements (all
+// sizes known).
+//
+// Ops moved (q: the permutation the value carries, axes remapped a -> q[a]):
+//  - unary elementwise ops (Relu, Sigmoid, Tanh, Neg, Abs, Exp, Log, Sqrt, Erf, Cast, Clip with
+//    constant bounds, LeakyRelu, HardSigmoid, Softplus, ...) and Identity;
+//  - broadcasting binary and variadic ops (Add, Sub, Mul, Div, Pow, Max, Min, Sum, Mean, Where,
+//    comparisons, logical ops, PRelu, Mod, BitShift): a constant operand is unsqueezed to the
+//    full rank and transposed by q's inverse (a new constant, made only when the old one has no
+//    other reader or is at most kSmallConstantBytes; one element needs no change);
+//  - Reduce* (axes attribute, or input from 13/18), ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax
+//    from opset 13 (before, they flatten at `axis` and are not per-axis ops), Concat, Split, Pad
+//    (without an axes input), Slice (constant parameters), Squeeze (explicit axes), Unsqueeze.
+//    keepdims = 0, Squeeze and Unsqueeze change the permutation the result carries.
+//
+// Exactness: Transpose only moves elements, and each moved op computes the same values on them
+// (elementwise ops element by element; Concat, Split, Pad, Slice, Squeeze, Unsqueeze move
+// elements; ArgMax/ArgMin, Softmax-13 and single-axis reductions work along one axis whose order
+// is kept). The one accepted difference: a ReduceSum/Mean/Prod/L1/L2/LogSum/LogSumExp/SumSquare
+// over several axes visits the same elements in another memory order, so a float sum may round
+// differently (reassociation, as ONNX Runtime's transpose optimizer accepts).
+//
+// Ranks come from the facts of x and of absorbed Transposes' inputs;
+// permutations are checked (ir::transpose_perm); axes are normalized against the known rank.
+// Transpose pairs directly in a row are simplify_arithmetic's transpose_chain, a Transpose by
+// the identity eliminate_noop's and a Transpose of a constant fold_constants'.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "core/eval/tensor.h"
+#include "core/ir/tensor.h"
+#include "core/passes/passes.h"
+#include "core/passes/rules.h"
+
+namespace graft {
+
+namespace {
+
+using Perm = std::vector<int64_t>;
+
+// The moved region is bounded so a rule stays cheap on huge fan-outs.
+constexpr size_t kMaxRegionNodes = 64;
+constexpr size_t kMaxVisitedUses = 512;
+
+enum class Kind {
+  kUnary,      // slot 0 moves; other inputs (Clip's bounds) are scalars
+  kBroadcast,  // every input is a broadcast operand
+  kReduce,
+  kArgReduce,
+  kConcat,
+  kSplit,
+  kPad,
+  kSlice,
+  kSqueeze,
+  kUnsqueeze,
+  kAxisOp,  // Softmax, LogSoftmax, Hardmax from 13
+};
+
+struct OpInfo {
+  Kind kind;
+  int64_t min_opset;
+  std::vector<std::string_view> attributes;  // every attribute the rule understands
+};
+
+const OpInfo* op_info(const ir::Node& n) {
+  static const std::unordered_map<std::string_view, OpInfo> kOps = [] {
+    std::unordered_map<std::string_view, OpInfo> ops;
+    for (std::string_view op :
+         {"Relu",       "Sigmoid", "Tanh",  "Neg",      "Abs",       "Exp",      "Log",     "Sqrt",
+          "Reciprocal", "Floor",   "Ceil",  "Round",    "Sign",      "Erf",      "Not",     "Sin",
+          "Cos",        "Tan",     "Asin",  "Acos",     "Atan",      "Sinh",     "Cosh",    "Asinh",
+          "Acosh",      "Atanh",   "IsNaN", "Softsign", "HardSwish", "Softplus", "Identity"})
+      ops.emplace(op, OpInfo{Kind::kUnary, 6, {}});
+    for (std::string_view op : {"LeakyRelu", "Elu", "Celu", "ThresholdedRelu"})
+      ops.emplace(op, OpInfo{Kind::kUnary, 6, {"alpha"}});
+    ops.emplace("Selu", OpInfo{Kind::kUnary, 6, {"alpha", "gamma"}});
+    ops.emplace("HardSigmoid", OpInfo{Kind::kUnary, 6, {"alpha", "beta"}});
+    ops.emplace("Shrink", OpInfo{Kind::kUnary, 9, {"bias", "lambd"}});
+    ops.emplace("IsInf", OpInfo{Kind::kUnary, 10, {"detect_negative", "detect_positive"}});
+    ops.emplace("Cast", OpInfo{Kind::kUnary, 6, {"to", "saturate"}});
+    ops.emplace("Clip", OpInfo{Kind::kUnary, 6, {"min", "max"}});  // no attributes from 11
+    // Numpy broadcasting from opset 7 (Max/Min/Sum/Mean from 8).
+    for (std::string_view op : {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater",
+                                "And", "Or", "Xor", "PRelu"})
+      ops.emplace(op, OpInfo{Kind::kBroadcast, 7, {}});
+    for (std::string_view op : {"LessOrEqual", "GreaterOrEqual"})
+      ops.emplace(op, OpInfo{Kind::kBroadcast, 12, {}});
+    for (std::string_view op : {"Max", "Min", "Sum", "Mean"})
+      ops.emplace(op, OpInfo{Kind::kBroadcast, 8, {}});
+    ops.emplace("Where", OpInfo{Kind::kBroadcast, 9, {}});
+    ops.emplace("Mod", OpInfo{Kind::kBroadcast, 10, {"fmod"}});
+    ops.emplace("BitShift", OpInfo{Kind::kBroadcast, 11, {"direction"}});
+    for (std::string_view op :
+         {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+      ops.emplace(op, OpInfo{Kind::kReduce, 1, {"axes", "keepdims", "noop_with_empty_axes"}});
+    for (std::string_view op : {"ArgMax", "ArgMin"})
+      ops.emplace(op, OpInfo{Kind::kArgReduce, 1, {"axis", "keepdims", "select_last_index"}});
+    ops.emplace("Concat", OpInfo{Kind::kConcat, 4, {"axis"}});
+    ops.emplace("Split", OpInfo{Kind::kSplit, 2, {"axis", "split", "num_outputs"}});
+    ops.emplace("Pad", OpInfo{Kind::kPad, 2, {"mode", "pads", "value"}});
+    ops.emplace("Slice", OpInfo{Kind::kSlice, 1, {"starts", "ends", "axes"}});
+    ops.emplace("Squeeze", OpInfo{Kind::kSqueeze, 1, {"axes"}});
+    ops.emplace("Unsqueeze", OpInfo{Kind::kUnsqueeze, 1, {"axes"}});
+    for (std::string_view op : {"Softmax", "LogSoftmax", "Hardmax"})
+      ops.emplace(op, OpInfo{Kind::kAxisOp, 13, {"axis"}});
+    return ops;
+  }();
+  if (!n.is_onnx_domain()) return nullptr;
+  auto it = kOps.find(n.op_type());
+  if (it == kOps.end() || n.opset() < it->second.min_opset) return nullptr;
+  for (const auto& a : n.attributes())
+    if (std::find(it->second.attributes.begin(), it->second.attributes.end(), a.name()) ==
+        it->second.attributes.end())
+      return nullptr;
+  return &it->second;
+}
+
+bool is_identity(const Perm& p) {
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+Perm inverse(const Perm& p) {
+  Perm inv(p.size());
+  for (size_t i = 0; i < p.size(); ++i) inv[static_cast<size_t>(p[i])] = static_cast<int64_t>(i);
+  return inv;
+}
+
+// The permutation a value carries after the axes `removed` (of the transposed value, sorted and
+// in range) are dropped from one that carries q: the remaining x axes keep their order.
+Perm drop_axes(const Perm& q, const std::vector<int64_t>& removed) {
+  const size_t r = q.size();
+  std::vector<bool> gone(r, false);
+  for (int64_t a : removed) gone[static_cast<size_t>(q[static_cast<size_t>(a)])] = true;
+  std::vector<int64_t> index(r, 0);
+  int64_t k = 0;
+  for (size_t j = 0; j < r; ++j)
+    if (!gone[j]) index[j] = k++;
+  Perm out;
+  for (size_t i = 0; i < r; ++i)
+    if (!std::binary_search(removed.begin(), removed.end(), static_cast<int64_t>(i)))
+      out.push_back(index[static_cast<size_t>(q[i])]);
+  return out;
+}
+
+// The permutation of Unsqueeze(v, axes) when v carries q: the new 1-dims stay where they are,
+// the i-th free position takes the q[i]-th free position's dim.
+Perm insert_axes(const Perm& q, const std::vector<int64_t>& axes) {
+  const size_t out_rank = q.size() + axes.size();
+  std::vector<int64_t> free;
+  Perm out(out_rank, 0);
+  for (size_t k = 0; k < out_rank; ++k) {
+    if (std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(k)))
+      out[k] = static_cast<int64_t>(k);
+    else
+      free.push_back(static_cast<int64_t>(k));
+  }
+  for (size_t i = 0; i < q.size(); ++i)
+    out[static_cast<size_t>(free[i])] = free[static_cast<size_t>(q[i])];
+  return out;
+}
+
+// Axes normalized for `rank` and mapped through q (sorted), or nullopt if out of range/repeated.
+std::optional<std::vector<int64_t>> map_axes(const std::vector<int64_t>& axes, const Perm& q) {
+  auto normal = ir::normalize_axes(axes, static_cast<int64_t>(q.size()));
+  if (!normal) return std::nullopt;
+  std::vector<int64_t> mapped;
+  for (int64_t a : *normal) mapped.push_back(q[static_cast<size_t>(a)]);
+  std::sort(mapped.begin(), mapped.end());
+  return mapped;
+}
+
+std::optional<uint64_t> element_count(const ir::Value* v) {
+  auto shape = v->static_shape();
+  if (!shape) return std::nullopt;
+  uint64_t n = 1;
+  for (int64_t d : *shape) {
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return std::nullopt;
+  }
+  return n;
+}
+
+// Edits the rebuilt node's parameters (axes, pads...) for the new layout.
+using Edit = std::function<void(ir::Node& rebuilt, Rewriter& rw)>;
+
+struct Moved {
+  ir::Node* node;
+  std::vector<Perm> out_perms;  // per output
+  Edit edit;
+};
+
+// The plan of one rewrite: what moves and what it costs.
+class Plan {
+ public:
+  Plan(ir::Node& root, Perm p) : root_(root), g_(*root.graph()) {
+    perm_of_.emplace(root.output(0), std::move(p));
+    values_.push_back(root.output(0));
+  }
+
+  bool build();
+  bool worth_it() const;
+  // Computes the transposed constants; false (nothing changed) if one cannot be read.
+  bool prepare();
+  bool apply(Rewriter& rw);
+
+ private:
+  using Slot = std::pair<const ir::Node*, size_t>;
+  // What a node's operands need once it is in the region.
+  struct Operands {
+    std::vector<std::pair<Slot, std::vector<int64_t>>> constants;  // slot, dims to read it as
+    std::vector<std::pair<Slot, ir::Node*>> absorbed;
+  };
+  bool plan_node(ir::Node& n, const Perm& q);
+  // Checks a data operand of `n` at `slot` that is not a region value.
+  bool plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast, Operands* ops);
+  std::optional<Edit> plan_params(ir::Node& n, Kind kind, const Perm& q,
+                                  std::vector<Perm>* out_perms);
+  bool in_region(const ir::Node* n) const { return region_.count(n) > 0; }
+  // A region value read outside the region (or a graph output) gets a Transpose back.
+  bool needs_transpose(const ir::Value* v) const;
+
+  ir::Node& root_;
+  ir::Graph& g_;
+  std::unordered_map<const ir::Value*, Perm> perm_of_;  // region values (old)
+  std::vector<const ir::Value*> values_;                // in order of discovery
+  std::vector<Moved> moved_;                            // in topological order
+  std::unordered_set<const ir::Node*> region_;
+  std::unordered_set<const ir::Node*> decided_;  // readers in the region or merged
+  std::vector<ir::Node*> merged_;                // Transposes reading a region value
+  std::vector<Perm> merged_perms_;               // theirs composed with the value's
+  struct NewConstant {
+    std::vector<int64_t> dims;  // the constant's dims with leading 1s up to the rank
+    Perm perm;                  // inverse of the permutation its reader's operand carries
+    onnx::TensorProto tensor;   // computed by prepare()
+  };
+  std::map<Slot, NewConstant> new_constants_;
+  std::map<Slot, ir::Node*> absorbed_;     // operand Transposes
+  std::vector<ir::Node*> absorbed_nodes_;  // each once, in order (edits stay deterministic)
+};
+
+bool Plan::build() {
+  size_t visited = 0;
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const ir::Value* v = values_[i];
+    const Perm q = perm_of_.at(v);
+    if (is_identity(q)) continue;  // its readers read the new value as it is
+    const std::vector<ir::Use> uses = v->uses();
+    for (const ir::Use& u : uses) {
+      if (++visited > kMaxVisitedUses) return false;
+      ir::Node* r = u.node;
+      if (decided_.count(r) || r->graph() != &g_) continue;
+      if (r->is("Transpose")) {
+        decided_.insert(r);
+        auto p2 = ir::transpose_perm(*r, static_cast<int64_t>(q.size()));
+        if (!p2 || p2->size() != q.size() || r->outputs().size() != 1 || !r->output(0)) continue;
+        Perm combined(q.size());
+        for (size_t j = 0; j < q.size(); ++j) combined[j] = q[static_cast<size_t>((*p2)[j])];
+        merged_.push_back(r);
+        merged_perms_.push_back(std::move(combined));
+        continue;
+      }
+      // A node refused now may join later, from another operand found in the region since
+      // (a join: Where(m, f(t), t) is reached from t before f(t) is planned).
+      if (region_.size() >= kMaxRegionNodes || !plan_node(*r, q)) continue;
+      decided_.insert(r);
+      region_.insert(r);
+      const Moved& m = moved_.back();
+      for (size_t k = 0; k < r->outputs().size(); ++k) {
+        ir::Value* out = r->output(k);
+        if (!out) continue;
+        perm_of_.emplace(out, m.out_perms[k]);
+        values_.push_back(out);
+      }
+    }
+  }
+  return !moved_.empty() || !merged_.empty();
+}
+
+bool Plan::plan_node(ir::Node& n, const Perm& q) {
+  const OpInfo* info = op_info(n);
+  if (!info || n.outputs().empty()) return false;
+  const size_t r = q.size();
+  // Data operands: which inputs move with the transpose.
+  std::vector<size_t> data;
+  switch (info->kind) {
+    case Kind::kBroadcast:
+    case Kind::kConcat:
+      for (size_t s = 0; s < n.inputs().size(); ++s) data.push_back(s);
+      break;
+    default:
+      data.push_back(0);
+  }
+  Operands operands;
+  for (size_t s = 0; s < n.inputs().size(); ++s) {
+    ir::Value* in = n.input(s);
+    const bool is_data = std::find(data.begin(), data.end(), s) != data.end();
+    if (!is_data) {
+      // Parameters must not come from the region (they are read as they are).
+      if (in && perm_of_.count(in)) return false;
+      continue;
+    }
+    if (!in) return false;
+    if (auto it = perm_of_.find(in); it != perm_of_.end()) {
+      if (it->second != q) return false;
+      continue;
+    }
+    if (!plan_operand(n, s, q, info->kind == Kind::kBroadcast, &operands)) return false;
+  }
+  if (r == 0) return false;
+  std::vector<Perm> out_perms;
+  auto edit = plan_params(n, info->kind, q, &out_perms);
+  if (!edit || out_perms.size() != n.outputs().size()) return false;
+  moved_.push_back(Moved{&n, std::move(out_perms), std::move(*edit)});
+  for (auto& [slot, dims] : operands.constants)
+    new_constants_.emplace(slot, NewConstant{std::move(dims), inverse(q), {}});
+  for (auto& [slot, t] : operands.absorbed) {
+    absorbed_.emplace(slot, t);
+    if (std::find(absorbed_nodes_.begin(), absorbed_nodes_.end(), t) == absorbed_nodes_.end())
+      absorbed_nodes_.push_back(t);
+  }
+  return true;
+}
+
+bool Plan::plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast, Operands* ops) {
+  ir::Value* in = n.input(slot);
+  const int64_t r = static_cast<int64_t>(q.size());
+  // A Transpose by the same permutation: its input is read directly.
+  if (ir::Node* t = producer(in, "Transpose");
+      t && t->graph() == &g_ && !perm_of_.count(t->input(0))) {
+    ir::Value* x = t->input(0);
+    auto p = ir::transpose_perm(*t, r);
+    if (p && *p == q && x->rank() == r) {
+      ops->absorbed.emplace_back(Slot(&n, slot), t);
+      return true;
+    }
+  }
+  if (const onnx::TensorProto* c = constant_proto(in)) {
+    const int64_t k = c->dims_size();
+    if (k > r || (!broadcast && k != r)) return false;
+    std::vector<int64_t> dims(static_cast<size_t>(r - k), 1);
+    dims.insert(dims.end(), c->dims().begin(), c->dims().end());
+    int64_t count = 1;
+    for (int64_t d : dims)
+      if (d < 0 || __builtin_mul_overflow(count, d, &count)) return false;
+    // One element (or only 1-dims) reads the same in any layout.
+    if (std::count(dims.begin(), dims.end(), 1) == r) return true;
+    // A new constant as large as the old one: only where the old one goes away, or is small.
+    const uint64_t bytes = ir::tensor_bytes(*c);
+    if (ir::is_external(*c) || bytes > kMaxConstantBytes ||
+        (!single_use(in) && bytes > kSmallConstantBytes))
+      return false;
+    ops->constants.emplace_back(Slot(&n, slot), std::move(dims));
+    return true;
+  }
+  // A scalar broadcasts the same way in any layout.
+  if (!broadcast || in->rank() != 0) return false;
+  return true;
+}
+
+// The parameter edits and output permutations of `n` moved under a value carrying q.
+std::optional<Edit> Plan::plan_params(ir::Node& n, Kind kind, const Perm& q,
+                                      std::vector<Perm>* out_perms) {
+  const int64_t r = static_cast<int64_t>(q.size());
+  const int64_t opset = n.opset();
+  auto same = [&] { out_perms->assign(n.outputs().size(), q); };
+  auto ints_input = [](size_t slot, std::vector<int64_t> values, std::string hint) -> Edit {
+    return [slot, values = std::move(values), hint = std::move(hint)](ir::Node& m, Rewriter& rw) {
+      std::vector<ir::Value*> inputs(m.inputs().begin(), m.inputs().end());
+      if (inputs.size() <= slot) inputs.resize(slot + 1, nullptr);
+      const int64_t len = static_cast<int64_t>(values.size());
+      inputs[slot] = rw.add_constant(*m.graph(), ir::make_int64_tensor({len}, values),
+                                     m.output(0)->name() + hint);
+      rw.set_inputs(&m, inputs);
+    };
+  };
+  auto ints_attribute = [](std::string name, std::vector<int64_t> values) -> Edit {
+    return [name = std::move(name), values = std::move(values)](ir::Node& m, Rewriter& rw) {
+      rw.set_attr(&m, ints_attr(name, values));
+    };
+  };
+  auto int_attribute = [](std::string name, int64_t value) -> Edit {
+    return [name = std::move(name), value](ir::Node& m, Rewriter& rw) {
+      rw.set_attr(&m, int_attr(name, value));
+    };
+  };
+  const Edit nothing = [](ir::Node&, Rewriter&) {};
+  switch (kind) {
+    case Kind::kUnary:
+      if (n.is("Clip")) {
+        if (opset >= 11 && !n.attributes().empty()) return std::nullopt;
+        if (!ir::clip_params(n)) return std::nullopt;
+      }
+      if (n.outputs().size() != 1) return std::nullopt;
+      same();
+      return nothing;
+    case Kind::kBroadcast:
+      if (n.outputs().size() != 1) return std::nullopt;
+      same();
+      return nothing;
+    case Kind::kAxisOp:
+    case Kind::kConcat:
+    case Kind::kSplit: {
+      if (kind == Kind::kConcat && !n.attr("axis")) return std::nullopt;
+      int64_t axis = n.attr_int("axis", kind == Kind::kAxisOp ? -1 : 0);
+      if (kind == Kind::kSplit) {
+        auto p = ir::split_params(n);
+        if (!p) return std::nullopt;
+        axis = p->axis;
+      } else if (n.outputs().size() != 1) {
+        return std::nullopt;
+      }
+      auto a = ir::normalize_axis(axis, r);
+      if (!a) return std::nullopt;
+      same();
+      return int_attribute("axis", q[static_cast<size_t>(*a)]);
+    }
+    case Kind::kArgReduce: {
+      if (n.outputs().size() != 1) return std::nullopt;
+      auto a = ir::normalize_axis(n.attr_int("axis", 0), r);
+      if (!a) return std::nullopt;
+      if (n.attr_int("keepdims", 1) != 0)
+        same();
+      else
+        out_perms->push_back(drop_axes(q, {*a}));
+      return int_attribute("axis", q[static_cast<size_t>(*a)]);
+    }
+    case Kind::kReduce: {
+      auto p = ir::reduce_params(n);
+      const bool axes_input = opset >= (n.is("ReduceSum") ? 13 : 18);
+      if (!p || n.outputs().size() != 1 || n.inputs().size() > (axes_input ? 2u : 1u))
+        return std::nullopt;
+      if (!axes_input && n.attr("noop_with_empty_axes")) return std::nullopt;
+      if (!p->axes) {
+        // Every axis (or none, as an identity): nothing to remap.
+        if (p->keepdims || p->noop_with_empty_axes)
+          same();
+        else
+          out_perms->push_back({});
+        return nothing;
+      }
+      auto normal = ir::normalize_axes(*p->axes, r);
+      auto mapped = map_axes(*p->axes, q);
+      if (!normal || !mapped) return std::nullopt;
+      std::sort(normal->begin(), normal->end());
+      if (p->keepdims)
+        same();
+      else
+        out_perms->push_back(drop_axes(q, *normal));
+      return axes_input ? ints_input(1, *mapped, "_axes") : ints_attribute("axes", *mapped);
+    }
+    case Kind::kPad: {
+      auto p = ir::pad_params(n);
+      if (!p || p->axes || n.outputs().size() != 1 || p->pads.size() != static_cast<size_t>(2 * r))
+        return std::nullopt;
+      std::vector<int64_t> pads(p->pads.size());
+      for (size_t i = 0; i < q.size(); ++i) {
+        pads[static_cast<size_t>(q[i])] = p->pads[i];
+        pads[static_cast<size_t>(q[i]) + q.size()] = p->pads[i + q.size()];
+      }
+      same();
+      return opset >= 11 ? ints_input(1, pads, "_pads") : ints_attribute("pads", pads);
+    }
+    case Kind::kSlice: {
+      auto p = ir::slice_params(n);
+      if (!p || n.outputs().size() != 1 || p->axes.size() != p->starts.size()) return std::nullopt;
+      std::vector<int64_t> axes;
+      for (int64_t a : p->axes) {
+        auto normal = ir::normalize_axis(a, r);
+        if (!normal) return std::nullopt;
+        axes.push_back(q[static_cast<size_t>(*normal)]);
+      }
+      same();
+      return opset >= 10 ? ints_input(3, axes, "_axes") : ints_attribute("axes", axes);
+    }
+    case Kind::kSqueeze: {
+      auto p = ir::squeeze_axes(n);
+      if (!p || p->all || p->axes.empty() || n.outputs().size() != 1) return std::nullopt;
+      auto normal = ir::normalize_axes(p->axes, r);
+      auto mapped = map_axes(p->axes, q);
+      if (!normal || !mapped) return std::nullopt;
+      std::sort(normal->begin(), normal->end());
+      out_perms->push_back(drop_axes(q, *normal));
+      return opset >= 13 ? ints_input(1, *mapped, "_axes") : ints_attribute("axes", *mapped);
+    }
+    case Kind::kUnsqueeze: {
+      auto axes = ir::unsqueeze_axes(n);
+      if (!axes || axes->empty() || n.outputs().size() != 1) return std::nullopt;
+      auto normal = ir::normalize_axes(*axes, r + static_cast<int64_t>(axes->size()));
+      if (!normal) return std::nullopt;
+      std::sort(normal->begin(), normal->end());
+      out_perms->push_back(insert_axes(q, *normal));
+      return nothing;  // the new 1-dims stay at the same positions
+    }
+  }
+  return std::nullopt;
+}
+
+bool Plan::needs_transpose(const ir::Value* v) const {
+  if (v->is_graph_output()) return true;
+  for (const ir::Use& u : v->uses())
+    if (!in_region(u.node) && std::find(merged_.begin(), merged_.end(), u.node) == merged_.end())
+      return true;
+  return false;
+}
+
+bool Plan::worth_it() const {
+  // Before: the root, the merged Transposes and absorbed ones only the region reads.
+  int64_t before = 1 + static_cast<int64_t>(merged_.size());
+  int64_t after = 0;
+  uint64_t before_elems = 0, after_elems = 0;
+  bool sizes_known = true;
+  auto add = [&](uint64_t* total, const ir::Value* v) {
+    auto n = element_count(v);
+    if (!n)
+      sizes_known = false;
+    else
+      *total += *n;
+  };
+  add(&before_elems, root_.output(0));
+  for (const ir::Node* t : absorbed_nodes_) {
+    bool only_region = !t->output(0)->is_graph_output();
+    for (const ir::Use& u : t->output(0)->uses()) only_region = only_region && in_region(u.node);
+    if (only_region) {
+      ++before;
+      add(&before_elems, t->output(0));
+    }
+  }
+  for (size_t i = 0; i < merged_.size(); ++i) {
+    add(&before_elems, merged_[i]->output(0));
+    if (!is_identity(merged_perms_[i])) {
+      ++after;
+      add(&after_elems, merged_[i]->output(0));
+    }
+  }
+  for (const ir::Value* v : values_) {
+    if (is_identity(perm_of_.at(v)) || !needs_transpose(v)) continue;
+    ++after;
+    add(&after_elems, v);
+  }
+  if (after != before) return after < before;
+  return sizes_known && after_elems < before_elems;
+}
+
+bool Plan::prepare() {
+  for (auto& [slot, c] : new_constants_) {
+    auto t = constant_tensor(slot.first->input(slot.second));
+    if (!t) return false;
+    auto moved = eval::transposed(*t, c.dims, c.perm, kMaxConstantBytes);
+    if (!moved.ok()) return false;
+    c.tensor = moved->to_proto();
+  }
+  return true;
+}
+
+bool Plan::apply(Rewriter& rw) {
+  std::unordered_map<const ir::Value*, ir::Value*> new_of;
+  new_of[root_.output(0)] = root_.input(0);
+  for (Moved& m : moved_) {
+    ir::Node& old = *m.node;
+    std::vector<ir::Value*> inputs;
+    for (size_t s = 0; s < old.inputs().size(); ++s) {
+      ir::Value* in = old.input(s);
+      const auto key = std::make_pair(static_cast<const ir::Node*>(&old), s);
+      if (auto it = new_of.find(in); in && it != new_of.end()) {
+        inputs.push_back(it->second);
+      } else if (auto c = new_constants_.find(key); c != new_constants_.end()) {
+        inputs.push_back(
+            rw.add_constant(g_, std::move(c->second.tensor), in->name() + "_transposed"));
+      } else if (auto t = absorbed_.find(key); t != absorbed_.end()) {
+        inputs.push_back(t->second->input(0));
+      } else {
+        inputs.push_back(in);
+      }
+    }
+    ir::Node* rebuilt = rw.add_node(g_, old.op_type(), inputs, old.outputs().size(), &old);
+    for (const auto& a : old.attributes()) rw.set_attr(rebuilt, a);
+    m.edit(*rebuilt, rw);
+    for (size_t k = 0; k < old.outputs().size(); ++k)
+      if (old.output(k)) new_of[old.output(k)] = rebuilt->output(k);
+  }
+  for (size_t i = 0; i < merged_.size(); ++i) {
+    ir::Node* t = merged_[i];
+    ir::Value* v = new_of.at(t->input(0));
+    if (is_identity(merged_perms_[i]) && rw.replace_node(t, {v}, /*allow_identity=*/false))
+      continue;
+    rw.set_input(t, 0, v);
+    rw.set_attr(t, ints_attr("perm", merged_perms_[i]));
+  }
+  for (const ir::Value* cv : values_) {
+    if (cv == root_.output(0)) continue;  // the root stays for readers outside the region
+    ir::Value* v = const_cast<ir::Value*>(cv);
+    if (v->dead() || !needs_transpose(v)) continue;
+    const Perm& q = perm_of_.at(v);
+    ir::Value* nv = new_of.at(v);
+    if (is_identity(q)) {
+      rw.replace_all_uses(v, nv);
+      continue;
+    }
+    ir::Node* back = rw.add_node(g_, "Transpose", {nv}, 1, v->producer());
+    rw.set_attr(back, ints_attr("perm", q));
+    rw.replace_all_uses(v, back->output(0));
+  }
+  for (auto it = moved_.rbegin(); it != moved_.rend(); ++it) rw.erase(it->node);
+  for (ir::Node* t : absorbed_nodes_) rw.erase(t);
+  rw.erase(&root_);
+  return true;
+}
+
+// Transpose(x, p) moved down through the ops it feeds (see the top of the file).
+bool push_transpose(ir::Node& t, Rewriter& rw) {
+  ir::Value* x = t.input(0);
+  if (!x || t.outputs().size() != 1 || !t.output(0) || t.output(0)->uses().empty()) return false;
+  std::optional<int64_t> rank = x->rank();
+  auto p = ir::transpose_perm(t, rank);
+  if (!p || p->empty() || is_identity(*p)) return false;
+  if (x->rank() != static_cast<int64_t>(p->size())) return false;
+  Plan plan(t, *p);
+  if (!plan.build() || !plan.worth_it() || !plan.prepare()) return false;
+  return plan.apply(rw);
+}
+
+}  // namespace
+
+std::unique_ptr<Pass> make_optimize_transposes() {
+  return std::make_unique<RulePass>(
+      "optimize_transposes", std::vector<Rule>{{"push_transpose", {"Transpose"}, push_transpose}});
+}
+
+PassInfo optimize_transposes_pass() {
+  return {.name = "optimize_transposes",
+          .level = 2,
+          .description =
+              "Transposes pushed down through elementwise ops, reductions, Concat, "
+              "Split, Pad, Slice, Squeeze/Unsqueeze and Softmax until they cancel, "
+              "merge or fold into constants (only when fewer Transposes remain)",
+          .options = {},
+          .create = make_optimize_transposes};
+}
+
+}  // namespace graft

@@ -1,0 +1,571 @@
+// optimize_transposes (core/passes/optimize_transposes.cc): Transposes pushed down until they
+// cancel, merge or fold into constants.
+#include <string>
+
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+constexpr char kPass[] = "optimize_transposes";
+
+// Runs the pass (numeric check with the evaluator and the ONNX checker included) and returns the
+// number of Transposes left in all graphs.
+int transposes_after(const std::string& text, const RewriteOptions& options = {}) {
+  auto model = run_rewrite(kPass, text, options);
+  if (!model) return -1;
+  return count_ops(*model, "Transpose");
+}
+
+TEST(OptimizeTransposes, UnaryChainBetweenInversePairsCancels) {
+  // NHWC -> NCHW, unary ops (Cast, Clip with constant bounds, LeakyRelu...), NCHW -> NHWC.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,4] x) => (float[1,2,3,4] y) <float lo = {-1.0}, float hi = {1.5}> {
+      t = Transpose <perm = [0, 3, 1, 2]> (x)
+      a = Relu (t)
+      b = LeakyRelu <alpha = 0.2> (a)
+      c = Clip (b, lo, hi)
+      d = Cast <to = 11> (c)
+      e = Sigmoid (d)
+      f = Cast <to = 1> (e)
+      y = Transpose <perm = [0, 2, 3, 1]> (f)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,4] x) => (float[1,2,3,4] y) <float lo = {-1.0}, float hi = {1.5}> {
+      a = Relu (x)
+      b = LeakyRelu <alpha = 0.2> (a)
+      c = Clip (b, lo, hi)
+      d = Cast <to = 11> (c)
+      e = Sigmoid (d)
+      y = Cast <to = 1> (e)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(OptimizeTransposes, NonInverseEndsMergeIntoOne) {
+  // Transpose(Relu(Transpose(x, p1)), p2) is Transpose(Relu(x), p1 o p2): two become one.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4] x) => (float[3,2,4] y) {
+      t = Transpose <perm = [1, 2, 0]> (x)
+      a = Neg (t)
+      y = Transpose <perm = [0, 2, 1]> (a)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4] x) => (float[3,2,4] y) {
+      a = Neg (x)
+      y = Transpose <perm = [1, 0, 2]> (a)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(OptimizeTransposes, ConstantOperandIsTransposed) {
+  // Add(Transpose(x, [0, 3, 1, 2]), c[3, 1, 1]) with c unsqueezed to [1, 3, 1, 1]; the new
+  // constant is [1, 1, 1, 3] (the channel moves last). Where and Mul too, with a scalar operand.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,2,3] x, float s) => (float[1,2,2,3] y)
+      <float[3,1,1] c = {1.0, 2.0, 3.0}, bool[3,1,1] m = {1, 0, 1}> {
+      t = Transpose <perm = [0, 3, 1, 2]> (x)
+      a = Add (t, c)
+      b = Mul (s, a)
+      w = Where (m, b, t)
+      y = Transpose <perm = [0, 2, 3, 1]> (w)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 0);
+  const ir::Node* add = only_node(model->graph(), "Add");
+  ASSERT_TRUE(add);
+  EXPECT_EQ(add->input(0)->name(), "x");
+  EXPECT_EQ(dims_of(add->input(1)), (std::vector<int64_t>{1, 1, 1, 3}));
+  EXPECT_EQ(values_of(add->input(1)), (std::vector<double>{1, 2, 3}));
+  const ir::Node* where = only_node(model->graph(), "Where");
+  ASSERT_TRUE(where);
+  EXPECT_EQ(dims_of(where->input(0)), (std::vector<int64_t>{1, 1, 1, 3}));
+  EXPECT_EQ(where->input(2)->name(), "x");
+}
+
+TEST(OptimizeTransposes, TwoOperandsWithTheSamePermBecomeOneTranspose) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] a, float[2,3] b) => (float[3,2] y) {
+      ta = Transpose <perm = [1, 0]> (a)
+      tb = Transpose <perm = [1, 0]> (b)
+      y = Sub (ta, tb)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] a, float[2,3] b) => (float[3,2] y) {
+      s = Sub (a, b)
+      y = Transpose <perm = [1, 0]> (s)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(OptimizeTransposes, ReductionsRemapAxes) {
+  // keepdims = 1 keeps the permutation; keepdims = 0 drops the reduced axes from it. ReduceSum
+  // takes its axes as an input from opset 13, ReduceMean as an attribute until 18.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4,5] x) => (float[2,5,4] y, float[2,1,1,1] z) <int64[1] ax = {1}> {
+      t = Transpose <perm = [0, 3, 1, 2]> (x)
+      m = ReduceMean <axes = [2], keepdims = 0> (t)
+      y = Transpose <perm = [0, 1, 2]> (m)
+      s = ReduceSum <keepdims = 1> (t, ax)
+      z = ReduceMax <axes = [2, 3], keepdims = 1> (s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  const ir::Node* mean = only_node(model->graph(), "ReduceMean");
+  ASSERT_TRUE(mean);
+  EXPECT_EQ(mean->input(0)->name(), "x");
+  EXPECT_EQ(mean->attr_ints("axes"), (std::vector<int64_t>{1}));
+  const ir::Node* sum = only_node(model->graph(), "ReduceSum");
+  ASSERT_TRUE(sum);
+  EXPECT_EQ(sum->input(0)->name(), "x");
+  EXPECT_EQ(values_of(sum->input(1)), (std::vector<double>{3}));
+  const ir::Node* max = only_node(model->graph(), "ReduceMax");
+  ASSERT_TRUE(max);
+  EXPECT_EQ(max->attr_ints("axes"), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(OptimizeTransposes, ReduceAxesInputFromOpset18) {
+  // ReduceMax takes its axes as an input from opset 18 (libonnx 1.12 cannot check this model;
+  // the evaluator still compares the outputs).
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[2,3,4] x) => (float[2,3] y) <int64[1] ax = {-1}> {
+      t = Transpose <perm = [1, 0, 2]> (x)
+      m = ReduceMax <keepdims = 0> (t, ax)
+      y = Transpose <perm = [1, 0]> (m)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 0);
+  const ir::Node* max = only_node(model->graph(), "ReduceMax");
+  ASSERT_TRUE(max);
+  EXPECT_EQ(max->input(0)->name(), "x");
+  EXPECT_EQ(values_of(max->input(1)), (std::vector<double>{2}));
+}
+
+TEST(OptimizeTransposes, ReductionToFewerElementsMovesTheTranspose) {
+  // One Transpose either way, but after the ReduceMean it moves 2*4 elements instead of 2*3*4.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4] x, float[2,4] w) => (float[4,4] y) {
+      t = Transpose <perm = [2, 0, 1]> (x)
+      m = ReduceMean <axes = [2], keepdims = 0> (t)
+      y = MatMul (m, w)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  const ir::Node* mean = only_node(model->graph(), "ReduceMean");
+  ASSERT_TRUE(mean);
+  EXPECT_EQ(mean->input(0)->name(), "x");
+  EXPECT_EQ(mean->attr_ints("axes"), (std::vector<int64_t>{1}));
+  EXPECT_EQ(producer_op(model->graph(), input_names(producer(*model, "y"))[0]), "Transpose");
+}
+
+TEST(OptimizeTransposes, ArgMaxAndSoftmaxFollowTheirAxis) {
+  EXPECT_EQ(transposes_after(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4] x) => (float[2,3,4] y, int64[2,3] z) {
+      t = Transpose <perm = [2, 0, 1]> (x)
+      s = Softmax <axis = 1> (t)
+      l = LogSoftmax <axis = -1> (s)
+      y = Transpose <perm = [1, 2, 0]> (l)
+      a = ArgMax <axis = 0, keepdims = 0> (t)
+      z = Neg (a)
+    }
+  )"),
+            0);
+}
+
+TEST(OptimizeTransposes, SoftmaxBeforeOpset13Stays) {
+  // Softmax-11 flattens the input at `axis`: it is not a per-axis op, so nothing moves past it.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 7, opset_import: ["" : 11]>
+    g (float[2,3,4] x) => (float[2,3,4] y) {
+      t = Transpose <perm = [2, 0, 1]> (x)
+      s = Softmax <axis = 1> (t)
+      y = Transpose <perm = [1, 2, 0]> (s)
+    }
+  )");
+}
+
+TEST(OptimizeTransposes, ConcatSplitPadSliceMoveTheirAxes) {
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,2,3] x, float[1,2,2,3] x2) => (float[1,3,3,2] y, float[1,2,2,6] z)
+      <float[1,3,2,2] k = {1,2,3,4,5,6,7,8,9,10,11,12}, int64[8] pads = {0,0,1,0, 0,0,0,1},
+       int64[2] st = {0, 1}, int64[2] en = {1, 3}, int64[2] parts = {3, 6}> {
+      t = Transpose <perm = [0, 3, 1, 2]> (x)
+      t2 = Transpose <perm = [0, 3, 1, 2]> (x2)
+      c = Concat <axis = 1> (t, k, t2)
+      s1, s2 = Split <axis = 1> (c, parts)
+      p = Pad (s1, pads)
+      q = Slice (p, st, en)
+      y = Transpose <perm = [0, 2, 3, 1]> (q)
+      z = Transpose <perm = [0, 2, 3, 1]> (s2)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 0);
+  EXPECT_EQ(only_node(model->graph(), "Concat")->attr_int("axis", 0), 3);
+  EXPECT_EQ(only_node(model->graph(), "Split")->attr_int("axis", 0), 3);
+  const ir::Node* pad = only_node(model->graph(), "Pad");
+  EXPECT_EQ(values_of(pad->input(1)), (std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0}));
+  const ir::Node* slice = only_node(model->graph(), "Slice");
+  ASSERT_EQ(slice->inputs().size(), 4u);
+  EXPECT_EQ(values_of(slice->input(3)), (std::vector<double>{0, 3}));
+  EXPECT_EQ(dims_of(only_node(model->graph(), "Concat")->input(1)),
+            (std::vector<int64_t>{1, 2, 2, 3}));
+}
+
+TEST(OptimizeTransposes, OldOpsetsWriteAttributes) {
+  // Pad-2 pads, Slice-1 axes, Squeeze/Unsqueeze-11 axes are attributes.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 7, opset_import: ["" : 9]>
+    g (float[2,3,4] x) => (float[5,3,2] y) {
+      t = Transpose <perm = [1, 2, 0]> (x)
+      p = Pad <pads = [0, 1, 0, 0, 0, 0]> (t)
+      s = Slice <starts = [0], ends = [2], axes = [2]> (p)
+      y = Transpose <perm = [1, 0, 2]> (s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 1);
+  EXPECT_EQ(only_node(model->graph(), "Pad")->attr_ints("pads"),
+            (std::vector<int64_t>{0, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(only_node(model->graph(), "Slice")->attr_ints("axes"), (std::vector<int64_t>{0}));
+}
+
+TEST(OptimizeTransposes, SqueezeAndUnsqueezeChangeThePermutation) {
+  for (const char* opset : {"11", "13"}) {
+    SCOPED_TRACE(opset);
+    const bool inputs = std::string(opset) == "13";
+    const std::string squeeze = inputs ? "Squeeze (t, sq)" : "Squeeze <axes = [1]> (t)";
+    const std::string unsqueeze = inputs ? "Unsqueeze (s, uq)" : "Unsqueeze <axes = [0, 3]> (s)";
+    EXPECT_EQ(transposes_after(std::string(R"(
+      <ir_version: 7, opset_import: ["" : )") +
+                               opset + R"(]>
+      g (float[2,1,3,4] x) => (float[1,3,2,1,4] y) <int64[1] sq = {1}, int64[2] uq = {0, 3}> {
+        t = Transpose <perm = [2, 1, 0, 3]> (x)
+        s = )" + squeeze + R"(
+        u = )" + unsqueeze + R"(
+        e = Exp (u)
+        y = Transpose <perm = [0, 1, 2, 3, 4]> (e)
+      }
+    )"),
+              1);
+  }
+  // Unsqueeze then the inverse of the moved permutation: everything cancels.
+  EXPECT_EQ(transposes_after(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,1,3] y) <int64[1] uq = {1}> {
+      t = Transpose <perm = [1, 0]> (x)
+      u = Unsqueeze (t, uq)
+      y = Transpose <perm = [2, 1, 0]> (u)
+    }
+  )"),
+            0);
+}
+
+TEST(OptimizeTransposes, TensorflowStyleLayoutChainCollapses) {
+  // What tf2onnx writes around NCHW-only ops: every NHWC op is wrapped in Transposes. Between
+  // the two Convs everything moves; only the model's own boundary Transposes stay.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,4,4,2] x) => (float[1,4,4,2] y)
+      <float[2,2,1,1] w1 = {1, -1, 0.5, 2}, float[2,2,1,1] w2 = {0.5, 1, -2, 1},
+       float[2] bias = {0.25, -0.5}, float[1,1,1,2] scale = {2, 3}> {
+      a = Transpose <perm = [0, 3, 1, 2]> (x)
+      c1 = Conv (a, w1)
+      b = Transpose <perm = [0, 2, 3, 1]> (c1)
+      d = Add (b, bias)
+      e = Mul (d, scale)
+      f = Relu (e)
+      g1 = Transpose <perm = [0, 3, 1, 2]> (f)
+      c2 = Conv (g1, w2)
+      h = Transpose <perm = [0, 2, 3, 1]> (c2)
+      y = Sigmoid (h)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 2);
+  const ir::Node* add = only_node(model->graph(), "Add");
+  EXPECT_EQ(add->input(0)->name(), "c1");
+  EXPECT_EQ(dims_of(add->input(1)), (std::vector<int64_t>{1, 2, 1, 1}));
+  // The first and last Transposes stay: one on the input, one before the output's Sigmoid.
+  EXPECT_EQ(producer_op(model->graph(), "y"), "Sigmoid");
+}
+
+TEST(OptimizeTransposes, PureLayoutChainCollapsesEntirely) {
+  EXPECT_EQ(transposes_after(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,4,4,2] x) => (float[1,4,5,1] y)
+      <float[2] bias = {0.25, -0.5}, int64[8] pads = {0, 0, 1, 1, 0, 0, 0, 0},
+       int64[1] st = {1}, int64[1] en = {5}, int64[1] ax = {2}> {
+      a = Transpose <perm = [0, 3, 1, 2]> (x)
+      b = Transpose <perm = [0, 2, 3, 1]> (a)
+      c = Add (b, bias)
+      d = Transpose <perm = [0, 3, 1, 2]> (c)
+      e = Pad <mode = "reflect"> (d, pads)
+      f = Slice (e, st, en, ax)
+      g1 = Transpose <perm = [0, 2, 3, 1]> (f)
+      h = Tanh (g1)
+      k = Transpose <perm = [0, 3, 1, 2]> (h)
+      m = ReduceMax <axes = [1], keepdims = 1> (k)
+      y = Transpose <perm = [0, 2, 3, 1]> (m)
+    }
+  )"),
+            0);
+}
+
+TEST(OptimizeTransposes, StaysWhenNothingIsGained) {
+  // One Transpose before, one after, the same number of elements: no rewrite.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3,4] x, float[3,4] w) => (float[4,2,4] y) {
+      t = Transpose <perm = [2, 0, 1]> (x)
+      r = Relu (t)
+      y = MatMul (r, w)
+    }
+  )");
+  // Pushing past the Relu, Neg and Exp would need a Transpose for each MatMul.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x, float[2,2] w) => (float[3,2] y, float[3,2] z) {
+      t = Transpose <perm = [1, 0]> (x)
+      r = Relu (t)
+      n = Neg (r)
+      e = Exp (r)
+      y = MatMul (n, w)
+      z = MatMul (e, w)
+    }
+  )");
+  // A runtime operand that is not a scalar nor transposed the same way stops the move.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x, float[3,2] b) => (float[2,3] y) {
+      t = Transpose <perm = [1, 0]> (x)
+      a = Add (t, b)
+      y = Transpose <perm = [1, 0]> (a)
+    }
+  )");
+}
+
+TEST(OptimizeTransposes, RegionValueReadElsewhereKeepsATranspose) {
+  // r is a graph output: it gets a Transpose back, and the pair around Exp still cancels.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[2,3] y, float[3,2] r) {
+      t = Transpose <perm = [1, 0]> (x)
+      r = Relu (t)
+      e = Exp (r)
+      y = Transpose <perm = [1, 0]> (e)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 1);
+  EXPECT_EQ(producer_op(model->graph(), "r"), "Transpose");
+  EXPECT_EQ(producer_op(model->graph(), "y"), "Exp");
+}
+
+TEST(OptimizeTransposes, InvalidPermsAndUnknownRanksStay) {
+  // Not a permutation.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float y) {
+      t = Transpose <perm = [0, 0]> (x)
+      r = Relu (t)
+      y = Transpose <perm = [1, 0]> (r)
+    }
+  )",
+                    compare_outputs(Outputs::kNotCompared));  // invalid model
+  // An attribute the rule does not know.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float y) {
+      t = Transpose <perm = [1, 0], extra = 1> (x)
+      r = Relu (t)
+      y = Transpose <perm = [1, 0]> (r)
+    }
+  )",
+                    compare_outputs(Outputs::kNotCompared));
+  // No perm (reversal) and a rank nothing tells.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13, "custom" : 1]>
+    g (float[2,3] x) => (float y) {
+      u = custom.Op (x)
+      t = Transpose (u)
+      r = Relu (t)
+      y = Transpose (r)
+    }
+  )",
+                    compare_outputs(Outputs::kNotCompared));  // custom op
+  // A perm whose length the input's rank does not confirm.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13, "custom" : 1]>
+    g (float[2,3] x) => (float y) {
+      u = custom.Op (x)
+      t = Transpose <perm = [1, 0]> (u)
+      r = Relu (t)
+      y = Transpose <perm = [1, 0]> (r)
+    }
+  )",
+                    compare_outputs(Outputs::kNotCompared));
+}
+
+TEST(OptimizeTransposes, MalformedParametersStay) {
+  // Axes out of range or repeated, pads of the wrong length, a constant of a higher rank: the
+  // node is left where it is (and the pair around it stays).
+  for (const char* op :
+       {"ReduceSum <axes = [5]> (t)", "ReduceSum <axes = [0, -2]> (t)",
+        "Pad <pads = [0, 1, 0]> (t)", "Concat <axis = 2> (t, t)", "ArgMax <axis = 7> (t)",
+        "Slice <starts = [0], ends = [1], axes = [4]> (t)", "Squeeze <axes = [3]> (t)",
+        "Unsqueeze <axes = [1, 1]> (t)", "Add (t, k)", "Split <axis = -9> (t)"}) {
+    SCOPED_TRACE(op);
+    expect_no_rewrite(kPass, std::string(R"(
+      <ir_version: 7, opset_import: ["" : 9]>
+      g (float[2,3] x) => (float y) <float[1,1,3] k = {1, 2, 3}> {
+        t = Transpose <perm = [1, 0]> (x)
+        r = )") + op + R"(
+        y = Transpose <perm = [1, 0]> (r)
+      }
+    )",
+                      compare_outputs(Outputs::kNotCompared));  // invalid models
+  }
+}
+
+TEST(OptimizeTransposes, LargeSharedConstantIsNotCopied) {
+  // c (128 KiB) is also read by another node: transposing it would keep both copies.
+  std::string values;
+  for (int i = 0; i < 32 * 1024; ++i) values += (i ? "," : "") + std::to_string(i % 7);
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[256,128] x) => (float[256,128] y, float[128,256] z) <float[128,256] c = {)" +
+                               values + R"(}> {
+      t = Transpose <perm = [1, 0]> (x)
+      a = Add (t, c)
+      y = Transpose <perm = [1, 0]> (a)
+      z = Neg (c)
+    }
+  )");
+}
+
+TEST(OptimizeTransposes, InsideIfBranches) {
+  EXPECT_EQ(transposes_after(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[2,3] x) => (float[2,3] y) <float[3,1] c = {1, 2, 3}> {
+      y = If (cond) <
+        then_branch = then_g () => (float[2,3] a) {
+          t = Transpose <perm = [1, 0]> (x)
+          r = Add (t, c)
+          a = Transpose <perm = [1, 0]> (r)
+        },
+        else_branch = else_g () => (float[2,3] b) {
+          b = Relu (x)
+        }>
+    }
+  )"),
+            0);
+}
+
+TEST(OptimizeTransposes, RootStaysForItsOtherReaders) {
+  // t also feeds a MatMul: it stays for it, while the pair around Relu still cancels (2 -> 1).
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x, float[2,2] w) => (float[2,3] y, float[3,2] z) {
+      t = Transpose <perm = [1, 0]> (x)
+      r = Relu (t)
+      y = Transpose <perm = [1, 0]> (r)
+      z = MatMul (t, w)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 1);
+  EXPECT_EQ(producer_op(model->graph(), "y"), "Relu");
+  EXPECT_EQ(input_names(producer(*model, "y")), (std::vector<std::string>{"x"}));
+  EXPECT_EQ(producer_op(model->graph(), input_names(producer(*model, "z"))[0]), "Transpose");
+}
+
+TEST(OptimizeTransposes, RegionValueCapturedByABranchGetsATransposeBack) {
+  // r is read inside the If's branch: that reader is outside the region, so r keeps its layout
+  // through a Transpose in the outer graph, while the pair around Exp cancels.
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[2,3] x) => (float[2,3] y, float[3,2] z) {
+      t = Transpose <perm = [1, 0]> (x)
+      r = Relu (t)
+      e = Exp (r)
+      y = Transpose <perm = [1, 0]> (e)
+      z = If (cond) <
+        then_branch = then_g () => (float[3,2] a) {
+          a = Neg (r)
+        },
+        else_branch = else_g () => (float[3,2] b) {
+          b = Abs (r)
+        }>
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 1);
+  EXPECT_EQ(producer_op(model->graph(), "y"), "Exp");
+  const ir::Node* iff = only_node(model->graph(), "If");
+  ASSERT_TRUE(iff);
+  const ir::Graph& then_g = *iff->subgraphs()[0].graph;
+  EXPECT_EQ(producer_op(model->graph(), input_names(only_node(then_g, "Neg"))[0]), "Transpose");
+}
+
+TEST(OptimizeTransposes, InsideFunctionBodies) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2,3] x) => (float[2,3] y) {
+      y = local.F (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    F (a) => (b) {
+      shape = Constant <value = int64[2] {2, 3}> ()
+      r = Reshape (a, shape)
+      c = Constant <value = float[3,1] {1.0, 2.0, 3.0}> ()
+      t = Transpose <perm = [1, 0]> (r)
+      m = Mul (t, c)
+      b = Transpose <perm = [1, 0]> (m)
+    }
+  )");
+  ASSERT_TRUE(model);
+  // Not run_pass_checked: the evaluator does not run local functions.
+  auto result = run_pass(*model, kPass);
+  EXPECT_EQ(result.rewrites, 1);
+  const ir::Graph& body = *model->functions()[0].body;
+  EXPECT_EQ(count_ops(*model, "Transpose"), 0);
+  const ir::Value* b = body.find_local("b");
+  ASSERT_TRUE(b && b->producer() && b->producer()->op_type() == "Mul");
+  const ir::Node* c = b->producer()->input(1)->producer();
+  ASSERT_TRUE(c && c->op_type() == "Constant");
+  EXPECT_EQ(std::vector<int64_t>(c->attr("value")->t().dims().begin(),
+                                 c->attr("value")->t().dims().end()),
+            (std::vector<int64_t>{1, 3}));
+  auto reloaded = ir::Model::from_proto(model->to_proto());
+  EXPECT_TRUE(reloaded.ok()) << reloaded.status();
+}
+
+}  // namespace
+}  // namespace graft::testing
