@@ -21,6 +21,7 @@ std::unique_ptr<Pass> make_dedup_initializers();
 std::unique_ptr<Pass> make_cse();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_matmul_add();
+std::unique_ptr<Pass> make_fuse_blocks();
 std::unique_ptr<Pass> make_prune();
 
 // Rule sets split across files (one pass made of both).
@@ -40,6 +41,7 @@ PassInfo dedup_initializers_pass();
 PassInfo cse_pass();
 PassInfo fuse_conv_batchnorm_pass();
 PassInfo fuse_matmul_add_pass();
+PassInfo fuse_blocks_pass();
 PassInfo prune_pass();
 
 }  // namespace graft

@@ -52,6 +52,15 @@ bool has_checked_rank(const ir::Value* v, int64_t rank) {
   return v->is_graph_input() || v->is_constant() || v->owner()->model()->facts_checked();
 }
 
+std::optional<int64_t> checked_dim(const ir::Value* v, int64_t axis) {
+  if (!v || v->dead()) return std::nullopt;
+  std::optional<int64_t> dim = v->fact().dim(axis);
+  if (!dim) return std::nullopt;
+  const bool trusted =
+      v->is_graph_input() || v->is_constant() || v->owner()->model()->facts_checked();
+  return trusted ? dim : std::nullopt;
+}
+
 bool single_use(const ir::Value* v) {
   return v && !v->dead() && v->uses().size() == 1 && !v->is_graph_output();
 }
@@ -71,6 +80,13 @@ ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node
 
 ir::Node* only_reader(const ir::Value* v) {
   return single_use(v) ? v->uses()[0].node : nullptr;
+}
+
+bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> readers) {
+  if (!v || v->dead() || v->is_graph_output() || v->uses().empty()) return false;
+  for (const ir::Use& u : v->uses())
+    if (std::find(readers.begin(), readers.end(), u.node) == readers.end()) return false;
+  return true;
 }
 
 bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {

@@ -52,6 +52,11 @@ bool all_equal(const eval::Tensor& t, int64_t value);
 // (Model::facts_checked(): libonnx's inference did not fail on the model). Call it after any
 // other fact query the rule makes.
 bool has_checked_rank(const ir::Value* v, int64_t rank);
+// `v`'s size along `axis` (negative counts from the back) by a fact the rewrite may rely on (the
+// same sources as has_checked_rank: a graph input's or constant's declaration, else only where
+// the model's declarations were checked); nullopt when unknown or symbolic. Call it after any
+// other fact query the rule makes.
+std::optional<int64_t> checked_dim(const ir::Value* v, int64_t axis);
 
 // Exactly one node reads `v` and it is not a graph output: a rewrite may change or absorb it.
 bool single_use(const ir::Value* v);
@@ -63,6 +68,11 @@ ir::Node* producer(const ir::Value* v, std::string_view op);
 ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node& n);
 // The only node reading `v` (nullptr unless single_use).
 ir::Node* only_reader(const ir::Value* v);
+// Every reader of `v` is one of `readers` (a node may read it through several inputs) and `v` is
+// not a graph output: a fused pattern that replaces all of `readers` may absorb `v`, which has
+// several readers inside the pattern (e.g. x - mean, read by both the variance and the quotient
+// of a layer normalization).
+bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> readers);
 
 // True if every attribute of `n` is named in `known`. An attribute outside it may change the
 // meaning of the node (or come from an op version the pass does not reason about).
