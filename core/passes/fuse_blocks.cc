@@ -70,11 +70,11 @@ ir::Node* inner(ir::Value* v, std::string_view op, size_t inputs, const ir::Node
   return p;
 }
 
-// `v` is a constant with one element of x's type equal to `want` (within `rel` of it), that does
-// not broadcast x to a higher rank.
-bool scalar_is(const ir::Value* v, const ir::Value* x, double want, double rel) {
+// `v` is a constant with one element of type `dtype` (x's; 0: any, for Pow's exponent) equal to
+// `want` (within `rel` of it), that does not broadcast x to a higher rank.
+bool scalar_is(const ir::Value* v, const ir::Value* x, int32_t dtype, double want, double rel) {
   const TensorProto* c = constant_proto(v);
-  if (!c || c->data_type() != x->elem_type()) return false;
+  if (!c || (dtype != 0 && c->data_type() != dtype)) return false;
   if (c->dims_size() > 0) {
     std::optional<int64_t> rank = x->rank();
     if (!rank || c->dims_size() > *rank || !has_checked_rank(x, *rank)) return false;
@@ -98,22 +98,22 @@ ir::Value* other_operand(const ir::Node& n, const ir::Value* v) {
 using Block = std::vector<ir::Node*>;
 
 // 1 + Erf(x / sqrt(2)) or 1 + Erf(x * (1 / sqrt(2))), `t` read only by the block.
-bool erf_term(ir::Value* t, ir::Value* x, const ir::Node& root, Block& block) {
+bool erf_term(ir::Value* t, ir::Value* x, int32_t dtype, const ir::Node& root, Block& block) {
   ir::Node* add = inner(t, "Add", 2, root);
   if (!add) return false;
   for (int side = 0; side < 2; ++side) {
     ir::Node* erf = inner(add->input(side), "Erf", 1, root);
-    if (!erf || !scalar_is(add->input(1 - side), x, 1, 0)) continue;
+    if (!erf || !scalar_is(add->input(1 - side), x, dtype, 1, 0)) continue;
     ir::Value* u = erf->input(0);
     if (ir::Node* div = inner(u, "Div", 2, root)) {
-      if (div->input(0) != x || !scalar_is(div->input(1), x, std::sqrt(2.0), tolerance(x->elem_type())))
+      if (div->input(0) != x || !scalar_is(div->input(1), x, dtype, std::sqrt(2.0), tolerance(dtype)))
         continue;
       block.insert(block.end(), {add, erf, div});
       return true;
     }
     if (ir::Node* mul = inner(u, "Mul", 2, root)) {
       ir::Value* c = other_operand(*mul, x);
-      if (!c || !scalar_is(c, x, std::sqrt(0.5), tolerance(x->elem_type()))) continue;
+      if (!c || !scalar_is(c, x, dtype, std::sqrt(0.5), tolerance(dtype))) continue;
       block.insert(block.end(), {add, erf, mul});
       return true;
     }
@@ -124,7 +124,7 @@ bool erf_term(ir::Value* t, ir::Value* x, const ir::Node& root, Block& block) {
 // x^3 as Pow(x, 3), Mul(x, Mul(x, x)) or Mul(Mul(x, x), x).
 bool cube_of(ir::Value* v, ir::Value* x, const ir::Node& root, Block& block) {
   if (ir::Node* pow = inner(v, "Pow", 2, root)) {
-    if (pow->input(0) != x || !scalar_is(pow->input(1), x, 3, 0)) return false;
+    if (pow->input(0) != x || !scalar_is(pow->input(1), x, 0, 3, 0)) return false;
     block.push_back(pow);
     return true;
   }
@@ -141,24 +141,24 @@ bool cube_of(ir::Value* v, ir::Value* x, const ir::Node& root, Block& block) {
 }
 
 // 1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)), `t` read only by the block.
-bool tanh_term(ir::Value* t, ir::Value* x, const ir::Node& root, Block& block) {
+bool tanh_term(ir::Value* t, ir::Value* x, int32_t dtype, const ir::Node& root, Block& block) {
   ir::Node* add = inner(t, "Add", 2, root);
   if (!add) return false;
-  const double tol = tolerance(x->elem_type());
+  const double tol = tolerance(dtype);
   for (int side = 0; side < 2; ++side) {
     ir::Node* tanh = inner(add->input(side), "Tanh", 1, root);
-    if (!tanh || !scalar_is(add->input(1 - side), x, 1, 0)) continue;
+    if (!tanh || !scalar_is(add->input(1 - side), x, dtype, 1, 0)) continue;
     ir::Node* scaled = inner(tanh->input(0), "Mul", 2, root);
     if (!scaled) return false;
     for (int s = 0; s < 2; ++s) {
       ir::Node* sum = inner(scaled->input(s), "Add", 2, root);
-      if (!sum || !scalar_is(scaled->input(1 - s), x, std::sqrt(2.0 / M_PI), tol)) continue;
+      if (!sum || !scalar_is(scaled->input(1 - s), x, dtype, std::sqrt(2.0 / M_PI), tol)) continue;
       ir::Value* cubic = other_operand(*sum, x);
       ir::Node* times = cubic ? inner(cubic, "Mul", 2, root) : nullptr;
       if (!times) continue;
       for (int k = 0; k < 2; ++k) {
         Block rest;
-        if (!scalar_is(times->input(1 - k), x, 0.044715, tol) ||
+        if (!scalar_is(times->input(1 - k), x, dtype, 0.044715, tol) ||
             !cube_of(times->input(k), x, root, rest))
           continue;
         block.insert(block.end(), {add, tanh, scaled, sum, times});
@@ -170,7 +170,8 @@ bool tanh_term(ir::Value* t, ir::Value* x, const ir::Node& root, Block& block) {
   return false;
 }
 
-using Term = bool (*)(ir::Value* t, ir::Value* x, const ir::Node& root, Block& block);
+using Term = bool (*)(ir::Value* t, ir::Value* x, int32_t dtype, const ir::Node& root,
+                     Block& block);
 
 // root = 0.5 * x * t as a product of three factors in any association and order, with `term`
 // matching t for that x. Replaces the block with Gelu(x, approximate).
@@ -186,10 +187,13 @@ bool gelu(ir::Node& root, Rewriter& rw, Term term, const char* approximate) {
       for (int t = 0; t < 3; ++t) {
         if (t == h) continue;
         ir::Value* x = factors[3 - h - t];
-        const int32_t dtype = x->elem_type();
-        if (!is_ieee_float(dtype) || !scalar_is(factors[h], x, 0.5, 0)) continue;
+        // x's type, or where the facts do not know it (a function's input) the 0.5's: the
+        // block's binary ops require both operands to have the same type.
+        const TensorProto* half = constant_proto(factors[h]);
+        const int32_t dtype = x->elem_type() ? x->elem_type() : half ? half->data_type() : 0;
+        if (!is_ieee_float(dtype) || !scalar_is(factors[h], x, dtype, 0.5, 0)) continue;
         Block block = {&root, product};
-        if (!term(factors[t], x, root, block)) continue;
+        if (!term(factors[t], x, dtype, root, block)) continue;
         ir::Node* fused = rw.add_node(*root.graph(), "Gelu", {x}, 1, &root);
         if (approximate) {
           onnx::AttributeProto a;
@@ -257,7 +261,7 @@ std::optional<Reduction> mean_of(ir::Value* v, const ir::Value* of, int64_t rank
 // z^2 as Pow(z, 2) or Mul(z, z), read only by the block.
 ir::Node* square_of(ir::Value* v, const ir::Value* z, const ir::Node& root) {
   if (ir::Node* pow = inner(v, "Pow", 2, root))
-    return pow->input(0) == z && scalar_is(pow->input(1), z, 2, 0) ? pow : nullptr;
+    return pow->input(0) == z && scalar_is(pow->input(1), z, 0, 2, 0) ? pow : nullptr;
   ir::Node* mul = inner(v, "Mul", 2, root);
   return mul && mul->input(0) == z && mul->input(1) == z ? mul : nullptr;
 }
@@ -284,7 +288,8 @@ std::optional<Quotient> quotient(const ir::Node& y) {
     ir::Value* root_of = reciprocal ? reciprocal->input(0) : nullptr;
     if (!reciprocal) {
       ir::Node* div = inner(r, "Div", 2, y);
-      if (!div || !scalar_is(div->input(0), div->input(1), 1, 0)) continue;
+      if (!div || !scalar_is(div->input(0), div->input(1), div->input(1)->elem_type(), 1, 0))
+        continue;
       reciprocal = div;
       root_of = div->input(1);
     }
