@@ -106,7 +106,8 @@ bool erf_term(ir::Value* t, ir::Value* x, int32_t dtype, const ir::Node& root, B
     if (!erf || !scalar_is(add->input(1 - side), x, dtype, 1, 0)) continue;
     ir::Value* u = erf->input(0);
     if (ir::Node* div = inner(u, "Div", 2, root)) {
-      if (div->input(0) != x || !scalar_is(div->input(1), x, dtype, std::sqrt(2.0), tolerance(dtype)))
+      if (div->input(0) != x ||
+          !scalar_is(div->input(1), x, dtype, std::sqrt(2.0), tolerance(dtype)))
         continue;
       block.insert(block.end(), {add, erf, div});
       return true;
@@ -171,7 +172,7 @@ bool tanh_term(ir::Value* t, ir::Value* x, int32_t dtype, const ir::Node& root, 
 }
 
 using Term = bool (*)(ir::Value* t, ir::Value* x, int32_t dtype, const ir::Node& root,
-                     Block& block);
+                      Block& block);
 
 // root = 0.5 * x * t as a product of three factors in any association and order, with `term`
 // matching t for that x. Replaces the block with Gelu(x, approximate).
@@ -306,14 +307,14 @@ struct Variance {
   ir::Value* mean = nullptr;
   double eps = 0;
 };
-std::optional<Variance> plus_epsilon(ir::Value* radicand, const ir::Value* x, const ir::Node& root) {
+std::optional<Variance> plus_epsilon(ir::Value* radicand, const ir::Value* x,
+                                     const ir::Node& root) {
   ir::Node* add = inner(radicand, "Add", 2, root);
   if (!add) return std::nullopt;
   for (int side = 0; side < 2; ++side) {
     const ir::Value* eps = add->input(1 - side);
     const TensorProto* c = constant_proto(eps);
-    if (!c || c->data_type() != x->elem_type() || c->dims_size() > x->rank().value_or(0))
-      continue;
+    if (!c || c->data_type() != x->elem_type() || c->dims_size() > x->rank().value_or(0)) continue;
     std::optional<double> value = constant_scalar(eps);
     if (!value || !std::isfinite(*value)) continue;
     return Variance{add, add->input(side), *value};
@@ -436,10 +437,11 @@ std::optional<Normalization> normalization(ir::Node& y, bool center) {
 ir::Value* ones(Rewriter& rw, const ir::Node& root, const Normalization& n) {
   int64_t count = 1;
   for (int64_t d : n.norm) count *= d;
-  return rw.add_constant(*root.graph(),
-                         ir::make_float_tensor(n.x->elem_type(), n.norm,
-                                               std::vector<double>(static_cast<size_t>(count), 1.0)),
-                         root.output(0)->name() + "_scale");
+  return rw.add_constant(
+      *root.graph(),
+      ir::make_float_tensor(n.x->elem_type(), n.norm,
+                            std::vector<double>(static_cast<size_t>(count), 1.0)),
+      root.output(0)->name() + "_scale");
 }
 
 // Replaces the block (and the affine steps `last` ends) by `op`(x, scale[, bias]).

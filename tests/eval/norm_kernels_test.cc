@@ -38,12 +38,13 @@ TEST(NormKernelsTest, LayerNormalizationOverAllAxesAndStatistics) {
   Tensor x = f32({2, 2}, {1, 3, 5, 7});
   Tensor scale = f32({2, 2}, {1, 1, 1, 1});
   std::vector<Tensor> out;
-  ASSERT_TRUE(run(model(17, "(float[2,2] x, float[2,2] s) => (float[2,2] y, float[1,1] m, float[1,1] i)",
-                        "y, m, i = LayerNormalization <axis = 0, epsilon = 0.0> (x, s)"),
-                  {&x, &scale}, &out)
-                  .ok());
-  expect_values(out[0], {-1.3416407864998738, -0.4472135954999579, 0.4472135954999579,
-                         1.3416407864998738});
+  ASSERT_TRUE(
+      run(model(17, "(float[2,2] x, float[2,2] s) => (float[2,2] y, float[1,1] m, float[1,1] i)",
+                "y, m, i = LayerNormalization <axis = 0, epsilon = 0.0> (x, s)"),
+          {&x, &scale}, &out)
+          .ok());
+  expect_values(out[0],
+                {-1.3416407864998738, -0.4472135954999579, 0.4472135954999579, 1.3416407864998738});
   EXPECT_EQ(out[1].dims(), (std::vector<int64_t>{1, 1}));
   expect_values(out[1], {4});
   expect_values(out[2], {0.4472135954999579});  // 1 / sqrt(5)
@@ -55,9 +56,9 @@ TEST(NormKernelsTest, LayerNormalizationRefusesBadAxisAndScale) {
   std::vector<Tensor> out;
   const std::string sig = "(float[2,4] x, float[4] s) => (float[2,4] y)";
   for (const char* axis : {"2", "-3", "9223372036854775807"}) {
-    absl::Status st = run(model(17, sig, std::string("y = LayerNormalization <axis = ") + axis +
-                                             "> (x, s)"),
-                          {&x, &scale}, &out);
+    absl::Status st =
+        run(model(17, sig, std::string("y = LayerNormalization <axis = ") + axis + "> (x, s)"),
+            {&x, &scale}, &out);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << axis << ": " << st;
   }
   absl::Status st = run(model(17, sig, "y = LayerNormalization (x, s)"), {&x, &wrong}, &out);
@@ -77,15 +78,15 @@ TEST(NormKernelsTest, GeluBothApproximations) {
   ASSERT_TRUE(run(model(20, "(float[4] x) => (float[4] y)", "y = Gelu (x)"), {&x}, &out).ok());
   // 0.5 x (1 + erf(x / sqrt(2)))
   expect_values(out[0], {-0.15865525393145707, 0, 0.8413447460685429, 1.9544997361036416});
-  ASSERT_TRUE(run(model(20, "(float[4] x) => (float[4] y)",
-                        "y = Gelu <approximate = \"tanh\"> (x)"),
-                  {&x}, &out)
-                  .ok());
+  ASSERT_TRUE(
+      run(model(20, "(float[4] x) => (float[4] y)", "y = Gelu <approximate = \"tanh\"> (x)"), {&x},
+          &out)
+          .ok());
   // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
   expect_values(out[0], {-0.15880800939172324, 0, 0.8411919906082768, 1.954597694087775});
-  absl::Status st = run(model(20, "(float[4] x) => (float[4] y)",
-                              "y = Gelu <approximate = \"erf\"> (x)"),
-                        {&x}, &out);
+  absl::Status st =
+      run(model(20, "(float[4] x) => (float[4] y)", "y = Gelu <approximate = \"erf\"> (x)"), {&x},
+          &out);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   // Only from opset 20.
   EXPECT_EQ(run(model(19, "(float[4] x) => (float[4] y)", "y = Gelu (x)"), {&x}, &out).code(),
@@ -121,8 +122,9 @@ TEST(NormKernelsTest, RmsNormalizationRefusesBadAxisScaleAndStash) {
   std::vector<Tensor> out;
   const std::string sig = "(float[2,4] x, float[4] s) => (float[2,4] y)";
   for (const char* attrs : {"axis = 2", "axis = -3", "stash_type = 7"}) {
-    absl::Status st = run(model(23, sig, std::string("y = RMSNormalization <") + attrs + "> (x, s)"),
-                          {&x, &scale}, &out);
+    absl::Status st =
+        run(model(23, sig, std::string("y = RMSNormalization <") + attrs + "> (x, s)"),
+            {&x, &scale}, &out);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << attrs << ": " << st;
   }
   // Scale [2, 4] against the normalized shape [4].
@@ -145,10 +147,10 @@ TEST(NormKernelsTest, EmptyBatchIsFine) {
   Tensor x = f32({0, 4}, {});
   Tensor scale = f32({4}, {1, 1, 1, 1});
   std::vector<Tensor> out;
-  ASSERT_TRUE(run(model(23, "(float[0,4] x, float[4] s) => (float[0,4] y)",
-                        "y = RMSNormalization (x, s)"),
-                  {&x, &scale}, &out)
-                  .ok());
+  ASSERT_TRUE(
+      run(model(23, "(float[0,4] x, float[4] s) => (float[0,4] y)", "y = RMSNormalization (x, s)"),
+          {&x, &scale}, &out)
+          .ok());
   EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{0, 4}));
   ASSERT_TRUE(run(model(17, "(float[0,4] x, float[4] s) => (float[0,4] y)",
                         "y = LayerNormalization (x, s)"),

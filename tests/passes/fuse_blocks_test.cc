@@ -36,7 +36,8 @@ std::string layer_norm_block(int opset, const std::string& signature, const std:
       a = Add (v, eps)
       s = Sqrt (a)
       n = Div (d, s)
-)" + body_end + "}";
+)" + body_end +
+         "}";
 }
 
 constexpr const char* kAffine = R"(
@@ -271,8 +272,7 @@ TEST(FuseBlocks, LayerNormLookAlikesStay) {
   expect_no_rewrite("fuse_blocks", text);
   // A non-trailing axis.
   text = layer_norm_block(17, sig, "", kAffine);
-  for (size_t at = text.find("axes = [-1]"); at != std::string::npos;
-       at = text.find("axes = [-1]"))
+  for (size_t at = text.find("axes = [-1]"); at != std::string::npos; at = text.find("axes = [-1]"))
     text.replace(at, 11, "axes = [1]");
   expect_no_rewrite("fuse_blocks", text);
   // Means without kept dims cannot broadcast back the same way: the model computes something
@@ -283,7 +283,8 @@ TEST(FuseBlocks, LayerNormLookAlikesStay) {
   expect_no_rewrite("fuse_blocks", text, compare_outputs(Outputs::kNotCompared));
   // eps that is not a scalar.
   text = layer_norm_block(17, sig, "", kAffine);
-  text.replace(text.find("float eps = {1e-5}"), 18, "float[2,3,1] eps = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5}");
+  text.replace(text.find("float eps = {1e-5}"), 18,
+               "float[2,3,1] eps = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5}");
   expect_no_rewrite("fuse_blocks", text);
   // x - m not squared: Pow(d, 3).
   text = layer_norm_block(17, sig, "", kAffine);
@@ -319,9 +320,9 @@ TEST(FuseBlocks, LayerNormLookAlikesStay) {
 
 TEST(FuseBlocks, LayerNormIntermediateWithAnotherReaderStays) {
   // d is also a graph output; then the variance read elsewhere.
-  expect_no_rewrite("fuse_blocks",
-                    layer_norm_block(17, "g (float[2,3,4] x) => (float[2,3,4] y, float[2,3,4] d)",
-                                     "", kAffine));
+  expect_no_rewrite(
+      "fuse_blocks",
+      layer_norm_block(17, "g (float[2,3,4] x) => (float[2,3,4] y, float[2,3,4] d)", "", kAffine));
   expect_no_rewrite("fuse_blocks",
                     layer_norm_block(17, "g (float[2,3,4] x) => (float[2,3,4] y, float[2,3,1] w)",
                                      "", std::string(kAffine) + "      w = Neg (v)\n"));
@@ -329,14 +330,13 @@ TEST(FuseBlocks, LayerNormIntermediateWithAnotherReaderStays) {
 
 TEST(FuseBlocks, LayerNormBetaThatWouldGrowTheResultStaysOutside) {
   // beta [2,3,4] is not of the normalized shape: LayerNormalization(x, gamma) and the Add stays.
-  auto model = run_rewrite(
-      "fuse_blocks",
-      layer_norm_block(17, "g (float[2,3,4] x) => (float[2,3,4] y)",
-                       ", float[2,1,4] wide = {1, 2, 3, 4, 5, 6, 7, 8}", R"(
+  auto model = run_rewrite("fuse_blocks",
+                           layer_norm_block(17, "g (float[2,3,4] x) => (float[2,3,4] y)",
+                                            ", float[2,1,4] wide = {1, 2, 3, 4, 5, 6, 7, 8}", R"(
       z = Mul (n, gamma)
       y = Add (z, wide)
 )"),
-      rewrites(1));
+                           rewrites(1));
   ASSERT_TRUE(model);
   EXPECT_EQ(op_types(model->graph()), (std::vector<std::string>{"LayerNormalization", "Add"}));
 }
