@@ -257,6 +257,43 @@ TEST(FuseBlocks, LayerNormKeepsAGammaThatBroadcastsInsideTheNormalizedAxes) {
   EXPECT_EQ(values_of(ln->input(1)), std::vector<double>(12, 1.0));
 }
 
+// x's normalized dim known only from a declaration on TopK's output: libonnx checks it at
+// opset 17 (fused) but not at 18, where the Scale's size could be wrong (left alone).
+TEST(FuseBlocks, LayerNormNeedsCheckedNormalizedDims) {
+  auto make = [](int opset) {
+    const std::string axes = opset >= 18 ? "" : " <axes = [-1]>";
+    const std::string axes_in = opset >= 18 ? ", ax" : "";
+    auto model = parse_text(R"(
+      <ir_version: 8, opset_import: ["" : )" +
+                            std::to_string(opset) + R"(]>
+      g (float[2,8] w, int64[1] k) => (float[2,4] y)
+        <float eps = {1e-5}, float two = {2.0}, int64[1] ax = {-1}> {
+        x, i = TopK (w, k)
+        m = ReduceMean)" + axes +
+                            " (x" + axes_in + R"()
+        d = Sub (x, m)
+        p = Pow (d, two)
+        v = ReduceMean)" + axes +
+                            " (p" + axes_in + R"()
+        a = Add (v, eps)
+        s = Sqrt (a)
+        y = Div (d, s)
+      }
+    )");
+    EXPECT_TRUE(model);
+    if (model) model->graph().find_local("x")->set_type(float_type({2, 4}));
+    return model;
+  };
+  auto unchecked = make(18);
+  ASSERT_TRUE(unchecked);
+  EXPECT_FALSE(run_pass(*unchecked, "fuse_blocks").changed);
+  EXPECT_FALSE(unchecked->facts_checked());
+  auto checked = make(17);
+  ASSERT_TRUE(checked);
+  EXPECT_TRUE(run_pass(*checked, "fuse_blocks").changed);
+  EXPECT_EQ(count_ops(*checked, "LayerNormalization"), 1);
+}
+
 // Look-alikes.
 
 TEST(FuseBlocks, LayerNormNeedsOpset17) {
