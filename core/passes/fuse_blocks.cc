@@ -20,7 +20,9 @@
 // alone); eps, 0.5, 1, sqrt(2) ... must be constants with one element that do not broadcast x to
 // a higher rank. Constants standing for an irrational number are compared with a relative
 // tolerance of four units in the last place of their type (1e-9 for double, so that 10-digit
-// literals match): the fused op uses the exact value.
+// literals match): the fused op uses the exact value. The normalized dims come from checked facts
+// (checked_dim): at opsets libonnx does not know (RMSNormalization's 23), once its inference was
+// needed and failed, only a block whose input is a graph input (declared dims) is fused.
 //
 // Exactness. The fused ops compute the same formula, but not in the same steps: each op of the
 // decomposition rounds its result to the element type, the fused kernel keeps intermediate
