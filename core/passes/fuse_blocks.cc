@@ -198,13 +198,7 @@ bool gelu(ir::Node& root, Rewriter& rw, Term term, const char* approximate) {
         Block block = {&root, product};
         if (!term(factors[t], x, dtype, root, block)) continue;
         ir::Node* fused = rw.add_node(*root.graph(), "Gelu", {x}, 1, &root);
-        if (approximate) {
-          onnx::AttributeProto a;
-          a.set_name("approximate");
-          a.set_type(onnx::AttributeProto::STRING);
-          a.set_s(approximate);
-          rw.set_attr(fused, a);
-        }
+        if (approximate) rw.set_attr(fused, string_attr("approximate", approximate));
         if (!rw.replace_node(&root, {fused->output(0)})) {
           rw.erase(fused);
           return false;
@@ -453,11 +447,7 @@ bool fuse_normalization(Rewriter& rw, ir::Node& y, const Normalization& n, const
   if (bias) inputs.push_back(bias);
   ir::Node* fused = rw.add_node(*y.graph(), op, inputs, 1, last);
   rw.set_attr(fused, int_attr("axis", -n.axes));
-  onnx::AttributeProto eps;
-  eps.set_name("epsilon");
-  eps.set_type(onnx::AttributeProto::FLOAT);
-  eps.set_f(static_cast<float>(n.eps));
-  rw.set_attr(fused, eps);
+  rw.set_attr(fused, float_attr("epsilon", n.eps));
   ir::Node* gamma_mul = last != &y ? only_reader(y.output(0)) : nullptr;
   if (!rw.replace_node(last, {fused->output(0)})) {
     rw.erase(fused);  // and the constants only it read

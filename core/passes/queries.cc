@@ -111,6 +111,22 @@ onnx::AttributeProto int_attr(std::string_view name, int64_t value) {
   return a;
 }
 
+onnx::AttributeProto float_attr(std::string_view name, double value) {
+  onnx::AttributeProto a;
+  a.set_name(std::string(name));
+  a.set_type(onnx::AttributeProto::FLOAT);
+  a.set_f(static_cast<float>(value));
+  return a;
+}
+
+onnx::AttributeProto string_attr(std::string_view name, std::string_view value) {
+  onnx::AttributeProto a;
+  a.set_name(std::string(name));
+  a.set_type(onnx::AttributeProto::STRING);
+  a.set_s(std::string(value));
+  return a;
+}
+
 namespace {
 
 bool dropout_may_be_random(const ir::Node& n) {

@@ -81,6 +81,10 @@ bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> 
 onnx::AttributeProto ints_attr(std::string_view name, const std::vector<int64_t>& values);
 // An INT attribute named `name` holding `value`.
 onnx::AttributeProto int_attr(std::string_view name, int64_t value);
+// A FLOAT attribute named `name` holding `value` (rounded to float).
+onnx::AttributeProto float_attr(std::string_view name, double value);
+// A STRING attribute named `name` holding `value`.
+onnx::AttributeProto string_attr(std::string_view name, std::string_view value);
 
 // Ops whose result may differ between two runs on the same inputs: the random generators, and
 // Dropout unless it runs in inference mode (is_test=1 before opset 7, always in 7-11, and a

@@ -71,5 +71,16 @@ TEST(Queries, OnlyReadByAllowsSeveralReadersInsideAPattern) {
   EXPECT_FALSE(only_read_by(nullptr, {p}));
 }
 
+TEST(Queries, AttributeBuilders) {
+  const onnx::AttributeProto f = float_attr("epsilon", 1e-5);
+  EXPECT_EQ(f.name(), "epsilon");
+  EXPECT_EQ(f.type(), onnx::AttributeProto::FLOAT);
+  EXPECT_EQ(f.f(), 1e-5f);
+  const onnx::AttributeProto s = string_attr("approximate", "tanh");
+  EXPECT_EQ(s.name(), "approximate");
+  EXPECT_EQ(s.type(), onnx::AttributeProto::STRING);
+  EXPECT_EQ(s.s(), "tanh");
+}
+
 }  // namespace
 }  // namespace graft::testing
