@@ -42,7 +42,7 @@ namespace {
 using onnx::AttributeProto;
 using onnx::TensorProto;
 
-constexpr int kMaxOpset = 20;
+constexpr int kMaxOpset = 23;  // RMSNormalization
 constexpr uint64_t kMaxTensorBytes = 1 << 20;
 constexpr uint64_t kMaxLiveBytes = 8 << 20;
 
@@ -126,7 +126,9 @@ const char* const kAttrNames[] = {"axis",
                                   "fmod",
                                   "detect_negative",
                                   "detect_positive",
-                                  "center_point_box"};
+                                  "center_point_box",
+                                  "approximate",
+                                  "stash_type"};
 
 // Values of string attributes (padding and interpolation modes, activations, directions...).
 const char* const kAttrStrings[] = {"NOTSET",

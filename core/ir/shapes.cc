@@ -775,6 +775,13 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
   if ((op == "BatchNormalization" || op == "LayerNormalization") && output > 0)
     return unknown(partial);
   if (same_as_input(op)) return output == 0 ? x : TensorFact{};
+  if (op == "RMSNormalization") {
+    // Y has X's shape and Scale's element type.
+    if (output > 0) return TensorFact{};
+    const int32_t type = in_fact(n, 1).elem_type;
+    if (type == 0) *partial = true;
+    return with_type(x, type);
+  }
   if (op == "Cast") {
     auto to = cast_to(n);
     if (!to) *partial = true;

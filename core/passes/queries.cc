@@ -60,6 +60,11 @@ bool broadcasts_into(const ir::Value* v, const ir::Value* x) {
   return true;
 }
 
+std::optional<int64_t> known_dim(const ir::Value* v, int64_t axis) {
+  if (!v || v->dead()) return std::nullopt;
+  return v->fact().dim(axis);
+}
+
 bool single_use(const ir::Value* v) {
   return v && !v->dead() && v->uses().size() == 1 && !v->is_graph_output();
 }
@@ -81,6 +86,13 @@ ir::Node* only_reader(const ir::Value* v) {
   return single_use(v) ? v->uses()[0].node : nullptr;
 }
 
+bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> readers) {
+  if (!v || v->dead() || v->is_graph_output() || v->uses().empty()) return false;
+  for (const ir::Use& u : v->uses())
+    if (std::find(readers.begin(), readers.end(), u.node) == readers.end()) return false;
+  return true;
+}
+
 bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {
   for (const auto& a : n.attributes())
     if (std::find(known.begin(), known.end(), a.name()) == known.end()) return false;
@@ -100,6 +112,22 @@ onnx::AttributeProto int_attr(std::string_view name, int64_t value) {
   a.set_name(std::string(name));
   a.set_type(onnx::AttributeProto::INT);
   a.set_i(value);
+  return a;
+}
+
+onnx::AttributeProto float_attr(std::string_view name, double value) {
+  onnx::AttributeProto a;
+  a.set_name(std::string(name));
+  a.set_type(onnx::AttributeProto::FLOAT);
+  a.set_f(static_cast<float>(value));
+  return a;
+}
+
+onnx::AttributeProto string_attr(std::string_view name, std::string_view value) {
+  onnx::AttributeProto a;
+  a.set_name(std::string(name));
+  a.set_type(onnx::AttributeProto::STRING);
+  a.set_s(std::string(value));
   return a;
 }
 

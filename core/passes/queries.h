@@ -54,6 +54,9 @@ bool all_equal(const eval::Tensor& t, int64_t value);
 // both ranks known, v's no larger, and each of v's dims 1 or the same as x's (equal sizes or the
 // same symbol), by facts.
 bool broadcasts_into(const ir::Value* v, const ir::Value* x);
+// `v`'s size along `axis` (negative counts from the back) by its fact; nullopt when the rank or
+// the dim is unknown or symbolic.
+std::optional<int64_t> known_dim(const ir::Value* v, int64_t axis);
 
 // Exactly one node reads `v` and it is not a graph output: a rewrite may change or absorb it.
 bool single_use(const ir::Value* v);
@@ -65,6 +68,11 @@ ir::Node* producer(const ir::Value* v, std::string_view op);
 ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node& n);
 // The only node reading `v` (nullptr unless single_use).
 ir::Node* only_reader(const ir::Value* v);
+// Every reader of `v` is one of `readers` (a node may read it through several inputs) and `v` is
+// not a graph output: a fused pattern that replaces all of `readers` may absorb `v`, which has
+// several readers inside the pattern (e.g. x - mean, read by both the variance and the quotient
+// of a layer normalization).
+bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> readers);
 
 // True if every attribute of `n` is named in `known`. An attribute outside it may change the
 // meaning of the node (or come from an op version the pass does not reason about).
@@ -73,6 +81,10 @@ bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> 
 onnx::AttributeProto ints_attr(std::string_view name, const std::vector<int64_t>& values);
 // An INT attribute named `name` holding `value`.
 onnx::AttributeProto int_attr(std::string_view name, int64_t value);
+// A FLOAT attribute named `name` holding `value` (rounded to float).
+onnx::AttributeProto float_attr(std::string_view name, double value);
+// A STRING attribute named `name` holding `value`.
+onnx::AttributeProto string_attr(std::string_view name, std::string_view value);
 
 // Ops whose result may differ between two runs on the same inputs: the random generators, and
 // Dropout unless it runs in inference mode (is_test=1 before opset 7, always in 7-11, and a

@@ -24,6 +24,7 @@ const std::vector<PassInfo>& all_passes() {
       eliminate_noop_pass(),
       dedup_initializers_pass(),
       cse_pass(),
+      fuse_blocks_pass(),
       fuse_conv_batchnorm_pass(),
       fuse_matmul_add_pass(),
       prune_pass(),

@@ -324,11 +324,7 @@ bool merge_clip(ir::Node& n, Rewriter& rw) {
     // Attributes are floats: the combined bounds are floats already.
     auto set = [&](const char* name, const std::optional<double>& v) {
       if (!v) return rw.remove_attr(&n, name);
-      onnx::AttributeProto a;
-      a.set_name(name);
-      a.set_type(onnx::AttributeProto::FLOAT);
-      a.set_f(static_cast<float>(*v));
-      rw.set_attr(&n, std::move(a));
+      rw.set_attr(&n, float_attr(name, *v));
     };
     set("min", lo);
     set("max", hi);

@@ -114,7 +114,7 @@ TEST(Cli, PassesListsEveryPassWithLevel) {
   ASSERT_EQ(r.code, 0);
   for (const char* p :
        {"extract_constants", "eliminate_identity", "eliminate_noop", "dedup_initializers", "cse",
-        "fuse_conv_batchnorm", "fuse_matmul_add", "prune"})
+        "fuse_blocks", "fuse_conv_batchnorm", "fuse_matmul_add", "prune"})
     EXPECT_NE(r.out.find(p), std::string::npos) << p;
   EXPECT_NE(r.out.find("O2"), std::string::npos);
   // Each option under its pass: name, type, range, default, help.

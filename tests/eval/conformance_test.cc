@@ -376,6 +376,7 @@ TEST(ConformanceTest, SupportedOps) {
                                        "MatMul",
                                        "MaxPool",
                                        "QuantizeLinear",
+                                       "RMSNormalization",
                                        "Resize",
                                        "Softmax"};
   const std::vector<std::string> rnn = {"Dropout", "GRU", "LSTM", "RNN"};

@@ -47,6 +47,26 @@ TEST(ShapeFacts, RulesPropagateDimsAndSymbols) {
   EXPECT_EQ(fact(*model, "m"), "BOOL[*]");
 }
 
+// The fused ops fuse_blocks makes, at opsets libonnx does not know: Gelu and
+// RMSNormalization keep X's shape (RMSNormalization's Y takes Scale's type), facts from Graft's
+// rules alone.
+TEST(ShapeFacts, NormalizationAndGeluKeepTheShape) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 23]>
+    g (float[N,3,4] x, float16[4] s16) => (float[N,3,4] y) <float[4] s = {1, 2, 3, 4}> {
+      y = RMSNormalization <axis = -1> (x, s)
+      h = RMSNormalization (x, s16)
+      e = Gelu <approximate = "tanh"> (y)
+      l = LayerNormalization (e, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[N,3,4]");
+  EXPECT_EQ(fact(*model, "h"), "FLOAT16[N,3,4]");
+  EXPECT_EQ(fact(*model, "e"), "FLOAT[N,3,4]");
+  EXPECT_EQ(fact(*model, "l"), "FLOAT[N,3,4]");
+}
+
 // The ops that made real models need libonnx's inference: sliding windows, Resize, recurrent
 // ops. With a symbolic batch no fact is complete; they are exact, so libonnx is not asked.
 TEST(ShapeFacts, WindowsResizeAndRecurrentOpsAreExact) {

@@ -1,5 +1,6 @@
 // Neural-network kernels: MatMul, Gemm, Softmax/LogSoftmax, BatchNormalization,
-// LayerNormalization, Conv, ConvTranspose, pools, (De)QuantizeLinear, Resize and Einsum.
+// LayerNormalization, RMSNormalization, Conv, ConvTranspose, pools, (De)QuantizeLinear, Resize
+// and Einsum.
 //
 // Floating-point kernels convert their operands to double once, accumulate in double and round
 // to the output type at the end, so results stay within the ONNX backend tolerance whatever the
@@ -391,6 +392,45 @@ absl::Status layer_norm(KernelContext& ctx) {
     for (int64_t i = 0; i < len; ++i) base[i] = (base[i] - mean) * inv * sv[i] + bv[i];
     if (mean_out != nullptr) store(mean_out, o, mean);
     if (inv_out != nullptr) store(inv_out, o, inv);
+  }
+  store_all(y, v);
+  return absl::OkStatus();
+}
+
+// RMSNormalization (opset 23): Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon) * Scale,
+// Y of Scale's type.
+absl::Status rms_norm(KernelContext& ctx) {
+  NN_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  NN_ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
+  NN_RETURN_IF_ERROR(require_float(ctx, *x));
+  NN_RETURN_IF_ERROR(require_float(ctx, *scale));
+  const int64_t rank = x->rank();
+  if (rank == 0) return invalid(ctx, "scalar input");
+  NN_ASSIGN_OR_RETURN(int64_t axis, norm_axis(ctx, ctx.node.attr_int("axis", -1), rank));
+  const int32_t stash = static_cast<int32_t>(ctx.node.attr_int("stash_type", 1));
+  if (!is_float_type(stash)) return invalid(ctx, "stash_type is not a float type");
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const auto& d = x->dims();
+  std::vector<int64_t> norm_shape(d.begin() + axis, d.end());
+  if (!broadcastable_to(scale->dims(), norm_shape)) {
+    return invalid(ctx, "Scale does not broadcast to the normalized shape");
+  }
+  const int64_t outer = product(d, 0, axis), len = product(d, axis, rank);
+  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, scale->dtype(), d));
+  if (y->size() == 0) return absl::OkStatus();
+  Scratch<double> sv(len);
+  {
+    const Scratch<double> s = to_doubles(*scale);
+    BroadcastIterator it(norm_shape, {scale->dims()});
+    for (int64_t i = 0; i < len; ++i, it.next()) sv[i] = s[it.offset(0)];
+  }
+  Scratch<double> v = to_doubles(*x);
+  for (int64_t o = 0; o < outer; ++o) {
+    double* base = v.data() + o * len;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < len; ++i) sum_sq += base[i] * base[i];
+    const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(len) + eps);
+    for (int64_t i = 0; i < len; ++i) base[i] = base[i] * inv * sv[i];
   }
   store_all(y, v);
   return absl::OkStatus();
@@ -1308,6 +1348,7 @@ void register_nn_kernels() {
   register_kernel("LogSoftmax", 1, 0, [](KernelContext& ctx) { return softmax_impl(ctx, true); });
   register_kernel("BatchNormalization", 1, 0, batch_norm);
   register_kernel("LayerNormalization", 17, 0, layer_norm);
+  register_kernel("RMSNormalization", 23, 0, rms_norm);
   register_kernel("Conv", 1, 0, conv);
   register_kernel("ConvTranspose", 1, 0, conv_transpose);
   register_kernel("MaxPool", 1, 0, [](KernelContext& ctx) { return pool(ctx, true); });
