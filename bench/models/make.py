@@ -58,6 +58,7 @@ class Export:
     dynamic_axes: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)  # inputs.json "range": name -> (low, high)
     values: dict = field(default_factory=dict)  # inputs.json "values": name -> the one value
+    post: object = None  # a function editing the exported ModelProto in place, or None
 
     def call_args(self):
         return self.args if self.args is not None else tuple(self.inputs.values())
@@ -343,7 +344,36 @@ def gpt2_decoder():
         dynamic_axes=axes,
         ranges={"input_ids": (0, vocab - 1)},
         values={"attention_mask": 1},
+        post=retie_lm_head,
     )
+
+
+def retie_lm_head(proto):
+    """Makes the LM head read the embedding matrix through a Transpose, as tied weights are.
+
+    torch.onnx.export stores wte.weight.T as a second initializer (the weights are untied in the
+    file); exporters that keep the tie (and hand-written graphs) compute MatMul(x, Transpose(wte))
+    on the one [vocab, hidden] matrix the token Gather also reads.
+    """
+    from onnx import helper, numpy_helper
+
+    inits = {t.name: t for t in proto.graph.initializer}
+    gathers = [n for n in proto.graph.node if n.op_type == "Gather" and n.input[0] in inits]
+    wte = max((inits[n.input[0]] for n in gathers), key=lambda t: t.dims[0])
+    table = numpy_helper.to_array(wte)
+    for i, node in enumerate(proto.graph.node):
+        b = inits.get(node.input[1]) if node.op_type == "MatMul" else None
+        if b is None or list(b.dims) != list(reversed(wte.dims)):
+            continue
+        if not (numpy_helper.to_array(b) == table.T).all():
+            continue
+        transposed = node.input[1] + "_tied"
+        proto.graph.node.insert(i, helper.make_node("Transpose", [wte.name], [transposed],
+                                                    name=transposed, perm=[1, 0]))
+        node.input[1] = transposed
+        proto.graph.initializer.remove(b)
+        return
+    raise RuntimeError("no LM head reading the transposed embedding")
 
 
 # --- LLaMA-style decoder layers: RMSNorm, rotary position embedding, SiLU-gated MLP ---
@@ -568,6 +598,9 @@ def build(name, out_dir):
     seconds = time.monotonic() - start
 
     proto = onnx.load(str(path))
+    if ex.post is not None:
+        ex.post(proto)
+        onnx.save(proto, str(path))
     counts = op_counts(proto.graph)
     total, top = sum(counts.values()), len(proto.graph.node)
     control = [op for op in ("If", "Loop", "Scan", "NonMaxSuppression") if counts[op]]

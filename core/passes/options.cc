@@ -1,6 +1,7 @@
 #include "core/passes/options.h"
 
 #include <charconv>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -80,8 +81,9 @@ OptionSpec boolean_option(std::string name, bool default_value, std::string help
   return {std::move(name),
           OptionType::kBoolean,
           OptionValue(std::in_place_type<bool>, default_value),
-          0,
-          0,
+          // No range: the same defaults as OptionSpec and the protocol conversion.
+          kInt64Min,
+          kInt64Max,
           {},
           std::move(help)};
 }
@@ -91,8 +93,9 @@ OptionSpec enum_option(std::string name, std::string default_value,
   return {std::move(name),
           OptionType::kEnum,
           OptionValue(std::in_place_type<std::string>, std::move(default_value)),
-          0,
-          0,
+          // No range: the same defaults as OptionSpec and the protocol conversion.
+          kInt64Min,
+          kInt64Max,
           std::move(choices),
           std::move(help)};
 }
