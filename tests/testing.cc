@@ -210,6 +210,24 @@ std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32
   return r.message;
 }
 
+std::multiset<std::string> defined_names(const ir::Model& model) {
+  std::multiset<std::string> names;
+  for (ir::Graph* g : model.all_graphs()) {
+    for (const auto& in : g->inputs()) names.insert(in.value->name());
+    for (ir::Value* v : g->initializers())
+      if (!v->is_graph_input()) names.insert(v->name());
+    for (ir::Node* n : g->nodes())
+      for (ir::Value* out : n->outputs())
+        if (out) names.insert(out->name());
+  }
+  return names;
+}
+
+bool names_unique(const ir::Model& model) {
+  auto names = defined_names(model);
+  return std::set<std::string>(names.begin(), names.end()).size() == names.size();
+}
+
 int count_ops(const ir::Model& model, const std::string& op) {
   int n = 0;
   for (ir::Graph* g : model.all_graphs())

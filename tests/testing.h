@@ -125,6 +125,10 @@ std::string onnx_errors(const ir::Model& model);
 
 // Number of nodes with op type `op` in all graphs of the model.
 int count_ops(const ir::Model& model, const std::string& op);
+// Every value name defined anywhere in the model (graph inputs, initializers that are not
+// inputs, node outputs, in every graph), with repeats; and whether none repeats.
+std::multiset<std::string> defined_names(const ir::Model& model);
+bool names_unique(const ir::Model& model);
 // Op types of a graph's nodes, in order.
 std::vector<std::string> op_types(const ir::Graph& graph);
 // The node computing `name` as seen from `graph` (its scope, then enclosing ones); nullptr when

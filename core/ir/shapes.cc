@@ -5,6 +5,7 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <map>
 #include <unordered_map>
 
 #include <absl/strings/str_cat.h>
@@ -238,9 +239,59 @@ bool has_huge_shape_tensor(const Model& m) {
   return false;
 }
 
+bool has_deep_function_calls(const Model& m) {
+  constexpr size_t kMaxDepth = 64;
+  const auto& fns = m.functions();
+  if (fns.empty()) return false;
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  for (size_t i = 0; i < fns.size(); ++i)
+    index.emplace(std::make_pair(fns[i].rest.domain(), fns[i].rest.name()), i);
+  std::vector<std::vector<size_t>> callees(fns.size());
+  for (size_t i = 0; i < fns.size(); ++i) {
+    std::vector<const Graph*> graphs{fns[i].body.get()};
+    while (!graphs.empty()) {
+      const Graph* g = graphs.back();
+      graphs.pop_back();
+      if (!g) continue;
+      for (const Node* n : g->nodes()) {
+        auto it = index.find({n->domain(), n->op_type()});
+        if (it != index.end()) callees[i].push_back(it->second);
+        for (const auto& s : n->subgraphs()) graphs.push_back(s.graph.get());
+      }
+    }
+  }
+  // Longest call chain from each function, depth first without recursion; a function met again
+  // while on the current path is a cycle.
+  enum : uint8_t { kNew, kOnPath, kDone };
+  std::vector<uint8_t> state(fns.size(), kNew);
+  std::vector<size_t> depth(fns.size(), 1);
+  for (size_t root = 0; root < fns.size(); ++root) {
+    if (state[root] != kNew) continue;
+    std::vector<std::pair<size_t, size_t>> stack{{root, 0}};  // function, next callee
+    state[root] = kOnPath;
+    while (!stack.empty()) {
+      auto& [f, next] = stack.back();
+      if (next < callees[f].size()) {
+        const size_t c = callees[f][next++];
+        if (state[c] == kOnPath) return true;
+        if (state[c] == kNew) {
+          state[c] = kOnPath;
+          stack.emplace_back(c, 0);
+        }
+        continue;
+      }
+      for (size_t c : callees[f]) depth[f] = std::max(depth[f], depth[c] + 1);
+      if (depth[f] > kMaxDepth) return true;
+      state[f] = kDone;
+      stack.pop_back();
+    }
+  }
+  return false;
+}
+
 void FactEngine::run_inference(Model& m) {
   m.inference_done_ = true;
-  if (!libonnx_knows(m) || has_huge_shape_tensor(m)) return;
+  if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m)) return;
   auto copy = m.clone();
   for (Value* v : copy->graph().initializers()) {
     const TensorProto& t = *v->initializer();

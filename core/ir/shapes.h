@@ -102,6 +102,12 @@ bool libonnx_knows(const Model& model);
 // of unknown values), so it is not run on such models.
 bool has_huge_shape_tensor(const Model& model);
 
+// True if model-local functions call each other in a cycle, or in chains deeper than 64 calls:
+// libonnx's inference (and checker) expands calls recursively without a bound, so such a model
+// would exhaust the stack. ONNX forbids recursion; a hostile model may have it anyway. Neither is
+// run on such models.
+bool has_deep_function_calls(const Model& model);
+
 // Writes what the facts add into the value_info entries the model already has (an element type
 // or dims they leave unknown), never creating an entry or changing a known part, so a model that
 // had none keeps none and a round trip without rewrites is unchanged. Entries whose fact

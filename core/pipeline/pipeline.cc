@@ -144,6 +144,13 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
                  "allocate that many dims";
     return absl::OkStatus();
   }
+  if (ir::has_deep_function_calls(model)) {
+    if (skipped)
+      *skipped =
+          "model-local functions call each other in a cycle or in chains deeper than 64 "
+          "calls, which libonnx would expand without bound";
+    return absl::OkStatus();
+  }
   onnx::ModelProto proto = model.to_proto();
   try {
     onnx::checker::check_model(proto);

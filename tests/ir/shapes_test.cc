@@ -1,6 +1,8 @@
 // Shape and type facts (core/ir/shapes.h): sources, rules, subgraphs, functions, rewrites.
 #include "core/ir/shapes.h"
 
+#include <tuple>
+
 #include "core/ir/tensor.h"
 #include "tests/testing.h"
 
@@ -300,6 +302,30 @@ TEST(ShapeFacts, SileroIfBranchesHaveInferredShapes) {
   // 624 of 700: the rest are outputs of nested Ifs whose branches end in values only their
   // declarations describe (not used by facts), and what reads them.
   EXPECT_GT(known, inside * 85 / 100) << known << " of " << inside;
+}
+
+TEST(ShapeFacts, DeepOrCyclicFunctionCallsAreFound) {
+  // A chain of `n` functions, F0 calling F1 ... calling F(n-1); `cycle` makes the last call F0.
+  auto chain = [](int n, bool cycle) {
+    std::string text = R"(<ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+      g (float[2] x) => (float[2] y) { y = local.F0 (x) })";
+    for (int i = 0; i < n; ++i) {
+      const bool last = i + 1 == n;
+      text += R"(<domain: "local", opset_import: ["" : 13, "local" : 1]>
+        F)" + std::to_string(i) +
+              " (a) => (b) { b = " +
+              (last && !cycle ? std::string("Neg") : "local.F" + std::to_string(last ? 0 : i + 1)) +
+              " (a) }\n";
+    }
+    return parse_text(text);
+  };
+  for (auto [n, cycle, deep] :
+       {std::tuple{3, false, false}, std::tuple{64, false, false}, std::tuple{65, false, true},
+        std::tuple{1, true, true}, std::tuple{5, true, true}}) {
+    auto model = chain(n, cycle);
+    ASSERT_TRUE(model) << n;
+    EXPECT_EQ(ir::has_deep_function_calls(*model), deep) << n << (cycle ? " cycle" : "");
+  }
 }
 
 }  // namespace

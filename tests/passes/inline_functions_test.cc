@@ -5,25 +5,6 @@
 namespace graft::testing {
 namespace {
 
-// Every value name defined anywhere in the model's main graph tree, with repeats.
-std::multiset<std::string> defined_names(const ir::Model& model) {
-  std::multiset<std::string> names;
-  for (ir::Graph* g : model.all_graphs()) {
-    for (const auto& in : g->inputs()) names.insert(in.value->name());
-    for (ir::Value* v : g->initializers())
-      if (!v->is_graph_input()) names.insert(v->name());
-    for (ir::Node* n : g->nodes())
-      for (ir::Value* out : n->outputs())
-        if (out) names.insert(out->name());
-  }
-  return names;
-}
-
-bool names_unique(const ir::Model& model) {
-  auto names = defined_names(model);
-  return std::set<std::string>(names.begin(), names.end()).size() == names.size();
-}
-
 std::set<std::string> function_names(const ir::Model& model) {
   std::set<std::string> names;
   for (const auto& fn : model.functions()) names.insert(fn.rest.name());

@@ -1,5 +1,6 @@
 // The fixed-point driver: levels, explicit lists, options, rollback of broken passes, stats.
 #include "core/pipeline/pipeline.h"
+#include "core/ir/shapes.h"
 #include "core/passes/queries.h"
 #include "core/passes/registry.h"
 #include "tests/testing.h"
@@ -548,6 +549,30 @@ TEST(Pipeline, ValueInfoOfAModelNoPassChangedIsLeftAsItCame) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->value_info_refined, 0);
   EXPECT_EQ(model->to_proto().SerializeAsString(), before);
+}
+
+// A recursive model-local function (forbidden by ONNX, possible in a hostile model): libonnx's
+// inference and checker would expand it without bound and exhaust the stack. TopK with a
+// non-constant k leaves Graft's rules incomplete, which is when facts ask libonnx.
+TEST(Pipeline, RecursiveFunctionsNeverReachLibonnx) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2,3] x, int64[1] k) => (float[2,?] t, float[2,3] r) {
+      t, i = TopK (x, k)
+      s = Shape (t)
+      r = local.R (x)
+    }
+    <domain: "local", opset_import: ["" : 13, "local" : 1]>
+    R (a) => (b) {
+      b = local.R (a)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_TRUE(ir::has_deep_function_calls(*model));
+  PipelineConfig config = test_pipeline_config();
+  config.level = 2;
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
 }
 
 }  // namespace
