@@ -11,7 +11,8 @@
 //    the ONNX IR says for IR 8, and as the reference evaluator runs calls). A reference whose
 //    declared type differs from the call's attribute, or to a graph attribute, leaves the call.
 //  - A missing optional input (empty name or past the call's inputs) makes the formal absent:
-//    the body's nodes see an absent input. A missing output is simply not used. A call whose
+//    the body's nodes see an absent input (a call is left when that input is one a body op
+//    requires). A missing output is simply not used. A call whose
 //    used output is an unbound formal, or with more inputs or outputs than the function, stays.
 //  - Opsets: a function is inlined into a graph only where every domain it imports or uses
 //    resolves to the same version as in the function; a domain the target does not import is
@@ -40,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/ir/operands.h"
 #include "core/passes/passes.h"
 #include "core/passes/rewriter.h"
 
@@ -289,6 +291,19 @@ class InlineFunctions final : public Pass {
             result.add();
   }
 
+  // Every node in `nodes` and in their subgraphs has the inputs its schema requires.
+  static bool operands_fit(const std::vector<ir::Node*>& nodes) {
+    std::vector<const ir::Node*> stack(nodes.begin(), nodes.end());
+    while (!stack.empty()) {
+      const ir::Node* n = stack.back();
+      stack.pop_back();
+      if (!ir::check_operands(*n).ok()) return false;
+      for (const auto& sub : n->subgraphs())
+        for (const ir::Node* inner : sub.graph->nodes()) stack.push_back(inner);
+    }
+    return true;
+  }
+
   bool inline_call(ir::Graph& g, ir::Node* call, const FunctionInfo& info) {
     const ir::Graph& body = *info.fn->body;
     if (call->inputs().size() > body.inputs().size() ||
@@ -315,6 +330,13 @@ class InlineFunctions final : public Pass {
       return it == values.end() ? nullptr : it->second;
     });
     if (!srcs.empty() && copies.empty()) return false;
+    // A formal the call leaves absent may feed an input the body's op requires (a call that is
+    // not valid ONNX, or a hostile one): the copies would not be a valid model. They go again and
+    // the call stays.
+    if (!operands_fit(copies)) {
+      for (auto it = copies.rbegin(); it != copies.rend(); ++it) rw_->erase(*it);
+      return false;
+    }
     if (!missing.empty()) {
       auto* imports = imports_of(root_of(&g));
       for (const auto& [domain, version] : missing) {

@@ -1,5 +1,6 @@
 #include <set>
 
+#include "core/ir/operands.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -517,6 +518,30 @@ TEST(InlineFunctions, NestedFunctionsFuzzSeedAtO2) {
   EXPECT_TRUE(model->verify().ok());
   // Numbers: inputs that take the else branch reach the recursion, which the evaluator refuses
   // (the other tests compare outputs).
+}
+
+// A call that omits an input its body's Mul requires (not valid ONNX, found by the verify
+// fuzzer): inlining would leave the Mul without an operand, so the call stays and the model
+// stays loadable.
+TEST(InlineFunctions, CallOmittingARequiredInputStays) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[2] x) => (float[2] y, float[2] z) {
+      y = local.Square ()
+      z = local.Square (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    Square (p) => (q) {
+      q = Mul (p, p)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass(*model, "inline_functions");
+  EXPECT_EQ(result.rewrites, 1);  // the call with x only
+  EXPECT_TRUE(ir::check_model_operands(*model).ok()) << ir::check_model_operands(*model);
+  EXPECT_EQ(count_ops(*model, "Square"), 1);
+  auto reloaded = ir::Model::parse(model->to_proto().SerializeAsString());
+  EXPECT_TRUE(reloaded.ok()) << reloaded.status();
 }
 
 }  // namespace
