@@ -89,13 +89,18 @@ ir::Value* transposed_2d(ir::Value* v, const ir::Graph* graph) {
   return x;
 }
 
+// A MatMul with two operands, one output and no attributes, at an opset where Gemm's C is
+// optional (11): what the Transpose-absorbing rules rewrite.
+bool plain_matmul(const ir::Node& matmul) {
+  return matmul.opset() >= 11 && matmul.attributes().empty() && matmul.inputs().size() == 2 &&
+         matmul.outputs().size() == 1 && matmul.output(0);
+}
+
 // MatMul(A, Transpose(B)) with 2-D operands is Gemm(A, B, transB=1) (and Transpose(A) likewise):
 // the transposition happens inside the GEMM instead of as a copy on every run. Gemm's C is
 // optional from opset 11.
 bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
-  if (matmul.opset() < 11 || !matmul.attributes().empty() || matmul.inputs().size() != 2 ||
-      matmul.outputs().size() != 1 || !matmul.output(0))
-    return false;
+  if (!plain_matmul(matmul)) return false;
   ir::Value* a = matmul.input(0);
   ir::Value* b = matmul.input(1);
   if (a->rank() != 2 || b->rank() != 2) return false;
@@ -126,9 +131,7 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
 // (Shape's start/end from opset 15, a Slice before). Exact: the same products summed in the
 // same order per output element.
 bool matmul_transpose_nd(ir::Node& matmul, Rewriter& rw) {
-  if (matmul.opset() < 11 || !matmul.attributes().empty() || matmul.inputs().size() != 2 ||
-      matmul.outputs().size() != 1 || !matmul.output(0))
-    return false;
+  if (!plain_matmul(matmul)) return false;
   ir::Value* x = matmul.input(0);
   ir::Value* b = matmul.input(1);
   const auto rank = x->rank();
