@@ -126,7 +126,10 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
 // of a language model, whose W the token-embedding Gather also reads, so folding the Transpose
 // would store the weight twice (and fold_constants' growth cap refuses). It becomes
 // Reshape(Gemm(Reshape(X, [-1, K]), W, transB=1), [X's leading dims..., N]): the Reshapes are views
-// of contiguous tensors, the GEMM reads W transposed in place, and nothing is copied per run.
+// of contiguous tensors and the GEMM reads W transposed in place (a runtime still copies the last
+// Reshape's result when it is a graph output). optimize_transposes' transpose_tied_constant,
+// which runs first, stores W transposed instead when its other readers are Gathers: then the
+// projection is a plain MatMul by a constant and this rule does not see it.
 // The leading dims are constants where facts know them all, else Shape(X) without its last entry
 // (Shape's start/end from opset 15, a Slice before). Exact: the same products summed in the
 // same order per output element.

@@ -34,6 +34,9 @@
 // over several axes visits the same elements in another memory order, so a float sum may round
 // differently (reassociation, as ONNX Runtime's transpose optimizer accepts).
 //
+// A second rule, transpose_tied_constant, stores a weight that is read both transposed and by
+// row Gathers (a language model's tied embedding) transposed instead (see the rule).
+//
 // Ranks come from the facts of x and of absorbed Transposes' inputs;
 // permutations are checked (ir::transpose_perm); axes are normalized against the known rank.
 // Transpose pairs directly in a row are simplify_arithmetic's transpose_chain, a Transpose by
@@ -644,11 +647,81 @@ bool push_transpose(ir::Node& t, Rewriter& rw) {
   return plan.apply(rw);
 }
 
+// Largest weight transpose_tied_constant rewrites: it holds the weight decoded, transposed and
+// encoded at once for a moment, so a model's largest embedding tables fit but nothing unbounded.
+constexpr uint64_t kMaxRelayoutBytes = 512ull << 20;
+
+// transpose_tied_constant: a 2-D constant W [N, K] read by Transpose(W, [1, 0]) and by
+// Gather(W, idx, axis 0) nodes only: the tied embedding of a language model, whose token Gather
+// reads rows of W and whose output projection MatMul(x, Transpose(W)) reads it transposed.
+// Folding the Transpose would store the weight twice (fold_constants' growth cap refuses), and
+// keeping it transposes all of W on every run. Instead W is replaced by its transpose Wt [K, N]
+// (the same bytes, so the model does not grow): the Transposes' readers read Wt directly, and
+// each Gather becomes Transpose(Gather(Wt, idx, axis 1), [1, ..., r, 0]) (r = rank of idx;
+// none for a scalar idx), which moves only the gathered rows (numel(idx) * K elements, as many
+// as the Gather writes) instead of N * K. The output projection is then a MatMul by a constant,
+// which runtimes pre-pack. Skipped when idx is known to hold N or more elements (the moved
+// Transpose would not be smaller). Exact: only elements move.
+bool transpose_tied_constant(ir::Node& t, Rewriter& rw) {
+  ir::Value* w = t.input(0);
+  if (!w || t.outputs().size() != 1 || !t.output(0) || w->is_graph_output() || w->rank() != 2)
+    return false;
+  const onnx::TensorProto* proto = constant_proto(w);
+  const auto p = ir::transpose_perm(t, 2);
+  if (!proto || !p || *p != Perm{1, 0}) return false;
+  const auto n = known_dim(w, 0), k = known_dim(w, 1);
+  if (!n || !k) return false;
+  std::vector<ir::Node*> transposes, gathers;
+  for (const ir::Use& u : w->uses()) {
+    ir::Node* r = u.node;
+    if (r->graph() != w->owner() || r->opset() != t.opset() || u.index != 0) return false;
+    if (r->op_type() == "Transpose" && r->domain().empty()) {
+      if (r->outputs().size() != 1 || ir::transpose_perm(*r, 2) != p) return false;
+      transposes.push_back(r);
+    } else if (r->op_type() == "Gather" && r->domain().empty()) {
+      if (!only_attributes(*r, {"axis"}) || r->inputs().size() != 2 || r->outputs().size() != 1)
+        return false;
+      const int64_t axis = r->attr_int("axis", 0);
+      const auto rank = r->input(1) ? r->input(1)->rank() : std::nullopt;
+      const auto count = r->input(1) ? r->input(1)->fact().element_count() : std::nullopt;
+      if ((axis != 0 && axis != -2) || !rank || (count && *count >= *n)) return false;
+      gathers.push_back(r);
+    } else {
+      return false;
+    }
+  }
+  auto value = constant_tensor(w, kMaxRelayoutBytes);
+  if (!value) return false;
+  auto wt = eval::transposed(*value, {*n, *k}, *p, kMaxRelayoutBytes);
+  if (!wt.ok()) return false;
+  value.reset();
+  ir::Graph& g = *w->owner();
+  ir::Value* c = rw.add_constant(g, wt->to_proto(), w->name() + "_transposed");
+  for (ir::Node* r : gathers) {
+    ir::Node* gather = rw.add_node(g, "Gather", {c, r->input(1)}, 1, r);
+    rw.set_attr(gather, int_attr("axis", 1));
+    const int64_t rank = *r->input(1)->rank();
+    ir::Value* out = gather->output(0);
+    if (rank > 0) {
+      Perm back;
+      for (int64_t i = 1; i <= rank; ++i) back.push_back(i);
+      back.push_back(0);
+      ir::Node* tr = rw.add_node(g, "Transpose", {out}, 1, r);
+      rw.set_attr(tr, ints_attr("perm", back));
+      out = tr->output(0);
+    }
+    rw.replace_node(r, {out});  // cannot refuse: Identity allowed, replacement live
+  }
+  for (ir::Node* r : transposes) rw.replace_node(r, {c});
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<Pass> make_optimize_transposes() {
   return std::make_unique<RulePass>(
-      "optimize_transposes", std::vector<Rule>{{"push_transpose", {"Transpose"}, push_transpose}});
+      "optimize_transposes", std::vector<Rule>{{"push_transpose", {"Transpose"}, push_transpose},
+                        {"transpose_tied_constant", {"Transpose"}, transpose_tied_constant}});
 }
 
 PassInfo optimize_transposes_pass() {
@@ -657,7 +730,9 @@ PassInfo optimize_transposes_pass() {
           .description =
               "Transposes pushed down through elementwise ops, reductions, Concat, "
               "Split, Pad, Slice, Squeeze/Unsqueeze and Softmax until they cancel, "
-              "merge or fold into constants (only when fewer Transposes remain)",
+              "merge or fold into constants (only when fewer Transposes remain); a "
+              "weight read transposed and by Gathers (a tied embedding) is stored "
+              "transposed instead",
           .options = {},
           .create = make_optimize_transposes};
 }

@@ -567,5 +567,185 @@ TEST(OptimizeTransposes, InsideFunctionBodies) {
   EXPECT_TRUE(reloaded.ok()) << reloaded.status();
 }
 
+// transpose_tied_constant ------------------------------------------------------------------
+
+// A tied embedding: w [8, 2] is gathered by token ids and read transposed by the projection.
+constexpr char kTiedWeight[] = "float[8,2] w = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}";
+
+TEST(OptimizeTransposes, TiedEmbeddingIsStoredTransposed) {
+  expect_rewrite(kPass, std::string(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[2,3] ids, float[2,3,2] x) => (float[2,3,2] e, float[2,3,8] y) <)") + kTiedWeight +
+                            R"(> {
+      e = Gather (w, ids)
+      t = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, t)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[2,3] ids, float[2,3,2] x) => (float[2,3,2] e, float[2,3,8] y)
+        <float[2,8] wt = {1, 3, 5, 7, 9, 11, 13, 15, 2, 4, 6, 8, 10, 12, 14, 16}> {
+      r = Gather <axis = 1> (wt, ids)
+      e = Transpose <perm = [1, 2, 0]> (r)
+      y = MatMul (x, wt)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(OptimizeTransposes, TiedEmbeddingWithAScalarIndexNeedsNoTransposeBack) {
+  // Gather(w, i) of a scalar i is a row [2]; Gather(wt, i, axis 1) is the same column.
+  auto model = run_rewrite(kPass, std::string(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64 i, float[3,2] x) => (float[2] e, float[3,8] y) <)") + kTiedWeight +
+                                      R"(> {
+      e = Gather <axis = -2> (w, i)
+      t = Transpose (w)
+      y = MatMul (x, t)
+    }
+  )",
+                           rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 0);
+  EXPECT_EQ(producer_op(model->graph(), "e"), "Gather");
+  EXPECT_EQ(dims_of(model->graph().find_local(input_names(producer(*model, "y"))[1])),
+            (std::vector<int64_t>{2, 8}));
+}
+
+TEST(OptimizeTransposes, TiedLookAlikesStay) {
+  const std::string weight = std::string("<") + kTiedWeight + ">";
+  const std::vector<std::string> cases = {
+      // w has a third reader that needs it as it is.
+      R"(g (int64[2,3] ids, float[3,2] x) => (float[2,3,2] e, float[3,8] y, float[8,2] z) )" +
+          weight + R"( {
+        e = Gather (w, ids)
+        t = Transpose <perm = [1, 0]> (w)
+        y = MatMul (x, t)
+        z = Neg (w)
+      })",
+      // A Gather of columns (axis 1).
+      R"(g (int64[2,3] ids, float[3,2] x) => (float[8,2,3] e, float[3,8] y) )" + weight + R"( {
+        e = Gather <axis = 1> (w, ids)
+        t = Transpose <perm = [1, 0]> (w)
+        y = MatMul (x, t)
+      })",
+      // As many indices as rows: the moved Transpose would not be smaller.
+      R"(g (int64[2,4] ids, float[3,2] x) => (float[2,4,2] e, float[3,8] y) )" + weight + R"( {
+        e = Gather (w, ids)
+        t = Transpose <perm = [1, 0]> (w)
+        y = MatMul (x, t)
+      })",
+      // Indices of unknown rank: the Transpose back cannot be written.
+      R"(g (int64[] ids, float[3,2] x) => (float[] e, float[3,8] y) )" + weight + R"( {
+        e = Gather (w, ids)
+        t = Transpose <perm = [1, 0]> (w)
+        y = MatMul (x, t)
+      })",
+      // w is also a graph output.
+      R"(g (int64[2,3] ids, float[3,2] x) => (float[2,3,2] e, float[3,8] y, float[8,2] w) )" +
+          weight + R"( {
+        e = Gather (w, ids)
+        t = Transpose <perm = [1, 0]> (w)
+        y = MatMul (x, t)
+      })",
+      // A branch reads w: the rewrite stays in one graph.
+      R"(g (int64[2,3] ids, float[3,2] x, bool c) => (float[2,3,2] e, float[3,8] y, float[8,2] z) )" +
+          weight + R"( {
+        e = Gather (w, ids)
+        t = Transpose <perm = [1, 0]> (w)
+        y = MatMul (x, t)
+        z = If (c) <then_branch = tg () => (float[8,2] a) { a = Neg (w) },
+                    else_branch = eg () => (float[8,2] b) { b = Abs (w) }>
+      })",
+  };
+  for (const std::string& body : cases) {
+    SCOPED_TRACE(body);
+    // Some cannot run: indices up to 3 on an axis of 2, indices of unknown rank.
+    expect_no_rewrite(kPass, R"(<ir_version: 8, opset_import: ["" : 13]>
+    )" + body,
+                      compare_outputs(Outputs::kSameIfVerifiable));
+  }
+}
+
+TEST(OptimizeTransposes, TiedOverridableWeightStays) {
+  // An initializer that is also a graph input is a default a caller may replace.
+  expect_no_rewrite(kPass, std::string(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[2,3] ids, float[3,2] x, float[8,2] w) => (float[2,3,2] e, float[3,8] y) <)") +
+                               kTiedWeight + R"(> {
+      e = Gather (w, ids)
+      t = Transpose <perm = [1, 0]> (w)
+      y = MatMul (x, t)
+    }
+  )");
+}
+
+TEST(OptimizeTransposes, TiedEmbeddingInsideIfBranches) {
+  auto model = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool c, int64[2,3] ids, float[3,2] x) => (float[2,3,2] e, float[3,8] y) {
+      e, y = If (c) <
+        then_branch = tg () => (float[2,3,2] te, float[3,8] ty) {
+          w = Constant <value = float[8,2] {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}> ()
+          te = Gather (w, ids)
+          t = Transpose <perm = [1, 0]> (w)
+          ty = MatMul (x, t)
+        },
+        else_branch = eg () => (float[2,3,2] ee, float[3,8] ey) {
+          w2 = Constant <value = float[8,2] {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}> ()
+          ee = Gather (w2, ids)
+          ey = MatMul (x, w2t)
+          w2t = Transpose <perm = [1, 0]> (w2)
+        }>
+    }
+  )",
+                           rewrites(2));
+  ASSERT_TRUE(model);
+  const ir::Node* iff = only_node(model->graph(), "If");
+  ASSERT_TRUE(iff);
+  for (const auto& sub : iff->subgraphs()) {
+    const ir::Graph& b = *sub.graph;
+    EXPECT_EQ(count_ops(*model, "Transpose"), 2);  // one back per Gather
+    const ir::Node* matmul = only_node(b, "MatMul");
+    ASSERT_TRUE(matmul);
+    EXPECT_EQ(dims_of(matmul->input(1)), (std::vector<int64_t>{2, 8}));
+    EXPECT_EQ(only_node(b, "Gather")->attr_int("axis", 0), 1);
+  }
+}
+
+TEST(OptimizeTransposes, TiedEmbeddingInsideFunctionBodies) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (int64[2,3] ids, float[3,2] x) => (float[2,3,2] e, float[3,8] y) {
+      e, y = local.F (ids, x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    F (i, a) => (ge, my) {
+      w = Constant <value = float[8,2] {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}> ()
+      r = Reshape (i, shape)
+      shape = Constant <value = int64[2] {2, 3}> ()
+      ge = Gather (w, r)
+      t = Transpose <perm = [1, 0]> (w)
+      my = MatMul (a, t)
+    }
+  )");
+  ASSERT_TRUE(model);
+  // Not run_pass_checked: the evaluator does not run local functions.
+  auto result = run_pass(*model, kPass);
+  EXPECT_EQ(result.rewrites, 1);
+  const ir::Graph& body = *model->functions()[0].body;
+  const ir::Node* matmul = only_node(body, "MatMul");
+  ASSERT_TRUE(matmul && matmul->input(1)->producer());
+  const ir::Node* c = matmul->input(1)->producer();
+  EXPECT_EQ(c->op_type(), "Constant");
+  EXPECT_EQ(std::vector<int64_t>(c->attr("value")->t().dims().begin(),
+                                 c->attr("value")->t().dims().end()),
+            (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(producer_op(body, "ge"), "Transpose");
+  auto reloaded = ir::Model::from_proto(model->to_proto());
+  EXPECT_TRUE(reloaded.ok()) << reloaded.status();
+}
+
 }  // namespace
 }  // namespace graft::testing
