@@ -30,6 +30,12 @@ options:
                    build-rel/client/graft, build/client/graft, build-prof/client/graft)
   --reps N         timed runs of each model, interleaved (default 40)
   --warmup N       untimed runs of each before timing (default 5)
+  --min-time MS    more timed runs for fast models, until each side has MS ms
+                   of them (default 2000; at most 4000 runs)
+  --sessions N     ORT sessions per side, timed in turn (default 4; sessions of
+                   one model differ by a few percent from each other)
+  --noise-floor    also time ORT-basic's output against a second session of
+                   itself (column "A/A": what the ratio reads for equal graphs)
   --seed N         random input seed (default 1)
   --out DIR        where optimized models, logs and parity.json go (default /tmp/ort_parity)
   --recursive      also take subdirectory/model.onnx from every directory given
@@ -51,6 +57,9 @@ function parseArgs(argv) {
     graft: null,
     reps: 40,
     warmup: 5,
+    minTimeMs: 2000,
+    noiseFloor: false,
+    sessions: 4,
     seed: 1,
     out: '/tmp/ort_parity',
     recursive: false,
@@ -74,6 +83,9 @@ function parseArgs(argv) {
     } else if (a === '--graft') opts.graft = next();
     else if (a === '--reps') opts.reps = intArg(a, next(), 1);
     else if (a === '--warmup') opts.warmup = intArg(a, next(), 0);
+    else if (a === '--min-time') opts.minTimeMs = intArg(a, next(), 0);
+    else if (a === '--noise-floor') opts.noiseFloor = true;
+    else if (a === '--sessions') opts.sessions = intArg(a, next(), 1);
     else if (a === '--seed') opts.seed = intArg(a, next(), 0);
     else if (a === '--out') opts.out = next();
     else if (a === '--recursive') opts.recursive = true;
@@ -457,9 +469,72 @@ function feedsFor(session, feeds, who, notes) {
 }
 
 async function timedRun(session, feeds) {
+  if (global.gc) global.gc();
   const t0 = process.hrtime.bigint();
   await session.run(feeds);
   return Number(process.hrtime.bigint() - t0) / 1e6;
+}
+
+// Times sessions `as` against sessions `bs` (equal counts, pair j = as[j] and bs[j]) after
+// warm-ups. Measured on this kind of machine: sessions of one and the same model differ by up
+// to 5% from each other, for the life of the session (where ORT happened to place its buffers),
+// so one session per side cannot resolve a few percent; each side has opts.sessions of them
+// and the ratio is the geometric mean over the pairs of each pair's median per-run ratio.
+// Within a pair the order alternates (A B, B A, ...): whichever runs first was measured
+// consistently slower, and counterbalancing cancels that; each per-run ratio is of two
+// adjacent runs, so drift cancels too. The garbage collector runs before each timed run
+// (node --expose-gc, as ./run starts it) so one run's garbage is not collected inside the next
+// run's timing. opts.reps timed runs per side at least, more for fast models so each side gets
+// opts.minTimeMs of them (at most kMaxReps).
+const kMaxReps = 4000;
+async function timeInterleaved(as, aFeeds, bs, bFeeds, opts, log) {
+  const warm = [];
+  for (let i = 0; i < opts.warmup; i++)
+    for (let j = 0; j < as.length; j++) {
+      warm.push(await timedRun(as[j], aFeeds));
+      warm.push(await timedRun(bs[j], bFeeds));
+    }
+  const each = warm.length ? median(warm) : 1;
+  const reps = Math.min(kMaxReps, Math.max(opts.reps, Math.ceil(opts.minTimeMs / Math.max(each, 1e-3))));
+  const rounds = Math.ceil(reps / as.length);
+  log(`latency (${opts.warmup} warm-up + ${rounds * as.length} runs each, ${as.length} sessions each)`);
+  const ta = [];
+  const tb = [];
+  const ratios = as.map(() => []);
+  for (let i = 0; i < rounds; i++) {
+    for (let j = 0; j < as.length; j++) {
+      let x, y;
+      if ((i + j) % 2 === 0) {
+        x = await timedRun(as[j], aFeeds);
+        y = await timedRun(bs[j], bFeeds);
+      } else {
+        y = await timedRun(bs[j], bFeeds);
+        x = await timedRun(as[j], aFeeds);
+      }
+      ta.push(x);
+      tb.push(y);
+      ratios[j].push(x / y);
+    }
+  }
+  const logMean = ratios.reduce((sum, rs) => sum + Math.log(median(rs)), 0) / ratios.length;
+  return { a: ta, b: tb, ratio: Math.exp(logMean) };
+}
+
+// `n` sessions of each of two files, created in the order A B B A A B ... so that neither side
+// is the one created first more often; the first of each side are given.
+async function moreSessions(ort, fileA, firstA, fileB, firstB, n) {
+  const as = [firstA];
+  const bs = [firstB];
+  for (let j = 1; j < n; j++) {
+    if (j % 2 === 1) {
+      bs.push(await ort.InferenceSession.create(fileB, RUN_OPTIONS));
+      as.push(await ort.InferenceSession.create(fileA, RUN_OPTIONS));
+    } else {
+      as.push(await ort.InferenceSession.create(fileA, RUN_OPTIONS));
+      bs.push(await ort.InferenceSession.create(fileB, RUN_OPTIONS));
+    }
+  }
+  return { as, bs };
 }
 
 function median(xs) {
@@ -635,20 +710,26 @@ async function runModel(ort, model, opts, log) {
   // that drift (thermal, other load) hits both alike.
   if (r.equal !== null && r.ort_basic_equal !== null) {
     try {
-      log(`latency (${opts.warmup} warm-up + ${opts.reps} runs each)`);
-      for (let i = 0; i < opts.warmup; i++) {
-        await graftSession.run(gFeeds);
-        await basicSession.run(bFeeds);
+      const extra = [];
+      try {
+        const { as, bs } = await moreSessions(ort, graftFile, graftSession, basicFile, basicSession, opts.sessions);
+        extra.push(...as.slice(1), ...bs.slice(1));
+        const t = await timeInterleaved(as, gFeeds, bs, bFeeds, opts, log);
+        r.latency = { graft_ms: median(t.a), ort_basic_ms: median(t.b), ratio: t.ratio, runs: t.a.length,
+                      sessions: opts.sessions, graft_runs_ms: t.a, ort_basic_runs_ms: t.b };
+        if (opts.noiseFloor) {
+          // The same procedure on ORT-basic's output against other sessions of itself: what
+          // the ratio reads when the graphs are equal (this machine's noise for this model).
+          const again = [];
+          for (let j = 0; j < opts.sessions; j++) {
+            again.push(await ort.InferenceSession.create(basicFile, RUN_OPTIONS));
+            extra.push(again[j]);
+          }
+          r.latency.noise_floor = (await timeInterleaved(again, bFeeds, bs, bFeeds, opts, log)).ratio;
+        }
+      } finally {
+        for (const x of extra) await x.release();
       }
-      const g = [];
-      const b = [];
-      for (let i = 0; i < opts.reps; i++) {
-        g.push(await timedRun(graftSession, gFeeds));
-        b.push(await timedRun(basicSession, bFeeds));
-      }
-      const gm = median(g);
-      const bm = median(b);
-      r.latency = { graft_ms: gm, ort_basic_ms: bm, ratio: gm / bm, graft_runs_ms: g, ort_basic_runs_ms: b };
     } catch (e) {
       failed('latency', `latency runs: ${errorText(e)}`);
     }
@@ -673,7 +754,8 @@ const fmtMs = (x) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(2) : x.toFix
 const passed = (r) => r.equal === true && r.failure === null;
 
 function tableRows(results) {
-  const header = ['model', 'nodes in', 'graft', 'ort basic', 'outputs equal', 'graft ms', 'ort-basic ms', 'ratio'];
+  const header = ['model', 'nodes in', 'graft', 'ort basic', 'outputs equal', 'graft ms', 'ort-basic ms', 'runs', 'ratio'];
+  if (results.some((r) => r.latency && r.latency.noise_floor !== undefined)) header.push('A/A');
   const rows = results.map((r) => {
     const n = (x) => (x === null ? '-' : String(x));
     let equal;
@@ -695,8 +777,9 @@ function tableRows(results) {
       equal,
       l ? fmtMs(l.graft_ms) : '-',
       l ? fmtMs(l.ort_basic_ms) : '-',
+      l ? String(l.runs) : '-',
       l ? l.ratio.toFixed(3) : '-',
-    ];
+    ].concat(header.length > 9 ? [l && l.noise_floor !== undefined ? l.noise_floor.toFixed(3) : '-'] : []);
   });
   return [header, ...rows];
 }
@@ -773,6 +856,9 @@ async function main() {
     level: 'O2',
     reps: opts.reps,
     warmup: opts.warmup,
+    min_time_ms: opts.minTimeMs,
+    noise_floor: opts.noiseFloor,
+    sessions: opts.sessions,
     seed: opts.seed,
     tolerance: { atol: ATOL, rtol: RTOL },
     summary: s,
