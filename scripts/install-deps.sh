@@ -7,12 +7,15 @@ packages=(
   build-essential cmake pkg-config ninja-build
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libonnx-dev prometheus-cpp-dev libspdlog-dev libboost-dev libssl-dev
-  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libhiredis-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if [[ "${1:-}" == "--test" ]]; then
   # openssl: the TLS tests make throwaway certificates with it.
   packages+=(libonnx-testdata python3-yaml openssl)
+  # The shared cache tier's tests start a real Redis; the Python client's tests use Debian's
+  # gRPC and protobuf for Python under pytest.
+  packages+=(redis-server python3-grpcio python3-protobuf python3-pytest)
   # Sanitizer builds and fuzzing (scripts/sanitize.sh, scripts/fuzz.sh): clang 14 with its
   # sanitizer runtimes and libFuzzer, and llvm-symbolizer for readable reports.
   packages+=(clang libclang-rt-14-dev libfuzzer-14-dev llvm-14)
