@@ -1,9 +1,11 @@
 #include "client/graft_client.h"
 
+#include <algorithm>
 #include <set>
 
 #include <absl/strings/str_cat.h>
 
+#include "core/cache/digest.h"
 #include "core/paths/beneath.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
@@ -41,10 +43,55 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
     std::string_view model, const v1::PipelineConfig& config,
     std::optional<std::chrono::milliseconds> timeout, const Progress& progress, size_t chunk_bytes,
     const ExternalFiles& external_files) {
+  SendOptions options;
+  options.timeout = timeout;
+  options.progress = progress;
+  options.chunk_bytes = chunk_bytes;
+  return optimize(model, config, options, external_files);
+}
+
+absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
+                                                     const v1::PipelineConfig& config,
+                                                     const SendOptions& options,
+                                                     const ExternalFiles& external_files) {
+  if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk size 0");
   for (const auto& [name, bytes] : external_files)
     if (auto st = paths::check_location(name); !st.ok()) return st;
+  const std::string digest =
+      options.model_sha256.empty() ? cache::sha256_hex(model) : options.model_sha256;
+  const auto started = std::chrono::steady_clock::now();
+  if (options.lookup_first && external_files.empty()) {
+    auto found = lookup(digest, config, /*return_result=*/true, options.timeout, options.progress);
+    if (found.ok() && found->cached && found->result) {
+      OptimizeResult r = std::move(*found->result);
+      r.from_lookup = true;
+      return r;
+    }
+    // A failed Lookup (an older server, say) falls back to sending the model, unless the
+    // deadline is what failed: then the whole call has run out of time.
+    if (!found.ok() && found.status().code() == absl::StatusCode::kDeadlineExceeded)
+      return found.status();
+  }
+  SendOptions rest = options;
+  if (rest.timeout) {
+    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    rest.timeout = std::max(std::chrono::milliseconds(1), *rest.timeout - spent);
+  }
+  return send(model, config, rest, digest, external_files);
+}
+
+absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
+                                                 const v1::PipelineConfig& config,
+                                                 const SendOptions& options,
+                                                 const std::string& digest,
+                                                 const ExternalFiles& external_files) {
+  const auto& timeout = options.timeout;
+  const auto& progress = options.progress;
+  const size_t chunk_bytes = options.chunk_bytes;
   grpc::ClientContext context;
   if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
+  context.AddMetadata(kModelDigestHeader, digest);
   auto stream = stub_->Optimize(&context);
   v1::OptimizeRequest start;
   *start.mutable_start()->mutable_config() = config;
@@ -71,6 +118,7 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
   for (const auto& [name, bytes] : external_files) upload(bytes, name);
   stream->WritesDone();
   OptimizeResult result;
+  result.bytes_sent = sent;
   bool have_report = false;
   // Names the server sends back are checked by the rule the upload had to pass, before anyone
   // can use them as paths; each file comes in one run of chunks.
@@ -108,13 +156,19 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
   if (!have_report) return absl::DataLossError("the server sent no report");
   if (result.model.size() != result.report.output_bytes())
     return absl::DataLossError("received fewer model bytes than the report announces");
+  result.bytes_received = result.model.size();
+  for (const auto& [name, bytes] : result.external_files) result.bytes_received += bytes.size();
   return result;
 }
 
 absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256,
                                                  const v1::PipelineConfig& config,
-                                                 bool return_result) {
+                                                 bool return_result,
+                                                 std::optional<std::chrono::milliseconds> timeout,
+                                                 const Progress& progress) {
   grpc::ClientContext context;
+  if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
+  context.AddMetadata(kModelDigestHeader, model_sha256);
   v1::LookupRequest request;
   request.set_model_sha256(model_sha256);
   *request.mutable_config() = config;
@@ -126,14 +180,23 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
   v1::LookupResponse msg;
   while (reader->Read(&msg)) {
     if (msg.kind_case() == v1::LookupResponse::kCached) out.cached = msg.cached();
-    if (msg.has_chunk()) result.model += msg.chunk().data();
+    if (msg.has_chunk()) {
+      result.model += msg.chunk().data();
+      if (progress) progress(false, result.model.size(), 0);
+    }
     if (msg.has_report()) {
       result.report = std::move(*msg.mutable_report());
       have_report = true;
     }
   }
   if (auto st = status_of(reader->Finish()); !st.ok()) return st;
-  if (have_report) out.result = std::move(result);
+  if (have_report) {
+    if (result.model.size() != result.report.output_bytes())
+      return absl::DataLossError("received fewer model bytes than the report announces");
+    result.bytes_received = result.model.size();
+    result.report.set_cache_hit(true);
+    out.result = std::move(result);
+  }
   return out;
 }
 

@@ -25,6 +25,9 @@ struct OptimizeResult {
   std::string model;
   ExternalFiles external_files;  // sent back after the model
   v1::OptimizeReport report;
+  uint64_t bytes_sent = 0;      // model and external-data bytes uploaded (0 after a lookup hit)
+  uint64_t bytes_received = 0;  // model and external-data bytes downloaded
+  bool from_lookup = false;     // served by Lookup: the server had it cached, nothing uploaded
 };
 
 struct LookupResult {
@@ -34,6 +37,23 @@ struct LookupResult {
 
 // Called with (bytes done, bytes total) while uploading (upload = true) and downloading.
 using Progress = std::function<void(bool upload, uint64_t done, uint64_t total)>;
+
+// gRPC metadata key every Optimize and Lookup call carries: the model's lowercase hex sha256,
+// so a load balancer can route identical models to the same replica (whose cache has them).
+inline constexpr char kModelDigestHeader[] = "graft-model-sha256";
+
+// How optimize() sends a model.
+struct SendOptions {
+  std::optional<std::chrono::milliseconds> timeout;
+  Progress progress;
+  size_t chunk_bytes = 1 << 20;
+  // Ask Lookup(digest, config) first: on a hit the result is downloaded and nothing is
+  // uploaded; on a miss (or a Lookup error other than a deadline) the model is sent. Skipped
+  // for models with external data, whose results the server does not cache.
+  bool lookup_first = false;
+  // Lowercase hex sha256 of the model's bytes; computed when empty.
+  std::string model_sha256;
+};
 
 class GraftClient {
  public:
@@ -47,12 +67,18 @@ class GraftClient {
                                              const tls::ClientOptions& tls);
 
   absl::StatusOr<OptimizeResult> optimize(std::string_view model, const v1::PipelineConfig& config,
+                                          const SendOptions& options,
+                                          const ExternalFiles& external_files = {});
+  // optimize() without a lookup first.
+  absl::StatusOr<OptimizeResult> optimize(std::string_view model, const v1::PipelineConfig& config,
                                           std::optional<std::chrono::milliseconds> timeout = {},
                                           const Progress& progress = nullptr,
                                           size_t chunk_bytes = 1 << 20,
                                           const ExternalFiles& external_files = {});
   absl::StatusOr<LookupResult> lookup(const std::string& model_sha256,
-                                      const v1::PipelineConfig& config, bool return_result);
+                                      const v1::PipelineConfig& config, bool return_result,
+                                      std::optional<std::chrono::milliseconds> timeout = {},
+                                      const Progress& progress = nullptr);
   absl::StatusOr<v1::ListPassesResponse> list_passes();
   // grpc.health.v1 status of the whole server ("" service): true when SERVING.
   absl::StatusOr<bool> serving();
@@ -62,6 +88,10 @@ class GraftClient {
  private:
   // from_grpc, with a hint when the connection failed (e.g. a plaintext client and a TLS server).
   absl::Status status_of(const grpc::Status& status) const;
+  // The upload: Optimize with the model (and its files) streamed in chunks.
+  absl::StatusOr<OptimizeResult> send(std::string_view model, const v1::PipelineConfig& config,
+                                      const SendOptions& options, const std::string& digest,
+                                      const ExternalFiles& external_files);
 
   std::optional<bool> tls_;  // unknown for a channel made elsewhere: then no hint
   std::shared_ptr<grpc::Channel> channel_;

@@ -21,6 +21,7 @@
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
 #include "core/paths/beneath.h"
+#include "core/paths/files.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
 
@@ -38,55 +39,26 @@ int fail(int code, const std::string& msg) {
   return code;
 }
 
+// The whole input: a file read with one allocation of its size, or standard input ("-") in
+// doubling blocks (paths::read_all).
 bool read_input(const std::string& path, std::string* bytes, std::string* error) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    *bytes = ss.str();
-    if (std::cin.bad()) {
-      *error = "cannot read standard input";
-      return false;
-    }
-    return true;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = "cannot open '" + path + "'";
+  auto read = path == "-" ? paths::read_all(STDIN_FILENO, "standard input") : paths::read_file(path);
+  if (!read.ok()) {
+    *error = std::string(read.status().message());
     return false;
   }
-  bytes->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    *error = "cannot read '" + path + "'";
-    return false;
-  }
+  *bytes = std::move(*read);
   return true;
 }
 
+// Standard output ("-") in as few writes as it takes, or a file written beside its target and
+// renamed over it, so a failed run never leaves a half-written model.
 bool write_output(const std::string& path, const std::string& bytes, std::string* error) {
-  if (path == "-") {
-    std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    std::cout.flush();
-    if (!std::cout) *error = "cannot write standard output";
-    return static_cast<bool>(std::cout);
-  }
-  // Write next to the target, then rename: a failed run never leaves a half-written model.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      *error = "cannot write '" + path + "'";
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    *error = "cannot write '" + path + "'";
-    return false;
-  }
-  return true;
+  if (path == "-") std::cout.flush();  // what was printed through std::cout goes first
+  absl::Status st = path == "-" ? paths::write_all(STDOUT_FILENO, bytes, "standard output")
+                                : paths::write_file_atomic(path, bytes);
+  if (!st.ok()) *error = std::string(st.message());
+  return st.ok();
 }
 
 void collect_locations(const onnx::TensorProto& t, std::set<std::string>* out) {
@@ -155,6 +127,7 @@ struct OptimizeArgs {
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;
   bool quiet = false;
+  bool no_lookup = false;  // remote: send the model without asking Lookup first
   std::string sha256;  // lookup only
   // TLS from the flags; GRAFT_TLS* fill in what they leave unset.
   tls::ClientOptions tls;
@@ -377,8 +350,13 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
   std::optional<std::chrono::milliseconds> timeout;
   if (a.timeout_seconds > 0)
     timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
-  client::Progress bar = progress_bar(total);
-  auto result = client->optimize(bytes, api::to_proto(config), timeout, bar, 1 << 20, files);
+  client::SendOptions send;
+  send.timeout = timeout;
+  send.progress = progress_bar(total);
+  send.lookup_first = !a.no_lookup;
+  send.model_sha256 = cache::sha256_hex(bytes);
+  const bool bar = static_cast<bool>(send.progress);
+  auto result = client->optimize(bytes, api::to_proto(config), send, files);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
   if (!result.ok()) return fail_remote(result.status());
   RunSummary run;
@@ -392,6 +370,9 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
   run.cache_hit = result->report.cache_hit();
   run.input_sha256 = result->report.input_sha256();
   run.output_sha256 = result->report.output_sha256();
+  if (send.lookup_first && files.empty()) run.lookup = result->from_lookup ? "hit" : "miss";
+  run.bytes_sent = result->bytes_sent;
+  run.bytes_received = result->bytes_received;
   return finish_run(a, run, result->model, result->external_files);
 }
 
@@ -439,6 +420,8 @@ int lookup(const OptimizeArgs& a) {
     run.pipeline = api::to_pipeline_report(result->result->report);
     run.server = server;
     run.cache_hit = true;
+    run.lookup = "hit";
+    run.bytes_received = result->result->bytes_received;
     run.input_sha256 = digest;
     run.output_sha256 = result->result->report.output_sha256();
     return finish_run(a, run, result->result->model);
@@ -576,6 +559,9 @@ int main(int argc, char** argv) {
   opt->add_option("--dump-dir", args.dump_dir,
                   "local: write the graph as ONNX text after each pass that changed it");
   opt->add_flag("-q,--quiet", args.quiet, "do not print the per-pass table");
+  opt->add_flag("--no-lookup", args.no_lookup,
+                "remote: send the model without first asking the server whether it has the "
+                "result cached (by the model's sha256)");
 
   auto* passes = app.add_subcommand("passes", "list every pass with its level and description");
   add_server(passes);

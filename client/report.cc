@@ -72,7 +72,9 @@ std::string format_table(const RunSummary& run) {
   }
   if (!run.server.empty())
     out += "server " + run.server + ", cache " + (run.cache_hit ? "hit" : "miss") + ", sha256 " +
-           run.input_sha256.substr(0, 12) + " -> " + run.output_sha256.substr(0, 12) + "\n";
+           run.input_sha256.substr(0, 12) + " -> " + run.output_sha256.substr(0, 12) +
+           (run.lookup == "hit" ? " (found by lookup, not uploaded)" : "") + ", sent " +
+           human_bytes(run.bytes_sent) + ", received " + human_bytes(run.bytes_received) + "\n";
   return out;
 }
 
@@ -112,6 +114,9 @@ nlohmann::json to_json(const RunSummary& run) {
           {"cache_hit", run.cache_hit},
           {"input_sha256", run.input_sha256},
           {"output_sha256", run.output_sha256},
+          {"lookup", run.lookup},
+          {"bytes_sent", run.bytes_sent},
+          {"bytes_received", run.bytes_received},
           {"passes", passes}};
 }
 

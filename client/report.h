@@ -19,6 +19,8 @@ struct RunSummary {
   std::string server;
   bool cache_hit = false;
   std::string input_sha256, output_sha256;
+  std::string lookup;  // "hit" (fetched without uploading), "miss", or "" when not asked
+  uint64_t bytes_sent = 0, bytes_received = 0;  // model and external-data bytes on the wire
 };
 
 std::string format_table(const RunSummary& run);

@@ -1,10 +1,11 @@
 // Loading a ModelProto into the IR, saving it back, cloning.
 #include "core/ir/model.h"
+
 #include "core/ir/operands.h"
+#include "core/paths/files.h"
 
 #include <algorithm>
 #include <climits>
-#include <fstream>
 #include <sstream>
 
 #include <absl/strings/str_cat.h>
@@ -230,11 +231,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::parse(std::string_view bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::load_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  return parse(bytes);
+  auto bytes = paths::read_file(path);
+  if (!bytes.ok()) return bytes.status();
+  return parse(*bytes);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "core/paths/beneath.h"
 
+#include "core/paths/files.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -159,16 +161,11 @@ absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return io_error(name, "read", path, errno);
   if (!S_ISREG(st.st_mode)) return invalid(name, "not a regular file");
-  std::string bytes;
-  bytes.reserve(static_cast<size_t>(st.st_size));
-  char buf[1 << 16];
-  while (true) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_error(name, "read", path, errno);
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
+  auto bytes = read_all(fd.get(), absl::StrCat("'", path, "'"), static_cast<uint64_t>(st.st_size));
+  if (!bytes.ok())
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("external data location '", shown(name), "': ",
+                                     bytes.status().message()));
   return bytes;
 }
 

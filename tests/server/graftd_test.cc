@@ -15,6 +15,7 @@
 #include <regex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <onnx/defs/parser.h>
 
 #include "client/graft_client.h"
@@ -264,6 +265,40 @@ TEST(Graftd, CliRemoteModeIsByteIdenticalToLocalMode) {
   EXPECT_EQ(WEXITSTATUS(std::system(
                 (env + cli + " lookup --level O1 " + kExample.string() + " >/dev/null").c_str())),
             1);
+  fs::remove_all(dir);
+}
+
+TEST(Graftd, CliFetchesACachedResultWithoutUploadingIt) {
+  Graftd server;
+  fs::path dir = fs::temp_directory_path() / ("graftd_lookup_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto run = [&](const std::string& name, const std::string& flags) {
+    const fs::path report = dir / (name + ".json");
+    const std::string cmd = std::string(GRAFT_CLI) + " optimize -q " + kExample.string() +
+                            " -o " + (dir / (name + ".onnx")).string() + " --report " +
+                            report.string() + " --server " + server.address() + flags;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return nlohmann::json::parse(read_file(report));
+  };
+  const auto size = fs::file_size(kExample);
+  auto first = run("first", "");
+  EXPECT_EQ(first["lookup"], "miss");
+  EXPECT_EQ(first["bytes_sent"], size);
+  auto second = run("second", "");
+  EXPECT_EQ(second["lookup"], "hit");
+  EXPECT_EQ(second["cache_hit"], true);
+  EXPECT_EQ(second["bytes_sent"], 0);
+  EXPECT_EQ(second["bytes_received"], first["output_bytes"]);
+  EXPECT_EQ(read_file(dir / "second.onnx"), read_file(dir / "first.onnx"));
+  auto forced = run("forced", " --no-lookup");
+  EXPECT_EQ(forced["lookup"], "");
+  EXPECT_EQ(forced["cache_hit"], true);
+  EXPECT_EQ(forced["bytes_sent"], size);
+  // The server saw two uploads of the model and two Lookups.
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Optimize\"}"), 2);
+  EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Lookup\"}"), 2);
+  EXPECT_EQ(metric(metrics, "graft_model_bytes_in_total"), 2.0 * size);
   fs::remove_all(dir);
 }
 

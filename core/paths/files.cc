@@ -1,0 +1,141 @@
+#include "core/paths/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include <absl/strings/str_cat.h>
+
+namespace graft::paths {
+
+namespace {
+
+// One read(2) or write(2) moves at most this much (Linux caps a call near 2 GiB anyway).
+constexpr size_t kMaxCall = size_t{1} << 30;
+// The first block for a source of unknown size.
+constexpr size_t kFirstBlock = size_t{1} << 20;
+
+absl::Status errno_status(int err, std::string_view doing, std::string_view what) {
+  const std::string msg = absl::StrCat("cannot ", std::string(doing), " ", std::string(what), ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(msg);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(msg);
+    case EISDIR:
+      return absl::InvalidArgumentError(msg);
+    case ENOMEM:
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return absl::ResourceExhaustedError(msg);
+    default:
+      return absl::DataLossError(msg);
+  }
+}
+
+absl::Status too_big(std::string_view what, uint64_t max_bytes) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat(std::string(what), " is larger than ", max_bytes, " bytes"));
+}
+
+// Grows `out` to at least `want` bytes (zero-filled), false when memory cannot be had.
+bool grow(std::string& out, size_t want) {
+  try {
+    out.resize(want);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  } catch (const std::length_error&) {
+    return false;
+  }
+}
+
+struct Closer {
+  int fd;
+  ~Closer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> read_all(int fd, std::string_view what, uint64_t size_hint,
+                                     uint64_t max_bytes) {
+  std::string out;
+  const uint64_t first = std::min<uint64_t>(size_hint > 0 ? size_hint : kFirstBlock, max_bytes);
+  if (!grow(out, static_cast<size_t>(std::min<uint64_t>(first, out.max_size()))))
+    return absl::ResourceExhaustedError(absl::StrCat("no memory for ", std::string(what)));
+  size_t len = 0;
+  while (true) {
+    if (len == out.size()) {
+      // Full: one small read tells the end of the data from more of it.
+      char probe[4096];
+      ssize_t n = ::read(fd, probe, sizeof probe);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno_status(errno, "read", what);
+      if (n == 0) break;
+      if (len + static_cast<uint64_t>(n) > max_bytes) return too_big(what, max_bytes);
+      const uint64_t want = std::min<uint64_t>(std::max<uint64_t>(2 * out.size(), kFirstBlock),
+                                               max_bytes);
+      if (!grow(out, static_cast<size_t>(std::max<uint64_t>(want, len + n))))
+        return absl::ResourceExhaustedError(absl::StrCat("no memory for ", std::string(what)));
+      std::memcpy(out.data() + len, probe, static_cast<size_t>(n));
+      len += static_cast<size_t>(n);
+      continue;
+    }
+    ssize_t n = ::read(fd, out.data() + len, std::min(out.size() - len, kMaxCall));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status(errno, "read", what);
+    if (n == 0) break;
+    len += static_cast<size_t>(n);
+  }
+  out.resize(len);
+  return out;
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) {
+  const std::string what = absl::StrCat("'", path, "'");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status(errno, "open", what);
+  Closer closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return errno_status(errno, "read", what);
+  if (S_ISDIR(st.st_mode)) return errno_status(EISDIR, "read", what);
+  const uint64_t size = S_ISREG(st.st_mode) && st.st_size > 0 ? st.st_size : 0;
+  if (size > max_bytes) return too_big(what, max_bytes);
+  return read_all(fd, what, size, max_bytes);
+}
+
+absl::Status write_all(int fd, std::string_view bytes, std::string_view what) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, std::min(bytes.size() - done, kMaxCall));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status(errno, "write", what);
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string what = absl::StrCat("'", path, "'");
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return errno_status(errno, "write", what);
+  absl::Status st = write_all(fd, bytes, what);
+  if (::close(fd) != 0 && st.ok()) st = errno_status(errno, "write", what);
+  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) st = errno_status(errno, "write", what);
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
+}  // namespace graft::paths

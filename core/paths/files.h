@@ -1,0 +1,37 @@
+// Whole-file reads and writes with sized system calls. A regular file is read with one
+// allocation of its size (fstat) straight into the result; a pipe or terminal in blocks that
+// double. Writes go out in as few write(2) calls as the kernel takes. Used wherever a whole
+// model or file is read or written (the CLI, Model::load_file, external data), so none of them
+// reads byte by byte through a stream buffer.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include <absl/status/statusor.h>
+
+namespace graft::paths {
+
+inline constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+
+// Everything `fd` yields until end of file (`fd` stays open). `size_hint`: the expected size
+// (e.g. from fstat; 0 when unknown), allocated at once. `what` names the source in errors.
+// Errors: DataLoss "cannot read <what>: <strerror>", ResourceExhausted when more than
+// `max_bytes` arrive or memory for them cannot be had.
+absl::StatusOr<std::string> read_all(int fd, std::string_view what, uint64_t size_hint = 0,
+                                     uint64_t max_bytes = kNoLimit);
+
+// The bytes of the file at `path` (read_all with its size). Errors name the path: NotFound or
+// PermissionDenied when it cannot be opened, InvalidArgument for a directory, else read_all's.
+absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes = kNoLimit);
+
+// Writes all of `bytes` to `fd`. DataLoss "cannot write <what>: <strerror>" on failure.
+absl::Status write_all(int fd, std::string_view bytes, std::string_view what);
+
+// Writes `bytes` to `path` through a temporary file beside it, renamed over `path` once
+// complete: a failed write never leaves a partial file at `path`. Errors name the path.
+absl::Status write_file_atomic(const std::string& path, std::string_view bytes);
+
+}  // namespace graft::paths

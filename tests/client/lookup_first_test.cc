@@ -1,0 +1,191 @@
+// GraftClient's lookup-first optimize and the digest metadata, against a fake Graft server that
+// records what it is asked: a cached result is fetched by Lookup without any upload, a miss or a
+// server without Lookup falls back to the upload, a short download is DataLoss, and every
+// Optimize and Lookup call carries graft-model-sha256.
+#include <atomic>
+#include <mutex>
+
+#include <grpcpp/grpcpp.h>
+
+#include "client/graft_client.h"
+#include "core/cache/digest.h"
+#include "graft/v1/graft.grpc.pb.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+const std::string kModel(3 << 20, 'm');  // three chunks of the default size
+const std::string kResult = "optimized";
+
+enum class LookupMode { kCached, kNotCached, kUnimplemented, kShortResult };
+
+class FakeServer final : public v1::Graft::Service {
+ public:
+  explicit FakeServer(LookupMode mode) : mode_(mode) {}
+
+  grpc::Status Optimize(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream) override {
+    record(context);
+    ++optimize_calls;
+    v1::OptimizeRequest msg;
+    while (stream->Read(&msg))
+      if (msg.has_chunk()) uploaded += msg.chunk().data().size();
+    v1::OptimizeResponse chunk;
+    chunk.mutable_chunk()->set_data(kResult);
+    stream->Write(chunk);
+    v1::OptimizeResponse last;
+    last.mutable_report()->set_output_bytes(kResult.size());
+    stream->Write(last);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
+                      grpc::ServerWriter<v1::LookupResponse>* writer) override {
+    record(context);
+    ++lookup_calls;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      looked_up = request->model_sha256();
+    }
+    if (mode_ == LookupMode::kUnimplemented)
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no Lookup here");
+    v1::LookupResponse cached;
+    cached.set_cached(mode_ != LookupMode::kNotCached);
+    writer->Write(cached);
+    if (mode_ == LookupMode::kNotCached || !request->return_result()) return grpc::Status::OK;
+    v1::LookupResponse chunk;
+    chunk.mutable_chunk()->set_data(kResult);
+    writer->Write(chunk);
+    v1::LookupResponse report;
+    report.mutable_report()->set_output_bytes(kResult.size() +
+                                              (mode_ == LookupMode::kShortResult ? 1 : 0));
+    writer->Write(report);
+    return grpc::Status::OK;
+  }
+
+  std::vector<std::string> digests() {
+    std::lock_guard<std::mutex> lock(mu);
+    return headers;
+  }
+
+  std::atomic<int> optimize_calls{0}, lookup_calls{0};
+  std::atomic<uint64_t> uploaded{0};
+  std::mutex mu;
+  std::string looked_up;
+
+ private:
+  void record(grpc::ServerContext* context) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto range = context->client_metadata().equal_range(client::kModelDigestHeader);
+    if (range.first == range.second) headers.push_back("<none>");
+    for (auto it = range.first; it != range.second; ++it)
+      headers.emplace_back(it->second.data(), it->second.size());
+  }
+
+  LookupMode mode_;
+  std::vector<std::string> headers;  // one per call
+};
+
+struct Running {
+  explicit Running(FakeServer* service) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service);
+    server = builder.BuildAndStart();
+  }
+  ~Running() {
+    if (server) server->Shutdown();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+client::SendOptions lookup_first() {
+  client::SendOptions o;
+  o.lookup_first = true;
+  return o;
+}
+
+TEST(LookupFirst, ACachedResultIsFetchedWithoutUploading) {
+  FakeServer service(LookupMode::kCached);
+  Running running(&service);
+  ASSERT_TRUE(running.server);
+  client::GraftClient client(running.address());
+  auto r = client.optimize(kModel, v1::PipelineConfig(), lookup_first());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->from_lookup);
+  EXPECT_TRUE(r->report.cache_hit());
+  EXPECT_EQ(r->model, kResult);
+  EXPECT_EQ(r->bytes_sent, 0u);
+  EXPECT_EQ(r->bytes_received, kResult.size());
+  EXPECT_EQ(service.lookup_calls, 1);
+  EXPECT_EQ(service.optimize_calls, 0);
+  EXPECT_EQ(service.uploaded, 0u);
+  std::lock_guard<std::mutex> lock(service.mu);
+  EXPECT_EQ(service.looked_up, cache::sha256_hex(kModel));
+}
+
+TEST(LookupFirst, AMissUploadsOnce) {
+  FakeServer service(LookupMode::kNotCached);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  auto r = client.optimize(kModel, v1::PipelineConfig(), lookup_first());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->from_lookup);
+  EXPECT_EQ(r->model, kResult);
+  EXPECT_EQ(r->bytes_sent, kModel.size());
+  EXPECT_EQ(service.lookup_calls, 1);
+  EXPECT_EQ(service.optimize_calls, 1);
+  EXPECT_EQ(service.uploaded, kModel.size());
+}
+
+TEST(LookupFirst, AServerWithoutLookupStillGetsTheModel) {
+  FakeServer service(LookupMode::kUnimplemented);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  auto r = client.optimize(kModel, v1::PipelineConfig(), lookup_first());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, kResult);
+  EXPECT_EQ(service.optimize_calls, 1);
+}
+
+TEST(LookupFirst, AShortDownloadIsDataLoss) {
+  FakeServer service(LookupMode::kShortResult);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  auto found = client.lookup(cache::sha256_hex(kModel), v1::PipelineConfig(), true);
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kDataLoss) << found.status();
+}
+
+TEST(LookupFirst, OffMeansNoLookupAndModelsWithExternalDataAreSent) {
+  FakeServer service(LookupMode::kCached);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  ASSERT_TRUE(client.optimize(kModel, v1::PipelineConfig()).ok());
+  client::ExternalFiles files = {{"w.bin", std::string(100, 'w')}};
+  auto r = client.optimize(kModel, v1::PipelineConfig(), lookup_first(), files);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes_sent, kModel.size() + 100);
+  EXPECT_EQ(service.lookup_calls, 0);
+  EXPECT_EQ(service.optimize_calls, 2);
+}
+
+TEST(LookupFirst, EveryCallCarriesTheModelDigest) {
+  FakeServer service(LookupMode::kNotCached);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  ASSERT_TRUE(client.optimize(kModel, v1::PipelineConfig(), lookup_first()).ok());
+  ASSERT_TRUE(client.optimize(kModel, v1::PipelineConfig()).ok());
+  client::SendOptions given = lookup_first();
+  given.model_sha256 = std::string(64, 'a');  // a digest the caller already has is sent as is
+  ASSERT_TRUE(client.optimize(kModel, v1::PipelineConfig(), given).ok());
+  const std::string digest = cache::sha256_hex(kModel);
+  EXPECT_EQ(service.digests(), (std::vector<std::string>{digest, digest, digest,
+                                                         given.model_sha256, given.model_sha256}));
+}
+
+}  // namespace
+}  // namespace graft::testing
