@@ -149,6 +149,15 @@ class _Upload:
             self.progress(True, self.sent, self.total)
 
     def __iter__(self):
+        try:
+            yield from self._requests()
+        except Exception as e:  # noqa: BLE001 - kept and raised by the caller
+            self.error = e
+            self.call_ready.wait(5)
+            if self.call is not None:
+                self.call.cancel()
+
+    def _requests(self):
         yield graft_pb2.OptimizeRequest(start=self.start)
         view = memoryview(self.model.data)
         for off in range(0, len(view), self.chunk_bytes):
@@ -158,18 +167,11 @@ class _Upload:
         for name, f, size in self.model.files:
             left = size
             while left > 0:
-                try:
-                    data = f.read(min(self.chunk_bytes, left))
-                    if not data:
-                        raise DataLossError(
-                            f"external-data file '{name}' ended after {size - left} of its "
-                            f"{size} bytes while it was uploaded (did it change?)")
-                except BaseException as e:  # noqa: B036 - kept and re-raised by the caller
-                    self.error = e
-                    self.call_ready.wait(5)
-                    if self.call is not None:
-                        self.call.cancel()
-                    return
+                data = f.read(min(self.chunk_bytes, left))
+                if not data:
+                    raise DataLossError(
+                        f"external-data file '{name}' ended after {size - left} of its {size} "
+                        "bytes while it was uploaded (did it change?)")
                 left -= len(data)
                 yield graft_pb2.OptimizeRequest(chunk=graft_pb2.Chunk(data=data, file=name))
                 self._sent(len(data))

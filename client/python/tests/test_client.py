@@ -329,3 +329,24 @@ def test_a_hostile_answer_is_refused(fake_server, answer, error, text):
     with graft_client.Client(target, timeout=10) as c:
         with pytest.raises(error, match=text):
             c.optimize(conv_bn_bytes(seed=115))
+
+
+def test_errors_while_uploading_are_raised_as_themselves(client, tmp_path):
+    save_with_external_data(conv_bn_model(seed=116), tmp_path / "model.onnx", "weights.bin")
+    weights = tmp_path / "weights.bin"
+
+    def truncate_after_the_model(upload, done, total):
+        if upload and done < total:  # the model is sent, its file not yet
+            weights.write_bytes(b"")
+
+    with pytest.raises(graft_client.DataLossError, match="ended after 0 of its"):
+        client.optimize(tmp_path / "model.onnx", progress=truncate_after_the_model)
+
+    class Stop(Exception):
+        pass
+
+    def stop(upload, done, total):
+        raise Stop()
+
+    with pytest.raises(Stop):
+        client.optimize(conv_bn_bytes(seed=117), progress=stop)
