@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 
 import graft_client
 
@@ -119,10 +120,16 @@ def up_to_date(record_path, optimized_path, digest, config):
 
 
 def write_atomically(path, data):
-    tmp = f"{path}.tmp.{os.getpid()}"
+    """Writes through a temporary file in the same folder renamed over `path`: readers see the
+    old file or the new one, never a part."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(path) or ".")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         try:

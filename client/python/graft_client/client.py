@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import time
 
@@ -25,6 +26,12 @@ MAX_MESSAGE_BYTES = 8 << 20
 SHA256_METADATA = "graft-model-sha256"
 # protobuf cannot represent a larger model; a server sending more is broken or hostile.
 _MAX_MODEL_BYTES = (2 << 30) - 1
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def sha256_hex(data):
@@ -66,10 +73,12 @@ class Result:
             # Files first: a refused location leaves no model referring to missing files.
             for name, data in self.external_files:
                 write_beneath(folder, name, data)
-        tmp = f"{os.fspath(path)}.tmp.{os.getpid()}"
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.", suffix=".tmp",
+                                   dir=folder)
         try:
-            with open(tmp, "wb") as f:
+            with os.fdopen(fd, "wb") as f:
                 f.write(self.model_bytes)
+            os.chmod(tmp, 0o666 & ~_umask())
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -94,6 +103,10 @@ class _Model:
         elif isinstance(model, (str, os.PathLike)):
             path = os.fspath(model)
             with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size > _MAX_MODEL_BYTES:
+                    raise InvalidArgumentError(
+                        f"'{path}' is larger than protobuf's 2 GB limit: keep large weights in "
+                        "external-data files")
                 self.data = f.read()
             self.folder = (os.fspath(external_data_dir) if external_data_dir is not None
                            else os.path.dirname(path) or ".")
