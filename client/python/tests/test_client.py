@@ -4,7 +4,6 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
 import time
 from concurrent import futures
 from pathlib import Path
