@@ -370,6 +370,9 @@ class Client:
                 raise upload.error from None
             if bad is None:
                 raise self._error(e) from None
+        except BaseException:
+            call.cancel()  # e.g. KeyboardInterrupt, or a progress callback that raised
+            raise
         if upload.error is not None:
             raise upload.error
         if bad is not None:
