@@ -1,0 +1,30 @@
+"""Python client for Graft, the ONNX graph-optimization service (graftd).
+
+    from graft_client import Client
+    with Client("localhost:50051", timeout=60) as graft:
+        result = graft.optimize("model.onnx", level="O2")
+        result.save("model.optimized.onnx")
+        print(result.cache_hit, result.uploaded_bytes, result.report_json())
+
+See docs/python-client.md.
+"""
+
+from ._stubs import graft_pb2
+from .client import CHUNK_BYTES, SHA256_METADATA, Client, Result, sha256_hex
+from .config import pipeline_config
+from .errors import (CancelledError, DataLossError, DeadlineExceededError, ExternalDataError,
+                     FailedPreconditionError, GraftError, InternalError, InvalidArgumentError,
+                     InvalidModelError, NotFoundError, PermissionDeniedError,
+                     ResourceExhaustedError, UnauthenticatedError, UnavailableError,
+                     UnimplementedError)
+from .external import check_location, external_locations
+from .tls import TlsConfig
+
+__all__ = [
+    "CHUNK_BYTES", "SHA256_METADATA", "Client", "Result", "TlsConfig", "graft_pb2",
+    "pipeline_config", "sha256_hex", "check_location", "external_locations",
+    "GraftError", "InvalidArgumentError", "InvalidModelError", "ExternalDataError",
+    "NotFoundError", "FailedPreconditionError", "ResourceExhaustedError", "UnavailableError",
+    "DeadlineExceededError", "CancelledError", "UnauthenticatedError", "PermissionDeniedError",
+    "UnimplementedError", "InternalError", "DataLossError",
+]

@@ -1,0 +1,115 @@
+"""The PipelineConfig a request carries, built as the C++ client builds it.
+
+The server's cache key is (model sha256, canonical config, Graft version), where the canonical
+config is the resolved pass list with every option's parsed value, the rounds, the checks and,
+when verification is on, its settings. Building the message the way `graft optimize` does
+(api::to_proto of the CLI's defaults) keeps Lookup keys equal to what Optimize caches, whichever
+client produced the entry.
+"""
+
+import math
+
+from ._stubs import graft_pb2
+from .errors import InvalidArgumentError
+
+DEFAULT_MAX_ROUNDS = 10
+# eval::VerifyOptions' defaults, which the C++ CLI always sends.
+VERIFY_DEFAULTS = {"seed": 1, "trials": 2, "rtol": 1e-3, "atol": 1e-4, "default_dim": 0}
+_VERIFY_KEYS = {"dims", "default_dim", "shapes", "values", "seed", "trials", "rtol", "atol"}
+MAX_PASS_LIST = 256
+
+
+def normalize_level(level):
+    """"O0".."O3" (also "o2", "2" or 2) as "O<n>"; InvalidArgumentError otherwise."""
+    text = str(level) if isinstance(level, int) and not isinstance(level, bool) else level
+    if isinstance(text, str):
+        if len(text) == 2 and text[0] in "Oo" and text[1] in "0123":
+            return "O" + text[1]
+        if len(text) == 1 and text in "0123":
+            return "O" + text
+    raise InvalidArgumentError(f"level must be O0, O1, O2 or O3, got {level!r}")
+
+
+def _option_text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, str)):
+        return str(value)
+    raise InvalidArgumentError(
+        f"pass option values must be str, int or bool, got {type(value).__name__}")
+
+
+def _verify_config(verify):
+    """A VerifyConfig from None/False (off), True (defaults), a dict or a VerifyConfig."""
+    v = graft_pb2.VerifyConfig()
+    if isinstance(verify, graft_pb2.VerifyConfig):
+        v.CopyFrom(verify)
+        return v
+    settings = dict(VERIFY_DEFAULTS)
+    enabled = False
+    if verify is True:
+        enabled = True
+    elif isinstance(verify, dict):
+        unknown = set(verify) - _VERIFY_KEYS
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown verify setting(s) {sorted(unknown)}; known: {sorted(_VERIFY_KEYS)}")
+        enabled = True
+        settings.update({k: verify[k] for k in verify if k in VERIFY_DEFAULTS})
+        for name, d in (verify.get("dims") or {}).items():
+            v.dims[str(name)] = int(d)
+        for name, dims in (verify.get("shapes") or {}).items():
+            v.shapes[str(name)].dims.extend(int(d) for d in dims)
+        for name, value in (verify.get("values") or {}).items():
+            value = float(value)
+            if not math.isfinite(value) or abs(value) >= 9223372036854775807.0:
+                raise InvalidArgumentError(
+                    f"verify: the value of '{name}' must be a finite number of magnitude "
+                    f"below 2^63, got {value}")
+            v.values[str(name)] = value
+    elif verify not in (None, False):
+        raise InvalidArgumentError(
+            "verify must be None, a bool, a dict of settings or a graft_pb2.VerifyConfig")
+    v.enabled = enabled
+    v.default_dim = int(settings["default_dim"])
+    v.seed = int(settings["seed"])
+    v.trials = int(settings["trials"])
+    v.rtol = float(settings["rtol"])
+    v.atol = float(settings["atol"])
+    return v
+
+
+def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
+                    max_rounds=DEFAULT_MAX_ROUNDS, check=False):
+    """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
+    replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
+    True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
+    `check` runs the ONNX checker and strict shape inference after each changing pass."""
+    config = graft_pb2.PipelineConfig()
+    config.level = normalize_level(level)
+    if passes is not None:
+        if isinstance(passes, str):
+            passes = [p for p in passes.split(",") if p]
+        passes = list(passes)
+        if len(passes) > MAX_PASS_LIST:
+            raise InvalidArgumentError(
+                f"at most {MAX_PASS_LIST} passes may be listed, got {len(passes)}")
+        for p in passes:
+            if not isinstance(p, str):
+                raise InvalidArgumentError(f"pass names must be strings, got {p!r}")
+        config.passes.extend(passes)
+    for pass_name, options in (pass_options or {}).items():
+        if not isinstance(options, dict):
+            raise InvalidArgumentError(
+                f"pass_options['{pass_name}'] must be a dict of option -> value")
+        values = config.pass_options[str(pass_name)].values
+        for key, value in options.items():
+            values[str(key)] = _option_text(value)
+    if not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 0 \
+            or max_rounds >= 2**31:
+        raise InvalidArgumentError(f"max_rounds must be a non-negative int, got {max_rounds!r}")
+    config.max_rounds = max_rounds
+    config.onnx_checker = bool(check)
+    config.shape_inference = bool(check)
+    config.verify.CopyFrom(_verify_config(verify))
+    return config

@@ -1,0 +1,72 @@
+"""Small ONNX models built with the onnx package, each with its own weights (so its own digest:
+tests that share one graftd never share cache entries by accident)."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def conv_bn_model(seed):
+    """Identity -> Conv -> BatchNormalization -> Relu -> Identity: O2 removes the Identities and
+    folds the BatchNormalization into the Conv, so the result has fewer nodes and bytes."""
+    rng = np.random.default_rng(seed)
+    channels = 8
+
+    def init(name, shape, positive=False):
+        values = rng.uniform(0.5 if positive else -1.0, 1.0, size=shape).astype(np.float32)
+        return numpy_helper.from_array(values, name)
+
+    initializers = [
+        init("W", (channels, 3, 3, 3)),
+        init("B", (channels,)),
+        init("scale", (channels,)),
+        init("bias", (channels,)),
+        init("mean", (channels,)),
+        init("var", (channels,), positive=True),
+    ]
+    nodes = [
+        helper.make_node("Identity", ["X"], ["x1"], name="in_identity"),
+        helper.make_node("Conv", ["x1", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"],
+                         name="bn"),
+        helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+        helper.make_node("Identity", ["r"], ["Y"], name="out_identity"),
+    ]
+    graph = helper.make_graph(
+        nodes, f"conv_bn_{seed}",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, channels, 16, 16])],
+        initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="graft_client tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def conv_bn_bytes(seed):
+    return conv_bn_model(seed).SerializeToString()
+
+
+def save_with_external_data(model, path, location):
+    """Saves `model` with every initializer in one external-data file named `location`."""
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=0)
+
+
+def with_location(model, location):
+    """`model` with its first initializer marked as stored externally at `location` (the file
+    need not exist: for tests of locations the client must refuse)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.ClearField("float_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key = "location"
+    entry.value = location
+    return model
+
+
+def node_count(model_bytes):
+    return len(onnx.load_from_string(model_bytes).graph.node)

@@ -1,0 +1,351 @@
+"""graft_client against a real graftd (see conftest.py)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import numpy
+import onnx
+import pytest
+
+import graft_client
+from graft_client import graft_pb2
+from graft_client._stubs import graft_pb2_grpc
+from models import conv_bn_bytes, conv_bn_model, node_count, save_with_external_data, with_location
+
+UNREACHABLE = "127.0.0.1:1"  # nothing listens there: a call would fail UNAVAILABLE
+
+
+def check_optimized(result, original):
+    model = onnx.load_from_string(result.model_bytes)
+    onnx.checker.check_model(model)
+    assert len(result.model_bytes) < len(original)
+    assert node_count(result.model_bytes) < node_count(original)
+    assert result.report.input_sha256 == hashlib.sha256(original).hexdigest()
+    assert result.report.output_sha256 == hashlib.sha256(result.model_bytes).hexdigest()
+    assert result.report.nodes_before == 5
+    assert result.report.nodes_after == len(model.graph.node)
+
+
+def test_optimize_path_gives_a_valid_smaller_model(client, tmp_path):
+    original = conv_bn_bytes(seed=101)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(original)
+    result = client.optimize(path)
+    check_optimized(result, original)
+    assert not result.cache_hit and not result.lookup_hit
+    assert result.uploaded_bytes == len(original)
+    assert result.input_sha256 == hashlib.sha256(original).hexdigest()
+    assert [p.name for p in result.report.passes if p.changed_runs > 0]  # something ran
+    assert result.report_dict()["input_sha256"] == result.input_sha256
+    # proto3's JSON mapping: 64-bit integers are strings.
+    assert json.loads(result.report_json())["nodes_before"] == "5"
+
+
+def test_optimize_bytes_gives_a_valid_smaller_model(client):
+    original = conv_bn_bytes(seed=102)
+    result = client.optimize(original, level="O1")
+    check_optimized(result, original)
+    assert result.uploaded_bytes == len(original)
+
+
+def test_second_identical_call_is_a_lookup_hit_without_upload(client):
+    original = conv_bn_bytes(seed=103)
+    first = client.optimize(original)
+    assert not first.lookup_hit and first.uploaded_bytes == len(original)
+    second = client.optimize(original)
+    assert second.lookup_hit and second.cache_hit
+    assert second.uploaded_bytes == 0
+    assert second.model_bytes == first.model_bytes
+    assert client.is_cached(original)
+    assert client.lookup(sha256=first.input_sha256).model_bytes == first.model_bytes
+    # Another configuration is another cache entry.
+    assert not client.is_cached(original, level="O1")
+    assert client.lookup(original, level="O1") is None
+
+
+def test_options_spelt_differently_share_the_cache_entry(client):
+    original = conv_bn_bytes(seed=104)
+    client.optimize(original, pass_options={"fold_constants": {"max_bytes": "1KiB"}})
+    again = client.optimize(original, pass_options={"fold_constants": {"max_bytes": 1024}})
+    assert again.lookup_hit and again.uploaded_bytes == 0
+
+
+def test_lookup_first_false_uploads(client):
+    original = conv_bn_bytes(seed=105)
+    client.optimize(original)
+    result = client.optimize(original, lookup_first=False)
+    assert not result.lookup_hit
+    assert result.uploaded_bytes == len(original)
+    assert result.cache_hit  # the server still answers from its cache
+
+
+def test_model_larger_than_a_chunk_streams_both_ways(client, tmp_path):
+    big = conv_bn_model(seed=106)
+    # A large initializer no pass removes (a graph input reads it) makes several chunks.
+    weights = onnx.numpy_helper.from_array(
+        numpy.arange(3 * graft_client.CHUNK_BYTES // 4, dtype="float32"), "big")
+    big.graph.initializer.append(weights)
+    big.graph.output.append(onnx.helper.make_tensor_value_info("big", 1, [weights.dims[0]]))
+    original = big.SerializeToString()
+    assert len(original) > 2 * graft_client.CHUNK_BYTES
+    seen = []
+    result = client.optimize(original, lookup_first=False,
+                             progress=lambda up, done, total: seen.append((up, done, total)))
+    onnx.checker.check_model(onnx.load_from_string(result.model_bytes))
+    uploads = [s for s in seen if s[0]]
+    chunks = -(-len(original) // graft_client.CHUNK_BYTES)
+    assert [s[1] for s in uploads] == [min(len(original), (i + 1) * graft_client.CHUNK_BYTES)
+                                       for i in range(chunks)]
+    assert uploads[-1][1] == result.uploaded_bytes
+    # The server sends 1 MiB chunks too: several messages, reassembled.
+    assert len([s for s in seen if not s[0]]) == -(-len(result.model_bytes) // (1 << 20))
+
+
+def test_bad_model_bytes_are_invalid_argument(client):
+    with pytest.raises(graft_client.InvalidModelError) as e:
+        client.optimize(b"this is not an onnx model")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "invalid model" in e.value.details
+    with pytest.raises(graft_client.InvalidArgumentError) as e:
+        client.optimize(b"")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    # Bytes that mention external data are scanned here, and refused before any call.
+    with graft_client.Client(UNREACHABLE) as nowhere:
+        with pytest.raises(graft_client.InvalidModelError):
+            nowhere.optimize(b"\x3a\x10location\xff\xff")
+
+
+def test_unknown_pass_and_option_are_clear_errors(client):
+    model = conv_bn_bytes(seed=107)
+    with pytest.raises(graft_client.InvalidArgumentError) as e:
+        client.optimize(model, passes=["eliminate_identity", "no_such_pass"])
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown pass 'no_such_pass'" in e.value.details
+    assert "fuse_conv_batchnorm" in e.value.details  # lists the valid ones
+    with pytest.raises(graft_client.InvalidArgumentError) as e:
+        client.optimize(model, pass_options={"fold_constants": {"no_such_option": "1"}})
+    assert "no_such_option" in e.value.details
+    with pytest.raises(graft_client.InvalidArgumentError) as e:
+        client.optimize(model, lookup_first=False, pass_options={"fold_constants": {"max_bytes": "x"}})
+    assert "fold_constants.max_bytes" in e.value.details
+    # Checked here, before any call: a ValueError too.
+    with graft_client.Client(UNREACHABLE) as nowhere:
+        with pytest.raises(ValueError, match="level must be"):
+            nowhere.optimize(model, level="O9")
+
+
+def test_deadline_exceeded_maps_to_its_exception(client):
+    model = conv_bn_bytes(seed=108)
+
+    def stall(upload, done, total):
+        if upload:
+            time.sleep(3)  # the upload stops past the deadline
+
+    with pytest.raises(graft_client.DeadlineExceededError) as e:
+        client.optimize(model, lookup_first=False, timeout=0.5, progress=stall)
+    assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert isinstance(e.value, TimeoutError)
+
+
+def test_unreachable_server_is_unavailable():
+    with graft_client.Client(UNREACHABLE, timeout=10) as nowhere:
+        with pytest.raises(graft_client.UnavailableError) as e:
+            nowhere.health()
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_external_data_round_trip(client, tmp_path):
+    model = conv_bn_model(seed=109)
+    src = tmp_path / "src"
+    (src / "data").mkdir(parents=True)
+    save_with_external_data(model, src / "model.onnx", "data/weights.bin")
+    original = (src / "model.onnx").read_bytes()
+    weights = (src / "data" / "weights.bin").read_bytes()
+    assert graft_client.external_locations(original) == ["data/weights.bin"]
+
+    result = client.optimize(src / "model.onnx")
+    assert not result.lookup_hit  # never cached: no lookup
+    assert result.uploaded_bytes == len(original) + len(weights)
+    assert result.external_files == [("data/weights.bin", weights)]
+    assert [(f.name, f.size) for f in result.report.external_files] == [
+        ("data/weights.bin", len(weights))]
+    assert node_count(result.model_bytes) < node_count(original)
+
+    out = tmp_path / "out" / "model.onnx"
+    out.parent.mkdir()
+    result.save(out)
+    assert (out.parent / "data" / "weights.bin").read_bytes() == weights
+    onnx.checker.check_model(str(out))
+    loaded = onnx.load(str(out))  # reads the external data back
+    assert len(loaded.graph.node) < len(model.graph.node)
+
+    # Bytes need the folder their locations are relative to.
+    with pytest.raises(graft_client.InvalidArgumentError, match="external_data_dir"):
+        client.optimize(original)
+    again = client.optimize(original, external_data_dir=src, keep_external_files=False)
+    assert again.external_files == [] and again.model_bytes == result.model_bytes
+
+
+@pytest.mark.parametrize("location, why", [
+    ("../outside.bin", "may not leave the folder"),
+    ("/etc/passwd", "absolute path"),
+    ("a/./b.bin", "'.' component"),
+    ("a\\b.bin", "backslash"),
+])
+def test_external_locations_escaping_the_folder_are_refused(tmp_path, location, why):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(with_location(conv_bn_model(seed=110), location).SerializeToString())
+    with graft_client.Client(UNREACHABLE) as nowhere:  # refused before any call
+        with pytest.raises(graft_client.ExternalDataError, match=why) as e:
+            nowhere.optimize(path)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_external_data_symlink_is_refused(tmp_path):
+    model = conv_bn_model(seed=111)
+    save_with_external_data(model, tmp_path / "model.onnx", "weights.bin")
+    (tmp_path / "weights.bin").rename(tmp_path / "real.bin")
+    (tmp_path / "weights.bin").symlink_to(tmp_path / "real.bin")
+    with graft_client.Client(UNREACHABLE) as nowhere:
+        with pytest.raises(graft_client.ExternalDataError, match="symbolic link"):
+            nowhere.optimize(tmp_path / "model.onnx")
+    (tmp_path / "weights.bin").unlink()
+    with graft_client.Client(UNREACHABLE) as nowhere:
+        with pytest.raises(FileNotFoundError, match="weights.bin"):
+            nowhere.optimize(tmp_path / "model.onnx")
+
+
+def test_health_and_passes(client):
+    assert client.health() == "SERVING"
+    passes = {p.name: p for p in client.passes()}
+    assert "fuse_conv_batchnorm" in passes and "eliminate_identity" in passes
+    assert passes["fuse_conv_batchnorm"].level in (1, 2, 3)
+    options = {o.name: o for o in passes["fold_constants"].options}
+    assert options["max_bytes"].type == graft_pb2.PassOption.BYTES
+
+
+def test_results_match_the_cpp_cli_cache_keys(client, tmp_path):
+    """The C++ CLI's configs and this client's are the same cache keys, both ways."""
+    cli = os.environ.get("GRAFT_CLI", str(Path(__file__).resolve().parents[3] / "build" / "client" / "graft"))
+    if not os.access(cli, os.X_OK):
+        pytest.fail(f"the graft CLI is not at {cli}: build it or set GRAFT_CLI")
+    server = ["--server", client.target]
+    a = tmp_path / "a.onnx"
+    a.write_bytes(conv_bn_bytes(seed=112))
+    run = subprocess.run([cli, "optimize", str(a), "-q", "--level", "O1", "--verify",
+                          "--option", "fold_constants.max_bytes=2KiB", *server],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    hit = client.optimize(a, level="O1", verify=True,
+                          pass_options={"fold_constants": {"max_bytes": "2KiB"}})
+    assert hit.lookup_hit and hit.uploaded_bytes == 0
+    assert hit.report.verification.status == graft_pb2.Verification.VERIFIED
+
+    b = tmp_path / "b.onnx"
+    b.write_bytes(conv_bn_bytes(seed=113))
+    client.optimize(b, passes=["eliminate_identity", "fuse_conv_batchnorm"])
+    run = subprocess.run([cli, "lookup", str(b), "--passes", "eliminate_identity,fuse_conv_batchnorm",
+                          *server], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "cached" in run.stdout and "not cached" not in run.stdout
+
+
+# --- A fake server: what the client sends, and what it does with a hostile answer -----------
+
+
+class FakeGraft(graft_pb2_grpc.GraftServicer):
+    def __init__(self, answer):
+        self.answer = answer
+        self.metadata = {}
+
+    def Lookup(self, request, context):
+        self.metadata["Lookup"] = dict(context.invocation_metadata())
+        yield graft_pb2.LookupResponse(cached=False)
+
+    def Optimize(self, request_iterator, context):
+        self.metadata["Optimize"] = dict(context.invocation_metadata())
+        for _ in request_iterator:
+            pass
+        yield from self.answer()
+
+
+@pytest.fixture
+def fake_server():
+    servers = []
+
+    def start(answer):
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        fake = FakeGraft(answer)
+        graft_pb2_grpc.add_GraftServicer_to_server(fake, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return fake, f"127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.stop(None)
+
+
+def chunk(data, file=""):
+    return graft_pb2.OptimizeResponse(chunk=graft_pb2.Chunk(data=data, file=file))
+
+
+def report(data, **fields):
+    return graft_pb2.OptimizeResponse(report=graft_pb2.OptimizeReport(
+        output_bytes=len(data), output_sha256=hashlib.sha256(data).hexdigest(), **fields))
+
+
+def test_every_model_call_carries_the_digest_header(fake_server):
+    fake, target = fake_server(lambda: [chunk(b"out"), report(b"out")])
+    model = conv_bn_bytes(seed=114)
+    with graft_client.Client(target, timeout=10) as c:
+        result = c.optimize(model)
+    assert result.model_bytes == b"out"
+    digest = hashlib.sha256(model).hexdigest()
+    assert fake.metadata["Lookup"][graft_client.SHA256_METADATA] == digest
+    assert fake.metadata["Optimize"][graft_client.SHA256_METADATA] == digest
+
+
+@pytest.mark.parametrize("answer, error, text", [
+    (lambda: [chunk(b"out")], graft_client.DataLossError, "no report"),
+    (lambda: [chunk(b"ou"), report(b"out")], graft_client.DataLossError, "announces"),
+    (lambda: [chunk(b"out"), graft_pb2.OptimizeResponse(report=graft_pb2.OptimizeReport(
+        output_bytes=3, output_sha256="0" * 64))], graft_client.DataLossError, "sha256"),
+    (lambda: [chunk(b"out"), chunk(b"x", "../evil"), report(b"out")],
+     graft_client.ExternalDataError, "may not leave"),
+    (lambda: [chunk(b"out"), chunk(b"x", "other.bin"), report(b"out")],
+     graft_client.DataLossError, "was not sent"),
+])
+def test_a_hostile_answer_is_refused(fake_server, answer, error, text):
+    _, target = fake_server(answer)
+    with graft_client.Client(target, timeout=10) as c:
+        with pytest.raises(error, match=text):
+            c.optimize(conv_bn_bytes(seed=115))
+
+
+def test_errors_while_uploading_are_raised_as_themselves(client, tmp_path):
+    save_with_external_data(conv_bn_model(seed=116), tmp_path / "model.onnx", "weights.bin")
+    weights = tmp_path / "weights.bin"
+
+    def truncate_after_the_model(upload, done, total):
+        if upload and done < total:  # the model is sent, its file not yet
+            weights.write_bytes(b"")
+
+    with pytest.raises(graft_client.DataLossError, match="ended after 0 of its"):
+        client.optimize(tmp_path / "model.onnx", progress=truncate_after_the_model)
+
+    class Stop(Exception):
+        pass
+
+    def stop(upload, done, total):
+        raise Stop()
+
+    with pytest.raises(Stop):
+        client.optimize(conv_bn_bytes(seed=117), progress=stop)
