@@ -68,8 +68,10 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
       return r;
     }
     // A failed Lookup (an older server, say) falls back to sending the model, unless the
-    // deadline is what failed: then the whole call has run out of time.
-    if (!found.ok() && found.status().code() == absl::StatusCode::kDeadlineExceeded)
+    // deadline is what failed (the whole call has run out of time) or the server answered
+    // with a result that does not match its report (DataLoss: sending would not help).
+    if (!found.ok() && (found.status().code() == absl::StatusCode::kDeadlineExceeded ||
+                        found.status().code() == absl::StatusCode::kDataLoss))
       return found.status();
   }
   SendOptions rest = options;
@@ -193,6 +195,10 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
   if (have_report) {
     if (result.model.size() != result.report.output_bytes())
       return absl::DataLossError("received fewer model bytes than the report announces");
+    // A cached result may come from a shared tier: its digest is checked, not trusted.
+    if (!result.report.output_sha256().empty() &&
+        result.report.output_sha256() != cache::sha256_hex(result.model))
+      return absl::DataLossError("the received model does not match the digest in its report");
     result.bytes_received = result.model.size();
     result.report.set_cache_hit(true);
     out.result = std::move(result);

@@ -48,7 +48,8 @@ struct SendOptions {
   Progress progress;
   size_t chunk_bytes = 1 << 20;
   // Ask Lookup(digest, config) first: on a hit the result is downloaded and nothing is
-  // uploaded; on a miss (or a Lookup error other than a deadline) the model is sent. Skipped
+  // uploaded; on a miss (or a Lookup error other than a deadline or a result that does not
+  // match its report's size and digest, DataLoss) the model is sent. Skipped
   // for models with external data, whose results the server does not cache.
   bool lookup_first = false;
   // Lowercase hex sha256 of the model's bytes; computed when empty.

@@ -67,14 +67,40 @@ void collect_locations(const onnx::TensorProto& t, std::set<std::string>* out) {
     if (e.key() == "location") out->insert(e.value());
 }
 
+void collect_locations(const onnx::SparseTensorProto& t, std::set<std::string>* out) {
+  collect_locations(t.values(), out);
+  collect_locations(t.indices(), out);
+}
+
+void collect_locations(const onnx::GraphProto& g, std::set<std::string>* out);
+
+void collect_locations(const onnx::NodeProto& n, std::set<std::string>* out) {
+  for (const auto& a : n.attribute()) {
+    if (a.has_t()) collect_locations(a.t(), out);
+    for (const auto& t : a.tensors()) collect_locations(t, out);
+    if (a.has_sparse_tensor()) collect_locations(a.sparse_tensor(), out);
+    for (const auto& t : a.sparse_tensors()) collect_locations(t, out);
+    if (a.has_g()) collect_locations(a.g(), out);
+    for (const auto& sub : a.graphs()) collect_locations(sub, out);
+  }
+}
+
+// Every tensor a graph holds: initializers (dense and sparse) and node attributes, subgraphs
+// included (protobuf's parse depth limit bounds the recursion).
 void collect_locations(const onnx::GraphProto& g, std::set<std::string>* out) {
   for (const auto& t : g.initializer()) collect_locations(t, out);
-  for (const auto& n : g.node())
-    for (const auto& a : n.attribute()) {
-      if (a.has_t()) collect_locations(a.t(), out);
-      if (a.has_g()) collect_locations(a.g(), out);
-      for (const auto& sub : a.graphs()) collect_locations(sub, out);
-    }
+  for (const auto& t : g.sparse_initializer()) collect_locations(t, out);
+  for (const auto& n : g.node()) collect_locations(n, out);
+}
+
+void collect_locations(const onnx::ModelProto& m, std::set<std::string>* out) {
+  collect_locations(m.graph(), out);
+  for (const auto& f : m.functions())
+    for (const auto& n : f.node()) collect_locations(n, out);
+  for (const auto& t : m.training_info()) {
+    collect_locations(t.initialization(), out);
+    collect_locations(t.algorithm(), out);
+  }
 }
 
 // External-data files the model's tensors reference ("location" entries), relative to the
@@ -85,7 +111,7 @@ absl::StatusOr<std::set<std::string>> external_locations(const std::string& byte
   onnx::ModelProto proto;
   if (!proto.ParseFromString(bytes))
     return absl::InvalidArgumentError("invalid model: not a serialized ONNX ModelProto");
-  collect_locations(proto.graph(), &out);
+  collect_locations(proto, &out);
   return out;
 }
 

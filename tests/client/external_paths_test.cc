@@ -79,6 +79,56 @@ TEST_F(ExternalPaths, LocalModeCopiesAPlainRelativeFile) {
   EXPECT_EQ(read_file(out() / "weights" / "w.bin"), kWeights);
 }
 
+// The model's only external tensor is a Constant in a model-local function: the scan for
+// locations covers function bodies (and sparse and attribute tensor lists), not only the graph.
+std::string external_data_in_a_function(const std::string& location) {
+  onnx::ModelProto proto;
+  proto.ParseFromString(external_data_model(location));
+  onnx::TensorProto w = proto.graph().initializer(0);
+  proto.mutable_graph()->clear_initializer();
+  auto* opset = proto.add_opset_import();
+  opset->set_domain("local");
+  opset->set_version(1);
+  auto* call = proto.mutable_graph()->mutable_node(1);
+  call->set_op_type("F");
+  call->set_domain("local");
+  call->mutable_input()->RemoveLast();
+  auto* f = proto.add_functions();
+  f->set_name("F");
+  f->set_domain("local");
+  f->add_input("a");
+  f->add_output("b");
+  *f->add_opset_import() = proto.opset_import(0);
+  auto* c = f->add_node();
+  c->set_op_type("Constant");
+  c->add_output("w");
+  auto* value = c->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  *value->mutable_t() = w;
+  value->mutable_t()->clear_name();
+  auto* m = f->add_node();
+  m->set_op_type("MatMul");
+  m->add_input("a");
+  m->add_input("w");
+  m->add_output("b");
+  return proto.SerializeAsString();
+}
+
+TEST_F(ExternalPaths, LocalModeCopiesAFileOnlyAFunctionReads) {
+  write(in() / "weights" / "w.bin", kWeights);
+  write(model_path(), external_data_in_a_function("weights/w.bin"));
+  CliRun r = graft(root_, "optimize -q --local --level O1 " + model_path() + " -o " + output_path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_file(out() / "weights" / "w.bin"), kWeights);
+  fs::remove_all(out());
+  fs::create_directories(out());
+  write(model_path(), external_data_in_a_function("../secret.txt"));
+  r = graft(root_, "optimize -q --local --level O1 " + model_path() + " -o " + output_path());
+  EXPECT_EQ(r.code, 3) << r.err;
+  expect_nothing_escaped();
+}
+
 TEST_F(ExternalPaths, LocalModeRejectsDotDot) {
   CliRun r = optimize_local("../secret.txt");
   EXPECT_EQ(r.code, 3) << r.err;

@@ -18,7 +18,7 @@ namespace {
 const std::string kModel(3 << 20, 'm');  // three chunks of the default size
 const std::string kResult = "optimized";
 
-enum class LookupMode { kCached, kNotCached, kUnimplemented, kShortResult };
+enum class LookupMode { kCached, kNotCached, kUnimplemented, kShortResult, kWrongDigest };
 
 class FakeServer final : public v1::Graft::Service {
  public:
@@ -61,6 +61,8 @@ class FakeServer final : public v1::Graft::Service {
     v1::LookupResponse report;
     report.mutable_report()->set_output_bytes(kResult.size() +
                                               (mode_ == LookupMode::kShortResult ? 1 : 0));
+    report.mutable_report()->set_output_sha256(
+        cache::sha256_hex(mode_ == LookupMode::kWrongDigest ? "other" : kResult));
     writer->Write(report);
     return grpc::Status::OK;
   }
@@ -152,12 +154,18 @@ TEST(LookupFirst, AServerWithoutLookupStillGetsTheModel) {
   EXPECT_EQ(service.optimize_calls, 1);
 }
 
-TEST(LookupFirst, AShortDownloadIsDataLoss) {
-  FakeServer service(LookupMode::kShortResult);
-  Running running(&service);
-  client::GraftClient client(running.address());
-  auto found = client.lookup(cache::sha256_hex(kModel), v1::PipelineConfig(), true);
-  EXPECT_EQ(found.status().code(), absl::StatusCode::kDataLoss) << found.status();
+TEST(LookupFirst, AShortOrAlteredDownloadIsDataLoss) {
+  for (LookupMode mode : {LookupMode::kShortResult, LookupMode::kWrongDigest}) {
+    FakeServer service(mode);
+    Running running(&service);
+    client::GraftClient client(running.address());
+    auto found = client.lookup(cache::sha256_hex(kModel), v1::PipelineConfig(), true);
+    EXPECT_EQ(found.status().code(), absl::StatusCode::kDataLoss) << found.status();
+    // optimize() does not fall back to an upload: the server answered, wrongly.
+    auto r = client.optimize(kModel, v1::PipelineConfig(), lookup_first());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_EQ(service.optimize_calls, 0);
+  }
 }
 
 TEST(LookupFirst, OffMeansNoLookupAndModelsWithExternalDataAreSent) {
