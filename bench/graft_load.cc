@@ -17,6 +17,8 @@
 // and mTLS: add --tls-client-ca-file CA.pem --cert C.pem --key C.key. The client flags are the
 // CLI's (--tls, --ca, --cert, --key, --server-name); the server flags are graftd's. A TLS file
 // that cannot be read is exit 4, one that is not usable PEM exit 2 (as the CLI).
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +48,9 @@
 #include "client/graft_client.h"
 #include "client/tls.h"
 #include "core/cache/digest.h"
+#include "core/ir/model.h"
+#include "core/paths/files.h"
+#include "core/pipeline/pipeline.h"
 #include "echo.grpc.pb.h"  // generated from bench/echo.proto
 
 namespace {
@@ -174,9 +179,23 @@ struct ModelSource {
 // ---------------------------------------------------------------------------------------------
 // Cells: one kind of request at one concurrency.
 
-enum class Kind { kMiss, kHit, kEcho };
+// kLookup: a hit found by Lookup before any upload (GraftClient's lookup_first); kEchoDown: its
+// floor, the result's bytes downloaded over plain gRPC with nothing but a digest sent up.
+enum class Kind { kMiss, kHit, kEcho, kLookup, kEchoDown };
 const char* kind_name(Kind k) {
-  return k == Kind::kMiss ? "miss" : k == Kind::kHit ? "hit" : "echo";
+  switch (k) {
+    case Kind::kMiss:
+      return "miss";
+    case Kind::kHit:
+      return "hit";
+    case Kind::kEcho:
+      return "echo";
+    case Kind::kLookup:
+      return "lookup";
+    case Kind::kEchoDown:
+      return "echo down";
+  }
+  return "?";
 }
 
 struct Shared {
@@ -209,10 +228,11 @@ struct CellResult {
 class Requester {
  public:
   Requester(Kind kind, Shared* shared) : kind_(kind), shared_(shared) {
-    if (kind == Kind::kEcho) {
+    if (kind == Kind::kEcho || kind == Kind::kEchoDown) {
       channel_ = own_channel(shared->echo_address, shared->tls);
       echo_ = graft::bench::Echo::NewStub(channel_);
-      expected_echo_ = echo_reply(shared->hit_model, shared->hit_result.size());
+      echo_payload_ = kind == Kind::kEcho ? shared->hit_model : graft::cache::sha256_hex(shared->hit_model);
+      expected_echo_ = echo_reply(echo_payload_, shared->hit_result.size());
     } else {
       channel_ = own_channel(shared->graftd_address, shared->tls);
       graft_ = std::make_unique<graft::client::GraftClient>(channel_);
@@ -227,10 +247,13 @@ class Requester {
   }
 
   absl::Status call() {
-    if (kind_ == Kind::kEcho)
-      return echo_call(echo_.get(), shared_->hit_model, shared_->hit_result.size(), &reply_);
+    if (kind_ == Kind::kEcho || kind_ == Kind::kEchoDown)
+      return echo_call(echo_.get(), echo_payload_, shared_->hit_result.size(), &reply_);
     const std::string& model = kind_ == Kind::kMiss ? model_ : shared_->hit_model;
-    auto result = graft_->optimize(model, shared_->config, kRequestTimeout);
+    graft::client::SendOptions send;
+    send.timeout = kRequestTimeout;
+    send.lookup_first = kind_ == Kind::kLookup;
+    auto result = graft_->optimize(model, shared_->config, send);
     if (!result.ok()) return result.status();
     result_ = std::move(*result);
     return absl::OkStatus();
@@ -240,8 +263,13 @@ class Requester {
   absl::Status check(CellResult* cell) {
     switch (kind_) {
       case Kind::kEcho:
+      case Kind::kEchoDown:
         if (reply_ != expected_echo_) return absl::DataLossError("echo reply differs");
         return absl::OkStatus();
+      case Kind::kLookup:
+        if (!result_.from_lookup || result_.bytes_sent != 0)
+          return absl::InternalError("expected a lookup hit without an upload");
+        [[fallthrough]];
       case Kind::kHit:
         if (!result_.report.cache_hit()) return absl::InternalError("expected a cache hit");
         if (result_.model != shared_->hit_result)
@@ -267,6 +295,7 @@ class Requester {
   std::unique_ptr<graft::client::GraftClient> graft_;
   std::unique_ptr<graft::bench::Echo::Stub> echo_;
   std::string model_;
+  std::string echo_payload_;
   std::string expected_echo_;
   std::string reply_;
   graft::client::OptimizeResult result_;
@@ -351,12 +380,155 @@ struct Options {
   int echo_requests = 3000;
   graft::tls::ClientOptions tls;                                // the clients' side
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;  // graftd's and the echo's side
+  fs::path cli_model;  // --cli: end-to-end rows of the real CLI on this model
+  int cli_reps = 5;
 };
+
+// ---------------------------------------------------------------------------------------------
+// End to end: the real `graft` CLI process against floors measured in the same run, the rows
+// taking turns within each repetition so drift hits all alike. Outputs go to a scratch folder
+// in memory (/dev/shm when there is one) so the disk's speed is in neither side:
+//   local         graft optimize --local   vs. read + load + O2 + save + write in this process
+//   remote miss   a model new to graftd    vs. that floor + echo (model up, result down)
+//   remote hit    found by Lookup          vs. echo down (digest up, result down)
+//   hit, no lookup  --no-lookup            vs. echo (model up, result down)
+
+// Runs the CLI with `args`; its wall time in seconds, or a negative number if it failed.
+double run_cli(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::string cli = GRAFT_CLI;
+  argv.push_back(cli.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto t = Clock::now();
+  pid_t pid = 0;
+  if (posix_spawn(&pid, cli.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  double seconds = since(t);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? seconds : -1;
+}
+
+bool cli_rows(const Options& opt, const Shared& shared, std::string* error) {
+  if (opt.tls.on()) {
+    std::printf("\nEnd to end: skipped (plaintext only).\n");
+    return true;
+  }
+  const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+  const fs::path dir = base / ("graft_load_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  auto model = graft::paths::read_file(opt.cli_model.string());
+  if (!model.ok()) {
+    *error = std::string(model.status().message());
+    return false;
+  }
+  auto echo_channel = own_channel(shared.echo_address, shared.tls);
+  auto echo = graft::bench::Echo::NewStub(echo_channel);
+  const std::string path = opt.cli_model.string(), server = shared.graftd_address;
+  const std::string digest = graft::cache::sha256_hex(*model);
+  auto out = [&](const std::string& name) { return (dir / name).string(); };
+
+  // The floor of a local run, on the same file.
+  auto floor_local = [&]() -> double {
+    auto t = Clock::now();
+    auto bytes = graft::paths::read_file(path);
+    if (!bytes.ok()) return -1;
+    auto m = graft::ir::Model::parse(*bytes);
+    if (!m.ok()) return -1;
+    std::string().swap(*bytes);
+    if (!graft::run_pipeline(*m, graft::PipelineConfig{}).ok()) return -1;
+    auto saved = (*m)->serialize_and_release();
+    if (!saved.ok() || !graft::paths::write_file_atomic(out("floor.onnx"), *saved).ok()) return -1;
+    return since(t);
+  };
+  // Caches the model in graftd (and gives the result's size for the echo floors).
+  if (run_cli({"optimize", "-q", "--server", server, path, "-o", out("warm.onnx")}) < 0) {
+    *error = "the CLI failed on " + path;
+    return false;
+  }
+  const uint64_t result_bytes = fs::file_size(out("warm.onnx"));
+  std::string reply;
+  auto echo_time = [&](const std::string& up) -> double {
+    auto t = Clock::now();
+    if (!echo_call(echo.get(), up, result_bytes, &reply).ok()) return -1;
+    return since(t);
+  };
+  std::fprintf(stderr, "graft_load: end to end on %s, %d repetitions ...\n",
+               opt.cli_model.filename().c_str(), opt.cli_reps);
+  enum { kLocal, kMiss, kHit, kHitUpload, kRows };
+  std::vector<double> cli[kRows], floor[kRows];
+  for (int rep = 0; rep < opt.cli_reps; ++rep) {
+    // A model graftd has not seen: the same bytes with a doc_string of this repetition.
+    const std::string fresh = out("miss.onnx");
+    if (!graft::paths::write_file_atomic(
+             fresh, graft::bench::append_doc_string(*model, "graft_load cli " + shared.run_tag +
+                                                                " " + std::to_string(rep)))
+             .ok()) {
+      *error = "cannot write " + fresh;
+      return false;
+    }
+    const double f_local = floor_local();
+    const double f_up_down = echo_time(*model);
+    const double f_down = echo_time(digest);
+    const double c_local = run_cli({"optimize", "-q", "--local", path, "-o", out("local.onnx")});
+    const double c_miss = run_cli({"optimize", "-q", "--server", server, fresh, "-o", out("m.onnx")});
+    const double c_hit = run_cli({"optimize", "-q", "--server", server, path, "-o", out("hit.onnx")});
+    const double c_up =
+        run_cli({"optimize", "-q", "--no-lookup", "--server", server, path, "-o", out("up.onnx")});
+    for (double x : {f_local, f_up_down, f_down, c_local, c_miss, c_hit, c_up})
+      if (x < 0) {
+        *error = "a run failed (CLI or floor)";
+        return false;
+      }
+    cli[kLocal].push_back(c_local);
+    floor[kLocal].push_back(f_local);
+    cli[kMiss].push_back(c_miss);
+    floor[kMiss].push_back(f_local + f_up_down);
+    cli[kHit].push_back(c_hit);
+    floor[kHit].push_back(f_down);
+    cli[kHitUpload].push_back(c_up);
+    floor[kHitUpload].push_back(f_up_down);
+  }
+  const std::string local = read_file(out("local.onnx"));
+  if (local != read_file(out("hit.onnx")) || local != read_file(out("up.onnx"))) {
+    *error = "the remote results differ from the local one";
+    return false;
+  }
+  std::printf(
+      "\nEnd to end: the real CLI process on %s (%.1f MiB in, %.1f MiB out), outputs in %s, "
+      "medians of %d\ninterleaved repetitions; ratio = median of CLI / floor per repetition.\n\n",
+      opt.cli_model.filename().c_str(), model->size() / 1048576.0, result_bytes / 1048576.0,
+      base.c_str(), opt.cli_reps);
+  const char* names[kRows] = {"local", "remote miss", "remote hit (lookup)",
+                              "remote hit (--no-lookup)"};
+  const char* floors[kRows] = {"read + load + O2 + save + write", "that + echo up and down",
+                               "echo down (digest up)", "echo up and down"};
+  std::vector<std::vector<std::string>> rows;
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < cli[r].size(); ++i) ratios.push_back(cli[r][i] / floor[r][i]);
+    rows.push_back({names[r], fmt("%.1f", percentile(cli[r], 0.5) * 1e3), floors[r],
+                    fmt("%.1f", percentile(floor[r], 0.5) * 1e3),
+                    fmt("%.2f", percentile(ratios, 0.5))});
+  }
+  print_table({"CLI run", "CLI ms", "floor", "floor ms", "ratio"}, rows);
+  return true;
+}
+
 
 int usage() {
   std::fprintf(stderr,
                "usage: graft_load [--quick] [--graftd PATH] [--model FILE.onnx] "
                "[--clients 1,2,4,16] [--workers N] [--seconds CAP_PER_CELL]\n"
+               "                  [--cli MODEL.onnx [--cli-reps N]]\n"
                "                  [--tls-cert-file PEM --tls-key-file PEM "
                "[--tls-client-ca-file PEM]]\n"
                "                  [--tls] [--ca PEM] [--cert PEM --key PEM] "
@@ -402,6 +574,10 @@ int main(int argc, char** argv) {
       opt.quick = true;
     } else if (a == "--graftd" && has_value) {
       opt.graftd = argv[++i];
+    } else if (a == "--cli" && has_value) {
+      opt.cli_model = argv[++i];
+    } else if (a == "--cli-reps" && has_value) {
+      opt.cli_reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--model" && has_value) {
       opt.model = argv[++i];
     } else if (a == "--workers" && has_value) {
@@ -558,16 +734,17 @@ int main(int argc, char** argv) {
       shared.hit_result = std::move(r->model);
     }
     std::vector<Kind> kinds = {Kind::kMiss};
-    if (!shared.hit_result.empty()) kinds = {Kind::kMiss, Kind::kHit, Kind::kEcho};
+    if (!shared.hit_result.empty())
+      kinds = {Kind::kMiss, Kind::kHit, Kind::kEcho, Kind::kLookup, Kind::kEchoDown};
     // Each cell runs in `rounds` parts, the kinds taking turns, so that drift in the machine's
     // load (it is shared) hits hits and echoes alike.
     std::vector<CellResult> merged(kinds.size());
     for (int round = 0; round < opt.rounds; ++round) {
       for (size_t k = 0; k < kinds.size(); ++k) {
         const Kind kind = kinds[k];
-        const int total = kind == Kind::kMiss  ? opt.miss_requests
-                          : kind == Kind::kHit ? opt.hit_requests
-                                               : opt.echo_requests;
+        const int total = kind == Kind::kMiss                             ? opt.miss_requests
+                          : kind == Kind::kHit || kind == Kind::kLookup ? opt.hit_requests
+                                                                        : opt.echo_requests;
         std::fprintf(stderr, "graft_load: round %d/%d %-4s x %2d clients ...", round + 1,
                      opt.rounds, kind_name(kind), clients);
         std::fflush(stderr);
@@ -660,6 +837,34 @@ int main(int argc, char** argv) {
   print_table({"clients", "hit p50 ms", "echo p50 ms", "hit / echo p50", "hit p99 ms",
                "echo p99 ms", "hit / echo p99"},
               rows);
+
+  std::printf(
+      "\nLookup before upload (the client sends the model's digest, a hit downloads the result "
+      "and nothing is uploaded)\nvs. echo down (the digest up, the result's bytes down over "
+      "plain gRPC):\n\n");
+  rows.clear();
+  for (int clients : opt.clients) {
+    const CellResult* look = nullptr;
+    const CellResult* down = nullptr;
+    for (const auto& c : cells) {
+      if (c.clients != clients) continue;
+      if (c.kind == Kind::kLookup) look = &c;
+      if (c.kind == Kind::kEchoDown) down = &c;
+    }
+    if (!look || !down || look->latencies.empty() || down->latencies.empty()) continue;
+    double l50 = percentile(look->latencies, 0.5), d50 = percentile(down->latencies, 0.5);
+    double l99 = percentile(look->latencies, 0.99), d99 = percentile(down->latencies, 0.99);
+    rows.push_back({std::to_string(clients), fmt("%.2f", l50 * 1e3), fmt("%.2f", d50 * 1e3),
+                    fmt("%.2f", l50 / d50), fmt("%.2f", l99 * 1e3), fmt("%.2f", d99 * 1e3),
+                    fmt("%.2f", l99 / d99)});
+  }
+  print_table({"clients", "lookup p50 ms", "echo down p50 ms", "lookup / echo p50",
+               "lookup p99 ms", "echo down p99 ms", "lookup / echo p99"},
+              rows);
+  if (!opt.cli_model.empty() && failures == 0) {
+    std::string error;
+    if (!cli_rows(opt, shared, &error)) fail("end to end: " + error);
+  }
   std::printf("\nTotal %.0f s. %s\n", since(run_start),
               failures == 0 ? "All requests succeeded." : "SOME REQUESTS FAILED.");
   echo_server->Shutdown(std::chrono::system_clock::now() + 5s);
