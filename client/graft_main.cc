@@ -356,9 +356,92 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   return finish_run(a, run, *out, files);
 }
 
-int optimize_remote(const OptimizeArgs& a, const std::string& server, const PipelineConfig& config,
-                    const std::string& bytes) {
+// The sha256 of the file at `path`, read in blocks, and whether the word "location" occurs in
+// it: a model without it has no external-data tensors, so its digest alone keys its result.
+struct FileDigest {
+  std::string sha256;
+  bool mentions_location = false;
+  uint64_t size = 0;
+};
+
+absl::StatusOr<FileDigest> digest_file(const std::string& path) {
+  static constexpr std::string_view kWord = "location";
+  FileDigest d;
+  cache::Sha256 sha;
+  std::string tail;  // the last bytes of the previous block, for a word split between blocks
+  auto st = paths::read_blocks(path, [&](std::string_view block) {
+    sha.update(block);
+    d.size += block.size();
+    if (d.mentions_location) return;
+    std::string joint = tail + std::string(block.substr(0, kWord.size() - 1));
+    if (joint.find(kWord) != std::string::npos || block.find(kWord) != std::string_view::npos)
+      d.mentions_location = true;
+    tail = std::string(block.substr(block.size() - std::min(block.size(), kWord.size() - 1)));
+  });
+  if (!st.ok()) return st;
+  d.sha256 = sha.hex_digest();
+  return d;
+}
+
+int report_remote(const OptimizeArgs& a, const std::string& server, client::OptimizeResult result,
+                  uint64_t input_bytes, const std::string& lookup) {
+  RunSummary run;
+  run.input = a.input;
+  run.input_bytes = input_bytes;
+  run.output_bytes = result.model.size();
+  run.load_seconds = result.report.load_seconds();
+  run.save_seconds = result.report.save_seconds();
+  run.pipeline = api::to_pipeline_report(result.report);
+  run.server = server;
+  run.cache_hit = result.report.cache_hit();
+  run.input_sha256 = result.report.input_sha256();
+  run.output_sha256 = result.report.output_sha256();
+  run.lookup = lookup;
+  run.bytes_sent = result.bytes_sent;
+  run.bytes_received = result.bytes_received;
+  return finish_run(a, run, result.model, result.external_files);
+}
+
+// Remote: asks Lookup first (unless --no-lookup) with the digest of the file read in blocks, so
+// a hit never holds the input in memory; otherwise (a miss, standard input, a model that may
+// have external data) reads it whole and sends it.
+int optimize_remote(const OptimizeArgs& a, const std::string& server,
+                    const PipelineConfig& config) {
   if (!a.dump_dir.empty()) return fail(kUsage, "--dump-dir needs --local");
+  auto client = connect(server, a.tls);
+  if (!client.ok()) return fail_connect(client.status());
+  const auto started = std::chrono::steady_clock::now();
+  auto remaining = [&]() -> std::optional<std::chrono::milliseconds> {
+    if (a.timeout_seconds <= 0) return std::nullopt;
+    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    auto total = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
+    return std::max(std::chrono::milliseconds(1), total - spent);
+  };
+  const v1::PipelineConfig proto_config = api::to_proto(config);
+  std::string digest;
+  bool looked_up = false;
+  if (!a.no_lookup && a.input != "-") {
+    auto d = digest_file(a.input);
+    if (!d.ok()) return fail(kIoError, std::string(d.status().message()));
+    if (!d->mentions_location) {
+      digest = d->sha256;
+      client::Progress bar = progress_bar(d->size);
+      auto found = client->lookup(digest, proto_config, /*return_result=*/true, remaining(), bar);
+      if (bar) std::fprintf(stderr, "\n");
+      if (found.ok() && found->cached && found->result) {
+        found->result->from_lookup = true;
+        return report_remote(a, server, std::move(*found->result), d->size, "hit");
+      }
+      // As GraftClient's lookup_first: only a deadline or a wrong answer ends the run here.
+      if (!found.ok() && (found.status().code() == absl::StatusCode::kDeadlineExceeded ||
+                          found.status().code() == absl::StatusCode::kDataLoss))
+        return fail_remote(found.status());
+      looked_up = true;
+    }
+  }
+  std::string bytes, error;
+  if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
   auto locations = external_locations(bytes);
   if (!locations.ok())
     return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
@@ -371,35 +454,21 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server, const Pipe
     total += data->size();
     files.emplace_back(name, std::move(*data));
   }
-  auto client = connect(server, a.tls);
-  if (!client.ok()) return fail_connect(client.status());
-  std::optional<std::chrono::milliseconds> timeout;
-  if (a.timeout_seconds > 0)
-    timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
   client::SendOptions send;
-  send.timeout = timeout;
+  send.timeout = remaining();
   send.progress = progress_bar(total);
-  send.lookup_first = !a.no_lookup;
+  // Standard input, or a file whose text mentions "location" but holds no external tensor.
+  send.lookup_first = !a.no_lookup && !looked_up;
+  // The file may have changed since it was hashed: the digest sent is of the bytes sent.
   send.model_sha256 = cache::sha256_hex(bytes);
   const bool bar = static_cast<bool>(send.progress);
-  auto result = client->optimize(bytes, api::to_proto(config), send, files);
+  auto result = client->optimize(bytes, proto_config, send, files);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
   if (!result.ok()) return fail_remote(result.status());
-  RunSummary run;
-  run.input = a.input;
-  run.input_bytes = bytes.size();
-  run.output_bytes = result->model.size();
-  run.load_seconds = result->report.load_seconds();
-  run.save_seconds = result->report.save_seconds();
-  run.pipeline = api::to_pipeline_report(result->report);
-  run.server = server;
-  run.cache_hit = result->report.cache_hit();
-  run.input_sha256 = result->report.input_sha256();
-  run.output_sha256 = result->report.output_sha256();
-  if (send.lookup_first && files.empty()) run.lookup = result->from_lookup ? "hit" : "miss";
-  run.bytes_sent = result->bytes_sent;
-  run.bytes_received = result->bytes_received;
-  return finish_run(a, run, result->model, result->external_files);
+  std::string lookup;
+  if (looked_up) lookup = "miss";
+  if (send.lookup_first && files.empty()) lookup = result->from_lookup ? "hit" : "miss";
+  return report_remote(a, server, std::move(*result), bytes.size(), lookup);
 }
 
 int optimize(const OptimizeArgs& a) {
@@ -414,10 +483,10 @@ int optimize(const OptimizeArgs& a) {
     if (auto names = resolve_passes(*config); !names.ok())
       return fail(kUsage, std::string(names.status().message()));
   }
+  if (!a.local) return optimize_remote(a, server, *config);
   std::string bytes, error;
   if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
-  if (a.local) return optimize_local(a, *config, std::move(bytes));
-  return optimize_remote(a, server, *config, bytes);
+  return optimize_local(a, *config, std::move(bytes));
 }
 
 int lookup(const OptimizeArgs& a) {

@@ -115,6 +115,25 @@ absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_byte
   return read_all(fd, what, size, max_bytes);
 }
 
+absl::Status read_blocks(const std::string& path,
+                         const std::function<void(std::string_view)>& each, size_t block_bytes) {
+  const std::string what = absl::StrCat("'", path, "'");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status(errno, "open", what);
+  Closer closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return errno_status(errno, "read", what);
+  if (S_ISDIR(st.st_mode)) return errno_status(EISDIR, "read", what);
+  std::string buffer(std::max<size_t>(block_bytes, 1), '\0');
+  while (true) {
+    ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status(errno, "read", what);
+    if (n == 0) return absl::OkStatus();
+    each(std::string_view(buffer.data(), static_cast<size_t>(n)));
+  }
+}
+
 absl::Status write_all(int fd, std::string_view bytes, std::string_view what) {
   size_t done = 0;
   while (done < bytes.size()) {

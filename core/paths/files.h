@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -26,6 +27,13 @@ absl::StatusOr<std::string> read_all(int fd, std::string_view what, uint64_t siz
 // The bytes of the file at `path` (read_all with its size). Errors name the path: NotFound or
 // PermissionDenied when it cannot be opened, InvalidArgument for a directory, else read_all's.
 absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes = kNoLimit);
+
+// Reads the file at `path` in blocks of `block_bytes` into one reused buffer, calling `each` on
+// every block in order: for a pass over a file (a digest, say) without holding all of it.
+// Errors as read_file's.
+absl::Status read_blocks(const std::string& path,
+                         const std::function<void(std::string_view)>& each,
+                         size_t block_bytes = size_t{4} << 20);
 
 // Writes all of `bytes` to `fd`. DataLoss "cannot write <what>: <strerror>" on failure.
 absl::Status write_all(int fd, std::string_view bytes, std::string_view what);

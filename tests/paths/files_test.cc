@@ -105,6 +105,25 @@ TEST_F(Files, LimitsAndErrorsNameTheFile) {
   EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument) << folder.status();
 }
 
+TEST_F(Files, BlocksCoverTheFileInOrder) {
+  const std::string bytes = pattern((1 << 20) + 77);
+  write("f", bytes);
+  for (size_t block : {size_t{1000}, size_t{1} << 20, size_t{4} << 20}) {
+    std::string joined;
+    size_t calls = 0;
+    auto st = paths::read_blocks(path("f"), [&](std::string_view b) {
+      EXPECT_LE(b.size(), block);
+      joined.append(b);
+      ++calls;
+    }, block);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(joined, bytes) << block;
+    EXPECT_GE(calls, (bytes.size() + block - 1) / block);
+  }
+  EXPECT_EQ(paths::read_blocks(path("none"), [](std::string_view) {}).code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(Files, AtomicWritesReplaceWholeOrNotAtAll) {
   const std::string bytes = pattern(2 << 20);
   ASSERT_TRUE(paths::write_file_atomic(path("out"), bytes).ok());
