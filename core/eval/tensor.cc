@@ -77,6 +77,37 @@ absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& d
   auto out = Tensor::zeros(x.dtype(), out_dims, max_bytes);
   if (!out.ok()) return out.status();
   if (count == 0) return out;
+  const bool strings = x.dtype() == TensorProto::STRING;
+  const size_t width = strings ? 0 : x.element_size();
+  // A matrix transpose (a tied embedding is one of the largest constants a model has) goes in
+  // tiles, so reads and writes both stay within a few cache lines.
+  if (rank == 2 && perm[0] == 1 && !strings) {
+    const int64_t rows = dims[0], cols = dims[1];
+    auto tiles = [&](auto* in, auto* res) {
+      constexpr int64_t kTile = 32;
+      for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+        for (int64_t j0 = 0; j0 < cols; j0 += kTile)
+          for (int64_t i = i0; i < std::min(rows, i0 + kTile); ++i)
+            for (int64_t j = j0; j < std::min(cols, j0 + kTile); ++j)
+              res[j * rows + i] = in[i * cols + j];
+    };
+    switch (width) {
+      case 1:
+        tiles(x.data<uint8_t>(), out->data<uint8_t>());
+        return out;
+      case 2:
+        tiles(x.data<uint16_t>(), out->data<uint16_t>());
+        return out;
+      case 4:
+        tiles(x.data<uint32_t>(), out->data<uint32_t>());
+        return out;
+      case 8:
+        tiles(x.data<uint64_t>(), out->data<uint64_t>());
+        return out;
+      default:
+        break;  // the general loop below
+    }
+  }
   // Row-major strides of the source, seen in the order of the result's axes.
   std::vector<int64_t> in_strides(rank, 1);
   for (size_t i = rank; i-- > 1;) in_strides[i - 1] = in_strides[i] * dims[i];
@@ -84,8 +115,6 @@ absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& d
   for (size_t i = 0; i < rank; ++i) strides[i] = in_strides[static_cast<size_t>(perm[i])];
   std::vector<int64_t> index(rank, 0);
   int64_t source = 0;
-  const bool strings = x.dtype() == TensorProto::STRING;
-  const size_t width = strings ? 0 : x.element_size();
   for (int64_t k = 0; k < count; ++k) {
     if (strings) {
       out->strings()[static_cast<size_t>(k)] = x.strings()[static_cast<size_t>(source)];

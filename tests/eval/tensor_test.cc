@@ -239,6 +239,28 @@ TEST(KernelRegistryTest, LookupRespectsDomainAndOpset) {
   EXPECT_EQ(find_kernel("GraftTestOp", "com.microsoft", 5), nullptr);
 }
 
+// A matrix transpose takes a tiled path per element width; it must agree with the general path
+// (reached here through a trailing 1 in the dims) on sizes that are not multiples of the tile.
+TEST(TensorTest, TiledMatrixTransposeAgreesWithTheGeneralPath) {
+  for (auto dtype : {TensorProto::UINT8, TensorProto::FLOAT16, TensorProto::FLOAT,
+                     TensorProto::INT64, TensorProto::BOOL, TensorProto::DOUBLE}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{45, 70}, {1, 33}, {64, 32}}) {
+      auto x = Tensor::zeros(dtype, {rows, cols}, kLimit);
+      ASSERT_TRUE(x.ok());
+      auto* bytes = x->data<uint8_t>();
+      for (size_t i = 0; i < static_cast<size_t>(rows * cols) * x->element_size(); ++i)
+        bytes[i] = static_cast<uint8_t>(i * 7 + i / 13);
+      auto tiled = transposed(*x, {rows, cols}, {1, 0}, kLimit);
+      auto general = transposed(*x, {rows, cols, 1}, {1, 0, 2}, kLimit);
+      ASSERT_TRUE(tiled.ok() && general.ok());
+      EXPECT_EQ(tiled->dims(), (std::vector<int64_t>{cols, rows}));
+      const size_t n = static_cast<size_t>(rows * cols) * x->element_size();
+      EXPECT_EQ(std::string(tiled->data<char>(), n), std::string(general->data<char>(), n))
+          << dtype << " " << rows << "x" << cols;
+    }
+  }
+}
+
 // transposed(): result dim i is dims[perm[i]]; dims may insert 1s into x's own (unsqueeze).
 TEST(TensorTest, TransposedMovesElements) {
   auto x = Tensor::zeros(TensorProto::INT32, {2, 3}, kLimit);
