@@ -12,6 +12,19 @@
 
 namespace graft::client {
 
+namespace {
+
+// Most a receiver allocates ahead on a server's word (Chunk.total_bytes); beyond, the string
+// grows as bytes arrive, so a wrong hint costs memory only for bytes actually sent.
+constexpr uint64_t kMaxReserve = uint64_t{1} << 30;
+
+void reserve_for(std::string& s, const v1::Chunk& chunk) {
+  if (chunk.total_bytes() > s.size() && s.capacity() < chunk.total_bytes())
+    s.reserve(static_cast<size_t>(std::min<uint64_t>(chunk.total_bytes(), kMaxReserve)));
+}
+
+}  // namespace
+
 absl::Status from_grpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
@@ -131,6 +144,7 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
     if (msg.has_chunk()) {
       const std::string& file = msg.chunk().file();
       if (file.empty()) {
+        reserve_for(result.model, msg.chunk());
         result.model += msg.chunk().data();
       } else if (result.external_files.empty() || result.external_files.back().first != file) {
         if (auto st = paths::check_location(file); !st.ok() && bad_file.ok()) {
@@ -142,7 +156,11 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
                                                       paths::shown_location(file), "' twice"));
           context.TryCancel();
         }
-        if (bad_file.ok()) result.external_files.emplace_back(file, msg.chunk().data());
+        if (bad_file.ok()) {
+          result.external_files.emplace_back(file, std::string());
+          reserve_for(result.external_files.back().second, msg.chunk());
+          result.external_files.back().second += msg.chunk().data();
+        }
       } else {
         result.external_files.back().second += msg.chunk().data();
       }
@@ -183,6 +201,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
   while (reader->Read(&msg)) {
     if (msg.kind_case() == v1::LookupResponse::kCached) out.cached = msg.cached();
     if (msg.has_chunk()) {
+      reserve_for(result.model, msg.chunk());
       result.model += msg.chunk().data();
       if (progress) progress(false, result.model.size(), 0);
     }

@@ -45,6 +45,7 @@ bool write_chunks(Writer* writer, const std::string& bytes, const std::string& f
     Response msg;
     msg.mutable_chunk()->set_data(bytes.substr(off, kChunkBytes));
     if (!file.empty()) msg.mutable_chunk()->set_file(file);
+    if (off == 0) msg.mutable_chunk()->set_total_bytes(bytes.size());
     if (!writer->Write(msg)) return false;
   }
   return true;

@@ -18,7 +18,7 @@ namespace {
 const std::string kModel(3 << 20, 'm');  // three chunks of the default size
 const std::string kResult = "optimized";
 
-enum class LookupMode { kCached, kNotCached, kUnimplemented, kShortResult, kWrongDigest };
+enum class LookupMode { kCached, kNotCached, kUnimplemented, kShortResult, kWrongDigest, kHugeHint };
 
 class FakeServer final : public v1::Graft::Service {
  public:
@@ -57,6 +57,9 @@ class FakeServer final : public v1::Graft::Service {
     if (mode_ == LookupMode::kNotCached || !request->return_result()) return grpc::Status::OK;
     v1::LookupResponse chunk;
     chunk.mutable_chunk()->set_data(kResult);
+    // A size hint the client must not believe beyond what arrives.
+    chunk.mutable_chunk()->set_total_bytes(mode_ == LookupMode::kHugeHint ? uint64_t{1} << 62
+                                                                          : kResult.size());
     writer->Write(chunk);
     v1::LookupResponse report;
     report.mutable_report()->set_output_bytes(kResult.size() +
@@ -128,6 +131,16 @@ TEST(LookupFirst, ACachedResultIsFetchedWithoutUploading) {
   EXPECT_EQ(service.uploaded, 0u);
   std::lock_guard<std::mutex> lock(service.mu);
   EXPECT_EQ(service.looked_up, cache::sha256_hex(kModel));
+}
+
+TEST(LookupFirst, AnAbsurdSizeHintAllocatesNoMoreThanItsCap) {
+  FakeServer service(LookupMode::kHugeHint);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  auto r = client.optimize(kModel, v1::PipelineConfig(), lookup_first());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, kResult);
+  EXPECT_LE(r->model.capacity(), size_t{1} << 30);
 }
 
 TEST(LookupFirst, AMissUploadsOnce) {
