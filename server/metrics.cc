@@ -183,9 +183,10 @@ void Metrics::enable_shared_cache() {
                              "Lookups in the shared (Redis) cache tier after a local miss, by "
                              "result: hit, miss, error (Redis failed, timed out or is down), "
                              "corrupt (malformed or failed its sha256: served as a miss), "
-                             "incomplete (a chunk was evicted or expired: a miss)")
+                             "incomplete (a chunk was evicted or expired: a miss), busy (too many "
+                             "lookups at once: skipped)")
                          .Register(*registry_);
-  for (const char* result : {"hit", "miss", "error", "corrupt", "incomplete"})
+  for (const char* result : {"hit", "miss", "error", "corrupt", "incomplete", "busy"})
     shared_lookups_->Add({{"result", result}});
   shared_writes_ = &BuildCounter()
                         .Name("graft_shared_cache_writes_total")

@@ -29,7 +29,7 @@ class Metrics {
   // The shared cache tier's metrics exist only when it is configured (so that an alert on
   // graft_shared_cache_up never fires where there is no shared cache). Call once, before use.
   void enable_shared_cache();
-  // result: hit, miss, error, corrupt, incomplete (SharedCache::name).
+  // result: hit, miss, error, corrupt, incomplete, busy (SharedCache::name).
   void shared_cache_lookup(const std::string& result);
   // result: stored, error, dropped, oversized.
   void shared_cache_write(const std::string& result);

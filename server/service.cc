@@ -103,6 +103,8 @@ GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
     options.retry_min = std::chrono::milliseconds(config.shared_cache_retry_min_ms);
     options.retry_max = std::chrono::milliseconds(config.shared_cache_retry_max_ms);
     options.write_queue = static_cast<size_t>(config.shared_cache_write_queue);
+    // As many as the Optimize calls admitted at once (workers + queue_length).
+    options.max_concurrent_reads = std::max(1, config.workers + config.queue_length);
     auto shared = SharedCache::create(std::move(options), std::move(observer));
     // validate() checked the URL, so this does not fail for a configuration that loaded.
     if (shared.ok())

@@ -202,6 +202,7 @@ const char* SharedCache::name(Lookup result) {
     case Lookup::kError: return "error";
     case Lookup::kCorrupt: return "corrupt";
     case Lookup::kIncomplete: return "incomplete";
+    case Lookup::kBusy: return "busy";
   }
   return "error";
 }
@@ -340,6 +341,15 @@ std::shared_ptr<const cache::CachedResult> SharedCache::get(const cache::CacheKe
             ? Clock::now()
             : Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                  std::min<SysClock::duration>(left, std::chrono::hours(24 * 365)));
+  }
+  struct Slot {
+    std::atomic<int>& reads;
+    ~Slot() { --reads; }
+  } slot{reads_};
+  if (++reads_ > options_.max_concurrent_reads) {
+    *outcome = Lookup::kBusy;
+    count(Lookup::kBusy);
+    return nullptr;
   }
   auto connection = acquire();
   if (!connection) {

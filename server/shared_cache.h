@@ -53,6 +53,9 @@ struct SharedCacheOptions {
   std::chrono::milliseconds retry_min{1000};
   std::chrono::milliseconds retry_max{30000};
   size_t write_queue = 4;
+  // Lookups running at once; more are skipped (kBusy). Each holds up to max_entry_bytes while
+  // it assembles an entry, so this bounds their memory.
+  int max_concurrent_reads = 16;
 };
 
 class SharedCache {
@@ -64,6 +67,7 @@ class SharedCache {
     kError,       // Redis failed, timed out, or is marked down
     kCorrupt,     // manifest or chunks malformed, or bytes that do not match their sha256
     kIncomplete,  // a chunk the manifest names is gone (evicted or expired)
+    kBusy,        // max_concurrent_reads lookups were already running: skipped
   };
   enum class Write {
     kStored,
@@ -133,6 +137,7 @@ class SharedCache {
   std::chrono::steady_clock::time_point retry_at_{};
   std::chrono::milliseconds backoff_{0};
   std::vector<std::unique_ptr<Connection>> idle_;  // guarded by state_mu_
+  std::atomic<int> reads_{0};
 
   struct PendingWrite {
     cache::CacheKey key;
