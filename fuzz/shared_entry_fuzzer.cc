@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr uint64_t kMaxEntryBytes = 1 << 20;
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   const size_t split = input.find("\n\n");
-  const std::string_view text = input.substr(0, split == std::string_view::npos ? split : split + 1);
+  const std::string_view text =
+      input.substr(0, split == std::string_view::npos ? split : split + 1);
   std::string_view payload =
       split == std::string_view::npos ? std::string_view() : input.substr(split + 2);
 
@@ -42,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   EntryAssembler assembler(*manifest);
   for (uint64_t i = 0; i < manifest->chunks && !payload.empty(); ++i) {
     const size_t want = manifest->chunk_size(i);
-    const std::string_view chunk = payload.substr(0, payload.size() <= want ? payload.size() : want);
+    const std::string_view chunk =
+        payload.substr(0, payload.size() <= want ? payload.size() : want);
     payload.remove_prefix(chunk.size());
     auto st = assembler.add(chunk);
     if (st.ok() != (chunk.size() == want)) fail("chunk size check wrong");
@@ -63,8 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       graft::cache::sha256_hex(result->report_json) != manifest->report_sha256)
     fail("assembled bytes do not match the manifest's sha256");
   // Chunking the result again gives the same chunks.
-  const Manifest again = make_manifest(manifest->key_hash, manifest->write_id, *result,
-                                       manifest->chunk_bytes);
+  const Manifest again =
+      make_manifest(manifest->key_hash, manifest->write_id, *result, manifest->chunk_bytes);
   if (encode_manifest(again) != text) fail("re-chunked manifest differs");
   return 0;
 }

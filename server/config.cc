@@ -303,8 +303,7 @@ absl::Status validate(const ServerConfig& c) {
   if (c.tls_reload_interval_seconds < 1 || c.tls_reload_interval_seconds > 86400)
     return absl::InvalidArgumentError("tls_reload_interval_seconds must be 1..86400");
   if (c.shared_cache()) {
-    if (auto address = parse_redis_url(c.shared_cache_url); !address.ok())
-      return address.status();
+    if (auto address = parse_redis_url(c.shared_cache_url); !address.ok()) return address.status();
   }
   if (c.shared_cache_ttl_seconds < 1 || c.shared_cache_ttl_seconds > 31536000)
     return absl::InvalidArgumentError("shared_cache.ttl_seconds must be 1..31536000");
@@ -312,9 +311,8 @@ absl::Status validate(const ServerConfig& c) {
     return absl::InvalidArgumentError("shared_cache.max_entry_bytes must be > 0");
   if (c.shared_cache_chunk_bytes < shared::kMinChunkBytes ||
       c.shared_cache_chunk_bytes > shared::kMaxChunkBytes)
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared_cache.chunk_bytes must be ", shared::kMinChunkBytes, "..",
-                     shared::kMaxChunkBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared_cache.chunk_bytes must be ", shared::kMinChunkBytes, "..", shared::kMaxChunkBytes));
   if (c.shared_cache_connect_timeout_ms < 1 || c.shared_cache_connect_timeout_ms > 60000 ||
       c.shared_cache_timeout_ms < 1 || c.shared_cache_timeout_ms > 60000)
     return absl::InvalidArgumentError(

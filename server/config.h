@@ -47,10 +47,10 @@ struct ServerConfig {
   uint64_t shared_cache_max_entry_bytes = 256ull << 20;  // larger results are not shared
   uint64_t shared_cache_chunk_bytes = 4ull << 20;        // Redis value size of one chunk
   int shared_cache_connect_timeout_ms = 200;
-  int shared_cache_timeout_ms = 1000;       // per Redis command
-  int shared_cache_retry_min_ms = 1000;     // backoff after Redis fails, doubling ...
-  int shared_cache_retry_max_ms = 30000;    // ... up to this
-  int shared_cache_write_queue = 4;         // results waiting to be written; more are dropped
+  int shared_cache_timeout_ms = 1000;     // per Redis command
+  int shared_cache_retry_min_ms = 1000;   // backoff after Redis fails, doubling ...
+  int shared_cache_retry_max_ms = 30000;  // ... up to this
+  int shared_cache_write_queue = 4;       // results waiting to be written; more are dropped
   bool shared_cache() const { return !shared_cache_url.empty(); }
 };
 

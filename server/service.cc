@@ -364,8 +364,7 @@ grpc::Status GraftService::Optimize(
         return found;
       }
     }
-    auto computed =
-        optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
+    auto computed = optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
     if (shared_ && computed.ok()) shared_->put_async(key, *computed);
     return computed;
   };
@@ -378,8 +377,8 @@ grpc::Status GraftService::Optimize(
     result = optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
   // A joined computation that stopped because *its* client went away is retried by this one.
   for (int attempt = 0; cacheable && attempt < 2; ++attempt) {
-    result = cache_.get_or_compute(key, compute, &outcome,
-                                   [context] { return context->IsCancelled(); });
+    result =
+        cache_.get_or_compute(key, compute, &outcome, [context] { return context->IsCancelled(); });
     bool joined_and_stopped = outcome == cache::ResultCache::Outcome::kShared && !result.ok() &&
                               (result.status().code() == absl::StatusCode::kCancelled ||
                                result.status().code() == absl::StatusCode::kDeadlineExceeded) &&

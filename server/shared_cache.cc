@@ -58,8 +58,9 @@ std::string format_millis(std::chrono::milliseconds d) {
 
 absl::StatusOr<RedisAddress> parse_redis_url(const std::string& url) {
   auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared_cache url '", url, "': ", std::string(why), " (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_cache url '", url, "': ", std::string(why),
+                     " (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])"));
   };
   constexpr std::string_view kScheme = "redis://";
   if (url.rfind(kScheme, 0) != 0) return bad("scheme must be redis://");
@@ -97,7 +98,8 @@ absl::StatusOr<RedisAddress> parse_redis_url(const std::string& url) {
     if (colon != std::string_view::npos) port = hostport.substr(colon + 1);
   }
   if (a.host.empty()) return bad("no host");
-  if (!port.empty() && (!absl::SimpleAtoi(std::string(port), &a.port) || a.port < 1 || a.port > 65535))
+  if (!port.empty() &&
+      (!absl::SimpleAtoi(std::string(port), &a.port) || a.port < 1 || a.port > 65535))
     return bad("port must be 1..65535");
   return a;
 }
@@ -108,20 +110,22 @@ class SharedCache::Connection {
  public:
   static absl::StatusOr<std::unique_ptr<Connection>> open(const RedisAddress& address,
                                                           const SharedCacheOptions& options) {
-    redisContext* ctx =
-        redisConnectWithTimeout(address.host.c_str(), address.port,
-                                to_timeval(options.connect_timeout));
+    redisContext* ctx = redisConnectWithTimeout(address.host.c_str(), address.port,
+                                                to_timeval(options.connect_timeout));
     if (ctx == nullptr) return absl::UnavailableError("cannot allocate a Redis context");
+    if (ctx->err) {
+      std::string message = absl::StrCat("connect: ", ctx->errstr);
+      redisFree(ctx);
+      return absl::UnavailableError(message);
+    }
     std::unique_ptr<Connection> c(new Connection(ctx, options.command_timeout));
-    if (ctx->err) return absl::UnavailableError(absl::StrCat("connect: ", ctx->errstr));
     auto expect_ok = [&](std::vector<std::string_view> args,
                          std::string_view what) -> absl::Status {
       auto reply = c->command(args, 1024, Clock::now() + options.command_timeout);
       if (!reply.ok()) return reply.status();
       if (!is_ok_status(**reply) && !(what == "PING" && reply_text(**reply) == "PONG"))
-        return absl::UnavailableError(
-            absl::StrCat(std::string(what), " failed: ",
-                         std::string(reply_text(**reply).substr(0, 200))));
+        return absl::UnavailableError(absl::StrCat(
+            std::string(what), " failed: ", std::string(reply_text(**reply).substr(0, 200))));
       return absl::OkStatus();
     };
     if (!address.password.empty()) {
@@ -142,16 +146,16 @@ class SharedCache::Connection {
   // The reply, or: UNAVAILABLE (I/O error: the connection is unusable), DEADLINE_EXCEEDED,
   // RESOURCE_EXHAUSTED (reply larger than max_reply_bytes). After any error the connection must
   // be dropped.
-  absl::StatusOr<Reply> command(const std::vector<std::string_view>& args,
-                                size_t max_reply_bytes, Clock::time_point deadline) {
+  absl::StatusOr<Reply> command(const std::vector<std::string_view>& args, size_t max_reply_bytes,
+                                Clock::time_point deadline) {
     std::vector<const char*> argv;
     std::vector<size_t> lengths;
     for (auto a : args) {
       argv.push_back(a.data());
       lengths.push_back(a.size());
     }
-    if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(),
-                               lengths.data()) != REDIS_OK)
+    if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lengths.data()) !=
+        REDIS_OK)
       return io_error();
     for (int done = 0; !done;) {
       if (auto st = set_timeout(deadline); !st.ok()) return st;
@@ -160,8 +164,7 @@ class SharedCache::Connection {
     for (;;) {
       void* raw = nullptr;
       if (redisReaderGetReply(ctx_->reader, &raw) != REDIS_OK)
-        return absl::UnavailableError(
-            absl::StrCat("Redis protocol error: ", ctx_->reader->errstr));
+        return absl::UnavailableError(absl::StrCat("Redis protocol error: ", ctx_->reader->errstr));
       if (raw != nullptr) return Reply(static_cast<redisReply*>(raw));
       // Everything buffered is the one reply being read: bound it before reading more.
       if (ctx_->reader->len > max_reply_bytes + kReplyOverhead)
@@ -197,22 +200,32 @@ class SharedCache::Connection {
 
 const char* SharedCache::name(Lookup result) {
   switch (result) {
-    case Lookup::kHit: return "hit";
-    case Lookup::kMiss: return "miss";
-    case Lookup::kError: return "error";
-    case Lookup::kCorrupt: return "corrupt";
-    case Lookup::kIncomplete: return "incomplete";
-    case Lookup::kBusy: return "busy";
+    case Lookup::kHit:
+      return "hit";
+    case Lookup::kMiss:
+      return "miss";
+    case Lookup::kError:
+      return "error";
+    case Lookup::kCorrupt:
+      return "corrupt";
+    case Lookup::kIncomplete:
+      return "incomplete";
+    case Lookup::kBusy:
+      return "busy";
   }
   return "error";
 }
 
 const char* SharedCache::name(Write result) {
   switch (result) {
-    case Write::kStored: return "stored";
-    case Write::kError: return "error";
-    case Write::kDropped: return "dropped";
-    case Write::kOversized: return "oversized";
+    case Write::kStored:
+      return "stored";
+    case Write::kError:
+      return "error";
+    case Write::kDropped:
+      return "dropped";
+    case Write::kOversized:
+      return "oversized";
   }
   return "error";
 }
@@ -469,9 +482,9 @@ bool SharedCache::write(Connection& c, const cache::CacheKey& key,
     return is_ok_status(**reply);
   };
   for (uint64_t i = 0; i < manifest.chunks; ++i) {
+    if (stopping_) return false;  // shutting down: the entry stays invisible without a manifest
     const std::string bytes = shared::chunk_bytes(result, manifest, i);
-    if (!set(shared::chunk_key(options_.key_prefix, hash, manifest.write_id, i), bytes,
-             chunk_ttl))
+    if (!set(shared::chunk_key(options_.key_prefix, hash, manifest.write_id, i), bytes, chunk_ttl))
       return false;
   }
   // Last: until now no reader could see this write.

@@ -93,9 +93,9 @@ class SharedCache {
   SharedCache& operator=(const SharedCache&) = delete;
 
   // The entry, or null. Stops early at `deadline` (the request's), counting an error.
-  std::shared_ptr<const cache::CachedResult> get(
-      const cache::CacheKey& key, std::chrono::system_clock::time_point deadline,
-      Lookup* outcome = nullptr);
+  std::shared_ptr<const cache::CachedResult> get(const cache::CacheKey& key,
+                                                 std::chrono::system_clock::time_point deadline,
+                                                 Lookup* outcome = nullptr);
   // Queues a write; returns at once.
   void put_async(const cache::CacheKey& key, std::shared_ptr<const cache::CachedResult> result);
   // Waits until the write queue is empty and no write is running (tests).
@@ -120,8 +120,7 @@ class SharedCache {
   void count(Write result);
   std::shared_ptr<const cache::CachedResult> read(Connection& c, const cache::CacheKey& key,
                                                   std::chrono::steady_clock::time_point deadline,
-                                                  Lookup* outcome, bool* drop,
-                                                  std::string* error);
+                                                  Lookup* outcome, bool* drop, std::string* error);
   bool write(Connection& c, const cache::CacheKey& key, const cache::CachedResult& result,
              std::string* error);
   void writer_loop();
@@ -147,7 +146,7 @@ class SharedCache {
   std::condition_variable queue_cv_;
   std::deque<PendingWrite> queue_;
   bool writing_ = false;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // written under queue_mu_; read by write() without it
   std::thread writer_;
 };
 

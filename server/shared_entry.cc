@@ -46,8 +46,8 @@ std::string manifest_key(std::string_view prefix, std::string_view key_hash) {
   return absl::StrCat(std::string(prefix), kLayout, ":", std::string(key_hash));
 }
 
-std::string chunk_key(std::string_view prefix, std::string_view key_hash,
-                      std::string_view write_id, uint64_t index) {
+std::string chunk_key(std::string_view prefix, std::string_view key_hash, std::string_view write_id,
+                      uint64_t index) {
   return absl::StrCat(std::string(prefix), kLayout, ":", std::string(key_hash), ":",
                       std::string(write_id), ":", index);
 }
@@ -95,8 +95,8 @@ absl::StatusOr<Manifest> parse_manifest(std::string_view text, uint64_t max_entr
     if (end == std::string_view::npos || lines.size() > 16) break;
     start = end + 1;
   }
-  static const char* const kFields[] = {"key",          "write",         "model_bytes",
-                                        "model_sha256", "report_bytes",  "report_sha256",
+  static const char* const kFields[] = {"key",          "write",        "model_bytes",
+                                        "model_sha256", "report_bytes", "report_sha256",
                                         "chunk_bytes",  "chunks"};
   constexpr size_t kFieldCount = sizeof kFields / sizeof kFields[0];
   if (lines.size() != kFieldCount + 1 || lines[0] != kMagic)
@@ -107,8 +107,8 @@ absl::StatusOr<Manifest> parse_manifest(std::string_view text, uint64_t max_entr
     std::string_view name = kFields[i];
     if (line.size() <= name.size() + 1 || line.substr(0, name.size()) != name ||
         line[name.size()] != ' ')
-      return corrupt(absl::StrCat("manifest line ", i + 2, " is not '", std::string(name),
-                                  " VALUE'"));
+      return corrupt(
+          absl::StrCat("manifest line ", i + 2, " is not '", std::string(name), " VALUE'"));
     values[i] = line.substr(name.size() + 1);
   }
   Manifest m;
@@ -156,8 +156,8 @@ EntryAssembler::EntryAssembler(const Manifest& manifest) : manifest_(manifest) {
 absl::Status EntryAssembler::add(std::string_view chunk) {
   if (next_ >= manifest_.chunks) return corrupt("more chunks than the manifest names");
   if (chunk.size() != manifest_.chunk_size(next_))
-    return corrupt(absl::StrCat("chunk ", next_, " has ", chunk.size(), " bytes, the manifest says ",
-                                manifest_.chunk_size(next_)));
+    return corrupt(absl::StrCat("chunk ", next_, " has ", chunk.size(),
+                                " bytes, the manifest says ", manifest_.chunk_size(next_)));
   payload_.append(chunk);
   ++next_;
   return absl::OkStatus();

@@ -48,8 +48,8 @@ struct Manifest {
 // H for a cache key.
 std::string key_hash(const cache::CacheKey& key);
 std::string manifest_key(std::string_view prefix, std::string_view key_hash);
-std::string chunk_key(std::string_view prefix, std::string_view key_hash,
-                      std::string_view write_id, uint64_t index);
+std::string chunk_key(std::string_view prefix, std::string_view key_hash, std::string_view write_id,
+                      uint64_t index);
 // 32 random lowercase hex characters.
 std::string new_write_id();
 

@@ -51,7 +51,8 @@ TEST(ServerConfig, ExampleFileIsValidAndMatchesDefaults) {
   EXPECT_EQ(from_file.shared_cache_retry_min_ms, defaults.shared_cache_retry_min_ms);
   EXPECT_EQ(from_file.shared_cache_retry_max_ms, defaults.shared_cache_retry_max_ms);
   EXPECT_EQ(from_file.shared_cache_write_queue, defaults.shared_cache_write_queue);
-  EXPECT_FALSE(defaults.shared_cache());  // off unless configured
+  // Off unless configured.
+  EXPECT_FALSE(defaults.shared_cache());
   EXPECT_FALSE(defaults.tls());  // the README's main job runs plaintext on loopback
 }
 

@@ -74,8 +74,8 @@ class RedisServer {
       ::dup2(null, 1);
       ::dup2(null, 2);
       std::string port = std::to_string(port_);
-      std::vector<std::string> args = {server_, "--port", port, "--bind", "127.0.0.1",
-                                       "--save", "", "--appendonly", "no"};
+      std::vector<std::string> args = {server_,  "--port", port,           "--bind", "127.0.0.1",
+                                       "--save", "",       "--appendonly", "no"};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

@@ -32,8 +32,13 @@ absl::StatusOr<cache::CachedResult> round_trip(const cache::CachedResult& r, uin
 
 TEST(SharedEntry, ChunksSplitModelAndReportAtEveryBoundary) {
   // The boundary between model and report inside a chunk, at its edge, and exact multiples.
-  for (auto [model, report] : {std::pair<size_t, size_t>{5000, 300}, {4096, 1024}, {1024, 1},
-                               {0, 2000}, {3000, 0}, {1, 1}, {10240, 10240}}) {
+  for (auto [model, report] : {std::pair<size_t, size_t>{5000, 300},
+                               {4096, 1024},
+                               {1024, 1},
+                               {0, 2000},
+                               {3000, 0},
+                               {1, 1},
+                               {10240, 10240}}) {
     cache::CachedResult r = sample(model, report);
     Manifest m = make_manifest(kHash, kWrite, r, 1024);
     EXPECT_EQ(m.chunks, (model + report + 1023) / 1024);
@@ -88,20 +93,20 @@ TEST(SharedEntry, ManifestParserAcceptsOnlyWhatTheEncoderWrites) {
     return t.replace(at, from.size(), to);
   };
   rejects("");
-  rejects(good.substr(0, good.size() - 1));          // last line not ended
-  rejects(good.substr(0, good.size() / 2));          // truncated
-  rejects(good + "extra 1\n");                       // a line too many
+  rejects(good.substr(0, good.size() - 1));  // last line not ended
+  rejects(good.substr(0, good.size() / 2));  // truncated
+  rejects(good + "extra 1\n");               // a line too many
   rejects(with("graft-shared-cache 1", "graft-shared-cache 2"));
-  rejects(with("chunks 4", "chunks 5"));             // count does not match the sizes
-  rejects(with("chunks 4", "chunks 04"));            // leading zero
+  rejects(with("chunks 4", "chunks 5"));   // count does not match the sizes
+  rejects(with("chunks 4", "chunks 04"));  // leading zero
   rejects(with("chunks 4", "chunks -4"));
   rejects(with("chunks 4", "chunks 99999999999999999999"));  // 20 digits
   rejects(with("model_bytes 3000", "model_bytes 3000 "));
   rejects(with("model_bytes", "model_byte"));
-  rejects(with("chunk_bytes 1024", "chunk_bytes 1023"));     // below the minimum
+  rejects(with("chunk_bytes 1024", "chunk_bytes 1023"));         // below the minimum
   rejects(with("key " + kHash, "key " + std::string(64, 'A')));  // uppercase hex
   rejects(with("write " + kWrite, "write " + std::string(31, 'b')));
-  rejects(good, 3499);                                       // above max_entry_bytes
+  rejects(good, 3499);  // above max_entry_bytes
   // Sizes that would wrap when added.
   rejects(with("model_bytes 3000", "model_bytes 18446744073709551615"), UINT64_MAX);
   rejects(std::string(2000, '\n'));
@@ -170,9 +175,9 @@ TEST(SharedEntry, RedisUrls) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->username.empty());
   EXPECT_EQ(d->password, "pw");
-  for (const char* bad : {"", "http://h:1", "redis://", "redis://h:0", "redis://h:65536",
-                          "redis://h:x", "redis://h/db", "redis://user@h", "redis://[::1",
-                          "redis://h:1/-1"})
+  for (const char* bad :
+       {"", "http://h:1", "redis://", "redis://h:0", "redis://h:65536", "redis://h:x",
+        "redis://h/db", "redis://user@h", "redis://[::1", "redis://h:1/-1"})
     EXPECT_FALSE(parse_redis_url(bad).ok()) << bad;
 }
 
