@@ -167,7 +167,8 @@ class SharedCache::Connection {
         return absl::UnavailableError(absl::StrCat("Redis protocol error: ", ctx_->reader->errstr));
       if (raw != nullptr) return Reply(static_cast<redisReply*>(raw));
       // Everything buffered is the one reply being read: bound it before reading more.
-      if (ctx_->reader->len > max_reply_bytes + kReplyOverhead)
+      // (The reader keeps up to 1 KiB of earlier replies before `pos`.)
+      if (ctx_->reader->len - ctx_->reader->pos > max_reply_bytes + kReplyOverhead)
         return absl::ResourceExhaustedError(
             absl::StrCat("Redis reply larger than ", max_reply_bytes, " bytes"));
       if (auto st = set_timeout(deadline); !st.ok()) return st;

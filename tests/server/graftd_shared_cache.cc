@@ -151,16 +151,18 @@ class SharedCache : public ::testing::Test {
     return metric(metrics(g), "graft_shared_cache_writes_total{result=\"stored\"}");
   }
   static double up(const Graftd& g) { return metric(metrics(g), "graft_shared_cache_up"); }
-  static v1::PipelineConfig level(const std::string& name) {
+  // Distinct keys: each level, and level 2 with fewer rounds.
+  static v1::PipelineConfig level(int n, int max_rounds = 10) {
     PipelineConfig config;
-    config.level = name;
+    config.level = n;
+    config.max_rounds = max_rounds;
     return api::to_proto(config);
   }
-  std::string local_result(const std::string& level_name) {
+  std::string local_result(int n) {
     auto model = ir::Model::parse(bytes_);
     EXPECT_TRUE(model.ok());
     PipelineConfig config = test_pipeline_config();
-    config.level = level_name;
+    config.level = n;
     EXPECT_TRUE(run_pipeline(*model, config).ok());
     auto out = (*model)->serialize_and_release();
     EXPECT_TRUE(out.ok());
@@ -175,7 +177,7 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   auto a = start_graftd(), b = start_graftd();
   client::GraftClient ca(a->address()), cb(b->address());
   EXPECT_EQ(up(*a), 1);
-  auto first = ca.optimize(bytes_, level("O2"));
+  auto first = ca.optimize(bytes_, level(2));
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_FALSE(first->report.cache_hit());
   EXPECT_EQ(shared(*a, "miss"), 1);
@@ -188,7 +190,7 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   EXPECT_GT(chunk_keys.size(), 2u);
   EXPECT_EQ(all_keys.size(), chunk_keys.size() + 1);
 
-  auto second = cb.optimize(bytes_, level("O2"));
+  auto second = cb.optimize(bytes_, level(2));
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_TRUE(second->report.cache_hit());
   EXPECT_EQ(second->model, first->model);
@@ -198,7 +200,7 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   EXPECT_NE(b->log().find("cache=shared"), std::string::npos) << b->log();
 
   // The shared hit went into b's local cache: the next request does not ask Redis.
-  auto third = cb.optimize(bytes_, level("O2"));
+  auto third = cb.optimize(bytes_, level(2));
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_TRUE(third->report.cache_hit());
   EXPECT_EQ(shared(*b, "hit"), 1);
@@ -207,13 +209,13 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   // Lookup consults the shared tier too, on a replica that never saw the model.
   auto c = start_graftd();
   client::GraftClient cc(c->address());
-  auto found = cc.lookup(digest_, level("O2"), true);
+  auto found = cc.lookup(digest_, level(2), true);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_TRUE(found->cached);
   ASSERT_TRUE(found->result.has_value());
   EXPECT_EQ(found->result->model, first->model);
   EXPECT_EQ(shared(*c, "hit"), 1);
-  auto missing = cc.lookup(digest_, level("O1"), false);
+  auto missing = cc.lookup(digest_, level(1), false);
   ASSERT_TRUE(missing.ok()) << missing.status();
   EXPECT_FALSE(missing->cached);
   EXPECT_EQ(shared(*c, "miss"), 1);
@@ -222,25 +224,25 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
 TEST_F(SharedCache, RequestsSucceedWhileRedisIsDownAndSharingResumesWhenItReturns) {
   auto a = start_graftd(), b = start_graftd();
   client::GraftClient ca(a->address()), cb(b->address());
-  ASSERT_TRUE(ca.optimize(bytes_, level("O2")).ok());
+  ASSERT_TRUE(ca.optimize(bytes_, level(2)).ok());
   ASSERT_TRUE(eventually([&] { return written(*a) == 1; })) << a->log();
 
   redis_->stop();
   // A local miss asks Redis, fails, and computes: the request succeeds.
-  auto during = ca.optimize(bytes_, level("O1"));
+  auto during = ca.optimize(bytes_, level(1));
   ASSERT_TRUE(during.ok()) << during.status();
   EXPECT_FALSE(during->report.cache_hit());
-  EXPECT_EQ(during->model, local_result("O1"));
+  EXPECT_EQ(during->model, local_result(1));
   EXPECT_EQ(up(*a), 0);
   EXPECT_GE(shared(*a, "error"), 1);
   EXPECT_NE(a->log().find("is down"), std::string::npos) << a->log();
   // b's local cache is empty and Redis is gone: it computes too.
-  auto on_b = cb.optimize(bytes_, level("O2"));
+  auto on_b = cb.optimize(bytes_, level(2));
   ASSERT_TRUE(on_b.ok()) << on_b.status();
   EXPECT_FALSE(on_b->report.cache_hit());
   EXPECT_EQ(up(*b), 0);
   // Local hits need no Redis.
-  auto local_hit = ca.optimize(bytes_, level("O2"));
+  auto local_hit = ca.optimize(bytes_, level(2));
   ASSERT_TRUE(local_hit.ok()) << local_hit.status();
   EXPECT_TRUE(local_hit->report.cache_hit());
 
@@ -250,16 +252,16 @@ TEST_F(SharedCache, RequestsSucceedWhileRedisIsDownAndSharingResumesWhenItReturn
   for (Graftd* g : {a.get(), b.get()}) {
     client::GraftClient client(g->address());
     ASSERT_TRUE(eventually([&] {
-      EXPECT_TRUE(client.lookup(digest_, level("O0"), false).ok());
+      EXPECT_TRUE(client.lookup(digest_, level(0), false).ok());
       return up(*g) == 1;
     })) << g->log();
     EXPECT_NE(g->log().find("is up again"), std::string::npos) << g->log();
   }
-  auto computed = ca.optimize(bytes_, level("O3"));
+  auto computed = ca.optimize(bytes_, level(2, 5));
   ASSERT_TRUE(computed.ok()) << computed.status();
   EXPECT_FALSE(computed->report.cache_hit());
   ASSERT_TRUE(eventually([&] { return written(*a) == 2; })) << a->log();
-  auto shared_again = cb.optimize(bytes_, level("O3"));
+  auto shared_again = cb.optimize(bytes_, level(2, 5));
   ASSERT_TRUE(shared_again.ok()) << shared_again.status();
   EXPECT_TRUE(shared_again->report.cache_hit());
   EXPECT_EQ(shared_again->model, computed->model);
@@ -269,7 +271,7 @@ TEST_F(SharedCache, RequestsSucceedWhileRedisIsDownAndSharingResumesWhenItReturn
 TEST_F(SharedCache, CorruptTruncatedOrMissingChunksAreMissesAndTheResultIsRecomputed) {
   auto a = start_graftd(), b = start_graftd();
   client::GraftClient ca(a->address()), cb(b->address());
-  auto first = ca.optimize(bytes_, level("O2"));
+  auto first = ca.optimize(bytes_, level(2));
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(eventually([&] { return written(*a) == 1; })) << a->log();
   auto chunks = redis_->keys("graft:v1:*:*:*");
@@ -278,19 +280,19 @@ TEST_F(SharedCache, CorruptTruncatedOrMissingChunksAreMissesAndTheResultIsRecomp
 
   // Same length, different bytes: only the sha256 can tell.
   EXPECT_EQ(redis_->cli({"SETRANGE", chunk, "100", "XXXX"}), "65536\n");
-  auto lookup = cb.lookup(digest_, level("O2"), true);
+  auto lookup = cb.lookup(digest_, level(2), true);
   ASSERT_TRUE(lookup.ok()) << lookup.status();
   EXPECT_FALSE(lookup->cached);
   EXPECT_EQ(shared(*b, "corrupt"), 1);
   // Truncated.
   EXPECT_EQ(redis_->cli({"SET", chunk, "short"}), "OK\n");
-  lookup = cb.lookup(digest_, level("O2"), true);
+  lookup = cb.lookup(digest_, level(2), true);
   ASSERT_TRUE(lookup.ok()) << lookup.status();
   EXPECT_FALSE(lookup->cached);
   EXPECT_EQ(shared(*b, "corrupt"), 2);
   // Gone (evicted).
   EXPECT_EQ(redis_->cli({"DEL", chunk}), "1\n");
-  lookup = cb.lookup(digest_, level("O2"), true);
+  lookup = cb.lookup(digest_, level(2), true);
   ASSERT_TRUE(lookup.ok()) << lookup.status();
   EXPECT_FALSE(lookup->cached);
   EXPECT_EQ(shared(*b, "incomplete"), 1);
@@ -301,21 +303,21 @@ TEST_F(SharedCache, CorruptTruncatedOrMissingChunksAreMissesAndTheResultIsRecomp
   ASSERT_EQ(manifests.size(), 1u);
   EXPECT_EQ(redis_->cli({"SET", manifests.front(), "graft-shared-cache 1\nchunks 99999999999\n"}),
             "OK\n");
-  lookup = cb.lookup(digest_, level("O2"), true);
+  lookup = cb.lookup(digest_, level(2), true);
   ASSERT_TRUE(lookup.ok()) << lookup.status();
   EXPECT_FALSE(lookup->cached);
   EXPECT_EQ(shared(*b, "corrupt"), 3);
   EXPECT_EQ(up(*b), 1);  // bad data is not a dead Redis
 
   // Optimize computes the correct model, and replaces the broken entry.
-  auto recomputed = cb.optimize(bytes_, level("O2"));
+  auto recomputed = cb.optimize(bytes_, level(2));
   ASSERT_TRUE(recomputed.ok()) << recomputed.status();
   EXPECT_FALSE(recomputed->report.cache_hit());
   EXPECT_EQ(recomputed->model, first->model);
-  EXPECT_EQ(recomputed->model, local_result("O2"));
+  EXPECT_EQ(recomputed->model, local_result(2));
   ASSERT_TRUE(eventually([&] { return written(*b) == 1; })) << b->log();
   auto c = start_graftd();
-  auto healed = client::GraftClient(c->address()).optimize(bytes_, level("O2"));
+  auto healed = client::GraftClient(c->address()).optimize(bytes_, level(2));
   ASSERT_TRUE(healed.ok()) << healed.status();
   EXPECT_TRUE(healed->report.cache_hit());
   EXPECT_EQ(healed->model, first->model);
@@ -338,7 +340,7 @@ TEST_F(SharedCache, ARedisThatNeverAnswersIsTimedOutAndSkipped) {
               "--shared-cache-retry-min-ms", "100", "--shared-cache-retry-max-ms", "200"});
     client::GraftClient client(g.address());
     EXPECT_NE(g.log().find("is unavailable"), std::string::npos) << g.log();
-    for (const char* l : {"O1", "O2"}) {
+    for (int l : {1, 2}) {
       auto r = client.optimize(bytes_, level(l));
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_FALSE(r->report.cache_hit());
