@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -12,6 +13,9 @@
 #include <absl/strings/str_cat.h>
 #include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
+
+#include "server/shared_cache.h"
+#include "server/shared_entry.h"
 
 namespace graft::server {
 
@@ -132,6 +136,51 @@ const std::vector<Key>& keys() {
          c.health_listen = v;
          return absl::OkStatus();
        }},
+      // The shared cache tier: in YAML, the keys of the mapping `shared_cache:`.
+      {"shared_cache_url",
+       "shared result cache on Redis: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (empty = off)",
+       [](ServerConfig& c, const std::string& v) {
+         c.shared_cache_url = v;
+         return absl::OkStatus();
+       }},
+      {"shared_cache_key_prefix", "prefix of every Redis key graftd writes",
+       [](ServerConfig& c, const std::string& v) {
+         c.shared_cache_key_prefix = v;
+         return absl::OkStatus();
+       }},
+      {"shared_cache_ttl_seconds", "time an entry stays in Redis (1..31536000)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_ttl_seconds, "shared_cache.ttl_seconds");
+       }},
+      {"shared_cache_max_entry_bytes", "larger results (model + report) are not shared",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_max_entry_bytes, "shared_cache.max_entry_bytes");
+       }},
+      {"shared_cache_chunk_bytes", "Redis value size of one chunk (1 KiB..64 MiB)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_chunk_bytes, "shared_cache.chunk_bytes");
+       }},
+      {"shared_cache_connect_timeout_ms", "Redis connect timeout (1..60000)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_connect_timeout_ms,
+                             "shared_cache.connect_timeout_ms");
+       }},
+      {"shared_cache_timeout_ms", "Redis command timeout (1..60000)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_timeout_ms, "shared_cache.timeout_ms");
+       }},
+      {"shared_cache_retry_min_ms", "first retry of a down Redis after this (1..3600000)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_retry_min_ms, "shared_cache.retry_min_ms");
+       }},
+      {"shared_cache_retry_max_ms", "retries double up to this (>= retry_min_ms, <= 3600000)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_retry_max_ms, "shared_cache.retry_max_ms");
+       }},
+      {"shared_cache_write_queue", "results waiting to be written to Redis; more are dropped",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.shared_cache_write_queue, "shared_cache.write_queue");
+       }},
   };
   return table;
 }
@@ -140,6 +189,26 @@ std::string env_name(const char* key) {
   std::string out = "GRAFTD_";
   for (const char* p = key; *p; ++p) out += static_cast<char>(std::toupper(*p));
   return out;
+}
+
+// Keys written in YAML as a mapping: shared_cache_url is `shared_cache: {url: ...}`.
+constexpr std::string_view kSections[] = {"shared_cache"};
+
+bool in_section(std::string_view name, std::string_view section) {
+  return name.size() > section.size() + 1 && name.substr(0, section.size()) == section &&
+         name[section.size()] == '_';
+}
+
+bool in_any_section(std::string_view name) {
+  for (auto section : kSections)
+    if (in_section(name, section)) return true;
+  return false;
+}
+
+const Key* find_key(std::string_view name) {
+  for (const auto& k : keys())
+    if (name == k.name) return &k;
+  return nullptr;
 }
 
 std::string flag_name(const char* key) {
@@ -161,9 +230,26 @@ absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config) {
   if (!root.IsMap()) return absl::InvalidArgumentError("config must be a YAML mapping");
   for (const auto& entry : root) {
     std::string name = entry.first.as<std::string>();
-    const Key* key = nullptr;
-    for (const auto& k : keys())
-      if (name == k.name) key = &k;
+    bool section = false;
+    for (auto s : kSections) section = section || name == s;
+    if (section) {
+      if (entry.second.IsNull()) continue;  // `shared_cache:` with nothing under it: defaults
+      if (!entry.second.IsMap())
+        return absl::InvalidArgumentError(absl::StrCat(name, ": expected a mapping"));
+      for (const auto& sub : entry.second) {
+        const std::string sub_name = sub.first.as<std::string>();
+        const Key* key = find_key(absl::StrCat(name, "_", sub_name));
+        if (!key)
+          return absl::InvalidArgumentError(
+              absl::StrCat("unknown config key '", name, ".", sub_name, "'"));
+        if (!sub.second.IsScalar())
+          return absl::InvalidArgumentError(
+              absl::StrCat(name, ".", sub_name, ": expected a scalar value"));
+        if (auto st = key->set(*config, sub.second.as<std::string>()); !st.ok()) return st;
+      }
+      continue;
+    }
+    const Key* key = in_any_section(name) ? nullptr : find_key(name);
     if (!key) return absl::InvalidArgumentError(absl::StrCat("unknown config key '", name, "'"));
     if (!entry.second.IsScalar())
       return absl::InvalidArgumentError(absl::StrCat(name, ": expected a scalar value"));
@@ -216,6 +302,29 @@ absl::Status validate(const ServerConfig& c) {
         "(or request), or drop the CA bundle");
   if (c.tls_reload_interval_seconds < 1 || c.tls_reload_interval_seconds > 86400)
     return absl::InvalidArgumentError("tls_reload_interval_seconds must be 1..86400");
+  if (c.shared_cache()) {
+    if (auto address = parse_redis_url(c.shared_cache_url); !address.ok()) return address.status();
+  }
+  if (c.shared_cache_ttl_seconds < 1 || c.shared_cache_ttl_seconds > 31536000)
+    return absl::InvalidArgumentError("shared_cache.ttl_seconds must be 1..31536000");
+  if (c.shared_cache_max_entry_bytes == 0)
+    return absl::InvalidArgumentError("shared_cache.max_entry_bytes must be > 0");
+  if (c.shared_cache_chunk_bytes < shared::kMinChunkBytes ||
+      c.shared_cache_chunk_bytes > shared::kMaxChunkBytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared_cache.chunk_bytes must be ", shared::kMinChunkBytes, "..", shared::kMaxChunkBytes));
+  if (c.shared_cache_connect_timeout_ms < 1 || c.shared_cache_connect_timeout_ms > 60000 ||
+      c.shared_cache_timeout_ms < 1 || c.shared_cache_timeout_ms > 60000)
+    return absl::InvalidArgumentError(
+        "shared_cache.connect_timeout_ms and shared_cache.timeout_ms must be 1..60000");
+  if (c.shared_cache_retry_min_ms < 1 || c.shared_cache_retry_max_ms > 3600000 ||
+      c.shared_cache_retry_max_ms < c.shared_cache_retry_min_ms)
+    return absl::InvalidArgumentError(
+        "shared_cache.retry_min_ms must be >= 1, and retry_max_ms >= retry_min_ms and <= 3600000");
+  if (c.shared_cache_write_queue < 1 || c.shared_cache_write_queue > 1024)
+    return absl::InvalidArgumentError("shared_cache.write_queue must be 1..1024");
+  if (c.shared_cache_key_prefix.size() > 256)
+    return absl::InvalidArgumentError("shared_cache.key_prefix must be at most 256 bytes");
   return absl::OkStatus();
 }
 

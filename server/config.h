@@ -38,6 +38,20 @@ struct ServerConfig {
   // Plaintext grpc.health.v1 only, for probes that cannot speak TLS; empty = off.
   std::string health_listen;
   bool tls() const { return !tls_cert_file.empty(); }
+  // Shared result cache tier on Redis, behind the in-process cache (docs/shared-cache.md); off
+  // while shared_cache_url is empty. In YAML these keys form one mapping, `shared_cache:`, with
+  // the names after "shared_cache_" (url, ttl_seconds, ...).
+  std::string shared_cache_url;  // redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]
+  std::string shared_cache_key_prefix = "graft:";
+  int shared_cache_ttl_seconds = 86400;
+  uint64_t shared_cache_max_entry_bytes = 256ull << 20;  // larger results are not shared
+  uint64_t shared_cache_chunk_bytes = 4ull << 20;        // Redis value size of one chunk
+  int shared_cache_connect_timeout_ms = 200;
+  int shared_cache_timeout_ms = 1000;     // per Redis command
+  int shared_cache_retry_min_ms = 1000;   // backoff after Redis fails, doubling ...
+  int shared_cache_retry_max_ms = 30000;  // ... up to this
+  int shared_cache_write_queue = 4;       // results waiting to be written; more are dropped
+  bool shared_cache() const { return !shared_cache_url.empty(); }
 };
 
 // Parses argv (flags --config, --listen, --metrics-listen, --workers, ...). Returns the config,

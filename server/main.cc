@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
     tls = std::move(*loaded);
   }
 
+  // A peer that closed its socket (a restarted Redis: hiredis writes with write(), not
+  // send(MSG_NOSIGNAL)) must give EPIPE, not kill graftd.
+  signal(SIGPIPE, SIG_IGN);
+
   // SIGTERM/SIGINT (drain and exit) and SIGHUP (re-check the TLS files) are handled by one
   // thread with sigwait; block them everywhere else, before gRPC and the worker pool start
   // their threads. Without this SIGHUP's default action would kill graftd.

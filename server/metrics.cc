@@ -176,6 +176,45 @@ void Metrics::cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t ent
   cache_entries_->Set(static_cast<double>(entries));
 }
 
+void Metrics::enable_shared_cache() {
+  shared_lookups_ = &BuildCounter()
+                         .Name("graft_shared_cache_requests_total")
+                         .Help(
+                             "Lookups in the shared (Redis) cache tier after a local miss, by "
+                             "result: hit, miss, error (Redis failed, timed out or is down), "
+                             "corrupt (malformed or failed its sha256: served as a miss), "
+                             "incomplete (a chunk was evicted or expired: a miss), busy (too many "
+                             "lookups at once: skipped)")
+                         .Register(*registry_);
+  for (const char* result : {"hit", "miss", "error", "corrupt", "incomplete", "busy"})
+    shared_lookups_->Add({{"result", result}});
+  shared_writes_ = &BuildCounter()
+                        .Name("graft_shared_cache_writes_total")
+                        .Help(
+                            "Results written to the shared cache tier, by result: stored, error, "
+                            "dropped (write queue full), oversized (above max_entry_bytes)")
+                        .Register(*registry_);
+  for (const char* result : {"stored", "error", "dropped", "oversized"})
+    shared_writes_->Add({{"result", result}});
+  shared_up_ = &BuildGauge()
+                    .Name("graft_shared_cache_up")
+                    .Help("1 while the shared cache's Redis answers, 0 while it is down")
+                    .Register(*registry_)
+                    .Add({});
+}
+
+void Metrics::shared_cache_lookup(const std::string& result) {
+  if (shared_lookups_) shared_lookups_->Add({{"result", result}}).Increment();
+}
+
+void Metrics::shared_cache_write(const std::string& result) {
+  if (shared_writes_) shared_writes_->Add({{"result", result}}).Increment();
+}
+
+void Metrics::shared_cache_up(bool up) {
+  if (shared_up_) shared_up_->Set(up ? 1 : 0);
+}
+
 void Metrics::model_bytes(uint64_t in, uint64_t out) {
   bytes_in_->Increment(static_cast<double>(in));
   bytes_out_->Increment(static_cast<double>(out));

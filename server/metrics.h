@@ -26,6 +26,14 @@ class Metrics {
   void cache_result(bool hit);
   void cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t entries);
   void model_bytes(uint64_t in, uint64_t out);
+  // The shared cache tier's metrics exist only when it is configured (so that an alert on
+  // graft_shared_cache_up never fires where there is no shared cache). Call once, before use.
+  void enable_shared_cache();
+  // result: hit, miss, error, corrupt, incomplete, busy (SharedCache::name).
+  void shared_cache_lookup(const std::string& result);
+  // result: stored, error, dropped, oversized.
+  void shared_cache_write(const std::string& result);
+  void shared_cache_up(bool up);
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
   prometheus::Gauge& in_flight() { return *in_flight_; }
   prometheus::Gauge& busy_workers() { return *busy_workers_; }
@@ -53,6 +61,9 @@ class Metrics {
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* busy_workers_;
   prometheus::Gauge* upload_bytes_;
+  prometheus::Family<prometheus::Counter>* shared_lookups_ = nullptr;
+  prometheus::Family<prometheus::Counter>* shared_writes_ = nullptr;
+  prometheus::Gauge* shared_up_ = nullptr;
   // The C heap's bytes in use and free-but-kept, read from the allocator at every scrape.
   std::shared_ptr<prometheus::Collectable> heap_;
   uint64_t evictions_seen_ = 0;

@@ -13,6 +13,7 @@
 #include "core/passes/registry.h"
 #include "proto/convert.h"
 #include "server/request_log.h"
+#include "server/shared_cache.h"
 
 namespace graft::server {
 
@@ -80,6 +81,39 @@ GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
   if (metrics_)
     upload_budget_.set_observer(
         [metrics](uint64_t bytes) { metrics->upload_bytes().Set(static_cast<double>(bytes)); });
+  if (config.shared_cache()) {
+    SharedCache::Observer observer;
+    if (metrics_) {
+      metrics_->enable_shared_cache();
+      observer.lookup = [metrics](SharedCache::Lookup r) {
+        metrics->shared_cache_lookup(SharedCache::name(r));
+      };
+      observer.write = [metrics](SharedCache::Write r) {
+        metrics->shared_cache_write(SharedCache::name(r));
+      };
+      observer.state = [metrics](bool up) { metrics->shared_cache_up(up); };
+    }
+    SharedCacheOptions options;
+    options.url = config.shared_cache_url;
+    options.key_prefix = config.shared_cache_key_prefix;
+    options.ttl = std::chrono::seconds(config.shared_cache_ttl_seconds);
+    options.max_entry_bytes = config.shared_cache_max_entry_bytes;
+    options.chunk_bytes = config.shared_cache_chunk_bytes;
+    options.connect_timeout = std::chrono::milliseconds(config.shared_cache_connect_timeout_ms);
+    options.command_timeout = std::chrono::milliseconds(config.shared_cache_timeout_ms);
+    options.retry_min = std::chrono::milliseconds(config.shared_cache_retry_min_ms);
+    options.retry_max = std::chrono::milliseconds(config.shared_cache_retry_max_ms);
+    options.write_queue = static_cast<size_t>(config.shared_cache_write_queue);
+    // As many as the Optimize calls admitted at once (workers + queue_length).
+    options.max_concurrent_reads = std::max(1, config.workers + config.queue_length);
+    auto shared = SharedCache::create(std::move(options), std::move(observer));
+    // validate() checked the URL, so this does not fail for a configuration that loaded.
+    if (shared.ok())
+      shared_ = std::move(*shared);
+    else
+      log_event(spdlog::level::err,
+                absl::StrCat("shared cache off: ", std::string(shared.status().message())));
+  }
 }
 
 GraftService::~GraftService() { pool_.join(); }
@@ -322,6 +356,19 @@ grpc::Status GraftService::Optimize(
   cache::CacheKey key{sha256, *canonical, graft_version()};
 
   double queue_seconds = 0;
+  // Set when the computation below found the result in the shared tier instead of running.
+  bool shared_hit = false;
+  auto compute = [&]() -> absl::StatusOr<std::shared_ptr<const cache::CachedResult>> {
+    if (shared_) {
+      if (auto found = shared_->get(key, deadline)) {
+        shared_hit = true;
+        return found;
+      }
+    }
+    auto computed = optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
+    if (shared_ && computed.ok()) shared_->put_async(key, *computed);
+    return computed;
+  };
   cache::ResultCache::Outcome outcome = cache::ResultCache::Outcome::kMiss;
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> result;
   // Results of models with external data are not cached: their key would have to cover the
@@ -331,12 +378,8 @@ grpc::Status GraftService::Optimize(
     result = optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
   // A joined computation that stopped because *its* client went away is retried by this one.
   for (int attempt = 0; cacheable && attempt < 2; ++attempt) {
-    result = cache_.get_or_compute(
-        key,
-        [&] {
-          return optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
-        },
-        &outcome, [context] { return context->IsCancelled(); });
+    result =
+        cache_.get_or_compute(key, compute, &outcome, [context] { return context->IsCancelled(); });
     bool joined_and_stopped = outcome == cache::ResultCache::Outcome::kShared && !result.ok() &&
                               (result.status().code() == absl::StatusCode::kCancelled ||
                                result.status().code() == absl::StatusCode::kDeadlineExceeded) &&
@@ -349,9 +392,10 @@ grpc::Status GraftService::Optimize(
       log.set("error", std::string(result.status().message()));
     return finish(to_grpc(result.status()));
   }
-  const bool hit = outcome != cache::ResultCache::Outcome::kMiss;
+  // A result from the shared tier is a hit too: nothing was computed.
+  const bool hit = outcome != cache::ResultCache::Outcome::kMiss || shared_hit;
   metrics_->cache_result(hit);
-  log.set("cache", hit ? "hit" : "miss");
+  log.set("cache", shared_hit ? "shared" : hit ? "hit" : "miss");
 
   const cache::CachedResult& r = **result;
   if (!write_chunks<v1::OptimizeResponse>(stream, r.optimized_model))
@@ -378,7 +422,7 @@ grpc::Status GraftService::Optimize(
   return finish(grpc::Status::OK);
 }
 
-grpc::Status GraftService::Lookup(grpc::ServerContext*, const v1::LookupRequest* request,
+grpc::Status GraftService::Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                                   grpc::ServerWriter<v1::LookupResponse>* writer) {
   const auto start = Clock::now();
   RequestLog log("Lookup", next_request_id_++);
@@ -401,8 +445,18 @@ grpc::Status GraftService::Lookup(grpc::ServerContext*, const v1::LookupRequest*
   if (!config.ok()) return finish(to_grpc(config.status()));
   auto canonical = api::canonical_config(*config);
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));
-  auto result = cache_.lookup({digest, *canonical, graft_version()});
-  log.set("cache", result ? "hit" : "miss");
+  const cache::CacheKey key{digest, *canonical, graft_version()};
+  auto result = cache_.lookup(key);
+  bool shared_hit = false;
+  if (result == nullptr && shared_) {
+    result = shared_->get(key, context->deadline());
+    if (result) {
+      shared_hit = true;
+      cache_.insert(key, result);
+      update_cache_metrics();
+    }
+  }
+  log.set("cache", shared_hit ? "shared" : result ? "hit" : "miss");
   v1::LookupResponse first;
   first.set_cached(result != nullptr);
   writer->Write(first);

@@ -12,6 +12,7 @@
 #include "server/call_watchdog.h"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/shared_cache.h"
 #include "server/upload.h"
 #include "server/worker_pool.h"
 
@@ -41,6 +42,8 @@ class GraftService final : public v1::Graft::Service {
   // Waits for queued and running pipeline jobs.
   void join_workers() { pool_.join(); }
   const cache::ResultCache& cache() const { return cache_; }
+  // The shared (Redis) tier behind cache(), or null when shared_cache_url is empty.
+  SharedCache* shared_cache() const { return shared_.get(); }
   const InflightBudget& upload_budget() const { return upload_budget_; }
 
  private:
@@ -67,6 +70,8 @@ class GraftService final : public v1::Graft::Service {
   Metrics* metrics_;
   WorkerPool pool_;
   cache::ResultCache cache_;
+  // Consulted after a local miss, written after a computation (docs/shared-cache.md).
+  std::unique_ptr<SharedCache> shared_;
   std::atomic<bool> draining_{false};
   // Optimize calls holding an upload in memory, bounded by workers + queue_length; the bytes
   // they hold together are bounded by the budget (max_inflight_bytes).

@@ -65,7 +65,24 @@ def check_config_keys(where, config, example):
         fail(where, f"graftd.yaml has keys that server/graftd.example.yaml does not: {unknown}")
     if missing:
         fail(where, f"graftd.yaml lacks keys of server/graftd.example.yaml: {missing}")
-    return not unknown and not missing
+    # Mappings (shared_cache:) may leave keys out (graftd's defaults), but not add unknown ones.
+    sections_ok = True
+    for key, value in example.items():
+        if not isinstance(value, dict) or key not in config:
+            continue
+        section = config[key]
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            fail(where, f"graftd.yaml {key} is not a mapping")
+            sections_ok = False
+            continue
+        extra = sorted(set(section) - set(value))
+        if extra:
+            fail(where, f"graftd.yaml {key} has keys that server/graftd.example.yaml does not: "
+                        f"{extra}")
+            sections_ok = False
+    return not unknown and not missing and sections_ok
 
 
 # graftd.yaml's address keys and the container port name each one must have.
@@ -177,9 +194,136 @@ def is_subset(small, big):
     return all(big.get(k) == v for k, v in (small or {}).items())
 
 
+def pod_containers(doc):
+    return ((doc.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+
+
+def graftd_deployment(where, docs):
+    """The Deployment that runs graftd (an overlay may add others, e.g. the shared cache's
+    Redis)."""
+    found = [d for d in docs if d.get("kind") == "Deployment"
+             and any(c.get("name") == "graftd" for c in pod_containers(d))]
+    if len(found) != 1:
+        fail(where, f"expected exactly one Deployment with a container named graftd, found "
+                    f"{len(found)}")
+        return None
+    return found[0]
+
+
+def graftd_service(where, docs, deployment):
+    """The Service over graftd's pods."""
+    pod_labels = deployment["spec"]["template"]["metadata"].get("labels") or {}
+    services = [d for d in docs if d.get("kind") == "Service"]
+    found = [s for s in services if is_subset(s["spec"].get("selector"), pod_labels)]
+    if len(found) != 1:
+        selectors = [s["spec"].get("selector") for s in services]
+        fail(where, f"expected exactly one Service selecting graftd's pods {pod_labels}, found "
+                    f"{len(found)} (selectors: {selectors})")
+        return None
+    return found[0]
+
+
+def parse_redis_memory(text):
+    """A Redis memory size ("2gb", "512mb", "1000000") in bytes."""
+    m = re.fullmatch(r"([0-9]+)(b|k|kb|m|mb|g|gb)?", str(text).strip().lower())
+    if not m:
+        raise ValueError(f"not a Redis memory size: {text!r}")
+    units = {None: 1, "b": 1, "k": 10**3, "kb": 2**10, "m": 10**6, "mb": 2**20, "g": 10**9,
+             "gb": 2**30}
+    return int(m.group(1)) * units[m.group(2)]
+
+
+def check_shared_cache(where, docs, config, graftd_pod_labels):
+    """When graftd.yaml turns the shared cache on, its URL names a Service of this rendering
+    whose pods run a Redis bounded by maxmemory with an allkeys eviction policy and no
+    persistence, within its container's memory limit; a NetworkPolicy over those pods admits
+    graftd's."""
+    url = (config.get("shared_cache") or {}).get("url") or ""
+    if not url:
+        return
+    m = re.fullmatch(r"redis://(?:[^@/]*@)?([^:/@]+)(?::([0-9]+))?(?:/[0-9]*)?", url)
+    if not m:
+        fail(where, f"shared_cache.url {url!r} is not redis://HOST[:PORT][/DB]")
+        return
+    host, port = m.group(1), int(m.group(2) or 6379)
+    name = host.split(".")[0]  # NAME or NAME.NAMESPACE.svc...
+    services = [d for d in docs if d.get("kind") == "Service" and d["metadata"]["name"] == name]
+    if len(services) != 1:
+        fail(where, f"shared_cache.url {url!r}: no Service named {name!r} in this rendering")
+        return
+    service = services[0]
+    ports = [p for p in service["spec"].get("ports", []) if p.get("port") == port]
+    if not ports:
+        fail(where, f"Service {name} has no port {port} (shared_cache.url {url!r})")
+        return
+    selector = service["spec"].get("selector") or {}
+    deployments = [d for d in docs if d.get("kind") == "Deployment" and selector and is_subset(
+        selector, d["spec"]["template"]["metadata"].get("labels") or {})]
+    if len(deployments) != 1:
+        fail(where, f"Service {name} selects {len(deployments)} Deployments, expected one (Redis)")
+        return
+    containers = pod_containers(deployments[0])
+    target = ports[0].get("targetPort", port)
+    redis = [c for c in containers if any(
+        p.get("containerPort") == target or p.get("name") == target for p in c.get("ports", []))]
+    if len(redis) != 1:
+        fail(where, f"no container of Deployment {deployments[0]['metadata']['name']} serves "
+                    f"Service {name}'s port {target!r}")
+        return
+    container = redis[0]
+    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+
+    def arg(flag):
+        return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) \
+            else None
+
+    policy = arg("--maxmemory-policy")
+    if policy not in ("allkeys-lru", "allkeys-lfu"):
+        fail(where, f"Redis --maxmemory-policy is {policy!r}: use allkeys-lru (or allkeys-lfu) so "
+                    "a full Redis evicts old entries instead of refusing writes")
+    if arg("--save") != "":
+        fail(where, "Redis must run without RDB snapshots (--save \"\"): it is a cache")
+    if arg("--appendonly") != "no":
+        fail(where, "Redis must run without AOF (--appendonly no): it is a cache")
+    maxmemory = arg("--maxmemory")
+    limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    try:
+        budget = parse_redis_memory(maxmemory) if maxmemory is not None else 0
+    except ValueError as e:
+        fail(where, str(e))
+        budget = None
+    if budget == 0:
+        fail(where, "Redis has no --maxmemory: the shared cache's total size would be unbounded")
+    elif budget is not None:
+        if limit is None:
+            fail(where, "the Redis container has no memory limit")
+        elif parse_quantity(limit) < budget * Fraction(5, 4):
+            fail(where, f"the Redis container's memory limit {limit} leaves less than a quarter "
+                        f"above --maxmemory {maxmemory} for fragmentation and buffers")
+        max_entry = (config.get("shared_cache") or {}).get("max_entry_bytes", 256 * 2**20)
+        if isinstance(max_entry, int) and max_entry * 4 > budget:
+            fail(where, f"shared_cache.max_entry_bytes {max_entry} is more than a quarter of "
+                        f"Redis's --maxmemory {maxmemory}")
+    redis_labels = deployments[0]["spec"]["template"]["metadata"].get("labels") or {}
+    for policy_doc in docs:
+        if policy_doc.get("kind") != "NetworkPolicy" or not is_subset(
+                (policy_doc["spec"].get("podSelector") or {}).get("matchLabels"), redis_labels):
+            continue
+        admitted = False
+        for rule in policy_doc["spec"].get("ingress") or []:
+            sources = rule.get("from")
+            if not sources or any(is_subset((src.get("podSelector") or {}).get("matchLabels"),
+                                            graftd_pod_labels) and "podSelector" in src
+                                  for src in sources):
+                admitted = True
+        if not admitted:
+            fail(where, f"NetworkPolicy {policy_doc['metadata']['name']} does not admit graftd's "
+                        "pods to Redis")
+
+
 def check_rendering(where, docs, example, image_uid):
-    deployment = one(where, docs, "Deployment")
-    service = one(where, docs, "Service")
+    deployment = graftd_deployment(where, docs)
+    service = graftd_service(where, docs, deployment) if deployment is not None else None
     configmap = one(where, docs, "ConfigMap")
     hpa = one(where, docs, "HorizontalPodAutoscaler")
     pdb = one(where, docs, "PodDisruptionBudget")
@@ -295,14 +439,25 @@ def check_rendering(where, docs, example, image_uid):
                 fail(where, f"max_inflight_bytes {inflight} is below max_model_bytes {model}: "
                             "a model of max_model_bytes could never be accepted")
             uploads = min(inflight, (workers + queue) * model)
+            # The shared cache tier: each admitted call may assemble an entry read from Redis,
+            # and write_queue results may wait to be written.
+            shared = config.get("shared_cache") or {}
+            shared_bytes = 0
+            if shared.get("url"):
+                entry = shared.get("max_entry_bytes", 256 * 2**20)
+                queued = shared.get("write_queue", 4)
+                if isinstance(entry, int) and isinstance(queued, int):
+                    shared_bytes = (workers + queue + queued) * entry
             need = (cache + uploads + workers * (COPIES_PER_RUNNING_REQUEST - 1) * model
-                    + workers * verify + PROCESS_OVERHEAD_BYTES)
+                    + workers * verify + shared_bytes + PROCESS_OVERHEAD_BYTES)
             if memory < need:
                 fail(where, f"memory limit {limits['memory']} ({int(memory)} bytes) is below "
                             f"cache_bytes + min(max_inflight_bytes, (workers + queue_length) x "
                             f"max_model_bytes) + workers x {COPIES_PER_RUNNING_REQUEST - 1} x "
-                            f"max_model_bytes + workers x verify_max_bytes + 256 MiB = "
-                            f"{int(need)} bytes")
+                            f"max_model_bytes + workers x verify_max_bytes + (workers + "
+                            f"queue_length + shared_cache.write_queue) x "
+                            f"shared_cache.max_entry_bytes when the shared cache is on + 256 MiB "
+                            f"= {int(need)} bytes")
         if "memory" in (resources.get("requests") or {}):
             if parse_quantity(resources["requests"]["memory"]) > memory:
                 fail(where, "memory request exceeds the memory limit")
@@ -372,6 +527,7 @@ def check_rendering(where, docs, example, image_uid):
                                          pod_labels):
         fail(where, "the PodDisruptionBudget's selector does not match the pod labels")
     check_network_policies(where, docs, pod_labels, container, config_ports, monitor is not None)
+    check_shared_cache(where, docs, config, pod_labels)
 
 
 def check_tls_files(where, config, pod, container):

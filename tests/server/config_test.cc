@@ -41,7 +41,55 @@ TEST(ServerConfig, ExampleFileIsValidAndMatchesDefaults) {
   EXPECT_EQ(from_file.tls_client_auth, defaults.tls_client_auth);
   EXPECT_EQ(from_file.tls_reload_interval_seconds, defaults.tls_reload_interval_seconds);
   EXPECT_EQ(from_file.health_listen, defaults.health_listen);
+  EXPECT_EQ(from_file.shared_cache_url, defaults.shared_cache_url);
+  EXPECT_EQ(from_file.shared_cache_key_prefix, defaults.shared_cache_key_prefix);
+  EXPECT_EQ(from_file.shared_cache_ttl_seconds, defaults.shared_cache_ttl_seconds);
+  EXPECT_EQ(from_file.shared_cache_max_entry_bytes, defaults.shared_cache_max_entry_bytes);
+  EXPECT_EQ(from_file.shared_cache_chunk_bytes, defaults.shared_cache_chunk_bytes);
+  EXPECT_EQ(from_file.shared_cache_connect_timeout_ms, defaults.shared_cache_connect_timeout_ms);
+  EXPECT_EQ(from_file.shared_cache_timeout_ms, defaults.shared_cache_timeout_ms);
+  EXPECT_EQ(from_file.shared_cache_retry_min_ms, defaults.shared_cache_retry_min_ms);
+  EXPECT_EQ(from_file.shared_cache_retry_max_ms, defaults.shared_cache_retry_max_ms);
+  EXPECT_EQ(from_file.shared_cache_write_queue, defaults.shared_cache_write_queue);
+  // Off unless configured.
+  EXPECT_FALSE(defaults.shared_cache());
   EXPECT_FALSE(defaults.tls());  // the README's main job runs plaintext on loopback
+}
+
+// The shared cache is one YAML mapping; its keys are flags and environment variables too.
+TEST(ServerConfig, SharedCacheIsAYamlMappingAndFlags) {
+  ServerConfig c;
+  auto st = server::apply_yaml(
+      "shared_cache:\n  url: redis://redis:6379/1\n  ttl_seconds: 60\n  timeout_ms: 50\n", &c);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(c.shared_cache());
+  EXPECT_EQ(c.shared_cache_url, "redis://redis:6379/1");
+  EXPECT_EQ(c.shared_cache_ttl_seconds, 60);
+  EXPECT_EQ(c.shared_cache_timeout_ms, 50);
+  EXPECT_TRUE(server::validate(c).ok());
+  ServerConfig empty;
+  EXPECT_TRUE(server::apply_yaml("shared_cache:\n", &empty).ok());
+  EXPECT_FALSE(empty.shared_cache());
+  // Typos and the flat spelling are errors, as for every other key.
+  EXPECT_FALSE(server::apply_yaml("shared_cache:\n  urll: redis://r\n", &c).ok());
+  EXPECT_FALSE(server::apply_yaml("shared_cache_url: redis://r\n", &c).ok());
+  EXPECT_FALSE(server::apply_yaml("shared_cache: redis://r\n", &c).ok());
+
+  auto flags = load({"--shared-cache-url", "redis://127.0.0.1:7000", "--shared-cache-retry-min-ms",
+                     "10", "--shared-cache-retry-max-ms", "20"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->shared_cache_url, "redis://127.0.0.1:7000");
+  EXPECT_EQ(flags->shared_cache_retry_max_ms, 20);
+  auto error = [](std::vector<std::string> args) {
+    auto c = load(std::move(args));
+    return c.ok() ? std::string("accepted") : std::string(c.status().message());
+  };
+  EXPECT_NE(error({"--shared-cache-url", "http://r"}).find("redis://"), std::string::npos);
+  EXPECT_NE(error({"--shared-cache-chunk-bytes", "100"}).find("chunk_bytes"), std::string::npos);
+  EXPECT_NE(error({"--shared-cache-retry-min-ms", "500", "--shared-cache-retry-max-ms", "100"})
+                .find("retry_max_ms"),
+            std::string::npos);
+  EXPECT_NE(error({"--shared-cache-write-queue", "0"}).find("write_queue"), std::string::npos);
 }
 
 // Half a TLS configuration must not start a plaintext server, nor a TLS server that silently
