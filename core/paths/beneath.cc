@@ -33,22 +33,12 @@ absl::Status invalid(std::string_view name, std::string_view why) {
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 // A failed open, read or write of `path` (for location `name`) as a status a caller can map to
-// "I/O error": NotFound, PermissionDenied or DataLoss.
+// "I/O error" (paths::errno_code: NotFound, PermissionDenied, DataLoss, ...).
 absl::Status io_error(std::string_view name, const std::string& what, const std::string& path,
                       int err) {
-  std::string msg = absl::StrCat("external data location '", shown(name), "': cannot ", what, " '",
-                                 path, "': ", errno_text(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(msg);
-    default:
-      return absl::DataLossError(msg);
-  }
+  return absl::Status(errno_code(err), absl::StrCat("external data location '", shown(name),
+                                                    "': cannot ", what, " '", path,
+                                                    "': ", errno_text(err)));
 }
 
 class Fd {

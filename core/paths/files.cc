@@ -22,24 +22,8 @@ constexpr size_t kMaxCall = size_t{1} << 30;
 constexpr size_t kFirstBlock = size_t{1} << 20;
 
 absl::Status errno_status(int err, std::string_view doing, std::string_view what) {
-  const std::string msg = absl::StrCat("cannot ", std::string(doing), " ", std::string(what), ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
-    case EISDIR:
-      return absl::InvalidArgumentError(msg);
-    case ENOMEM:
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return absl::ResourceExhaustedError(msg);
-    default:
-      return absl::DataLossError(msg);
-  }
+  return absl::Status(errno_code(err), absl::StrCat("cannot ", std::string(doing), " ",
+                                                    std::string(what), ": ", std::strerror(err)));
 }
 
 absl::Status too_big(std::string_view what, uint64_t max_bytes) {
@@ -67,6 +51,27 @@ struct Closer {
 };
 
 }  // namespace
+
+absl::StatusCode errno_code(int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::StatusCode::kNotFound;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::StatusCode::kPermissionDenied;
+    case EISDIR:
+      return absl::StatusCode::kInvalidArgument;
+    case ENOMEM:
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return absl::StatusCode::kResourceExhausted;
+    default:
+      return absl::StatusCode::kDataLoss;
+  }
+}
 
 absl::StatusOr<std::string> read_all(int fd, std::string_view what, uint64_t size_hint,
                                      uint64_t max_bytes) {
@@ -102,31 +107,36 @@ absl::StatusOr<std::string> read_all(int fd, std::string_view what, uint64_t siz
   return out;
 }
 
+// Opens `path` for reading (not a directory); its size when it is a regular file, else 0.
+absl::Status open_for_reading(const std::string& path, const std::string& what, Closer* fd,
+                              uint64_t* size) {
+  fd->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd->fd < 0) return errno_status(errno, "open", what);
+  struct stat st;
+  if (::fstat(fd->fd, &st) != 0) return errno_status(errno, "read", what);
+  if (S_ISDIR(st.st_mode)) return errno_status(EISDIR, "read", what);
+  *size = S_ISREG(st.st_mode) && st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) {
   const std::string what = absl::StrCat("'", path, "'");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_status(errno, "open", what);
-  Closer closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return errno_status(errno, "read", what);
-  if (S_ISDIR(st.st_mode)) return errno_status(EISDIR, "read", what);
-  const uint64_t size = S_ISREG(st.st_mode) && st.st_size > 0 ? st.st_size : 0;
+  Closer fd{-1};
+  uint64_t size = 0;
+  if (auto st = open_for_reading(path, what, &fd, &size); !st.ok()) return st;
   if (size > max_bytes) return too_big(what, max_bytes);
-  return read_all(fd, what, size, max_bytes);
+  return read_all(fd.fd, what, size, max_bytes);
 }
 
 absl::Status read_blocks(const std::string& path,
                          const std::function<void(std::string_view)>& each, size_t block_bytes) {
   const std::string what = absl::StrCat("'", path, "'");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_status(errno, "open", what);
-  Closer closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return errno_status(errno, "read", what);
-  if (S_ISDIR(st.st_mode)) return errno_status(EISDIR, "read", what);
+  Closer fd{-1};
+  uint64_t size = 0;
+  if (auto st = open_for_reading(path, what, &fd, &size); !st.ok()) return st;
   std::string buffer(std::max<size_t>(block_bytes, 1), '\0');
   while (true) {
-    ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    ssize_t n = ::read(fd.fd, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_status(errno, "read", what);
     if (n == 0) return absl::OkStatus();

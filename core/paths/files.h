@@ -17,6 +17,11 @@ namespace graft::paths {
 
 inline constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
 
+// The status code for a failed system call's errno, one mapping for every file error Graft
+// reports: NotFound (ENOENT, ENOTDIR), PermissionDenied (EACCES, EPERM, EROFS), InvalidArgument
+// (EISDIR), ResourceExhausted (ENOMEM, ENOSPC, EDQUOT, EFBIG), else DataLoss.
+absl::StatusCode errno_code(int err);
+
 // Everything `fd` yields until end of file (`fd` stays open). `size_hint`: the expected size
 // (e.g. from fstat; 0 when unknown), allocated at once. `what` names the source in errors.
 // Errors: DataLoss "cannot read <what>: <strerror>", ResourceExhausted when more than
