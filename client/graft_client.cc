@@ -196,6 +196,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
   auto reader = stub_->Lookup(&context, request);
   LookupResult out;
   OptimizeResult result;
+  cache::Sha256 received;  // of the model's bytes, checked against the report
   bool have_report = false;
   v1::LookupResponse msg;
   while (reader->Read(&msg)) {
@@ -203,6 +204,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
     if (msg.has_chunk()) {
       reserve_for(result.model, msg.chunk());
       result.model += msg.chunk().data();
+      received.update(msg.chunk().data());  // while the next chunk is on its way
       if (progress) progress(false, result.model.size(), 0);
     }
     if (msg.has_report()) {
@@ -216,7 +218,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
       return absl::DataLossError("received fewer model bytes than the report announces");
     // A cached result may come from a shared tier: its digest is checked, not trusted.
     if (!result.report.output_sha256().empty() &&
-        result.report.output_sha256() != cache::sha256_hex(result.model))
+        result.report.output_sha256() != received.hex_digest())
       return absl::DataLossError("the received model does not match the digest in its report");
     result.bytes_received = result.model.size();
     result.report.set_cache_hit(true);
