@@ -251,7 +251,7 @@ class Requester {
       return echo_call(echo_.get(), echo_payload_, shared_->hit_result.size(), &reply_);
     const std::string& model = kind_ == Kind::kMiss ? model_ : shared_->hit_model;
     graft::client::SendOptions send;
-    send.timeout = kRequestTimeout;
+    send.deadline = graft::client::deadline_in(kRequestTimeout);
     send.lookup_first = kind_ == Kind::kLookup;
     auto result = graft_->optimize(model, shared_->config, send);
     if (!result.ok()) return result.status();

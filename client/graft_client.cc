@@ -23,7 +23,22 @@ void reserve_for(std::string& s, const v1::Chunk& chunk) {
     s.reserve(static_cast<size_t>(std::min<uint64_t>(chunk.total_bytes(), kMaxReserve)));
 }
 
+// The model received must be as long as the report says; when `sha256` is given (a cached
+// result, possibly from a shared tier) its digest must match the report's too.
+absl::Status check_received(const OptimizeResult& r, const std::string* sha256 = nullptr) {
+  if (r.model.size() != r.report.output_bytes())
+    return absl::DataLossError("received fewer model bytes than the report announces");
+  if (sha256 && !r.report.output_sha256().empty() && r.report.output_sha256() != *sha256)
+    return absl::DataLossError("the received model does not match the digest in its report");
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+Deadline deadline_in(std::optional<std::chrono::milliseconds> timeout) {
+  if (!timeout) return std::nullopt;
+  return std::chrono::system_clock::now() + *timeout;
+}
 
 absl::Status from_grpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
@@ -57,7 +72,7 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(
     std::optional<std::chrono::milliseconds> timeout, const Progress& progress, size_t chunk_bytes,
     const ExternalFiles& external_files) {
   SendOptions options;
-  options.timeout = timeout;
+  options.deadline = deadline_in(timeout);
   options.progress = progress;
   options.chunk_bytes = chunk_bytes;
   return optimize(model, config, options, external_files);
@@ -72,28 +87,26 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
     if (auto st = paths::check_location(name); !st.ok()) return st;
   const std::string digest =
       options.model_sha256.empty() ? cache::sha256_hex(model) : options.model_sha256;
-  const auto started = std::chrono::steady_clock::now();
   if (options.lookup_first && external_files.empty()) {
-    auto found = lookup(digest, config, /*return_result=*/true, options.timeout, options.progress);
-    if (found.ok() && found->cached && found->result) {
-      OptimizeResult r = std::move(*found->result);
-      r.from_lookup = true;
-      return r;
-    }
-    // A failed Lookup (an older server, say) falls back to sending the model, unless the
-    // deadline is what failed (the whole call has run out of time) or the server answered
-    // with a result that does not match its report (DataLoss: sending would not help).
-    if (!found.ok() && (found.status().code() == absl::StatusCode::kDeadlineExceeded ||
-                        found.status().code() == absl::StatusCode::kDataLoss))
-      return found.status();
+    auto cached = fetch_cached(digest, config, options.deadline, options.progress);
+    if (!cached.ok()) return cached.status();
+    if (*cached) return std::move(**cached);
   }
-  SendOptions rest = options;
-  if (rest.timeout) {
-    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - started);
-    rest.timeout = std::max(std::chrono::milliseconds(1), *rest.timeout - spent);
+  return send(model, config, options, digest, external_files);
+}
+
+absl::StatusOr<std::optional<OptimizeResult>> GraftClient::fetch_cached(
+    const std::string& model_sha256, const v1::PipelineConfig& config, Deadline deadline,
+    const Progress& progress) {
+  auto found = lookup(model_sha256, config, /*return_result=*/true, deadline, progress);
+  if (found.ok() && found->cached && found->result) {
+    found->result->from_lookup = true;
+    return std::move(found->result);
   }
-  return send(model, config, rest, digest, external_files);
+  if (!found.ok() && (found.status().code() == absl::StatusCode::kDeadlineExceeded ||
+                      found.status().code() == absl::StatusCode::kDataLoss))
+    return found.status();
+  return std::nullopt;
 }
 
 absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
@@ -101,11 +114,10 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
                                                  const SendOptions& options,
                                                  const std::string& digest,
                                                  const ExternalFiles& external_files) {
-  const auto& timeout = options.timeout;
   const auto& progress = options.progress;
   const size_t chunk_bytes = options.chunk_bytes;
   grpc::ClientContext context;
-  if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
+  if (options.deadline) context.set_deadline(*options.deadline);
   context.AddMetadata(kModelDigestHeader, digest);
   auto stream = stub_->Optimize(&context);
   v1::OptimizeRequest start;
@@ -174,8 +186,7 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
   if (!bad_file.ok()) return bad_file;
   if (auto st = status_of(finished); !st.ok()) return st;
   if (!have_report) return absl::DataLossError("the server sent no report");
-  if (result.model.size() != result.report.output_bytes())
-    return absl::DataLossError("received fewer model bytes than the report announces");
+  if (auto st = check_received(result); !st.ok()) return st;
   result.bytes_received = result.model.size();
   for (const auto& [name, bytes] : result.external_files) result.bytes_received += bytes.size();
   return result;
@@ -183,11 +194,10 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
 
 absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256,
                                                  const v1::PipelineConfig& config,
-                                                 bool return_result,
-                                                 std::optional<std::chrono::milliseconds> timeout,
+                                                 bool return_result, Deadline deadline,
                                                  const Progress& progress) {
   grpc::ClientContext context;
-  if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
+  if (deadline) context.set_deadline(*deadline);
   context.AddMetadata(kModelDigestHeader, model_sha256);
   v1::LookupRequest request;
   request.set_model_sha256(model_sha256);
@@ -214,12 +224,9 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
   }
   if (auto st = status_of(reader->Finish()); !st.ok()) return st;
   if (have_report) {
-    if (result.model.size() != result.report.output_bytes())
-      return absl::DataLossError("received fewer model bytes than the report announces");
     // A cached result may come from a shared tier: its digest is checked, not trusted.
-    if (!result.report.output_sha256().empty() &&
-        result.report.output_sha256() != received.hex_digest())
-      return absl::DataLossError("the received model does not match the digest in its report");
+    const std::string sha256 = received.hex_digest();
+    if (auto st = check_received(result, &sha256); !st.ok()) return st;
     result.bytes_received = result.model.size();
     result.report.set_cache_hit(true);
     out.result = std::move(result);

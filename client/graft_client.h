@@ -42,9 +42,15 @@ using Progress = std::function<void(bool upload, uint64_t done, uint64_t total)>
 // so a load balancer can route identical models to the same replica (whose cache has them).
 inline constexpr char kModelDigestHeader[] = "graft-model-sha256";
 
+// When a call (or a sequence of calls, e.g. a Lookup and then the upload) must have ended;
+// none: no limit.
+using Deadline = std::optional<std::chrono::system_clock::time_point>;
+// The deadline `timeout` from now (none for none).
+Deadline deadline_in(std::optional<std::chrono::milliseconds> timeout);
+
 // How optimize() sends a model.
 struct SendOptions {
-  std::optional<std::chrono::milliseconds> timeout;
+  Deadline deadline;  // for the Lookup and the upload together
   Progress progress;
   size_t chunk_bytes = 1 << 20;
   // Ask Lookup(digest, config) first: on a hit the result is downloaded and nothing is
@@ -78,8 +84,16 @@ class GraftClient {
                                           const ExternalFiles& external_files = {});
   absl::StatusOr<LookupResult> lookup(const std::string& model_sha256,
                                       const v1::PipelineConfig& config, bool return_result,
-                                      std::optional<std::chrono::milliseconds> timeout = {},
-                                      const Progress& progress = nullptr);
+                                      Deadline deadline = {}, const Progress& progress = nullptr);
+  // The lookup-first step: the cached result if the server has one; nullopt when it has none or
+  // the Lookup failed in a way that sending the model can get past (an older server, say); an
+  // error when the deadline passed or the answer did not match its report (DataLoss), which
+  // sending would not help. optimize() with lookup_first, and callers that ask before they
+  // have read the model (the CLI), use it.
+  absl::StatusOr<std::optional<OptimizeResult>> fetch_cached(const std::string& model_sha256,
+                                                             const v1::PipelineConfig& config,
+                                                             Deadline deadline,
+                                                             const Progress& progress = nullptr);
   absl::StatusOr<v1::ListPassesResponse> list_passes();
   // grpc.health.v1 status of the whole server ("" service): true when SERVING.
   absl::StatusOr<bool> serving();

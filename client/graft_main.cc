@@ -410,14 +410,10 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
   if (!a.dump_dir.empty()) return fail(kUsage, "--dump-dir needs --local");
   auto client = connect(server, a.tls);
   if (!client.ok()) return fail_connect(client.status());
-  const auto started = std::chrono::steady_clock::now();
-  auto remaining = [&]() -> std::optional<std::chrono::milliseconds> {
-    if (a.timeout_seconds <= 0) return std::nullopt;
-    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - started);
-    auto total = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
-    return std::max(std::chrono::milliseconds(1), total - spent);
-  };
+  std::optional<std::chrono::milliseconds> timeout;
+  if (a.timeout_seconds > 0)
+    timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
+  const client::Deadline deadline = client::deadline_in(timeout);  // the Lookup and the upload
   const v1::PipelineConfig proto_config = api::to_proto(config);
   std::string digest;
   bool looked_up = false;
@@ -427,16 +423,10 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
     if (!d->mentions_location) {
       digest = d->sha256;
       client::Progress bar = progress_bar(d->size);
-      auto found = client->lookup(digest, proto_config, /*return_result=*/true, remaining(), bar);
+      auto cached = client->fetch_cached(digest, proto_config, deadline, bar);
       if (bar) std::fprintf(stderr, "\n");
-      if (found.ok() && found->cached && found->result) {
-        found->result->from_lookup = true;
-        return report_remote(a, server, std::move(*found->result), d->size, "hit");
-      }
-      // As GraftClient's lookup_first: only a deadline or a wrong answer ends the run here.
-      if (!found.ok() && (found.status().code() == absl::StatusCode::kDeadlineExceeded ||
-                          found.status().code() == absl::StatusCode::kDataLoss))
-        return fail_remote(found.status());
+      if (!cached.ok()) return fail_remote(cached.status());
+      if (*cached) return report_remote(a, server, std::move(**cached), d->size, "hit");
       looked_up = true;
     }
   }
@@ -455,12 +445,13 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
     files.emplace_back(name, std::move(*data));
   }
   client::SendOptions send;
-  send.timeout = remaining();
+  send.deadline = deadline;
   send.progress = progress_bar(total);
   // Standard input, or a file whose text mentions "location" but holds no external tensor.
   send.lookup_first = !a.no_lookup && !looked_up;
-  // The file may have changed since it was hashed: the digest sent is of the bytes sent.
-  send.model_sha256 = cache::sha256_hex(bytes);
+  // Already hashed in blocks when it was looked up (the digest only routes the call: graftd
+  // hashes what it receives); otherwise the client hashes the bytes.
+  send.model_sha256 = digest;
   const bool bar = static_cast<bool>(send.progress);
   auto result = client->optimize(bytes, proto_config, send, files);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
