@@ -666,9 +666,8 @@ bool transpose_tied_constant(ir::Node& t, Rewriter& rw) {
   ir::Value* w = t.input(0);
   if (!w || t.outputs().size() != 1 || !t.output(0) || w->is_graph_output() || w->rank() != 2)
     return false;
-  const onnx::TensorProto* proto = constant_proto(w);
   const auto p = ir::transpose_perm(t, 2);
-  if (!proto || !p || *p != Perm{1, 0}) return false;
+  if (!is_constant_value(w) || !p || *p != Perm{1, 0}) return false;
   const auto n = known_dim(w, 0), k = known_dim(w, 1);
   if (!n || !k) return false;
   std::vector<ir::Node*> transposes, gathers;
