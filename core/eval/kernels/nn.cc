@@ -336,50 +336,72 @@ absl::Status batch_norm(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status layer_norm(KernelContext& ctx) {
-  NN_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  NN_ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
-  const Tensor* bias = ctx.input(2);
-  NN_RETURN_IF_ERROR(require_float(ctx, *x));
-  NN_RETURN_IF_ERROR(require_float(ctx, *scale));
-  if (bias != nullptr) NN_RETURN_IF_ERROR(require_float(ctx, *bias));
-  const int64_t rank = x->rank();
+// What LayerNormalization and RMSNormalization share: X and Scale (float), the normalized axes
+// [axis, rank) of X, stash_type and epsilon, and Scale broadcasting to the normalized shape.
+struct NormBlock {
+  const Tensor* x = nullptr;
+  const Tensor* scale = nullptr;
+  std::vector<int64_t> norm_shape;  // X's dims [axis, rank)
+  int64_t axis = 0;
+  int64_t outer = 0, len = 0;  // blocks, and elements per block
+  int32_t stash = 0;
+  double eps = 0;
+};
+
+absl::StatusOr<NormBlock> norm_block(KernelContext& ctx) {
+  NormBlock b;
+  NN_ASSIGN_OR_RETURN(b.x, required(ctx, 0));
+  NN_ASSIGN_OR_RETURN(b.scale, required(ctx, 1));
+  NN_RETURN_IF_ERROR(require_float(ctx, *b.x));
+  NN_RETURN_IF_ERROR(require_float(ctx, *b.scale));
+  const int64_t rank = b.x->rank();
   if (rank == 0) return invalid(ctx, "scalar input");
-  NN_ASSIGN_OR_RETURN(int64_t axis, norm_axis(ctx, ctx.node.attr_int("axis", -1), rank));
-  const int32_t stash = static_cast<int32_t>(ctx.node.attr_int("stash_type", 1));
-  if (!is_float_type(stash)) return invalid(ctx, "stash_type is not a float type");
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  const auto& d = x->dims();
-  std::vector<int64_t> norm_shape(d.begin() + axis, d.end());
-  if (!broadcastable_to(scale->dims(), norm_shape) ||
-      (bias != nullptr && !broadcastable_to(bias->dims(), norm_shape))) {
-    return invalid(ctx, "Scale/B do not broadcast to the normalized shape");
+  NN_ASSIGN_OR_RETURN(b.axis, norm_axis(ctx, ctx.node.attr_int("axis", -1), rank));
+  b.stash = static_cast<int32_t>(ctx.node.attr_int("stash_type", 1));
+  if (!is_float_type(b.stash)) return invalid(ctx, "stash_type is not a float type");
+  b.eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const auto& d = b.x->dims();
+  b.norm_shape.assign(d.begin() + b.axis, d.end());
+  if (!broadcastable_to(b.scale->dims(), b.norm_shape))
+    return invalid(ctx, "Scale does not broadcast to the normalized shape");
+  b.outer = product(d, 0, b.axis);
+  b.len = product(d, b.axis, rank);
+  return b;
+}
+
+// `t` (broadcastable to the normalized shape) read at each of a block's positions, once.
+Scratch<double> per_position(const Tensor& t, const NormBlock& b) {
+  Scratch<double> out(b.len);
+  const Scratch<double> values = to_doubles(t);
+  BroadcastIterator it(b.norm_shape, {t.dims()});
+  for (int64_t i = 0; i < b.len; ++i, it.next()) out[i] = values[it.offset(0)];
+  return out;
+}
+
+absl::Status layer_norm(KernelContext& ctx) {
+  NN_ASSIGN_OR_RETURN(const NormBlock b, norm_block(ctx));
+  const Tensor* bias = ctx.input(2);
+  if (bias != nullptr) {
+    NN_RETURN_IF_ERROR(require_float(ctx, *bias));
+    if (!broadcastable_to(bias->dims(), b.norm_shape))
+      return invalid(ctx, "B does not broadcast to the normalized shape");
   }
-  const int64_t outer = product(d, 0, axis), len = product(d, axis, rank);
-  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), d));
-  std::vector<int64_t> stat_dims(d.begin(), d.begin() + axis);
-  stat_dims.resize(rank, 1);
+  const auto& d = b.x->dims();
+  const int64_t outer = b.outer, len = b.len;
+  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, b.x->dtype(), d));
+  std::vector<int64_t> stat_dims(d.begin(), d.begin() + b.axis);
+  stat_dims.resize(d.size(), 1);
   Tensor* mean_out = nullptr;
   Tensor* inv_out = nullptr;
   if (ctx.node.output(1) != nullptr) {
-    NN_ASSIGN_OR_RETURN(mean_out, ctx.make_output(1, stash, stat_dims));
+    NN_ASSIGN_OR_RETURN(mean_out, ctx.make_output(1, b.stash, stat_dims));
   }
   if (ctx.node.output(2) != nullptr) {
-    NN_ASSIGN_OR_RETURN(inv_out, ctx.make_output(2, stash, stat_dims));
+    NN_ASSIGN_OR_RETURN(inv_out, ctx.make_output(2, b.stash, stat_dims));
   }
-  // Map each position of the normalized block to its Scale/B element once.
-  Scratch<double> sv(len), bv(len, 0.0);
-  {
-    const Scratch<double> s = to_doubles(*scale);
-    BroadcastIterator it(norm_shape, {scale->dims()});
-    for (int64_t i = 0; i < len; ++i, it.next()) sv[i] = s[it.offset(0)];
-  }
-  if (bias != nullptr) {
-    const Scratch<double> b = to_doubles(*bias);
-    BroadcastIterator it(norm_shape, {bias->dims()});
-    for (int64_t i = 0; i < len; ++i, it.next()) bv[i] = b[it.offset(0)];
-  }
-  Scratch<double> v = to_doubles(*x);
+  const Scratch<double> sv = per_position(*b.scale, b);
+  const Scratch<double> bv = bias != nullptr ? per_position(*bias, b) : Scratch<double>(len, 0.0);
+  Scratch<double> v = to_doubles(*b.x);
   for (int64_t o = 0; o < outer; ++o) {
     double* base = v.data() + o * len;
     double mean = 0;
@@ -388,7 +410,7 @@ absl::Status layer_norm(KernelContext& ctx) {
     double var = 0;
     for (int64_t i = 0; i < len; ++i) var += (base[i] - mean) * (base[i] - mean);
     var /= static_cast<double>(len);
-    const double inv = 1.0 / std::sqrt(var + eps);
+    const double inv = 1.0 / std::sqrt(var + b.eps);
     for (int64_t i = 0; i < len; ++i) base[i] = (base[i] - mean) * inv * sv[i] + bv[i];
     if (mean_out != nullptr) store(mean_out, o, mean);
     if (inv_out != nullptr) store(inv_out, o, inv);
@@ -400,36 +422,17 @@ absl::Status layer_norm(KernelContext& ctx) {
 // RMSNormalization (opset 23): Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon) * Scale,
 // Y of Scale's type.
 absl::Status rms_norm(KernelContext& ctx) {
-  NN_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  NN_ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
-  NN_RETURN_IF_ERROR(require_float(ctx, *x));
-  NN_RETURN_IF_ERROR(require_float(ctx, *scale));
-  const int64_t rank = x->rank();
-  if (rank == 0) return invalid(ctx, "scalar input");
-  NN_ASSIGN_OR_RETURN(int64_t axis, norm_axis(ctx, ctx.node.attr_int("axis", -1), rank));
-  const int32_t stash = static_cast<int32_t>(ctx.node.attr_int("stash_type", 1));
-  if (!is_float_type(stash)) return invalid(ctx, "stash_type is not a float type");
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  const auto& d = x->dims();
-  std::vector<int64_t> norm_shape(d.begin() + axis, d.end());
-  if (!broadcastable_to(scale->dims(), norm_shape)) {
-    return invalid(ctx, "Scale does not broadcast to the normalized shape");
-  }
-  const int64_t outer = product(d, 0, axis), len = product(d, axis, rank);
-  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, scale->dtype(), d));
+  NN_ASSIGN_OR_RETURN(const NormBlock b, norm_block(ctx));
+  const int64_t outer = b.outer, len = b.len;
+  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, b.scale->dtype(), b.x->dims()));
   if (y->size() == 0) return absl::OkStatus();
-  Scratch<double> sv(len);
-  {
-    const Scratch<double> s = to_doubles(*scale);
-    BroadcastIterator it(norm_shape, {scale->dims()});
-    for (int64_t i = 0; i < len; ++i, it.next()) sv[i] = s[it.offset(0)];
-  }
-  Scratch<double> v = to_doubles(*x);
+  const Scratch<double> sv = per_position(*b.scale, b);
+  Scratch<double> v = to_doubles(*b.x);
   for (int64_t o = 0; o < outer; ++o) {
     double* base = v.data() + o * len;
     double sum_sq = 0;
     for (int64_t i = 0; i < len; ++i) sum_sq += base[i] * base[i];
-    const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(len) + eps);
+    const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(len) + b.eps);
     for (int64_t i = 0; i < len; ++i) base[i] = base[i] * inv * sv[i];
   }
   store_all(y, v);
