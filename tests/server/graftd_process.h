@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/server/http_get.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -94,26 +95,6 @@ class Graftd {
   std::string address_;
   int metrics_port_ = 0;
 };
-
-inline std::string http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  ::send(fd, request.data(), request.size(), 0);
-  std::string response;
-  char buf[65536];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) response.append(buf, n);
-  ::close(fd);
-  auto body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
 
 // Parses the Prometheus text format strictly enough to catch malformed lines; returns
 // "name{labels}" -> value.

@@ -19,6 +19,7 @@
 #include "client/graft_client.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
+#include "tests/server/http_get.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -167,25 +168,6 @@ class Graftd {
   int status_ = 0;
   int port_ = 0, metrics_port_ = 0, health_port_ = 0;
 };
-
-std::string http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  ::send(fd, request.data(), request.size(), 0);
-  std::string response;
-  char buf[65536];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) response.append(buf, n);
-  ::close(fd);
-  return response;
-}
 
 // Runs the CLI; `args` are appended to `graft`.
 Outcome graft(const std::string& args, const std::string& env = "") {
