@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 
 import graft_client
 
@@ -119,26 +118,6 @@ def up_to_date(record_path, optimized_path, digest, config):
         return False
 
 
-def write_atomically(path, data):
-    """Writes through a temporary file in the same folder renamed over `path`: readers see the
-    old file or the new one, never a part."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def process(client, model_path, args, config):
     """Optimizes one model; returns its progress line."""
     optimized_path, record_path = outputs_of(model_path)
@@ -152,7 +131,7 @@ def process(client, model_path, args, config):
         raise graft_client.DataLossError(f"'{model_path}' changed while it was optimized")
     # The optimized model first, then the record: a record always describes a complete model.
     # External-data files stay beside both, unchanged.
-    write_atomically(optimized_path, result.model_bytes)
+    graft_client.write_atomically(optimized_path, result.model_bytes)
     record = {
         "input": os.path.basename(model_path),
         "input_sha256": digest,
@@ -160,7 +139,8 @@ def process(client, model_path, args, config):
         "config": config,
         "report": result.report_dict(),
     }
-    write_atomically(record_path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    graft_client.write_atomically(
+        record_path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     r = result.report
     how = "cached, no upload" if result.lookup_hit else (
         f"cache hit, uploaded {result.uploaded_bytes} bytes" if result.cache_hit

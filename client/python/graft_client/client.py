@@ -38,6 +38,25 @@ def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
 
+def write_atomically(path, data):
+    """Writes `data` through a temporary file in `path`'s folder renamed over `path`: readers see
+    the old file or the new one, never a part, and a failed write leaves no temporary file."""
+    folder = os.path.dirname(os.fspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.", suffix=".tmp",
+                               dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 class Result:
     """An optimized model. `model_bytes`: the ONNX model; `report`: the OptimizeReport proto;
     `external_files`: [(location, bytes)] sent back after the model (the files the model
@@ -73,19 +92,7 @@ class Result:
             # Files first: a refused location leaves no model referring to missing files.
             for name, data in self.external_files:
                 write_beneath(folder, name, data)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.", suffix=".tmp",
-                                   dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.model_bytes)
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomically(path, self.model_bytes)
 
     def __repr__(self):
         return (f"Result({len(self.model_bytes)} bytes, cache_hit={self.cache_hit}, "
