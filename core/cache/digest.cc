@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -89,6 +90,26 @@ void Sha256::reset() {
     fail("EVP_DigestInit_ex");
   }
   bytes_ = 0;
+}
+
+}  // namespace graft::cache
+
+namespace graft::cache {
+
+std::string input_digest(std::string_view model_sha256, std::vector<ExternalFileDigest> files) {
+  if (files.empty()) return std::string(model_sha256);
+  std::sort(files.begin(), files.end(),
+            [](const ExternalFileDigest& a, const ExternalFileDigest& b) { return a.name < b.name; });
+  Sha256 sha;
+  sha.update("graft-input-v1\n");
+  sha.update(model_sha256);
+  sha.update("\n");
+  for (const auto& f : files) {
+    std::string line = std::to_string(f.name.size()) + ":" + f.name + " " + std::to_string(f.size) +
+                       " " + f.sha256 + "\n";
+    sha.update(line);
+  }
+  return sha.hex_digest();
 }
 
 }  // namespace graft::cache

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 // OpenSSL's EVP_MD_CTX, declared here so that users of this header do not include OpenSSL.
 struct evp_md_ctx_st;
@@ -13,6 +14,22 @@ namespace graft::cache {
 
 // Lowercase hex SHA-256 of `bytes` (64 characters).
 std::string sha256_hex(std::string_view bytes);
+
+// One external-data file of a model, as the input digest covers it.
+struct ExternalFileDigest {
+  std::string name;    // location, as in the tensors
+  uint64_t size = 0;
+  std::string sha256;  // lowercase hex
+};
+
+// The digest that keys a model's result: the model's own sha256 when it has no external-data
+// files; otherwise the sha256 of the text
+//   "graft-input-v1\n" <model_sha256> "\n"
+// followed, for each file in byte order of names, by
+//   <decimal length of name> ":" <name> " " <decimal size> " " <sha256> "\n"
+// (length-prefixed, so no name can forge another entry). Clients compute it to look a result up
+// before uploading; graftd from the digests of what it received.
+std::string input_digest(std::string_view model_sha256, std::vector<ExternalFileDigest> files);
 
 // Incremental SHA-256. Move-only; not thread-safe (one stream per object).
 class Sha256 {

@@ -133,5 +133,34 @@ TEST(Sha256Test, IndependentStreamsDoNotInterfere) {
   EXPECT_EQ(y.hex_digest(), sha256_hex("x"));
 }
 
+// The reference value was computed independently (Python's hashlib over the documented text).
+TEST(InputDigestTest, CoversTheModelAndEveryFileInNameOrder) {
+  const std::string model = sha256_hex("abc");
+  std::vector<ExternalFileDigest> files = {{"w/b.bin", 3, sha256_hex("xyz")},
+                                           {"a.bin", 2, sha256_hex("hi")}};
+  EXPECT_EQ(input_digest(model, files),
+            "b70c09e704dc7b406b6751ce810f18300a7ecc291ee4788492089b130b35d453");
+  std::swap(files[0], files[1]);  // the order given does not matter
+  EXPECT_EQ(input_digest(model, files),
+            "b70c09e704dc7b406b6751ce810f18300a7ecc291ee4788492089b130b35d453");
+}
+
+TEST(InputDigestTest, IsTheModelDigestWithoutFilesAndChangesWithAnyField) {
+  const std::string model = sha256_hex("abc");
+  EXPECT_EQ(input_digest(model, {}), model);
+  const std::vector<ExternalFileDigest> base = {{"a.bin", 2, sha256_hex("hi")}};
+  const std::string d = input_digest(model, base);
+  auto changed = base;
+  changed[0].name = "b.bin";
+  EXPECT_NE(input_digest(model, changed), d);
+  changed = base;
+  changed[0].size = 3;
+  EXPECT_NE(input_digest(model, changed), d);
+  changed = base;
+  changed[0].sha256 = sha256_hex("ho");
+  EXPECT_NE(input_digest(model, changed), d);
+  EXPECT_NE(input_digest(sha256_hex("abd"), base), d);
+}
+
 }  // namespace
 }  // namespace graft::cache
