@@ -6,19 +6,55 @@
 //
 // Besides the sanitizers, it checks what the assembler promises: errors carry the documented
 // codes; a finished upload holds exactly the announced bytes, within max_model_bytes, with the
-// sha256 of the model; the shared budget is never exceeded and is back to 0 afterwards.
+// sha256 of the model; external files are on disk in the spool with exactly their announced
+// bytes and sha256, within the spool's budget; the memory budget and the spool are back to 0
+// (and the request's folder gone) afterwards.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <memory>
 
 #include "core/cache/digest.h"
+#include "core/paths/files.h"
+#include "server/spool.h"
 #include "server/upload.h"
 
 namespace {
 
 using graft::server::InflightBudget;
+using graft::server::Spool;
 using graft::server::UploadAssembler;
-using graft::server::UploadLimits;
+
+constexpr uint64_t kSpoolBytes = 6000;
+
+// One spool for the whole run, in a folder of this process's own, removed at exit.
+struct RunSpool {
+  RunSpool() {
+    dir = std::filesystem::temp_directory_path() /
+          ("graft_upload_fuzzer_" + std::to_string(::getpid()));
+    auto opened = Spool::open(dir.string(), kSpoolBytes);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "upload_fuzzer: %s\n", std::string(opened.status().message()).c_str());
+      std::abort();
+    }
+    spool = std::move(*opened);
+  }
+  ~RunSpool() {
+    spool.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::filesystem::path dir;
+  std::unique_ptr<Spool> spool;
+};
+
+Spool& spool() {
+  static RunSpool run;
+  return *run.spool;
+}
 
 [[noreturn]] void broken(const char* what) {
   std::fprintf(stderr, "upload_fuzzer: %s\n", what);
@@ -29,6 +65,7 @@ bool documented_error(const grpc::Status& st) {
   switch (st.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::FAILED_PRECONDITION:
       return !st.error_message().empty();
     default:
       return false;
@@ -44,8 +81,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_model_bytes = kMaxModelBytes;
   limits.max_external_files = 8;
   limits.first_buffer_bytes = 16;  // small, so short inputs exercise buffer growth
+  Spool& disk = spool();
+  std::string folder;
   {
-    UploadAssembler up(limits, &budget);
+    UploadAssembler up(limits, &budget, &disk);
     bool failed = false;
     size_t off = 0;
     while (!failed && off + 2 <= size) {
@@ -60,6 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!st.ok() && !documented_error(st)) broken("add: undocumented error code");
       failed = !st.ok();
       if (budget.used() > budget.limit()) broken("budget exceeded");
+      if (disk.used() > disk.limit()) broken("spool budget exceeded");
+      if (up.spool_dir()) folder = up.spool_dir()->path();
     }
     if (!failed) {
       grpc::Status st = up.finish();
@@ -69,12 +110,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (model.size() != up.start().model_size()) broken("model size differs from announced");
         if (model.empty()) broken("empty model accepted");
         if (up.sha256() != graft::cache::sha256_hex(model)) broken("wrong sha256");
-        uint64_t total = model.size();
+        if (model.size() > kMaxModelBytes) broken("max_model_bytes exceeded");
+        uint64_t total = 0;
         for (const auto& f : up.files()) {
-          if (f.data.bytes().size() != f.data.announced()) broken("file size differs");
-          total += f.data.bytes().size();
+          auto bytes = graft::paths::read_file(f.path);
+          if (!bytes.ok()) broken("spooled file missing");
+          if (bytes->size() != f.size || f.received != f.size) broken("file size differs");
+          if (graft::cache::sha256_hex(*bytes) != f.sha256) broken("wrong file sha256");
+          total += f.size;
         }
-        if (total > kMaxModelBytes) broken("max_model_bytes exceeded");
+        if (total > kSpoolBytes) broken("spool.max_bytes exceeded");
         // The deadline of a request with this start message, as the server computes it.
         const auto now = std::chrono::system_clock::now();
         if (graft::server::request_deadline(std::chrono::system_clock::time_point::max(),
@@ -84,5 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (budget.used() != 0) broken("budget not released");
+  if (disk.used() != 0) broken("spool not released");
+  if (!folder.empty() && std::filesystem::exists(folder)) broken("spool folder left behind");
   return 0;
 }

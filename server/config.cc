@@ -136,6 +136,21 @@ const std::vector<Key>& keys() {
          c.health_listen = v;
          return absl::OkStatus();
        }},
+      // Disk for external data: in YAML, the keys of the mapping `spool:`.
+      {"spool_dir", "folder for external-data uploads and cached result files (default $TMPDIR/graftd-spool)",
+       [](ServerConfig& c, const std::string& v) {
+         c.spool_dir = v;
+         return absl::OkStatus();
+       }},
+      {"spool_max_bytes",
+       "disk for all external-data uploads in progress and cached result files; 0 = refuse external data",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.spool_max_bytes, "spool.max_bytes");
+       }},
+      {"spool_cache_bytes", "part of spool.max_bytes that cached result files may keep",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_number(v, &c.spool_cache_bytes, "spool.cache_bytes");
+       }},
       // The shared cache tier: in YAML, the keys of the mapping `shared_cache:`.
       {"shared_cache_url",
        "shared result cache on Redis: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (empty = off)",
@@ -191,8 +206,9 @@ std::string env_name(const char* key) {
   return out;
 }
 
-// Keys written in YAML as a mapping: shared_cache_url is `shared_cache: {url: ...}`.
-constexpr std::string_view kSections[] = {"shared_cache"};
+// Keys written in YAML as a mapping: shared_cache_url is `shared_cache: {url: ...}`, spool_dir
+// is `spool: {dir: ...}`.
+constexpr std::string_view kSections[] = {"shared_cache", "spool"};
 
 bool in_section(std::string_view name, std::string_view section) {
   return name.size() > section.size() + 1 && name.substr(0, section.size()) == section &&
@@ -323,6 +339,10 @@ absl::Status validate(const ServerConfig& c) {
         "shared_cache.retry_min_ms must be >= 1, and retry_max_ms >= retry_min_ms and <= 3600000");
   if (c.shared_cache_write_queue < 1 || c.shared_cache_write_queue > 1024)
     return absl::InvalidArgumentError("shared_cache.write_queue must be 1..1024");
+  if (c.spool_cache_bytes > c.spool_max_bytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("spool.cache_bytes (", c.spool_cache_bytes,
+                     ") must not exceed spool.max_bytes (", c.spool_max_bytes, ")"));
   if (c.shared_cache_key_prefix.size() > 256)
     return absl::InvalidArgumentError("shared_cache.key_prefix must be at most 256 bytes");
   return absl::OkStatus();
@@ -392,6 +412,12 @@ uint64_t automatic_inflight_bytes() {
   for (const auto& path : limits)
     if (uint64_t limit = read_limit(path); limit > 0) memory = std::min(memory, limit);
   return std::max<uint64_t>(memory / 4, 1);
+}
+
+std::string ServerConfig::spool_path() const {
+  if (!spool_dir.empty()) return spool_dir;
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/graftd-spool");
 }
 
 uint64_t inflight_bytes(const ServerConfig& config) {

@@ -52,6 +52,16 @@ struct ServerConfig {
   int shared_cache_retry_max_ms = 30000;  // ... up to this
   int shared_cache_write_queue = 4;       // results waiting to be written; more are dropped
   bool shared_cache() const { return !shared_cache_url.empty(); }
+  // Disk for external-data files (docs/big-models.md): uploads are written under spool_dir as
+  // they arrive, never held in memory, and results that wrote new weights keep them there while
+  // cached. In YAML, the mapping `spool:` (dir, max_bytes, cache_bytes).
+  std::string spool_dir;  // empty = $TMPDIR/graftd-spool (/tmp when TMPDIR is unset)
+  // Disk for all uploads in progress and cached result files together; 0 = no external data.
+  uint64_t spool_max_bytes = 64ull << 30;
+  // Of which results kept by the cache may use (least recently used dropped first).
+  uint64_t spool_cache_bytes = 16ull << 30;
+  // spool_dir, or its default when empty.
+  std::string spool_path() const;
 };
 
 // Parses argv (flags --config, --listen, --metrics-listen, --workers, ...). Returns the config,

@@ -102,7 +102,24 @@ int main(int argc, char** argv) {
               absl::StrCat("cannot serve metrics on ", config->metrics_listen, ": ", e.what()));
     return 1;
   }
-  GraftService service(*config, metrics.get());
+  std::unique_ptr<Spool> spool;
+  if (config->spool_max_bytes > 0) {
+    uint64_t removed = 0;
+    auto opened = Spool::open(config->spool_path(), config->spool_max_bytes, &removed);
+    if (!opened.ok()) {
+      log_event(spdlog::level::critical,
+                absl::StrCat(std::string(opened.status().message()),
+                             " (set spool.dir to a writable folder, or spool.max_bytes to 0 to "
+                             "refuse external data)"));
+      return 1;
+    }
+    spool = std::move(*opened);
+    if (removed > 0)
+      log_event(spdlog::level::info,
+                absl::StrCat("spool: removed ", removed,
+                             " bytes left by graftd processes that are gone"));
+  }
+  GraftService service(*config, metrics.get(), std::move(spool));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -125,6 +125,12 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
                       .Help("Bytes of uploads held in memory (bounded by max_inflight_bytes)")
                       .Register(*registry_);
   upload_bytes_ = &uploads.Add({});
+  auto& spool = BuildGauge()
+                    .Name("graft_spool_bytes")
+                    .Help("Disk reserved in the spool for external-data uploads in progress and "
+                          "cached result files (bounded by spool.max_bytes)")
+                    .Register(*registry_);
+  spool_bytes_ = &spool.Add({});
   BuildGauge()
       .Name("graft_build_info")
       .Help("Graft build information (always 1)")

@@ -38,6 +38,8 @@ class Metrics {
   prometheus::Gauge& in_flight() { return *in_flight_; }
   prometheus::Gauge& busy_workers() { return *busy_workers_; }
   prometheus::Gauge& upload_bytes() { return *upload_bytes_; }
+  // Disk reserved in the spool: external-data uploads in progress and cached result files.
+  prometheus::Gauge& spool_bytes() { return *spool_bytes_; }
   // The port actually bound (useful with port 0).
   int port() const;
 
@@ -61,6 +63,7 @@ class Metrics {
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* busy_workers_;
   prometheus::Gauge* upload_bytes_;
+  prometheus::Gauge* spool_bytes_;
   prometheus::Family<prometheus::Counter>* shared_lookups_ = nullptr;
   prometheus::Family<prometheus::Counter>* shared_writes_ = nullptr;
   prometheus::Gauge* shared_up_ = nullptr;

@@ -4,12 +4,17 @@
 #include <chrono>
 #include <future>
 #include <optional>
+#include <set>
 
 #include <absl/strings/str_cat.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "core/cache/digest.h"
 #include "core/ir/model.h"
+#include "core/paths/files.h"
 #include "core/passes/registry.h"
 #include "proto/convert.h"
 #include "server/request_log.h"
@@ -52,6 +57,64 @@ bool write_chunks(Writer* writer, const std::string& bytes, const std::string& f
   return true;
 }
 
+// Streams the file at `path` (`size` bytes) as chunks of `file`, read in pieces of kChunkBytes:
+// a multi-GB file never needs to be in memory. False when the client stopped reading; an error
+// status (through `error`) when the file cannot be read.
+template <typename Response, typename Writer>
+bool write_file_chunks(Writer* writer, const cache::CachedFile& file, grpc::Status* error) {
+  int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("cannot read the result's file '", file.name, "'"));
+    return false;
+  }
+  std::string buffer(kChunkBytes, '\0');
+  uint64_t off = 0;
+  bool ok = true;
+  while (ok && off < file.size) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, file.size - off));
+    ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(off));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      *error = grpc::Status(grpc::StatusCode::INTERNAL,
+                            absl::StrCat("the result's file '", file.name, "' ended early"));
+      ok = false;
+      break;
+    }
+    Response msg;
+    msg.mutable_chunk()->set_data(buffer.data(), static_cast<size_t>(got));
+    msg.mutable_chunk()->set_file(file.name);
+    if (off == 0) msg.mutable_chunk()->set_total_bytes(file.size);
+    off += static_cast<uint64_t>(got);
+    ok = writer->Write(msg);
+  }
+  ::close(fd);
+  return ok;
+}
+
+// The optimized model, then the files the result wrote; false when the client stopped reading
+// (then `error` is CANCELLED) or a file could not be read.
+template <typename Response, typename Writer>
+bool write_result(Writer* writer, const cache::CachedResult& r, grpc::Status* error) {
+  *error = grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading");
+  if (!write_chunks<Response>(writer, r.optimized_model)) return false;
+  for (const auto& file : r.files)
+    if (!write_file_chunks<Response>(writer, file, error)) return false;
+  return true;
+}
+
+// A location for the weights a result writes that no input file has.
+[[maybe_unused]] std::string new_weights_location(const std::vector<UploadedFile>& files) {
+  auto taken = [&](const std::string& name) {
+    for (const auto& f : files)
+      if (f.name == name) return true;
+    return false;
+  };
+  std::string name = "graft_weights.bin";
+  for (int i = 1; taken(name); ++i) name = absl::StrCat("graft_weights.", i, ".bin");
+  return name;
+}
+
 }  // namespace
 
 const std::string& graft_version() {
@@ -60,8 +123,9 @@ const std::string& graft_version() {
 }
 
 struct GraftService::Upload {
-  Upload(std::atomic<int>& admitted, const UploadLimits& limits, InflightBudget* budget)
-      : admitted_count(admitted), assembler(limits, budget) {}
+  Upload(std::atomic<int>& admitted, const UploadLimits& limits, InflightBudget* budget,
+         Spool* spool)
+      : admitted_count(admitted), assembler(limits, budget, spool) {}
   ~Upload() {
     if (admitted) --admitted_count;
   }
@@ -71,13 +135,28 @@ struct GraftService::Upload {
   UploadAssembler assembler;
 };
 
-GraftService::GraftService(const ServerConfig& config, Metrics* metrics)
+// What a worker optimizes: the model's bytes and its external-data files in the spool.
+struct GraftService::Input {
+  std::shared_ptr<const std::string> model;
+  std::string model_sha256;  // of the model's bytes
+  std::string digest;        // the input digest, the result's key
+  std::vector<UploadedFile> files;
+  std::shared_ptr<SpoolDir> dir;  // keeps the files on disk while the job needs them
+};
+
+GraftService::GraftService(const ServerConfig& config, Metrics* metrics,
+                           std::unique_ptr<Spool> spool)
     : config_(config),
       metrics_(metrics),
+      spool_(std::move(spool)),
       pool_(static_cast<size_t>(config.workers), static_cast<size_t>(config.queue_length)),
-      cache_(config.cache_bytes),
+      cache_(config.cache_bytes, std::chrono::milliseconds(50),
+             spool_ ? config.spool_cache_bytes : 0),
       upload_limits_{config.max_model_bytes},
       upload_budget_(inflight_bytes(config)) {
+  if (metrics_ && spool_)
+    spool_->set_observer(
+        [metrics](uint64_t bytes) { metrics->spool_bytes().Set(static_cast<double>(bytes)); });
   if (metrics_)
     upload_budget_.set_observer(
         [metrics](uint64_t bytes) { metrics->upload_bytes().Set(static_cast<double>(bytes)); });
@@ -224,9 +303,8 @@ grpc::Status GraftService::read_upload(
 }
 
 absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimize_on_worker(
-    grpc::ServerContext* context, std::shared_ptr<const std::string> model,
-    std::string model_sha256, const PipelineConfig& config, SysClock::time_point deadline,
-    double* queue_seconds) {
+    grpc::ServerContext* context, std::shared_ptr<const Input> input, const PipelineConfig& config,
+    SysClock::time_point deadline, double* queue_seconds) {
   struct Job {
     std::promise<absl::StatusOr<std::shared_ptr<const cache::CachedResult>>> promise;
     std::atomic<bool> cancelled{false};
@@ -238,7 +316,7 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
   auto job = std::make_shared<Job>();
   auto future = job->promise.get_future();
   const auto submitted = Clock::now();
-  bool accepted = pool_.try_submit([this, job, model, model_sha256, config, deadline, submitted] {
+  bool accepted = pool_.try_submit([this, job, input, config, deadline, submitted] {
     if (job->claimed.exchange(true)) {
       job->promise.set_value(absl::CancelledError("given up while queued"));
       return;
@@ -259,7 +337,8 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
     auto run = [&]() -> absl::StatusOr<std::shared_ptr<const cache::CachedResult>> {
       if (auto st = stop(); !st.ok()) return st;
       auto t = Clock::now();
-      auto parsed = ir::Model::parse(*model);
+      const std::string& model = *input->model;
+      auto parsed = ir::Model::parse(model);
       if (!parsed.ok()) return parsed.status();
       double load_seconds = seconds_since(t);
       PipelineConfig c = config;
@@ -267,8 +346,9 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
       auto report = run_pipeline(*parsed, c);
       if (!report.ok()) return report.status();
       t = Clock::now();
-      auto bytes = (*parsed)->serialize_and_release();
-      if (!bytes.ok()) return bytes.status();
+      auto result = std::make_shared<cache::CachedResult>();
+      auto saved = save_result(**parsed, *input, result.get());
+      if (!saved.ok()) return saved.status();
       double save_seconds = seconds_since(t);
       metrics_->pipeline_done(*report);
 
@@ -276,13 +356,25 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
       api::fill_report(*report, &proto);
       proto.set_load_seconds(load_seconds);
       proto.set_save_seconds(save_seconds);
-      proto.set_input_sha256(model_sha256);
-      proto.set_output_sha256(cache::sha256_hex(*bytes));
-      proto.set_input_bytes(model->size());
-      proto.set_output_bytes(bytes->size());
+      proto.set_input_sha256(input->digest);
+      proto.set_output_sha256(cache::sha256_hex(result->optimized_model));
+      proto.set_input_bytes(model.size());
+      proto.set_output_bytes(result->optimized_model.size());
       proto.set_graft_version(graft_version());
-      auto result = std::make_shared<cache::CachedResult>();
-      result->optimized_model = std::move(*bytes);
+      for (const auto& f : input->files) {
+        if (!saved->count(f.name)) continue;
+        auto* e = proto.add_external_files();
+        e->set_name(f.name);
+        e->set_size(f.size);
+        e->set_sha256(f.sha256);
+        e->set_from_input(true);
+      }
+      for (const auto& f : result->files) {
+        auto* e = proto.add_external_files();
+        e->set_name(f.name);
+        e->set_size(f.size);
+        e->set_sha256(f.sha256);
+      }
       google::protobuf::util::JsonPrintOptions options;
       options.always_print_primitive_fields = true;
       if (!google::protobuf::util::MessageToJsonString(proto, &result->report_json, options).ok())
@@ -318,6 +410,17 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
   return future.get();
 }
 
+absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model,
+                                                                const Input& input,
+                                                                cache::CachedResult* result) {
+  auto bytes = model.serialize_and_release();
+  if (!bytes.ok()) return bytes.status();
+  result->optimized_model = std::move(*bytes);
+  std::set<std::string> kept;
+  for (const auto& f : input.files) kept.insert(f.name);
+  return kept;
+}
+
 void GraftService::update_cache_metrics() {
   auto s = cache_.stats();
   metrics_->cache_state(s.evictions, s.bytes, s.entries);
@@ -342,18 +445,29 @@ grpc::Status GraftService::Optimize(
   if (draining_)
     return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
 
-  Upload up(admitted_, upload_limits_, &upload_budget_);
+  Upload up(admitted_, upload_limits_, &upload_budget_, spool_.get());
   SysClock::time_point deadline;
   if (auto st = receive(context, stream, &up, call_start, &deadline); !st.ok()) return finish(st);
   const UploadAssembler& upload = up.assembler;
-  const std::shared_ptr<const std::string> model = upload.model();
-  const std::string& sha256 = upload.sha256();
-  log.set("digest", sha256.substr(0, 12));
-  log.set("in_bytes", std::to_string(model->size()));
+  auto input = std::make_shared<Input>();
+  input->model = upload.model();
+  input->model_sha256 = upload.sha256();
+  input->digest = upload.input_digest();
+  input->files = upload.files();
+  input->dir = upload.spool_dir();
+  const std::string& model = *input->model;
+  log.set("digest", input->digest.substr(0, 12));
+  log.set("in_bytes", std::to_string(model.size()));
+  if (!input->files.empty()) {
+    uint64_t external = 0;
+    for (const auto& f : input->files) external += f.size;
+    log.set("external_bytes", std::to_string(external));
+  }
 
   auto canonical = api::canonical_config(up.config);
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));
-  cache::CacheKey key{sha256, *canonical, graft_version()};
+  // The input digest covers the external-data files too, so their results are cached like any.
+  cache::CacheKey key{input->digest, *canonical, graft_version()};
 
   double queue_seconds = 0;
   // Set when the computation below found the result in the shared tier instead of running.
@@ -365,19 +479,15 @@ grpc::Status GraftService::Optimize(
         return found;
       }
     }
-    auto computed = optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
-    if (shared_ && computed.ok()) shared_->put_async(key, *computed);
+    auto computed = optimize_on_worker(context, input, up.config, deadline, &queue_seconds);
+    // The shared tier holds models and reports only: results that wrote files stay local.
+    if (shared_ && computed.ok() && (*computed)->files.empty()) shared_->put_async(key, *computed);
     return computed;
   };
   cache::ResultCache::Outcome outcome = cache::ResultCache::Outcome::kMiss;
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> result;
-  // Results of models with external data are not cached: their key would have to cover the
-  // files, and they are usually too large to keep.
-  const bool cacheable = upload.files().empty();
-  if (!cacheable)
-    result = optimize_on_worker(context, model, sha256, up.config, deadline, &queue_seconds);
   // A joined computation that stopped because *its* client went away is retried by this one.
-  for (int attempt = 0; cacheable && attempt < 2; ++attempt) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
     result =
         cache_.get_or_compute(key, compute, &outcome, [context] { return context->IsCancelled(); });
     bool joined_and_stopped = outcome == cache::ResultCache::Outcome::kShared && !result.ok() &&
@@ -398,26 +508,21 @@ grpc::Status GraftService::Optimize(
   log.set("cache", shared_hit ? "shared" : hit ? "hit" : "miss");
 
   const cache::CachedResult& r = **result;
-  if (!write_chunks<v1::OptimizeResponse>(stream, r.optimized_model))
-    return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
-  // Passes leave external tensors alone, so the files go back unchanged.
-  for (const auto& file : upload.files())
-    if (!write_chunks<v1::OptimizeResponse>(stream, file.data.bytes(), file.name))
-      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
+  // The upload's files are not needed any more: the result references them by name, and the
+  // files it wrote are its own.
+  input.reset();
+  up.assembler.release_files();
+  grpc::Status sent;
+  if (!write_result<v1::OptimizeResponse>(stream, r, &sent)) return finish(sent);
   v1::OptimizeResponse last;
   auto* report = last.mutable_report();
   if (!google::protobuf::util::JsonStringToMessage(r.report_json, report).ok())
     return finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot decode the cached report"));
-  for (const auto& file : upload.files()) {
-    auto* f = report->add_external_files();
-    f->set_name(file.name);
-    f->set_size(file.data.bytes().size());
-  }
   report->set_cache_hit(hit);
   report->set_queue_seconds(hit ? 0 : queue_seconds);
   report->set_total_seconds(seconds_since(start));
   stream->Write(last);
-  metrics_->model_bytes(model->size(), r.optimized_model.size());
+  metrics_->model_bytes(report->input_bytes(), r.optimized_model.size());
   log.set("out_bytes", std::to_string(r.optimized_model.size()));
   return finish(grpc::Status::OK);
 }
@@ -461,8 +566,8 @@ grpc::Status GraftService::Lookup(grpc::ServerContext* context, const v1::Lookup
   first.set_cached(result != nullptr);
   writer->Write(first);
   if (result && request->return_result()) {
-    if (!write_chunks<v1::LookupResponse>(writer, result->optimized_model))
-      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
+    grpc::Status sent;
+    if (!write_result<v1::LookupResponse>(writer, *result, &sent)) return finish(sent);
     v1::LookupResponse last;
     if (!google::protobuf::util::JsonStringToMessage(result->report_json, last.mutable_report())
              .ok())

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/cache/result_cache.h"
@@ -13,14 +14,21 @@
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/shared_cache.h"
+#include "server/spool.h"
 #include "server/upload.h"
 #include "server/worker_pool.h"
+
+namespace graft::ir {
+class Model;
+}
 
 namespace graft::server {
 
 class GraftService final : public v1::Graft::Service {
  public:
-  GraftService(const ServerConfig& config, Metrics* metrics);
+  // `spool` holds external-data uploads and result files on disk; without one (null), uploads
+  // with external-data files are refused.
+  GraftService(const ServerConfig& config, Metrics* metrics, std::unique_ptr<Spool> spool = nullptr);
   ~GraftService() override;
 
   grpc::Status Optimize(
@@ -45,11 +53,13 @@ class GraftService final : public v1::Graft::Service {
   // The shared (Redis) tier behind cache(), or null when shared_cache_url is empty.
   SharedCache* shared_cache() const { return shared_.get(); }
   const InflightBudget& upload_budget() const { return upload_budget_; }
+  const Spool* spool() const { return spool_.get(); }
 
  private:
   // request_pipeline_config with this server's config.
   absl::StatusOr<PipelineConfig> server_config(const v1::PipelineConfig& config) const;
   struct Upload;
+  struct Input;
   // Reads the upload into `upload`; sets `deadline`, the request's, from the call's start.
   grpc::Status receive(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream,
@@ -61,13 +71,19 @@ class GraftService final : public v1::Graft::Service {
       const std::function<void(uint64_t)>& set_deadline_hint);
   // Runs the pipeline on a worker; the calling (gRPC) thread only waits.
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> optimize_on_worker(
-      grpc::ServerContext* context, std::shared_ptr<const std::string> model,
-      std::string model_sha256, const PipelineConfig& config,
-      std::chrono::system_clock::time_point deadline, double* queue_seconds);
+      grpc::ServerContext* context, std::shared_ptr<const Input> input,
+      const PipelineConfig& config, std::chrono::system_clock::time_point deadline,
+      double* queue_seconds);
+  // Serializes the optimized model into `result` (its bytes; the weights it wrote, in a result
+  // folder of the spool). Returns the locations of the input's files it still references.
+  absl::StatusOr<std::set<std::string>> save_result(ir::Model& model, const Input& input,
+                                                    cache::CachedResult* result);
   void update_cache_metrics();
 
   const ServerConfig config_;
   Metrics* metrics_;
+  // Before the cache and the workers: cached results and running jobs hold folders of it.
+  std::unique_ptr<Spool> spool_;
   WorkerPool pool_;
   cache::ResultCache cache_;
   // Consulted after a local miss, written after a computation (docs/shared-cache.md).

@@ -5,7 +5,15 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "core/paths/beneath.h"
+#include "core/paths/files.h"
+#include "server/spool.h"
 
 namespace graft::server {
 
@@ -83,8 +91,41 @@ bool ChargedBuffer::append(std::string_view data) {
   return true;
 }
 
-UploadAssembler::UploadAssembler(const UploadLimits& limits, InflightBudget* budget)
-    : limits_(limits), budget_(budget) {}
+UploadAssembler::UploadAssembler(const UploadLimits& limits, InflightBudget* budget, Spool* spool)
+    : limits_(limits), budget_(budget), spool_(spool) {}
+
+UploadAssembler::~UploadAssembler() { close_file(); }
+
+void UploadAssembler::close_file() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+grpc::Status UploadAssembler::write_file(size_t index, std::string_view data) {
+  UploadedFile& f = files_[index];
+  if (fd_ < 0 || fd_index_ != index) {
+    // Chunks normally come file after file; a client interleaving them costs an open per switch,
+    // never more than one descriptor.
+    close_file();
+    fd_ = ::open(f.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0)
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("cannot write to the spool: ", std::strerror(errno)));
+    fd_index_ = index;
+  }
+  if (!file_digests_[index]) file_digests_[index] = std::make_unique<cache::Sha256>();
+  if (auto st = paths::write_all(fd_, data, "the spool"); !st.ok()) {
+    const int err = errno;
+    close_file();
+    const bool full = err == ENOSPC || err == EDQUOT || err == EFBIG;
+    return grpc::Status(full ? grpc::StatusCode::RESOURCE_EXHAUSTED : grpc::StatusCode::INTERNAL,
+                        absl::StrCat(full ? "this server's spool disk is full: " : "",
+                                     std::string(st.message())));
+  }
+  file_digests_[index]->update(data);
+  f.received += data.size();
+  return grpc::Status::OK;
+}
 
 grpc::Status UploadAssembler::add(v1::OptimizeRequest& msg) {
   if (failed_)
@@ -123,26 +164,50 @@ grpc::Status UploadAssembler::add_start(v1::OptimizeStart& start) {
     return exhausted(absl::StrCat(start_.external_files_size(),
                                   " external files: this server takes at most ",
                                   limits_.max_external_files));
+  if (start_.external_files_size() > 0 && spool_ == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server takes no external-data files (its spool is off: "
+                        "spool.max_bytes 0)");
   // The running total is checked at every step, so no sum of client sizes can wrap.
-  uint64_t total = size;
+  uint64_t total = 0;
+  const uint64_t spool_limit = spool_ ? spool_->limit() : 0;
   files_.reserve(static_cast<size_t>(start_.external_files_size()));
   for (const auto& f : start_.external_files()) {
     if (auto st = paths::check_location(f.name()); !st.ok())
       return invalid(std::string(st.message()));
     if (!file_index_.emplace(f.name(), files_.size()).second)
       return invalid(absl::StrCat("external file '", shown(f.name()), "' is listed twice"));
-    if (__builtin_add_overflow(total, f.size(), &total) || total > limit)
-      return exhausted(
-          absl::StrCat("the model and its external files exceed this server's limit "
-                       "of ",
-                       limit, " bytes (max_model_bytes) at external file '", shown(f.name()),
-                       "' of ", f.size(), " bytes"));
-    files_.push_back(
-        UploadedFile{f.name(), ChargedBuffer(budget_, f.size(), limits_.first_buffer_bytes)});
+    if (!f.sha256().empty() && !lowercase_hex_sha256(f.sha256()))
+      return invalid(absl::StrCat("external file '", shown(f.name()),
+                                  "': sha256 must be 64 lowercase hex characters"));
+    if (__builtin_add_overflow(total, f.size(), &total) || total > spool_limit)
+      return exhausted(absl::StrCat(
+          "the external files exceed this server's disk for uploads (spool.max_bytes: ",
+          spool_limit, " bytes) at external file '", shown(f.name()), "' of ", f.size(),
+          " bytes"));
+    UploadedFile file;
+    file.name = f.name();
+    file.size = f.size();
+    file.expected_sha256 = f.sha256();
+    files_.push_back(std::move(file));
   }
-  if (budget_ && total > budget_->limit())
-    return exhausted(absl::StrCat("the model and its external files (", total,
-                                  " bytes) exceed the memory this server gives all uploads in "
+  file_digests_.resize(files_.size());
+  if (!files_.empty()) {
+    auto dir = spool_->make_dir("upload");
+    if (!dir.ok())
+      return grpc::Status(grpc::StatusCode::INTERNAL, std::string(dir.status().message()));
+    dir_ = std::move(*dir);
+    // Reserved whole at the start, so an upload the disk cannot take fails before it is sent.
+    if (!dir_->reserve(total))
+      return exhausted(absl::StrCat(
+          "this server's disk for uploads in progress is full (spool.max_bytes: ", spool_limit,
+          " bytes, ", spool_->used(), " in use); retry later"));
+    for (size_t i = 0; i < files_.size(); ++i)
+      files_[i].path = absl::StrCat(dir_->path(), "/f", i);
+  }
+  if (budget_ && size > budget_->limit())
+    return exhausted(absl::StrCat("the model (", size,
+                                  " bytes) exceeds the memory this server gives all uploads in "
                                   "progress together (max_inflight_bytes: ",
                                   budget_->limit(), " bytes)"));
   auto buffer = std::make_shared<ChargedBuffer>(budget_, size, limits_.first_buffer_bytes);
@@ -158,12 +223,12 @@ grpc::Status UploadAssembler::add_chunk(const v1::Chunk& chunk) {
     auto it = file_index_.find(file);
     if (it == file_index_.end())
       return invalid(absl::StrCat("chunk for undeclared external file '", shown(file), "'"));
-    ChargedBuffer& buffer = files_[it->second].data;
-    if (data.size() > buffer.announced() - buffer.bytes().size())
+    UploadedFile& f = files_[it->second];
+    if (data.size() > f.size - f.received)
       return invalid(absl::StrCat("external file '", shown(file),
-                                  "' exceeds its announced size of ", buffer.announced(),
-                                  " bytes"));
-    return buffer.append(data) ? grpc::Status::OK : budget_full();
+                                  "' exceeds its announced size of ", f.size, " bytes"));
+    if (data.empty()) return grpc::Status::OK;
+    return write_file(it->second, data);
   }
   if (data.size() > model_buffer_->announced() - model_->size())
     return invalid(absl::StrCat("upload exceeds the announced model_size of ",
@@ -182,16 +247,31 @@ grpc::Status UploadAssembler::finish() {
     return invalid(
         absl::StrCat("upload ended after ", model_->size(), " of ", size, " announced bytes"));
   for (const auto& f : files_)
-    if (f.data.bytes().size() != f.data.announced())
-      return invalid(absl::StrCat("external file '", shown(f.name), "' ended after ",
-                                  f.data.bytes().size(), " of ", f.data.announced(),
-                                  " announced bytes"));
+    if (f.received != f.size)
+      return invalid(absl::StrCat("external file '", shown(f.name), "' ended after ", f.received,
+                                  " of ", f.size, " announced bytes"));
   // The same words as a local run's (ir::Model::parse), so the CLI maps both to exit 3.
   if (size == 0) return invalid("invalid model: empty input");
   sha256_ = digest_.hex_digest();
   if (!start_.expected_sha256().empty() && start_.expected_sha256() != sha256_)
     return invalid(absl::StrCat("sha256 mismatch: expected ", start_.expected_sha256(),
                                 ", received bytes hash to ", sha256_));
+  close_file();
+  std::vector<cache::ExternalFileDigest> digests;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    UploadedFile& f = files_[i];
+    if (!file_digests_[i]) {  // an empty file: no chunk made it
+      if (auto st = write_file(i, {}); !st.ok()) return st;
+      close_file();
+    }
+    f.sha256 = file_digests_[i]->hex_digest();
+    if (!f.expected_sha256.empty() && f.expected_sha256 != f.sha256)
+      return invalid(absl::StrCat("sha256 mismatch for external file '", shown(f.name),
+                                  "': expected ", f.expected_sha256, ", received bytes hash to ",
+                                  f.sha256));
+    digests.push_back({f.name, f.size, f.sha256});
+  }
+  input_digest_ = cache::input_digest(sha256_, std::move(digests));
   return grpc::Status::OK;
 }
 

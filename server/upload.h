@@ -49,7 +49,9 @@ class InflightBudget {
 };
 
 struct UploadLimits {
-  uint64_t max_model_bytes = 2147483647;  // model and external files together
+  // The model itself (held in memory, parsed whole); external-data files are bounded by the
+  // spool's budget instead.
+  uint64_t max_model_bytes = 2147483647;
   // More external files than any real model has; each costs bookkeeping beyond its name.
   size_t max_external_files = 10000;
   // A buffer's first allocation (later ones double it, up to the announced size).
@@ -81,26 +83,36 @@ class ChargedBuffer {
   std::string bytes_;
 };
 
+// An external-data file of the upload, written to the spool as its chunks arrive.
 struct UploadedFile {
-  std::string name;
-  ChargedBuffer data;
+  std::string name;  // its location, as the tensors name it
+  std::string path;  // where its bytes are, in the upload's spool folder
+  uint64_t size = 0;  // announced
+  uint64_t received = 0;
+  std::string expected_sha256;  // from OptimizeStart, may be empty
+  std::string sha256;           // of what arrived, after a successful finish()
 };
+
+class SpoolDir;
+class Spool;
 
 class UploadAssembler {
  public:
   // `budget` may be null (no shared limit); it must outlive the assembler and every copy of
-  // model().
-  UploadAssembler(const UploadLimits& limits, InflightBudget* budget);
+  // model(). External-data files go to a folder of `spool`; without one (null), an upload
+  // declaring any is refused (FAILED_PRECONDITION).
+  UploadAssembler(const UploadLimits& limits, InflightBudget* budget, Spool* spool = nullptr);
+  ~UploadAssembler();
   UploadAssembler(const UploadAssembler&) = delete;
   UploadAssembler& operator=(const UploadAssembler&) = delete;
 
   // One message of the stream: the first must be OptimizeStart, the rest chunks. An error is
   // final (later calls return FAILED_PRECONDITION): INVALID_ARGUMENT for a malformed stream or a
-  // bad name, RESOURCE_EXHAUSTED for sizes above max_model_bytes or a full in-flight budget (the
-  // message names the limit). `msg` may be moved from.
+  // bad name, RESOURCE_EXHAUSTED for sizes above max_model_bytes, a full in-flight budget or a
+  // full spool (the message names the limit), or a failed spool write. `msg` may be moved from.
   grpc::Status add(v1::OptimizeRequest& msg);
-  // The stream ended: every announced byte arrived, the model is not empty, and its sha256
-  // matches the expected one when given.
+  // The stream ended: every announced byte arrived, the model is not empty, and its sha256 (and
+  // each file's) matches the expected one when given.
   grpc::Status finish();
 
   bool started() const { return started_; }
@@ -108,16 +120,25 @@ class UploadAssembler {
   // The model's bytes. The budget stays charged for them until the last copy of the pointer
   // is gone (a worker may still hold one after the call ended).
   std::shared_ptr<const std::string> model() const { return model_; }
-  // External-data files in the order of OptimizeStart.external_files; charged until the
-  // assembler is destroyed.
+  // External-data files in the order of OptimizeStart.external_files.
   const std::vector<UploadedFile>& files() const { return files_; }
+  // The spool folder holding the files (null without files); it is removed when the last
+  // reference goes, so a worker still reading them keeps one.
+  std::shared_ptr<SpoolDir> spool_dir() const { return dir_; }
+  // Drops this assembler's reference to the spool folder (removed once no worker holds it).
+  void release_files() { dir_.reset(); }
   // Lowercase hex sha256 of the model, after a successful finish().
   const std::string& sha256() const { return sha256_; }
+  // The digest that keys the result (cache::input_digest of the model and its files), after a
+  // successful finish(); the model's sha256 when it has no external-data files.
+  const std::string& input_digest() const { return input_digest_; }
 
  private:
   grpc::Status add_start(v1::OptimizeStart& start);
   grpc::Status add_chunk(const v1::Chunk& chunk);
   grpc::Status budget_full() const;
+  grpc::Status write_file(size_t index, std::string_view data);
+  void close_file();
 
   UploadLimits limits_;
   InflightBudget* budget_;
@@ -128,8 +149,14 @@ class UploadAssembler {
   ChargedBuffer* model_buffer_ = nullptr;
   std::map<std::string, size_t, std::less<>> file_index_;
   std::vector<UploadedFile> files_;
+  std::vector<std::unique_ptr<cache::Sha256>> file_digests_;  // made at a file's first chunk
+  Spool* spool_;
+  std::shared_ptr<SpoolDir> dir_;
+  int fd_ = -1;               // the file being written, kept open while its chunks follow
+  size_t fd_index_ = 0;
   cache::Sha256 digest_;
   std::string sha256_;
+  std::string input_digest_;
 };
 
 // When a request must be done: the call's own deadline, else `hint_ms` after `now` when the

@@ -16,7 +16,10 @@ void append_field(std::string& out, std::string_view field) {
 }
 
 size_t entry_charge(size_t key_bytes, const CachedResult& result) {
-  return result.optimized_model.size() + result.report_json.size() + key_bytes +
+  size_t files = 0;
+  for (const auto& f : result.files)
+    files += f.name.size() + f.path.size() + f.sha256.size() + sizeof(CachedFile);
+  return result.optimized_model.size() + result.report_json.size() + key_bytes + files +
          ResultCache::kEntryOverhead;
 }
 
@@ -32,8 +35,15 @@ std::string CacheKey::str() const {
   return out;
 }
 
-ResultCache::ResultCache(size_t capacity_bytes, std::chrono::milliseconds cancel_poll)
-    : capacity_(capacity_bytes), cancel_poll_(cancel_poll) {}
+uint64_t CachedResult::disk_bytes() const {
+  uint64_t total = 0;
+  for (const auto& f : files) total += f.size;
+  return total;
+}
+
+ResultCache::ResultCache(size_t capacity_bytes, std::chrono::milliseconds cancel_poll,
+                         uint64_t disk_capacity_bytes)
+    : capacity_(capacity_bytes), disk_capacity_(disk_capacity_bytes), cancel_poll_(cancel_poll) {}
 
 size_t ResultCache::charge(const CacheKey& key, const CachedResult& result) {
   return entry_charge(key.str().size(), result);
@@ -49,7 +59,8 @@ std::shared_ptr<const CachedResult> ResultCache::find_locked(const std::string& 
 void ResultCache::insert_locked(std::string key, std::shared_ptr<const CachedResult> result,
                                 std::vector<std::shared_ptr<const CachedResult>>& released) {
   size_t charge = entry_charge(key.size(), *result);
-  if (charge > capacity_) {
+  const uint64_t disk = result->disk_bytes();
+  if (charge > capacity_ || disk > disk_capacity_) {
     ++stats_.oversized;
     released.push_back(std::move(result));
     return;
@@ -58,20 +69,23 @@ void ResultCache::insert_locked(std::string key, std::shared_ptr<const CachedRes
     Lru::iterator old = it->second;
     index_.erase(it);
     stats_.bytes -= old->charge;
+    stats_.disk_bytes -= old->disk;
     released.push_back(std::move(old->result));
     lru_.erase(old);
   }
-  while (stats_.bytes + charge > capacity_) {
+  while (stats_.bytes + charge > capacity_ || stats_.disk_bytes + disk > disk_capacity_) {
     Entry& victim = lru_.back();
     index_.erase(victim.key);
     stats_.bytes -= victim.charge;
+    stats_.disk_bytes -= victim.disk;
     ++stats_.evictions;
     released.push_back(std::move(victim.result));
     lru_.pop_back();
   }
-  lru_.push_front(Entry{std::move(key), std::move(result), charge});
+  lru_.push_front(Entry{std::move(key), std::move(result), charge, disk});
   index_.emplace(lru_.front().key, lru_.begin());
   stats_.bytes += charge;
+  stats_.disk_bytes += disk;
   ++stats_.inserts;
 }
 
@@ -165,6 +179,7 @@ ResultCache::Stats ResultCache::stats() const {
   s.entries = lru_.size();
   s.in_flight = flights_.size();
   s.capacity_bytes = capacity_;
+  s.disk_capacity_bytes = disk_capacity_;
   return s;
 }
 

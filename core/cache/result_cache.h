@@ -29,9 +29,23 @@ struct CacheKey {
   std::string str() const;
 };
 
+// An external-data file a result wrote (weights the passes made), kept on disk.
+struct CachedFile {
+  std::string name;  // its location in the optimized model
+  std::string path;  // where its bytes are on this machine
+  uint64_t size = 0;
+  std::string sha256;
+};
+
 struct CachedResult {
   std::string optimized_model;
   std::string report_json;
+  // Files the result wrote; those it shares with the input are listed in the report only.
+  std::vector<CachedFile> files;
+  // Keeps `files` on disk for as long as the result lives (their folder is removed with it).
+  std::shared_ptr<const void> storage;
+  // Bytes of `files` together: what the entry counts against the disk budget.
+  uint64_t disk_bytes() const;
 };
 
 class ResultCache {
@@ -53,6 +67,8 @@ class ResultCache {
     uint64_t entries = 0;
     uint64_t in_flight = 0;  // computations running in get_or_compute()
     uint64_t capacity_bytes = 0;
+    uint64_t disk_bytes = 0;  // disk_bytes() of the entries held
+    uint64_t disk_capacity_bytes = 0;
   };
 
   using Compute = std::function<absl::StatusOr<std::shared_ptr<const CachedResult>>()>;
@@ -63,8 +79,11 @@ class ResultCache {
 
   // capacity_bytes == 0 disables storage; single-flight still applies.
   // cancel_poll: how often waiters in get_or_compute() poll their `cancelled` callback.
+  // disk_capacity_bytes: a second budget, for the files of results (CachedResult::disk_bytes);
+  // a result with files is stored only while both budgets hold.
   explicit ResultCache(size_t capacity_bytes,
-                       std::chrono::milliseconds cancel_poll = std::chrono::milliseconds(50));
+                       std::chrono::milliseconds cancel_poll = std::chrono::milliseconds(50),
+                       uint64_t disk_capacity_bytes = 0);
   ResultCache(const ResultCache&) = delete;
   ResultCache& operator=(const ResultCache&) = delete;
 
@@ -75,8 +94,8 @@ class ResultCache {
   std::shared_ptr<const CachedResult> lookup(const CacheKey& key);
 
   // Stores (or replaces) the entry as most recently used, evicting least recently used entries
-  // until it fits. A result whose charge exceeds the whole budget is not stored, and nothing is
-  // evicted for it. A null result is ignored.
+  // until it fits both budgets. A result whose charge (or disk_bytes) exceeds a whole budget is
+  // not stored, and nothing is evicted for it. A null result is ignored.
   void insert(const CacheKey& key, std::shared_ptr<const CachedResult> result);
 
   // Returns the cached result if present (kHit). Otherwise, if another call is already computing
@@ -104,6 +123,7 @@ class ResultCache {
     std::string key;
     std::shared_ptr<const CachedResult> result;
     size_t charge = 0;
+    uint64_t disk = 0;
   };
   using Lru = std::list<Entry>;  // front = most recently used
 
@@ -122,6 +142,7 @@ class ResultCache {
                      absl::StatusOr<std::shared_ptr<const CachedResult>> result);
 
   const size_t capacity_;
+  const uint64_t disk_capacity_;
   const std::chrono::milliseconds cancel_poll_;
 
   mutable std::mutex mu_;

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cerrno>
 #include <system_error>
 #include <utility>
@@ -137,7 +139,8 @@ absl::Status check_location(std::string_view name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_view name) {
+absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name,
+                                 uint64_t* size) {
   if (auto st = check_location(name); !st.ok()) return st;
   const std::vector<std::string> parts = components(name);
   auto dir = open_folders(folder, name, parts, /*create=*/false);
@@ -151,7 +154,17 @@ absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return io_error(name, "read", path, errno);
   if (!S_ISREG(st.st_mode)) return invalid(name, "not a regular file");
-  auto bytes = read_all(fd.get(), absl::StrCat("'", path, "'"), static_cast<uint64_t>(st.st_size));
+  if (size) *size = static_cast<uint64_t>(st.st_size);
+  return fd.release();
+}
+
+absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_view name) {
+  uint64_t size = 0;
+  auto opened = open_beneath(folder, name, &size);
+  if (!opened.ok()) return opened.status();
+  Fd fd(*opened);
+  const std::string path = (folder.empty() ? "." : folder) + "/" + std::string(name);
+  auto bytes = read_all(fd.get(), absl::StrCat("'", path, "'"), size);
   if (!bytes.ok())
     return absl::Status(bytes.status().code(),
                         absl::StrCat("external data location '", shown(name), "': ",
@@ -159,8 +172,12 @@ absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_
   return bytes;
 }
 
-absl::Status write_beneath(const std::string& folder, std::string_view name,
-                           std::string_view bytes) {
+namespace {
+
+// write_beneath's procedure, with `fill` writing the contents to the temporary file's
+// descriptor (returning 0, or the errno of a failed write).
+absl::Status write_beneath_with(const std::string& folder, std::string_view name,
+                                const std::function<int(int)>& fill) {
   if (auto st = check_location(name); !st.ok()) return st;
   const std::vector<std::string> parts = components(name);
   auto dir = open_folders(folder, name, parts, /*create=*/true);
@@ -185,15 +202,68 @@ absl::Status write_beneath(const std::string& folder, std::string_view name,
     ::unlinkat(dir->get(), tmp.c_str(), 0);
     return io_error(name, "write", path, err);
   };
-  for (size_t off = 0; off < bytes.size();) {
-    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail(errno);
-    off += static_cast<size_t>(n);
-  }
+  if (int err = fill(fd.get()); err != 0) return fail(err);
   if (::close(fd.release()) != 0) return fail(errno);
   if (::renameat(dir->get(), tmp.c_str(), dir->get(), last.c_str()) != 0) return fail(errno);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status write_beneath(const std::string& folder, std::string_view name,
+                           std::string_view bytes) {
+  return write_beneath_with(folder, name, [&](int fd) {
+    for (size_t off = 0; off < bytes.size();) {
+      ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno;
+      off += static_cast<size_t>(n);
+    }
+    return 0;
+  });
+}
+
+absl::Status copy_beneath(const std::string& from_folder, const std::string& to_folder,
+                          std::string_view name) {
+  uint64_t size = 0;
+  auto opened = open_beneath(from_folder, name, &size);
+  if (!opened.ok()) return opened.status();
+  Fd in(*opened);
+  return write_beneath_with(to_folder, name, [&](int out) {
+    uint64_t done = 0;
+    bool kernel_copy = true;
+    std::string buffer;
+    while (done < size) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(size - done, 64u << 20));
+      ssize_t n = -1;
+      if (kernel_copy) {
+        // In the kernel (no copy through user memory; a reflink where the filesystem can).
+        loff_t off_in = static_cast<loff_t>(done);
+        n = ::copy_file_range(in.get(), &off_in, out, nullptr, want, 0);
+        if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+          kernel_copy = false;
+          continue;
+        }
+      } else {
+        if (buffer.empty()) buffer.resize(4u << 20);
+        n = ::pread(in.get(), buffer.data(), std::min(want, buffer.size()),
+                    static_cast<off_t>(done));
+        if (n > 0) {
+          for (ssize_t w = 0; w < n;) {
+            ssize_t m = ::write(out, buffer.data() + w, static_cast<size_t>(n - w));
+            if (m < 0 && errno == EINTR) continue;
+            if (m < 0) return errno;
+            w += m;
+          }
+        }
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno;
+      if (n == 0) return EIO;  // the file shrank while being copied
+      done += static_cast<uint64_t>(n);
+    }
+    return 0;
+  });
 }
 
 }  // namespace graft::paths

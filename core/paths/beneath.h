@@ -4,6 +4,7 @@
 // folder, and no component of it is a symbolic link.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,11 +27,23 @@ std::string shown_location(std::string_view name);
 // when the file cannot be opened or read.
 absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_view name);
 
+// Opens `folder`/`name` for reading under read_beneath's rules, for a caller that reads it in
+// pieces (a multi-GB file); the caller owns (and closes) the descriptor. `size`, if not null,
+// receives the file's size. Errors as read_beneath's.
+absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name,
+                                 uint64_t* size = nullptr);
+
 // Writes `bytes` to `folder`/`name`, creating the intermediate folders, atomically (a temporary
 // file renamed over the target). The same rules as read_beneath: an existing component that is
 // a symbolic link is an InvalidArgument error, and nothing is written; other failures are
 // PermissionDenied, NotFound or DataLoss.
 absl::Status write_beneath(const std::string& folder, std::string_view name,
                            std::string_view bytes);
+
+// Copies `from_folder`/`name` to `to_folder`/`name` in pieces (copy_file_range, so a multi-GB
+// file never passes through memory), reading under read_beneath's rules and writing under
+// write_beneath's (atomically). Errors as theirs.
+absl::Status copy_beneath(const std::string& from_folder, const std::string& to_folder,
+                          std::string_view name);
 
 }  // namespace graft::paths

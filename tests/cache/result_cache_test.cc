@@ -321,6 +321,43 @@ TEST(ResultCacheTest, EvictedResultsAreReleased) {
   EXPECT_TRUE(first.expired());
 }
 
+Result with_files(std::vector<uint64_t> sizes) {
+  auto r = std::make_shared<CachedResult>(CachedResult{"model", "{}"});
+  for (size_t i = 0; i < sizes.size(); ++i)
+    r->files.push_back(CachedFile{"w" + std::to_string(i), "/spool/w", sizes[i], ""});
+  return r;
+}
+
+TEST(ResultCacheTest, FilesCountAgainstTheDiskBudgetAndEvictInLruOrder) {
+  ResultCache cache(1 << 20, 50ms, /*disk_capacity_bytes=*/1000);
+  cache.insert(key_for("A"), with_files({300, 100}));
+  cache.insert(key_for("B"), with_files({400}));
+  EXPECT_EQ(cache.stats().disk_bytes, 800u);
+  ASSERT_NE(cache.lookup(key_for("A")), nullptr);  // A is now the most recent
+  cache.insert(key_for("C"), with_files({500}));   // 1300 > 1000: B goes, A stays
+  EXPECT_EQ(cache.lookup(key_for("B")), nullptr);
+  EXPECT_NE(cache.lookup(key_for("A")), nullptr);
+  EXPECT_NE(cache.lookup(key_for("C")), nullptr);
+  EXPECT_EQ(cache.stats().disk_bytes, 900u);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  // A result without files takes no disk, however full the disk budget is.
+  cache.insert(key_for("D"), make_result(10));
+  EXPECT_EQ(cache.stats().entries, 3u);
+}
+
+TEST(ResultCacheTest, FilesLargerThanTheDiskBudgetAreNotStoredAndEvictNothing) {
+  ResultCache cache(1 << 20, 50ms, 1000);
+  cache.insert(key_for("A"), with_files({600}));
+  cache.insert(key_for("B"), with_files({1001}));
+  EXPECT_EQ(cache.lookup(key_for("B")), nullptr);
+  EXPECT_NE(cache.lookup(key_for("A")), nullptr);
+  EXPECT_EQ(cache.stats().oversized, 1u);
+  // Without a disk budget, no result with files is kept.
+  ResultCache memory_only(1 << 20);
+  memory_only.insert(key_for("A"), with_files({1}));
+  EXPECT_EQ(memory_only.lookup(key_for("A")), nullptr);
+}
+
 TEST(ResultCacheTest, StatsCountEveryPath) {
   ResultCache cache(1 << 20);
   EXPECT_EQ(cache.stats().capacity_bytes, 1u << 20);

@@ -15,6 +15,8 @@ namespace fs = std::filesystem;
 using paths::check_location;
 using paths::read_beneath;
 using paths::write_beneath;
+using paths::copy_beneath;
+using paths::open_beneath;
 
 TEST(CheckLocation, AcceptsRelativeNormalisedPaths) {
   for (const char* name : {"w.bin", "weights/w.bin", "a/b/c/d.data", "..w", "w..", ".hidden",
@@ -148,6 +150,55 @@ TEST_F(Beneath, NeverWritesThroughASymlink) {
     EXPECT_EQ(write_beneath(dir().string(), name, "evil").code(),
               absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(fs::exists(root_ / "evil"));
+}
+
+TEST_F(Beneath, CopiesInPiecesUnderBothRules) {
+  // Larger than one piece of the fallback and not uniform, so a misplaced piece shows.
+  std::string big(9u << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 131 + i / 4093) & 0xff);
+  ASSERT_TRUE(write_beneath(dir().string(), "w/big.bin", big).ok());
+  const fs::path out = root_ / "out";
+  fs::create_directories(out);
+  auto copied = copy_beneath(dir().string(), out.string(), "w/big.bin");
+  ASSERT_TRUE(copied.ok()) << copied;
+  EXPECT_EQ(read_file(out / "w" / "big.bin"), big);
+  ASSERT_TRUE(copy_beneath(dir().string(), out.string(), "sub/w.bin").ok());
+  EXPECT_EQ(read_file(out / "sub" / "w.bin"), "weights");
+  // An empty file copies as an empty file.
+  ASSERT_TRUE(write_beneath(dir().string(), "empty", "").ok());
+  ASSERT_TRUE(copy_beneath(dir().string(), out.string(), "empty").ok());
+  EXPECT_TRUE(fs::exists(out / "empty"));
+  EXPECT_EQ(fs::file_size(out / "empty"), 0u);
+
+  // The source under read_beneath's rules, the target under write_beneath's.
+  fs::create_symlink(root_ / "secret", dir() / "file_link");
+  auto st = copy_beneath(dir().string(), out.string(), "file_link");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_FALSE(fs::exists(out / "file_link"));
+  fs::create_directories(root_ / "elsewhere");
+  fs::create_directory_symlink(root_ / "elsewhere", out / "linked");
+  ASSERT_TRUE(write_beneath(dir().string(), "linked/w.bin", "x").ok());
+  st = copy_beneath(dir().string(), out.string(), "linked/w.bin");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(fs::is_empty(root_ / "elsewhere"));
+  EXPECT_EQ(copy_beneath(dir().string(), out.string(), "missing").code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(Beneath, OpensForPiecewiseReadsWithItsSize) {
+  uint64_t size = 0;
+  auto fd = open_beneath(dir().string(), "sub/w.bin", &size);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_EQ(size, 7u);
+  char buf[8] = {};
+  EXPECT_EQ(::pread(*fd, buf, sizeof buf, 0), 7);
+  EXPECT_EQ(std::string(buf, 7), "weights");
+  ::close(*fd);
+  fs::create_symlink(root_ / "secret", dir() / "file_link");
+  EXPECT_EQ(open_beneath(dir().string(), "file_link").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(open_beneath(dir().string(), "sub").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
