@@ -1,12 +1,18 @@
 #include "client/graft_client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
 #include <set>
 
 #include <absl/strings/str_cat.h>
 
 #include "core/cache/digest.h"
 #include "core/paths/beneath.h"
+#include "core/paths/files.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 
@@ -23,17 +29,205 @@ void reserve_for(std::string& s, const v1::Chunk& chunk) {
     s.reserve(static_cast<size_t>(std::min<uint64_t>(chunk.total_bytes(), kMaxReserve)));
 }
 
-// The model received must be as long as the report says; when `sha256` is given (a cached
-// result, possibly from a shared tier) its digest must match the report's too.
-absl::Status check_received(const OptimizeResult& r, const std::string* sha256 = nullptr) {
-  if (r.model.size() != r.report.output_bytes())
-    return absl::DataLossError("received fewer model bytes than the report announces");
-  if (sha256 && !r.report.output_sha256().empty() && r.report.output_sha256() != *sha256)
-    return absl::DataLossError("the received model does not match the digest in its report");
+// A closing file descriptor.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads `size` bytes of `fd` from `offset` in pieces of `piece`, calling `each` on each; DataLoss
+// naming `what` when the file ends early or a read fails. `each` returning false stops (OK).
+absl::Status read_pieces(int fd, uint64_t size, size_t piece, const std::string& what,
+                         const std::function<bool(std::string_view)>& each) {
+  std::string buffer(static_cast<size_t>(std::min<uint64_t>(piece, std::max<uint64_t>(size, 1))),
+                     '\0');
+  for (uint64_t off = 0; off < size;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - off));
+    ssize_t n = ::pread(fd, buffer.data(), want, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return absl::DataLossError(absl::StrCat("cannot read ", what, ": ",
+                                              n == 0 ? "it ended early (changed while sent?)"
+                                                     : std::strerror(errno)));
+    off += static_cast<uint64_t>(n);
+    if (!each(std::string_view(buffer.data(), static_cast<size_t>(n)))) break;
+  }
   return absl::OkStatus();
 }
 
+std::string source_path(const ExternalSource& s) { return s.folder + "/" + s.name; }
+
+// The result's model and files as they arrive (Optimize and Lookup answer alike), checked
+// against the report at the end.
+class Receiver {
+ public:
+  explicit Receiver(bool hash_model) : hash_model_(hash_model) {}
+
+  // A chunk of the model (no file) or of a file the server wrote. Names are checked by the rule
+  // the upload had to pass, before anyone can use them as paths; each file comes in one run.
+  absl::Status add(const v1::Chunk& chunk) {
+    const std::string& file = chunk.file();
+    if (file.empty()) {
+      reserve_for(model_, chunk);
+      model_ += chunk.data();
+      if (hash_model_) model_sha_.update(chunk.data());  // while the next chunk is on its way
+      return absl::OkStatus();
+    }
+    if (files_.empty() || files_.back().first != file) {
+      if (auto st = paths::check_location(file); !st.ok())
+        return absl::InvalidArgumentError(absl::StrCat("the server returned an ", st.message()));
+      if (!names_.insert(file).second)
+        return absl::DataLossError(absl::StrCat("the server returned external file '",
+                                                paths::shown_location(file), "' twice"));
+      files_.emplace_back(file, std::string());
+      file_sha_.emplace_back();
+      reserve_for(files_.back().second, chunk);
+    }
+    files_.back().second += chunk.data();
+    file_sha_.back().update(chunk.data());
+    return absl::OkStatus();
+  }
+
+  uint64_t model_bytes() const { return model_.size(); }
+
+  // Moves what arrived into `result` (whose report is set), checking it: the model's size (and
+  // digest when hashed), every file the report lists as written by the server arrived with its
+  // size and digest, and nothing else did.
+  absl::Status finish(OptimizeResult& result) {
+    const v1::OptimizeReport& report = result.report;
+    if (model_.size() != report.output_bytes())
+      return absl::DataLossError("received fewer model bytes than the report announces");
+    if (hash_model_ && !report.output_sha256().empty() &&
+        report.output_sha256() != model_sha_.hex_digest())
+      return absl::DataLossError("the received model does not match the digest in its report");
+    std::map<std::string, size_t> received;
+    for (size_t i = 0; i < files_.size(); ++i) received[files_[i].first] = i;
+    std::set<std::string> listed;
+    for (const auto& f : report.external_files()) {
+      listed.insert(f.name());
+      if (f.from_input()) {
+        if (auto st = paths::check_location(f.name()); !st.ok())
+          return absl::InvalidArgumentError(absl::StrCat("the server returned an ", st.message()));
+        result.kept_files.push_back(f.name());
+        continue;
+      }
+      auto it = received.find(f.name());
+      if (it == received.end())
+        return absl::DataLossError(absl::StrCat("the server did not send external file '",
+                                                paths::shown_location(f.name()),
+                                                "' that its report lists"));
+      if (files_[it->second].second.size() != f.size() ||
+          (!f.sha256().empty() && file_sha_[it->second].hex_digest() != f.sha256()))
+        return absl::DataLossError(absl::StrCat("external file '",
+                                                paths::shown_location(f.name()),
+                                                "' does not match its size and digest in the "
+                                                "report"));
+    }
+    for (const auto& [name, bytes] : files_)
+      if (!listed.count(name))
+        return absl::DataLossError(absl::StrCat("the server sent external file '",
+                                                paths::shown_location(name),
+                                                "' that its report does not list"));
+    result.model = std::move(model_);
+    result.external_files = std::move(files_);
+    result.bytes_received = result.model.size();
+    for (const auto& [name, bytes] : result.external_files) result.bytes_received += bytes.size();
+    return absl::OkStatus();
+  }
+
+ private:
+  bool hash_model_;
+  std::string model_;
+  cache::Sha256 model_sha_;
+  ExternalFiles files_;
+  std::vector<cache::Sha256> file_sha_;
+  std::set<std::string> names_;
+};
+
 }  // namespace
+
+ExternalSources sources_of(const ExternalFiles& files) {
+  ExternalSources out;
+  for (const auto& [name, bytes] : files) {
+    ExternalSource s;
+    s.name = name;
+    s.bytes = bytes;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+absl::Status digest_sources(ExternalSources& sources,
+                            const std::function<void(uint64_t, uint64_t)>& progress) {
+  uint64_t total = 0, done = 0;
+  std::vector<uint64_t> sizes(sources.size());
+  std::vector<int> fds(sources.size(), -1);
+  struct CloseAll {
+    std::vector<int>& fds;
+    ~CloseAll() {
+      for (int fd : fds)
+        if (fd >= 0) ::close(fd);
+    }
+  } close_all{fds};
+  for (size_t i = 0; i < sources.size(); ++i) {
+    ExternalSource& s = sources[i];
+    if (s.folder.empty()) {
+      sizes[i] = s.bytes.size();
+    } else {
+      auto fd = paths::open_beneath(s.folder, s.name, &sizes[i]);
+      if (!fd.ok()) return fd.status();
+      fds[i] = *fd;
+    }
+    total += sizes[i];
+  }
+  for (size_t i = 0; i < sources.size(); ++i) {
+    ExternalSource& s = sources[i];
+    s.size = sizes[i];
+    if (!s.sha256.empty()) {
+      done += s.size;
+      continue;
+    }
+    if (s.folder.empty()) {
+      s.sha256 = cache::sha256_hex(s.bytes);
+      done += s.size;
+      if (progress) progress(done, total);
+      continue;
+    }
+    cache::Sha256 sha;
+    auto st = read_pieces(fds[i], s.size, size_t{4} << 20, "'" + source_path(s) + "'",
+                          [&](std::string_view piece) {
+                            sha.update(piece);
+                            done += piece.size();
+                            if (progress) progress(done, total);
+                            return true;
+                          });
+    if (!st.ok()) return st;
+    s.sha256 = sha.hex_digest();
+  }
+  return absl::OkStatus();
+}
+
+std::string input_digest_of(const std::string& model_sha256, const ExternalSources& sources) {
+  std::vector<cache::ExternalFileDigest> files;
+  for (const auto& s : sources) files.push_back({s.name, s.size, s.sha256});
+  return cache::input_digest(model_sha256, std::move(files));
+}
+
+absl::Status check_kept_files(const OptimizeResult& result, const ExternalSources& sources) {
+  for (const auto& f : result.report.external_files()) {
+    if (!f.from_input()) continue;
+    auto it = std::find_if(sources.begin(), sources.end(),
+                           [&](const ExternalSource& s) { return s.name == f.name(); });
+    if (it == sources.end() || it->size != f.size() ||
+        (!f.sha256().empty() && !it->sha256.empty() && it->sha256 != f.sha256()))
+      return absl::DataLossError(absl::StrCat(
+          "the server's result refers to input file '", paths::shown_location(f.name()),
+          "', which differs from the one sent (or was not sent)"));
+  }
+  return absl::OkStatus();
+}
 
 Deadline deadline_in(std::optional<std::chrono::milliseconds> timeout) {
   if (!timeout) return std::nullopt;
@@ -82,17 +276,32 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
                                                      const v1::PipelineConfig& config,
                                                      const SendOptions& options,
                                                      const ExternalFiles& external_files) {
+  return optimize(model, config, options, sources_of(external_files));
+}
+
+absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
+                                                     const v1::PipelineConfig& config,
+                                                     const SendOptions& options,
+                                                     ExternalSources external_files) {
   if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk size 0");
-  for (const auto& [name, bytes] : external_files)
-    if (auto st = paths::check_location(name); !st.ok()) return st;
-  const std::string digest =
+  for (const auto& f : external_files)
+    if (auto st = paths::check_location(f.name); !st.ok()) return st;
+  if (auto st = digest_sources(external_files); !st.ok()) return st;
+  const std::string model_sha256 =
       options.model_sha256.empty() ? cache::sha256_hex(model) : options.model_sha256;
-  if (options.lookup_first && external_files.empty()) {
+  const std::string digest = input_digest_of(model_sha256, external_files);
+  if (options.lookup_first) {
     auto cached = fetch_cached(digest, config, options.deadline, options.progress);
     if (!cached.ok()) return cached.status();
-    if (*cached) return std::move(**cached);
+    if (*cached) {
+      if (auto st = check_kept_files(**cached, external_files); !st.ok()) return st;
+      return std::move(**cached);
+    }
   }
-  return send(model, config, options, digest, external_files);
+  auto result = send(model, config, options, digest, external_files);
+  if (result.ok())
+    if (auto st = check_kept_files(*result, external_files); !st.ok()) return st;
+  return result;
 }
 
 absl::StatusOr<std::optional<OptimizeResult>> GraftClient::fetch_cached(
@@ -113,9 +322,22 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
                                                  const v1::PipelineConfig& config,
                                                  const SendOptions& options,
                                                  const std::string& digest,
-                                                 const ExternalFiles& external_files) {
+                                                 const ExternalSources& external_files) {
   const auto& progress = options.progress;
   const size_t chunk_bytes = options.chunk_bytes;
+  // The files are opened before anything is sent, so a missing one fails the call at once.
+  std::vector<std::unique_ptr<Fd>> fds;
+  for (const auto& f : external_files) {
+    fds.push_back(std::make_unique<Fd>(Fd{-1}));
+    if (f.folder.empty()) continue;
+    uint64_t size = 0;
+    auto fd = paths::open_beneath(f.folder, f.name, &size);
+    if (!fd.ok()) return fd.status();
+    fds.back()->fd = *fd;
+    if (size != f.size)
+      return absl::FailedPreconditionError(
+          absl::StrCat("'", source_path(f), "' changed size since it was hashed"));
+  }
   grpc::ClientContext context;
   if (options.deadline) context.set_deadline(*options.deadline);
   context.AddMetadata(kModelDigestHeader, digest);
@@ -124,71 +346,69 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
   *start.mutable_start()->mutable_config() = config;
   start.mutable_start()->set_model_size(model.size());
   uint64_t total = model.size(), sent = 0;
-  for (const auto& [name, bytes] : external_files) {
-    auto* f = start.mutable_start()->add_external_files();
-    f->set_name(name);
-    f->set_size(bytes.size());
-    total += bytes.size();
+  for (const auto& f : external_files) {
+    auto* e = start.mutable_start()->add_external_files();
+    e->set_name(f.name);
+    e->set_size(f.size);
+    e->set_sha256(f.sha256);
+    total += f.size;
   }
   bool open = stream->Write(start);
-  auto upload = [&](std::string_view bytes, const std::string& file) {
-    for (size_t off = 0; open && off < bytes.size(); off += chunk_bytes) {
-      v1::OptimizeRequest chunk;
-      chunk.mutable_chunk()->set_data(std::string(bytes.substr(off, chunk_bytes)));
-      if (!file.empty()) chunk.mutable_chunk()->set_file(file);
-      open = stream->Write(chunk);
-      sent += std::min(chunk_bytes, bytes.size() - off);
-      if (progress) progress(true, sent, total);
-    }
+  auto send_piece = [&](std::string_view bytes, const std::string& file) {
+    v1::OptimizeRequest chunk;
+    chunk.mutable_chunk()->set_data(std::string(bytes));
+    if (!file.empty()) chunk.mutable_chunk()->set_file(file);
+    open = stream->Write(chunk);
+    sent += bytes.size();
+    if (progress) progress(true, sent, total);
+    return open;
   };
+  auto upload = [&](std::string_view bytes, const std::string& file) {
+    for (size_t off = 0; open && off < bytes.size(); off += chunk_bytes)
+      send_piece(bytes.substr(off, chunk_bytes), file);
+  };
+  absl::Status read_error;
   upload(model, "");
-  for (const auto& [name, bytes] : external_files) upload(bytes, name);
+  for (size_t i = 0; i < external_files.size() && open; ++i) {
+    const ExternalSource& f = external_files[i];
+    if (f.folder.empty()) {
+      upload(f.bytes, f.name);
+      continue;
+    }
+    // A piece at a time: a multi-GB file is never held in memory.
+    read_error = read_pieces(fds[i]->fd, f.size, chunk_bytes, "'" + source_path(f) + "'",
+                             [&](std::string_view piece) { return send_piece(piece, f.name); });
+    if (!read_error.ok()) {
+      context.TryCancel();
+      break;
+    }
+  }
+  fds.clear();
   stream->WritesDone();
   OptimizeResult result;
   result.bytes_sent = sent;
   bool have_report = false;
-  // Names the server sends back are checked by the rule the upload had to pass, before anyone
-  // can use them as paths; each file comes in one run of chunks.
-  absl::Status bad_file;
-  std::set<std::string> names;
+  Receiver receiver(/*hash_model=*/false);
+  absl::Status bad;
   v1::OptimizeResponse msg;
   while (stream->Read(&msg)) {
     if (msg.has_chunk()) {
-      const std::string& file = msg.chunk().file();
-      if (file.empty()) {
-        reserve_for(result.model, msg.chunk());
-        result.model += msg.chunk().data();
-      } else if (result.external_files.empty() || result.external_files.back().first != file) {
-        if (auto st = paths::check_location(file); !st.ok() && bad_file.ok()) {
-          bad_file =
-              absl::InvalidArgumentError(absl::StrCat("the server returned an ", st.message()));
-          context.TryCancel();
-        } else if (!names.insert(file).second && bad_file.ok()) {
-          bad_file = absl::DataLossError(absl::StrCat("the server returned external file '",
-                                                      paths::shown_location(file), "' twice"));
-          context.TryCancel();
-        }
-        if (bad_file.ok()) {
-          result.external_files.emplace_back(file, std::string());
-          reserve_for(result.external_files.back().second, msg.chunk());
-          result.external_files.back().second += msg.chunk().data();
-        }
-      } else {
-        result.external_files.back().second += msg.chunk().data();
+      if (bad.ok()) {
+        bad = receiver.add(msg.chunk());
+        if (!bad.ok()) context.TryCancel();
       }
-      if (progress) progress(false, result.model.size(), 0);
+      if (progress) progress(false, receiver.model_bytes(), 0);
     } else if (msg.has_report()) {
       result.report = std::move(*msg.mutable_report());
       have_report = true;
     }
   }
   grpc::Status finished = stream->Finish();
-  if (!bad_file.ok()) return bad_file;
+  if (!read_error.ok()) return read_error;
+  if (!bad.ok()) return bad;
   if (auto st = status_of(finished); !st.ok()) return st;
   if (!have_report) return absl::DataLossError("the server sent no report");
-  if (auto st = check_received(result); !st.ok()) return st;
-  result.bytes_received = result.model.size();
-  for (const auto& [name, bytes] : result.external_files) result.bytes_received += bytes.size();
+  if (auto st = receiver.finish(result); !st.ok()) return st;
   return result;
 }
 
@@ -206,28 +426,30 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
   auto reader = stub_->Lookup(&context, request);
   LookupResult out;
   OptimizeResult result;
-  cache::Sha256 received;  // of the model's bytes, checked against the report
+  // A cached result may come from a shared tier: its digests are checked, not trusted.
+  Receiver receiver(/*hash_model=*/true);
+  absl::Status bad;
   bool have_report = false;
   v1::LookupResponse msg;
   while (reader->Read(&msg)) {
     if (msg.kind_case() == v1::LookupResponse::kCached) out.cached = msg.cached();
     if (msg.has_chunk()) {
-      reserve_for(result.model, msg.chunk());
-      result.model += msg.chunk().data();
-      received.update(msg.chunk().data());  // while the next chunk is on its way
-      if (progress) progress(false, result.model.size(), 0);
+      if (bad.ok()) {
+        bad = receiver.add(msg.chunk());
+        if (!bad.ok()) context.TryCancel();
+      }
+      if (progress) progress(false, receiver.model_bytes(), 0);
     }
     if (msg.has_report()) {
       result.report = std::move(*msg.mutable_report());
       have_report = true;
     }
   }
-  if (auto st = status_of(reader->Finish()); !st.ok()) return st;
+  grpc::Status finished = reader->Finish();
+  if (!bad.ok()) return bad;
+  if (auto st = status_of(finished); !st.ok()) return st;
   if (have_report) {
-    // A cached result may come from a shared tier: its digest is checked, not trusted.
-    const std::string sha256 = received.hex_digest();
-    if (auto st = check_received(result, &sha256); !st.ok()) return st;
-    result.bytes_received = result.model.size();
+    if (auto st = receiver.finish(result); !st.ok()) return st;
     result.report.set_cache_hit(true);
     out.result = std::move(result);
   }

@@ -21,9 +21,32 @@ namespace graft::client {
 // ONNX external-data files: (relative name as in the tensors' "location", bytes).
 using ExternalFiles = std::vector<std::pair<std::string, std::string>>;
 
+// An external-data file to send: its location, and where its bytes are.
+struct ExternalSource {
+  std::string name;    // the location, as the tensors write it
+  std::string folder;  // when not empty, the bytes are folder/name, read in pieces (never whole)
+                       // under paths::open_beneath's rules...
+  std::string bytes;   // ...otherwise these
+  uint64_t size = 0;   // filled in by digest_sources()
+  std::string sha256;  // lowercase hex; filled in by digest_sources() when empty
+};
+using ExternalSources = std::vector<ExternalSource>;
+ExternalSources sources_of(const ExternalFiles& files);
+
+// Fills in each source's size and sha256 (reading a file in pieces, once). Errors are
+// open_beneath's and read errors (DataLoss) naming the file. `progress` (done, total) as it goes.
+absl::Status digest_sources(ExternalSources& sources,
+                            const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+// The input digest (cache::input_digest) of a model and its digested sources.
+std::string input_digest_of(const std::string& model_sha256, const ExternalSources& sources);
+
 struct OptimizeResult {
   std::string model;
-  ExternalFiles external_files;  // sent back after the model
+  // External-data files the server wrote for the result (new weights), received after the
+  // model; report.external_files lists them with the input's files the result still references
+  // unchanged (from_input), which are not sent: `kept_files` names those.
+  ExternalFiles external_files;
+  std::vector<std::string> kept_files;
   v1::OptimizeReport report;
   uint64_t bytes_sent = 0;      // model and external-data bytes uploaded (0 after a lookup hit)
   uint64_t bytes_received = 0;  // model and external-data bytes downloaded
@@ -53,10 +76,9 @@ struct SendOptions {
   Deadline deadline;  // for the Lookup and the upload together
   Progress progress;
   size_t chunk_bytes = 1 << 20;
-  // Ask Lookup(digest, config) first: on a hit the result is downloaded and nothing is
+  // Ask Lookup(input digest, config) first: on a hit the result is downloaded and nothing is
   // uploaded; on a miss (or a Lookup error other than a deadline or a result that does not
-  // match its report's size and digest, DataLoss) the model is sent. Skipped
-  // for models with external data, whose results the server does not cache.
+  // match its report's sizes and digests, DataLoss) the model and its files are sent.
   bool lookup_first = false;
   // Lowercase hex sha256 of the model's bytes; computed when empty.
   std::string model_sha256;
@@ -73,6 +95,12 @@ class GraftClient {
   static absl::StatusOr<GraftClient> connect(const std::string& target,
                                              const tls::ClientOptions& tls);
 
+  // Sends the model and its external-data files (read in pieces from disk when they name a
+  // folder). The result's kept_files must be among `external_files` with the same digests
+  // (DataLoss otherwise).
+  absl::StatusOr<OptimizeResult> optimize(std::string_view model, const v1::PipelineConfig& config,
+                                          const SendOptions& options,
+                                          ExternalSources external_files);
   absl::StatusOr<OptimizeResult> optimize(std::string_view model, const v1::PipelineConfig& config,
                                           const SendOptions& options,
                                           const ExternalFiles& external_files = {});
@@ -106,7 +134,7 @@ class GraftClient {
   // The upload: Optimize with the model (and its files) streamed in chunks.
   absl::StatusOr<OptimizeResult> send(std::string_view model, const v1::PipelineConfig& config,
                                       const SendOptions& options, const std::string& digest,
-                                      const ExternalFiles& external_files);
+                                      const ExternalSources& external_files);
 
   std::optional<bool> tls_;  // unknown for a channel made elsewhere: then no hint
   std::shared_ptr<grpc::Channel> channel_;
@@ -114,5 +142,9 @@ class GraftClient {
 };
 
 absl::Status from_grpc(const grpc::Status& status);
+
+// A result's kept_files must be files that were sent (`sources`, digested), unchanged: the
+// report's from_input entries match them by name, size and sha256. DataLoss otherwise.
+absl::Status check_kept_files(const OptimizeResult& result, const ExternalSources& sources);
 
 }  // namespace graft::client

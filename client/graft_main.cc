@@ -289,10 +289,15 @@ int fail_connect(const absl::Status& st) {
   return fail(unreadable ? kIoError : kUsage, std::string(st.message()));
 }
 
+// Writes the model (and report); external-data files first: `files` (bytes in hand), then
+// `kept` (files of the input the result still references), copied from `input_folder` when the
+// output goes to another folder.
 int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
-               const client::ExternalFiles& files = {}) {
+               const client::ExternalFiles& files = {},
+               const std::vector<std::string>& kept = {},
+               const std::string& input_folder = {}) {
   std::string error;
-  if (!a.output.empty() && !files.empty()) {
+  if (!a.output.empty() && (!files.empty() || !kept.empty())) {
     if (a.output == "-")
       return fail(kUsage, "the model uses external-data files: write it to a file, not stdout");
     // Every name is checked before anything is written, and the files go before the model, so
@@ -300,9 +305,25 @@ int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& 
     for (const auto& [name, bytes] : files)
       if (auto st = paths::check_location(name); !st.ok())
         return fail(kBadModel, std::string(st.message()));
+    for (const auto& name : kept)
+      if (auto st = paths::check_location(name); !st.ok())
+        return fail(kBadModel, std::string(st.message()));
     for (const auto& [name, bytes] : files)
       if (auto st = paths::write_beneath(folder_of(a.output).string(), name, bytes); !st.ok())
         return fail(path_exit_code(st), std::string(st.message()));
+    std::error_code same_error;
+    const bool same_folder =
+        !input_folder.empty() &&
+        std::filesystem::equivalent(input_folder, folder_of(a.output), same_error);
+    if (!same_folder && !kept.empty()) {
+      if (input_folder.empty())
+        return fail(kUsage, "the result references the input's external-data files: give the "
+                            "model file (not a digest) so they can be copied beside the output");
+      for (const auto& name : kept)
+        if (auto st = paths::copy_beneath(input_folder, folder_of(a.output).string(), name);
+            !st.ok())
+          return fail(path_exit_code(st), std::string(st.message()));
+    }
   }
   if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
   if (!a.report_path.empty()) {
@@ -399,7 +420,42 @@ int report_remote(const OptimizeArgs& a, const std::string& server, client::Opti
   run.lookup = lookup;
   run.bytes_sent = result.bytes_sent;
   run.bytes_received = result.bytes_received;
-  return finish_run(a, run, result.model, result.external_files);
+  return finish_run(a, run, result.model, result.external_files, result.kept_files,
+                    a.input == "-" ? std::string() : folder_of(a.input).string());
+}
+
+// The model's external-data files, read from its folder in pieces when sent.
+absl::StatusOr<client::ExternalSources> sources_for(const OptimizeArgs& a,
+                                                    const std::set<std::string>& locations) {
+  client::ExternalSources sources;
+  for (const auto& name : locations) {
+    client::ExternalSource s;
+    s.name = name;
+    s.folder = folder_of(a.input).string();
+    sources.push_back(std::move(s));
+  }
+  return sources;
+}
+
+// Progress of hashing external-data files (a multi-GB model takes a while).
+std::function<void(uint64_t, uint64_t)> hashing_bar() {
+  if (!::isatty(2)) return nullptr;
+  return [shown = uint64_t{0}](uint64_t done, uint64_t total) mutable {
+    if (total < (64u << 20)) return;
+    if (done != total && done - shown < (64u << 20)) return;
+    shown = done;
+    int pct = total ? static_cast<int>(100 * done / total) : 100;
+    std::fprintf(stderr, "\rhashing  [%-40s] %3d%% %.1f MiB",
+                 std::string(pct * 40 / 100, '#').c_str(), pct, done / 1048576.0);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+}
+
+uint64_t total_size(const client::ExternalSources& sources) {
+  uint64_t total = 0;
+  for (const auto& s : sources) total += s.size;
+  return total;
 }
 
 // Remote: asks Lookup first (unless --no-lookup) with the digest of the file read in blocks, so
@@ -417,48 +473,71 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
   const v1::PipelineConfig proto_config = api::to_proto(config);
   std::string digest;
   bool looked_up = false;
+  std::string bytes, error;
+  bool have_bytes = false;
+  std::optional<client::ExternalSources> sources;
+  // Reads the model (small: the weights of a model with external data are in its files) and
+  // lists its files.
+  auto read_model = [&]() -> int {
+    if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
+    have_bytes = true;
+    auto locations = external_locations(bytes);
+    if (!locations.ok())
+      return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
+    auto found = sources_for(a, *locations);
+    if (!found.ok()) return fail(kBadModel, std::string(found.status().message()));
+    sources = std::move(*found);
+    return kOk;
+  };
   if (!a.no_lookup && a.input != "-") {
     auto d = digest_file(a.input);
     if (!d.ok()) return fail(kIoError, std::string(d.status().message()));
-    if (!d->mentions_location) {
-      digest = d->sha256;
-      client::Progress bar = progress_bar(d->size);
-      auto cached = client->fetch_cached(digest, proto_config, deadline, bar);
-      if (bar) std::fprintf(stderr, "\n");
-      if (!cached.ok()) return fail_remote(cached.status());
-      if (*cached) return report_remote(a, server, std::move(**cached), d->size, "hit");
-      looked_up = true;
+    digest = d->sha256;
+    std::string input_digest = d->sha256;
+    if (d->mentions_location) {
+      if (int rc = read_model(); rc != kOk) return rc;
+      // The key covers the files: each is hashed (in pieces), and the digests are sent along.
+      for (const auto& s : *sources)
+        if (auto st = paths::check_location(s.name); !st.ok())
+          return fail(kBadModel, a.input + ": " + std::string(st.message()));
+      if (auto st = client::digest_sources(*sources, hashing_bar()); !st.ok())
+        return fail(path_exit_code(st), std::string(st.message()));
+      input_digest = client::input_digest_of(d->sha256, *sources);
     }
+    client::Progress bar = progress_bar(d->size);
+    auto cached = client->fetch_cached(input_digest, proto_config, deadline, bar);
+    if (bar) std::fprintf(stderr, "\n");
+    if (!cached.ok()) return fail_remote(cached.status());
+    if (*cached) {
+      if (sources)
+        if (auto st = client::check_kept_files(**cached, *sources); !st.ok())
+          return fail_remote(st);
+      return report_remote(a, server, std::move(**cached), d->size, "hit");
+    }
+    looked_up = true;
   }
-  std::string bytes, error;
-  if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
-  auto locations = external_locations(bytes);
-  if (!locations.ok())
-    return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
-  client::ExternalFiles files;
-  uint64_t total = bytes.size();
-  for (const auto& name : *locations) {
-    auto data = paths::read_beneath(folder_of(a.input).string(), name);
-    if (!data.ok())
-      return fail(path_exit_code(data.status()), std::string(data.status().message()));
-    total += data->size();
-    files.emplace_back(name, std::move(*data));
-  }
+  if (!have_bytes)
+    if (int rc = read_model(); rc != kOk) return rc;
+  for (const auto& s : *sources)
+    if (auto st = paths::check_location(s.name); !st.ok())
+      return fail(kBadModel, a.input + ": " + std::string(st.message()));
+  if (auto st = client::digest_sources(*sources); !st.ok())
+    return fail(path_exit_code(st), std::string(st.message()));
   client::SendOptions send;
   send.deadline = deadline;
-  send.progress = progress_bar(total);
-  // Standard input, or a file whose text mentions "location" but holds no external tensor.
+  send.progress = progress_bar(bytes.size() + total_size(*sources));
+  // Standard input, or --no-lookup.
   send.lookup_first = !a.no_lookup && !looked_up;
   // Already hashed in blocks when it was looked up (the digest only routes the call: graftd
   // hashes what it receives); otherwise the client hashes the bytes.
   send.model_sha256 = digest;
   const bool bar = static_cast<bool>(send.progress);
-  auto result = client->optimize(bytes, proto_config, send, files);
+  auto result = client->optimize(bytes, proto_config, send, *sources);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
   if (!result.ok()) return fail_remote(result.status());
   std::string lookup;
   if (looked_up) lookup = "miss";
-  if (send.lookup_first && files.empty()) lookup = result->from_lookup ? "hit" : "miss";
+  if (send.lookup_first) lookup = result->from_lookup ? "hit" : "miss";
   return report_remote(a, server, std::move(*result), bytes.size(), lookup);
 }
 
@@ -486,11 +565,26 @@ int lookup(const OptimizeArgs& a) {
   std::string server = resolve_server(a.server);
   if (server.empty()) return fail(kUsage, "lookup needs --server HOST:PORT (or GRAFT_SERVER)");
   std::string digest = a.sha256;
+  std::optional<client::ExternalSources> sources;
   if (digest.empty()) {
     if (a.input.empty()) return fail(kUsage, "give a model file or --sha256");
     std::string bytes, error;
     if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
     digest = cache::sha256_hex(bytes);
+    // A model with external data is keyed by its files' digests too.
+    auto locations = external_locations(bytes);
+    if (!locations.ok())
+      return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
+    if (!locations->empty()) {
+      if (a.input == "-")
+        return fail(kUsage, "a model with external-data files must be given as a file");
+      auto found = sources_for(a, *locations);
+      if (!found.ok()) return fail(kBadModel, std::string(found.status().message()));
+      sources = std::move(*found);
+      if (auto st = client::digest_sources(*sources, hashing_bar()); !st.ok())
+        return fail(path_exit_code(st), std::string(st.message()));
+      digest = client::input_digest_of(digest, *sources);
+    }
   }
   auto client = connect(server, a.tls);
   if (!client.ok()) return fail_connect(client.status());
@@ -510,7 +604,13 @@ int lookup(const OptimizeArgs& a) {
     run.bytes_received = result->result->bytes_received;
     run.input_sha256 = digest;
     run.output_sha256 = result->result->report.output_sha256();
-    return finish_run(a, run, result->result->model);
+    if (sources)
+      if (auto st = client::check_kept_files(*result->result, *sources); !st.ok())
+        return fail_remote(st);
+    return finish_run(a, run, result->result->model, result->result->external_files,
+                      result->result->kept_files,
+                      a.input.empty() || a.input == "-" ? std::string()
+                                                        : folder_of(a.input).string());
   }
   return kOk;
 }

@@ -339,10 +339,6 @@ absl::Status validate(const ServerConfig& c) {
         "shared_cache.retry_min_ms must be >= 1, and retry_max_ms >= retry_min_ms and <= 3600000");
   if (c.shared_cache_write_queue < 1 || c.shared_cache_write_queue > 1024)
     return absl::InvalidArgumentError("shared_cache.write_queue must be 1..1024");
-  if (c.spool_cache_bytes > c.spool_max_bytes)
-    return absl::InvalidArgumentError(
-        absl::StrCat("spool.cache_bytes (", c.spool_cache_bytes,
-                     ") must not exceed spool.max_bytes (", c.spool_max_bytes, ")"));
   if (c.shared_cache_key_prefix.size() > 256)
     return absl::InvalidArgumentError("shared_cache.key_prefix must be at most 256 bytes");
   return absl::OkStatus();

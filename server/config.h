@@ -58,7 +58,8 @@ struct ServerConfig {
   std::string spool_dir;  // empty = $TMPDIR/graftd-spool (/tmp when TMPDIR is unset)
   // Disk for all uploads in progress and cached result files together; 0 = no external data.
   uint64_t spool_max_bytes = 64ull << 30;
-  // Of which results kept by the cache may use (least recently used dropped first).
+  // Of which results kept by the cache may use (least recently used dropped first; at most
+  // spool_max_bytes).
   uint64_t spool_cache_bytes = 16ull << 30;
   // spool_dir, or its default when empty.
   std::string spool_path() const;

@@ -151,7 +151,7 @@ GraftService::GraftService(const ServerConfig& config, Metrics* metrics,
       spool_(std::move(spool)),
       pool_(static_cast<size_t>(config.workers), static_cast<size_t>(config.queue_length)),
       cache_(config.cache_bytes, std::chrono::milliseconds(50),
-             spool_ ? config.spool_cache_bytes : 0),
+             spool_ ? std::min(config.spool_cache_bytes, config.spool_max_bytes) : 0),
       upload_limits_{config.max_model_bytes},
       upload_budget_(inflight_bytes(config)) {
   if (metrics_ && spool_)

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -35,6 +36,11 @@ class Graftd {
   explicit Graftd(std::vector<std::string> extra_args = {}) {
     log_path_ = fs::temp_directory_path() /
                 ("graftd_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    // A spool of its own (unless the test names one), removed with it.
+    if (std::find(extra_args.begin(), extra_args.end(), "--spool-dir") == extra_args.end()) {
+      spool_ = log_path_.string() + ".spool";
+      extra_args.insert(extra_args.end(), {"--spool-dir", spool_.string()});
+    }
     pid_ = ::fork();
     if (pid_ == 0) {
       int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -67,7 +73,10 @@ class Graftd {
       ::waitpid(pid_, nullptr, 0);
     }
     fs::remove(log_path_);
+    if (!spool_.empty()) fs::remove_all(spool_);
   }
+  // The spool folder the test helper gave it (empty when the test named its own).
+  const fs::path& spool() const { return spool_; }
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
   std::string log() const { return read_file(log_path_); }
@@ -90,6 +99,7 @@ class Graftd {
  private:
   static inline int counter_ = 0;
   fs::path log_path_;
+  fs::path spool_;
   pid_t pid_ = -1;
   bool exited_ = false;
   std::string address_;

@@ -388,7 +388,16 @@ TEST(Graftd, ReflectionAndHealthAreServed) {
   EXPECT_GE(passes->passes_size(), 8);
 }
 
-TEST(Graftd, ExternalDataFilesTravelWithTheModel) {
+// Upload folders left in a spool (by anything but the running process's own lock file).
+std::vector<std::string> spool_uploads(const fs::path& spool) {
+  std::vector<std::string> out;
+  if (!fs::exists(spool)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(spool))
+    if (e.path().filename().string().rfind("upload-", 0) == 0) out.push_back(e.path().string());
+  return out;
+}
+
+TEST(Graftd, ExternalDataResultsAreCachedAndTheInputsFilesStayWithTheClient) {
   Graftd server;
   client::GraftClient client(server.address());
   std::string weights(64, '\0');
@@ -397,24 +406,58 @@ TEST(Graftd, ExternalDataFilesTravelWithTheModel) {
   auto r = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 16,
                            {{"weights/w.bin", weights}});
   ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->external_files.size(), 1u);
-  EXPECT_EQ(r->external_files[0].first, "weights/w.bin");
-  EXPECT_EQ(r->external_files[0].second, weights);
+  // The result references the uploaded file unchanged: it is not sent back.
+  EXPECT_TRUE(r->external_files.empty());
+  EXPECT_EQ(r->kept_files, std::vector<std::string>{"weights/w.bin"});
   ASSERT_EQ(r->report.external_files_size(), 1);
+  EXPECT_EQ(r->report.external_files(0).name(), "weights/w.bin");
   EXPECT_EQ(r->report.external_files(0).size(), weights.size());
+  EXPECT_EQ(r->report.external_files(0).sha256(), cache::sha256_hex(weights));
+  EXPECT_TRUE(r->report.external_files(0).from_input());
+  EXPECT_EQ(r->bytes_received, r->model.size());
   EXPECT_FALSE(r->report.cache_hit());
   EXPECT_EQ(r->report.nodes_after(), 1u);  // the Identity is gone, the external weight kept
   EXPECT_EQ(r->model, local_result(bytes));
+  const std::string key =
+      cache::input_digest(cache::sha256_hex(bytes), {{"weights/w.bin", 64, cache::sha256_hex(weights)}});
+  EXPECT_EQ(r->report.input_sha256(), key);
 
-  // Not cached: the same request runs again.
+  // Cached under the digest of the model and its files: the same request is a hit ...
   auto again = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
                                {{"weights/w.bin", weights}});
-  ASSERT_TRUE(again.ok());
-  EXPECT_FALSE(again->report.cache_hit());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->report.cache_hit());
+  EXPECT_EQ(again->model, r->model);
+  // ... and so is a Lookup by that digest, without uploading anything ...
+  auto found = client.lookup(key, o2(), /*return_result=*/true);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_TRUE(found->cached);
+  EXPECT_EQ(found->result->kept_files, std::vector<std::string>{"weights/w.bin"});
+  client::SendOptions lookup_first;
+  lookup_first.lookup_first = true;
+  auto hit = client.optimize(bytes, o2(), lookup_first,
+                             client::ExternalFiles{{"weights/w.bin", weights}});
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_TRUE(hit->from_lookup);
+  EXPECT_EQ(hit->bytes_sent, 0u);
+  // ... while other bytes in the file are another input.
+  std::string changed = weights;
+  changed[5] ^= 1;
+  auto other = client.optimize(bytes, o2(), lookup_first,
+                               client::ExternalFiles{{"weights/w.bin", changed}});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(other->report.cache_hit());
+  EXPECT_FALSE(other->from_lookup);
+  EXPECT_NE(other->report.input_sha256(), key);
+  // No upload is left in the spool once the calls are done (the handler and the worker drop
+  // theirs just after the answer went out).
+  for (int i = 0; i < 250 && !spool_uploads(server.spool()).empty(); ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(spool_uploads(server.spool()).empty());
 }
 
 TEST(Graftd, ExternalDataNamesAndSizesAreChecked) {
-  Graftd server({"--max-model-bytes", "100000"});
+  Graftd server({"--max-model-bytes", "100000", "--spool-max-bytes", "200000"});
   client::GraftClient client(server.address());
   std::string bytes = external_data_model("weights/w.bin", 64);
   for (const char* name : {"../w.bin", "/etc/passwd", "a/../../b", ""}) {
@@ -426,10 +469,20 @@ TEST(Graftd, ExternalDataNamesAndSizesAreChecked) {
   auto dup = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
                              {{"w.bin", "a"}, {"w.bin", "b"}});
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
-  // The limit covers the model and its files together.
+  // Files are bounded by the spool's budget, checked before any byte is sent.
   auto big = client.optimize(bytes, o2(), std::chrono::seconds(60), nullptr, 1 << 20,
-                             {{"w.bin", std::string(200000, 'w')}});
+                             {{"w.bin", std::string(300000, 'w')}});
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find("spool.max_bytes"), std::string::npos) << big.status();
+}
+
+TEST(Graftd, WithoutASpoolExternalDataIsRefused) {
+  Graftd server({"--spool-max-bytes", "0"});
+  client::GraftClient client(server.address());
+  auto r = client.optimize(external_data_model("w.bin", 64), o2(), std::chrono::seconds(60),
+                           nullptr, 1 << 20, {{"w.bin", std::string(64, 'w')}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_TRUE(client.optimize(read_file(kExample), o2()).ok());
 }
 
 TEST(Graftd, CliCarriesExternalDataFiles) {
@@ -456,6 +509,19 @@ TEST(Graftd, CliCarriesExternalDataFiles) {
   EXPECT_EQ(read_file(dir / "remote" / "weights" / "w.bin"), weights);
   EXPECT_EQ(read_file(dir / "local" / "weights" / "w.bin"), weights);
   EXPECT_EQ(read_file(dir / "remote" / "m.onnx"), read_file(dir / "local" / "m.onnx"));
+  // Again: found by Lookup (the digests of the model and its file), nothing uploaded, and the
+  // input's file copied beside the new output.
+  fs::create_directories(dir / "again");
+  const std::string report = (dir / "again" / "report.json").string();
+  ASSERT_EQ(std::system((cli + " optimize -q " + in + " -o " + (dir / "again" / "m.onnx").string() +
+                         " --report " + report + " --server " + server.address())
+                            .c_str()),
+            0);
+  auto json = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(json["lookup"], "hit") << json.dump();
+  EXPECT_EQ(json["bytes_sent"], 0) << json.dump();
+  EXPECT_EQ(read_file(dir / "again" / "weights" / "w.bin"), weights);
+  EXPECT_EQ(read_file(dir / "again" / "m.onnx"), read_file(dir / "local" / "m.onnx"));
   fs::remove_all(dir);
 }
 
@@ -670,7 +736,7 @@ v1::OptimizeStart start_for(const std::string& model) {
 
 // Declared external-file sizes are added without wrapping: a sum past 2^64 is not small.
 TEST(Graftd, ExternalFileSizesCannotWrapPastTheLimit) {
-  Graftd server({"--max-model-bytes", "10000000"});
+  Graftd server({"--max-model-bytes", "10000000", "--spool-max-bytes", "10000000"});
   std::string bytes = external_data_model("weights/w.bin", 64);
   const std::vector<std::vector<uint64_t>> cases = {
       {0 - static_cast<uint64_t>(bytes.size())},  // model + file = 2^64
@@ -692,11 +758,50 @@ TEST(Graftd, ExternalFileSizesCannotWrapPastTheLimit) {
     }
     grpc::Status st = call.finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-    EXPECT_NE(st.error_message().find("max_model_bytes"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("spool.max_bytes"), std::string::npos) << st.error_message();
   }
   // The server is still there.
   client::GraftClient client(server.address());
   EXPECT_TRUE(client.optimize(read_file(kExample), o2()).ok());
+}
+
+// A graftd killed in the middle of an upload leaves its spool folder; the next one to start on
+// the same spool removes it.
+TEST(Graftd, ARestartRemovesWhatAKilledGraftdLeftInTheSpool) {
+  const fs::path spool =
+      fs::temp_directory_path() / ("graftd_spool_restart_" + std::to_string(::getpid()));
+  fs::remove_all(spool);
+  uint64_t left = 0;
+  {
+    Graftd server({"--spool-dir", spool.string()});
+    std::string bytes = external_data_model("w.bin", 8u << 20);
+    RawOptimize call(server.address());
+    v1::OptimizeStart start = start_for(bytes);
+    auto* f = start.add_external_files();
+    f->set_name("w.bin");
+    f->set_size(8u << 20);
+    call.start(start);
+    call.chunk(bytes);
+    const std::string mib(1 << 20, 'x');
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(call.chunk(mib, "w.bin"));
+    // The bytes reach the disk as they arrive.
+    for (int i = 0; i < 200 && left < (3u << 20); ++i) {
+      left = 0;
+      for (const auto& e : fs::recursive_directory_iterator(spool))
+        if (e.is_regular_file() && e.path().filename() != "lock") left += e.file_size();
+      if (left < (3u << 20)) std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_EQ(left, 3u << 20);
+    ::kill(server.pid(), SIGKILL);  // no cleanup runs
+    ::waitpid(server.pid(), nullptr, 0);
+    EXPECT_FALSE(spool_uploads(spool).empty());
+  }
+  Graftd next({"--spool-dir", spool.string()});
+  EXPECT_TRUE(spool_uploads(spool).empty());
+  EXPECT_NE(next.log().find("spool: removed " + std::to_string(3u << 20) + " bytes"),
+            std::string::npos)
+      << next.log();
+  fs::remove_all(spool);
 }
 
 // A client without a deadline that announces a model and then goes quiet is ended at the
