@@ -99,7 +99,8 @@ class Executor {
     if (!plan.ok()) return plan.status();
     for (ir::Value* v : g.initializers()) {
       if (env.count(v)) continue;  // a fed graph input overrides its default
-      auto t = Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes);
+      auto t = Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes,
+                                  g.model()->external_data().get());
       if (!t.ok()) return t.status();
       env[v] = std::move(*t);
     }
@@ -365,6 +366,7 @@ class Executor {
     if (!model.ok())
       return absl::InvalidArgumentError(
           absl::StrCat("function ", fn.rest.name(), ": ", std::string(model.status().message())));
+    (*model)->set_external_data(model_.external_data());  // Constant values may be external
     const ir::Model* result = model->get();
     instances_[key] = std::move(*model);
     return result;

@@ -33,4 +33,38 @@ absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_
 absl::Status write_beneath(const std::string& folder, std::string_view name,
                            std::string_view bytes);
 
+// A regular file below `folder` opened for reading parts of it (pread), by the same rules and
+// with the same errors as read_beneath. The descriptor is the caller's to close.
+absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name);
+
+// A file below `folder` written in pieces (write_beneath's rules): the bytes go to a temporary
+// file beside the target, renamed over it by commit(). Destroyed without commit(), the
+// temporary file is removed and the target left as it was.
+class BeneathWriter {
+ public:
+  static absl::StatusOr<BeneathWriter> create(const std::string& folder, std::string_view name);
+  BeneathWriter(BeneathWriter&& other) noexcept;
+  BeneathWriter& operator=(BeneathWriter&& other) noexcept;
+  BeneathWriter(const BeneathWriter&) = delete;
+  ~BeneathWriter();
+
+  absl::Status append(std::string_view bytes);
+  // Zero bytes up to the next multiple of `alignment` (a power of two or any positive number).
+  absl::Status pad_to(uint64_t alignment);
+  uint64_t size() const { return size_; }
+  absl::Status commit();
+
+ private:
+  BeneathWriter() = default;
+  void abandon();
+  int dir_ = -1, fd_ = -1;
+  std::string name_, last_, tmp_, path_;
+  uint64_t size_ = 0;
+};
+
+// Copies `from_folder`/`name` to `to_folder`/`name` in blocks (never the whole file in memory),
+// by the rules of read_beneath and write_beneath. Errors as theirs.
+absl::Status copy_beneath(const std::string& from_folder, const std::string& to_folder,
+                          std::string_view name);
+
 }  // namespace graft::paths
