@@ -338,7 +338,7 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   const bool to_file = !a.output.empty() && a.output != "-";
   std::string out;
   std::vector<std::string> locations;
-  if (to_file && (*model)->has_external_tensors()) {
+  if (to_file && (!input_locations->empty() || (*model)->has_external_tensors())) {
     // Weights the passes made (folded, fused, relayouted) go to a new file beside the output
     // rather than into the model: "<output stem>.graft.weights", numbered if the input uses it.
     const std::string stem = std::filesystem::path(a.output).stem().string();
@@ -348,6 +348,7 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
     ir::Model::ExternalWrite write;
     write.folder = folder_of(a.output).string();
     write.location = location;
+    write.even_without_external = true;  // the input had external data (passes may use it up)
     auto saved = (*model)->serialize_with_external(write);
     if (!saved.ok())
       return fail(saved.status().code() == absl::StatusCode::kResourceExhausted ||

@@ -15,6 +15,7 @@
 #include "core/eval/tensor.h"
 #include "core/ir/external_data.h"
 #include "core/ir/model.h"
+#include "tests/testing.h"
 
 namespace graft::testing {
 
@@ -102,6 +103,23 @@ inline uint64_t externalize(ir::Model& model, const std::filesystem::path& folde
   }
   model.set_external_data(ir::ExternalData::beneath(folder.string()));
   return written;
+}
+
+// onnx_errors for a model whose external tensors are in `folder`: libonnx's checker looks for
+// each location relative to the working directory, so it checks a copy whose locations are
+// absolute paths into `folder`.
+inline std::string onnx_errors_beside(const ir::Model& model, const std::filesystem::path& folder) {
+  auto copy = model.clone();
+  for (ir::Graph* g : copy->all_graphs()) {
+    for (ir::Value* v : g->initializers()) {
+      if (!ir::is_external(*v->initializer())) continue;
+      onnx::TensorProto t = *v->initializer();
+      for (auto& e : *t.mutable_external_data())
+        if (e.key() == "location") e.set_value((folder / e.value()).string());
+      v->set_initializer(std::move(t));
+    }
+  }
+  return onnx_errors(*copy);
 }
 
 }  // namespace graft::testing
