@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/eval/verify.h"
 #include "core/ir/external_data.h"
 #include "core/ir/model.h"
 #include "core/paths/files.h"
@@ -248,6 +249,38 @@ TEST(ExternalWeights, PipelineVerificationReadsExternalWeights) {
   EXPECT_EQ(report->verification.result.status, eval::VerifyStatus::kVerified)
       << report->verification.result.message;
   EXPECT_EQ(count_ops(*model, "Transpose"), 0);
+}
+
+TEST(ExternalWeights, TheEvaluatorHoldsOnlyTheExternalWeightsInUse) {
+  // Six 64 KiB weights added one after the other: read all up front, they and the input fill the
+  // 448 KiB live budget before the first Add has a result; read at first use (and freed after
+  // last), a few tensors are alive at a time.
+  TempFolder dir;
+  std::string text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[16384] x) => (float[16384] y) <)";
+  std::string body;
+  std::vector<std::string> names;
+  for (int i = 1; i <= 6; ++i) {
+    const std::string w = "w" + std::to_string(i);
+    names.push_back(w);
+    text += (i > 1 ? ", " : "") + std::string("float[16384] ") + w + " = {" + numbers(16384) + "}";
+    const std::string in = i == 1 ? "x" : "a" + std::to_string(i - 1);
+    const std::string out = i == 6 ? "y" : "a" + std::to_string(i);
+    body += "      " + out + " = Add (" + in + ", " + w + ")\n";
+  }
+  text += "> {\n" + body + "    }";
+  auto model = parse_text(text);
+  externalize(*model, dir.path(), "weights.bin", names);
+  eval::VerifyOptions options;
+  options.trials = 1;
+  options.max_live_bytes = 448 << 10;
+  auto result = eval::verify(*model, *model->clone(), options);
+  EXPECT_EQ(result.status, eval::VerifyStatus::kVerified) << result.message;
+  // Without its files the model cannot be evaluated.
+  model->set_external_data(nullptr);
+  EXPECT_EQ(eval::verify(*model, *model->clone(), options).status,
+            eval::VerifyStatus::kNotVerifiable);
 }
 
 }  // namespace
