@@ -3,10 +3,11 @@
 // graph is deduplicated on its own, so a subgraph's initializers only merge with each other.
 //
 // External-data tensors are compared without holding them: by type, dims and length first, so
-// only a tensor with a same-sized external twin is hashed at all; two references to the same
-// range are equal at once; otherwise the payload is hashed in blocks (ExternalData::content_hash,
-// remembered per range, so later rounds read nothing) and equal hashes are confirmed block by
-// block.
+// only a tensor with a same-sized external twin is read at all; then by a hash of their first
+// 64 KiB, so only those whose beginnings match another's are hashed whole; two references to
+// the same range are equal at once; otherwise the payload is hashed in blocks
+// (ExternalData::content_hash, remembered per range, so later rounds read nothing) and equal
+// hashes are confirmed block by block.
 //
 // Deliberately left alone:
 //  - initializers that are graph inputs (callers may override them: they are interface);
@@ -14,7 +15,9 @@
 //  - equal values stored differently (raw_data in one, typed fields in the other, external data
 //    in a third);
 //  - a duplicate whose kept twin is also a graph output: both names are interface.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <functional>
 #include <string_view>
 #include <unordered_map>
@@ -98,6 +101,30 @@ size_t external_shape_key(const TensorProto& t, uint64_t length) {
   return h;
 }
 
+// The first kHeadBytes of an external tensor's payload as an external tensor of its own (bytes
+// at the same location and offset), for a cheap first hash; nullopt when its keys are bad.
+constexpr uint64_t kHeadBytes = 64 << 10;
+std::optional<TensorProto> head_tensor(const TensorProto& t) {
+  auto keys = ir::parse_external_keys(t);
+  auto length = ir::payload_bytes(t);
+  if (!keys.ok() || !length) return std::nullopt;
+  const uint64_t n = std::min(*length, kHeadBytes);
+  TensorProto head;
+  head.set_name(t.name());
+  head.set_data_type(TensorProto::UINT8);
+  head.add_dims(static_cast<int64_t>(n));
+  head.set_data_location(TensorProto::EXTERNAL);
+  auto add = [&](const char* key, std::string value) {
+    auto* e = head.add_external_data();
+    e->set_key(key);
+    e->set_value(std::move(value));
+  };
+  add("location", keys->location);
+  add("offset", std::to_string(keys->offset));
+  add("length", std::to_string(n));
+  return head;
+}
+
 class DedupInitializers final : public Pass {
  public:
   std::string_view name() const override { return "dedup_initializers"; }
@@ -111,7 +138,9 @@ class DedupInitializers final : public Pass {
 
  private:
   static void run_graph(Rewriter& rw, ir::Graph& g, PassResult& result) {
-    // External tensors with a same-sized twin: only these are ever hashed.
+    // External tensors with a same-sized twin: only these are ever read. Their first bytes are
+    // hashed first (weights of the same shape almost always differ there), and only those whose
+    // first bytes match another's are hashed whole.
     std::unordered_map<size_t, int> external_shapes;
     std::unordered_map<const ir::Value*, size_t> shape_of;
     for (ir::Value* v : g.initializers()) {
@@ -122,6 +151,19 @@ class DedupInitializers final : public Pass {
       shape_of[v] = key;
       ++external_shapes[key];
     }
+    std::unordered_map<size_t, int> external_heads;
+    std::unordered_map<const ir::Value*, size_t> head_of;
+    for (auto& [v, key] : shape_of) {
+      if (external_shapes[key] < 2) continue;
+      auto head = head_tensor(*v->initializer());
+      if (!head) continue;
+      auto h = ir::external_data_of(v)->content_hash(*head);
+      if (!h.ok()) continue;  // an unreadable reference stays as it is
+      size_t head_key = key;
+      mix(head_key, static_cast<size_t>(*h));
+      head_of[v] = head_key;
+      ++external_heads[head_key];
+    }
     std::unordered_map<size_t, std::vector<ir::Value*>> kept, kept_external;
     for (ir::Value* v : g.initializers()) {
       if (!can_merge(*v)) continue;
@@ -129,12 +171,13 @@ class DedupInitializers final : public Pass {
       std::vector<ir::Value*>* bucket = nullptr;
       std::function<bool(const ir::Value*)> same;
       if (ir::is_external(t)) {
-        auto shape = shape_of.find(v);
-        if (shape == shape_of.end() || external_shapes[shape->second] < 2) continue;
+        auto head = head_of.find(v);
+        if (head == head_of.end() || external_heads[head->second] < 2) continue;
         const ir::ExternalData* data = ir::external_data_of(v);
+        // Remembered per range by ExternalData: a head as long as the tensor is not read again.
         auto h = data->content_hash(t);
-        if (!h.ok()) continue;  // an unreadable reference stays as it is
-        size_t key = shape->second;
+        if (!h.ok()) continue;
+        size_t key = head->second;
         mix(key, static_cast<size_t>(*h));
         bucket = &kept_external[key];
         same = [&](const ir::Value* twin) {

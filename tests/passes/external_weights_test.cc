@@ -158,6 +158,47 @@ TEST(ExternalWeights, DedupMergesEqualExternalTensorsHashingOnlyCandidates) {
   EXPECT_EQ(saved.locations, (std::vector<std::string>{"weights.bin"}));
 }
 
+TEST(ExternalWeights, DedupReadsOnlyTheHeadsOfWeightsThatDifferThere) {
+  // Four 128 KiB weights of one shape in one file: p and q differ in their first bytes, r and s
+  // only in their last. Heads (64 KiB) of all four are hashed; only r and s are hashed whole.
+  TempFolder dir;
+  const uint64_t n = 32768, bytes = n * 4;
+  std::string base(bytes, '\0');
+  for (uint64_t i = 0; i < bytes; ++i) base[i] = static_cast<char>(i * 31 % 61);
+  std::string p = base, q = base, r = base, t = base;
+  p[0] = 1;
+  q[0] = 2;
+  r[bytes - 1] = 3;
+  t[bytes - 1] = 4;
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[32768] x) => (float[32768] y1, float[32768] y2, float[32768] y3, float[32768] y4)
+    {
+      y1 = Identity (x)
+      y2 = Identity (x)
+      y3 = Identity (x)
+      y4 = Identity (x)
+    }
+  )");
+  int k = 0;
+  for (const std::string* payload : {&p, &q, &r, &t}) {
+    const uint64_t offset = testing::append_file(dir.path(), "weights.bin", *payload);
+    const std::string name = "w" + std::to_string(++k);
+    ir::Value* w = model->graph().add_initializer(
+        name, testing::external_tensor(name, onnx::TensorProto::FLOAT,
+                                       {static_cast<int64_t>(n)}, "weights.bin", offset, bytes));
+    ir::Node* id = testing::producer(*model, "y" + std::to_string(k));
+    ASSERT_NE(id, nullptr);
+    ir::Node* add = model->graph().add_node("Add", {model->graph().find_local("x"), w}, {"s"});
+    id->set_input(0, add->output(0));
+  }
+  model->set_external_data(ir::ExternalData::beneath(dir.str()));
+  ASSERT_TRUE(model->finalize().ok());
+  auto result = testing::run_pass(*model, "dedup_initializers");
+  EXPECT_FALSE(result.changed);  // all four differ
+  EXPECT_EQ(model->external_data()->bytes_read(), 4 * (64u << 10) + 2 * bytes);
+}
+
 TEST(ExternalWeights, DedupLeavesExternalTensorsAloneWithoutTheirFiles) {
   TempFolder dir;
   auto model = parse_text(R"(
