@@ -339,9 +339,16 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   run.input = a.input;
   run.input_bytes = bytes.size();
   auto t = Clock::now();
+  // The input's external-data files, so a new weights file gets a name none of them has.
+  auto input_locations = external_locations(bytes);
+  if (!input_locations.ok())
+    return fail(kBadModel, a.input + ": " + std::string(input_locations.status().message()));
   auto model = ir::Model::parse(bytes);
   if (!model.ok()) return fail(kBadModel, a.input + ": " + std::string(model.status().message()));
   std::string().swap(bytes);  // the IR now owns the weights; free the input copy
+  // External tensors are read from the input's folder, one at a time, when a pass needs them.
+  const std::filesystem::path input_folder = folder_of(a.input);
+  (*model)->set_external_data(ir::ExternalData::beneath(input_folder.string()));
   run.load_seconds = since(t);
 
   auto report = run_pipeline(*model, config);
@@ -349,32 +356,58 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   run.pipeline = std::move(*report);
 
   t = Clock::now();
-  auto out = (*model)->serialize_and_release();
-  if (!out.ok()) return fail(kBadModel, std::string(out.status().message()));
+  const bool to_file = !a.output.empty() && a.output != "-";
+  std::string out;
+  std::vector<std::string> locations;
+  if (to_file && (!input_locations->empty() || (*model)->has_external_tensors())) {
+    // Weights the passes made (folded, fused, relayouted) go to a new file beside the output
+    // rather than into the model: "<output stem>.graft.weights", numbered if the input uses it.
+    const std::string stem = std::filesystem::path(a.output).stem().string();
+    std::string location = stem + ".graft.weights";
+    for (int i = 1; input_locations->count(location); ++i)
+      location = stem + ".graft-" + std::to_string(i) + ".weights";
+    ir::Model::ExternalWrite write;
+    write.folder = folder_of(a.output).string();
+    write.location = location;
+    write.even_without_external = true;  // the input had external data (passes may use it up)
+    auto saved = (*model)->serialize_with_external(write);
+    if (!saved.ok())
+      return fail(saved.status().code() == absl::StatusCode::kResourceExhausted ||
+                          saved.status().code() == absl::StatusCode::kInvalidArgument
+                      ? kBadModel
+                      : kIoError,
+                  std::string(saved.status().message()));
+    out = std::move(saved->model);
+    for (auto& name : saved->locations)
+      if (name != location || saved->new_file_bytes == 0) locations.push_back(std::move(name));
+  } else {
+    auto serialized = (*model)->serialize_and_release();
+    if (!serialized.ok()) return fail(kBadModel, std::string(serialized.status().message()));
+    out = std::move(*serialized);
+    auto names = external_locations(out);
+    if (!names.ok()) return fail(kInternal, std::string(names.status().message()));
+    locations.assign(names->begin(), names->end());
+  }
   run.save_seconds = since(t);
-  run.output_bytes = out->size();
-  // Passes leave external tensors alone: the output references the input's files, which are
-  // copied next to it when it is written elsewhere. Their names obey the same rule in every
-  // mode, so a model that refers outside its folder fails the same way with or without -o.
-  auto locations = external_locations(*out);
-  if (!locations.ok()) return fail(kInternal, std::string(locations.status().message()));
-  for (const auto& name : *locations)
+  run.output_bytes = out.size();
+  // The input's files the output still references are copied next to it (in blocks) when it is
+  // written elsewhere. Their names obey the same rule in every mode, so a model that refers
+  // outside its folder fails the same way with or without -o.
+  for (const auto& name : locations)
     if (auto st = paths::check_location(name); !st.ok())
       return fail(kBadModel, a.input + ": " + std::string(st.message()));
-  client::ExternalFiles files;
-  if (!a.output.empty() && a.output != "-") {
+  if (to_file) {
     std::error_code same_error;
-    bool same_folder =
-        std::filesystem::equivalent(folder_of(a.input), folder_of(a.output), same_error);
-    for (const auto& name : *locations) {
+    const bool same_folder =
+        std::filesystem::equivalent(input_folder, folder_of(a.output), same_error);
+    for (const auto& name : locations) {
       if (same_folder) break;
-      auto bytes = paths::read_beneath(folder_of(a.input).string(), name);
-      if (!bytes.ok())
-        return fail(path_exit_code(bytes.status()), std::string(bytes.status().message()));
-      files.emplace_back(name, std::move(*bytes));
+      if (auto st = paths::copy_beneath(input_folder.string(), folder_of(a.output).string(), name);
+          !st.ok())
+        return fail(path_exit_code(st), std::string(st.message()));
     }
   }
-  return finish_run(a, run, *out, files);
+  return finish_run(a, run, out);
 }
 
 // The sha256 of the file at `path`, read in blocks, and whether the word "location" occurs in

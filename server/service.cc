@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -13,7 +14,9 @@
 #include <unistd.h>
 
 #include "core/cache/digest.h"
+#include "core/ir/external_data.h"
 #include "core/ir/model.h"
+#include "core/paths/beneath.h"
 #include "core/paths/files.h"
 #include "core/passes/registry.h"
 #include "proto/convert.h"
@@ -104,7 +107,7 @@ bool write_result(Writer* writer, const cache::CachedResult& r, grpc::Status* er
 }
 
 // A location for the weights a result writes that no input file has.
-[[maybe_unused]] std::string new_weights_location(const std::vector<UploadedFile>& files) {
+std::string new_weights_location(const std::vector<UploadedFile>& files) {
   auto taken = [&](const std::string& name) {
     for (const auto& f : files)
       if (f.name == name) return true;
@@ -340,6 +343,12 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
       const std::string& model = *input->model;
       auto parsed = ir::Model::parse(model);
       if (!parsed.ok()) return parsed.status();
+      if (!input->files.empty()) {
+        // Passes and the evaluator read external weights from the spool, by reference.
+        std::map<std::string, std::string, std::less<>> paths;
+        for (const auto& f : input->files) paths.emplace(f.name, f.path);
+        (*parsed)->set_external_data(ir::ExternalData::files(std::move(paths)));
+      }
       double load_seconds = seconds_since(t);
       PipelineConfig c = config;
       c.should_continue = stop;
@@ -413,11 +422,52 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
 absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model,
                                                                 const Input& input,
                                                                 cache::CachedResult* result) {
-  auto bytes = model.serialize_and_release();
-  if (!bytes.ok()) return bytes.status();
-  result->optimized_model = std::move(*bytes);
+  if (input.files.empty()) {
+    auto bytes = model.serialize_and_release();
+    if (!bytes.ok()) return bytes.status();
+    result->optimized_model = std::move(*bytes);
+    return std::set<std::string>{};
+  }
+  if (!spool_) return absl::InternalError("external-data files without a spool");
+  // New weights (folded, fused, relaid out) go to a file of the result's own folder, so the
+  // model stays small; the input's files stay where they are and are referenced by name.
+  auto dir = spool_->make_dir("result");
+  if (!dir.ok()) return dir.status();
+  ir::Model::ExternalWrite write;
+  write.folder = (*dir)->path();
+  write.location = new_weights_location(input.files);
+  write.even_without_external = true;
+  auto saved = model.serialize_with_external(write);
+  if (!saved.ok()) return saved.status();
+  result->optimized_model = std::move(saved->model);
+  std::set<std::string> uploaded;
+  for (const auto& f : input.files) uploaded.insert(f.name);
   std::set<std::string> kept;
-  for (const auto& f : input.files) kept.insert(f.name);
+  for (const auto& location : saved->locations) {
+    if (location == write.location) continue;
+    if (!uploaded.count(location))
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model references external-data file '",
+                       paths::shown_location(location), "', which the upload did not include"));
+    kept.insert(location);
+  }
+  if (saved->new_file_bytes > 0) {
+    if (!(*dir)->reserve(saved->new_file_bytes))
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this server's disk for external data is full (spool.max_bytes: ", spool_->limit(),
+          " bytes) and the result wrote ", saved->new_file_bytes, " bytes of new weights; retry later"));
+    cache::CachedFile file;
+    file.name = write.location;
+    file.path = absl::StrCat(write.folder, "/", write.location);
+    file.size = saved->new_file_bytes;
+    cache::Sha256 sha;
+    if (auto st = paths::read_blocks(file.path, [&](std::string_view b) { sha.update(b); });
+        !st.ok())
+      return st;
+    file.sha256 = sha.hex_digest();
+    result->files.push_back(std::move(file));
+    result->storage = *dir;
+  }
   return kept;
 }
 

@@ -94,16 +94,35 @@ class Executor {
       if (out.value->owner() == &g) last_use[out.value] = at;
   }
 
+  // Like note_captures, for the first node of `g` (at position `at`) that reads each value.
+  static void note_first_captures(const ir::Graph& sub, const ir::Graph& g, size_t at,
+                                  std::unordered_map<const ir::Value*, size_t>& first_use) {
+    for (const ir::Node* n : sub.nodes()) {
+      for (const ir::Value* v : n->inputs())
+        if (v && v->owner() == &g) first_use.emplace(v, at);
+      for (const auto& s : n->subgraphs()) note_first_captures(*s.graph, g, at, first_use);
+    }
+    for (const auto& out : sub.outputs())
+      if (out.value->owner() == &g) first_use.emplace(out.value, at);
+  }
+
   absl::Status run_graph(const ir::Graph& g, Env& env) {
     auto plan = plan_for(g);
     if (!plan.ok()) return plan.status();
-    for (ir::Value* v : g.initializers()) {
-      if (env.count(v)) continue;  // a fed graph input overrides its default
-      auto t = Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes);
+    const ir::ExternalData* external = g.model()->external_data().get();
+    auto load = [&](const ir::Value* v) -> absl::Status {
+      if (env.count(v)) return absl::OkStatus();  // a fed graph input overrides its default
+      auto t = Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes, external);
       if (!t.ok()) return t.status();
       env[v] = std::move(*t);
-    }
+      return absl::OkStatus();
+    };
+    for (ir::Value* v : g.initializers())
+      if (!(*plan)->loaded_late.count(v))
+        if (auto st = load(v); !st.ok()) return st;
     for (size_t i = 0; i < (*plan)->nodes.size(); ++i) {
+      for (const ir::Value* v : (*plan)->loads_before[i])
+        if (auto st = load(v); !st.ok()) return st;
       if (auto st = run_node(*(*plan)->nodes[i], env); !st.ok()) return st;
       for (const ir::Value* v : (*plan)->dies_after[i]) env.erase(v);
     }
@@ -122,6 +141,11 @@ class Executor {
     absl::Status status;
     std::vector<ir::Node*> nodes;
     std::vector<std::vector<const ir::Value*>> dies_after;  // per node
+    // External initializers of the main graph are read just before their first reader (and
+    // freed after their last, like any value), so a run holds the weights in use, not all of
+    // them. Per node; and the set of them, which is not read up front.
+    std::vector<std::vector<const ir::Value*>> loads_before;
+    std::unordered_set<const ir::Value*> loaded_late;
   };
   absl::StatusOr<const Plan*> plan_for(const ir::Graph& g) {
     auto [it, inserted] = plans_.try_emplace(&g);
@@ -147,6 +171,25 @@ class Executor {
     for (size_t i = 0; i < plan.nodes.size(); ++i)
       for (const ir::Value* v : plan.nodes[i]->outputs())
         if (v && !last_use.count(v)) plan.dies_after[i].push_back(v);
+    plan.loads_before.resize(plan.nodes.size());
+    if (!g.parent()) {
+      std::unordered_map<const ir::Value*, size_t> first_use;
+      for (size_t i = 0; i < plan.nodes.size(); ++i) {
+        for (const ir::Value* v : plan.nodes[i]->inputs())
+          if (v && v->owner() == &g) first_use.emplace(v, i);
+        for (const auto& sub : plan.nodes[i]->subgraphs())
+          note_first_captures(*sub.graph, g, i, first_use);
+      }
+      for (const ir::Value* v : g.initializers()) {
+        auto it = first_use.find(v);
+        // One that is also a graph output is read up front, as before.
+        if (it == first_use.end() || !ir::is_external(*v->initializer()) ||
+            last_use[v] == SIZE_MAX)
+          continue;
+        plan.loads_before[it->second].push_back(v);
+        plan.loaded_late.insert(v);
+      }
+    }
     return &plan;
   }
 
@@ -365,6 +408,7 @@ class Executor {
     if (!model.ok())
       return absl::InvalidArgumentError(
           absl::StrCat("function ", fn.rest.name(), ": ", std::string(model.status().message())));
+    (*model)->set_external_data(model_.external_data());  // Constant values may be external
     const ir::Model* result = model->get();
     instances_[key] = std::move(*model);
     return result;

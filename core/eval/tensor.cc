@@ -1,5 +1,7 @@
 #include "core/eval/tensor.h"
 
+#include "core/ir/external_data.h"
+
 #include <cmath>
 #include <limits>
 
@@ -179,8 +181,33 @@ absl::StatusOr<Tensor> Tensor::zeros(int32_t dtype, std::vector<int64_t> dims, u
   return t;
 }
 
-absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max_bytes) {
-  if (ir::is_external(proto)) return absl::UnimplementedError("external tensor data");
+absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max_bytes,
+                                          const ir::ExternalData* external) {
+  if (ir::is_external(proto)) {
+    if (!external) return absl::UnimplementedError("external tensor data");
+    const int32_t dtype = proto.data_type();
+    if (ir::element_size(dtype) == 0)
+      return absl::InvalidArgumentError("external tensor of a type without a fixed size");
+    std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+    auto count = checked_count(dtype, dims, max_bytes);
+    if (!count.ok()) return count.status();
+    const uint64_t nbytes = static_cast<uint64_t>(*count) * ir::element_size(dtype);
+    Tensor t;
+    // Charged before reading: the bytes go straight into the tensor's storage.
+    if (auto st = t.charge(nbytes); !st.ok()) return st;
+    auto read = external->read(proto, nbytes);
+    if (!read.ok()) return read.status();
+    if (read->size() != nbytes)
+      return absl::InvalidArgumentError(
+          absl::StrCat("external data has ", read->size(), " bytes, expected ", nbytes));
+    t.dtype_ = dtype;
+    t.dims_ = std::move(dims);
+    t.size_ = *count;
+    t.bytes_ = read->release();
+    if (dtype == TensorProto::BOOL)
+      for (char& c : t.bytes_) c = c != 0;
+    return t;
+  }
   if (proto.segment().begin() != 0 || proto.segment().end() != 0 || proto.has_segment()) {
     return absl::UnimplementedError("segmented tensor");
   }

@@ -12,6 +12,10 @@
 
 #include "core/eval/budget.h"
 
+namespace graft::ir {
+class ExternalData;
+}
+
 namespace graft::eval {
 
 class Tensor {
@@ -21,7 +25,11 @@ class Tensor {
   // budget cannot hold it, so no crafted shape can make the evaluator allocate without bound.
   // Copies are charged to the current budget too (budget.h).
   static absl::StatusOr<Tensor> zeros(int32_t dtype, std::vector<int64_t> dims, uint64_t max_bytes);
-  static absl::StatusOr<Tensor> from_proto(const onnx::TensorProto& proto, uint64_t max_bytes);
+  // The tensor `proto` holds. An external payload is read through `external` (pread straight
+  // into the tensor's storage, charged to the budget before reading); without `external` it is
+  // Unimplemented. ResourceExhausted above `max_bytes`, checked before anything is read.
+  static absl::StatusOr<Tensor> from_proto(const onnx::TensorProto& proto, uint64_t max_bytes,
+                                           const ir::ExternalData* external = nullptr);
   onnx::TensorProto to_proto(const std::string& name = "") const;
 
   int32_t dtype() const { return dtype_; }

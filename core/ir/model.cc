@@ -2,10 +2,16 @@
 #include "core/ir/model.h"
 
 #include "core/ir/operands.h"
+#include "core/paths/beneath.h"
 #include "core/paths/files.h"
 
 #include <algorithm>
+#include <functional>
 #include <climits>
+#include <cstring>
+#include <optional>
+#include <filesystem>
+#include <set>
 #include <sstream>
 
 #include <absl/strings/str_cat.h>
@@ -233,7 +239,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::parse(std::string_view bytes) {
 absl::StatusOr<std::unique_ptr<Model>> Model::load_file(const std::string& path) {
   auto bytes = paths::read_file(path);
   if (!bytes.ok()) return bytes.status();
-  return parse(*bytes);
+  auto model = parse(*bytes);
+  if (!model.ok()) return model.status();
+  std::string folder = std::filesystem::path(path).parent_path().string();
+  (*model)->set_external_data(ExternalData::beneath(folder.empty() ? "." : std::move(folder)));
+  return model;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,8 +326,106 @@ onnx::ModelProto Model::release_proto() {
   return out;
 }
 
+namespace {
+absl::StatusOr<std::string> serialize(const onnx::ModelProto& proto);
+}
+
 absl::StatusOr<std::string> Model::serialize_and_release() {
   onnx::ModelProto proto = release_proto();
+  return serialize(proto);
+}
+
+namespace {
+
+// Every tensor of the model: initializers and node attribute tensors, in every graph
+// (subgraphs, functions, training info), in a fixed order; `dense` is false for the parts of a
+// sparse tensor.
+void for_each_tensor(onnx::GraphProto* g, const std::function<void(onnx::TensorProto*, bool)>& f);
+
+void for_each_tensor(onnx::NodeProto* n, const std::function<void(onnx::TensorProto*, bool)>& f) {
+  for (auto& a : *n->mutable_attribute()) {
+    if (a.has_t()) f(a.mutable_t(), true);
+    for (auto& t : *a.mutable_tensors()) f(&t, true);
+    if (a.has_sparse_tensor()) {
+      f(a.mutable_sparse_tensor()->mutable_values(), false);
+      f(a.mutable_sparse_tensor()->mutable_indices(), false);
+    }
+    for (auto& st : *a.mutable_sparse_tensors()) {
+      f(st.mutable_values(), false);
+      f(st.mutable_indices(), false);
+    }
+    if (a.has_g()) for_each_tensor(a.mutable_g(), f);
+    for (auto& sub : *a.mutable_graphs()) for_each_tensor(&sub, f);
+  }
+}
+
+void for_each_tensor(onnx::GraphProto* g, const std::function<void(onnx::TensorProto*, bool)>& f) {
+  for (auto& t : *g->mutable_initializer()) f(&t, true);
+  for (auto& st : *g->mutable_sparse_initializer()) {
+    f(st.mutable_values(), false);
+    f(st.mutable_indices(), false);
+  }
+  for (auto& n : *g->mutable_node()) for_each_tensor(&n, f);
+}
+
+void for_each_tensor(onnx::ModelProto* m, const std::function<void(onnx::TensorProto*, bool)>& f) {
+  for_each_tensor(m->mutable_graph(), f);
+  for (auto& fn : *m->mutable_functions())
+    for (auto& n : *fn.mutable_node()) for_each_tensor(&n, f);
+  for (auto& t : *m->mutable_training_info()) {
+    for_each_tensor(t.mutable_initialization(), f);
+    for_each_tensor(t.mutable_algorithm(), f);
+  }
+}
+
+// The little-endian payload of an in-memory tensor of a fixed-size type, from raw_data or its
+// typed field (ONNX's storage rules); nullopt when the field does not match the dims.
+std::optional<std::string> raw_payload(const onnx::TensorProto& t) {
+  const size_t es = element_size(t.data_type());
+  auto count = element_count(t);
+  if (es == 0 || !count) return std::nullopt;
+  const uint64_t n = static_cast<uint64_t>(*count);
+  std::string out;
+  auto put = [&](const auto& field, auto tag, uint64_t per_element) -> bool {
+    using T = decltype(tag);
+    if (static_cast<uint64_t>(field.size()) != n * per_element) return false;
+    out.resize(field.size() * sizeof(T));
+    for (int i = 0; i < field.size(); ++i) {
+      const T v = static_cast<T>(field.Get(i));
+      std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+    }
+    return true;
+  };
+  bool ok = false;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: ok = put(t.float_data(), float{}, 1); break;
+    case onnx::TensorProto::COMPLEX64: ok = put(t.float_data(), float{}, 2); break;
+    case onnx::TensorProto::DOUBLE: ok = put(t.double_data(), double{}, 1); break;
+    case onnx::TensorProto::COMPLEX128: ok = put(t.double_data(), double{}, 2); break;
+    case onnx::TensorProto::INT64: ok = put(t.int64_data(), int64_t{}, 1); break;
+    case onnx::TensorProto::UINT64: ok = put(t.uint64_data(), uint64_t{}, 1); break;
+    case onnx::TensorProto::UINT32: ok = put(t.uint64_data(), uint32_t{}, 1); break;
+    case onnx::TensorProto::INT32: ok = put(t.int32_data(), int32_t{}, 1); break;
+    case onnx::TensorProto::INT16: ok = put(t.int32_data(), int16_t{}, 1); break;
+    case onnx::TensorProto::UINT16:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16: ok = put(t.int32_data(), uint16_t{}, 1); break;
+    case onnx::TensorProto::INT8: ok = put(t.int32_data(), int8_t{}, 1); break;
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::BOOL: ok = put(t.int32_data(), uint8_t{}, 1); break;
+    default: break;
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+std::string external_location(const onnx::TensorProto& t) {
+  for (const auto& e : t.external_data())
+    if (e.key() == "location") return e.value();
+  return {};
+}
+
+absl::StatusOr<std::string> serialize(const onnx::ModelProto& proto) {
   size_t size = proto.ByteSizeLong();
   if (size > static_cast<size_t>(INT_MAX))
     return absl::ResourceExhaustedError(
@@ -325,6 +433,129 @@ absl::StatusOr<std::string> Model::serialize_and_release() {
   std::string bytes;
   if (!proto.SerializeToString(&bytes)) return absl::InternalError("model serialization failed");
   return bytes;
+}
+
+}  // namespace
+
+bool Model::has_external_tensors() const {
+  for (Graph* g : all_graphs()) {
+    for (Value* v : g->initializers())
+      if (is_external(*v->initializer())) return true;
+    for (Node* n : g->nodes())
+      for (const auto& a : n->attributes()) {
+        if (a.has_t() && is_external(a.t())) return true;
+        for (const auto& t : a.tensors())
+          if (is_external(t)) return true;
+      }
+    for (const auto& st : g->rest().sparse_initializer())
+      if (is_external(st.values()) || is_external(st.indices())) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalWrite& write) {
+  if (!write.even_without_external && !has_external_tensors()) {
+    auto bytes = serialize_and_release();
+    if (!bytes.ok()) return bytes.status();
+    return SavedModel{std::move(*bytes), {}, 0, 0};
+  }
+  if (auto st = paths::check_location(write.location); !st.ok()) return st;
+  {
+    // The new file must not replace one the model reads: checked before anything is released.
+    for (Graph* g : all_graphs()) {
+      auto check = [&](const onnx::TensorProto& t) -> absl::Status {
+        if (is_external(t) && external_location(t) == write.location)
+          return absl::InvalidArgumentError(absl::StrCat(
+              "cannot write new external data to '", paths::shown_location(write.location),
+              "': the model already references that location"));
+        return absl::OkStatus();
+      };
+      for (Value* v : g->initializers())
+        if (auto st = check(*v->initializer()); !st.ok()) return st;
+      for (Node* n : g->nodes())
+        for (const auto& a : n->attributes()) {
+          if (a.has_t())
+            if (auto st = check(a.t()); !st.ok()) return st;
+          for (const auto& t : a.tensors())
+            if (auto st = check(t); !st.ok()) return st;
+        }
+      for (const auto& sp : g->rest().sparse_initializer())
+        for (const auto* t : {&sp.values(), &sp.indices()})
+          if (auto st = check(*t); !st.ok()) return st;
+    }
+  }
+  onnx::ModelProto proto = release_proto();
+  std::optional<paths::BeneathWriter> writer;
+  absl::Status status;
+  SavedModel saved;
+  std::set<std::string> locations;
+  const uint64_t min_bytes = std::max<uint64_t>(write.min_bytes, 1);
+  for_each_tensor(&proto, [&](onnx::TensorProto* t, bool dense) {
+    if (!status.ok()) return;
+    if (is_external(*t)) {
+      locations.insert(external_location(*t));
+      return;
+    }
+    if (!dense || element_size(t->data_type()) == 0 || t->has_segment() ||
+        tensor_bytes(*t) < min_bytes)
+      return;
+    std::optional<std::string> converted;  // a typed field's payload; raw_data is used in place
+    std::string_view payload;
+    if (t->has_raw_data()) {
+      payload = t->raw_data();
+    } else {
+      converted = raw_payload(*t);
+      if (!converted) return;
+      payload = *converted;
+    }
+    auto count = element_count(*t);
+    // A malformed tensor (payload and dims disagree) stays as it is.
+    if (payload.size() < min_bytes || !count ||
+        payload.size() / element_size(t->data_type()) != static_cast<uint64_t>(*count) ||
+        payload.size() % element_size(t->data_type()) != 0)
+      return;
+    if (!writer) {
+      auto w = paths::BeneathWriter::create(write.folder, write.location);
+      if (!w.ok()) {
+        status = w.status();
+        return;
+      }
+      writer.emplace(std::move(*w));
+    }
+    if (status = writer->pad_to(write.alignment); !status.ok()) return;
+    const uint64_t offset = writer->size();
+    if (status = writer->append(payload); !status.ok()) return;
+    const uint64_t length = payload.size();
+    converted.reset();
+    t->clear_raw_data();
+    t->clear_float_data();
+    t->clear_double_data();
+    t->clear_int32_data();
+    t->clear_int64_data();
+    t->clear_uint64_data();
+    t->clear_external_data();
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto add = [&](const char* key, std::string value) {
+      auto* e = t->add_external_data();
+      e->set_key(key);
+      e->set_value(std::move(value));
+    };
+    add("location", write.location);
+    add("offset", std::to_string(offset));
+    add("length", std::to_string(length));
+    ++saved.new_file_tensors;
+  });
+  if (!status.ok()) return status;
+  if (writer) {
+    if (auto st = writer->commit(); !st.ok()) return st;
+    saved.new_file_bytes = writer->size();
+    locations.insert(write.location);
+  }
+  auto bytes = serialize(proto);
+  if (!bytes.ok()) return bytes.status();
+  saved.model = std::move(*bytes);
+  saved.locations.assign(locations.begin(), locations.end());
+  return saved;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -335,6 +566,7 @@ class Cloner {
   std::unique_ptr<Model> run(const Model& src) {
     auto dst = std::make_unique<Model>();
     dst->rest_ = src.rest_;
+    dst->external_data_ = src.external_data_;
     dst->names_ = src.names_;
     dst->name_counter_ = src.name_counter_;
     dst->generation_ = src.generation_;
@@ -486,7 +718,8 @@ size_t Model::total_nodes() const {
 uint64_t Model::initializer_bytes() const {
   uint64_t bytes = 0;
   for (Graph* g : all_graphs())
-    for (Value* v : g->initializers()) bytes += tensor_bytes(*v->initializer());
+    for (Value* v : g->initializers())  // external payloads by their declared size
+      bytes += payload_bytes(*v->initializer()).value_or(0);
   return bytes;
 }
 

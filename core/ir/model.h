@@ -26,6 +26,7 @@
 #include <absl/status/statusor.h>
 #include <onnx/onnx_pb.h>
 
+#include "core/ir/external_data.h"
 #include "core/ir/shapes.h"
 #include "core/ir/tensor.h"
 
@@ -340,6 +341,8 @@ class Model {
 
   // Parses serialized ModelProto bytes. Errors are InvalidArgument with a precise reason.
   static absl::StatusOr<std::unique_ptr<Model>> parse(std::string_view bytes);
+  // Reads the file at `path` and parses it; its external-data tensors are read from the file's
+  // folder (ExternalData::beneath).
   static absl::StatusOr<std::unique_ptr<Model>> load_file(const std::string& path);
   // Takes ownership of the proto's contents (initializer tensors are moved, not copied).
   static absl::StatusOr<std::unique_ptr<Model>> from_proto(onnx::ModelProto&& proto);
@@ -350,6 +353,38 @@ class Model {
   // clone shares them.
   onnx::ModelProto release_proto();
   absl::StatusOr<std::string> serialize_and_release();
+  // Moves the model out like serialize_and_release, writing tensors to a new external-data
+  // file: every initializer and Constant `value` tensor (all graphs, functions included) that is
+  // not external, holds raw_data and has at least `min_bytes` of it (the passes' new weights)
+  // is appended, aligned to `alignment`, to `folder`/`location` (written by streaming, through a
+  // temporary file renamed at the end; paths::BeneathWriter's rules) and rewritten to reference
+  // it. External tensors keep their references. The file is not created when nothing goes into
+  // it. A model without external tensors is saved exactly as serialize_and_release does unless
+  // `even_without_external`. InvalidArgument (nothing written, the model kept) when `location`
+  // is one the model already references or breaks paths::check_location.
+  struct ExternalWrite {
+    std::string folder;
+    std::string location;
+    uint64_t min_bytes = 1024;  // as onnx's convert_model_to_external_data
+    uint64_t alignment = 64;  // of each tensor's offset
+    bool even_without_external = false;
+  };
+  struct SavedModel {
+    std::string model;                   // the serialized ModelProto
+    std::vector<std::string> locations;  // external files it references: sorted, unique
+    uint64_t new_file_bytes = 0;         // size of folder/location; 0 when not written
+    int64_t new_file_tensors = 0;        // tensors written to it
+  };
+  absl::StatusOr<SavedModel> serialize_with_external(const ExternalWrite& write);
+
+  // Where the payloads of external tensors are read from (null: unknown, and passes leave
+  // external tensors alone). Clones share it.
+  const std::shared_ptr<const ExternalData>& external_data() const { return external_data_; }
+  void set_external_data(std::shared_ptr<const ExternalData> data) {
+    external_data_ = std::move(data);
+  }
+  // True if some tensor of the model (initializers, Constant values, any graph) is external.
+  bool has_external_tensors() const;
 
   // Deep copy of the structure; initializer tensors are shared (immutable) with the clone.
   std::unique_ptr<Model> clone() const;
@@ -391,6 +426,7 @@ class Model {
   friend class Cloner;
   friend class FactEngine;
   onnx::ModelProto rest_;  // without graph and functions
+  std::shared_ptr<const ExternalData> external_data_;
   uint64_t generation_ = 1;
   bool inference_done_ = false;
   std::unique_ptr<Graph> graph_;

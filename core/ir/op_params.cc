@@ -19,18 +19,33 @@ std::optional<double> scalar_double(const Value* v) {
 
 }  // namespace
 
-const onnx::TensorProto* constant_proto(const Value* v) {
+const onnx::TensorProto* constant_header(const Value* v) {
   if (!v) return nullptr;
-  const onnx::TensorProto* t = nullptr;
-  if (v->is_constant()) {
-    t = v->initializer();
-  } else if (const Node* p = v->producer();
-             p && !p->dead() && p->is("Constant") && p->attributes().size() == 1) {
+  if (v->is_constant()) return v->initializer();
+  if (const Node* p = v->producer();
+      p && !p->dead() && p->is("Constant") && p->attributes().size() == 1) {
     const onnx::AttributeProto& a = p->attributes()[0];
-    if (a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) t = &a.t();
+    if (a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) return &a.t();
   }
-  if (!t || is_external(*t)) return nullptr;
-  return t;
+  return nullptr;
+}
+
+const onnx::TensorProto* constant_in_memory(const Value* v) {
+  const onnx::TensorProto* t = constant_header(v);
+  return t && !is_external(*t) ? t : nullptr;
+}
+
+const ExternalData* external_data_of(const Value* v) {
+  if (!v || !v->owner() || !v->owner()->model()) return nullptr;
+  return v->owner()->model()->external_data().get();
+}
+
+LoadedTensor constant_proto(const Value* v, uint64_t max_external_bytes) {
+  const onnx::TensorProto* t = constant_header(v);
+  if (!t) return LoadedTensor();
+  if (!is_external(*t)) return LoadedTensor(t);
+  auto loaded = load_tensor(*t, external_data_of(v), max_external_bytes);
+  return loaded.ok() ? std::move(*loaded) : LoadedTensor();
 }
 
 bool is_constant_value(const Value* v) {
@@ -40,14 +55,17 @@ bool is_constant_value(const Value* v) {
   return p && !p->dead() && p->is("Constant");
 }
 
+// Parameters (axes, shapes, bounds) are small: a larger external tensor is not one.
+constexpr uint64_t kMaxExternalParamBytes = 64 << 10;
+
 std::optional<std::vector<int64_t>> constant_ints(const Value* v) {
-  const onnx::TensorProto* t = constant_proto(v);
+  auto t = constant_proto(v, kMaxExternalParamBytes);
   if (!t) return std::nullopt;
   return read_int64s(*t);
 }
 
 std::optional<std::vector<double>> constant_doubles(const Value* v) {
-  const onnx::TensorProto* t = constant_proto(v);
+  auto t = constant_proto(v, kMaxExternalParamBytes);
   if (!t) return std::nullopt;
   return read_doubles(*t);
 }

@@ -20,11 +20,25 @@
 
 namespace graft::ir {
 
+// Largest external payload constant_proto reads by default (the size of constant passes decode).
+inline constexpr uint64_t kMaxExternalReadBytes = 16ull << 20;
+
 // The tensor a value holds for the whole run: a non-overridable initializer, or the `value`
-// attribute of the Constant node producing it (in any graph, function bodies included).
-// nullptr for anything else, including externally stored tensors and sparse constants.
-const onnx::TensorProto* constant_proto(const Value* v);
-// True if `v` is such a constant (also when its data is external, which constant_proto refuses).
+// attribute of the Constant node producing it (in any graph, function bodies included), with its
+// payload possibly external (not in memory): for its type, dims and size (payload_bytes), never
+// for its contents. nullptr for anything else (sparse constants, computed values).
+const onnx::TensorProto* constant_header(const Value* v);
+// The same tensor with its payload in memory, the one way passes read a constant's contents: an
+// in-memory tensor as it is, an external one read (pread of its range) through the model's
+// ExternalData when its payload is at most `max_external_bytes`, held by the result and released
+// with it. Empty for anything else: not a constant, an external tensor whose model has no
+// ExternalData, over the limit (checked before reading), or a reference that fails its checks.
+LoadedTensor constant_proto(const Value* v, uint64_t max_external_bytes = kMaxExternalReadBytes);
+// constant_header's tensor when its payload is in memory, else nullptr (no file is read).
+const onnx::TensorProto* constant_in_memory(const Value* v);
+// The ExternalData of the model `v` belongs to (null when unknown).
+const ExternalData* external_data_of(const Value* v);
+// True if `v` is such a constant (also when its data is external).
 bool is_constant_value(const Value* v);
 // Integer contents of a constant integer tensor (any int/bool type), nullopt otherwise.
 std::optional<std::vector<int64_t>> constant_ints(const Value* v);

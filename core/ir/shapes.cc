@@ -529,7 +529,7 @@ TensorFact unknown(bool* partial) {
 // it without data propagation).
 void may_know_more(const Node& n, bool* partial) {
   for (size_t i = 1; i < n.inputs().size(); ++i)
-    if (n.input(i) && !constant_proto(n.input(i))) return;
+    if (n.input(i) && !constant_in_memory(n.input(i))) return;
   *partial = true;
 }
 
@@ -1003,7 +1003,7 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
     return TensorFact::of_rank(t, std::move(dims));
   }
   if (op == "Range") {
-    if (constant_proto(n.input(0))) may_know_more(n, partial);  // libonnx computes its length
+    if (constant_in_memory(n.input(0))) may_know_more(n, partial);  // libonnx computes its length
     return TensorFact::of_rank(x.elem_type, {Dim{}});
   }
   if (op == "NonZero")

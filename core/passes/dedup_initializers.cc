@@ -2,17 +2,28 @@
 // (in initializer order): uses of the others are redirected to it and the others removed. Each
 // graph is deduplicated on its own, so a subgraph's initializers only merge with each other.
 //
+// External-data tensors are compared without holding them: by type, dims and length first, so
+// only a tensor with a same-sized external twin is read at all; then by a hash of their first
+// 64 KiB, so only those whose beginnings match another's are hashed whole; two references to
+// the same range are equal at once; otherwise the payload is hashed in blocks
+// (ExternalData::content_hash, remembered per range, so later rounds read nothing) and equal
+// hashes are confirmed block by block.
+//
 // Deliberately left alone:
 //  - initializers that are graph inputs (callers may override them: they are interface);
-//  - external-data tensors (their bytes are not in memory) and tensors using `segment`;
-//  - equal values stored differently (raw_data in one, typed fields in the other);
+//  - tensors using `segment`, and external-data tensors of a model whose files are unknown;
+//  - equal values stored differently (raw_data in one, typed fields in the other, external data
+//    in a third);
 //  - a duplicate whose kept twin is also a graph output: both names are interface.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 #include "core/passes/rewriter.h"
@@ -75,8 +86,43 @@ bool same_tensor(const TensorProto& a, const TensorProto& b) {
 bool can_merge(const ir::Value& v) {
   if (v.is_graph_input() || !v.initializer()) return false;
   const TensorProto& t = *v.initializer();
-  return !ir::is_external(t) && !t.has_segment() && t.external_data_size() == 0 &&
-         t.data_type() != TensorProto::UNDEFINED;
+  if (t.has_segment() || t.data_type() == TensorProto::UNDEFINED) return false;
+  if (ir::is_external(t)) return ir::external_data_of(&v) != nullptr;
+  return t.external_data_size() == 0;
+}
+
+// What two external tensors must share before their bytes are looked at: type, dims, length.
+size_t external_shape_key(const TensorProto& t, uint64_t length) {
+  std::hash<std::string_view> hash;
+  size_t h = static_cast<size_t>(t.data_type());
+  mix(h, t.dims_size());
+  mix(h, hash(bytes_of(t.dims())));
+  mix(h, std::hash<uint64_t>()(length));
+  return h;
+}
+
+// The first kHeadBytes of an external tensor's payload as an external tensor of its own (bytes
+// at the same location and offset), for a cheap first hash; nullopt when its keys are bad.
+constexpr uint64_t kHeadBytes = 64 << 10;
+std::optional<TensorProto> head_tensor(const TensorProto& t) {
+  auto keys = ir::parse_external_keys(t);
+  auto length = ir::payload_bytes(t);
+  if (!keys.ok() || !length) return std::nullopt;
+  const uint64_t n = std::min(*length, kHeadBytes);
+  TensorProto head;
+  head.set_name(t.name());
+  head.set_data_type(TensorProto::UINT8);
+  head.add_dims(static_cast<int64_t>(n));
+  head.set_data_location(TensorProto::EXTERNAL);
+  auto add = [&](const char* key, std::string value) {
+    auto* e = head.add_external_data();
+    e->set_key(key);
+    e->set_value(std::move(value));
+  };
+  add("location", keys->location);
+  add("offset", std::to_string(keys->offset));
+  add("length", std::to_string(n));
+  return head;
 }
 
 class DedupInitializers final : public Pass {
@@ -92,15 +138,62 @@ class DedupInitializers final : public Pass {
 
  private:
   static void run_graph(Rewriter& rw, ir::Graph& g, PassResult& result) {
-    std::unordered_map<size_t, std::vector<ir::Value*>> kept;
+    // External tensors with a same-sized twin: only these are ever read. Their first bytes are
+    // hashed first (weights of the same shape almost always differ there), and only those whose
+    // first bytes match another's are hashed whole.
+    std::unordered_map<size_t, int> external_shapes;
+    std::unordered_map<const ir::Value*, size_t> shape_of;
+    for (ir::Value* v : g.initializers()) {
+      if (!can_merge(*v) || !ir::is_external(*v->initializer())) continue;
+      auto length = ir::payload_bytes(*v->initializer());
+      if (!length) continue;
+      const size_t key = external_shape_key(*v->initializer(), *length);
+      shape_of[v] = key;
+      ++external_shapes[key];
+    }
+    std::unordered_map<size_t, int> external_heads;
+    std::unordered_map<const ir::Value*, size_t> head_of;
+    for (auto& [v, key] : shape_of) {
+      if (external_shapes[key] < 2) continue;
+      auto head = head_tensor(*v->initializer());
+      if (!head) continue;
+      auto h = ir::external_data_of(v)->content_hash(*head);
+      if (!h.ok()) continue;  // an unreadable reference stays as it is
+      size_t head_key = key;
+      mix(head_key, static_cast<size_t>(*h));
+      head_of[v] = head_key;
+      ++external_heads[head_key];
+    }
+    std::unordered_map<size_t, std::vector<ir::Value*>> kept, kept_external;
     for (ir::Value* v : g.initializers()) {
       if (!can_merge(*v)) continue;
-      auto& bucket = kept[tensor_hash(*v->initializer())];
-      auto twin = bucket.begin();
-      while (twin != bucket.end() && !same_tensor(*(*twin)->initializer(), *v->initializer()))
-        ++twin;
-      if (twin == bucket.end()) {
-        bucket.push_back(v);
+      const TensorProto& t = *v->initializer();
+      std::vector<ir::Value*>* bucket = nullptr;
+      std::function<bool(const ir::Value*)> same;
+      if (ir::is_external(t)) {
+        auto head = head_of.find(v);
+        if (head == head_of.end() || external_heads[head->second] < 2) continue;
+        const ir::ExternalData* data = ir::external_data_of(v);
+        // Remembered per range by ExternalData: a head as long as the tensor is not read again.
+        auto h = data->content_hash(t);
+        if (!h.ok()) continue;
+        size_t key = head->second;
+        mix(key, static_cast<size_t>(*h));
+        bucket = &kept_external[key];
+        same = [&](const ir::Value* twin) {
+          const TensorProto& o = *twin->initializer();
+          if (o.data_type() != t.data_type() || !same_field(o.dims(), t.dims())) return false;
+          auto equal = data->same_payload(o, t);
+          return equal.ok() && *equal;
+        };
+      } else {
+        bucket = &kept[tensor_hash(t)];
+        same = [&](const ir::Value* twin) { return same_tensor(*twin->initializer(), t); };
+      }
+      auto twin = bucket->begin();
+      while (twin != bucket->end() && !same(*twin)) ++twin;
+      if (twin == bucket->end()) {
+        bucket->push_back(v);
         continue;
       }
       ir::Value* keep = *twin;

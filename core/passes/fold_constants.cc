@@ -86,6 +86,11 @@ class FoldConstants final : public Pass {
   // Evaluates `n` and replaces it by initializers; false (model untouched) if it should stay.
   bool fold(ir::Node* n) {
     if (!foldable(*n)) return false;
+    // A Constant holding external data already is a constant, and reading it would only bring
+    // its bytes into memory (extract_constants moves it, reference and all).
+    if (n->is("Constant"))
+      for (const auto& a : n->attributes())
+        if (a.has_t() && ir::is_external(a.t())) return false;
 
     // Inputs are read under the same cap: a crafted initializer must not make us allocate more.
     std::vector<eval::Tensor> storage;
@@ -93,8 +98,10 @@ class FoldConstants final : public Pass {
     std::unordered_set<const ir::Value*> counted;
     for (ir::Value* v : n->inputs()) {
       if (!v) continue;
-      auto t = eval::Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes);
-      if (!t.ok()) return false;  // external data, segments, malformed or too large
+      // An external input is read (after the size check) for this fold and released with it.
+      auto t = eval::Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes,
+                                        ir::external_data_of(v));
+      if (!t.ok()) return false;  // unreadable external data, segments, malformed or too large
       storage.push_back(std::move(*t));
     }
     std::vector<const eval::Tensor*> inputs;
@@ -131,7 +138,7 @@ class FoldConstants final : public Pass {
         all_fold = all_fold && (u.node == n || foldable(*u.node));
       }
       if (all_fold && !readers.empty())
-        freed_bytes += ir::tensor_bytes(*v->initializer()) / readers.size();
+        freed_bytes += ir::payload_bytes(*v->initializer()).value_or(0) / readers.size();
     }
     const bool grows = !n->is("Constant") && output_bytes >= kAlwaysFoldBytes &&
                        static_cast<unsigned __int128>(output_bytes) >

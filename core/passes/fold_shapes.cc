@@ -80,7 +80,7 @@ bool fold_gather(ir::Node& n, Rewriter& rw) {
     return false;
   const int64_t axis = n.attr_int("axis", 0);
   if (axis != 0 && axis != -1) return false;
-  const onnx::TensorProto* indices_proto = constant_proto(n.input(1));
+  const auto* indices_proto = constant_header(n.input(1));
   auto indices = constant_ints(n.input(1));
   auto entries = shape_entries(*shape);
   if (!indices || !entries) return false;

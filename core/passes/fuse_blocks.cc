@@ -74,7 +74,7 @@ ir::Node* inner(ir::Value* v, std::string_view op, size_t inputs, const ir::Node
 // `v` is a constant with one element of type `dtype` (x's; 0: any, for Pow's exponent) equal to
 // `want` (within `rel` of it), that does not broadcast x to a higher rank.
 bool scalar_is(const ir::Value* v, const ir::Value* x, int32_t dtype, double want, double rel) {
-  const TensorProto* c = constant_proto(v);
+  const auto* c = constant_header(v);
   if (!c || (dtype != 0 && c->data_type() != dtype)) return false;
   if (c->dims_size() > 0) {
     std::optional<int64_t> rank = x->rank();
@@ -191,7 +191,7 @@ bool gelu(ir::Node& root, Rewriter& rw, Term term, const char* approximate) {
         ir::Value* x = factors[3 - h - t];
         // x's type, or where the facts do not know it (a function's input) the 0.5's: the
         // block's binary ops require both operands to have the same type.
-        const TensorProto* half = constant_proto(factors[h]);
+        const auto* half = constant_header(factors[h]);
         const int32_t dtype = x->elem_type() ? x->elem_type() : half ? half->data_type() : 0;
         if (!is_ieee_float(dtype) || !scalar_is(factors[h], x, dtype, 0.5, 0)) continue;
         Block block = {&root, product};
@@ -308,7 +308,7 @@ std::optional<Variance> plus_epsilon(ir::Value* radicand, const ir::Value* x,
   if (!add) return std::nullopt;
   for (int side = 0; side < 2; ++side) {
     const ir::Value* eps = add->input(1 - side);
-    const TensorProto* c = constant_proto(eps);
+    const auto* c = constant_header(eps);
     if (!c || c->data_type() != x->elem_type() || c->dims_size() > x->rank().value_or(0)) continue;
     std::optional<double> value = constant_scalar(eps);
     if (!value || !std::isfinite(*value)) continue;
@@ -341,7 +341,7 @@ ir::Value* affine_operand(ir::Node& n, ir::Value* y, const ir::Value* x, int64_t
   ir::Value* g = other_operand(n, y);
   if (!g || g == y) return nullptr;
   const size_t k = norm.size();
-  if (const TensorProto* c = constant_proto(g)) {
+  if (const auto* c = constant_header(g)) {
     if (c->data_type() != x->elem_type() || c->dims_size() < static_cast<int>(k) ||
         c->dims_size() > rank)
       return nullptr;

@@ -59,7 +59,7 @@ bool matmul_add(ir::Node& add, Rewriter& rw) {
   if (add.outputs().size() != 1 || matmul->graph() != add.graph()) return false;
 
   // Integer Gemm exists only from opset 9 and bfloat16 only from 13: stay with float types.
-  const TensorProto* c = constant_proto(bias);
+  const auto* c = constant_header(bias);
   if (!c || !is_ieee_float(c->data_type())) return false;
   const int32_t dtype = c->data_type();
   for (const ir::Value* v : {a, b, matmul->output(0)})
@@ -203,7 +203,7 @@ bool gemm_add(ir::Node& add, Rewriter& rw) {
       !add.attributes().empty() || gemm->graph() != add.graph() || gemm->opset() < 11 ||
       add.outputs().size() != 1)
     return false;
-  const onnx::TensorProto* c = constant_proto(bias);
+  const auto* c = constant_header(bias);
   const ir::TensorFact& out = gemm->output(0)->fact();
   if (!c || c->data_type() != out.elem_type || !out.has_rank || out.dims.size() != 2 ||
       !bias_fits(*c, out.dim(0), out.dim(1)))

@@ -362,7 +362,7 @@ bool Plan::plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast,
       return true;
     }
   }
-  if (const onnx::TensorProto* c = constant_proto(in)) {
+  if (const onnx::TensorProto* c = constant_header(in)) {
     const int64_t k = c->dims_size();
     if (k > r || (!broadcast && k != r)) return false;
     std::vector<int64_t> dims(static_cast<size_t>(r - k), 1);
@@ -373,9 +373,11 @@ bool Plan::plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast,
     // One element (or only 1-dims) reads the same in any layout.
     if (std::count(dims.begin(), dims.end(), 1) == r) return true;
     // A new constant as large as the old one: only where the old one goes away, or is small.
-    const uint64_t bytes = ir::tensor_bytes(*c);
-    if (ir::is_external(*c) || bytes > kMaxConstantBytes ||
-        (!single_use(in) && bytes > kSmallConstantBytes))
+    // An external constant is sized by its header here and read only by prepare().
+    const std::optional<uint64_t> payload = ir::payload_bytes(*c);
+    if (!payload || (ir::is_external(*c) && !ir::external_data_of(in))) return false;
+    const uint64_t bytes = *payload;
+    if (bytes > kMaxConstantBytes || (!single_use(in) && bytes > kSmallConstantBytes))
       return false;
     ops->constants.emplace_back(Slot(&n, slot), std::move(dims));
     return true;

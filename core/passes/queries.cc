@@ -1,6 +1,7 @@
 #include "core/passes/queries.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/ir/tensor.h"
 
@@ -9,9 +10,10 @@ namespace graft {
 using onnx::TensorProto;
 
 std::optional<eval::Tensor> constant_tensor(const ir::Value* v, uint64_t max_bytes) {
-  const TensorProto* proto = constant_proto(v);
+  const TensorProto* proto = ir::constant_header(v);
   if (!proto) return std::nullopt;
-  auto t = eval::Tensor::from_proto(*proto, max_bytes);
+  // An external payload is read straight into the tensor, after the size check.
+  auto t = eval::Tensor::from_proto(*proto, max_bytes, ir::external_data_of(v));
   if (!t.ok() || t->dtype() == TensorProto::STRING) return std::nullopt;
   return std::move(*t);
 }
@@ -19,14 +21,18 @@ std::optional<eval::Tensor> constant_tensor(const ir::Value* v, uint64_t max_byt
 std::optional<FloatConstant> float_constant(const ir::Value* v) {
   auto type = float_constant_type(v);
   if (!type) return std::nullopt;
-  auto values = ir::read_doubles(*constant_proto(v));
+  // An external weight is read for the call and released after.
+  auto t = constant_proto(v, kMaxExternalWeightBytes);
+  if (!t) return std::nullopt;
+  auto values = ir::read_doubles(*t);
   if (!values) return std::nullopt;  // a malformed payload
   return FloatConstant{type->dtype, std::move(type->dims), std::move(*values)};
 }
 
 std::optional<FloatConstantType> float_constant_type(const ir::Value* v) {
-  const TensorProto* t = constant_proto(v);
+  const TensorProto* t = ir::constant_header(v);
   if (!t || !is_ieee_float(t->data_type())) return std::nullopt;
+  if (ir::is_external(*t) && !ir::external_data_of(v)) return std::nullopt;  // cannot be read
   return FloatConstantType{t->data_type(),
                            std::vector<int64_t>(t->dims().begin(), t->dims().end())};
 }

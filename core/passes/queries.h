@@ -17,6 +17,7 @@
 namespace graft {
 
 using ir::constant_doubles;
+using ir::constant_header;
 using ir::constant_ints;
 using ir::constant_proto;
 using ir::is_constant_value;
@@ -27,18 +28,28 @@ inline constexpr uint64_t kMaxConstantBytes = 16ull << 20;
 // this size, and rewrites may copy one (e.g. transposed) while the original stays for others.
 inline constexpr uint64_t kSmallConstantBytes = 64 << 10;
 
-// The constant `v` holds (see ir::constant_proto), decoded; nullopt for strings, external data,
-// tensors over `max_bytes` or malformed payloads.
+// Largest external weight the weight rewrites (float_constant, weights.h) read for one rewrite:
+// in-memory weights have no such limit, but an external one is read from disk for the call.
+inline constexpr uint64_t kMaxExternalWeightBytes = 256ull << 20;
+
+// Reading constants: every query below reads an external tensor's payload through the model's
+// ExternalData (ir::constant_proto, eval::Tensor::from_proto), checking its size first and
+// releasing it after; a pass never reads external bytes any other way.
+// The constant `v` holds (see ir::constant_proto), decoded; nullopt for strings, tensors over
+// `max_bytes` (an external one is then not read), external tensors that cannot be read, or
+// malformed payloads.
 std::optional<eval::Tensor> constant_tensor(const ir::Value* v,
                                             uint64_t max_bytes = kMaxConstantBytes);
-// A constant float tensor (FLOAT, DOUBLE or FLOAT16) with its type and dims, values as doubles.
+// A constant float tensor (FLOAT, DOUBLE or FLOAT16) with its type and dims, values as doubles
+// (an external one up to kMaxExternalWeightBytes).
 struct FloatConstant {
   int32_t dtype = 0;
   std::vector<int64_t> dims;
   std::vector<double> values;
 };
 std::optional<FloatConstant> float_constant(const ir::Value* v);
-// The type and dims of such a constant without decoding its values (cheap on large weights).
+// The type and dims of such a constant without decoding its values (cheap on large weights; an
+// external one is not read).
 struct FloatConstantType {
   int32_t dtype = 0;
   std::vector<int64_t> dims;

@@ -100,7 +100,7 @@ std::optional<Entries> trace_slice(const ir::Node& n, int depth) {
 std::optional<Entries> trace(const ir::Value* v, int depth) {
   if (!v || v->dead() || depth > kMaxDepth) return std::nullopt;
   if (is_constant_value(v)) {
-    const onnx::TensorProto* t = constant_proto(v);
+    const auto* t = constant_header(v);
     if (!t || t->dims_size() > 1 || !is_shape_int(t->data_type())) return std::nullopt;
     auto values = constant_ints(v);
     if (!values || values->size() > kMaxEntries) return std::nullopt;
@@ -134,7 +134,7 @@ std::optional<Entries> trace(const ir::Value* v, int depth) {
     if (!only_attributes(*p, {"axis"}) || p->inputs().size() != 2) return std::nullopt;
     const int64_t axis = p->attr_int("axis", 0);
     if (axis != 0 && axis != -1) return std::nullopt;
-    const onnx::TensorProto* idx = constant_proto(p->input(1));
+    const auto* idx = constant_header(p->input(1));
     auto indices = constant_ints(p->input(1));
     if (!idx || idx->dims_size() > 1 || !indices) return std::nullopt;
     auto in = trace(p->input(0), depth);

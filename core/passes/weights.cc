@@ -186,7 +186,7 @@ std::optional<onnx::TensorProto> scaled_weight(const LinearOp& op,
   const FloatConstantType& w = op.weight;
   const auto count = ir::element_count(w.dims);
   if (!count) return std::nullopt;
-  const onnx::TensorProto* t = constant_proto(op.node->input(1));
+  auto t = constant_proto(op.node->input(1), kMaxExternalWeightBytes);
   if (t && w.dtype == onnx::TensorProto::FLOAT &&
       t->data_location() == onnx::TensorProto::DEFAULT &&
       t->raw_data().size() == static_cast<size_t>(*count) * sizeof(float)) {
@@ -203,6 +203,7 @@ std::optional<onnx::TensorProto> scaled_weight(const LinearOp& op,
       if (!std::isfinite(v)) return std::nullopt;  // an overflow (or a NaN or infinite weight)
     return ir::make_float32_tensor(w.dims, values);
   }
+  t = ir::LoadedTensor();  // an external payload is not held twice
   auto decoded = float_constant(op.node->input(1));
   if (!decoded || static_cast<int64_t>(decoded->values.size()) != *count) return std::nullopt;
   std::vector<double>& values = decoded->values;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cerrno>
 #include <system_error>
 #include <utility>
@@ -139,9 +138,12 @@ absl::Status check_location(std::string_view name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name,
-                                 uint64_t* size) {
-  if (auto st = check_location(name); !st.ok()) return st;
+namespace {
+
+// The regular file `folder`/`name`, opened by read_beneath's rules.
+absl::StatusOr<Fd> open_regular(const std::string& folder, std::string_view name,
+                                struct stat* st) {
+  if (auto status = check_location(name); !status.ok()) return status;
   const std::vector<std::string> parts = components(name);
   auto dir = open_folders(folder, name, parts, /*create=*/false);
   if (!dir.ok()) return dir.status();
@@ -151,20 +153,19 @@ absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view nam
   if (!fd.ok())
     return open_error(dir->get(), name, folder.empty() ? "." : folder, parts.back(),
                       std::string(name), errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return io_error(name, "read", path, errno);
-  if (!S_ISREG(st.st_mode)) return invalid(name, "not a regular file");
-  if (size) *size = static_cast<uint64_t>(st.st_size);
-  return fd.release();
+  if (::fstat(fd.get(), st) != 0) return io_error(name, "read", path, errno);
+  if (!S_ISREG(st->st_mode)) return invalid(name, "not a regular file");
+  return fd;
 }
 
+}  // namespace
+
 absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_view name) {
-  uint64_t size = 0;
-  auto opened = open_beneath(folder, name, &size);
-  if (!opened.ok()) return opened.status();
-  Fd fd(*opened);
+  struct stat st;
+  auto fd = open_regular(folder, name, &st);
+  if (!fd.ok()) return fd.status();
   const std::string path = (folder.empty() ? "." : folder) + "/" + std::string(name);
-  auto bytes = read_all(fd.get(), absl::StrCat("'", path, "'"), size);
+  auto bytes = read_all(fd->get(), absl::StrCat("'", path, "'"), static_cast<uint64_t>(st.st_size));
   if (!bytes.ok())
     return absl::Status(bytes.status().code(),
                         absl::StrCat("external data location '", shown(name), "': ",
@@ -172,12 +173,20 @@ absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_
   return bytes;
 }
 
-namespace {
+absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name,
+                                 uint64_t* size) {
+  struct stat st;
+  auto fd = open_regular(folder, name, &st);
+  if (!fd.ok()) return fd.status();
+  if (size) *size = static_cast<uint64_t>(st.st_size);
+  // Reads of parts of it may block like any regular file read.
+  const int flags = ::fcntl(fd->get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
+  return fd->release();
+}
 
-// write_beneath's procedure, with `fill` writing the contents to the temporary file's
-// descriptor (returning 0, or the errno of a failed write).
-absl::Status write_beneath_with(const std::string& folder, std::string_view name,
-                                const std::function<int(int)>& fill) {
+absl::Status write_beneath(const std::string& folder, std::string_view name,
+                           std::string_view bytes) {
   if (auto st = check_location(name); !st.ok()) return st;
   const std::vector<std::string> parts = components(name);
   auto dir = open_folders(folder, name, parts, /*create=*/true);
@@ -202,68 +211,147 @@ absl::Status write_beneath_with(const std::string& folder, std::string_view name
     ::unlinkat(dir->get(), tmp.c_str(), 0);
     return io_error(name, "write", path, err);
   };
-  if (int err = fill(fd.get()); err != 0) return fail(err);
+  for (size_t off = 0; off < bytes.size();) {
+    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(errno);
+    off += static_cast<size_t>(n);
+  }
   if (::close(fd.release()) != 0) return fail(errno);
   if (::renameat(dir->get(), tmp.c_str(), dir->get(), last.c_str()) != 0) return fail(errno);
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::StatusOr<BeneathWriter> BeneathWriter::create(const std::string& folder,
+                                                    std::string_view name) {
+  if (auto st = check_location(name); !st.ok()) return st;
+  const std::vector<std::string> parts = components(name);
+  auto dir = open_folders(folder, name, parts, /*create=*/true);
+  if (!dir.ok()) return dir.status();
+  BeneathWriter w;
+  w.name_ = std::string(name);
+  w.last_ = parts.back();
+  w.path_ = (folder.empty() ? "." : folder) + "/" + std::string(name);
+  struct stat st;
+  if (::fstatat(dir->get(), w.last_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISLNK(st.st_mode))
+      return invalid(name, absl::StrCat("'", shown(name), "' is a symbolic link (not followed)"));
+    if (!S_ISREG(st.st_mode)) return invalid(name, "exists and is not a regular file");
+  }
+  static std::atomic<uint64_t> counter{0};
+  w.tmp_ = absl::StrCat(".graft-tmp-", ::getpid(), "-w", counter++);
+  Fd fd(::openat(dir->get(), w.tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                 0666));
+  if (!fd.ok()) return io_error(name, "create", w.path_, errno);
+  w.dir_ = dir->release();
+  w.fd_ = fd.release();
+  return w;
+}
 
-absl::Status write_beneath(const std::string& folder, std::string_view name,
-                           std::string_view bytes) {
-  return write_beneath_with(folder, name, [&](int fd) {
-    for (size_t off = 0; off < bytes.size();) {
-      ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return errno;
-      off += static_cast<size_t>(n);
+BeneathWriter::BeneathWriter(BeneathWriter&& other) noexcept { *this = std::move(other); }
+
+BeneathWriter& BeneathWriter::operator=(BeneathWriter&& other) noexcept {
+  if (this != &other) {
+    abandon();
+    dir_ = std::exchange(other.dir_, -1);
+    fd_ = std::exchange(other.fd_, -1);
+    name_ = std::move(other.name_);
+    last_ = std::move(other.last_);
+    tmp_ = std::move(other.tmp_);
+    path_ = std::move(other.path_);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+BeneathWriter::~BeneathWriter() { abandon(); }
+
+void BeneathWriter::abandon() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+    if (dir_ >= 0) ::unlinkat(dir_, tmp_.c_str(), 0);
+  }
+  if (dir_ >= 0) {
+    ::close(dir_);
+    dir_ = -1;
+  }
+}
+
+absl::Status BeneathWriter::append(std::string_view bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError("write to a closed file");
+  for (size_t off = 0; off < bytes.size();) {
+    ssize_t n = ::write(fd_, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error(name_, "write", path_, errno);
+    off += static_cast<size_t>(n);
+  }
+  size_ += bytes.size();
+  return absl::OkStatus();
+}
+
+absl::Status BeneathWriter::append_file(int in, const std::string& in_path) {
+  if (fd_ < 0) return absl::FailedPreconditionError("write to a closed file");
+  // In the kernel first (no copy through this process's memory); in blocks where the two
+  // files' filesystems do not allow it.
+  for (;;) {
+    ssize_t n = ::copy_file_range(in, nullptr, fd_, nullptr, size_t{1} << 30, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0) {
+      size_ += static_cast<uint64_t>(n);
+      continue;
     }
-    return 0;
-  });
+    if (n == 0) return absl::OkStatus();
+    if (errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP)
+      return io_error(name_, "write", path_, errno);
+    break;
+  }
+  std::string block(size_t{4} << 20, 0);
+  for (;;) {
+    ssize_t n = ::read(in, block.data(), block.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error(name_, "read", in_path, errno);
+    if (n == 0) return absl::OkStatus();
+    if (auto st = append(std::string_view(block.data(), static_cast<size_t>(n))); !st.ok())
+      return st;
+  }
+}
+
+absl::Status BeneathWriter::pad_to(uint64_t alignment) {
+  if (alignment <= 1 || size_ % alignment == 0) return absl::OkStatus();
+  static const std::string zeros(4096, '\0');
+  uint64_t missing = alignment - size_ % alignment;
+  while (missing > 0) {
+    const uint64_t n = std::min<uint64_t>(missing, zeros.size());
+    if (auto st = append(std::string_view(zeros.data(), n)); !st.ok()) return st;
+    missing -= n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BeneathWriter::commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError("commit of a closed file");
+  const int fd = std::exchange(fd_, -1);
+  auto fail = [&](int err) {
+    ::unlinkat(dir_, tmp_.c_str(), 0);
+    return io_error(name_, "write", path_, err);
+  };
+  if (::close(fd) != 0) return fail(errno);
+  if (::renameat(dir_, tmp_.c_str(), dir_, last_.c_str()) != 0) return fail(errno);
+  ::close(std::exchange(dir_, -1));
+  return absl::OkStatus();
 }
 
 absl::Status copy_beneath(const std::string& from_folder, const std::string& to_folder,
                           std::string_view name) {
-  uint64_t size = 0;
-  auto opened = open_beneath(from_folder, name, &size);
-  if (!opened.ok()) return opened.status();
-  Fd in(*opened);
-  return write_beneath_with(to_folder, name, [&](int out) {
-    uint64_t done = 0;
-    bool kernel_copy = true;
-    std::string buffer;
-    while (done < size) {
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(size - done, 64u << 20));
-      ssize_t n = -1;
-      if (kernel_copy) {
-        // In the kernel (no copy through user memory; a reflink where the filesystem can).
-        loff_t off_in = static_cast<loff_t>(done);
-        n = ::copy_file_range(in.get(), &off_in, out, nullptr, want, 0);
-        if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
-          kernel_copy = false;
-          continue;
-        }
-      } else {
-        if (buffer.empty()) buffer.resize(4u << 20);
-        n = ::pread(in.get(), buffer.data(), std::min(want, buffer.size()),
-                    static_cast<off_t>(done));
-        if (n > 0) {
-          for (ssize_t w = 0; w < n;) {
-            ssize_t m = ::write(out, buffer.data() + w, static_cast<size_t>(n - w));
-            if (m < 0 && errno == EINTR) continue;
-            if (m < 0) return errno;
-            w += m;
-          }
-        }
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return errno;
-      if (n == 0) return EIO;  // the file shrank while being copied
-      done += static_cast<uint64_t>(n);
-    }
-    return 0;
-  });
+  auto in = open_beneath(from_folder, name);
+  if (!in.ok()) return in.status();
+  Fd fd(*in);
+  auto out = BeneathWriter::create(to_folder, name);
+  if (!out.ok()) return out.status();
+  const std::string path = (from_folder.empty() ? "." : from_folder) + "/" + std::string(name);
+  if (auto st = out->append_file(fd.get(), path); !st.ok()) return st;
+  return out->commit();
 }
 
 }  // namespace graft::paths

@@ -4,7 +4,6 @@
 // folder, and no component of it is a symbolic link.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -27,12 +26,6 @@ std::string shown_location(std::string_view name);
 // when the file cannot be opened or read.
 absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_view name);
 
-// Opens `folder`/`name` for reading under read_beneath's rules, for a caller that reads it in
-// pieces (a multi-GB file); the caller owns (and closes) the descriptor. `size`, if not null,
-// receives the file's size. Errors as read_beneath's.
-absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name,
-                                 uint64_t* size = nullptr);
-
 // Writes `bytes` to `folder`/`name`, creating the intermediate folders, atomically (a temporary
 // file renamed over the target). The same rules as read_beneath: an existing component that is
 // a symbolic link is an InvalidArgument error, and nothing is written; other failures are
@@ -40,9 +33,42 @@ absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view nam
 absl::Status write_beneath(const std::string& folder, std::string_view name,
                            std::string_view bytes);
 
-// Copies `from_folder`/`name` to `to_folder`/`name` in pieces (copy_file_range, so a multi-GB
-// file never passes through memory), reading under read_beneath's rules and writing under
-// write_beneath's (atomically). Errors as theirs.
+// A regular file below `folder` opened for reading parts of it (pread), by the same rules and
+// with the same errors as read_beneath. The descriptor is the caller's to close.
+// `size`, if not null, receives the file's size.
+absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name,
+                                 uint64_t* size = nullptr);
+
+// A file below `folder` written in pieces (write_beneath's rules): the bytes go to a temporary
+// file beside the target, renamed over it by commit(). Destroyed without commit(), the
+// temporary file is removed and the target left as it was.
+class BeneathWriter {
+ public:
+  static absl::StatusOr<BeneathWriter> create(const std::string& folder, std::string_view name);
+  BeneathWriter(BeneathWriter&& other) noexcept;
+  BeneathWriter& operator=(BeneathWriter&& other) noexcept;
+  BeneathWriter(const BeneathWriter&) = delete;
+  ~BeneathWriter();
+
+  absl::Status append(std::string_view bytes);
+  // Appends what is left of the file open as `in` (named `in_path` in errors), in the kernel
+  // where it can (copy_file_range), else in blocks.
+  absl::Status append_file(int in, const std::string& in_path);
+  // Zero bytes up to the next multiple of `alignment` (a power of two or any positive number).
+  absl::Status pad_to(uint64_t alignment);
+  uint64_t size() const { return size_; }
+  absl::Status commit();
+
+ private:
+  BeneathWriter() = default;
+  void abandon();
+  int dir_ = -1, fd_ = -1;
+  std::string name_, last_, tmp_, path_;
+  uint64_t size_ = 0;
+};
+
+// Copies `from_folder`/`name` to `to_folder`/`name` in blocks (never the whole file in memory),
+// by the rules of read_beneath and write_beneath. Errors as theirs.
 absl::Status copy_beneath(const std::string& from_folder, const std::string& to_folder,
                           std::string_view name);
 

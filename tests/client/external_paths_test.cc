@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "graft/v1/graft.grpc.pb.h"
+#include "tests/external_model.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -127,6 +128,58 @@ TEST_F(ExternalPaths, LocalModeCopiesAFileOnlyAFunctionReads) {
   r = graft(root_, "optimize -q --local --level O1 " + model_path() + " -o " + output_path());
   EXPECT_EQ(r.code, 3) << r.err;
   expect_nothing_escaped();
+}
+
+// y = Add(x, Transpose(w)), z = Mul(x, u) with w and u external: folding makes a new 2 KiB
+// weight from w; u stays as it is.
+std::unique_ptr<ir::Model> folding_model(const fs::path& folder, const std::string& w_location,
+                                         const std::string& u_location) {
+  std::string w, u;
+  for (int i = 0; i < 512; ++i) w += (i ? ", " : "") + std::to_string(i % 17 - 8);
+  for (int i = 0; i < 512; ++i) u += (i ? ", " : "") + std::to_string(i % 5);
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[32, 16] x) => (float[32, 16] y, float[32, 16] z) <float[16, 32] w = {)" + w +
+                          R"(}, float[32, 16] u = {)" + u + R"(}> {
+      t = Transpose <perm = [1, 0]> (w)
+      y = Add (x, t)
+      z = Mul (x, u)
+    }
+  )");
+  externalize(*model, folder, w_location, {"w"});
+  externalize(*model, folder, u_location, {"u"});
+  return model;
+}
+
+TEST_F(ExternalPaths, LocalModeWritesNewWeightsToANewFileAndCopiesOnlyWhatIsStillRead) {
+  auto model = folding_model(in(), "w.bin", "data/u.bin");
+  write(model_path(), model->to_proto().SerializeAsString());
+  CliRun r = graft(root_, "optimize -q --local " + model_path() + " -o " + output_path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(fs::file_size(out() / "m.graft.weights"), 2048u);  // the transposed w
+  EXPECT_EQ(read_file(out() / "data" / "u.bin"), read_file(in() / "data" / "u.bin"));
+  EXPECT_FALSE(fs::exists(out() / "w.bin"));  // folded away: not copied
+  EXPECT_LT(fs::file_size(output_path()), 1024u);
+  auto input = ir::Model::load_file(model_path());
+  auto output = ir::Model::load_file(output_path());
+  ASSERT_TRUE(input.ok() && output.ok());
+  EXPECT_EQ(count_ops(**output, "Transpose"), 0);
+  EXPECT_EQ(same_outputs(**input, **output), "");
+}
+
+TEST_F(ExternalPaths, LocalModeNumbersTheNewWeightsFileWhenTheInputUsesItsName) {
+  auto model = folding_model(in(), "m.graft.weights", "u.bin");
+  write(model_path(), model->to_proto().SerializeAsString());
+  const std::string before = read_file(in() / "m.graft.weights");
+  const std::string output = (in() / "m.onnx").string();  // beside the input
+  CliRun r = graft(root_, "optimize -q --local " + model_path() + " -o " + output);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_file(in() / "m.graft.weights"), before);  // the input's file is left alone
+  EXPECT_EQ(fs::file_size(in() / "m.graft-1.weights"), 2048u);
+  auto input = ir::Model::load_file(model_path());
+  auto optimized = ir::Model::load_file(output);
+  ASSERT_TRUE(input.ok() && optimized.ok());
+  EXPECT_EQ(same_outputs(**input, **optimized), "");
 }
 
 TEST_F(ExternalPaths, LocalModeRejectsDotDot) {

@@ -954,7 +954,10 @@ absl::Status constant_kernel(KernelContext& ctx) {
   if (a == nullptr) return invalid(ctx, "no value attribute");
   const std::string& name = a->name();
   if (name == "value") {
-    auto v = Tensor::from_proto(a->t(), ctx.limits.max_tensor_bytes);
+    const ir::Graph* g = ctx.node.graph();
+    const ir::ExternalData* external =
+        g && g->model() ? g->model()->external_data().get() : nullptr;
+    auto v = Tensor::from_proto(a->t(), ctx.limits.max_tensor_bytes, external);
     if (!v.ok()) return v.status();
     if (ctx.outputs.empty()) return invalid(ctx, "no output");
     ctx.outputs[0] = std::move(*v);
