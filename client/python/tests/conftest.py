@@ -80,3 +80,19 @@ def graftd():
 def client(graftd):
     with graft_client.Client(graftd.address, timeout=60) as c:
         yield c
+
+
+@pytest.fixture
+def fake_server():
+    """start(answer, lookup_answer=None) -> (FakeGraft, target); stopped after the test."""
+    from fakes import start_fake
+    servers = []
+
+    def start(answer, lookup_answer=None):
+        server, fake, target = start_fake(answer, lookup_answer)
+        servers.append(server)
+        return fake, target
+
+    yield start
+    for server in servers:
+        server.stop(None)
