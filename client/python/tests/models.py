@@ -70,3 +70,12 @@ def with_location(model, location):
 
 def node_count(model_bytes):
     return len(onnx.load_from_string(model_bytes).graph.node)
+
+
+def external_model(folder, seed, location="weights.bin"):
+    """A conv_bn model saved in `folder` with its initializers in `location`: (path, model
+    bytes, weights bytes)."""
+    (folder / location).parent.mkdir(parents=True, exist_ok=True)
+    save_with_external_data(conv_bn_model(seed=seed), folder / "model.onnx", location)
+    return (folder / "model.onnx", (folder / "model.onnx").read_bytes(),
+            (folder / location).read_bytes())
