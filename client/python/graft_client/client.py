@@ -72,17 +72,13 @@ def model_digest(model, external_data_dir=None):
 
 def write_atomically(path, data):
     """Writes `data` through a temporary file in `path`'s folder renamed over `path`: readers see
-    the old file or the new one, never a part, and a failed write leaves no temporary file.
-    `data` is bytes, or a function that writes the content into the open binary file."""
+    the old file or the new one, never a part, and a failed write leaves no temporary file."""
     folder = os.path.dirname(os.fspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.", suffix=".tmp",
                                dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            if callable(data):
-                data(f)
-            else:
-                f.write(data)
+            f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
@@ -264,6 +260,10 @@ class Result:
                     f"{'...' if len(missing) > 3 else ''}: not kept (optimize with "
                     "keep_external_files=True and the input's folder), or save(path, "
                     "external_files=False)")
+            # Every input file to copy must still be the one hashed, before anything is written.
+            for f in self.external_files:
+                if f._data is None and f._spool is None:
+                    f._open_source().close()
             # Files first: a refused location leaves no model referring to missing files.
             for f in self.external_files:
                 f._write(folder, self._protect)

@@ -37,7 +37,8 @@ class FakeGraft(graft_pb2_grpc.GraftServicer):
             if request.WhichOneof("kind") == "start":
                 self.starts.append(request.start)
             else:
-                upload[request.chunk.file] = upload.get(request.chunk.file, b"") + request.chunk.data
+                name = request.chunk.file
+                upload[name] = upload.get(name, b"") + request.chunk.data
         self.uploads.append(upload)
         yield from self.answer()
 

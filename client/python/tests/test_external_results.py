@@ -297,9 +297,10 @@ def test_an_input_file_changed_after_optimizing_is_not_copied(tmp_path, fake_ser
     with graft_client.Client(target, timeout=10) as c:
         result = c.optimize(path, lookup_first=False)
     (tmp_path / "src" / "weights.bin").write_bytes(b"changed")
+    (tmp_path / "out").mkdir()
     with pytest.raises(graft_client.DataLossError, match="changed since"):
-        result.save(tmp_path / "out.onnx")
-    assert not (tmp_path / "out.onnx").exists()
+        result.save(tmp_path / "out" / "model.onnx")
+    assert list((tmp_path / "out").iterdir()) == []  # checked before anything is written
 
 
 def test_every_name_is_checked_before_anything_is_written(tmp_path):
