@@ -380,15 +380,19 @@ def test_answers_inconsistent_with_the_report_are_refused(tmp_path, fake_server,
 
 
 def test_e2e_external_data_report_and_lookup_hit(input_digest_server, client, tmp_path):
-    path, model, weights = external_model(tmp_path / "src", seed=511)
+    path, model, weights = external_model(tmp_path / "src", seed=511, pinned=True)
     first = client.optimize(path)
     assert not first.lookup_hit
     digest = graft_client.input_digest(sha(model), [("weights.bin", len(weights), sha(weights))])
     assert first.input_sha256 == digest == first.report.input_sha256
-    [f] = first.report.external_files
-    assert (f.name, f.size, f.sha256, f.from_input) == ("weights.bin", len(weights),
-                                                        sha(weights), True)
-    assert [rf.received for rf in first.external_files] == [False]  # not sent back
+    # The pinned tensor keeps the input's file referenced, unchanged: listed, not sent back.
+    # Whatever else the report lists (weights the passes rewrote) was sent, with its sha256.
+    listed = {f.name: f for f in first.report.external_files}
+    f = listed["weights.bin"]
+    assert (f.size, f.sha256, f.from_input) == (len(weights), sha(weights), True)
+    assert all(f.sha256 for f in listed.values())
+    for rf in first.external_files:
+        assert rf.received == (not rf.from_input) and rf.sha256 == listed[rf.name].sha256
 
     second = client.optimize(path)
     assert second.lookup_hit and second.cache_hit and second.uploaded_bytes == 0
@@ -398,8 +402,11 @@ def test_e2e_external_data_report_and_lookup_hit(input_digest_server, client, tm
     out.parent.mkdir()
     second.save(out)
     assert (out.parent / "weights.bin").read_bytes() == weights
+    for rf in second.external_files:
+        assert sha((out.parent / rf.name).read_bytes()) == rf.sha256
     onnx.checker.check_model(str(out))
-    assert len(onnx.load(str(out)).graph.initializer) > 0
+    loaded = onnx.load(str(out))  # reads every external file back
+    assert "pinned" in [t.name for t in loaded.graph.initializer]
 
     # Other weights are another input: a miss.
     changed = bytearray(weights)
