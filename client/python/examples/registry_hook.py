@@ -6,7 +6,10 @@ For every model given (a .onnx file, or a folder searched recursively for *.onnx
 configuration) beside it. A model whose outputs exist, whose recorded input digest and
 configuration match and whose optimized file is intact is skipped, so the hook can run again on
 the same folder (a CI job, a webhook retried): only new or changed models are sent. Models with
-external-data files keep referring to the files beside them.
+external-data files keep referring to the files beside them: the input digest recorded covers
+them, the files the result shares with the input stay as they are, and files the server wrote
+(new weights) are written beside the model too (never over one of the input's files) and
+recorded, so a damaged one is redone.
 
 Exit codes: 0 every model optimized or up to date; 1 at least one model failed (the others were
 still processed); 2 bad arguments, a path that does not exist, or unusable TLS files; 3 the
@@ -105,38 +108,54 @@ def file_sha256(path):
     return h.hexdigest()
 
 
-def up_to_date(record_path, optimized_path, digest, config):
-    """Whether the recorded run is for these input bytes and this configuration, and the
-    optimized file is still the one it wrote."""
+def written_intact(model_path, written):
+    """Whether every external-data file a run wrote beside the model still has its digest."""
+    folder = os.path.dirname(model_path) or "."
+    for f in written:
+        name = graft_client.check_location(f["name"])
+        if file_sha256(os.path.join(folder, name)) != f["sha256"]:
+            return False
+    return True
+
+
+def up_to_date(record_path, optimized_path, model_path, digest, config):
+    """Whether the recorded run is for these input bytes (model and external files) and this
+    configuration, and the optimized file and the files it wrote are still the ones written."""
     try:
         with open(record_path, encoding="utf-8") as f:
             record = json.load(f)
         return (isinstance(record, dict) and record.get("input_sha256") == digest
                 and record.get("config") == config
-                and record.get("output_sha256") == file_sha256(optimized_path))
-    except (OSError, ValueError):
+                and record.get("output_sha256") == file_sha256(optimized_path)
+                and written_intact(model_path, record.get("written_files", [])))
+    except (OSError, ValueError, TypeError, KeyError, graft_client.GraftError):
         return False
 
 
 def process(client, model_path, args, config):
     """Optimizes one model; returns its progress line."""
     optimized_path, record_path = outputs_of(model_path)
-    digest = file_sha256(model_path)
-    if not args.force and up_to_date(record_path, optimized_path, digest, config):
+    # The input digest: the model's sha256, or with external-data files the digest of the
+    # model's and the files' (hashed in blocks), as graftd keys its cache.
+    digest = graft_client.model_digest(model_path)
+    if not args.force and up_to_date(record_path, optimized_path, model_path, digest, config):
         return f"up-to-date {model_path} (sha256 {digest[:12]})"
-    result = client.optimize(model_path, level=args.level, passes=args.passes,
-                             pass_options=args.pass_options, timeout=args.timeout,
-                             keep_external_files=False)
-    if result.input_sha256 != digest:
-        raise graft_client.DataLossError(f"'{model_path}' changed while it was optimized")
-    # The optimized model first, then the record: a record always describes a complete model.
-    # External-data files stay beside both, unchanged.
-    graft_client.write_atomically(optimized_path, result.model_bytes)
+    with client.optimize(model_path, level=args.level, passes=args.passes,
+                         pass_options=args.pass_options, timeout=args.timeout) as result:
+        if result.input_sha256 != digest:
+            raise graft_client.DataLossError(f"'{model_path}' changed while it was optimized")
+        # The optimized model and the files the server wrote first (beside the input; the
+        # input's own files are left as they are), then the record: a record always describes
+        # a complete result.
+        result.save(optimized_path)
+    written = [{"name": f.name, "size": f.size, "sha256": f.sha256}
+               for f in result.external_files if not f.from_input]
     record = {
         "input": os.path.basename(model_path),
         "input_sha256": digest,
         "output_sha256": result.report.output_sha256,
         "config": config,
+        "written_files": written,
         "report": result.report_dict(),
     }
     graft_client.write_atomically(
@@ -145,8 +164,9 @@ def process(client, model_path, args, config):
     how = "cached, no upload" if result.lookup_hit else (
         f"cache hit, uploaded {result.uploaded_bytes} bytes" if result.cache_hit
         else f"uploaded {result.uploaded_bytes} bytes")
+    files = f", wrote {len(written)} external file(s)" if written else ""
     return (f"optimized {model_path} -> {os.path.basename(optimized_path)} ({r.input_bytes} -> "
-            f"{r.output_bytes} bytes, {r.nodes_before} -> {r.nodes_after} nodes; {how})")
+            f"{r.output_bytes} bytes, {r.nodes_before} -> {r.nodes_after} nodes; {how}{files})")
 
 
 def main(argv=None):

@@ -10,7 +10,8 @@ See docs/python-client.md.
 """
 
 from ._stubs import graft_pb2
-from .client import CHUNK_BYTES, SHA256_METADATA, Client, Result, sha256_hex, write_atomically
+from .client import (CHUNK_BYTES, SHA256_METADATA, Client, Result, ResultFile, input_digest,
+                     model_digest, sha256_hex, write_atomically)
 from .config import pipeline_config
 from .errors import (CancelledError, DataLossError, DeadlineExceededError, ExternalDataError,
                      FailedPreconditionError, GraftError, InternalError, InvalidArgumentError,
@@ -21,8 +22,9 @@ from .external import check_location, external_locations
 from .tls import TlsConfig
 
 __all__ = [
-    "CHUNK_BYTES", "SHA256_METADATA", "Client", "Result", "TlsConfig", "graft_pb2",
-    "pipeline_config", "sha256_hex", "write_atomically", "check_location", "external_locations",
+    "CHUNK_BYTES", "SHA256_METADATA", "Client", "Result", "ResultFile", "TlsConfig", "graft_pb2",
+    "pipeline_config", "sha256_hex", "input_digest", "model_digest", "write_atomically",
+    "check_location", "external_locations",
     "GraftError", "InvalidArgumentError", "InvalidModelError", "ExternalDataError",
     "NotFoundError", "FailedPreconditionError", "ResourceExhaustedError", "UnavailableError",
     "DeadlineExceededError", "CancelledError", "UnauthenticatedError", "PermissionDeniedError",

@@ -8,8 +8,11 @@ and every component below the folder is opened with O_NOFOLLOW, so no symbolic l
 and no check can be raced.
 """
 
+import errno
+import itertools
 import os
 import stat
+import threading
 
 from .errors import ExternalDataError, InvalidModelError
 
@@ -18,6 +21,7 @@ MAX_COMPONENT_BYTES = 255
 _MAX_SHOWN_BYTES = 200
 # protobuf's default recursion limit: the server's parser refuses deeper models too.
 _MAX_DEPTH = 100
+_counter = itertools.count()
 
 
 def shown_location(name):
@@ -310,9 +314,54 @@ def read_beneath(folder, name):
         return f.read()
 
 
-def write_beneath(folder, name, data):
-    """Writes `data` to `folder`/`name` atomically (a temporary file renamed over it), creating
-    folders, refusing symbolic links and non-regular files (ExternalDataError)."""
+def copy_fd(src_fd, dst_fd, size):
+    """Copies the first `size` bytes of `src_fd` to `dst_fd` (at its position) in the kernel:
+    copy_file_range, else sendfile, else 1 MiB reads; never the whole file in memory. Returns
+    the bytes copied, fewer when the source is shorter."""
+    done = 0
+    for kernel_copy in (_copy_file_range, _sendfile):
+        try:
+            while done < size:
+                n = kernel_copy(src_fd, dst_fd, size - done, done)
+                if n == 0:
+                    return done
+                done += n
+            return done
+        except (OSError, AttributeError) as e:
+            # Not supported here (another file system, an old kernel): try the next way from
+            # where this one stopped. A real I/O error is raised by the last way too.
+            if isinstance(e, OSError) and e.errno not in _NO_KERNEL_COPY:
+                raise
+    while done < size:
+        data = os.pread(src_fd, min(1 << 20, size - done), done)
+        if not data:
+            break
+        view = memoryview(data)
+        while view:
+            view = view[os.write(dst_fd, view):]
+        done += len(data)
+    return done
+
+
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP,
+                   errno.EPERM, errno.EBADF}
+
+
+def _copy_file_range(src_fd, dst_fd, count, offset):
+    return os.copy_file_range(src_fd, dst_fd, min(count, 1 << 30), offset_src=offset)
+
+
+def _sendfile(src_fd, dst_fd, count, offset):
+    return os.sendfile(dst_fd, src_fd, offset, min(count, 1 << 30))
+
+
+def write_beneath(folder, name, data=None, *, fill=None, same_as=None, protect=()):
+    """Writes `folder`/`name` atomically (a temporary file renamed over it), creating folders,
+    refusing symbolic links and non-regular files (ExternalDataError). The content is `data`
+    (bytes), or what `fill(file)` writes into the open binary file. When the file already there
+    is `same_as` (an os.stat_result: same device and inode), nothing is written and False is
+    returned; when it is one of `protect` ((st_dev, st_ino) pairs), ExternalDataError.
+    Returns True when written."""
     name = check_location(name)
     parts = name.split("/")
     dir_fd = _open_folders(folder, name, parts, create=True)
@@ -326,12 +375,21 @@ def write_beneath(folder, name, data):
             raise _invalid(name, f"'{shown_location(name)}' is a symbolic link (not followed)")
         if st is not None and not stat.S_ISREG(st.st_mode):
             raise _invalid(name, "exists and is not a regular file")
-        tmp = f".graft-tmp-{os.getpid()}-{id(data):x}"
+        if st is not None and same_as is not None and (st.st_dev, st.st_ino) == (
+                same_as.st_dev, same_as.st_ino):
+            return False
+        if st is not None and (st.st_dev, st.st_ino) in protect:
+            raise _invalid(name, "is an external-data file of the input model (not overwritten: "
+                           "save the result in another folder)")
+        tmp = f".graft-tmp-{os.getpid()}-{threading.get_ident():x}-{next(_counter)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o666, dir_fd=dir_fd)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if fill is not None:
+                    fill(f)
+                else:
+                    f.write(data)
             os.rename(tmp, last, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             try:
@@ -341,3 +399,4 @@ def write_beneath(folder, name, data):
             raise
     finally:
         os.close(dir_fd)
+    return True

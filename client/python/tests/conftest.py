@@ -80,3 +80,34 @@ def graftd():
 def client(graftd):
     with graft_client.Client(graftd.address, timeout=60) as c:
         yield c
+
+
+@pytest.fixture
+def fake_server():
+    """start(answer, lookup_answer=None) -> (FakeGraft, target); stopped after the test."""
+    from fakes import start_fake
+    servers = []
+
+    def start(answer, lookup_answer=None):
+        server, fake, target = start_fake(answer, lookup_answer)
+        servers.append(server)
+        return fake, target
+
+    yield start
+    for server in servers:
+        server.stop(None)
+
+
+@pytest.fixture(scope="session")
+def input_digest_server(graftd, tmp_path_factory):
+    """Skips unless the graftd under test reports external files' sha256 (the server side of
+    the input-digest protocol); an older one sends every file back without it."""
+    folder = tmp_path_factory.mktemp("probe")
+    from models import external_model
+    path, _, _ = external_model(folder, seed=590)
+    with graft_client.Client(graftd.address, timeout=60) as c:
+        result = c.optimize(path, lookup_first=False)
+    if not result.report.external_files or not result.report.external_files[0].sha256:
+        pytest.skip("this graftd does not report sha256 for external files yet (the server "
+                    "side of the input-digest protocol, proto 8d5bc9f, is not in this build)")
+    return graftd

@@ -70,3 +70,19 @@ def with_location(model, location):
 
 def node_count(model_bytes):
     return len(onnx.load_from_string(model_bytes).graph.node)
+
+
+def external_model(folder, seed, location="weights.bin", pinned=False):
+    """A conv_bn model saved in `folder` with its initializers in `location`: (path, model
+    bytes, weights bytes). `pinned` adds an initializer that is also a graph output, which no
+    pass changes, so the optimized model still references the file."""
+    model = conv_bn_model(seed=seed)
+    if pinned:
+        model.graph.initializer.append(numpy_helper.from_array(
+            np.arange(16, dtype=np.float32) + seed, "pinned"))
+        model.graph.output.append(helper.make_tensor_value_info("pinned", TensorProto.FLOAT,
+                                                                [16]))
+    (folder / location).parent.mkdir(parents=True, exist_ok=True)
+    save_with_external_data(model, folder / "model.onnx", location)
+    return (folder / "model.onnx", (folder / "model.onnx").read_bytes(),
+            (folder / location).read_bytes())

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import time
-from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -15,7 +14,6 @@ import pytest
 
 import graft_client
 from graft_client import graft_pb2
-from graft_client._stubs import graft_pb2_grpc
 from models import conv_bn_bytes, conv_bn_model, node_count, save_with_external_data, with_location
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens there: a call would fail UNAVAILABLE
@@ -170,9 +168,18 @@ def test_external_data_round_trip(client, tmp_path):
     assert graft_client.external_locations(original) == ["data/weights.bin"]
 
     result = client.optimize(src / "model.onnx")
-    assert not result.lookup_hit  # never cached: no lookup
+    assert not result.lookup_hit  # a new model: the lookup missed
     assert result.uploaded_bytes == len(original) + len(weights)
-    assert result.external_files == [("data/weights.bin", weights)]
+    assert result.input_sha256 == graft_client.input_digest(
+        hashlib.sha256(original).hexdigest(),
+        [("data/weights.bin", len(weights), hashlib.sha256(weights).hexdigest())])
+    assert result.input_sha256 == graft_client.model_digest(src / "model.onnx")
+    # The weights are the input's, unchanged: the report says so (or, from a server that sends
+    # every file back, the client sees the bytes are the same).
+    [file] = result.external_files
+    assert (file.name, file.size, file.from_input) == ("data/weights.bin", len(weights), True)
+    assert file.sha256 == hashlib.sha256(weights).hexdigest()
+    assert file.read() == weights
     assert [(f.name, f.size) for f in result.report.external_files] == [
         ("data/weights.bin", len(weights))]
     assert node_count(result.model_bytes) < node_count(original)
@@ -189,7 +196,9 @@ def test_external_data_round_trip(client, tmp_path):
     with pytest.raises(graft_client.InvalidArgumentError, match="external_data_dir"):
         client.optimize(original)
     again = client.optimize(original, external_data_dir=src, keep_external_files=False)
-    assert again.external_files == [] and again.model_bytes == result.model_bytes
+    assert again.model_bytes == result.model_bytes
+    assert [(f.name, f.from_input, f.kept) for f in again.external_files] == [
+        ("data/weights.bin", True, True)]  # the input's file: copied from src on save
 
 
 @pytest.mark.parametrize("location, why", [
@@ -256,50 +265,10 @@ def test_results_match_the_cpp_cli_cache_keys(client, tmp_path):
     assert "cached" in run.stdout and "not cached" not in run.stdout
 
 
-# --- A fake server: what the client sends, and what it does with a hostile answer -----------
+# --- A fake server (fakes.py): what the client sends, and what it does with a hostile answer -
 
 
-class FakeGraft(graft_pb2_grpc.GraftServicer):
-    def __init__(self, answer):
-        self.answer = answer
-        self.metadata = {}
-
-    def Lookup(self, request, context):
-        self.metadata["Lookup"] = dict(context.invocation_metadata())
-        yield graft_pb2.LookupResponse(cached=False)
-
-    def Optimize(self, request_iterator, context):
-        self.metadata["Optimize"] = dict(context.invocation_metadata())
-        for _ in request_iterator:
-            pass
-        yield from self.answer()
-
-
-@pytest.fixture
-def fake_server():
-    servers = []
-
-    def start(answer):
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        fake = FakeGraft(answer)
-        graft_pb2_grpc.add_GraftServicer_to_server(fake, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return fake, f"127.0.0.1:{port}"
-
-    yield start
-    for server in servers:
-        server.stop(None)
-
-
-def chunk(data, file=""):
-    return graft_pb2.OptimizeResponse(chunk=graft_pb2.Chunk(data=data, file=file))
-
-
-def report(data, **fields):
-    return graft_pb2.OptimizeResponse(report=graft_pb2.OptimizeReport(
-        output_bytes=len(data), output_sha256=hashlib.sha256(data).hexdigest(), **fields))
+from fakes import chunk, report  # noqa: E402
 
 
 def test_every_model_call_carries_the_digest_header(fake_server):
@@ -321,7 +290,7 @@ def test_every_model_call_carries_the_digest_header(fake_server):
     (lambda: [chunk(b"out"), chunk(b"x", "../evil"), report(b"out")],
      graft_client.ExternalDataError, "may not leave"),
     (lambda: [chunk(b"out"), chunk(b"x", "other.bin"), report(b"out")],
-     graft_client.DataLossError, "was not sent"),
+     graft_client.DataLossError, "does not list"),
 ])
 def test_a_hostile_answer_is_refused(fake_server, answer, error, text):
     _, target = fake_server(answer)

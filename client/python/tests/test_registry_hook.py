@@ -10,7 +10,10 @@ from pathlib import Path
 import onnx
 import pytest
 
-from models import conv_bn_bytes, conv_bn_model, save_with_external_data
+import graft_client
+from fakes import chunk, report, sha
+from graft_client import graft_pb2
+from models import conv_bn_bytes, conv_bn_model, external_model, save_with_external_data
 
 HOOK = Path(__file__).resolve().parents[1] / "examples" / "registry_hook.py"
 
@@ -111,6 +114,71 @@ def test_hook_keeps_external_data_beside_the_model(graftd, tmp_path, run_hook):
     assert len(onnx.load(str(optimized)).graph.initializer) > 0  # read from big.weights
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "big.graft.json", "big.onnx", "big.optimized.onnx", "big.weights"]
+
+
+def test_hook_writes_the_files_the_server_wrote_and_redoes_them(tmp_path, run_hook,
+                                                                 fake_server):
+    """A result with a file the server wrote (new weights) beside the input's unchanged file:
+    written beside the model, recorded, checked on the next run (fake server)."""
+    save_with_external_data(conv_bn_model(seed=206), tmp_path / "big.onnx", "big.weights")
+    model = (tmp_path / "big.onnx").read_bytes()
+    weights = (tmp_path / "big.weights").read_bytes()
+    digest = graft_client.input_digest(sha(model), [("big.weights", len(weights), sha(weights))])
+    out, new = b"optimized model", b"folded weights"
+    answer = [chunk(out), chunk(new, "big.folded"),
+              report(out, input_sha256=digest, external_files=[
+                  graft_pb2.ExternalFile(name="big.weights", size=len(weights),
+                                         sha256=sha(weights), from_input=True),
+                  graft_pb2.ExternalFile(name="big.folded", size=len(new), sha256=sha(new))])]
+    fake, target = fake_server(lambda: answer)
+    weights_stat = (tmp_path / "big.weights").stat()
+
+    first = run_hook("--target", target, tmp_path / "big.onnx")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "wrote 1 external file" in first.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "big.folded", "big.graft.json", "big.onnx", "big.optimized.onnx", "big.weights"]
+    assert (tmp_path / "big.folded").read_bytes() == new
+    assert (tmp_path / "big.optimized.onnx").read_bytes() == out
+    assert (tmp_path / "big.weights").stat().st_ino == weights_stat.st_ino  # left alone
+    record = json.loads((tmp_path / "big.graft.json").read_text())
+    assert record["input_sha256"] == digest
+    assert record["written_files"] == [{"name": "big.folded", "size": len(new), "sha256": sha(new)}]
+
+    second = run_hook("--target", target, tmp_path / "big.onnx")
+    assert second.stdout.startswith("up-to-date"), second.stdout + second.stderr
+    assert len(fake.starts) == 1
+
+    (tmp_path / "big.folded").write_bytes(b"damaged")
+    third = run_hook("--target", target, tmp_path / "big.onnx")
+    assert third.stdout.startswith("optimized"), third.stdout + third.stderr
+    assert (tmp_path / "big.folded").read_bytes() == new
+
+    # Changed weights change the input digest: done again (and this fake, which answers for
+    # the old digest, is caught at it).
+    (tmp_path / "big.weights").write_bytes(bytes(len(weights)))
+    fourth = run_hook("--target", target, tmp_path / "big.onnx")
+    assert fourth.returncode == 1, fourth.stdout + fourth.stderr
+    assert "DATA_LOSS: the server answered for another model" in fourth.stdout
+    assert [r.model_sha256 == digest for r in fake.lookups] == [True, True, False]
+
+
+def test_e2e_hook_external_data_is_a_lookup_hit_when_redone(input_digest_server, tmp_path,
+                                                            run_hook):
+    path, _, _ = external_model(tmp_path, seed=207, location="model.weights")
+    first = run_hook("--target", input_digest_server.address, path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "uploaded" in first.stdout
+    second = run_hook("--target", input_digest_server.address, "--force", path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "cached, no upload" in second.stdout
+    optimized = tmp_path / "model.optimized.onnx"
+    onnx.checker.check_model(str(optimized))
+    assert len(onnx.load(str(optimized)).graph.initializer) > 0
+    record = json.loads((tmp_path / "model.graft.json").read_text())
+    assert record["input_sha256"] == graft_client.model_digest(path)
+    third = run_hook("--target", input_digest_server.address, path)
+    assert third.stdout.startswith("up-to-date"), third.stdout + third.stderr
 
 
 def test_hook_exit_codes(graftd, tmp_path, run_hook):
