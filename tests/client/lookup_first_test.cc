@@ -181,17 +181,36 @@ TEST(LookupFirst, AShortOrAlteredDownloadIsDataLoss) {
   }
 }
 
-TEST(LookupFirst, OffMeansNoLookupAndModelsWithExternalDataAreSent) {
+TEST(LookupFirst, OffMeansNoLookup) {
   FakeServer service(LookupMode::kCached);
   Running running(&service);
   client::GraftClient client(running.address());
   ASSERT_TRUE(client.optimize(kModel, v1::PipelineConfig()).ok());
-  client::ExternalFiles files = {{"w.bin", std::string(100, 'w')}};
+  EXPECT_EQ(service.lookup_calls, 0);
+  EXPECT_EQ(service.optimize_calls, 1);
+}
+
+// A model with external data is looked up by the digest of the model and its files, and the
+// call's routing header carries the same digest.
+TEST(LookupFirst, ModelsWithExternalDataAreLookedUpByTheirInputDigest) {
+  FakeServer service(LookupMode::kCached);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  const std::string weights(100, 'w');
+  client::ExternalFiles files = {{"w.bin", weights}};
   auto r = client.optimize(kModel, v1::PipelineConfig(), lookup_first(), files);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->bytes_sent, kModel.size() + 100);
-  EXPECT_EQ(service.lookup_calls, 0);
-  EXPECT_EQ(service.optimize_calls, 2);
+  EXPECT_TRUE(r->from_lookup);
+  EXPECT_EQ(r->bytes_sent, 0u);
+  EXPECT_EQ(service.lookup_calls, 1);
+  EXPECT_EQ(service.optimize_calls, 0);
+  const std::string digest = cache::input_digest(
+      cache::sha256_hex(kModel), {{"w.bin", weights.size(), cache::sha256_hex(weights)}});
+  {
+    std::lock_guard<std::mutex> lock(service.mu);
+    EXPECT_EQ(service.looked_up, digest);
+  }
+  EXPECT_EQ(service.digests(), std::vector<std::string>{digest});
 }
 
 TEST(LookupFirst, EveryCallCarriesTheModelDigest) {
