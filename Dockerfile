@@ -25,6 +25,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libabsl20220623 \
       libgrpc++1.51 \
+      libhiredis0.14 \
       libonnx1 \
       libprometheus-cpp-core1.0 \
       libprometheus-cpp-pull1.0 \
@@ -43,6 +44,10 @@ COPY deploy/docker/graftd.yaml /etc/graftd/graftd.yaml
 RUN ! ldd /usr/local/bin/graftd /usr/local/bin/graft | grep 'not found' \
  && /usr/local/bin/graftd --help >/dev/null \
  && /usr/local/bin/graft --help >/dev/null
+# The spool (deploy/docker/graftd.yaml spool.dir: external-data uploads, on disk), writable by
+# graftd; mount a volume there for multi-GB models.
+RUN mkdir -p /var/lib/graftd/spool && chown 10001:10001 /var/lib/graftd/spool
+VOLUME /var/lib/graftd/spool
 USER 10001:10001
 # gRPC (listen) and Prometheus /metrics (metrics_listen), as in deploy/docker/graftd.yaml.
 EXPOSE 50051 9464
