@@ -313,6 +313,12 @@ absl::StatusOr<Expected> local_result(const graft::server::ServerConfig& server,
   return Expected{std::move(*out), converted.verification().status()};
 }
 
+std::vector<std::string> file_names(const graft::client::ExternalFiles& files) {
+  std::vector<std::string> names;
+  for (const auto& [name, bytes] : files) names.push_back(name);
+  return names;
+}
+
 struct Template {
   std::string label;
   std::string model;
@@ -750,8 +756,8 @@ class Client {
       o.failure = t.label + ": verification " +
                   v1::Verification::Status_Name(r->report.verification().status()) + ", locally " +
                   v1::Verification::Status_Name(t.expected.verification);
-    else if (r->external_files != t.files)
-      o.failure = t.label + ": external files came back different";
+    else if (!r->external_files.empty() || r->kept_files != file_names(t.files))
+      o.failure = t.label + ": the result does not keep the input's external files as they are";
     return o;
   }
 
@@ -943,7 +949,7 @@ class Client {
     call.start(start);
     if (call.send(m)) call.send(std::string(2 << 20, 'x'), "w0.bin");
     call.writes_done();
-    return expect(call.finish(), grpc::StatusCode::RESOURCE_EXHAUSTED, "max_model_bytes");
+    return expect(call.finish(), grpc::StatusCode::RESOURCE_EXHAUSTED, "spool.max_bytes");
   }
 
   Outcome cancel_upload() {
