@@ -522,6 +522,11 @@ TEST(Graftd, CliCarriesExternalDataFiles) {
   EXPECT_EQ(json["bytes_sent"], 0) << json.dump();
   EXPECT_EQ(read_file(dir / "again" / "weights" / "w.bin"), weights);
   EXPECT_EQ(read_file(dir / "again" / "m.onnx"), read_file(dir / "local" / "m.onnx"));
+  // `graft lookup` keys the model by its files too: cached; with other bytes in the file, not.
+  const std::string lookup = cli + " lookup " + in + " --server " + server.address() + " >/dev/null";
+  EXPECT_EQ(WEXITSTATUS(std::system(lookup.c_str())), 0);
+  std::ofstream(dir / "in" / "weights" / "w.bin", std::ios::binary) << std::string(64, 'r');
+  EXPECT_EQ(WEXITSTATUS(std::system(lookup.c_str())), 1);
   fs::remove_all(dir);
 }
 
