@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <regex>
@@ -768,6 +769,92 @@ TEST(Graftd, ExternalFileSizesCannotWrapPastTheLimit) {
   // The server is still there.
   client::GraftClient client(server.address());
   EXPECT_TRUE(client.optimize(read_file(kExample), o2()).ok());
+}
+
+// x + Transpose(w) with w [16, 32] in the external file "w.bin": folding writes the transposed
+// weight (2 KiB, past the 1 KiB threshold) to a new file of the result.
+std::string transposed_weight_model() {
+  onnx::ModelProto proto;
+  auto status = onnx::OnnxParser::Parse(proto, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[32, 16] x) => (float[32, 16] y) {
+      t = Transpose <perm = [1, 0]> (w)
+      y = Add (x, t)
+    }
+  )");
+  EXPECT_TRUE(status.IsOK()) << status.ErrorMessage();
+  auto* w = proto.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(16);
+  w->add_dims(32);
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* location = w->add_external_data();
+  location->set_key("location");
+  location->set_value("w.bin");
+  return proto.SerializeAsString();
+}
+
+TEST(Graftd, WeightsThePassesWriteComeBackAsAFileAndStayCachedOnDisk) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  std::string weights(16 * 32 * sizeof(float), '\0');
+  for (int i = 0; i < 16 * 32; ++i) {
+    const float v = static_cast<float>(i % 29) / 8.0f - 1.5f;
+    std::memcpy(&weights[i * sizeof(float)], &v, sizeof v);
+  }
+  const std::string bytes = transposed_weight_model();
+  auto r = client.optimize(bytes, verified(), std::chrono::seconds(60), nullptr, 1 << 20,
+                           {{"w.bin", weights}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The original and the result computed the same outputs on graftd's evaluator.
+  EXPECT_EQ(r->report.verification().status(), v1::Verification::VERIFIED)
+      << r->report.verification().message();
+  EXPECT_TRUE(r->kept_files.empty());  // w is folded away: the input's file is not needed
+  ASSERT_EQ(r->external_files.size(), 1u);
+  const auto& [name, written] = r->external_files[0];
+  EXPECT_EQ(name, "graft_weights.bin");
+  EXPECT_GE(written.size(), weights.size());
+  ASSERT_EQ(r->report.external_files_size(), 1);
+  EXPECT_FALSE(r->report.external_files(0).from_input());
+  EXPECT_EQ(r->report.external_files(0).sha256(), cache::sha256_hex(written));
+  // The folded weight is w transposed, stored in the new file.
+  onnx::ModelProto out;
+  ASSERT_TRUE(out.ParseFromString(r->model));
+  bool found = false;
+  for (const auto& t : out.graph().initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    uint64_t offset = 0;
+    for (const auto& e : t.external_data())
+      if (e.key() == "offset") offset = std::stoull(e.value());
+    ASSERT_LE(offset + weights.size(), written.size());
+    for (int i = 0; i < 32; ++i)
+      for (int j = 0; j < 16; ++j)
+        ASSERT_EQ(std::memcmp(&written[offset + (i * 16 + j) * sizeof(float)],
+                              &weights[(j * 32 + i) * sizeof(float)], sizeof(float)),
+                  0)
+            << i << "," << j;
+    found = true;
+  }
+  EXPECT_TRUE(found) << "no external initializer in the result";
+
+  // Cached with its file on graftd's disk: the second request is a hit streamed from there, and
+  // the Lookup of it too.
+  auto again = client.optimize(bytes, verified(), std::chrono::seconds(60), nullptr, 1 << 20,
+                               {{"w.bin", weights}});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->report.cache_hit());
+  EXPECT_EQ(again->external_files, r->external_files);
+  auto found_by_lookup = client.lookup(r->report.input_sha256(), verified(), true);
+  ASSERT_TRUE(found_by_lookup.ok()) << found_by_lookup.status();
+  ASSERT_TRUE(found_by_lookup->result);
+  EXPECT_EQ(found_by_lookup->result->external_files, r->external_files);
+  size_t results = 0;
+  for (const auto& e : fs::recursive_directory_iterator(server.spool()))
+    if (e.path().filename().string().rfind("result-", 0) == 0) ++results;
+  EXPECT_EQ(results, 1u);
+  auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  EXPECT_GE(metric(metrics, "graft_spool_bytes"), static_cast<double>(written.size()));
 }
 
 // A graftd killed in the middle of an upload leaves its spool folder; the next one to start on
