@@ -27,6 +27,7 @@ namespace {
 using graft::server::InflightBudget;
 using graft::server::Spool;
 using graft::server::UploadAssembler;
+using graft::server::UploadLimits;
 
 constexpr uint64_t kSpoolBytes = 6000;
 
