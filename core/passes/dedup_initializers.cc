@@ -180,7 +180,8 @@ class DedupInitializers final : public Pass {
         size_t key = head->second;
         mix(key, static_cast<size_t>(*h));
         bucket = &kept_external[key];
-        same = [&](const ir::Value* twin) {
+        // `data` by value: the lambda is called after this block ends.
+        same = [&t, data](const ir::Value* twin) {
           const TensorProto& o = *twin->initializer();
           if (o.data_type() != t.data_type() || !same_field(o.dims(), t.dims())) return false;
           auto equal = data->same_payload(o, t);
