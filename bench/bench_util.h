@@ -32,6 +32,7 @@
 
 #include "client/graft_client.h"
 #include "client/tls.h"
+#include "tests/server/http_get.h"
 
 namespace graft::bench {
 
@@ -208,30 +209,8 @@ class Graftd {
   std::string last_error_;
 };
 
-// GET http://127.0.0.1:port/path (HTTP/1.0); the body, or "" when the connection fails.
-inline std::string http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(request.size())) {
-    ::close(fd);
-    return "";
-  }
-  std::string response;
-  char buf[65536];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) response.append(buf, n);
-  ::close(fd);
-  auto body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
+// GET http://127.0.0.1:port/path: the one the server tests use.
+using graft::testing::http_get;
 
 // q-quantile by the nearest-rank method; NaN for no samples.
 inline double percentile(std::vector<double> v, double q) {

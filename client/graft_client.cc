@@ -31,33 +31,26 @@ void reserve_for(std::string& s, const v1::Chunk& chunk) {
 
 // A closing file descriptor.
 struct Fd {
-  int fd;
+  int fd = -1;
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
 };
 
-// Reads `size` bytes of `fd` from `offset` in pieces of `piece`, calling `each` on each; DataLoss
-// naming `what` when the file ends early or a read fails. `each` returning false stops (OK).
-absl::Status read_pieces(int fd, uint64_t size, size_t piece, const std::string& what,
-                         const std::function<bool(std::string_view)>& each) {
-  std::string buffer(static_cast<size_t>(std::min<uint64_t>(piece, std::max<uint64_t>(size, 1))),
-                     '\0');
-  for (uint64_t off = 0; off < size;) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - off));
-    ssize_t n = ::pread(fd, buffer.data(), want, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return absl::DataLossError(absl::StrCat("cannot read ", what, ": ",
-                                              n == 0 ? "it ended early (changed while sent?)"
-                                                     : std::strerror(errno)));
-    off += static_cast<uint64_t>(n);
-    if (!each(std::string_view(buffer.data(), static_cast<size_t>(n)))) break;
-  }
+std::string source_path(const ExternalSource& s) { return s.folder + "/" + s.name; }
+
+// Opens a source read from disk (paths::open_beneath) and checks that it still has `size` bytes
+// when `size` is given.
+absl::Status open_source(const ExternalSource& s, Fd* fd, uint64_t* size,
+                         std::optional<uint64_t> expected = std::nullopt) {
+  auto opened = paths::open_beneath(s.folder, s.name, size);
+  if (!opened.ok()) return opened.status();
+  fd->fd = *opened;
+  if (expected && *size != *expected)
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", source_path(s), "' changed size since it was hashed"));
   return absl::OkStatus();
 }
-
-std::string source_path(const ExternalSource& s) { return s.folder + "/" + s.name; }
 
 // The result's model and files as they arrive (Optimize and Lookup answer alike), checked
 // against the report at the end.
@@ -161,30 +154,19 @@ ExternalSources sources_of(const ExternalFiles& files) {
 
 absl::Status digest_sources(ExternalSources& sources,
                             const std::function<void(uint64_t, uint64_t)>& progress) {
+  // Sizes first (each file opened and closed: a model may have thousands of files), so the
+  // progress has a total; then each file is hashed in turn.
   uint64_t total = 0, done = 0;
-  std::vector<uint64_t> sizes(sources.size());
-  std::vector<int> fds(sources.size(), -1);
-  struct CloseAll {
-    std::vector<int>& fds;
-    ~CloseAll() {
-      for (int fd : fds)
-        if (fd >= 0) ::close(fd);
-    }
-  } close_all{fds};
-  for (size_t i = 0; i < sources.size(); ++i) {
-    ExternalSource& s = sources[i];
+  for (ExternalSource& s : sources) {
     if (s.folder.empty()) {
-      sizes[i] = s.bytes.size();
+      s.size = s.bytes.size();
     } else {
-      auto fd = paths::open_beneath(s.folder, s.name, &sizes[i]);
-      if (!fd.ok()) return fd.status();
-      fds[i] = *fd;
+      Fd fd;
+      if (auto st = open_source(s, &fd, &s.size); !st.ok()) return st;
     }
-    total += sizes[i];
+    total += s.size;
   }
-  for (size_t i = 0; i < sources.size(); ++i) {
-    ExternalSource& s = sources[i];
-    s.size = sizes[i];
+  for (ExternalSource& s : sources) {
     if (!s.sha256.empty()) {
       done += s.size;
       continue;
@@ -195,14 +177,17 @@ absl::Status digest_sources(ExternalSources& sources,
       if (progress) progress(done, total);
       continue;
     }
+    Fd fd;
+    uint64_t size = 0;
+    if (auto st = open_source(s, &fd, &size, s.size); !st.ok()) return st;
     cache::Sha256 sha;
-    auto st = read_pieces(fds[i], s.size, size_t{4} << 20, "'" + source_path(s) + "'",
-                          [&](std::string_view piece) {
-                            sha.update(piece);
-                            done += piece.size();
-                            if (progress) progress(done, total);
-                            return true;
-                          });
+    auto st = paths::read_range(fd.fd, 0, s.size, size_t{4} << 20, "'" + source_path(s) + "'",
+                                [&](std::string_view piece) {
+                                  sha.update(piece);
+                                  done += piece.size();
+                                  if (progress) progress(done, total);
+                                  return true;
+                                });
     if (!st.ok()) return st;
     s.sha256 = sha.hex_digest();
   }
@@ -325,19 +310,6 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
                                                  const ExternalSources& external_files) {
   const auto& progress = options.progress;
   const size_t chunk_bytes = options.chunk_bytes;
-  // The files are opened before anything is sent, so a missing one fails the call at once.
-  std::vector<std::unique_ptr<Fd>> fds;
-  for (const auto& f : external_files) {
-    fds.push_back(std::make_unique<Fd>(Fd{-1}));
-    if (f.folder.empty()) continue;
-    uint64_t size = 0;
-    auto fd = paths::open_beneath(f.folder, f.name, &size);
-    if (!fd.ok()) return fd.status();
-    fds.back()->fd = *fd;
-    if (size != f.size)
-      return absl::FailedPreconditionError(
-          absl::StrCat("'", source_path(f), "' changed size since it was hashed"));
-  }
   grpc::ClientContext context;
   if (options.deadline) context.set_deadline(*options.deadline);
   context.AddMetadata(kModelDigestHeader, digest);
@@ -369,21 +341,26 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
   };
   absl::Status read_error;
   upload(model, "");
+  // digest_sources opened every file just before, so a missing one failed before the call. Each
+  // is opened again when its turn comes (one descriptor at a time) and sent a piece at a time:
+  // a multi-GB file is never held in memory.
   for (size_t i = 0; i < external_files.size() && open; ++i) {
     const ExternalSource& f = external_files[i];
     if (f.folder.empty()) {
       upload(f.bytes, f.name);
       continue;
     }
-    // A piece at a time: a multi-GB file is never held in memory.
-    read_error = read_pieces(fds[i]->fd, f.size, chunk_bytes, "'" + source_path(f) + "'",
-                             [&](std::string_view piece) { return send_piece(piece, f.name); });
+    Fd fd;
+    uint64_t size = 0;
+    read_error = open_source(f, &fd, &size, f.size);
+    if (read_error.ok())
+      read_error = paths::read_range(fd.fd, 0, f.size, chunk_bytes, "'" + source_path(f) + "'",
+                                     [&](std::string_view piece) { return send_piece(piece, f.name); });
     if (!read_error.ok()) {
       context.TryCancel();
       break;
     }
   }
-  fds.clear();
   stream->WritesDone();
   OptimizeResult result;
   result.bytes_sent = sent;

@@ -396,18 +396,9 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   for (const auto& name : locations)
     if (auto st = paths::check_location(name); !st.ok())
       return fail(kBadModel, a.input + ": " + std::string(st.message()));
-  if (to_file) {
-    std::error_code same_error;
-    const bool same_folder =
-        std::filesystem::equivalent(input_folder, folder_of(a.output), same_error);
-    for (const auto& name : locations) {
-      if (same_folder) break;
-      if (auto st = paths::copy_beneath(input_folder.string(), folder_of(a.output).string(), name);
-          !st.ok())
-        return fail(path_exit_code(st), std::string(st.message()));
-    }
-  }
-  return finish_run(a, run, out);
+  // Copied beside the output by finish_run, as a remote run's.
+  return finish_run(a, run, out, {}, to_file ? locations : std::vector<std::string>{},
+                    input_folder.string());
 }
 
 // The sha256 of the file at `path`, read in blocks, and whether the word "location" occurs in
@@ -457,19 +448,6 @@ int report_remote(const OptimizeArgs& a, const std::string& server, client::Opti
                     a.input == "-" ? std::string() : folder_of(a.input).string());
 }
 
-// The model's external-data files, read from its folder in pieces when sent.
-absl::StatusOr<client::ExternalSources> sources_for(const OptimizeArgs& a,
-                                                    const std::set<std::string>& locations) {
-  client::ExternalSources sources;
-  for (const auto& name : locations) {
-    client::ExternalSource s;
-    s.name = name;
-    s.folder = folder_of(a.input).string();
-    sources.push_back(std::move(s));
-  }
-  return sources;
-}
-
 // Progress of hashing external-data files (a multi-GB model takes a while).
 std::function<void(uint64_t, uint64_t)> hashing_bar() {
   if (!::isatty(2)) return nullptr;
@@ -491,6 +469,25 @@ uint64_t total_size(const client::ExternalSources& sources) {
   return total;
 }
 
+// The model's external-data files (`locations`, from external_locations), as sources read
+// from the input's folder in pieces, each name checked and each file hashed (in blocks, with a
+// bar on a terminal). Returns an exit code: kOk, or the failure already reported.
+int external_sources(const OptimizeArgs& a, const std::set<std::string>& locations,
+                     client::ExternalSources* sources) {
+  sources->clear();
+  for (const auto& name : locations) {
+    if (auto st = paths::check_location(name); !st.ok())
+      return fail(kBadModel, a.input + ": " + std::string(st.message()));
+    client::ExternalSource s;
+    s.name = name;
+    s.folder = folder_of(a.input).string();
+    sources->push_back(std::move(s));
+  }
+  if (auto st = client::digest_sources(*sources, hashing_bar()); !st.ok())
+    return fail(path_exit_code(st), std::string(st.message()));
+  return kOk;
+}
+
 // Remote: asks Lookup first (unless --no-lookup) with the digest of the file read in blocks, so
 // a hit never holds the input in memory; otherwise (a miss, standard input, a model that may
 // have external data) reads it whole and sends it.
@@ -508,64 +505,47 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
   bool looked_up = false;
   std::string bytes, error;
   bool have_bytes = false;
-  std::optional<client::ExternalSources> sources;
-  // Reads the model (small: the weights of a model with external data are in its files) and
-  // lists its files.
+  client::ExternalSources sources;
+  // Reads the model (small: the weights of a model with external data are in its files), and
+  // lists and hashes its files.
   auto read_model = [&]() -> int {
     if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
     have_bytes = true;
     auto locations = external_locations(bytes);
     if (!locations.ok())
       return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
-    auto found = sources_for(a, *locations);
-    if (!found.ok()) return fail(kBadModel, std::string(found.status().message()));
-    sources = std::move(*found);
-    return kOk;
+    return external_sources(a, *locations, &sources);
   };
   if (!a.no_lookup && a.input != "-") {
     auto d = digest_file(a.input);
     if (!d.ok()) return fail(kIoError, std::string(d.status().message()));
     digest = d->sha256;
-    std::string input_digest = d->sha256;
-    if (d->mentions_location) {
+    // The key covers the files: each is hashed (in pieces), and the digests are sent along.
+    if (d->mentions_location)
       if (int rc = read_model(); rc != kOk) return rc;
-      // The key covers the files: each is hashed (in pieces), and the digests are sent along.
-      for (const auto& s : *sources)
-        if (auto st = paths::check_location(s.name); !st.ok())
-          return fail(kBadModel, a.input + ": " + std::string(st.message()));
-      if (auto st = client::digest_sources(*sources, hashing_bar()); !st.ok())
-        return fail(path_exit_code(st), std::string(st.message()));
-      input_digest = client::input_digest_of(d->sha256, *sources);
-    }
+    const std::string input_digest = client::input_digest_of(d->sha256, sources);
     client::Progress bar = progress_bar(d->size);
     auto cached = client->fetch_cached(input_digest, proto_config, deadline, bar);
     if (bar) std::fprintf(stderr, "\n");
     if (!cached.ok()) return fail_remote(cached.status());
     if (*cached) {
-      if (sources)
-        if (auto st = client::check_kept_files(**cached, *sources); !st.ok())
-          return fail_remote(st);
+      if (auto st = client::check_kept_files(**cached, sources); !st.ok()) return fail_remote(st);
       return report_remote(a, server, std::move(**cached), d->size, "hit");
     }
     looked_up = true;
   }
   if (!have_bytes)
     if (int rc = read_model(); rc != kOk) return rc;
-  for (const auto& s : *sources)
-    if (auto st = paths::check_location(s.name); !st.ok())
-      return fail(kBadModel, a.input + ": " + std::string(st.message()));
-  if (auto st = client::digest_sources(*sources); !st.ok())
-    return fail(path_exit_code(st), std::string(st.message()));
   client::SendOptions send;
   send.deadline = deadline;
-  send.progress = progress_bar(bytes.size() + total_size(*sources));
+  send.progress = progress_bar(bytes.size() + total_size(sources));
   // Standard input, or --no-lookup.
   send.lookup_first = !a.no_lookup && !looked_up;
   // Already hashed in blocks when it was looked up (the digest only routes the call: graftd
   // hashes what it receives); otherwise the client hashes the bytes.
   send.model_sha256 = digest;
   const bool bar = static_cast<bool>(send.progress);
-  auto result = client->optimize(bytes, proto_config, send, *sources);
+  auto result = client->optimize(bytes, proto_config, send, sources);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
   if (!result.ok()) return fail_remote(result.status());
   std::string lookup;
@@ -598,26 +578,19 @@ int lookup(const OptimizeArgs& a) {
   std::string server = resolve_server(a.server);
   if (server.empty()) return fail(kUsage, "lookup needs --server HOST:PORT (or GRAFT_SERVER)");
   std::string digest = a.sha256;
-  std::optional<client::ExternalSources> sources;
+  client::ExternalSources sources;
   if (digest.empty()) {
     if (a.input.empty()) return fail(kUsage, "give a model file or --sha256");
     std::string bytes, error;
     if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
-    digest = cache::sha256_hex(bytes);
     // A model with external data is keyed by its files' digests too.
     auto locations = external_locations(bytes);
     if (!locations.ok())
       return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
-    if (!locations->empty()) {
-      if (a.input == "-")
-        return fail(kUsage, "a model with external-data files must be given as a file");
-      auto found = sources_for(a, *locations);
-      if (!found.ok()) return fail(kBadModel, std::string(found.status().message()));
-      sources = std::move(*found);
-      if (auto st = client::digest_sources(*sources, hashing_bar()); !st.ok())
-        return fail(path_exit_code(st), std::string(st.message()));
-      digest = client::input_digest_of(digest, *sources);
-    }
+    if (!locations->empty() && a.input == "-")
+      return fail(kUsage, "a model with external-data files must be given as a file");
+    if (int rc = external_sources(a, *locations, &sources); rc != kOk) return rc;
+    digest = client::input_digest_of(cache::sha256_hex(bytes), sources);
   }
   auto client = connect(server, a.tls);
   if (!client.ok()) return fail_connect(client.status());
@@ -637,9 +610,8 @@ int lookup(const OptimizeArgs& a) {
     run.bytes_received = result->result->bytes_received;
     run.input_sha256 = digest;
     run.output_sha256 = result->result->report.output_sha256();
-    if (sources)
-      if (auto st = client::check_kept_files(*result->result, *sources); !st.ok())
-        return fail_remote(st);
+    if (auto st = client::check_kept_files(*result->result, sources); !st.ok())
+      return fail_remote(st);
     return finish_run(a, run, result->result->model, result->result->external_files,
                       result->result->kept_files,
                       a.input.empty() || a.input == "-" ? std::string()

@@ -60,39 +60,32 @@ bool write_chunks(Writer* writer, const std::string& bytes, const std::string& f
   return true;
 }
 
-// Streams the file at `path` (`size` bytes) as chunks of `file`, read in pieces of kChunkBytes:
-// a multi-GB file never needs to be in memory. False when the client stopped reading; an error
-// status (through `error`) when the file cannot be read.
+// Streams a file the result wrote as chunks of its name, read in pieces of kChunkBytes
+// (paths::read_range): a multi-GB file never needs to be in memory. False when the client stopped
+// reading; an error status (through `error`) when the file cannot be read.
 template <typename Response, typename Writer>
 bool write_file_chunks(Writer* writer, const cache::CachedFile& file, grpc::Status* error) {
-  int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     *error = grpc::Status(grpc::StatusCode::INTERNAL,
                           absl::StrCat("cannot read the result's file '", file.name, "'"));
     return false;
   }
-  std::string buffer(kChunkBytes, '\0');
-  uint64_t off = 0;
-  bool ok = true;
-  while (ok && off < file.size) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, file.size - off));
-    ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(off));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      *error = grpc::Status(grpc::StatusCode::INTERNAL,
-                            absl::StrCat("the result's file '", file.name, "' ended early"));
-      ok = false;
-      break;
-    }
-    Response msg;
-    msg.mutable_chunk()->set_data(buffer.data(), static_cast<size_t>(got));
-    msg.mutable_chunk()->set_file(file.name);
-    if (off == 0) msg.mutable_chunk()->set_total_bytes(file.size);
-    off += static_cast<uint64_t>(got);
-    ok = writer->Write(msg);
-  }
+  bool first = true, written = true;
+  auto st = paths::read_range(fd, 0, file.size, kChunkBytes,
+                              absl::StrCat("the result's file '", file.name, "'"),
+                              [&](std::string_view piece) {
+                                Response msg;
+                                msg.mutable_chunk()->set_data(piece.data(), piece.size());
+                                msg.mutable_chunk()->set_file(file.name);
+                                if (first) msg.mutable_chunk()->set_total_bytes(file.size);
+                                first = false;
+                                written = writer->Write(msg);
+                                return written;
+                              });
   ::close(fd);
-  return ok;
+  if (!st.ok()) *error = grpc::Status(grpc::StatusCode::INTERNAL, std::string(st.message()));
+  return st.ok() && written;
 }
 
 // The optimized model, then the files the result wrote; false when the client stopped reading
@@ -141,7 +134,6 @@ struct GraftService::Upload {
 // What a worker optimizes: the model's bytes and its external-data files in the spool.
 struct GraftService::Input {
   std::shared_ptr<const std::string> model;
-  std::string model_sha256;  // of the model's bytes
   std::string digest;        // the input digest, the result's key
   std::vector<UploadedFile> files;
   std::shared_ptr<SpoolDir> dir;  // keeps the files on disk while the job needs them
@@ -501,7 +493,6 @@ grpc::Status GraftService::Optimize(
   const UploadAssembler& upload = up.assembler;
   auto input = std::make_shared<Input>();
   input->model = upload.model();
-  input->model_sha256 = upload.sha256();
   input->digest = upload.input_digest();
   input->files = upload.files();
   input->dir = upload.spool_dir();

@@ -15,30 +15,10 @@
 #include "core/eval/tensor.h"
 #include "core/ir/external_data.h"
 #include "core/ir/model.h"
+#include "tests/temp_folder.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
-
-// A fresh folder under the system's temporary folder, removed with everything in it.
-class TempFolder {
- public:
-  TempFolder() {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("graft-extdata-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempFolder() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void add_key(onnx::TensorProto* t, const std::string& key, const std::string& value) {
   auto* e = t->add_external_data();

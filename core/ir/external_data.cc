@@ -207,25 +207,11 @@ absl::StatusOr<ExternalRef> ExternalData::locate(const TensorProto& t) const {
 
 namespace {
 
-// Reads exactly `n` bytes at `offset` into `dst`; DataLoss when the file ends first.
+// Reads exactly `n` bytes at `offset` into `dst` (paths::pread_exact, errors naming the
+// location).
 absl::Status pread_exact(int fd, char* dst, size_t n, uint64_t offset, const ExternalRef& ref) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int err = errno;
-      return absl::DataLossError(absl::StrCat(
-          "external data location '", shown(ref.location), "': cannot read: ",
-          std::error_code(err, std::generic_category()).message()));
-    }
-    if (got == 0)
-      return absl::DataLossError(absl::StrCat("external data location '", shown(ref.location),
-                                              "' ended before offset ", offset + n,
-                                              " (it changed while being read)"));
-    done += static_cast<size_t>(got);
-  }
-  return absl::OkStatus();
+  return paths::pread_exact(fd, dst, n, offset,
+                            absl::StrCat("external data location '", shown(ref.location), "'"));
 }
 
 }  // namespace
@@ -261,17 +247,13 @@ absl::Status ExternalData::read_blocks(const TensorProto& t,
   auto opened = open(t);
   if (!opened.ok()) return opened.status();
   const ExternalRef& ref = opened->ref;
-  block_bytes = std::max<size_t>(block_bytes, 1);
-  std::string block(static_cast<size_t>(std::min<uint64_t>(ref.length, block_bytes)), '\0');
-  for (uint64_t done = 0; done < ref.length;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(ref.length - done, block.size()));
-    if (auto st = pread_exact(opened->fd.get(), block.data(), n, ref.offset + done, ref); !st.ok())
-      return st;
-    read_->bytes += n;
-    each(std::string_view(block.data(), n));
-    done += n;
-  }
-  return absl::OkStatus();
+  return paths::read_range(opened->fd.get(), ref.offset, ref.length, block_bytes,
+                           absl::StrCat("external data location '", shown(ref.location), "'"),
+                           [&](std::string_view block) {
+                             read_->bytes += block.size();
+                             each(block);
+                             return true;
+                           });
 }
 
 absl::StatusOr<uint64_t> ExternalData::content_hash(const TensorProto& t) const {

@@ -144,6 +144,35 @@ absl::Status read_blocks(const std::string& path,
   }
 }
 
+absl::Status pread_exact(int fd, char* dst, size_t n, uint64_t offset, std::string_view what) {
+  for (size_t done = 0; done < n;) {
+    ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0)
+      return absl::DataLossError(absl::StrCat(std::string(what), ": cannot read: ",
+                                              std::strerror(errno)));
+    if (got == 0)
+      return absl::DataLossError(absl::StrCat(std::string(what), " ended before offset ",
+                                              offset + n, " (it changed while being read)"));
+    done += static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status read_range(int fd, uint64_t offset, uint64_t size, size_t piece_bytes,
+                        std::string_view what,
+                        const std::function<bool(std::string_view)>& each) {
+  std::string buffer(
+      static_cast<size_t>(std::min<uint64_t>(size, std::max<size_t>(piece_bytes, 1))), '\0');
+  for (uint64_t done = 0; done < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(size - done, buffer.size()));
+    if (auto st = pread_exact(fd, buffer.data(), n, offset + done, what); !st.ok()) return st;
+    done += n;
+    if (!each(std::string_view(buffer.data(), n))) break;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status write_all(int fd, std::string_view bytes, std::string_view what) {
   size_t done = 0;
   while (done < bytes.size()) {

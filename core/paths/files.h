@@ -40,6 +40,19 @@ absl::Status read_blocks(const std::string& path,
                          const std::function<void(std::string_view)>& each,
                          size_t block_bytes = size_t{4} << 20);
 
+// Reads exactly `n` bytes of `fd` at `offset` into `dst` (pread, retried until done). DataLoss
+// "<what>: cannot read: <strerror>", or "<what> ended before offset <offset + n> (it changed
+// while being read)" when the file is shorter.
+absl::Status pread_exact(int fd, char* dst, size_t n, uint64_t offset, std::string_view what);
+
+// Reads the `size` bytes of `fd` from `offset` in pieces of at most `piece_bytes`, into one
+// reused buffer, calling `each` on every piece in order: a range of a multi-GB file passed on
+// (hashed, sent, copied) without holding it. `each` returning false stops the read (OK).
+// Errors as pread_exact's.
+absl::Status read_range(int fd, uint64_t offset, uint64_t size, size_t piece_bytes,
+                        std::string_view what,
+                        const std::function<bool(std::string_view)>& each);
+
 // Writes all of `bytes` to `fd`. DataLoss "cannot write <what>: <strerror>" on failure.
 absl::Status write_all(int fd, std::string_view bytes, std::string_view what);
 

@@ -152,5 +152,39 @@ TEST_F(Files, WriteAllToAClosedPipeIsAnError) {
   EXPECT_NE(st.message().find("a closed pipe"), std::string::npos) << st;
 }
 
+TEST_F(Files, RangesAreReadInPiecesAndAShortFileIsDataLoss) {
+  const std::string bytes = pattern(10000);
+  write("r.bin", bytes);
+  const int fd = ::open(path("r.bin").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::string got;
+  size_t pieces = 0;
+  auto st = paths::read_range(fd, 100, 9000, 4096, "'r.bin'", [&](std::string_view piece) {
+    EXPECT_LE(piece.size(), 4096u);
+    got += piece;
+    ++pieces;
+    return true;
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(got, bytes.substr(100, 9000));
+  EXPECT_EQ(pieces, 3u);
+  // `each` returning false stops the read.
+  pieces = 0;
+  EXPECT_TRUE(paths::read_range(fd, 0, 10000, 1000, "'r.bin'", [&](std::string_view) {
+                return ++pieces < 2;
+              }).ok());
+  EXPECT_EQ(pieces, 2u);
+  // Past the end: DataLoss naming the file and the offset it needed.
+  st = paths::read_range(fd, 5000, 6000, 4096, "'r.bin'", [](std::string_view) { return true; });
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("'r.bin' ended before offset 11000"), std::string::npos) << st;
+  char buf[8];
+  EXPECT_TRUE(paths::pread_exact(fd, buf, sizeof buf, 9992, "'r.bin'").ok());
+  EXPECT_EQ(std::string(buf, 8), bytes.substr(9992));
+  EXPECT_EQ(paths::pread_exact(fd, buf, sizeof buf, 9993, "'r.bin'").code(),
+            absl::StatusCode::kDataLoss);
+  ::close(fd);
+}
+
 }  // namespace
 }  // namespace graft::testing

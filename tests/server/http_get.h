@@ -1,5 +1,5 @@
-// The body of an HTTP/1.0 GET to a loopback port ("" when nothing answers): how server tests
-// scrape graftd's /metrics.
+// The body of an HTTP/1.0 GET to a loopback port ("" when nothing answers or the request cannot
+// be sent): how server tests and the benchmarks scrape graftd's /metrics.
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,7 +13,7 @@
 namespace graft::testing {
 
 inline std::string http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -22,8 +22,12 @@ inline std::string http_get(int port, const std::string& path) {
     ::close(fd);
     return "";
   }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  ::send(fd, request.data(), request.size(), 0);
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return "";
+  }
   std::string response;
   char buf[65536];
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) response.append(buf, n);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/temp_folder.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -20,13 +21,6 @@ using server::Spool;
 
 class SpoolTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("graft_spool_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::unique_ptr<Spool> open(uint64_t max_bytes = 1 << 20, uint64_t* removed = nullptr) {
     auto spool = Spool::open(dir_.string(), max_bytes, removed);
     EXPECT_TRUE(spool.ok()) << spool.status();
@@ -36,7 +30,8 @@ class SpoolTest : public ::testing::Test {
     fs::create_directories(path.parent_path());
     std::ofstream(path, std::ios::binary) << std::string(bytes, 'x');
   }
-  fs::path dir_;
+  TempFolder folder_;
+  const fs::path& dir_ = folder_.path();
 };
 
 TEST_F(SpoolTest, FoldersAreRemovedWithTheirLastReferenceAndGiveBackTheirReservation) {

@@ -9,6 +9,7 @@
 #include "core/cache/digest.h"
 #include "core/paths/files.h"
 #include "server/spool.h"
+#include "tests/temp_folder.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -51,21 +52,13 @@ UploadLimits limits(uint64_t max_model_bytes) {
 // A spool of `max_bytes` in a folder of its own, removed at the end.
 struct TestSpool {
   explicit TestSpool(uint64_t max_bytes) {
-    dir = std::filesystem::temp_directory_path() /
-          ("graft_upload_test_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir);
-    auto opened = Spool::open(dir.string(), max_bytes);
+    auto opened = Spool::open(folder.str(), max_bytes);
     EXPECT_TRUE(opened.ok()) << opened.status();
     spool = std::move(*opened);
   }
-  ~TestSpool() {
-    spool.reset();
-    std::filesystem::remove_all(dir);
-  }
   Spool* operator->() const { return spool.get(); }
   Spool* get() const { return spool.get(); }
-  std::filesystem::path dir;
+  TempFolder folder;  // declared first: removed after the spool is closed
   std::unique_ptr<Spool> spool;
 };
 
