@@ -2,6 +2,8 @@
 // records what it is asked: a cached result is fetched by Lookup without any upload, a miss or a
 // server without Lookup falls back to the upload, a short download is DataLoss, and every
 // Optimize and Lookup call carries graft-model-sha256.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <mutex>
 
@@ -9,7 +11,9 @@
 
 #include "client/graft_client.h"
 #include "core/cache/digest.h"
+#include "core/paths/beneath.h"
 #include "graft/v1/graft.grpc.pb.h"
+#include "tests/temp_folder.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -225,6 +229,33 @@ TEST(LookupFirst, EveryCallCarriesTheModelDigest) {
   const std::string digest = cache::sha256_hex(kModel);
   EXPECT_EQ(service.digests(), (std::vector<std::string>{digest, digest, digest,
                                                          given.model_sha256, given.model_sha256}));
+}
+
+// A model may have thousands of external files (one per tensor): they are hashed one open file
+// at a time, so a process with a small descriptor limit hashes them all.
+TEST(ExternalSources, ManyFilesAreHashedOneDescriptorAtATime) {
+  TempFolder folder;
+  client::ExternalSources sources;
+  for (int i = 0; i < 300; ++i) {
+    const std::string name = "w/" + std::to_string(i) + ".bin";
+    ASSERT_TRUE(paths::write_beneath(folder.str(), name, std::string(i + 1, 'a' + i % 26)).ok());
+    client::ExternalSource s;
+    s.name = name;
+    s.folder = folder.str();
+    sources.push_back(std::move(s));
+  }
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 128;  // fewer than the files
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  auto st = client::digest_sources(sources);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  ASSERT_TRUE(st.ok()) << st;
+  for (int i = 0; i < 300; ++i) {
+    EXPECT_EQ(sources[i].size, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(sources[i].sha256, cache::sha256_hex(std::string(i + 1, 'a' + i % 26)));
+  }
 }
 
 }  // namespace
