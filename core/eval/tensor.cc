@@ -140,6 +140,19 @@ bool is_float_type(int32_t dtype) {
          dtype == TensorProto::FLOAT16 || dtype == TensorProto::BFLOAT16;
 }
 
+double round_to_type(int32_t dtype, double v) {
+  switch (dtype) {
+    case TensorProto::FLOAT:
+      return static_cast<float>(v);
+    case TensorProto::FLOAT16:
+      return ir::half_to_float(ir::float_to_half(static_cast<float>(v)));
+    case TensorProto::BFLOAT16:
+      return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    default:
+      return v;
+  }
+}
+
 bool is_integer_type(int32_t dtype) {
   switch (dtype) {
     case TensorProto::INT8:

@@ -142,6 +142,33 @@ TEST(NormKernelsTest, RmsNormalizationRefusesBadAxisScaleAndStash) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(NormKernelsTest, StatisticsAreComputedInStashType) {
+  // Deviations of 1e20: their squares (1e40) exceed float's range, so with stash_type float
+  // (the default) the variance is infinity, 1 / StdDev is 0 and Y is B; RMSNormalization's mean
+  // of squares likewise, so Y is 0. With stash_type double the statistics fit and Y is the
+  // normalized row.
+  Tensor x = f32({1, 2}, {-1e20f, 1e20f});
+  Tensor scale = f32({2}, {1, 1}), bias = f32({2}, {0.25, -0.5});
+  std::vector<Tensor> out;
+  const std::string sig = "(float[1,2] x, float[2] s, float[2] b) => (float[1,2] y, float[1,1] i)";
+  ASSERT_TRUE(run(model(17, sig, "y, m, i = LayerNormalization (x, s, b)"), {&x, &scale, &bias},
+                  &out)
+                  .ok());
+  expect_values(out[0], {0.25, -0.5});
+  expect_values(out[1], {0});
+  ASSERT_TRUE(run(model(17, sig, "y, m, i = LayerNormalization <stash_type = 11> (x, s, b)"),
+                  {&x, &scale, &bias}, &out)
+                  .ok());
+  expect_values(out[0], {-1 + 0.25, 1 - 0.5});
+  const std::string rms_sig = "(float[1,2] x, float[2] s) => (float[1,2] y)";
+  ASSERT_TRUE(run(model(23, rms_sig, "y = RMSNormalization (x, s)"), {&x, &scale}, &out).ok());
+  expect_values(out[0], {0, 0});
+  ASSERT_TRUE(run(model(23, rms_sig, "y = RMSNormalization <stash_type = 11> (x, s)"),
+                  {&x, &scale}, &out)
+                  .ok());
+  expect_values(out[0], {-1, 1});
+}
+
 TEST(NormKernelsTest, EmptyBatchIsFine) {
   // No rows: nothing to normalize, an empty result of the input's shape.
   Tensor x = f32({0, 4}, {});

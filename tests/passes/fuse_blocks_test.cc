@@ -194,6 +194,64 @@ TEST(FuseBlocks, LayerNormFloat16KeepsFloatStash) {
   EXPECT_EQ(onnx_errors(*model), "");
 }
 
+TEST(FuseBlocks, LayerNormAndRmsNormOverflowAsTheirDecomposition) {
+  // x scaled by 1e30: d * d (and x * x) exceed float's range, so the decomposition's variance is
+  // infinity and its normalized values 0 (y = beta). The fused ops compute their steps in
+  // stash_type float too (the kernels round each step), so they give the same outputs; kernels
+  // that kept the statistics in double would give finite normalized values here and fail the
+  // comparison.
+  expect_rewrite("fuse_blocks", R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] in) => (float[2,3,4] y)
+      <float big = {1e30}, float[4] gamma = {0.5, 1.0, -2.0, 3.0},
+       float[4] beta = {0.1, 0.2, 0.3, -0.4}, float eps = {1e-5}> {
+      x = Mul (in, big)
+      m = ReduceMean <axes = [-1]> (x)
+      d = Sub (x, m)
+      p = Mul (d, d)
+      v = ReduceMean <axes = [-1]> (p)
+      a = Add (v, eps)
+      s = Sqrt (a)
+      n = Div (d, s)
+      z = Mul (n, gamma)
+      y = Add (z, beta)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] in) => (float[2,3,4] y)
+      <float big = {1e30}, float[4] gamma = {0.5, 1.0, -2.0, 3.0},
+       float[4] beta = {0.1, 0.2, 0.3, -0.4}> {
+      x = Mul (in, big)
+      y = LayerNormalization <axis = -1, epsilon = 1e-5> (x, gamma, beta)
+    }
+  )",
+                 rewrites(1));
+  expect_rewrite("fuse_blocks", R"(
+    <ir_version: 8, opset_import: ["" : 23]>
+    g (float[2,3,4] in) => (float[2,3,4] y)
+      <float big = {1e30}, int64[1] axes = {-1}, float eps = {1e-6},
+       float[4] gamma = {0.5, 1.0, -2.0, 3.0}> {
+      x = Mul (in, big)
+      p = Mul (x, x)
+      v = ReduceMean (p, axes)
+      a = Add (v, eps)
+      s = Sqrt (a)
+      n = Div (x, s)
+      y = Mul (n, gamma)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 23]>
+    g (float[2,3,4] in) => (float[2,3,4] y)
+      <float big = {1e30}, float[4] gamma = {0.5, 1.0, -2.0, 3.0}> {
+      x = Mul (in, big)
+      y = RMSNormalization <axis = -1, epsilon = 1e-6> (x, gamma)
+    }
+  )",
+                 rewrites(1));
+}
+
 TEST(FuseBlocks, LayerNormInsideIfBranch) {
   expect_rewrite("fuse_blocks", R"(
     <ir_version: 8, opset_import: ["" : 17]>

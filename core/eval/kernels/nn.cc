@@ -402,16 +402,28 @@ absl::Status layer_norm(KernelContext& ctx) {
   const Scratch<double> sv = per_position(*b.scale, b);
   const Scratch<double> bv = bias != nullptr ? per_position(*bias, b) : Scratch<double>(len, 0.0);
   Scratch<double> v = to_doubles(*b.x);
+  // The definition's steps, each rounded to stash_type (its first stage) and then to X's type:
+  // the sums accumulate in double, as ReduceMean's kernel does, so a decomposed block and this
+  // op round and overflow alike (d * d beyond float's range is infinity in both).
+  const int32_t stash = b.stash, type = b.x->dtype();
+  const auto u = [stash](double x) { return round_to_type(stash, x); };
+  const double eps = u(b.eps);
   for (int64_t o = 0; o < outer; ++o) {
     double* base = v.data() + o * len;
-    double mean = 0;
-    for (int64_t i = 0; i < len; ++i) mean += base[i];
-    mean /= static_cast<double>(len);
-    double var = 0;
-    for (int64_t i = 0; i < len; ++i) var += (base[i] - mean) * (base[i] - mean);
-    var /= static_cast<double>(len);
-    const double inv = 1.0 / std::sqrt(var + b.eps);
-    for (int64_t i = 0; i < len; ++i) base[i] = (base[i] - mean) * inv * sv[i] + bv[i];
+    double sum = 0;
+    for (int64_t i = 0; i < len; ++i) sum += (base[i] = u(base[i]));
+    const double mean = u(sum / static_cast<double>(len));
+    double sum_sq = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      base[i] = u(base[i] - mean);
+      sum_sq += u(base[i] * base[i]);
+    }
+    const double var = u(sum_sq / static_cast<double>(len));
+    const double inv = u(1.0 / u(std::sqrt(u(var + eps))));
+    for (int64_t i = 0; i < len; ++i) {
+      const double normalized = round_to_type(type, u(base[i] * inv));
+      base[i] = round_to_type(type, normalized * sv[i]) + bv[i];
+    }
     if (mean_out != nullptr) store(mean_out, o, mean);
     if (inv_out != nullptr) store(inv_out, o, inv);
   }
@@ -428,12 +440,19 @@ absl::Status rms_norm(KernelContext& ctx) {
   if (y->size() == 0) return absl::OkStatus();
   const Scratch<double> sv = per_position(*b.scale, b);
   Scratch<double> v = to_doubles(*b.x);
+  // As LayerNormalization: the definition's steps rounded to stash_type, then to X's type.
+  const int32_t stash = b.stash, type = b.x->dtype();
+  const auto u = [stash](double x) { return round_to_type(stash, x); };
+  const double eps = u(b.eps);
   for (int64_t o = 0; o < outer; ++o) {
     double* base = v.data() + o * len;
     double sum_sq = 0;
-    for (int64_t i = 0; i < len; ++i) sum_sq += base[i] * base[i];
-    const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(len) + b.eps);
-    for (int64_t i = 0; i < len; ++i) base[i] = base[i] * inv * sv[i];
+    for (int64_t i = 0; i < len; ++i) {
+      base[i] = u(base[i]);
+      sum_sq += u(base[i] * base[i]);
+    }
+    const double rms = u(std::sqrt(u(u(sum_sq / static_cast<double>(len)) + eps)));
+    for (int64_t i = 0; i < len; ++i) base[i] = round_to_type(type, u(base[i] / rms)) * sv[i];
   }
   store_all(y, v);
   return absl::OkStatus();
