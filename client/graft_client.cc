@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <absl/strings/str_cat.h>
 
+#include "client/file_digest.h"
 #include "core/cache/digest.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
@@ -52,17 +57,96 @@ absl::Status open_source(const ExternalSource& s, Fd* fd, uint64_t* size,
   return absl::OkStatus();
 }
 
+// The pieces of a streamed model (SendOptions::model_sink), handed from the receiving thread to
+// a thread of their own that hashes each and passes it to the sink: the digest and the write of
+// one piece overlap the receipt of the next. At most kQueueBytes wait at a time (one piece
+// always may), so a slow disk slows the download instead of filling memory.
+class SinkThread {
+ public:
+  static constexpr uint64_t kQueueBytes = uint64_t{8} << 20;
+
+  SinkThread(std::function<absl::Status(std::string_view)> sink, cache::Sha256* sha)
+      : sink_(std::move(sink)), sha_(sha), worker_([this] { run(); }) {}
+  ~SinkThread() { close().IgnoreError(); }
+
+  // Queues a piece; the sink's error once it failed (the piece is dropped).
+  absl::Status push(std::string piece) {
+    std::unique_lock lock(mu_);
+    space_.wait(lock, [&] {
+      return !status_.ok() || queued_ == 0 || queued_ + piece.size() <= kQueueBytes;
+    });
+    if (!status_.ok()) return status_;
+    queued_ += piece.size();
+    queue_.push_back(std::move(piece));
+    ready_.notify_one();
+    return absl::OkStatus();
+  }
+
+  // Waits until every queued piece went to the sink; its first error, if any.
+  absl::Status close() {
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+      ready_.notify_one();
+    }
+    if (worker_.joinable()) worker_.join();
+    return status_;
+  }
+
+ private:
+  void run() {
+    while (true) {
+      std::string piece;
+      {
+        std::unique_lock lock(mu_);
+        ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
+        if (queue_.empty()) return;
+        piece = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::Status st;
+      {
+        std::lock_guard lock(mu_);
+        st = status_;
+      }
+      if (st.ok()) {
+        if (sha_ != nullptr) sha_->update(piece);
+        st = sink_(piece);
+      }
+      std::lock_guard lock(mu_);
+      queued_ -= piece.size();
+      if (!st.ok() && status_.ok()) status_ = st;
+      space_.notify_one();
+    }
+  }
+
+  std::function<absl::Status(std::string_view)> sink_;
+  cache::Sha256* sha_;
+  std::mutex mu_;
+  std::condition_variable ready_, space_;
+  std::deque<std::string> queue_;
+  uint64_t queued_ = 0;
+  bool closed_ = false;
+  absl::Status status_;
+  std::thread worker_;  // last: started once the rest is in place
+};
+
 // The result's model and files as they arrive (Optimize and Lookup answer alike), checked
-// against the report at the end.
+// against the report at the end. The model is kept, or streamed to a sink.
 class Receiver {
  public:
-  explicit Receiver(bool hash_model) : hash_model_(hash_model) {}
+  Receiver(bool hash_model, const ModelSink& sink) : hash_model_(hash_model) {
+    if (sink) sink_ = std::make_unique<SinkThread>(sink.write, hash_model ? &model_sha_ : nullptr);
+  }
 
   // A chunk of the model (no file) or of a file the server wrote. Names are checked by the rule
   // the upload had to pass, before anyone can use them as paths; each file comes in one run.
-  absl::Status add(const v1::Chunk& chunk) {
+  // The chunk's data is moved out.
+  absl::Status add(v1::Chunk& chunk) {
     const std::string& file = chunk.file();
     if (file.empty()) {
+      model_bytes_ += chunk.data().size();
+      if (sink_) return sink_->push(std::move(*chunk.mutable_data()));
       reserve_for(model_, chunk);
       model_ += chunk.data();
       if (hash_model_) model_sha_.update(chunk.data());  // while the next chunk is on its way
@@ -83,14 +167,16 @@ class Receiver {
     return absl::OkStatus();
   }
 
-  uint64_t model_bytes() const { return model_.size(); }
+  uint64_t model_bytes() const { return model_bytes_; }
 
   // Moves what arrived into `result` (whose report is set), checking it: the model's size (and
   // digest when hashed), every file the report lists as written by the server arrived with its
   // size and digest, and nothing else did.
   absl::Status finish(OptimizeResult& result) {
+    if (sink_)
+      if (auto st = sink_->close(); !st.ok()) return st;
     const v1::OptimizeReport& report = result.report;
-    if (model_.size() != report.output_bytes())
+    if (model_bytes_ != report.output_bytes())
       return absl::DataLossError("received fewer model bytes than the report announces");
     if (hash_model_ && !report.output_sha256().empty() &&
         report.output_sha256() != model_sha_.hex_digest())
@@ -125,7 +211,7 @@ class Receiver {
                                                 "' that its report does not list"));
     result.model = std::move(model_);
     result.external_files = std::move(files_);
-    result.bytes_received = result.model.size();
+    result.bytes_received = model_bytes_;
     for (const auto& [name, bytes] : result.external_files) result.bytes_received += bytes.size();
     return absl::OkStatus();
   }
@@ -133,10 +219,12 @@ class Receiver {
  private:
   bool hash_model_;
   std::string model_;
-  cache::Sha256 model_sha_;
+  uint64_t model_bytes_ = 0;
+  cache::Sha256 model_sha_;  // written by sink_'s thread while it runs
   ExternalFiles files_;
   std::vector<cache::Sha256> file_sha_;
   std::set<std::string> names_;
+  std::unique_ptr<SinkThread> sink_;  // last: its thread stops before the rest goes
 };
 
 }  // namespace
@@ -153,7 +241,8 @@ ExternalSources sources_of(const ExternalFiles& files) {
 }
 
 absl::Status digest_sources(ExternalSources& sources,
-                            const std::function<void(uint64_t, uint64_t)>& progress) {
+                            const std::function<void(uint64_t, uint64_t)>& progress,
+                            const std::string& digest_cache, bool recall) {
   // Sizes first (each file opened and closed: a model may have thousands of files), so the
   // progress has a total; then each file is hashed in turn.
   uint64_t total = 0, done = 0;
@@ -180,16 +269,19 @@ absl::Status digest_sources(ExternalSources& sources,
     Fd fd;
     uint64_t size = 0;
     if (auto st = open_source(s, &fd, &size, s.size); !st.ok()) return st;
-    cache::Sha256 sha;
-    auto st = paths::read_range(fd.fd, 0, s.size, size_t{4} << 20, "'" + source_path(s) + "'",
-                                [&](std::string_view piece) {
-                                  sha.update(piece);
-                                  done += piece.size();
-                                  if (progress) progress(done, total);
-                                  return true;
-                                });
-    if (!st.ok()) return st;
-    s.sha256 = sha.hex_digest();
+    DigestOptions options;
+    options.cache_folder = digest_cache;
+    options.recall = recall;
+    if (progress)
+      options.progress = [&, base = done](uint64_t d, uint64_t) { progress(base + d, total); };
+    auto d = digest_file(fd.fd, "'" + source_path(s) + "'", options);
+    if (!d.ok()) return d.status();
+    if (d->size != s.size)
+      return absl::FailedPreconditionError(
+          absl::StrCat("'", source_path(s), "' changed size since it was opened"));
+    s.sha256 = d->sha256;
+    done += s.size;
+    if (progress && d->recalled) progress(done, total);
   }
   return absl::OkStatus();
 }
@@ -276,7 +368,8 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
       options.model_sha256.empty() ? cache::sha256_hex(model) : options.model_sha256;
   const std::string digest = input_digest_of(model_sha256, external_files);
   if (options.lookup_first) {
-    auto cached = fetch_cached(digest, config, options.deadline, options.progress);
+    auto cached =
+        fetch_cached(digest, config, options.deadline, options.progress, options.model_sink);
     if (!cached.ok()) return cached.status();
     if (*cached) {
       if (auto st = check_kept_files(**cached, external_files); !st.ok()) return st;
@@ -291,8 +384,16 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
 
 absl::StatusOr<std::optional<OptimizeResult>> GraftClient::fetch_cached(
     const std::string& model_sha256, const v1::PipelineConfig& config, Deadline deadline,
-    const Progress& progress) {
-  auto found = lookup(model_sha256, config, /*return_result=*/true, deadline, progress);
+    const Progress& progress, const ModelSink& model_sink) {
+  // Counts what reached the sink (on its thread; read once lookup() has joined it).
+  uint64_t written = 0;
+  ModelSink counted = model_sink;
+  if (model_sink)
+    counted.write = [&](std::string_view piece) {
+      written += piece.size();
+      return model_sink.write(piece);
+    };
+  auto found = lookup(model_sha256, config, /*return_result=*/true, deadline, progress, counted);
   if (found.ok() && found->cached && found->result) {
     found->result->from_lookup = true;
     return std::move(found->result);
@@ -300,6 +401,11 @@ absl::StatusOr<std::optional<OptimizeResult>> GraftClient::fetch_cached(
   if (!found.ok() && (found.status().code() == absl::StatusCode::kDeadlineExceeded ||
                       found.status().code() == absl::StatusCode::kDataLoss))
     return found.status();
+  // Sending the model instead: what a Lookup that failed part-way wrote must go first.
+  if (written > 0) {
+    if (!model_sink.restart) return found.ok() ? absl::DataLossError("a Lookup answer ended part-way") : found.status();
+    if (auto st = model_sink.restart(); !st.ok()) return st;
+  }
   return std::nullopt;
 }
 
@@ -365,13 +471,13 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
   OptimizeResult result;
   result.bytes_sent = sent;
   bool have_report = false;
-  Receiver receiver(/*hash_model=*/false);
+  Receiver receiver(/*hash_model=*/false, options.model_sink);
   absl::Status bad;
   v1::OptimizeResponse msg;
   while (stream->Read(&msg)) {
     if (msg.has_chunk()) {
       if (bad.ok()) {
-        bad = receiver.add(msg.chunk());
+        bad = receiver.add(*msg.mutable_chunk());
         if (!bad.ok()) context.TryCancel();
       }
       if (progress) progress(false, receiver.model_bytes(), 0);
@@ -392,7 +498,8 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
 absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256,
                                                  const v1::PipelineConfig& config,
                                                  bool return_result, Deadline deadline,
-                                                 const Progress& progress) {
+                                                 const Progress& progress,
+                                                 const ModelSink& model_sink) {
   grpc::ClientContext context;
   if (deadline) context.set_deadline(*deadline);
   context.AddMetadata(kModelDigestHeader, model_sha256);
@@ -404,7 +511,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
   LookupResult out;
   OptimizeResult result;
   // A cached result may come from a shared tier: its digests are checked, not trusted.
-  Receiver receiver(/*hash_model=*/true);
+  Receiver receiver(/*hash_model=*/true, model_sink);
   absl::Status bad;
   bool have_report = false;
   v1::LookupResponse msg;
@@ -412,7 +519,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
     if (msg.kind_case() == v1::LookupResponse::kCached) out.cached = msg.cached();
     if (msg.has_chunk()) {
       if (bad.ok()) {
-        bad = receiver.add(msg.chunk());
+        bad = receiver.add(*msg.mutable_chunk());
         if (!bad.ok()) context.TryCancel();
       }
       if (progress) progress(false, receiver.model_bytes(), 0);

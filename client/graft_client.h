@@ -35,8 +35,11 @@ ExternalSources sources_of(const ExternalFiles& files);
 
 // Fills in each source's size and sha256 (reading a file in pieces, once). Errors are
 // open_beneath's and read errors (DataLoss) naming the file. `progress` (done, total) as it goes.
+// `digest_cache`: a folder where each file's digest is remembered and recalled while the file
+// is unchanged (client/file_digest.h; empty: none); `recall` false hashes every file again.
 absl::Status digest_sources(ExternalSources& sources,
-                            const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+                            const std::function<void(uint64_t, uint64_t)>& progress = nullptr,
+                            const std::string& digest_cache = {}, bool recall = true);
 // The input digest (cache::input_digest) of a model and its digested sources.
 std::string input_digest_of(const std::string& model_sha256, const ExternalSources& sources);
 
@@ -61,6 +64,19 @@ struct LookupResult {
 // Called with (bytes done, bytes total) while uploading (upload = true) and downloading.
 using Progress = std::function<void(bool upload, uint64_t done, uint64_t total)>;
 
+// Where a result's model goes as it arrives, piece by piece, instead of OptimizeResult::model
+// (which then stays empty): e.g. a paths::AtomicFileWriter, so a download is never held whole.
+// `write` is called on a thread of the client's own while the next pieces are received; its
+// error stops the download and is the call's result. A result that fails its checks may have
+// been partly written: the caller commits it only when the call succeeded. `restart` drops what
+// was written: optimize() calls it before sending the model when a Lookup that failed part-way
+// had written some (without `restart`, that Lookup's error is the result).
+struct ModelSink {
+  std::function<absl::Status(std::string_view)> write;
+  std::function<absl::Status()> restart;
+  explicit operator bool() const { return static_cast<bool>(write); }
+};
+
 // gRPC metadata key every Optimize and Lookup call carries: the model's lowercase hex sha256,
 // so a load balancer can route identical models to the same replica (whose cache has them).
 inline constexpr char kModelDigestHeader[] = "graft-model-sha256";
@@ -82,6 +98,8 @@ struct SendOptions {
   bool lookup_first = false;
   // Lowercase hex sha256 of the model's bytes; computed when empty.
   std::string model_sha256;
+  // When set, the result's model goes here instead of OptimizeResult::model.
+  ModelSink model_sink;
 };
 
 class GraftClient {
@@ -112,7 +130,8 @@ class GraftClient {
                                           const ExternalFiles& external_files = {});
   absl::StatusOr<LookupResult> lookup(const std::string& model_sha256,
                                       const v1::PipelineConfig& config, bool return_result,
-                                      Deadline deadline = {}, const Progress& progress = nullptr);
+                                      Deadline deadline = {}, const Progress& progress = nullptr,
+                                      const ModelSink& model_sink = {});
   // The lookup-first step: the cached result if the server has one; nullopt when it has none or
   // the Lookup failed in a way that sending the model can get past (an older server, say); an
   // error when the deadline passed or the answer did not match its report (DataLoss), which
@@ -121,7 +140,8 @@ class GraftClient {
   absl::StatusOr<std::optional<OptimizeResult>> fetch_cached(const std::string& model_sha256,
                                                              const v1::PipelineConfig& config,
                                                              Deadline deadline,
-                                                             const Progress& progress = nullptr);
+                                                             const Progress& progress = nullptr,
+                                                             const ModelSink& model_sink = {});
   absl::StatusOr<v1::ListPassesResponse> list_passes();
   // grpc.health.v1 status of the whole server ("" service): true when SERVING.
   absl::StatusOr<bool> serving();

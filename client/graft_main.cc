@@ -1,8 +1,11 @@
 // graft: the command-line client. `graft optimize --local` runs the core pipeline in-process.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "client/exit_codes.h"
+#include "client/file_digest.h"
 #include "client/graft_client.h"
 #include "client/report.h"
 #include "core/cache/digest.h"
@@ -154,6 +158,7 @@ struct OptimizeArgs {
   double verify_rtol = 1e-3, verify_atol = 1e-4;
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
+  bool rehash = false;     // hash every file again instead of recalling remembered digests
   std::string sha256;  // lookup only
   // TLS from the flags; GRAFT_TLS* fill in what they leave unset.
   tls::ClientOptions tls;
@@ -295,7 +300,8 @@ int fail_connect(const absl::Status& st) {
 int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
                const client::ExternalFiles& files = {},
                const std::vector<std::string>& kept = {},
-               const std::string& input_folder = {}) {
+               const std::string& input_folder = {},
+               paths::AtomicFileWriter* streamed = nullptr) {
   std::string error;
   if (!a.output.empty() && (!files.empty() || !kept.empty())) {
     if (a.output == "-")
@@ -325,7 +331,13 @@ int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& 
           return fail(path_exit_code(st), std::string(st.message()));
     }
   }
-  if (!a.output.empty() && !write_output(a.output, model, &error)) return fail(kIoError, error);
+  if (streamed != nullptr) {
+    // The model was written to the output's temporary file as it arrived.
+    if (auto st = streamed->commit(); !st.ok())
+      return fail(path_exit_code(st), std::string(st.message()));
+  } else if (!a.output.empty() && !write_output(a.output, model, &error)) {
+    return fail(kIoError, error);
+  }
   if (!a.report_path.empty()) {
     std::string json = to_json(run).dump(2) + "\n";
     if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
@@ -401,39 +413,56 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
                     input_folder.string());
 }
 
-// The sha256 of the file at `path`, read in blocks, and whether the word "location" occurs in
-// it: a model without it has no external-data tensors, so its digest alone keys its result.
-struct FileDigest {
+// The sha256 of the file at `path` (client::digest_file: hashed in pieces, or recalled from the
+// user's digest cache unless `rehash`), and whether the word "location" occurs in it: a model without it
+// has no external-data tensors, so its digest alone keys its result.
+struct ModelDigest {
   std::string sha256;
   bool mentions_location = false;
   uint64_t size = 0;
 };
 
-absl::StatusOr<FileDigest> digest_file(const std::string& path) {
+absl::StatusOr<ModelDigest> digest_model(const std::string& path, bool rehash) {
   static constexpr std::string_view kWord = "location";
-  FileDigest d;
-  cache::Sha256 sha;
-  std::string tail;  // the last bytes of the previous block, for a word split between blocks
-  auto st = paths::read_blocks(path, [&](std::string_view block) {
-    sha.update(block);
-    d.size += block.size();
-    if (d.mentions_location) return;
-    std::string joint = tail + std::string(block.substr(0, kWord.size() - 1));
-    if (joint.find(kWord) != std::string::npos || block.find(kWord) != std::string_view::npos)
-      d.mentions_location = true;
-    tail = std::string(block.substr(block.size() - std::min(block.size(), kWord.size() - 1)));
-  });
-  if (!st.ok()) return st;
-  d.sha256 = sha.hex_digest();
-  return d;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return absl::Status(paths::errno_code(errno),
+                        absl::StrCat("cannot read '", path, "': ", std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  bool mentions = false;
+  std::string tail;  // the last bytes of the previous piece, for a word split between pieces
+  client::DigestOptions options;
+  options.cache_folder = client::default_digest_cache();
+  options.recall = !rehash;
+  options.scan = [&](std::string_view piece) {
+    if (mentions) return;
+    std::string joint = tail + std::string(piece.substr(0, kWord.size() - 1));
+    if (joint.find(kWord) != std::string::npos || piece.find(kWord) != std::string_view::npos)
+      mentions = true;
+    tail = std::string(piece.substr(piece.size() - std::min(piece.size(), kWord.size() - 1)));
+  };
+  // Remembered with the digest: a recalled digest does not read the file.
+  options.note = [&] { return std::string(mentions ? "location" : "plain"); };
+  auto d = client::digest_file(fd, "'" + path + "'", options);
+  if (!d.ok()) return d.status();
+  if (d->recalled && d->note != "location" && d->note != "plain") {
+    options.recall = false;  // a note this version does not know: hash again
+    d = client::digest_file(fd, "'" + path + "'", options);
+    if (!d.ok()) return d.status();
+  }
+  return ModelDigest{d->sha256, d->note == "location", d->size};
 }
 
 int report_remote(const OptimizeArgs& a, const std::string& server, client::OptimizeResult result,
-                  uint64_t input_bytes, const std::string& lookup) {
+                  uint64_t input_bytes, const std::string& lookup,
+                  paths::AtomicFileWriter* streamed) {
   RunSummary run;
   run.input = a.input;
   run.input_bytes = input_bytes;
-  run.output_bytes = result.model.size();
+  run.output_bytes = result.report.output_bytes();  // the Receiver checked what arrived
   run.load_seconds = result.report.load_seconds();
   run.save_seconds = result.report.save_seconds();
   run.pipeline = api::to_pipeline_report(result.report);
@@ -445,7 +474,26 @@ int report_remote(const OptimizeArgs& a, const std::string& server, client::Opti
   run.bytes_sent = result.bytes_sent;
   run.bytes_received = result.bytes_received;
   return finish_run(a, run, result.model, result.external_files, result.kept_files,
-                    a.input == "-" ? std::string() : folder_of(a.input).string());
+                    a.input == "-" ? std::string() : folder_of(a.input).string(), streamed);
+}
+
+// The output file a remote result is streamed to as it arrives (nullopt for standard output or
+// no output: those get the model whole), and the sink that writes it.
+struct StreamedOutput {
+  std::optional<paths::AtomicFileWriter> writer;
+  client::ModelSink sink;
+  paths::AtomicFileWriter* get() { return writer ? &*writer : nullptr; }
+};
+
+absl::Status open_streamed_output(const OptimizeArgs& a, StreamedOutput* out) {
+  if (a.output.empty() || a.output == "-") return absl::OkStatus();
+  auto writer = paths::AtomicFileWriter::open(a.output);
+  if (!writer.ok()) return writer.status();
+  out->writer.emplace(std::move(*writer));
+  paths::AtomicFileWriter* w = &*out->writer;
+  out->sink.write = [w](std::string_view piece) { return w->append(piece); };
+  out->sink.restart = [w] { return w->restart(); };
+  return absl::OkStatus();
 }
 
 // Progress of hashing external-data files (a multi-GB model takes a while).
@@ -483,7 +531,9 @@ int external_sources(const OptimizeArgs& a, const std::set<std::string>& locatio
     s.folder = folder_of(a.input).string();
     sources->push_back(std::move(s));
   }
-  if (auto st = client::digest_sources(*sources, hashing_bar()); !st.ok())
+  if (auto st = client::digest_sources(*sources, hashing_bar(), client::default_digest_cache(),
+                                       /*recall=*/!a.rehash);
+      !st.ok())
     return fail(path_exit_code(st), std::string(st.message()));
   return kOk;
 }
@@ -501,6 +551,10 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
     timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
   const client::Deadline deadline = client::deadline_in(timeout);  // the Lookup and the upload
   const v1::PipelineConfig proto_config = api::to_proto(config);
+  // The output file is written as the result arrives (never held whole).
+  StreamedOutput output;
+  if (auto st = open_streamed_output(a, &output); !st.ok())
+    return fail(path_exit_code(st), std::string(st.message()));
   std::string digest;
   bool looked_up = false;
   std::string bytes, error;
@@ -517,7 +571,7 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
     return external_sources(a, *locations, &sources);
   };
   if (!a.no_lookup && a.input != "-") {
-    auto d = digest_file(a.input);
+    auto d = digest_model(a.input, a.rehash);
     if (!d.ok()) return fail(kIoError, std::string(d.status().message()));
     digest = d->sha256;
     // The key covers the files: each is hashed (in pieces), and the digests are sent along.
@@ -525,12 +579,12 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
       if (int rc = read_model(); rc != kOk) return rc;
     const std::string input_digest = client::input_digest_of(d->sha256, sources);
     client::Progress bar = progress_bar(d->size);
-    auto cached = client->fetch_cached(input_digest, proto_config, deadline, bar);
+    auto cached = client->fetch_cached(input_digest, proto_config, deadline, bar, output.sink);
     if (bar) std::fprintf(stderr, "\n");
     if (!cached.ok()) return fail_remote(cached.status());
     if (*cached) {
       if (auto st = client::check_kept_files(**cached, sources); !st.ok()) return fail_remote(st);
-      return report_remote(a, server, std::move(**cached), d->size, "hit");
+      return report_remote(a, server, std::move(**cached), d->size, "hit", output.get());
     }
     looked_up = true;
   }
@@ -544,6 +598,7 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
   // Already hashed in blocks when it was looked up (the digest only routes the call: graftd
   // hashes what it receives); otherwise the client hashes the bytes.
   send.model_sha256 = digest;
+  send.model_sink = output.sink;
   const bool bar = static_cast<bool>(send.progress);
   auto result = client->optimize(bytes, proto_config, send, sources);
   if (bar) std::fprintf(stderr, "\n");  // ends the download line
@@ -551,7 +606,7 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
   std::string lookup;
   if (looked_up) lookup = "miss";
   if (send.lookup_first) lookup = result->from_lookup ? "hit" : "miss";
-  return report_remote(a, server, std::move(*result), bytes.size(), lookup);
+  return report_remote(a, server, std::move(*result), bytes.size(), lookup, output.get());
 }
 
 int optimize(const OptimizeArgs& a) {
@@ -581,16 +636,27 @@ int lookup(const OptimizeArgs& a) {
   client::ExternalSources sources;
   if (digest.empty()) {
     if (a.input.empty()) return fail(kUsage, "give a model file or --sha256");
-    std::string bytes, error;
-    if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
-    // A model with external data is keyed by its files' digests too.
-    auto locations = external_locations(bytes);
-    if (!locations.ok())
-      return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
-    if (!locations->empty() && a.input == "-")
-      return fail(kUsage, "a model with external-data files must be given as a file");
-    if (int rc = external_sources(a, *locations, &sources); rc != kOk) return rc;
-    digest = client::input_digest_of(cache::sha256_hex(bytes), sources);
+    std::string model_sha256;
+    bool read_model = a.input == "-";
+    if (!read_model) {
+      auto d = digest_model(a.input, a.rehash);
+      if (!d.ok()) return fail(path_exit_code(d.status()), std::string(d.status().message()));
+      model_sha256 = d->sha256;
+      read_model = d->mentions_location;
+    }
+    if (read_model) {
+      std::string bytes, error;
+      if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
+      if (model_sha256.empty()) model_sha256 = cache::sha256_hex(bytes);
+      // A model with external data is keyed by its files' digests too.
+      auto locations = external_locations(bytes);
+      if (!locations.ok())
+        return fail(kBadModel, a.input + ": " + std::string(locations.status().message()));
+      if (!locations->empty() && a.input == "-")
+        return fail(kUsage, "a model with external-data files must be given as a file");
+      if (int rc = external_sources(a, *locations, &sources); rc != kOk) return rc;
+    }
+    digest = client::input_digest_of(model_sha256, sources);
   }
   auto client = connect(server, a.tls);
   if (!client.ok()) return fail_connect(client.status());
@@ -753,6 +819,11 @@ int main(int argc, char** argv) {
   opt->add_flag("--no-lookup", args.no_lookup,
                 "remote: send the model without first asking the server whether it has the "
                 "result cached (by the model's sha256)");
+  const char* rehash_help =
+      "hash the model and its files again instead of recalling the digests remembered for them "
+      "in $GRAFT_DIGEST_CACHE (default ~/.cache/graft/digests; kept while a file's size, "
+      "modification time and inode stay the same)";
+  opt->add_flag("--rehash", args.rehash, rehash_help);
 
   auto* passes = app.add_subcommand("passes", "list every pass with its level and description");
   add_server(passes);
@@ -766,6 +837,7 @@ int main(int argc, char** argv) {
   lookup_cmd->add_option("--sha256", args.sha256, "the model's sha256 instead of the file");
   lookup_cmd->add_option("-o,--output", args.output, "fetch the cached optimized model here");
   lookup_cmd->add_option("--report", args.report_path, "write the cached report as JSON here");
+  lookup_cmd->add_flag("--rehash", args.rehash, rehash_help);
   lookup_cmd->add_flag("-q,--quiet", args.quiet, "do not print the per-pass table");
   add_server(lookup_cmd);
   add_pipeline_options(lookup_cmd);

@@ -195,10 +195,8 @@ class BertEncoder(nn.Module):
         return x, torch.tanh(self.pooler(x[:, 0]))
 
 
-@model("bert_encoder")
-def bert_encoder():
-    vocab, batch, seq = 8000, 2, 16
-    net = BertEncoder(vocab=vocab)
+def bert_export(net, vocab, batch=2, seq=16):
+    """An encoder's export with int64 [batch, seq] token ids and an all-ones attention mask."""
     axes = {0: "batch", 1: "sequence"}
     return Export(
         net,
@@ -212,6 +210,19 @@ def bert_encoder():
         ranges={"input_ids": (0, vocab - 1)},
         values={"attention_mask": 1},
     )
+
+
+@model("bert_encoder")
+def bert_encoder():
+    return bert_export(BertEncoder(vocab=8000), 8000)
+
+
+@model("bert_medium")
+def bert_medium():
+    # The end-to-end benchmark's size (bench/graft_load --cli): hidden 512, 6 layers, 8 heads,
+    # 94 MB of weights, the size of a distilled BERT.
+    return bert_export(BertEncoder(vocab=8000, hidden=512, layers=6, heads=8, intermediate=2048),
+                       8000)
 
 
 # --- GPT-2-style decoder: pre-LayerNorm, tanh GELU, KV cache, LM head tied to the embedding ---

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include <absl/strings/str_cat.h>
 
@@ -184,16 +185,58 @@ absl::Status write_all(int fd, std::string_view bytes, std::string_view what) {
   return absl::OkStatus();
 }
 
-absl::Status write_file_atomic(const std::string& path, std::string_view bytes) {
-  const std::string what = absl::StrCat("'", path, "'");
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string tmp, int fd)
+    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      tmp_(std::move(other.tmp_)),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_) {}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::open(const std::string& path) {
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) return errno_status(errno, "write", what);
-  absl::Status st = write_all(fd, bytes, what);
-  if (::close(fd) != 0 && st.ok()) st = errno_status(errno, "write", what);
-  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) st = errno_status(errno, "write", what);
-  if (!st.ok()) ::unlink(tmp.c_str());
+  if (fd < 0) return errno_status(errno, "write", absl::StrCat("'", path, "'"));
+  return AtomicFileWriter(path, std::move(tmp), fd);
+}
+
+absl::Status AtomicFileWriter::append(std::string_view bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError("the file was committed already");
+  size_ += bytes.size();
+  return write_all(fd_, bytes, absl::StrCat("'", path_, "'"));
+}
+
+absl::Status AtomicFileWriter::restart() {
+  if (fd_ < 0) return absl::FailedPreconditionError("the file was committed already");
+  if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) != 0)
+    return errno_status(errno, "write", absl::StrCat("'", path_, "'"));
+  size_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError("the file was committed already");
+  const std::string what = absl::StrCat("'", path_, "'");
+  absl::Status st;
+  if (::close(std::exchange(fd_, -1)) != 0) st = errno_status(errno, "write", what);
+  if (st.ok() && std::rename(tmp_.c_str(), path_.c_str()) != 0)
+    st = errno_status(errno, "write", what);
+  if (!st.ok()) ::unlink(tmp_.c_str());
   return st;
+}
+
+absl::Status write_file_atomic(const std::string& path, std::string_view bytes) {
+  auto writer = AtomicFileWriter::open(path);
+  if (!writer.ok()) return writer.status();
+  if (auto st = writer->append(bytes); !st.ok()) return st;
+  return writer->commit();
 }
 
 }  // namespace graft::paths

@@ -56,8 +56,35 @@ absl::Status read_range(int fd, uint64_t offset, uint64_t size, size_t piece_byt
 // Writes all of `bytes` to `fd`. DataLoss "cannot write <what>: <strerror>" on failure.
 absl::Status write_all(int fd, std::string_view bytes, std::string_view what);
 
-// Writes `bytes` to `path` through a temporary file beside it, renamed over `path` once
-// complete: a failed write never leaves a partial file at `path`. Errors name the path.
+// A file written in pieces through a temporary file beside `path` ("<path>.tmp.<pid>"),
+// renamed over `path` by commit(): until then `path` is untouched, and a writer destroyed
+// without commit() removes its temporary file, so a failed or abandoned write never leaves a
+// partial file at `path`. For a result that arrives in chunks (the CLI's download). Errors name
+// the path: open's (NotFound, PermissionDenied ...), DataLoss or ResourceExhausted (ENOSPC) for
+// a failed write.
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<AtomicFileWriter> open(const std::string& path);
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&& other) = delete;
+  ~AtomicFileWriter();
+
+  absl::Status append(std::string_view bytes);
+  // Drops what was appended: the file is empty again.
+  absl::Status restart();
+  uint64_t size() const { return size_; }
+  // Closes the temporary file and renames it over `path`. Once only.
+  absl::Status commit();
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, int fd);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// Writes `bytes` to `path` with an AtomicFileWriter: a failed write never leaves a partial file
+// at `path`. Errors name the path.
 absl::Status write_file_atomic(const std::string& path, std::string_view bytes);
 
 }  // namespace graft::paths

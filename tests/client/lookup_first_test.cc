@@ -22,7 +22,15 @@ namespace {
 const std::string kModel(3 << 20, 'm');  // three chunks of the default size
 const std::string kResult = "optimized";
 
-enum class LookupMode { kCached, kNotCached, kUnimplemented, kShortResult, kWrongDigest, kHugeHint };
+enum class LookupMode {
+  kCached,
+  kNotCached,
+  kUnimplemented,
+  kShortResult,
+  kWrongDigest,
+  kHugeHint,
+  kFailsAfterAChunk,  // answers "cached", sends a piece of a result, then fails (INTERNAL)
+};
 
 class FakeServer final : public v1::Graft::Service {
  public:
@@ -59,6 +67,12 @@ class FakeServer final : public v1::Graft::Service {
     cached.set_cached(mode_ != LookupMode::kNotCached);
     writer->Write(cached);
     if (mode_ == LookupMode::kNotCached || !request->return_result()) return grpc::Status::OK;
+    if (mode_ == LookupMode::kFailsAfterAChunk) {
+      v1::LookupResponse piece;
+      piece.mutable_chunk()->set_data("partial ");
+      writer->Write(piece);
+      return grpc::Status(grpc::StatusCode::INTERNAL, "the cache entry went away");
+    }
     v1::LookupResponse chunk;
     chunk.mutable_chunk()->set_data(kResult);
     // A size hint the client must not believe beyond what arrives.
@@ -183,6 +197,92 @@ TEST(LookupFirst, AShortOrAlteredDownloadIsDataLoss) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
     EXPECT_EQ(service.optimize_calls, 0);
   }
+}
+
+// A sink collecting what it is given, on the client's own thread.
+struct Collected {
+  std::mutex mu;
+  std::string bytes;
+  int restarts = 0;
+  absl::Status fail_with;  // the sink's answer to every piece when set
+  client::ModelSink sink(bool restartable = true) {
+    client::ModelSink s;
+    s.write = [this](std::string_view piece) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!fail_with.ok()) return fail_with;
+      bytes.append(piece);
+      return absl::OkStatus();
+    };
+    if (restartable)
+      s.restart = [this] {
+        std::lock_guard<std::mutex> lock(mu);
+        bytes.clear();
+        ++restarts;
+        return absl::OkStatus();
+      };
+    return s;
+  }
+};
+
+TEST(LookupFirst, AResultGoesToTheSinkInsteadOfMemory) {
+  for (LookupMode mode : {LookupMode::kCached, LookupMode::kNotCached}) {
+    FakeServer service(mode);
+    Running running(&service);
+    client::GraftClient client(running.address());
+    Collected got;
+    client::SendOptions options = lookup_first();
+    options.model_sink = got.sink();
+    auto r = client.optimize(kModel, v1::PipelineConfig(), options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->from_lookup, mode == LookupMode::kCached);
+    EXPECT_EQ(r->model, "");  // never held
+    EXPECT_EQ(got.bytes, kResult);
+    EXPECT_EQ(r->bytes_received, kResult.size());
+    EXPECT_EQ(got.restarts, 0);
+  }
+  // The download's checks still hold: a result that does not match its report is DataLoss.
+  for (LookupMode mode : {LookupMode::kShortResult, LookupMode::kWrongDigest}) {
+    FakeServer service(mode);
+    Running running(&service);
+    client::GraftClient client(running.address());
+    Collected got;
+    auto found = client.lookup(cache::sha256_hex(kModel), v1::PipelineConfig(), true, {}, nullptr,
+                               got.sink());
+    EXPECT_EQ(found.status().code(), absl::StatusCode::kDataLoss) << found.status();
+  }
+}
+
+TEST(LookupFirst, ASinkErrorEndsTheDownloadWithIt) {
+  FakeServer service(LookupMode::kCached);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  Collected got;
+  got.fail_with = absl::ResourceExhaustedError("disk full");
+  client::SendOptions options = lookup_first();
+  options.model_sink = got.sink();
+  auto r = client.optimize(kModel, v1::PipelineConfig(), options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_EQ(r.status().message(), "disk full");
+}
+
+TEST(LookupFirst, ALookupThatFailsPartWayRestartsTheSinkBeforeTheUpload) {
+  FakeServer service(LookupMode::kFailsAfterAChunk);
+  Running running(&service);
+  client::GraftClient client(running.address());
+  Collected got;
+  client::SendOptions options = lookup_first();
+  options.model_sink = got.sink();
+  auto r = client.optimize(kModel, v1::PipelineConfig(), options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(service.optimize_calls, 1);
+  EXPECT_EQ(got.restarts, 1);
+  EXPECT_EQ(got.bytes, kResult);  // not "partial optimized"
+  // Without a way to restart, the Lookup's error is the answer and nothing is uploaded.
+  Collected once;
+  options.model_sink = once.sink(/*restartable=*/false);
+  r = client.optimize(kModel, v1::PipelineConfig(), options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+  EXPECT_EQ(service.optimize_calls, 1);
 }
 
 TEST(LookupFirst, OffMeansNoLookup) {

@@ -141,6 +141,37 @@ TEST_F(Files, AtomicWritesReplaceWholeOrNotAtAll) {
   EXPECT_EQ(entries, 1);
 }
 
+TEST_F(Files, AnAtomicWriterShowsNothingUntilCommitAndCleansUpWhenDropped) {
+  write("out", "old");
+  const std::string a = pattern(3 << 20), b = pattern(1000);
+  {
+    auto w = paths::AtomicFileWriter::open(path("out"));
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(w->append(a.substr(0, 1 << 20)).ok());
+    ASSERT_TRUE(w->append(a.substr(1 << 20)).ok());
+    EXPECT_EQ(w->size(), a.size());
+    EXPECT_EQ(read_file(dir_ / "out"), "old");  // untouched until commit
+    // Dropped without commit: the temporary file goes, the target stays.
+  }
+  EXPECT_EQ(read_file(dir_ / "out"), "old");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  auto w = paths::AtomicFileWriter::open(path("out"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(w->append(a).ok());
+  ASSERT_TRUE(w->restart().ok());  // what was appended is dropped
+  EXPECT_EQ(w->size(), 0u);
+  ASSERT_TRUE(w->append(b).ok());
+  // Moved writers keep the file; the moved-from one owns nothing.
+  paths::AtomicFileWriter moved(std::move(*w));
+  ASSERT_TRUE(moved.commit().ok());
+  EXPECT_EQ(read_file(dir_ / "out"), b);
+  EXPECT_EQ(moved.commit().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(moved.append("x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  EXPECT_EQ(paths::AtomicFileWriter::open(path("no/such/folder/out")).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(Files, WriteAllToAClosedPipeIsAnError) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
