@@ -3,7 +3,8 @@
 #
 #   scripts/sanitize.sh asan   unit, pass, pipeline, evaluator, cache, CLI and server tests under
 #                              ASan+UBSan (build-asan, the build the fuzz targets use too)
-#   scripts/sanitize.sh tsan   the server tests (graftd integration tests, config) under TSan
+#   scripts/sanitize.sh tsan   the server tests (graftd integration tests, config) and the client
+#                              library's (lookup_first_test: its download thread) under TSan
 #                              (build-tsan; only graftd, the CLI and those tests are built)
 #
 # Any sanitizer report fails the run, also one from a process a test starts (graftd, the CLI):
@@ -27,9 +28,10 @@ case "$kind" in
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$root/$dir/sanitizer-reports/ubsan"
     ;;
   tsan)
-    ./scripts/sanitizer-build.sh tsan --target graftd graft graftd_test config_test
+    ./scripts/sanitizer-build.sh tsan --target graftd graft graftd_test config_test \
+      lookup_first_test
     dir=build-tsan
-    ctest_args=(-L '^server$')
+    ctest_args=(-L '^(server|client)$' -E '^(Cli|ExternalPaths|FileDigest)')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$root/scripts/tsan.supp:log_path=$root/$dir/sanitizer-reports/tsan"
     ;;
   *) echo "sanitize.sh: unknown kind '$kind' (asan or tsan)" >&2; exit 2 ;;
