@@ -116,9 +116,9 @@ std::string line_diff(const std::string& a, const std::string& b) {
 }
 
 void expect_outputs(Outputs outputs, const ir::Model& before, const ir::Model& after,
-                    const std::string& pass) {
+                    const std::string& pass, double rtol = 1e-4, double atol = 1e-5) {
   if (outputs == Outputs::kNotCompared) return;
-  const std::string same = same_outputs(before, after);
+  const std::string same = same_outputs(before, after, 1, rtol, atol);
   if (same.rfind("not verifiable: ", 0) == 0) {
     if (outputs == Outputs::kSame)
       ADD_FAILURE() << "outputs not compared for pass " << pass << ": " << same
@@ -155,7 +155,7 @@ std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, const std::string& t
     EXPECT_EQ(errors, "") << "pass " << pass.spec.name << " made a model ONNX rejects:\n"
                           << print(*model);
   }
-  expect_outputs(options.outputs, *before, *model, pass.spec.name);
+  expect_outputs(options.outputs, *before, *model, pass.spec.name, options.rtol, options.atol);
   return model;
 }
 
@@ -185,18 +185,19 @@ void expect_no_rewrite(const PassRef& pass, const std::string& text,
       << "pass " << pass.spec.name << " rewrote what it must leave alone (changed "
       << result.changed << ", " << result.rewrites << " rewrites)\ndiff (- before, + after):\n"
       << line_diff(print(*before), print(*model));
-  expect_outputs(options.outputs, *before, *model, pass.spec.name);
+  expect_outputs(options.outputs, *before, *model, pass.spec.name, options.rtol, options.atol);
 }
 
-std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32_t seed) {
+std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32_t seed,
+                         double rtol, double atol) {
   eval::VerifyOptions options;
   options.default_dim = 2;
   options.float_range = 2.0;
   options.int_max = 3;
   options.seed = seed;
   options.trials = 2;  // a second input set, e.g. so both sides of a data-dependent If are seen
-  options.rtol = 1e-4;
-  options.atol = 1e-5;
+  options.rtol = rtol;
+  options.atol = atol;
   options.max_tensor_bytes = eval::Limits{}.max_tensor_bytes;
   eval::VerifyResult r = eval::verify(before, after, options);
   switch (r.status) {

@@ -58,6 +58,9 @@ struct RewriteOptions {
   PassOptions pass_options;
   int64_t rewrites = -1;  // PassResult::rewrites the pass must report; -1: any
   Outputs outputs = Outputs::kSame;
+  // The comparison's tolerances (|a - b| <= atol + rtol * |a|): exact passes keep the defaults;
+  // a lossy pass's test (convert_fp16, quantize_dynamic_int8) states the error it accepts.
+  double rtol = 1e-4, atol = 1e-5;
 };
 // RewriteOptions expecting `count` rewrites (designated initializers would draw g++ 12's
 // -Wmissing-field-initializers).
@@ -117,7 +120,8 @@ std::set<std::string> initializer_names(const ir::Model& model);
 // (dtype, dims; floats with rtol 1e-4 / atol 1e-5 and NaN == NaN; everything else exactly).
 // Returns "" when equal, "not verifiable: <reason>" when the evaluator cannot run `before` or
 // the inputs cannot be generated, else a description of the first difference.
-std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32_t seed = 1);
+std::string same_outputs(const ir::Model& before, const ir::Model& after, uint32_t seed = 1,
+                         double rtol = 1e-4, double atol = 1e-5);
 // Runs the ONNX checker and strict shape inference on the model; empty string when it passes.
 std::string onnx_errors(const ir::Model& model);
 

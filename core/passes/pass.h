@@ -57,6 +57,12 @@ class Pass {
 struct PassInfo {
   std::string name;
   int level = 1;  // lowest optimization level that runs this pass (1..3)
+  // Changes the model's numbers on purpose (precision: float16, int8). Runs only when a request
+  // names it or asks for a level that includes it; the pipeline then measures the error it
+  // introduced (verification) instead of holding it to the exact passes' tolerances.
+  bool lossy = false;
+  // Runs only when a request names it: no level includes it (`level` is then informational).
+  bool by_name_only = false;
   std::string description;
   std::vector<OptionSpec> options;
   std::function<std::unique_ptr<Pass>()> create;

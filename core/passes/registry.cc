@@ -42,7 +42,7 @@ const PassInfo* find_pass(std::string_view name) {
 std::vector<std::string> passes_for_level(int level) {
   std::vector<std::string> out;
   for (const auto& p : all_passes())
-    if (p.level <= level) out.push_back(p.name);
+    if (p.level <= level && !p.by_name_only) out.push_back(p.name);
   return out;
 }
 
