@@ -156,6 +156,7 @@ struct OptimizeArgs {
   uint32_t verify_seed = 1;
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;
+  double max_error = -1;  // < 0: no bound for lossy passes
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
   bool rehash = false;     // hash every file again instead of recalling remembered digests
@@ -182,6 +183,7 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
     config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] = opt.substr(eq + 1);
   }
   config.verify = a.verify;
+  if (a.max_error >= 0) config.max_error = a.max_error;
   eval::VerifyOptions& v = config.verify_options;
   v.seed = a.verify_seed;
   v.trials = a.verify_trials;
@@ -700,15 +702,19 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
   }
   std::printf("%-22s %-6s %s\n", "pass", "level", "description");
   for (const auto& p : passes) {
-    std::printf("%-22s O%-5d %s\n", p.name.c_str(), p.level, p.description.c_str());
+    const std::string level = p.by_name_only ? "name" : "O" + std::to_string(p.level);
+    std::printf("%-22s %-6s %s%s\n", p.name.c_str(), level.c_str(),
+                p.lossy ? "[lossy: its error is measured and reported] " : "",
+                p.description.c_str());
     for (const auto& o : p.options)
       std::printf("%-29s option %s (%s): %s\n", "", o.name.c_str(), option_summary(o).c_str(),
                   o.help.c_str());
   }
   std::printf(
-      "\nlevels: O0 runs nothing; O1 safe cleanups; O2 (default) adds fusions; O3 adds "
-      "aggressive passes (currently the same as O2)\noptions: --option PASS.OPTION=VALUE "
-      "(repeatable)\n");
+      "\nlevels: O0 runs nothing; O1 safe cleanups; O2 (default) adds fusions; O3 adds the "
+      "O3 passes, lossy ones included (float16); \"name\": only when named with --passes\n"
+      "lossy passes run only at O3 or when named; their error is measured and reported, and "
+      "--max-error bounds it\noptions: --option PASS.OPTION=VALUE (repeatable)\n");
   return kOk;
 }
 
@@ -781,6 +787,11 @@ int main(int argc, char** argv) {
     cmd->add_option("--verify-atol", args.verify_atol, "absolute tolerance for float outputs")
         ->capture_default_str()
         ->needs(verify);
+    cmd->add_option("--max-error", args.max_error,
+                    "roll back a lossy pass (convert_fp16, quantize_dynamic_int8) whose result has "
+                    "an output with relative error above this (worst absolute difference over the "
+                    "output's largest magnitude; default: no bound, the error is reported)")
+        ->check(CLI::Range(0.0, 1e300));
   };
   auto add_server = [&](CLI::App* cmd) {
     cmd->add_option("--server", args.server, "graftd address HOST:PORT (default: $GRAFT_SERVER)");

@@ -1,5 +1,7 @@
 #include "client/report.h"
 
+#include <cmath>
+
 #include <cstdio>
 
 namespace graft::cli {
@@ -27,6 +29,14 @@ std::string line(const char* fmt, auto... args) {
 
 nlohmann::json verification_json(const VerificationReport& v) {
   if (!v.requested) return nullptr;
+  nlohmann::json errors = nlohmann::json::array();
+  // JSON has no infinity: a non-finite error is written as the string "inf".
+  auto number = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
+  for (const auto& e : v.errors)
+    errors.push_back({{"output", e.name},
+                      {"max_abs", number(e.max_abs)},
+                      {"rel", number(e.rel)},
+                      {"cosine", e.cosine}});
   return {{"status", eval::verify_status_name(v.result.status)},
           {"message", v.result.message},
           {"unsupported_op", v.result.unsupported_op},
@@ -34,7 +44,10 @@ nlohmann::json verification_json(const VerificationReport& v) {
           {"max_rel_diff", v.result.max_rel_diff},
           {"worst_output", v.result.worst_output},
           {"rolled_back", v.rolled_back},
-          {"seconds", v.seconds}};
+          {"seconds", v.seconds},
+          {"lossy_passes", v.lossy_passes},
+          {"max_error", v.max_error ? nlohmann::json(*v.max_error) : nlohmann::json(nullptr)},
+          {"errors", errors}};
 }
 
 }  // namespace
@@ -68,7 +81,14 @@ std::string format_table(const RunSummary& run) {
     out += std::string("verification: ") + eval::verify_status_name(v.result.status) + " (" +
            v.result.message + ")" + line(", %.2f ms", v.seconds * 1e3) + "\n";
     for (const auto& p : v.rolled_back)
-      out += "verification rolled back " + p + ": it changed the outputs\n";
+      out += "verification rolled back " + p + " (see its row)\n";
+    if (!v.errors.empty() && !v.lossy_passes.empty()) {
+      out += line("%-30s %14s %14s %10s\n", "error per output (lossy)", "max abs", "rel",
+                  "cosine");
+      for (const auto& e : v.errors)
+        out += line("%-30s %14.6g %14.6g %10.6f\n", e.name.c_str(), e.max_abs, e.rel, e.cosine);
+      if (v.max_error) out += line("max_error %g: every output within it\n", *v.max_error);
+    }
   }
   if (!run.server.empty())
     out += "server " + run.server + ", cache " + (run.cache_hit ? "hit" : "miss") + ", sha256 " +

@@ -53,6 +53,12 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   if (v.trials() != 0) o.trials = v.trials();
   if (v.has_rtol()) o.rtol = v.rtol();
   if (v.has_atol()) o.atol = v.atol();
+  if (config.has_max_error()) {
+    if (!(config.max_error() >= 0) || !std::isfinite(config.max_error()))
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_error must be a finite number >= 0, got ", config.max_error()));
+    out.max_error = config.max_error();
+  }
   if (auto st = check_limits(out); !st.ok()) return st;
   if (auto st = eval::validate(o); !st.ok()) return st;
   if (auto names = resolve_passes(out); !names.ok()) return names.status();
@@ -82,6 +88,7 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   v.set_trials(o.trials);
   v.set_rtol(o.rtol);
   v.set_atol(o.atol);
+  if (config.max_error) out.set_max_error(*config.max_error);
   return out;
 }
 
@@ -89,6 +96,8 @@ void fill_pass_info(const PassInfo& info, v1::PassInfo* out) {
   out->set_name(info.name);
   out->set_description(info.description);
   out->set_level(info.level);
+  out->set_lossy(info.lossy);
+  out->set_by_name_only(info.by_name_only);
   for (const auto& o : info.options) {
     auto* opt = out->add_options();
     opt->set_name(o.name);
@@ -119,6 +128,8 @@ void fill_pass_info(const PassInfo& info, v1::PassInfo* out) {
 PassInfo from_proto(const v1::PassInfo& info) {
   PassInfo out{.name = info.name(),
                .level = info.level(),
+               .lossy = info.lossy(),
+               .by_name_only = info.by_name_only(),
                .description = info.description(),
                .options = {},
                .create = nullptr};
@@ -170,8 +181,13 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
   }
   field(absl::StrCat("rounds=", config.max_rounds));
   field(absl::StrCat("checker=", config.onnx_checker, ",shapes=", config.shape_inference));
-  // Verification can roll passes back, so its settings are part of what the result means.
-  if (config.verify) {
+  // Verification can roll passes back, so its settings are part of what the result means;
+  // lossy passes always verify, and max_error decides whether they stay.
+  bool lossy = false;
+  for (const auto& spec : *specs)
+    lossy = lossy || spec.lossy;
+  if (lossy && config.max_error) field(absl::StrCat("max_error=", *config.max_error));
+  if (config.verify || lossy) {
     const eval::VerifyOptions& o = config.verify_options;
     field("verify");
     for (const auto& [name, d] : o.dims) field(absl::StrCat(name, "=", d));
@@ -233,6 +249,15 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
     o->set_worst_output(v.result.worst_output);
     for (const auto& p : v.rolled_back) o->add_rolled_back(p);
     o->set_seconds(v.seconds);
+    for (const auto& p : v.lossy_passes) o->add_lossy_passes(p);
+    if (v.max_error) o->set_max_error(*v.max_error);
+    for (const auto& e : v.errors) {
+      auto* oe = o->add_errors();
+      oe->set_name(e.name);
+      oe->set_max_abs(e.max_abs);
+      oe->set_rel(e.rel);
+      oe->set_cosine(e.cosine);
+    }
   }
 }
 
@@ -278,6 +303,10 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
     o.result.worst_output = v.worst_output();
     o.rolled_back.assign(v.rolled_back().begin(), v.rolled_back().end());
     o.seconds = v.seconds();
+    o.lossy_passes.assign(v.lossy_passes().begin(), v.lossy_passes().end());
+    if (v.has_max_error()) o.max_error = v.max_error();
+    for (const auto& e : v.errors()) o.errors.push_back({e.name(), e.max_abs(), e.rel(), e.cosine()});
+    o.result.outputs = o.errors;
   }
   return r;
 }

@@ -1,5 +1,6 @@
 #include "core/eval/verify.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -105,9 +106,17 @@ VerifyResult not_verifiable(const absl::Status& status, std::string_view what) {
 
 // Compares one output; updates the worst differences in `r`. Returns a description of the
 // first disagreement beyond tolerance, or "".
+// Sums for one output's OutputError over the input sets.
+struct ErrorSums {
+  double max_abs = 0, max_magnitude = 0, dot = 0, aa = 0, bb = 0;
+  bool non_finite = false;  // a difference involving NaN or infinity
+};
+
 std::string compare(const std::string& name, const Tensor& a, const Tensor& b,
-                    const VerifyOptions& options, VerifyResult& r) {
-  if (a.dtype() != b.dtype())
+                    const VerifyOptions& options, VerifyResult& r, ErrorSums* sums,
+                    bool lossy) {
+  const bool both_float = is_float_type(a.dtype()) && is_float_type(b.dtype());
+  if (a.dtype() != b.dtype() && !(lossy && both_float))
     return absl::StrCat("output '", name, "': element type ",
                         onnx::TensorProto::DataType_Name(a.dtype()), " became ",
                         onnx::TensorProto::DataType_Name(b.dtype()));
@@ -136,18 +145,44 @@ std::string compare(const std::string& name, const Tensor& a, const Tensor& b,
       continue;
     }
     const double x = a.get_double(i), y = b.get_double(i);
+    if (sums != nullptr) {
+      if (std::isfinite(x)) sums->max_magnitude = std::max(sums->max_magnitude, std::abs(x));
+      if (std::isfinite(x) && std::isfinite(y)) {
+        sums->dot += x * y;
+        sums->aa += x * x;
+        sums->bb += y * y;
+      }
+    }
     if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
     const double diff = std::isfinite(x) && std::isfinite(y) ? std::abs(x - y) : INFINITY;
+    if (sums != nullptr) {
+      if (std::isfinite(diff)) sums->max_abs = std::max(sums->max_abs, diff);
+      else sums->non_finite = true;
+    }
     const double rel = diff / std::max(std::abs(x), 1e-30);
     if (diff > r.max_abs_diff || std::isnan(diff)) {
       r.max_abs_diff = std::isnan(diff) ? INFINITY : diff;
       r.worst_output = name;
     }
     r.max_rel_diff = std::max(r.max_rel_diff, std::isnan(rel) ? INFINITY : rel);
-    if (!(diff <= options.atol + rtol * std::abs(x)) && first.empty())
+    if (!lossy && !(diff <= options.atol + rtol * std::abs(x)) && first.empty())
       first = absl::StrCat("output '", name, "' [", i, "]: ", x, " became ", y);
   }
   return first;
+}
+
+OutputError error_of(const std::string& name, const ErrorSums& s) {
+  OutputError e;
+  e.name = name;
+  e.max_abs = s.non_finite ? INFINITY : s.max_abs;
+  e.rel = e.max_abs == 0 ? 0 : e.max_abs / std::max(s.max_magnitude, 1e-30);
+  if (s.aa == 0 && s.bb == 0)
+    e.cosine = 1;
+  else if (s.aa == 0 || s.bb == 0)
+    e.cosine = 0;
+  else
+    e.cosine = std::clamp(s.dot / (std::sqrt(s.aa) * std::sqrt(s.bb)), -1.0, 1.0);
+  return e;
 }
 
 }  // namespace
@@ -303,9 +338,18 @@ absl::StatusOr<std::vector<Tensor>> Verifier::run(
 }
 
 VerifyResult Verifier::check(const ir::Model& candidate) const {
+  return compare_runs(candidate, /*lossy=*/false);
+}
+
+VerifyResult Verifier::measure(const ir::Model& candidate) const {
+  return compare_runs(candidate, /*lossy=*/true);
+}
+
+VerifyResult Verifier::compare_runs(const ir::Model& candidate, bool lossy) const {
   if (failure_) return *failure_;
   VerifyResult r;
   std::string first;
+  std::vector<ErrorSums> sums(output_names_.size());
   for (size_t trial = 0; trial < feeds_.size(); ++trial) {
     auto actual = run(candidate, feeds_[trial]);
     if (!actual.ok()) {
@@ -325,11 +369,15 @@ VerifyResult Verifier::check(const ir::Model& candidate) const {
       return r;
     }
     for (size_t i = 0; i < expected.size(); ++i) {
-      std::string diff = compare(output_names_[i], expected[i], (*actual)[i], options_, r);
+      std::string diff =
+          compare(output_names_[i], expected[i], (*actual)[i], options_, r, &sums[i], lossy);
       if (first.empty() && !diff.empty())
         first = feeds_.size() > 1 ? absl::StrCat(diff, " (input set ", trial + 1, ")") : diff;
     }
   }
+  for (size_t i = 0; i < output_names_.size(); ++i)
+    if (!expected_.empty() && is_float_type(expected_[0][i].dtype()))
+      r.outputs.push_back(error_of(output_names_[i], sums[i]));
   if (!first.empty()) {
     r.status = VerifyStatus::kMismatch;
     r.message = absl::StrCat(first, "; worst absolute difference ", r.max_abs_diff, " in '",

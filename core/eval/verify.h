@@ -61,6 +61,18 @@ absl::Status validate(const VerifyOptions& options);
 enum class VerifyStatus { kVerified, kNotVerifiable, kMismatch };
 const char* verify_status_name(VerifyStatus s);  // "verified", "not_verifiable", "mismatch"
 
+// How far one float output of a candidate is from the original's, over every input set: what a
+// lossy transform (float16, int8) reports. `rel` is the worst absolute difference over the
+// original's largest magnitude in that output (per-element relative differences explode where
+// the original is near 0); `cosine` is the cosine similarity of the two outputs as vectors (1
+// when both are all zero).
+struct OutputError {
+  std::string name;
+  double max_abs = 0;
+  double rel = 0;
+  double cosine = 1;
+};
+
 struct VerifyResult {
   VerifyStatus status = VerifyStatus::kNotVerifiable;
   // Human-readable: why it is not verifiable, or where the worst difference is.
@@ -71,6 +83,8 @@ struct VerifyResult {
   double max_abs_diff = 0;
   double max_rel_diff = 0;
   std::string worst_output;
+  // Per float output (Verifier::measure; check() fills it too).
+  std::vector<OutputError> outputs;
 };
 
 class Verifier {
@@ -85,11 +99,17 @@ class Verifier {
   // Whether the original ran; false means every check() is not verifiable.
   bool usable() const { return !failure_.has_value(); }
   VerifyResult check(const ir::Model& candidate) const;
+  // For a lossy candidate: the same runs, but differing numbers are not a mismatch (the result
+  // is kVerified with each output's error in `outputs`), and a float output whose element type
+  // changed (float32 -> float16) is compared by value. Still a mismatch: a candidate that fails
+  // where the original runs, or an output whose shape, count or non-float values changed.
+  VerifyResult measure(const ir::Model& candidate) const;
 
  private:
   // One evaluator run, charged to the verification's work budget.
   absl::StatusOr<std::vector<Tensor>> run(const ir::Model& model,
                                           const std::map<std::string, Tensor>& feeds) const;
+  VerifyResult compare_runs(const ir::Model& candidate, bool lossy) const;
 
   VerifyOptions options_;
   mutable uint64_t work_spent_ = 0;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iomanip>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <absl/strings/str_cat.h>
@@ -203,7 +204,7 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
                                               ? absl::StatusOr<OptionValues>(it->second)
                                               : parse_options(n, info->options, PassOptions{});
     if (!values.ok()) return values.status();
-    specs.push_back({n, info->create, std::move(*values)});
+    specs.push_back({n, info->create, std::move(*values), info->lossy});
   }
   return specs;
 }
@@ -228,18 +229,24 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
                                          const PipelineConfig& config) {
   // Passes excluded by verification (by position in `specs`), with the reason.
   std::map<size_t, std::string> excluded;
+  // Lossy passes (by position) sit out the exact verification below and are then tried one at a
+  // time on top of the exact passes (`held`: not run by the current instances()).
+  std::set<size_t> lossy;
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].lossy) lossy.insert(i);
+  std::set<size_t> held = lossy;
   std::vector<size_t> run_specs_at;  // position in `specs` of each instance of the current run
   auto instances = [&] {
     std::vector<PassInstance> passes;
     run_specs_at.clear();
     for (size_t i = 0; i < specs.size(); ++i) {
-      if (excluded.count(i)) continue;
+      if (excluded.count(i) || held.count(i)) continue;
       passes.push_back({specs[i].name, specs[i].create(), specs[i].options});
       run_specs_at.push_back(i);
     }
     return passes;
   };
-  if (!config.verify) return run_passes(model, instances(), config);
+  if (!config.verify && lossy.empty()) return run_passes(model, instances(), config);
 
   // The original's outputs are computed once; every candidate below costs one evaluator run.
   const auto pipeline_start = Clock::now();
@@ -258,13 +265,16 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
   if (auto st = stopped(); !st.ok()) return st;
   double verify_seconds = seconds_since(pipeline_start);
 
-  // Each mismatch excludes one more pass, so this ends after at most specs.size() runs.
+  // The exact passes: each mismatch excludes one more pass, so this ends after at most
+  // specs.size() runs.
+  std::optional<PipelineReport> report;
+  eval::VerifyResult result;
   for (;;) {
     std::vector<size_t> applied;
-    auto report = run_passes(model, instances(), config, &applied);
-    if (!report.ok()) return report.status();
+    auto run = run_passes(model, instances(), config, &applied);
+    if (!run.ok()) return run.status();
     auto check_start = Clock::now();
-    eval::VerifyResult result = verifier.check(*model);
+    result = verifier.check(*model);
     verify_seconds += seconds_since(check_start);
     if (auto st = stopped(); !st.ok()) return st;
     if (result.status == eval::VerifyStatus::kMismatch && !applied.empty()) {
@@ -295,30 +305,84 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
         (mismatch ? bad : good) = mid;
       }
       verify_seconds += seconds_since(bisect_start);
-      excluded[run_specs_at[applied[bad - 1]]] = result.message;
+      excluded[run_specs_at[applied[bad - 1]]] = "changed the outputs: " + result.message;
       model = original->clone();
       continue;
     }
-    report->verification.requested = true;
-    report->verification.result = std::move(result);
-    // An excluded pass keeps its place in the stats, with the reason it was rolled back.
-    for (const auto& [at, reason] : excluded) {
-      report->verification.rolled_back.push_back(specs[at].name);
-      PassStats stats;
-      stats.name = specs[at].name;
-      stats.rollbacks = 1;
-      stats.rollback_reason = absl::StrCat("changed the outputs: ", reason);
-      // Excluded specs are inserted in increasing position, so every spec before `at` is
-      // already listed and `at` is the right index.
-      report->passes.insert(report->passes.begin() + static_cast<std::ptrdiff_t>(at),
-                            std::move(stats));
-    }
-    report->nodes_before = original->total_nodes();
-    report->bytes_before = original->initializer_bytes();
-    report->verification.seconds = verify_seconds;
-    report->seconds = seconds_since(pipeline_start);  // all runs, verification included
-    return report;
+    report = std::move(*run);
+    break;
   }
+
+  // The lossy passes, in pipeline order, each on top of the exact passes and the lossy ones
+  // kept so far, from the original: the error is measured against the original (every input
+  // set), reported, and held to max_error when there is one.
+  std::vector<std::string> kept_lossy;
+  for (size_t at : lossy) {
+    held.erase(at);
+    std::unique_ptr<ir::Model> candidate = original->clone();
+    auto run = run_passes(candidate, instances(), config);
+    if (!run.ok()) return run.status();
+    auto check_start = Clock::now();
+    eval::VerifyResult measured = verifier.measure(*candidate);
+    verify_seconds += seconds_since(check_start);
+    if (auto st = stopped(); !st.ok()) return st;
+    std::string reason;
+    if (measured.status == eval::VerifyStatus::kMismatch) {
+      reason = "broke the model: " + measured.message;
+    } else if (measured.status == eval::VerifyStatus::kNotVerifiable && config.max_error) {
+      reason = "its error could not be measured under max_error: " + measured.message;
+    } else if (config.max_error) {
+      for (const auto& e : measured.outputs)
+        if (!(e.rel <= *config.max_error)) {
+          reason = absl::StrCat("error ", e.rel, " in output '", e.name, "' exceeds max_error ",
+                                *config.max_error);
+          break;
+        }
+    }
+    if (!reason.empty()) {
+      held.insert(at);
+      excluded[at] = reason;
+      continue;
+    }
+    kept_lossy.push_back(specs[at].name);
+    model = std::move(candidate);
+    report = std::move(*run);
+    result = std::move(measured);
+  }
+
+  report->verification.requested = true;
+  if (!kept_lossy.empty() && result.status == eval::VerifyStatus::kVerified) {
+    double worst = 0;
+    std::string where;
+    for (const auto& e : result.outputs)
+      if (e.rel > worst || where.empty()) {
+        worst = std::max(worst, e.rel);
+        where = e.name;
+      }
+    result.message = absl::StrCat("lossy (", absl::StrJoin(kept_lossy, ", "),
+                                  "): worst relative error ", worst, " in '", where, "'");
+  }
+  report->verification.errors = result.outputs;
+  report->verification.result = std::move(result);
+  report->verification.lossy_passes = kept_lossy;
+  report->verification.max_error = config.max_error;
+  // An excluded pass keeps its place in the stats, with the reason it was rolled back. Every
+  // spec that ran is in the report in order, so inserting in increasing position puts each at
+  // its index.
+  for (const auto& [at, reason] : excluded) {
+    report->verification.rolled_back.push_back(specs[at].name);
+    PassStats stats;
+    stats.name = specs[at].name;
+    stats.rollbacks = 1;
+    stats.rollback_reason = reason;
+    report->passes.insert(report->passes.begin() + static_cast<std::ptrdiff_t>(at),
+                          std::move(stats));
+  }
+  report->nodes_before = original->total_nodes();
+  report->bytes_before = original->initializer_bytes();
+  report->verification.seconds = verify_seconds;
+  report->seconds = seconds_since(pipeline_start);  // all runs, verification included
+  return std::move(*report);
 }
 
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ struct PipelineConfig {
   // on a mismatch, find the guilty pass by bisection, roll it back and optimize again.
   bool verify = false;
   eval::VerifyOptions verify_options;
+  // Lossy passes (PassInfo::lossy: convert_fp16, quantize_dynamic_int8) always verify: the
+  // pipeline measures the error each introduces against the original (eval::OutputError per
+  // float output) and reports it. With a bound, a lossy pass whose result has an output with
+  // OutputError::rel above it is rolled back like any other rollback. None: no bound.
+  std::optional<double> max_error;
   // Polled between passes; a non-OK status stops the pipeline with that status.
   std::function<absl::Status()> should_continue;
   // For tests and fuzzing: a pass that reports "unchanged" must have left the model
@@ -59,6 +65,11 @@ struct VerificationReport {
   eval::VerifyResult result;             // of the returned model
   std::vector<std::string> rolled_back;  // passes removed because they changed the outputs
   double seconds = 0;                    // evaluator runs and bisection
+  // When lossy passes were asked for: those kept, the bound, and the returned model's error
+  // against the original per float output (result.outputs holds the same).
+  std::vector<std::string> lossy_passes;
+  std::optional<double> max_error;
+  std::vector<eval::OutputError> errors;
 };
 
 struct PipelineReport {
@@ -83,6 +94,7 @@ struct PassSpec {
   std::string name;
   std::function<std::unique_ptr<Pass>()> create;
   OptionValues options;
+  bool lossy = false;  // PassInfo::lossy: measured against max_error instead of verified exact
 };
 
 // Validates a config and resolves it into the passes to run, in order, with their options
