@@ -194,6 +194,27 @@ TEST(ScheduleMemory, CapturedValuesOrderTheIf) {
   EXPECT_LT(at("z"), at("b1"));  // a1 is consumed (by the If) before b1 is made
 }
 
+TEST(GraphReorderNodes, RefusesOrdersThatAreNotTopologicalPermutations) {
+  auto model = parse_text(kInterleaved);
+  ASSERT_TRUE(model);
+  ir::Graph& g = model->graph();
+  const std::vector<ir::Node*> nodes = g.nodes();  // a1, b1, a2, b2, y
+  const std::string saved = print(*model);
+  // A reader before its producer, a node missing, a node twice.
+  EXPECT_FALSE(g.reorder_nodes({nodes[2], nodes[0], nodes[1], nodes[3], nodes[4]}).ok());
+  EXPECT_FALSE(g.reorder_nodes({nodes[0], nodes[1], nodes[2], nodes[3]}).ok());
+  EXPECT_FALSE(g.reorder_nodes({nodes[0], nodes[0], nodes[2], nodes[3], nodes[4]}).ok());
+  EXPECT_EQ(print(*model), saved);
+  ASSERT_TRUE(g.reorder_nodes({nodes[1], nodes[3], nodes[0], nodes[2], nodes[4]}).ok());
+  EXPECT_EQ(order_of(g), (std::vector<std::string>{"b1", "b2", "a1", "a2", "y"}));
+  // The order survives finalize (stable topological sort) and a save and load.
+  ASSERT_TRUE(g.finalize().ok());
+  EXPECT_EQ(order_of(g), (std::vector<std::string>{"b1", "b2", "a1", "a2", "y"}));
+  auto reloaded = ir::Model::parse(model->to_proto().SerializeAsString());
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ(order_of((*reloaded)->graph()), (std::vector<std::string>{"b1", "b2", "a1", "a2", "y"}));
+}
+
 // Real models, when GRAFT_MEMORY_CORPUS names a folder of .onnx files (e.g. /tmp/graft-corpus):
 // the estimated peak (default_dim 1) before and after the pass; it must never rise.
 TEST(ScheduleMemory, CorpusNeverRaisesThePeak) {
