@@ -5,8 +5,10 @@
 //
 // Greedy list scheduling: among the nodes whose operands are computed (at most kWindow of them,
 // the earliest in the saved order, so big graphs cost O(n * kWindow * reads)), run the one whose
-// outputs add the fewest bytes net of the operands it is the last reader of (ties: the earliest
-// in the saved order, so the result is deterministic). The estimate is computed for the saved
+// outputs add the fewest bytes net of the operands it is the last reader of. Two variants break
+// ties differently: the earliest in the saved order, or depth first (the node made ready most
+// recently, which finishes a branch before starting the next; the nodes readied by the last step
+// are candidates too). Both are deterministic; the one with the lower estimate is kept. The estimate is computed for the saved
 // order and the new one with the same estimator; the new order is kept only when its peak is
 // strictly lower, so the pass never raises the estimate (changed = false otherwise, model
 // untouched).
@@ -41,7 +43,7 @@ int64_t clamp_i64(uint64_t v) {
 
 // A greedy schedule of g's nodes (positions in `nodes`); empty if it could not place them all.
 std::vector<ir::Node*> greedy_order(const ir::Graph& g, const std::vector<ir::Node*>& nodes,
-                                    const SizeRule& rule) {
+                                    const SizeRule& rule, bool depth_first) {
   const size_t n = nodes.size();
   std::unordered_map<const ir::Node*, size_t> pos;
   pos.reserve(n);
@@ -91,29 +93,46 @@ std::vector<ir::Node*> greedy_order(const ir::Graph& g, const std::vector<ir::No
     }
 
   std::set<size_t> ready;
+  std::vector<size_t> ready_at(n, 0);  // the step a node became ready at
   for (size_t i = 0; i < n; ++i)
     if (preds[i] == 0) ready.insert(i);
   std::vector<ir::Node*> order;
   order.reserve(n);
-  while (!ready.empty()) {
-    size_t best = SIZE_MAX;
-    __int128 best_net = 0;
-    size_t scanned = 0;
-    for (auto it = ready.begin(); it != ready.end() && scanned < kWindow; ++it, ++scanned) {
-      size_t c = *it;
-      __int128 net = alloc[c];
-      for (size_t id : reads[c])
-        if (values[id].readers == 1 && !values[id].kept) net -= values[id].bytes;
-      if (best == SIZE_MAX || net < best_net) {
-        best = c;
-        best_net = net;
-      }
+  std::vector<size_t> recent;  // made ready by the last step (depth-first: always candidates)
+  size_t best = SIZE_MAX;
+  __int128 best_net = 0;
+  auto consider = [&](size_t c) {
+    __int128 net = alloc[c];
+    for (size_t id : reads[c])
+      if (values[id].readers == 1 && !values[id].kept) net -= values[id].bytes;
+    bool better = best == SIZE_MAX || net < best_net;
+    if (!better && net == best_net && c != best) {
+      // Ties: the saved order, or (depth-first) the most recently readied node first.
+      better = depth_first && ready_at[c] != ready_at[best] ? ready_at[c] > ready_at[best]
+                                                            : c < best;
     }
+    if (better) {
+      best = c;
+      best_net = net;
+    }
+  };
+  for (size_t step = 1; !ready.empty(); ++step) {
+    best = SIZE_MAX;
+    size_t scanned = 0;
+    for (auto it = ready.begin(); it != ready.end() && scanned < kWindow; ++it, ++scanned)
+      consider(*it);
+    if (depth_first)
+      for (size_t c : recent) consider(c);
     ready.erase(best);
     order.push_back(nodes[best]);
+    recent.clear();
     for (size_t id : reads[best]) --values[id].readers;
     for (size_t s : succs[best])
-      if (--preds[s] == 0) ready.insert(s);
+      if (--preds[s] == 0) {
+        ready.insert(s);
+        ready_at[s] = step;
+        recent.push_back(s);
+      }
   }
   if (order.size() != n) return {};  // a cycle: leave the graph alone
   return order;
@@ -130,9 +149,18 @@ class ScheduleMemory final : public Pass {
     if (nodes.size() < 2) return result;
     SizeRule rule{nullptr, ctx.int_option(kDefaultDim)};
     const uint64_t before = graph_peak_bytes(g, nodes, rule);
-    std::vector<ir::Node*> order = greedy_order(g, nodes, rule);
-    if (order.empty()) return result;
-    const uint64_t after = graph_peak_bytes(g, order, rule);
+    // Two greedy variants; the lower estimate wins (the first on a tie).
+    std::vector<ir::Node*> order;
+    uint64_t after = before;
+    for (bool depth_first : {false, true}) {
+      std::vector<ir::Node*> candidate = greedy_order(g, nodes, rule, depth_first);
+      if (candidate.empty()) continue;
+      const uint64_t peak = graph_peak_bytes(g, candidate, rule);
+      if (peak < after) {
+        after = peak;
+        order = std::move(candidate);
+      }
+    }
     if (after >= before) return result;
     if (auto st = g.reorder_nodes(order); !st.ok()) return st;
     int64_t moved = 0;
