@@ -651,6 +651,38 @@ absl::Status Graph::topo_sort() {
   return absl::OkStatus();
 }
 
+absl::Status Graph::reorder_nodes(const std::vector<Node*>& order) {
+  if (order.size() != live_nodes_)
+    return absl::InvalidArgumentError("reorder_nodes: not every live node once");
+  // mark_: 1 = listed and not yet placed, 2 = placed.
+  for (const auto& n : nodes_) n->mark_ = 0;
+  for (Node* n : order) {
+    if (!n || n->graph_ != this || n->dead_ || n->mark_ != 0)
+      return absl::InvalidArgumentError("reorder_nodes: not every live node once");
+    n->mark_ = 1;
+  }
+  std::vector<Node*> deps;
+  for (Node* n : order) {
+    deps.clear();
+    collect_deps(this, n, deps);
+    for (Node* d : deps)
+      if (d != n && d->mark_ != 2)
+        return absl::InvalidArgumentError(absl::StrCat("reorder_nodes: node '", n->name(),
+                                                       "' would run before its operands"));
+    n->mark_ = 2;
+  }
+  for (size_t i = 0; i < order.size(); ++i) order[i]->order_ = static_cast<int64_t>(i);
+  // Dead nodes (freed by the next compact) go last, in their current relative order.
+  std::stable_partition(nodes_.begin(), nodes_.end(), [](const auto& n) { return !n->dead_; });
+  std::sort(nodes_.begin(), nodes_.begin() + static_cast<std::ptrdiff_t>(order.size()),
+            [](const auto& a, const auto& b) { return a->order_ < b->order_; });
+  int64_t next = static_cast<int64_t>(order.size());
+  for (size_t i = order.size(); i < nodes_.size(); ++i) nodes_[i]->order_ = next++;
+  next_order_ = next;
+  order_valid_ = false;
+  return absl::OkStatus();
+}
+
 void Graph::compact() {
   std::vector<std::unique_ptr<Node>> kept;
   kept.reserve(live_nodes_);

@@ -281,6 +281,10 @@ class Graph {
 
   // Re-sorts nodes topologically (stable) and frees dead nodes/values, recursively.
   absl::Status finalize();
+  // Puts the live nodes in `order` (schedule_memory): refuses (InvalidArgument, nothing changed)
+  // unless `order` holds every live node of this graph once and every node comes after the
+  // producers of the values it reads, directly or from its subgraphs. Subgraphs are untouched.
+  absl::Status reorder_nodes(const std::vector<Node*>& order);
   // Structural check: scoping, producers, unique names, order. Recursive. Use lists are
   // checked model-wide by Model::verify (uses may come from other graphs).
   absl::Status verify() const;
