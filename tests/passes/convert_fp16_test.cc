@@ -268,6 +268,54 @@ TEST(ConvertFp16, LoopBodyStatesBecomeFloat16) {
   EXPECT_EQ(initializer_type(model->graph(), "n"), onnx::TensorProto::INT64);
 }
 
+TEST(ConvertFp16, ScanBodyIsConverted) {
+  auto model = run_rewrite("convert_fp16", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] init, float[3,2] xs) => (float[2] y, float[3,2] ys) <float[2] w = {0.5, 2.0}> {
+      y, ys = Scan (init, xs) <num_scan_inputs = 1,
+          body = b (float[2] s, float[2] x) => (float[2] so, float[2] e) {
+        m = Mul (x, w)
+        so = Add (s, m)
+        e = Relu (so)
+      }>
+    }
+  )",
+                           fp16_tolerance());
+  ASSERT_TRUE(model);
+  const ir::Node* scan = producer(model->graph(), "y")->input(0)->producer();
+  ASSERT_TRUE(scan && scan->is("Scan"));
+  const ir::Graph& body = *scan->subgraphs()[0].graph;
+  EXPECT_EQ(declared_input_type(body, 0), kF16);
+  EXPECT_EQ(declared_input_type(body, 1), kF16);
+  EXPECT_EQ(declared_output_type(body, 0), kF16);
+  EXPECT_EQ(declared_output_type(body, 1), kF16);
+  EXPECT_EQ(initializer_type(model->graph(), "w"), kF16);
+  EXPECT_EQ(count_casts_to(*model, kF16), 2);  // init, xs
+  EXPECT_EQ(count_casts_to(*model, kF32), 2);  // y, ys
+}
+
+TEST(ConvertFp16, BlockedOpComputingAGraphOutputGetsACastWithoutKeepIoTypes) {
+  // The graph output becomes float16: the kept ReduceSum's float result is cast under its name.
+  auto model = run_rewrite("convert_fp16", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x) => (float[1,1] y) {
+      y = ReduceSum <keepdims = 1> (x, )
+    }
+  )",
+                           with_option(fp16_tolerance(Outputs::kNotCompared), "keep_io_types",
+                                       "false"));
+  ASSERT_TRUE(model);
+  const ir::Graph& g = model->graph();
+  EXPECT_EQ(declared_input_type(g, 0), kF16);
+  EXPECT_EQ(declared_output_type(g, 0), kF16);
+  const ir::Node* y = producer(g, "y");
+  ASSERT_TRUE(y && y->is("Cast"));
+  EXPECT_EQ(y->attr_int("to", 0), kF16);
+  const ir::Node* sum = y->input(0)->producer();
+  ASSERT_TRUE(sum && sum->is("ReduceSum"));
+  EXPECT_EQ(sum->input(0)->producer()->attr_int("to", 0), kF32);
+}
+
 TEST(ConvertFp16, LocalFunctionsAreLeftAloneForNow) {
   // Known limit: a function body's parameters have no element type (facts are per body, not per
   // call site), so its nodes are not known to compute floats and the pass keeps the body and the
