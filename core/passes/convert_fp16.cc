@@ -76,6 +76,15 @@ class ConvertFp16 : public Pass {
   std::string_view name() const override { return "convert_fp16"; }
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    // One pass object may run several rounds: nothing is kept from an earlier run.
+    roles_.clear();
+    converted_.clear();
+    type_.clear();
+    values_.clear();
+    home_.clear();
+    added_.clear();
+    retargeted_.clear();
+    readers_.clear();
     keep_io_ = ctx.bool_option("keep_io_types");
     PassResult result;
     Rewriter rw(model);
@@ -112,6 +121,9 @@ class ConvertFp16 : public Pass {
 
     // 5. Casts that change nothing.
     remove_noop_casts(rw, result);
+    // Values changed type in place: facts (libonnx's inference among them) describe the float32
+    // model; they are recomputed from the new declarations and tensors.
+    if (result.changed) model.refresh_shape_inference();
     return result;
   }
 
