@@ -534,6 +534,18 @@ void Graph::set_output(size_t i, Value* value) {
   value->output_refs_.emplace_back(this, static_cast<int>(i));
 }
 
+void Graph::set_input_type(size_t i, const onnx::TypeProto& type) {
+  model_->touch();
+  *inputs_[i].info.mutable_type() = type;
+  inputs_[i].value->drop_fact();
+}
+
+void Graph::set_output_type(size_t i, const onnx::TypeProto& type) {
+  model_->touch();
+  *outputs_[i].info.mutable_type() = type;
+  outputs_[i].value->drop_fact();
+}
+
 void Graph::move_output_name(Node* node, int index, Value* value) {
   model_->touch();
   Value* old = node->outputs_[index];

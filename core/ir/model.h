@@ -275,6 +275,9 @@ class Graph {
   void move_output_name(Node* node, int index, Value* value);
   // Points graph output `i` at `value` (its declared type info is kept).
   void set_output(size_t i, Value* value);
+  // Replaces the declared type of graph input / output `i` (e.g. a precision conversion).
+  void set_input_type(size_t i, const onnx::TypeProto& type);
+  void set_output_type(size_t i, const onnx::TypeProto& type);
 
   // Removes value_info entries that name no live value. Returns how many.
   int prune_orphan_value_info();

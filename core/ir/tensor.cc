@@ -243,4 +243,31 @@ uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(half);
 }
 
+std::optional<onnx::TensorProto> float_to_half_tensor(const onnx::TensorProto& t,
+                                                      int64_t* clamped, int64_t* flushed) {
+  if (t.data_type() != onnx::TensorProto::FLOAT || is_external(t)) return std::nullopt;
+  auto values = read_doubles(t);
+  auto count = element_count(t);
+  if (!values || !count || static_cast<int64_t>(values->size()) != *count) return std::nullopt;
+  onnx::TensorProto out;
+  out.set_name(t.name());
+  if (t.has_doc_string()) out.set_doc_string(t.doc_string());
+  out.set_data_type(onnx::TensorProto::FLOAT16);
+  for (int64_t d : t.dims()) out.add_dims(d);
+  std::string raw(values->size() * 2, '\0');
+  for (size_t i = 0; i < values->size(); ++i) {
+    float f = static_cast<float>((*values)[i]);
+    if (std::isfinite(f) && std::fabs(f) > kHalfMax) {
+      f = f > 0 ? kHalfMax : -kHalfMax;
+      if (clamped) ++*clamped;
+    }
+    uint16_t h = float_to_half(f);
+    if (f != 0 && (h & 0x7fff) == 0 && flushed) ++*flushed;
+    raw[2 * i] = static_cast<char>(h & 0xff);
+    raw[2 * i + 1] = static_cast<char>(h >> 8);
+  }
+  out.set_raw_data(std::move(raw));
+  return out;
+}
+
 }  // namespace graft::ir

@@ -39,6 +39,15 @@ onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims,
                                     const std::vector<int64_t>& values);
 
 float half_to_float(uint16_t h);
+// float16 range: the largest finite value and the smallest positive subnormal.
+inline constexpr float kHalfMax = 65504.0f;
+// A FLOAT tensor (in memory, any payload field) as a FLOAT16 one (raw_data), same name and dims:
+// finite values beyond float16's range are clamped to +-kHalfMax (counted in `clamped`), nonzero
+// values that round to zero are counted in `flushed`; infinities and NaNs stay. nullopt if `t`
+// is not a readable FLOAT tensor.
+std::optional<onnx::TensorProto> float_to_half_tensor(const onnx::TensorProto& t,
+                                                      int64_t* clamped = nullptr,
+                                                      int64_t* flushed = nullptr);
 uint16_t float_to_half(float f);
 
 }  // namespace graft::ir

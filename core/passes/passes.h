@@ -24,6 +24,7 @@ std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_matmul_add();
 std::unique_ptr<Pass> make_optimize_transposes();
 std::unique_ptr<Pass> make_fuse_blocks();
+std::unique_ptr<Pass> make_convert_fp16();
 std::unique_ptr<Pass> make_schedule_memory();
 std::unique_ptr<Pass> make_prune();
 
@@ -48,6 +49,7 @@ PassInfo fuse_conv_batchnorm_pass();
 PassInfo fuse_matmul_add_pass();
 PassInfo optimize_transposes_pass();
 PassInfo fuse_blocks_pass();
+PassInfo convert_fp16_pass();
 PassInfo schedule_memory_pass();
 PassInfo prune_pass();
 

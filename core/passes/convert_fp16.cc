@@ -1,0 +1,392 @@
+// convert_fp16: float32 weights and computation become float16 (lossy: the pipeline verifies
+// the result with a tolerance instead of the exact passes' one).
+//
+// Every tensor(float) value gets a "home" type: float16 where it is computed by a converted
+// node (or it is a constant some converted node reads), float32 where a kept node computes it
+// (block list, other domains, ops with a dtype attribute, nodes whose types are unknown) or it
+// is an interface kept in float (graph inputs with keep_io_types, function parameters). Each
+// reader wants a type (converted node: float16; kept node: float32; a Cast reads anything;
+// graph outputs: the interface type); where a reader wants the other type, one Cast per value
+// and direction is inserted. A graph output whose value changes type keeps its name on the
+// boundary Cast. Cast(to=FLOAT) in the converted region becomes Cast(to=FLOAT16); casts left
+// changing nothing (same type, or float16 -> float32 -> float16) are removed.
+//
+// Subgraphs (If/Loop/Scan) of a converted node are converted with float16 formal inputs and
+// outputs; outer values they capture are read in their outer type (with a Cast where needed).
+// Function bodies are converted inside with float32 parameters (Casts at their boundary), so
+// every call site stays valid. Values of other types (int, bool, double) are untouched.
+//
+// Constants: float32 initializers and Constant values become float16 tensors; finite values
+// beyond float16's range are clamped to +-65504 (rule counter "clamped_values"), nonzero values
+// that round to zero are counted ("flushed_values"). External weights are read through the
+// model's ExternalData and become ordinary in-memory initializers.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/ir/op_params.h"
+#include "core/ir/tensor.h"
+#include "core/passes/passes.h"
+#include "core/passes/queries.h"
+#include "core/passes/rewriter.h"
+
+namespace graft {
+namespace {
+
+constexpr int32_t kF32 = onnx::TensorProto::FLOAT;
+constexpr int32_t kF16 = onnx::TensorProto::FLOAT16;
+// Largest external weight read for conversion (one at a time, released after).
+constexpr uint64_t kMaxConvertBytes = uint64_t{4} << 30;
+
+// Ops kept in float32 (Casts around them): inputs their schema wants float (Resize/Upsample
+// scales and roi, Range, NonMaxSuppression boxes, quantization scales), random generators,
+// and numerically fragile ops (accumulating reductions and their overflow-prone relatives).
+const std::set<std::string, std::less<>>& default_block_list() {
+  static const std::set<std::string, std::less<>> ops = {
+      "Resize", "Upsample", "Range", "NonMaxSuppression", "RoiAlign", "TopK", "CumSum",
+      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+      "Bernoulli", "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceProd", "ReduceLogSum",
+      "ReduceLogSumExp", "ReduceL1", "ReduceL2", "Pow", "Exp", "QuantizeLinear",
+      "DequantizeLinear", "DynamicQuantizeLinear", "STFT", "DFT", "MelWeightMatrix",
+      "HannWindow", "HammingWindow", "BlackmanWindow", "SoftmaxCrossEntropyLoss",
+      "NegativeLogLikelihoodLoss"};
+  return ops;
+}
+
+enum class Want { kAny, kHalf, kFloat };
+
+int32_t type_of(Want w) { return w == Want::kHalf ? kF16 : kF32; }
+
+onnx::TypeProto with_elem(const onnx::TypeProto& t, int32_t elem) {
+  onnx::TypeProto out = t;
+  out.mutable_tensor_type()->set_elem_type(elem);
+  return out;
+}
+
+struct GraphRole {
+  bool converted = false;  // nodes may be converted
+  bool io_float = false;   // formal inputs and outputs stay float32
+};
+
+class ConvertFp16 : public Pass {
+ public:
+  std::string_view name() const override { return "convert_fp16"; }
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    // One pass object may run several rounds: nothing is kept from an earlier run.
+    roles_.clear();
+    converted_.clear();
+    type_.clear();
+    values_.clear();
+    home_.clear();
+    added_.clear();
+    retargeted_.clear();
+    readers_.clear();
+    keep_io_ = ctx.bool_option("keep_io_types");
+    PassResult result;
+    Rewriter rw(model);
+
+    // 1. Snapshot roles, node classes and element types before any edit.
+    visit(model.graph(), {.converted = true, .io_float = keep_io_});
+    for (auto& fn : model.functions()) visit(*fn.body, {.converted = true, .io_float = true});
+
+    // 2. Home type of each float value.
+    std::vector<ir::Value*> floats;
+    for (ir::Value* v : values_) {
+      if (type_[v] != kF32) continue;
+      floats.push_back(v);
+      home_[v] = home_of(v);
+    }
+
+    // 3. Retype the values whose home is float16.
+    for (ir::Value* v : floats) {
+      if (home_[v] == Want::kHalf && !retype(v, rw, result)) home_[v] = Want::kFloat;
+    }
+    for (ir::Value* v : floats) {
+      for (const auto& [g, i] : v->output_refs()) {
+        if (want_output(g) != Want::kHalf) continue;
+        const auto& info = g->outputs()[i].info;
+        if (info.has_type() && info.type().tensor_type().elem_type() == kF32) {
+          g->set_output_type(i, with_elem(info.type(), kF16));
+          result.changed = true;
+        }
+      }
+    }
+
+    // 4. Casts where a reader wants the other type.
+    for (ir::Value* v : floats) insert_casts(v, rw, result);
+
+    // 5. Casts that change nothing.
+    remove_noop_casts(rw, result);
+    // Values changed type in place: facts (libonnx's inference among them) describe the float32
+    // model; they are recomputed from the new declarations and tensors.
+    if (result.changed) model.refresh_shape_inference();
+    return result;
+  }
+
+ private:
+  void visit(ir::Graph& g, GraphRole role) {
+    roles_[&g] = role;
+    for (const auto& in : g.inputs()) note(in.value);
+    for (ir::Value* v : g.initializers()) note(v);
+    for (ir::Node* n : g.nodes()) {
+      for (ir::Value* v : n->inputs()) note(v);
+      for (ir::Value* v : n->outputs()) note(v);
+    }
+    for (ir::Node* n : g.nodes()) {
+      const bool conv = role.converted && convertible(*n);
+      converted_[n] = conv;
+      for (const auto& sub : n->subgraphs()) visit(*sub.graph, {.converted = conv});
+    }
+  }
+
+  void note(ir::Value* v) {
+    if (!v || type_.count(v)) return;
+    type_[v] = v->elem_type();
+    values_.push_back(v);
+  }
+
+  bool convertible(const ir::Node& n) const {
+    if (!n.is_onnx_domain()) return false;
+    if (default_block_list().count(n.op_type())) return false;
+    if (n.is("Cast")) return true;
+    if (n.attr("dtype") || n.attr("output_datatype")) return false;
+    if (n.is("Constant") && !n.attr("value")) return false;
+    // Its Mean and InvStdDev outputs have stash_type (float32), not the input's type.
+    if (n.is("LayerNormalization") && (n.output(1) || n.output(2))) return false;
+    for (const ir::Value* v : n.inputs())
+      if (v && type_.at(v) == 0) return false;
+    for (const ir::Value* v : n.outputs())
+      if (v && type_.at(v) == 0) return false;
+    return true;
+  }
+
+  bool is_converted(const ir::Node* n) const {
+    auto it = converted_.find(n);
+    return it != converted_.end() && it->second;
+  }
+
+  Want want_use(const ir::Node* n) const {
+    if (!is_converted(n)) return Want::kFloat;
+    if (n->is("Cast")) return Want::kAny;
+    return Want::kHalf;
+  }
+
+  Want want_output(const ir::Graph* g) const {
+    auto it = roles_.find(g);
+    if (it == roles_.end() || !it->second.converted || it->second.io_float) return Want::kFloat;
+    return Want::kHalf;
+  }
+
+  // Readers choose: float16 if one of them computes in float16, unless the value is an output
+  // of its own graph kept in float32 (its name is interface: no Cast could take it).
+  Want chosen_by_readers(const ir::Value* v) const {
+    for (const auto& [g, i] : v->output_refs())
+      if (g == v->owner() && want_output(g) == Want::kFloat) return Want::kFloat;
+    for (const auto& u : v->uses())
+      if (want_use(u.node) == Want::kHalf) return Want::kHalf;
+    for (const auto& [g, i] : v->output_refs())
+      if (want_output(g) == Want::kHalf) return Want::kHalf;
+    return Want::kFloat;
+  }
+
+  Want home_of(const ir::Value* v) const {
+    const ir::Graph* g = v->owner();
+    if (v->is_graph_input()) return want_output(g) == Want::kHalf ? Want::kHalf : Want::kFloat;
+    const ir::Node* p = v->producer();
+    if (!p) {
+      if (!v->is_constant()) return Want::kFloat;
+      const onnx::TensorProto* h = ir::constant_header(v);
+      if (!h || (ir::is_external(*h) && !ir::external_data_of(v))) return Want::kFloat;
+      return chosen_by_readers(v);
+    }
+    if (!is_converted(p)) return Want::kFloat;
+    if (p->is("Cast") || p->is("Constant")) return chosen_by_readers(v);
+    return Want::kHalf;
+  }
+
+  // Makes `v` a float16 value (its tensor, its producer's attribute, its declarations). False,
+  // with nothing changed, when its constant cannot be read.
+  bool retype(ir::Value* v, Rewriter& rw, PassResult& result) {
+    ir::Graph* g = v->owner();
+    ir::Node* p = v->producer();
+    if (v->is_initializer() || (p && p->is("Constant"))) {
+      ir::LoadedTensor t = ir::constant_proto(v, kMaxConvertBytes);
+      if (!t && v->is_initializer()) {
+        // An overridable initializer (a graph input): constant_proto does not read it.
+        if (!ir::is_external(*v->initializer())) t = ir::LoadedTensor(v->initializer());
+      }
+      if (!t) return false;
+      int64_t clamped = 0, flushed = 0;
+      auto half = ir::float_to_half_tensor(*t, &clamped, &flushed);
+      if (!half) return false;
+      if (clamped) result.rules["clamped_values"] += clamped;
+      if (flushed) result.rules["flushed_values"] += flushed;
+      if (p) {
+        half->clear_name();
+        rw.set_attr(p, constant_value_attr(std::move(*half)));
+        result.rules["converted_constants"] += 1;
+      } else {
+        v->set_initializer(std::move(*half));
+        result.rules["converted_initializers"] += 1;
+      }
+    } else if (p && p->is("Cast")) {
+      rw.set_attr(p, int_attr("to", kF16));
+      retargeted_.insert(p);
+      result.rules["retargeted_casts"] += 1;
+    } else if (p && p->is("ConstantOfShape")) {
+      onnx::TensorProto value;
+      if (const auto* a = p->attr("value"); a && a->has_t()) {
+        auto half = ir::float_to_half_tensor(a->t());
+        if (!half) return false;
+        value = std::move(*half);
+      } else {
+        value.set_data_type(kF16);
+        value.add_dims(1);
+        value.set_raw_data(std::string(2, '\0'));
+      }
+      onnx::AttributeProto attr;
+      attr.set_name("value");
+      attr.set_type(onnx::AttributeProto::TENSOR);
+      *attr.mutable_t() = std::move(value);
+      rw.set_attr(p, std::move(attr));
+    }
+    if (v->is_graph_input()) {
+      for (size_t i = 0; i < g->inputs().size(); ++i) {
+        const auto& in = g->inputs()[i];
+        if (in.value == v && in.info.has_type())
+          g->set_input_type(i, with_elem(in.info.type(), kF16));
+      }
+    }
+    if (const auto* info = v->value_info(); info && info->has_type() &&
+                                            info->type().tensor_type().elem_type() == kF32)
+      v->set_type(with_elem(info->type(), kF16));
+    // A Cast reading v may now change nothing (Cast(v, FLOAT16)).
+    for (const auto& u : v->uses())
+      if (u.node->is("Cast")) readers_.insert(u.node);
+    result.add();
+    return true;
+  }
+
+  void insert_casts(ir::Value* v, Rewriter& rw, PassResult& result) {
+    const Want home = home_[v];
+    ir::Graph* g = v->owner();
+    std::vector<ir::Use> uses = v->uses();
+    ir::Value* at_home = v;
+    // A graph output of v's own graph wanting the other type: the Cast takes v's name.
+    for (const auto& [og, i] : std::vector(v->output_refs())) {
+      if (og != g || want_output(og) == home) continue;
+      ir::Node* p = v->producer();
+      if (!p || at_home != v) continue;  // unreachable by home_of's choice
+      const int k = v->producer_index();
+      ir::Node* c = rw.add_node(*g, "Cast", {v}, 1, p);
+      rw.set_attr(c, int_attr("to", type_of(want_output(og))));
+      g->move_output_name(c, 0, v);
+      at_home = p->output(k);
+      rw.set_input(c, 0, at_home);
+      for (const auto& u : uses) rw.set_input(u.node, u.index, at_home);
+      if (const auto* info = v->value_info(); info && info->has_type())
+        v->set_type(with_elem(info->type(), type_of(want_output(og))));
+      home_[at_home] = home;
+      type_[at_home] = type_of(home);
+      type_[v] = type_of(want_output(og));
+      added_.insert(c);
+      result.rules["boundary_casts"] += 1;
+      result.add();
+    }
+    // After a split, v itself is the other type (the readers wanting it may share it).
+    ir::Value* cast = at_home != v ? v : nullptr;
+    auto other = [&]() {
+      if (!cast) {
+        const Want to = home == Want::kHalf ? Want::kFloat : Want::kHalf;
+        ir::Node* c = rw.add_node(*at_home->owner(), "Cast", {at_home}, 1, at_home->producer());
+        rw.set_attr(c, int_attr("to", type_of(to)));
+        cast = c->output(0);
+        type_[cast] = type_of(to);
+        added_.insert(c);
+        result.rules["casts_added"] += 1;
+        result.add();
+      }
+      return cast;
+    };
+    for (const auto& u : uses) {
+      const Want w = want_use(u.node);
+      if (w == Want::kAny || w == home) continue;
+      rw.set_input(u.node, u.index, other());
+    }
+    for (const auto& [og, i] : std::vector(at_home->output_refs())) {
+      if (og == g) continue;
+      const Want w = want_output(og);
+      if (w == home) continue;
+      og->set_output(i, other());
+      result.changed = true;
+    }
+  }
+
+  int32_t type_after(const ir::Value* v) const {
+    auto h = home_.find(v);
+    if (h != home_.end()) return type_of(h->second);
+    auto t = type_.find(v);
+    return t == type_.end() ? 0 : t->second;
+  }
+
+  void remove_noop_casts(Rewriter& rw, PassResult& result) {
+    std::vector<ir::Node*> casts(added_.begin(), added_.end());
+    casts.insert(casts.end(), retargeted_.begin(), retargeted_.end());
+    casts.insert(casts.end(), readers_.begin(), readers_.end());
+    // Readers of the casts this pass made or changed, too (a Cast16 after a new Cast32).
+    for (ir::Node* c : std::vector(casts))
+      for (const auto& u : c->output(0)->uses())
+        if (u.node->is("Cast")) casts.push_back(u.node);
+    std::sort(casts.begin(), casts.end(), [](const ir::Node* a, const ir::Node* b) {
+      return a->output(0)->name() < b->output(0)->name();
+    });
+    casts.erase(std::unique(casts.begin(), casts.end()), casts.end());
+    for (ir::Node* c : casts) {
+      if (c->dead()) continue;
+      const int32_t to = static_cast<int32_t>(c->attr_int("to", 0));
+      ir::Value* x = c->input(0);
+      ir::Value* same = nullptr;
+      if (type_after(x) == to) {
+        same = x;
+      } else if (to == kF16 && x->producer() && x->producer()->is("Cast") &&
+                 x->producer()->attr_int("to", 0) == kF32 &&
+                 type_after(x->producer()->input(0)) == kF16) {
+        same = x->producer()->input(0);  // float16 -> float32 -> float16: exact
+      }
+      if (!same) continue;
+      if (rw.replace_node(c, {same}, /*allow_identity=*/false)) {
+        result.rules["casts_removed"] += 1;
+        result.add();
+      }
+    }
+  }
+
+  bool keep_io_ = true;
+  std::unordered_map<const ir::Graph*, GraphRole> roles_;
+  std::unordered_map<const ir::Node*, bool> converted_;
+  std::unordered_map<const ir::Value*, int32_t> type_;
+  std::vector<ir::Value*> values_;
+  std::unordered_map<const ir::Value*, Want> home_;
+  std::unordered_set<ir::Node*> added_, retargeted_, readers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_convert_fp16() { return std::make_unique<ConvertFp16>(); }
+
+PassInfo convert_fp16_pass() {
+  return {.name = "convert_fp16",
+          .level = 3,
+          .lossy = true,
+          .description = "float32 weights and computation to float16 (Casts at kept ops and I/O)",
+          .options = {boolean_option("keep_io_types", true,
+                                     "graph inputs and outputs stay float32 (Casts at the "
+                                     "boundary); false converts them too")},
+          .create = make_convert_fp16};
+}
+
+}  // namespace graft
