@@ -47,6 +47,7 @@ PassInfo fuse_conv_batchnorm_pass();
 PassInfo fuse_matmul_add_pass();
 PassInfo optimize_transposes_pass();
 PassInfo fuse_blocks_pass();
+PassInfo quantize_dynamic_int8_pass();
 PassInfo prune_pass();
 
 }  // namespace graft

@@ -27,6 +27,7 @@ const std::vector<PassInfo>& all_passes() {
       fuse_blocks_pass(),
       fuse_conv_batchnorm_pass(),
       fuse_matmul_add_pass(),
+      quantize_dynamic_int8_pass(),
       prune_pass(),
   };
   // clang-format on
