@@ -15,6 +15,9 @@
 // K * (|x|max * s_w / 2 + |w|max * s_x / 2) where s = range / 255 (or / 127): about 0.5-1% of
 // the product's magnitude on typical layers.
 //
+// quantize_gather (option gather, default true): a constant float32 Gather table (embeddings) is
+// stored in 8 bits per tensor and the gathered rows go through DequantizeLinear.
+//
 // Left alone: a weight that is not a 2-D float32 constant, is smaller than min_weight_elements,
 // holds a NaN or infinity, or whose scale would underflow float; an activation that is not float32;
 // Gemm with transA = 1, a non-constant C with beta != 1, or attributes it does not know; opsets
@@ -44,6 +47,7 @@ constexpr char kPerChannel[] = "per_channel";
 constexpr char kWeightType[] = "weight_type";
 constexpr char kMinWeightElements[] = "min_weight_elements";
 constexpr char kExcludeOps[] = "exclude_ops";
+constexpr char kGather[] = "gather";
 
 struct Config {
   bool per_channel = false;
@@ -51,6 +55,7 @@ struct Config {
   int64_t min_elements = 4096;
   bool skip_matmul = false;
   bool skip_gemm = false;
+  bool skip_gather = true;
   uint64_t max_weight_bytes = 0;  // 0 = no limit
   uint64_t weight_bytes = 0;      // initializer bytes so far (start + what the pass added)
 };
@@ -239,6 +244,53 @@ bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
   return quantize_node(node, ops, cfg, rw);
 }
 
+// Gather(W, ids) with a constant float32 table W (embeddings): the table is stored quantized per
+// tensor and the gathered rows are dequantized, DequantizeLinear(Gather(W_q, ids), scale, zp)
+// (the weight error only, no activation quantization): dequantization is elementwise with one
+// scale, so it commutes with the gather.
+bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (node.inputs().size() != 2 || node.outputs().size() != 1 || !node.output(0) ||
+      !only_attributes(node, {"axis"}))
+    return false;
+  ir::Value* table = node.input(0);
+  const auto* h = table ? constant_header(table) : nullptr;
+  if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() < 1) return false;
+  int64_t count = 1;
+  for (int64_t d : h->dims()) {
+    if (d <= 0 || d > (int64_t{1} << 40) / count) return false;
+    count *= d;
+  }
+  if (count < cfg.min_elements) return false;
+  const uint64_t added = static_cast<uint64_t>(count) + 16;
+  if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return false;
+  auto fc = float_constant(table);
+  if (!fc || fc->dtype != TensorProto::FLOAT || static_cast<int64_t>(fc->values.size()) != count)
+    return false;
+  Config per_tensor = cfg;
+  per_tensor.per_channel = false;
+  auto q = quantize_weight(fc->values, count, 1, per_tensor);
+  if (!q) return false;
+  ir::Graph& g = *node.graph();
+  const std::string name = node.output(0)->name();
+  const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  ir::Value* wq = rw.add_constant(g, byte_tensor(wtype, fc->dims, q->bytes), name + "_W_quantized");
+  ir::Value* wzp = rw.add_constant(
+      g, byte_tensor(wtype, {}, {static_cast<uint8_t>(q->zero_point[0])}), name + "_W_zero_point");
+  ir::Value* ws = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q->scale[0])}),
+      name + "_W_scale");
+  ir::Node* gather = rw.add_node(g, "Gather", {wq, node.input(1)}, 1, &node);
+  for (const auto& a : node.attributes()) rw.set_attr(gather, a);
+  ir::Node* dq = rw.add_node(g, "DequantizeLinear", {gather->output(0), ws, wzp}, 1, &node);
+  if (!rw.replace_node(&node, {dq->output(0)})) {
+    rw.erase(dq);
+    rw.erase(gather);
+    return false;
+  }
+  cfg.weight_bytes += added;
+  return true;
+}
+
 class QuantizeDynamicInt8 final : public Pass {
  public:
   std::string_view name() const override { return "quantize_dynamic_int8"; }
@@ -252,6 +304,7 @@ class QuantizeDynamicInt8 final : public Pass {
     const std::string& exclude = ctx.enum_option(kExcludeOps);
     cfg->skip_matmul = exclude.find("MatMul") != std::string::npos;
     cfg->skip_gemm = exclude.find("Gemm") != std::string::npos;
+    cfg->skip_gather = !ctx.bool_option(kGather);
     cfg->max_weight_bytes = ctx.max_weight_bytes;
     cfg->weight_bytes = model.initializer_bytes();
     // DynamicQuantizeLinear exists from opset 11: a node below that is left alone (the rule's
@@ -261,6 +314,10 @@ class QuantizeDynamicInt8 final : public Pass {
          [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); }, "", 11},
         {"quantize_gemm", {"Gemm"},
          [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); }, "", 11}};
+    if (!cfg->skip_gather)
+      rules.push_back({"quantize_gather", {"Gather"},
+                       [cfg](ir::Node& n, Rewriter& rw) { return quantize_gather(n, *cfg, rw); },
+                       "", 11});
     RuleCounts counts = run_rules(model, rules);
     result.add(counts.total);
     result.rules = std::move(counts.rewrites);
@@ -293,7 +350,10 @@ PassInfo quantize_dynamic_int8_pass() {
                                      std::numeric_limits<int64_t>::max(),
                                      "weights with fewer elements stay float"),
                       enum_option(kExcludeOps, "none", {"none", "MatMul", "Gemm", "MatMul,Gemm"},
-                                  "op types left in float")},
+                                  "op types left in float"),
+                      boolean_option(kGather, true,
+                                     "also store constant Gather tables (embeddings) in 8 bits, "
+                                     "dequantizing the gathered rows")},
           .create = make_quantize_dynamic_int8};
 }
 

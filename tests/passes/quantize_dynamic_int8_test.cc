@@ -298,6 +298,31 @@ TEST(QuantizeDynamicInt8, AllZeroWeightGetsNonZeroScale) {
   for (double s : values_of(scale->input(1))) EXPECT_GT(s, 0);
 }
 
+const char kGatherModel[] = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (int64[3] ids) => (float[3,2] y)
+    <float[4,2] t = {0.5, -1, 1.27, 0.25, 0, -0.1, 0.3, 0.2}> {
+    y = Gather (t, ids)
+  }
+)";
+
+TEST(QuantizeDynamicInt8, GatherTableStoredInt8AndRowsDequantized) {
+  // Per tensor: scale 0.01, values t * 100. Only the table is rounded (error <= 0.005), so the
+  // tolerance above holds with a wide margin; a wrong scale or layout is off by >= 0.1.
+  expect_rewrite(kPass, kGatherModel, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[3] ids) => (float[3,2] y)
+      <int8[4,2] tq = {50, -100, 127, 25, 0, -10, 30, 20}, float ts = {0.01}, int8 tz = {0}> {
+      r = Gather (tq, ids)
+      y = DequantizeLinear (r, ts, tz)
+    }
+  )",
+                 quantized(1));
+  RewriteOptions off = quantized(0);
+  off.pass_options["gather"] = "false";
+  expect_no_rewrite(kPass, kGatherModel, off);
+}
+
 TEST(QuantizeDynamicInt8, InsideIfBranch) {
   auto m = run_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 13]>
