@@ -35,6 +35,7 @@ void ensure_registered() {
     register_nn_kernels();
     register_rnn_kernels();
     register_extra_kernels();
+    register_quantize_dynamic_kernels();
   });
 }
 

@@ -390,8 +390,10 @@ TEST(ConformanceTest, SupportedOps) {
                                           "PRelu",   "Shrink",
                                           "Sinh",    "Softsign",
                                           "Tan",     "ThresholdedRelu"};
+  const std::vector<std::string> quantize_dynamic = {"DynamicQuantizeLinear", "MatMulInteger"};
   std::set<std::string> expected;
-  for (const auto* group : {&elementwise, &shape, &reduce, &nn, &rnn, &extra}) {
+  for (const auto* group :
+       {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic}) {
     expected.insert(group->begin(), group->end());
   }
   std::vector<std::string> ops = supported_ops();

@@ -1,0 +1,360 @@
+// quantize_dynamic_int8: MatMul and Gemm by a constant float32 2-D weight become standard-op
+// dynamic quantization (what ONNX Runtime's quantize_dynamic builds with QOperator-free ops):
+//
+//   x_q, x_scale, x_zp = DynamicQuantizeLinear(x)                       (opset 11)
+//   y = Mul(Cast(MatMulInteger(x_q, W_q, x_zp, W_zp), FLOAT), Mul(x_scale, W_scale * alpha))
+//   (Gemm with C: Add(y, beta * C))
+//
+// W_q is the weight quantized offline: int8 symmetric (zero point 0, range [-127, 127], scale
+// max|w| / 127) by default, or uint8 asymmetric (range [min(0, min w), max(0, max w)] over 255
+// steps, zero point round(-min / scale)); per tensor (scalar scale and zero point) or per output
+// column (option per_channel: scale [N], zero point [N] for uint8, a scalar 0 for int8).
+//
+// LOSSY on purpose (PassInfo.lossy, by name only): the activation is rounded to 8 bits per run
+// and the weight to 8 bits once. The error per output element is bounded by roughly
+// K * (|x|max * s_w / 2 + |w|max * s_x / 2) where s = range / 255 (or / 127): about 0.5-1% of
+// the product's magnitude on typical layers.
+//
+// quantize_gather (option gather, default true): a constant float32 Gather table (embeddings) is
+// stored in 8 bits per tensor and the gathered rows go through DequantizeLinear.
+//
+// Left alone: a weight that is not a 2-D float32 constant, is smaller than min_weight_elements,
+// holds a NaN or infinity, or whose scale would underflow float; an activation that is not float32;
+// Gemm with transA = 1, a non-constant C with beta != 1, or attributes it does not know; opsets
+// below 11 (DynamicQuantizeLinear); excluded ops.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/ir/tensor.h"
+#include "core/passes/passes.h"
+#include "core/passes/rules.h"
+
+namespace graft {
+
+namespace {
+
+using onnx::TensorProto;
+
+constexpr char kPerChannel[] = "per_channel";
+constexpr char kWeightType[] = "weight_type";
+constexpr char kMinWeightElements[] = "min_weight_elements";
+constexpr char kExcludeOps[] = "exclude_ops";
+constexpr char kGather[] = "gather";
+
+struct Config {
+  bool per_channel = false;
+  bool uint8 = false;
+  int64_t min_elements = 4096;
+  bool skip_matmul = false;
+  bool skip_gemm = false;
+  bool skip_gather = true;
+  uint64_t max_weight_bytes = 0;  // 0 = no limit
+  uint64_t weight_bytes = 0;      // initializer bytes so far (start + what the pass added)
+};
+
+// A weight quantized to 8 bits: values [K, N] (row-major, the MatMul layout), scale and zero
+// point per tensor (size 1) or per column (size N).
+struct QuantizedWeight {
+  std::vector<uint8_t> bytes;  // int8 or uint8 values, as stored in raw_data
+  std::vector<float> scale;
+  std::vector<int32_t> zero_point;
+};
+
+// Quantizes `w` ([K, N] row-major, already in MatMul layout). nullopt if a value is not finite
+// or a scale underflows (the node is then left alone).
+std::optional<QuantizedWeight> quantize_weight(const std::vector<double>& w, int64_t k, int64_t n,
+                                               const Config& cfg) {
+  for (double v : w)
+    if (!std::isfinite(v) || std::fabs(v) > FLT_MAX) return std::nullopt;
+  const int64_t groups = cfg.per_channel ? n : 1;
+  QuantizedWeight q;
+  q.scale.assign(static_cast<size_t>(groups), 1.0f);
+  q.zero_point.assign(static_cast<size_t>(groups), 0);
+  for (int64_t g = 0; g < groups; ++g) {
+    double lo = 0, hi = 0;
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t c = cfg.per_channel ? g : 0; c < (cfg.per_channel ? g + 1 : n); ++c) {
+        lo = std::min(lo, w[r * n + c]);
+        hi = std::max(hi, w[r * n + c]);
+      }
+    if (lo == 0 && hi == 0) continue;  // all zero: scale 1 (not 0), zero point 0, values 0
+    float scale = cfg.uint8 ? static_cast<float>((hi - lo) / 255.0)
+                            : static_cast<float>(std::max(-lo, hi) / 127.0);
+    // A scale below the smallest normal float loses precision or is 0 (division by zero).
+    if (!(scale >= FLT_MIN) || !std::isfinite(scale)) return std::nullopt;
+    q.scale[g] = scale;
+    if (cfg.uint8)
+      q.zero_point[g] = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0, 255.0));
+  }
+  q.bytes.resize(w.size());
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t g = cfg.per_channel ? c : 0;
+      const double v = std::nearbyint(w[r * n + c] / static_cast<double>(q.scale[g]));
+      if (cfg.uint8) {
+        q.bytes[r * n + c] = static_cast<uint8_t>(std::clamp(v + q.zero_point[g], 0.0, 255.0));
+      } else {
+        q.bytes[r * n + c] =
+            static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.0, 127.0)));
+      }
+    }
+  return q;
+}
+
+TensorProto byte_tensor(int32_t dtype, const std::vector<int64_t>& dims,
+                        const std::vector<uint8_t>& bytes) {
+  TensorProto t;
+  t.set_data_type(dtype);
+  for (int64_t d : dims) t.add_dims(d);
+  t.set_raw_data(std::string(bytes.begin(), bytes.end()));
+  return t;
+}
+
+// The operands of a MatMul or Gemm the rule rewrites.
+struct Operands {
+  ir::Value* x = nullptr;
+  ir::Value* w = nullptr;
+  bool transpose_w = false;    // Gemm transB = 1: W is [N, K]
+  double alpha = 1;            // folded into the weight's scale
+  ir::Value* c = nullptr;      // Gemm's C, added after
+  double beta = 1;
+};
+
+// Rewrites `node` (MatMul or Gemm, already matched into `ops`); false with nothing changed if the
+// weight does not qualify.
+bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& rw) {
+  if (node.outputs().size() != 1 || !node.output(0)) return false;
+  if (ops.x->elem_type() != TensorProto::FLOAT) return false;
+  if (const auto r = ops.x->rank(); r && *r < 1) return false;
+  const auto* h = constant_header(ops.w);
+  if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() != 2) return false;
+  const int64_t d0 = h->dims(0), d1 = h->dims(1);
+  if (d0 <= 0 || d1 <= 0) return false;  // zero-size weight: nothing to gain
+  const int64_t k = ops.transpose_w ? d1 : d0, n = ops.transpose_w ? d0 : d1;
+  // The element count, checked on the declared dims before anything is read.
+  if (d0 > (int64_t{1} << 40) / d1 || d0 * d1 < cfg.min_elements) return false;
+  // The output must be float32 too (a wrong declaration would make Cast change the type).
+  if (node.output(0)->elem_type() != 0 && node.output(0)->elem_type() != TensorProto::FLOAT)
+    return false;
+  // Budget: the new weight (1 byte per element) plus its scales.
+  const uint64_t added = static_cast<uint64_t>(d0 * d1) + 8 * static_cast<uint64_t>(n) + 16;
+  if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return false;
+
+  auto fc = float_constant(ops.w);  // reads an external weight through the shared accessor
+  if (!fc || fc->dtype != TensorProto::FLOAT ||
+      static_cast<int64_t>(fc->values.size()) != d0 * d1)
+    return false;
+  std::vector<double> w;
+  if (ops.transpose_w) {
+    w.resize(fc->values.size());
+    for (int64_t r = 0; r < d0; ++r)
+      for (int64_t c = 0; c < d1; ++c) w[c * d0 + r] = fc->values[r * d1 + c];
+  } else {
+    w = std::move(fc->values);
+  }
+  auto q = quantize_weight(w, k, n, cfg);
+  if (!q) return false;
+  // C: beta folded into a constant C, or C as is when beta is 1; otherwise left alone.
+  std::optional<FloatConstant> c_const;
+  if (ops.c && ops.beta != 1) {
+    c_const = float_constant(ops.c);
+    if (!c_const || c_const->dtype != TensorProto::FLOAT) return false;
+    for (double& v : c_const->values) v *= ops.beta;
+    if (!ir::fits_float_type(TensorProto::FLOAT, c_const->values)) return false;
+  }
+  std::vector<double> mult(q->scale.begin(), q->scale.end());
+  for (double& s : mult) s *= ops.alpha;
+  if (!ir::fits_float_type(TensorProto::FLOAT, mult)) return false;
+
+  ir::Graph& g = *node.graph();
+  const std::string name = node.output(0)->name();
+  const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  const int64_t groups = static_cast<int64_t>(q->scale.size());
+  ir::Value* wq = rw.add_constant(g, byte_tensor(wtype, {k, n}, q->bytes), name + "_W_quantized");
+  // Zero point: per column only when it varies (uint8 per channel); int8 is symmetric (0).
+  ir::Value* wzp = nullptr;
+  if (cfg.uint8 && cfg.per_channel) {
+    std::vector<uint8_t> zp(q->zero_point.begin(), q->zero_point.end());
+    wzp = rw.add_constant(g, byte_tensor(wtype, {n}, zp), name + "_W_zero_point");
+  } else {
+    wzp = rw.add_constant(g, byte_tensor(wtype, {}, {static_cast<uint8_t>(q->zero_point[0])}),
+                          name + "_W_zero_point");
+  }
+  ir::Value* wscale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, groups == 1 ? std::vector<int64_t>{}
+                                                               : std::vector<int64_t>{groups},
+                               mult),
+      name + "_W_scale");
+  std::vector<ir::Node*> added_nodes;  // erased, last first, if the rewrite cannot complete
+  auto add = [&](std::string_view op, const std::vector<ir::Value*>& inputs, size_t outputs) {
+    added_nodes.push_back(rw.add_node(g, op, inputs, outputs, &node));
+    return added_nodes.back();
+  };
+  ir::Node* dql = add("DynamicQuantizeLinear", {ops.x}, 3);
+  ir::Node* mmi = add("MatMulInteger", {dql->output(0), wq, dql->output(2), wzp}, 1);
+  ir::Node* cast = add("Cast", {mmi->output(0)}, 1);
+  rw.set_attr(cast, int_attr("to", TensorProto::FLOAT));
+  ir::Node* scale = add("Mul", {dql->output(1), wscale}, 1);
+  ir::Node* out = add("Mul", {cast->output(0), scale->output(0)}, 1);
+  if (ops.c) {
+    ir::Value* c = ops.c;
+    if (c_const) c = rw.add_constant(g, ir::make_float_tensor(TensorProto::FLOAT, c_const->dims,
+                                                              c_const->values),
+                                     name + "_C_scaled");
+    out = add("Add", {out->output(0), c}, 1);
+  }
+  if (!rw.replace_node(&node, {out->output(0)})) {
+    for (auto it = added_nodes.rbegin(); it != added_nodes.rend(); ++it) rw.erase(*it);
+    return false;
+  }
+  cfg.weight_bytes += added;
+  return true;
+}
+
+bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (cfg.skip_matmul || node.inputs().size() != 2 || !node.attributes().empty()) return false;
+  Operands ops{.x = node.input(0), .w = node.input(1)};
+  if (!ops.x || !ops.w) return false;
+  return quantize_node(node, ops, cfg, rw);
+}
+
+bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (cfg.skip_gemm || node.inputs().size() < 2 || node.inputs().size() > 3 ||
+      !only_attributes(node, {"alpha", "beta", "transA", "transB"}))
+    return false;
+  if (node.attr_int("transA", 0) != 0) return false;  // would need a runtime Transpose of x
+  Operands ops{.x = node.input(0),
+               .w = node.input(1),
+               .transpose_w = node.attr_int("transB", 0) != 0,
+               .alpha = node.attr_float("alpha", 1.0f),
+               .c = node.inputs().size() == 3 ? node.input(2) : nullptr,
+               .beta = node.attr_float("beta", 1.0f)};
+  if (!ops.x || !ops.w || !std::isfinite(ops.alpha) || !std::isfinite(ops.beta)) return false;
+  if (ops.c && ops.c->elem_type() != TensorProto::FLOAT) return false;
+  // Gemm's A is 2-D by definition; MatMulInteger would broadcast a different rank.
+  if (ops.x->rank() != 2) return false;
+  return quantize_node(node, ops, cfg, rw);
+}
+
+// Gather(W, ids) with a constant float32 table W (embeddings): the table is stored quantized per
+// tensor and the gathered rows are dequantized, DequantizeLinear(Gather(W_q, ids), scale, zp)
+// (the weight error only, no activation quantization): dequantization is elementwise with one
+// scale, so it commutes with the gather.
+bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (node.inputs().size() != 2 || node.outputs().size() != 1 || !node.output(0) ||
+      !only_attributes(node, {"axis"}))
+    return false;
+  ir::Value* table = node.input(0);
+  const auto* h = table ? constant_header(table) : nullptr;
+  if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() < 1) return false;
+  int64_t count = 1;
+  for (int64_t d : h->dims()) {
+    if (d <= 0 || d > (int64_t{1} << 40) / count) return false;
+    count *= d;
+  }
+  if (count < cfg.min_elements) return false;
+  const uint64_t added = static_cast<uint64_t>(count) + 16;
+  if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return false;
+  auto fc = float_constant(table);
+  if (!fc || fc->dtype != TensorProto::FLOAT || static_cast<int64_t>(fc->values.size()) != count)
+    return false;
+  Config per_tensor = cfg;
+  per_tensor.per_channel = false;
+  auto q = quantize_weight(fc->values, count, 1, per_tensor);
+  if (!q) return false;
+  ir::Graph& g = *node.graph();
+  const std::string name = node.output(0)->name();
+  const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  ir::Value* wq = rw.add_constant(g, byte_tensor(wtype, fc->dims, q->bytes), name + "_W_quantized");
+  ir::Value* wzp = rw.add_constant(
+      g, byte_tensor(wtype, {}, {static_cast<uint8_t>(q->zero_point[0])}), name + "_W_zero_point");
+  ir::Value* ws = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q->scale[0])}),
+      name + "_W_scale");
+  ir::Node* gather = rw.add_node(g, "Gather", {wq, node.input(1)}, 1, &node);
+  for (const auto& a : node.attributes()) rw.set_attr(gather, a);
+  ir::Node* dq = rw.add_node(g, "DequantizeLinear", {gather->output(0), ws, wzp}, 1, &node);
+  if (!rw.replace_node(&node, {dq->output(0)})) {
+    rw.erase(dq);
+    rw.erase(gather);
+    return false;
+  }
+  cfg.weight_bytes += added;
+  return true;
+}
+
+class QuantizeDynamicInt8 final : public Pass {
+ public:
+  std::string_view name() const override { return "quantize_dynamic_int8"; }
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    PassResult result;
+    auto cfg = std::make_shared<Config>();
+    cfg->per_channel = ctx.bool_option(kPerChannel);
+    cfg->uint8 = ctx.enum_option(kWeightType) == "uint8";
+    cfg->min_elements = ctx.int_option(kMinWeightElements);
+    const std::string& exclude = ctx.enum_option(kExcludeOps);
+    cfg->skip_matmul = exclude.find("MatMul") != std::string::npos;
+    cfg->skip_gemm = exclude.find("Gemm") != std::string::npos;
+    cfg->skip_gather = !ctx.bool_option(kGather);
+    cfg->max_weight_bytes = ctx.max_weight_bytes;
+    cfg->weight_bytes = model.initializer_bytes();
+    // DynamicQuantizeLinear exists from opset 11: a node below that is left alone (the rule's
+    // opset range), and the model's opset is never raised.
+    std::vector<Rule> rules{
+        {"quantize_matmul", {"MatMul"},
+         [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); }, "", 11},
+        {"quantize_gemm", {"Gemm"},
+         [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); }, "", 11}};
+    if (!cfg->skip_gather)
+      rules.push_back({"quantize_gather", {"Gather"},
+                       [cfg](ir::Node& n, Rewriter& rw) { return quantize_gather(n, *cfg, rw); },
+                       "", 11});
+    RuleCounts counts = run_rules(model, rules);
+    result.add(counts.total);
+    result.rules = std::move(counts.rewrites);
+    return result;
+  }
+};
+
+std::unique_ptr<Pass> make_quantize_dynamic_int8() {
+  return std::make_unique<QuantizeDynamicInt8>();
+}
+
+}  // namespace
+
+PassInfo quantize_dynamic_int8_pass() {
+  return {.name = "quantize_dynamic_int8",
+          .level = 3,
+          .lossy = true,
+          .by_name_only = true,
+          .description =
+              "MatMul/Gemm by a constant float32 2-D weight become DynamicQuantizeLinear + "
+              "MatMulInteger with the weight quantized to 8 bits (lossy; by name only)",
+          .options = {boolean_option(kPerChannel, false,
+                                     "one weight scale per output column instead of per tensor"),
+                      enum_option(kWeightType, "int8", {"int8", "uint8"},
+                                  "int8: symmetric, zero point 0; uint8: asymmetric"),
+                      // 4096 = a 64x64 weight: below that the DynamicQuantizeLinear, Cast and
+                      // Muls cost more per run than the 8-bit product saves, and the bytes saved
+                      // (3 per element) are a few KiB.
+                      integer_option(kMinWeightElements, 4096, 0,
+                                     std::numeric_limits<int64_t>::max(),
+                                     "weights with fewer elements stay float"),
+                      enum_option(kExcludeOps, "none", {"none", "MatMul", "Gemm", "MatMul,Gemm"},
+                                  "op types left in float"),
+                      boolean_option(kGather, true,
+                                     "also store constant Gather tables (embeddings) in 8 bits, "
+                                     "dequantizing the gathered rows")},
+          .create = make_quantize_dynamic_int8};
+}
+
+}  // namespace graft
