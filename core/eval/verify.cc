@@ -350,8 +350,34 @@ VerifyResult Verifier::compare_runs(const ir::Model& candidate, bool lossy) cons
   VerifyResult r;
   std::string first;
   std::vector<ErrorSums> sums(output_names_.size());
+  // A lossy candidate may take a float input in another float type (float16 inputs): it gets
+  // the same values, converted.
+  std::map<std::string, int32_t> retyped;
+  if (lossy && !feeds_.empty())
+    for (const auto& in : candidate.graph().inputs()) {
+      const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
+      if (type == nullptr || !type->has_tensor_type()) continue;
+      const int32_t dtype = type->tensor_type().elem_type();
+      auto fed = feeds_[0].find(in.value->name());
+      if (fed != feeds_[0].end() && fed->second.dtype() != dtype && is_float_type(dtype) &&
+          is_float_type(fed->second.dtype()))
+        retyped[in.value->name()] = dtype;
+    }
   for (size_t trial = 0; trial < feeds_.size(); ++trial) {
-    auto actual = run(candidate, feeds_[trial]);
+    std::map<std::string, Tensor> converted;
+    for (const auto& [name, dtype] : retyped) {
+      const Tensor& from = feeds_[trial].at(name);
+      auto to = Tensor::zeros(dtype, from.dims(), options_.max_tensor_bytes);
+      if (!to.ok()) return not_verifiable(to.status(), "the optimized model's inputs");
+      for (int64_t i = 0; i < from.size(); ++i) to->set_double(i, from.get_double(i));
+      converted.emplace(name, std::move(*to));
+    }
+    std::map<std::string, Tensor> retyped_feeds;
+    if (!converted.empty()) {
+      retyped_feeds = feeds_[trial];
+      for (auto& [name, t] : converted) retyped_feeds.insert_or_assign(name, std::move(t));
+    }
+    auto actual = run(candidate, converted.empty() ? feeds_[trial] : retyped_feeds);
     if (!actual.ok()) {
       // A candidate the budget cannot run says nothing about its numbers either.
       if (absl::IsUnimplemented(actual.status()) || absl::IsDeadlineExceeded(actual.status()) ||
