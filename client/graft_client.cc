@@ -97,16 +97,13 @@ class SinkThread {
   void run() {
     while (true) {
       std::string piece;
+      absl::Status st;  // after a failure, what is still queued is dropped
       {
         std::unique_lock lock(mu_);
         ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
         if (queue_.empty()) return;
         piece = std::move(queue_.front());
         queue_.pop_front();
-      }
-      absl::Status st;
-      {
-        std::lock_guard lock(mu_);
         st = status_;
       }
       if (st.ok()) {
@@ -403,7 +400,8 @@ absl::StatusOr<std::optional<OptimizeResult>> GraftClient::fetch_cached(
     return found.status();
   // Sending the model instead: what a Lookup that failed part-way wrote must go first.
   if (written > 0) {
-    if (!model_sink.restart) return found.ok() ? absl::DataLossError("a Lookup answer ended part-way") : found.status();
+    if (!model_sink.restart)
+      return found.ok() ? absl::DataLossError("a Lookup answer ended part-way") : found.status();
     if (auto st = model_sink.restart(); !st.ok()) return st;
   }
   return std::nullopt;

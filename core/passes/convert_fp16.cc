@@ -71,21 +71,13 @@ struct GraphRole {
   bool io_float = false;   // formal inputs and outputs stay float32
 };
 
-class ConvertFp16 : public Pass {
+// One run of the pass over a model: its state lives as long as the run (a pass object runs in
+// several rounds, and nothing may carry over from one to the next).
+class Conversion {
  public:
-  std::string_view name() const override { return "convert_fp16"; }
+  explicit Conversion(bool keep_io) : keep_io_(keep_io) {}
 
-  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
-    // One pass object may run several rounds: nothing is kept from an earlier run.
-    roles_.clear();
-    converted_.clear();
-    type_.clear();
-    values_.clear();
-    home_.clear();
-    added_.clear();
-    retargeted_.clear();
-    readers_.clear();
-    keep_io_ = ctx.bool_option("keep_io_types");
+  PassResult run(ir::Model& model) {
     PassResult result;
     Rewriter rw(model);
 
@@ -248,11 +240,8 @@ class ConvertFp16 : public Pass {
         value.add_dims(1);
         value.set_raw_data(std::string(2, '\0'));
       }
-      onnx::AttributeProto attr;
-      attr.set_name("value");
-      attr.set_type(onnx::AttributeProto::TENSOR);
-      *attr.mutable_t() = std::move(value);
-      rw.set_attr(p, std::move(attr));
+      // ConstantOfShape's "value" attribute has the same form as Constant's.
+      rw.set_attr(p, constant_value_attr(std::move(value)));
     }
     if (v->is_graph_input()) {
       for (size_t i = 0; i < g->inputs().size(); ++i) {
@@ -365,13 +354,21 @@ class ConvertFp16 : public Pass {
     }
   }
 
-  bool keep_io_ = true;
+  const bool keep_io_;
   std::unordered_map<const ir::Graph*, GraphRole> roles_;
   std::unordered_map<const ir::Node*, bool> converted_;
   std::unordered_map<const ir::Value*, int32_t> type_;
   std::vector<ir::Value*> values_;
   std::unordered_map<const ir::Value*, Want> home_;
   std::unordered_set<ir::Node*> added_, retargeted_, readers_;
+};
+
+class ConvertFp16 : public Pass {
+ public:
+  std::string_view name() const override { return "convert_fp16"; }
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    return Conversion(ctx.bool_option("keep_io_types")).run(model);
+  }
 };
 
 }  // namespace
