@@ -244,6 +244,20 @@ class InlineFunctions final : public Pass {
     return true;
   }
 
+  // Whether a node of `root` or of a subgraph in it is of `domain` (normalized).
+  static bool uses_domain(const ir::Graph& root, const std::string& domain) {
+    std::vector<const ir::Graph*> graphs = {&root};
+    while (!graphs.empty()) {
+      const ir::Graph* g = graphs.back();
+      graphs.pop_back();
+      for (const ir::Node* n : g->nodes()) {
+        if (normal_domain(n->domain()) == domain) return true;
+        for (const auto& sub : n->subgraphs()) graphs.push_back(sub.graph.get());
+      }
+    }
+    return false;
+  }
+
   // Whether the call's attributes can stand for every reference of the body. A call in a
   // function body may pass a reference of its own on; elsewhere a reference is invalid.
   static bool attributes_fit(const FunctionInfo& info, const ir::Node& call, bool in_function) {
@@ -313,6 +327,11 @@ class InlineFunctions final : public Pass {
     if (info.fn->body.get() == root_of(&g)) return false;  // never into itself
     std::vector<std::pair<std::string, int64_t>> missing;
     if (!opsets_compatible(info, *root_of(&g), missing)) return false;
+    // A domain the target does not import but its own nodes already use (a model without an
+    // import for the default domain, say) is not added: the import would give those nodes a
+    // version, and with it rules they were never held to (a malformed If would become invalid).
+    for (const auto& [domain, version] : missing)
+      if (uses_domain(*root_of(&g), domain)) return false;
 
     // Body values -> what the copy reads or computes instead: formals -> actuals.
     std::unordered_map<const ir::Value*, ir::Value*> values;

@@ -330,6 +330,24 @@ TEST(InlineFunctions, DomainTheModelDoesNotImportIsAdded) {
   EXPECT_EQ(onnx_errors(*model), "");
 }
 
+TEST(InlineFunctions, DomainTheModelUsesWithoutImportingStays) {
+  // The model's own Abs has no version (no import of the default domain); importing F's would
+  // give it one, and with it rules it was never held to (verify fuzzer: an If missing
+  // then_branch became invalid once the inlined body brought the import).
+  expect_no_rewrite("inline_functions", R"(
+    <ir_version: 8, opset_import: ["local" : 1]>
+    g (float[2] x) => (float[2] y, float[2] z) {
+      y = local.F (x)
+      z = Abs (x)
+    }
+    <domain: "local", opset_import: ["" : 14]>
+    F (a) => (b) {
+      b = Relu (a)
+    }
+  )",
+                    compare_outputs(Outputs::kSameIfVerifiable));
+}
+
 TEST(InlineFunctions, CallsInsideIfBranchAndLoopBody) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
