@@ -116,6 +116,9 @@ void fill_pass_info(const PassInfo& info, v1::PassInfo* out) {
       case OptionType::kEnum:
         opt->set_type(v1::PassOption::ENUM);
         break;
+      case OptionType::kList:
+        opt->set_type(v1::PassOption::LIST);
+        break;
     }
     if (o.type == OptionType::kInteger || o.type == OptionType::kBytes) {
       opt->set_min(o.min);
@@ -146,6 +149,9 @@ PassInfo from_proto(const v1::PassInfo& info) {
         break;
       case v1::PassOption::ENUM:
         spec.type = OptionType::kEnum;
+        break;
+      case v1::PassOption::LIST:
+        spec.type = OptionType::kList;
         break;
       default:  // INTEGER, or a server that does not say: shown as an integer, unbounded
         spec.type = OptionType::kInteger;

@@ -7,6 +7,10 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
+
+#include <algorithm>
 
 namespace graft {
 
@@ -45,6 +49,26 @@ std::optional<int64_t> parse_bytes(std::string_view text) {
   auto v = parse_int(text);
   if (!v || *v > (kInt64Max >> shift) || *v < (kInt64Min >> shift)) return std::nullopt;
   return *v * (int64_t{1} << shift);
+}
+
+// A kList text: names separated by commas, spaces around them dropped, empty items skipped
+// (so "" and "," are the empty list), sorted and made distinct.
+std::optional<std::vector<std::string>> parse_list(const OptionSpec& spec, std::string_view text) {
+  std::vector<std::string> out;
+  for (absl::string_view item : absl::StrSplit(sv(text), ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) continue;
+    if (item.size() > kMaxListItemBytes || out.size() >= kMaxListItems) return std::nullopt;
+    for (unsigned char c : item)
+      if (c < 0x20 || c == 0x7f) return std::nullopt;
+    if (!spec.choices.empty() &&
+        std::find(spec.choices.begin(), spec.choices.end(), item) == spec.choices.end())
+      return std::nullopt;
+    out.emplace_back(item);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 std::string range_text(const OptionSpec& spec) {
@@ -100,6 +124,19 @@ OptionSpec enum_option(std::string name, std::string default_value,
           std::move(help)};
 }
 
+OptionSpec list_option(std::string name, std::vector<std::string> default_value,
+                       std::vector<std::string> choices, std::string help) {
+  std::sort(default_value.begin(), default_value.end());
+  default_value.erase(std::unique(default_value.begin(), default_value.end()), default_value.end());
+  return {std::move(name),
+          OptionType::kList,
+          OptionValue(std::in_place_type<std::vector<std::string>>, std::move(default_value)),
+          kInt64Min,
+          kInt64Max,
+          std::move(choices),
+          std::move(help)};
+}
+
 std::string_view type_name(OptionType type) {
   switch (type) {
     case OptionType::kInteger:
@@ -110,6 +147,8 @@ std::string_view type_name(OptionType type) {
       return "boolean";
     case OptionType::kEnum:
       return "enum";
+    case OptionType::kList:
+      return "list";
   }
   return "unknown";
 }
@@ -125,6 +164,12 @@ std::string accepted_values(const OptionSpec& spec) {
       return "true or false";
     case OptionType::kEnum:
       return absl::StrCat("one of ", absl::StrJoin(spec.choices, ", "));
+    case OptionType::kList:
+      if (!spec.choices.empty())
+        return absl::StrCat("a comma-separated list of ", absl::StrJoin(spec.choices, ", "));
+      return absl::StrCat("a comma-separated list of names (at most ", kMaxListItems,
+                          ", each at most ", kMaxListItemBytes,
+                          " bytes without a control character)");
   }
   return "";
 }
@@ -134,12 +179,18 @@ std::string option_summary(const OptionSpec& spec) {
                                                     : std::string(type_name(spec.type));
   if (spec.type == OptionType::kInteger || spec.type == OptionType::kBytes)
     kind += range_text(spec);
+  if (spec.type == OptionType::kList) {
+    if (!spec.choices.empty()) kind = absl::StrCat("list of ", absl::StrJoin(spec.choices, "|"));
+    std::string def = format_value(spec.default_value);
+    return absl::StrCat(kind, ", default ", def.empty() ? "none" : def);
+  }
   return absl::StrCat(kind, ", default ", format_value(spec.default_value));
 }
 
 std::string format_value(const OptionValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
   if (const auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
+  if (const auto* l = std::get_if<std::vector<std::string>>(&value)) return absl::StrJoin(*l, ",");
   return std::get<std::string>(value);
 }
 
@@ -160,6 +211,9 @@ absl::StatusOr<OptionValue> parse_option(std::string_view pass, const OptionSpec
     case OptionType::kEnum:
       for (const auto& c : spec.choices)
         if (text == c) value = c;
+      break;
+    case OptionType::kList:
+      if (auto l = parse_list(spec, text)) value = std::move(*l);
       break;
   }
   if (value) return *value;
@@ -217,6 +271,12 @@ bool OptionValues::boolean(std::string_view name) const {
 const std::string& OptionValues::choice(std::string_view name) const {
   const auto* v = std::get_if<std::string>(&find(name));
   if (!v) throw std::logic_error(absl::StrCat("option '", sv(name), "' is not an enum"));
+  return *v;
+}
+
+const std::vector<std::string>& OptionValues::list(std::string_view name) const {
+  const auto* v = std::get_if<std::vector<std::string>>(&find(name));
+  if (!v) throw std::logic_error(absl::StrCat("option '", sv(name), "' is not a list"));
   return *v;
 }
 

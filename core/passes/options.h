@@ -24,10 +24,17 @@ enum class OptionType {
   kBytes,    // a byte count within [min, max]: decimal, optionally with a KiB, MiB or GiB suffix
   kBoolean,  // true/false (1/0)
   kEnum,     // one of `choices`
+  kList,     // comma-separated names (each one of `choices` when there are choices); a set:
+             // spaces around names and repeats are dropped, canonical text sorted
 };
 
-// int64_t for kInteger and kBytes, bool for kBoolean, std::string for kEnum.
-using OptionValue = std::variant<int64_t, bool, std::string>;
+// int64_t for kInteger and kBytes, bool for kBoolean, std::string for kEnum, a sorted vector
+// of distinct names for kList.
+using OptionValue = std::variant<int64_t, bool, std::string, std::vector<std::string>>;
+
+// Bounds on a kList value: client text, so bounded.
+inline constexpr size_t kMaxListItems = 4096;
+inline constexpr size_t kMaxListItemBytes = 1024;
 
 struct OptionSpec {
   std::string name;
@@ -35,7 +42,7 @@ struct OptionSpec {
   OptionValue default_value;
   int64_t min = std::numeric_limits<int64_t>::min();  // kInteger, kBytes
   int64_t max = std::numeric_limits<int64_t>::max();
-  std::vector<std::string> choices;  // kEnum
+  std::vector<std::string> choices;  // kEnum; kList: the names allowed (empty: any name)
   std::string help;                  // one line
 };
 
@@ -46,13 +53,19 @@ OptionSpec boolean_option(std::string name, bool default_value, std::string help
 OptionSpec enum_option(std::string name, std::string default_value,
                        std::vector<std::string> choices, std::string help);
 
-std::string_view type_name(OptionType type);  // "integer", "bytes", "boolean", "enum"
+// A list of names; `choices` empty means any name (a non-empty text without a comma or a
+// control character, at most kMaxListItemBytes).
+OptionSpec list_option(std::string name, std::vector<std::string> default_value,
+                       std::vector<std::string> choices, std::string help);
+
+std::string_view type_name(OptionType type);  // "integer", "bytes", "boolean", "enum", "list"
 // What the option accepts, for messages and listings: "an integer in [0, 10]", "true or false".
 std::string accepted_values(const OptionSpec& spec);
 // Type, range and default in a few words, for listings: "bytes in [0, 2147483648], default
 // 16777216", "integer >= 0, default 4", "boolean, default false", "a|b|c, default a".
 std::string option_summary(const OptionSpec& spec);
-// The canonical text of a value: decimal for integers and byte counts, "true"/"false".
+// The canonical text of a value: decimal for integers and byte counts, "true"/"false", a
+// list's names sorted and joined by commas.
 std::string format_value(const OptionValue& value);
 
 // Parses one value; InvalidArgument "option <pass>.<name> must be <accepted>, got '<text>'".
@@ -68,6 +81,7 @@ class OptionValues {
   int64_t integer(std::string_view name) const;  // kInteger and kBytes
   bool boolean(std::string_view name) const;
   const std::string& choice(std::string_view name) const;  // kEnum
+  const std::vector<std::string>& list(std::string_view name) const;  // kList, sorted, distinct
 
   // In the schema's order, for canonical texts.
   const std::vector<std::pair<std::string, OptionValue>>& values() const { return values_; }

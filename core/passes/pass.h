@@ -35,6 +35,9 @@ class PassContext {
   int64_t int_option(std::string_view name) const { return options_.integer(name); }
   bool bool_option(std::string_view name) const { return options_.boolean(name); }
   const std::string& enum_option(std::string_view name) const { return options_.choice(name); }
+  const std::vector<std::string>& list_option(std::string_view name) const {
+    return options_.list(name);
+  }
 
   // The most initializer bytes (all graphs) the model may hold when the pass ends; 0 = no limit.
   // Set by the pipeline from the input's size, so a small model cannot fold itself into

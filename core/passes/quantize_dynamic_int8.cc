@@ -47,7 +47,6 @@ constexpr char kPerChannel[] = "per_channel";
 constexpr char kWeightType[] = "weight_type";
 constexpr char kMinWeightElements[] = "min_weight_elements";
 constexpr char kExcludeOps[] = "exclude_ops";
-constexpr char kGather[] = "gather";
 
 struct Config {
   bool per_channel = false;
@@ -301,10 +300,13 @@ class QuantizeDynamicInt8 final : public Pass {
     cfg->per_channel = ctx.bool_option(kPerChannel);
     cfg->uint8 = ctx.enum_option(kWeightType) == "uint8";
     cfg->min_elements = ctx.int_option(kMinWeightElements);
-    const std::string& exclude = ctx.enum_option(kExcludeOps);
-    cfg->skip_matmul = exclude.find("MatMul") != std::string::npos;
-    cfg->skip_gemm = exclude.find("Gemm") != std::string::npos;
-    cfg->skip_gather = !ctx.bool_option(kGather);
+    const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
+    auto excluded = [&](std::string_view op) {
+      return std::find(exclude.begin(), exclude.end(), op) != exclude.end();
+    };
+    cfg->skip_matmul = excluded("MatMul");
+    cfg->skip_gemm = excluded("Gemm");
+    cfg->skip_gather = excluded("Gather");
     cfg->max_weight_bytes = ctx.max_weight_bytes;
     cfg->weight_bytes = model.initializer_bytes();
     // DynamicQuantizeLinear exists from opset 11: a node below that is left alone (the rule's
@@ -349,11 +351,10 @@ PassInfo quantize_dynamic_int8_pass() {
                       integer_option(kMinWeightElements, 4096, 0,
                                      std::numeric_limits<int64_t>::max(),
                                      "weights with fewer elements stay float"),
-                      enum_option(kExcludeOps, "none", {"none", "MatMul", "Gemm", "MatMul,Gemm"},
-                                  "op types left in float"),
-                      boolean_option(kGather, true,
-                                     "also store constant Gather tables (embeddings) in 8 bits, "
-                                     "dequantizing the gathered rows")},
+                      list_option(kExcludeOps, {}, {"MatMul", "Gemm", "Gather"},
+                                  "op types left in float (Gather: constant tables such as "
+                                  "embeddings, otherwise stored in 8 bits with the gathered rows "
+                                  "dequantized)")},
           .create = make_quantize_dynamic_int8};
 }
 

@@ -4,6 +4,8 @@
 #include <regex>
 #include <set>
 
+#include <absl/strings/str_cat.h>
+
 #include "core/passes/options.h"
 #include "core/passes/registry.h"
 #include "core/pipeline/pipeline.h"
@@ -22,6 +24,8 @@ const std::vector<OptionSpec>& schema() {
       bytes_option("limit", 1024, int64_t{4} << 30, "a byte count"),
       boolean_option("strict", false, "a boolean"),
       enum_option("mode", "fast", {"fast", "exact"}, "an enum"),
+      list_option("ops", {"Pow", "Exp"}, {"Exp", "Log", "Pow"}, "a list of choices"),
+      list_option("names", {}, {}, "a list of any names"),
   };
   return s;
 }
@@ -50,6 +54,8 @@ TEST(PassOptions, DefaultsFillWhatIsNotGiven) {
   EXPECT_EQ(r->integer("limit"), 1024);
   EXPECT_FALSE(r->boolean("strict"));
   EXPECT_EQ(r->choice("mode"), "fast");
+  EXPECT_EQ(r->list("ops"), (std::vector<std::string>{"Exp", "Pow"}));  // sorted
+  EXPECT_TRUE(r->list("names").empty());
   ASSERT_EQ(r->values().size(), schema().size());  // in the schema's order
   for (size_t i = 0; i < schema().size(); ++i) EXPECT_EQ(r->values()[i].first, schema()[i].name);
 }
@@ -118,13 +124,53 @@ TEST(PassOptions, EnumsAreOneOfTheirChoices) {
   }
 }
 
+// A list is a set of names: spaces around names, empty items and repeats are dropped, the
+// canonical text is sorted, so "b, a" and "a,b,a" configure (and cache) the same.
+TEST(PassOptions, ListsAreSetsOfNames) {
+  for (auto [text, want] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"Log", {"Log"}},
+           {" Pow , Log,Pow,", {"Log", "Pow"}},
+           {"", {}},
+           {",", {}}}) {
+    auto r = parse({{"ops", text}});
+    ASSERT_TRUE(r.ok()) << text << ": " << r.status();
+    EXPECT_EQ(r->list("ops"), want) << text;
+  }
+  auto a = parse_option("demo", schema()[5], "Pow, Exp");
+  auto b = parse_option("demo", schema()[5], "Exp,Pow,Exp");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(format_value(*a), "Exp,Pow");
+  EXPECT_EQ(format_value(*a), format_value(*b));
+  // With choices, every name must be one of them (case matters).
+  for (const char* bad : {"Sqrt", "Exp,exp", "Log;Exp"}) {
+    std::string msg = error_for("ops", bad);
+    EXPECT_NE(msg.find("a comma-separated list of Exp, Log, Pow"), std::string::npos) << msg;
+  }
+  // Without choices any name, e.g. node names with spaces or slashes, but no control
+  // character, no name over the byte bound and no more names than the item bound.
+  auto names = parse({{"names", "/layer.0/MatMul, node 7"}});
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(names->list("names"), (std::vector<std::string>{"/layer.0/MatMul", "node 7"}));
+  error_for("names", "a\nb");
+  EXPECT_FALSE(parse({{"names", std::string("a\x01b")}}).ok());
+  EXPECT_FALSE(parse({{"names", std::string(kMaxListItemBytes + 1, 'n')}}).ok());
+  EXPECT_TRUE(parse({{"names", std::string(kMaxListItemBytes, 'n')}}).ok());
+  std::string many;
+  for (size_t i = 0; i <= kMaxListItems; ++i) absl::StrAppend(&many, "n", i, ",");
+  EXPECT_FALSE(parse({{"names", many}}).ok());
+  auto d = parse({});
+  ASSERT_TRUE(d.ok());
+  EXPECT_THROW(d->choice("ops"), std::logic_error);
+  EXPECT_THROW(d->list("mode"), std::logic_error);
+}
+
 TEST(PassOptions, UnknownOptionNamesTheValidOnes) {
   auto r = parse({{"rounds", "1"}, {"round", "1"}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   std::string msg(r.status().message());
   EXPECT_NE(msg.find("pass 'demo' has no option 'round'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("rounds, any, limit, strict, mode"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rounds, any, limit, strict, mode, ops, names"), std::string::npos) << msg;
   auto none = parse_options("bare", {}, {{"x", "1"}});
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("takes no options"), absl::string_view::npos)
@@ -156,6 +202,8 @@ TEST(PassOptions, SummariesSayTypeRangeAndDefault) {
   EXPECT_EQ(option_summary(schema()[2]), "bytes in [0, 4294967296], default 1024");
   EXPECT_EQ(option_summary(schema()[3]), "boolean, default false");
   EXPECT_EQ(option_summary(schema()[4]), "fast|exact, default fast");
+  EXPECT_EQ(option_summary(schema()[5]), "list of Exp|Log|Pow, default Exp,Pow");
+  EXPECT_EQ(option_summary(schema()[6]), "list, default none");
   EXPECT_EQ(option_summary(integer_option("n", 4, 0, kMax, "")), "integer >= 0, default 4");
 }
 
@@ -181,6 +229,9 @@ TEST(PassOptions, EveryRegisteredDefaultPassesItsOwnValidation) {
       EXPECT_TRUE(option_names.insert(o.name).second) << "duplicate " << p.name << "." << o.name;
       EXPECT_FALSE(o.help.empty()) << p.name << "." << o.name;
       EXPECT_EQ(o.help.find('\n'), std::string::npos) << p.name << "." << o.name;
+      if (o.type == OptionType::kEnum || o.type == OptionType::kList) {
+        for (const auto& c : o.choices) EXPECT_EQ(c.find(','), std::string::npos) << o.name;
+      }
       if (o.type == OptionType::kEnum) {
         EXPECT_FALSE(o.choices.empty()) << p.name << "." << o.name;
       }

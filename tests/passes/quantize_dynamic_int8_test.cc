@@ -319,7 +319,7 @@ TEST(QuantizeDynamicInt8, GatherTableStoredInt8AndRowsDequantized) {
   )",
                  quantized(1));
   RewriteOptions off = quantized(0);
-  off.pass_options["gather"] = "false";
+  off.pass_options["exclude_ops"] = "Gather";
   expect_no_rewrite(kPass, kGatherModel, off);
 }
 
