@@ -157,6 +157,7 @@ struct OptimizeArgs {
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;
   double max_error = -1;  // < 0: no bound for lossy passes
+  std::vector<std::string> dims;  // NAME=N for the memory estimates
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
   bool rehash = false;     // hash every file again instead of recalling remembered digests
@@ -227,6 +228,16 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   for (const auto& val : a.verify_values) {
     if (auto st = split("--verify-value", val, &name, &value); !st.ok()) return st;
     if (auto st = number("--verify-value", value, &v.values[name]); !st.ok()) return st;
+  }
+  for (const auto& d : a.dims) {
+    if (auto st = split("--dim", d, &name, &value); !st.ok()) return st;
+    int64_t size = 0;
+    if (auto st = number("--dim", value, &size); !st.ok()) return st;
+    if (size < 0) return absl::InvalidArgumentError("--dim: '" + value + "' is negative");
+    if (name == "*")
+      config.memory_default_dim = size;
+    else
+      config.memory_dims[name] = size;
   }
   if (auto st = api::check_limits(config); !st.ok()) return st;
   if (auto st = eval::validate(v); !st.ok()) return st;
@@ -792,6 +803,10 @@ int main(int argc, char** argv) {
                     "an output with relative error above this (worst absolute difference over the "
                     "output's largest magnitude; default: no bound, the error is reported)")
         ->check(CLI::Range(0.0, 1e300));
+    one_value(cmd->add_option(
+        "--dim", args.dims,
+        "size of a symbolic dim for the memory estimates of the report, NAME=N; *=N for every "
+        "other symbolic or unknown dim (default: the --verify-dim values, else 1) (repeatable)"));
   };
   auto add_server = [&](CLI::App* cmd) {
     cmd->add_option("--server", args.server, "graftd address HOST:PORT (default: $GRAFT_SERVER)");

@@ -50,31 +50,71 @@ nlohmann::json verification_json(const VerificationReport& v) {
           {"errors", errors}};
 }
 
+nlohmann::json memory_json(const MemoryStats& m) {
+  return {{"weight_bytes", m.weight_bytes},
+          {"peak_activation_bytes", m.peak_activation_bytes},
+          {"peak_node", m.peak_node_name},
+          {"largest_tensor", m.largest_tensor},
+          {"largest_tensor_bytes", m.largest_tensor_bytes},
+          {"unknown_size_values", m.unknown_size_values}};
+}
+
+// "a -> b", or "-" when the pass left the estimate as it found it.
+std::string peak_change(uint64_t before, uint64_t after) {
+  if (before == after) return "-";
+  return human_bytes(before) + " -> " + human_bytes(after);
+}
+
+// Memory of the input and of the result: weights, peak activations (where), largest tensor, and
+// the sizes the estimate assumed.
+std::string memory_lines(const PipelineReport& r) {
+  const MemoryStats &a = r.memory_before, &b = r.memory_after;
+  std::string out = "memory (estimated): weights " + human_bytes(a.weight_bytes) + " -> " +
+                    human_bytes(b.weight_bytes) + ", peak activations " +
+                    human_bytes(a.peak_activation_bytes) + " -> " +
+                    human_bytes(b.peak_activation_bytes);
+  if (!b.peak_node_name.empty()) out += " (at " + b.peak_node_name + ")";
+  if (!b.largest_tensor.empty())
+    out += ", largest tensor " + b.largest_tensor + " " + human_bytes(b.largest_tensor_bytes);
+  out += "\n  with dims ";
+  for (const auto& [name, size] : r.memory_dims) out += name + "=" + std::to_string(size) + ", ";
+  out += (r.memory_dims.empty() ? "every symbolic or unknown dim " : "others ") +
+         std::to_string(r.memory_default_dim) + " (--dim NAME=N to change)";
+  if (b.unknown_size_values > 0)
+    out += "; " + std::to_string(b.unknown_size_values) + " values of unknown size not counted";
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string format_table(const RunSummary& run) {
   const PipelineReport& r = run.pipeline;
   std::string out;
-  out += line("%-22s %5s %10s %17s %25s %9s  %s\n", "pass", "runs", "time ms", "nodes",
-              "initializer bytes", "rewrites", "rolled back");
+  out += line("%-22s %5s %10s %17s %25s %25s %9s  %s\n", "pass", "runs", "time ms", "nodes",
+              "initializer bytes", "peak activations", "rewrites", "rolled back");
   for (const PassStats& p : r.passes) {
     std::string nodes = std::to_string(p.nodes_before) + " -> " + std::to_string(p.nodes_after);
     std::string bytes = human_bytes(p.bytes_before) + " -> " + human_bytes(p.bytes_after);
     std::string rolled = p.rollbacks ? "yes: " + p.rollback_reason : "-";
-    out += line("%-22s %5d %10.2f %17s %25s %9lld  %s\n", p.name.c_str(), p.runs, p.seconds * 1e3,
-                nodes.c_str(), bytes.c_str(), static_cast<long long>(p.rewrites), rolled.c_str());
+    std::string peak = peak_change(p.peak_before, p.peak_after);
+    out += line("%-22s %5d %10.2f %17s %25s %25s %9lld  %s\n", p.name.c_str(), p.runs,
+                p.seconds * 1e3, nodes.c_str(), bytes.c_str(), peak.c_str(),
+                static_cast<long long>(p.rewrites), rolled.c_str());
     for (const auto& [rule, count] : p.rules)
       if (count > 0)
-        out += line("  %-20s %60s %9lld\n", rule.c_str(), "", static_cast<long long>(count));
+        out += line("  %-20s %86s %9lld\n", rule.c_str(), "", static_cast<long long>(count));
   }
   std::string nodes = std::to_string(r.nodes_before) + " -> " + std::to_string(r.nodes_after);
   std::string bytes = human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after);
-  out += line("%-22s %5d %10.2f %17s %25s\n", "total (rounds)", r.rounds, r.seconds * 1e3,
-              nodes.c_str(), bytes.c_str());
+  std::string peak = human_bytes(r.memory_before.peak_activation_bytes) + " -> " +
+                     human_bytes(r.memory_after.peak_activation_bytes);
+  out += line("%-22s %5d %10.2f %17s %25s %25s\n", "total (rounds)", r.rounds, r.seconds * 1e3,
+              nodes.c_str(), bytes.c_str(), peak.c_str());
   out += line("load %.2f ms, save %.2f ms, %s in, %s out%s\n", run.load_seconds * 1e3,
               run.save_seconds * 1e3, human_bytes(run.input_bytes).c_str(),
               human_bytes(run.output_bytes).c_str(),
               r.reached_fixed_point ? "" : ", stopped at max rounds before a fixed point");
+  out += memory_lines(r);
   if (!r.checker_note.empty()) out += "onnx check skipped: " + r.checker_note + "\n";
   const VerificationReport& v = r.verification;
   if (v.requested) {
@@ -113,7 +153,9 @@ nlohmann::json to_json(const RunSummary& run) {
                       {"rewrites", p.rewrites},
                       {"rules", p.rules},
                       {"rollbacks", p.rollbacks},
-                      {"rollback_reason", p.rollback_reason}});
+                      {"rollback_reason", p.rollback_reason},
+                      {"peak_activation_bytes_before", p.peak_before},
+                      {"peak_activation_bytes_after", p.peak_after}});
   }
   return {{"input", run.input},
           {"input_bytes", run.input_bytes},
@@ -130,6 +172,11 @@ nlohmann::json to_json(const RunSummary& run) {
           {"checker_note", r.checker_note},
           {"value_info_refined", r.value_info_refined},
           {"verification", verification_json(r.verification)},
+          {"memory",
+           {{"before", memory_json(r.memory_before)},
+            {"after", memory_json(r.memory_after)},
+            {"dims", r.memory_dims},
+            {"default_dim", r.memory_default_dim}}},
           {"server", run.server},
           {"cache_hit", run.cache_hit},
           {"input_sha256", run.input_sha256},

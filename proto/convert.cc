@@ -59,6 +59,17 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
           absl::StrCat("max_error must be a finite number >= 0, got ", config.max_error()));
     out.max_error = config.max_error();
   }
+  for (const auto& [name, size] : config.memory_dims()) {
+    if (size < 0)
+      return absl::InvalidArgumentError(absl::StrCat("memory_dims: the size of '",
+                                                     name.substr(0, 200), "' must be >= 0, got ",
+                                                     size));
+    out.memory_dims[name] = size;
+  }
+  if (config.memory_default_dim() < 0)
+    return absl::InvalidArgumentError(absl::StrCat("memory_default_dim must be >= 0, got ",
+                                                   config.memory_default_dim()));
+  out.memory_default_dim = config.memory_default_dim();
   if (auto st = check_limits(out); !st.ok()) return st;
   if (auto st = eval::validate(o); !st.ok()) return st;
   if (auto names = resolve_passes(out); !names.ok()) return names.status();
@@ -89,6 +100,8 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   v.set_rtol(o.rtol);
   v.set_atol(o.atol);
   if (config.max_error) out.set_max_error(*config.max_error);
+  out.mutable_memory_dims()->insert(config.memory_dims.begin(), config.memory_dims.end());
+  out.set_memory_default_dim(config.memory_default_dim);
   return out;
 }
 
@@ -206,8 +219,41 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
                        ",max_bytes=", o.max_tensor_bytes, ",max_live=", o.max_live_bytes,
                        ",max_work=", o.max_work));
   }
+  // The report's memory estimates depend on the sizes they use; the plain default (no dims
+  // bound, every other dim 1) adds nothing, so keys made before the estimates existed hold.
+  DimBindings dims;
+  const SizeRule rule = memory_size_rule(config, &dims);
+  if (!dims.empty() || rule.default_dim != 1) {
+    field("memory");
+    for (const auto& [name, d] : dims) field(absl::StrCat(name, "=", d));
+    field(absl::StrCat("default_dim=", rule.default_dim));
+  }
   return out;
 }
+
+namespace {
+
+void fill_memory(const MemoryStats& m, v1::MemoryStats* out) {
+  out->set_weight_bytes(m.weight_bytes);
+  out->set_peak_activation_bytes(m.peak_activation_bytes);
+  out->set_peak_node(m.peak_node_name);
+  out->set_largest_tensor(m.largest_tensor);
+  out->set_largest_tensor_bytes(m.largest_tensor_bytes);
+  out->set_unknown_size_values(m.unknown_size_values);
+}
+
+MemoryStats memory_from(const v1::MemoryStats& m) {
+  MemoryStats out;
+  out.weight_bytes = m.weight_bytes();
+  out.peak_activation_bytes = m.peak_activation_bytes();
+  out.peak_node_name = m.peak_node();
+  out.largest_tensor = m.largest_tensor();
+  out.largest_tensor_bytes = m.largest_tensor_bytes();
+  out.unknown_size_values = m.unknown_size_values();
+  return out;
+}
+
+}  // namespace
 
 void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
   for (const auto& p : r.passes) {
@@ -224,6 +270,8 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
     s->set_rollbacks(p.rollbacks);
     s->set_rollback_reason(p.rollback_reason);
     for (const auto& [rule, count] : p.rules) (*s->mutable_rule_rewrites())[rule] = count;
+    s->set_peak_activation_bytes_before(p.peak_before);
+    s->set_peak_activation_bytes_after(p.peak_after);
   }
   out->set_rounds(r.rounds);
   out->set_reached_fixed_point(r.reached_fixed_point);
@@ -234,6 +282,10 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
   out->set_checker_note(r.checker_note);
   out->set_value_info_refined(r.value_info_refined);
   out->set_pipeline_seconds(r.seconds);
+  fill_memory(r.memory_before, out->mutable_memory_before());
+  fill_memory(r.memory_after, out->mutable_memory_after());
+  out->mutable_memory_dims()->insert(r.memory_dims.begin(), r.memory_dims.end());
+  out->set_memory_default_dim(r.memory_default_dim);
   const VerificationReport& v = r.verification;
   if (v.requested) {
     auto* o = out->mutable_verification();
@@ -283,6 +335,8 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
     p.rollbacks = s.rollbacks();
     p.rollback_reason = s.rollback_reason();
     for (const auto& [rule, count] : s.rule_rewrites()) p.rules[rule] = count;
+    p.peak_before = s.peak_activation_bytes_before();
+    p.peak_after = s.peak_activation_bytes_after();
     r.passes.push_back(std::move(p));
   }
   r.rounds = in.rounds();
@@ -294,6 +348,10 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
   r.checker_note = in.checker_note();
   r.value_info_refined = in.value_info_refined();
   r.seconds = in.pipeline_seconds();
+  r.memory_before = memory_from(in.memory_before());
+  r.memory_after = memory_from(in.memory_after());
+  r.memory_dims.insert(in.memory_dims().begin(), in.memory_dims().end());
+  r.memory_default_dim = in.memory_default_dim();
   const v1::Verification& v = in.verification();
   if (v.status() != v1::Verification::NOT_REQUESTED) {
     VerificationReport& o = r.verification;

@@ -34,6 +34,10 @@ uint64_t sized(const ir::Value& v, const SizeRule& rule, Tally& tally) {
   return b;
 }
 
+// A Constant node's value is a weight, as if it were an initializer (runtimes load it as one
+// before the graph runs), unless it is a graph output.
+bool is_weight_node(const ir::Node& n) { return n.is("Constant") && n.inputs().empty(); }
+
 bool is_output_of(const ir::Graph& g, const ir::Value& v) {
   for (const auto& [h, i] : v.output_refs())
     if (h == &g) return true;
@@ -78,6 +82,9 @@ uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const 
   if (peak_node) *peak_node = -1;
   for (size_t i = 0; i < order.size(); ++i) {
     const ir::Node& n = *order[i];
+    if (is_weight_node(n) && n.outputs().size() == 1 && n.outputs()[0] &&
+        !is_output_of(g, *n.outputs()[0]))
+      continue;
     uint64_t out = 0;
     for (size_t k = 0; k < n.outputs().size(); ++k) {
       const ir::Value* v = n.outputs()[k];
@@ -181,7 +188,16 @@ MemoryStats estimate_memory(const ir::Model& model, const DimBindings& dims,
       stats.weight_bytes =
           sat_add(stats.weight_bytes, ir::payload_bytes(*v->initializer()).value_or(0));
   SizeRule rule{&dims, std::max<int64_t>(default_dim, 0)};
-  graph_peak_bytes(model.graph(), model.graph().nodes(), rule, &stats);
+  for (const ir::Graph* g : model.all_graphs())
+    for (const ir::Node* n : g->nodes())
+      if (is_weight_node(*n) && n->outputs().size() == 1 && n->outputs()[0])
+        stats.weight_bytes = sat_add(stats.weight_bytes, value_bytes(*n->outputs()[0], rule));
+  const auto& nodes = model.graph().nodes();
+  graph_peak_bytes(model.graph(), nodes, rule, &stats);
+  if (stats.peak_node >= 0 && static_cast<size_t>(stats.peak_node) < nodes.size()) {
+    const ir::Node& n = *nodes[static_cast<size_t>(stats.peak_node)];
+    stats.peak_node_name = n.name().empty() ? n.op_type() : n.name();
+  }
   return stats;
 }
 

@@ -15,7 +15,9 @@
 //    captures are counted in the enclosing graph (live until the If/Loop/Scan); a Loop/Scan
 //    body counts once, not per iteration (its values die before the next), and scan outputs
 //    growing over the iterations are not modelled beyond the node's declared outputs;
-//  - initializers are weights (weight_bytes), never activations, in any graph;
+//  - initializers are weights (weight_bytes), never activations, in any graph, and so are the
+//    values of Constant nodes (runtimes load them as initializers; a Constant that is itself a
+//    graph output is an activation too, as it must be returned);
 //  - a value's size is its element size times its dims from the shape facts (Value::fact()):
 //    a known dim as is, a symbolic dim from `dims` (else `default_dim`), an unknown dim as
 //    `default_dim`. A value whose element type or rank is unknown (or whose type has no fixed
@@ -36,13 +38,14 @@ namespace graft {
 using DimBindings = std::map<std::string, int64_t, std::less<>>;
 
 struct MemoryStats {
-  uint64_t weight_bytes = 0;           // initializers of every graph, by declared size
+  uint64_t weight_bytes = 0;           // initializers and Constant values of every graph
   uint64_t peak_activation_bytes = 0;  // see above
   std::string largest_tensor;          // name of the largest activation ("" if none)
   uint64_t largest_tensor_bytes = 0;
   int64_t unknown_size_values = 0;     // activations whose size is unknown (counted as 0)
   int64_t peak_node = -1;              // position (in the main graph) of the node at the peak;
                                        // -1 when the peak is before any node (graph inputs)
+  std::string peak_node_name;          // estimate_memory: that node's name, else its op type
 };
 
 // Estimates `model`'s memory (see above). `default_dim` (clamped to >= 0) sizes unbound

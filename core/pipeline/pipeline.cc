@@ -224,9 +224,46 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
   return run_specs(model, *specs, config);
 }
 
+SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage) {
+  storage->clear();
+  for (const auto& [name, size] : config.verify_options.dims) (*storage)[name] = size;
+  for (const auto& [name, size] : config.memory_dims) (*storage)[name] = size;
+  int64_t default_dim = config.memory_default_dim > 0              ? config.memory_default_dim
+                        : config.verify_options.default_dim > 0 ? config.verify_options.default_dim
+                                                                 : 1;
+  return SizeRule{storage, default_dim};
+}
+
+namespace {
+
+absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,
+                                                  const std::vector<PassSpec>& specs,
+                                                  const PipelineConfig& config);
+
+}  // namespace
+
+// The memory estimates wrap the run: they are of the model as given and as returned, whatever
+// verification and rollbacks happened in between.
 absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
                                          const std::vector<PassSpec>& specs,
                                          const PipelineConfig& config) {
+  DimBindings dims;
+  const SizeRule rule = memory_size_rule(config, &dims);
+  MemoryStats before = estimate_memory(*model, dims, rule.default_dim);
+  auto report = run_specs_measured(model, specs, config);
+  if (!report.ok()) return report;
+  report->memory_before = std::move(before);
+  report->memory_after = estimate_memory(*model, dims, rule.default_dim);
+  report->memory_dims = std::move(dims);
+  report->memory_default_dim = rule.default_dim;
+  return report;
+}
+
+namespace {
+
+absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,
+                                                  const std::vector<PassSpec>& specs,
+                                                  const PipelineConfig& config) {
   // Passes excluded by verification (by position in `specs`), with the reason.
   std::map<size_t, std::string> excluded;
   // Lossy passes (by position) sit out the exact verification below and are then tried one at a
@@ -385,6 +422,8 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
   return std::move(*report);
 }
 
+}  // namespace
+
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
                                           const PipelineConfig& config,
@@ -467,6 +506,17 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
   // passes that change nothing costs one fingerprint each.
   std::optional<ModelFingerprint> unchanged;
 
+  // The estimated peak activation bytes of the model as it is now, kept until a pass changes it
+  // (or a rollback replaces it): one estimate per changing pass run, a graph walk each.
+  DimBindings memory_dims;
+  const SizeRule memory_rule = memory_size_rule(config, &memory_dims);
+  std::optional<uint64_t> current_peak;
+  auto peak_now = [&]() -> uint64_t {
+    if (!current_peak)
+      current_peak = graph_peak_bytes(model->graph(), model->graph().nodes(), memory_rule);
+    return *current_peak;
+  };
+
   // One snapshot per round, not per pass: clones cost O(nodes) and rollbacks are rare. On a
   // rollback the snapshot is restored and the passes that changed the model since it was taken
   // are replayed (passes are deterministic), so their work is kept.
@@ -484,9 +534,11 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
       PassStats& s = slot.stats;
       size_t nodes_before = model->total_nodes();
       uint64_t bytes_before = model->initializer_bytes();
+      uint64_t peak_before = peak_now();
       if (s.runs == 0) {
         s.nodes_before = s.nodes_after = nodes_before;
         s.bytes_before = s.bytes_after = bytes_before;
+        s.peak_before = s.peak_after = peak_before;
       }
       auto pass_start = Clock::now();
       if (config.check_unchanged && !unchanged) unchanged = fingerprint(*model);
@@ -506,6 +558,7 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         if (s.rollback_reason.empty()) s.rollback_reason = std::string(broken.message());
         // A pass that broke the model once is not retried in later rounds.
         slot.disabled = true;
+        current_peak.reset();
         model = std::move(snapshot);
         for (Slot* earlier : since_snapshot) {
           PassResult replayed;
@@ -517,6 +570,7 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         snapshot = model->clone();
         since_snapshot.clear();
       } else if (result.changed) {
+        current_peak.reset();
         ++s.changed_runs;
         s.rewrites += result.rewrites;
         for (const auto& [rule, count] : result.rules) s.rules[rule] += count;
@@ -529,6 +583,7 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
       s.seconds += std::chrono::duration<double>(Clock::now() - pass_start).count();
       s.nodes_after += model->total_nodes() - nodes_before;  // unsigned wrap-around is exact
       s.bytes_after += model->initializer_bytes() - bytes_before;
+      s.peak_after += peak_now() - peak_before;
     }
     if (!round_changed) {
       report.reached_fixed_point = true;

@@ -15,6 +15,7 @@
 #include "core/eval/verify.h"
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
+#include "core/pipeline/memory.h"
 
 namespace graft {
 
@@ -36,6 +37,11 @@ struct PipelineConfig {
   // float output) and reports it. With a bound, a lossy pass whose result has an output with
   // OutputError::rel above it is rolled back like any other rollback. None: no bound.
   std::optional<double> max_error;
+  // Sizes for the memory estimates of the report (PipelineReport::memory_before/after and each
+  // pass's peak): symbolic dims by name from memory_dims, else from verify_options.dims; other
+  // symbolic and unknown dims memory_default_dim, else verify_options.default_dim, else 1.
+  DimBindings memory_dims;
+  int64_t memory_default_dim = 0;
   // Polled between passes; a non-OK status stops the pipeline with that status.
   std::function<absl::Status()> should_continue;
   // For tests and fuzzing: a pass that reports "unchanged" must have left the model
@@ -54,6 +60,9 @@ struct PassStats {
   // (other passes' effects in between are not attributed to it).
   size_t nodes_before = 0, nodes_after = 0;
   uint64_t bytes_before = 0, bytes_after = 0;  // initializer bytes, same convention
+  // Estimated peak activation bytes (core/pipeline/memory.h), same convention; 0 and 0 from
+  // run_passes called directly (run_specs and run_pipeline fill them).
+  uint64_t peak_before = 0, peak_after = 0;
   int64_t rewrites = 0;
   std::map<std::string, int64_t> rules;  // rewrites per rule (passes made of rules)
   int rollbacks = 0;
@@ -83,7 +92,14 @@ struct PipelineReport {
   // value_info entries given an element type or dims they lacked (ir::refine_value_info).
   int value_info_refined = 0;
   VerificationReport verification;
+  // Memory of the input and of the result (estimate_memory with the sizes below).
+  MemoryStats memory_before, memory_after;
+  DimBindings memory_dims;         // the symbolic dims bound (config's, then verification's)
+  int64_t memory_default_dim = 1;  // the size of every other symbolic or unknown dim
 };
+
+// The sizes the report's memory estimates use for `config` (see PipelineConfig::memory_dims).
+SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage);
 
 // Optimizes `model` in place (it may be replaced by a snapshot on rollback).
 // Errors: InvalidArgument for a bad config; the should_continue status when stopped.

@@ -79,6 +79,49 @@ TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
   }
 }
 
+TEST(Cli, ReportsMemoryEstimatesWithTheDimsGiven) {
+  fs::path report = temp_dir() / "memory.json";
+  CliRun r = graft("optimize --local " + kExample.string() + " --report " + report.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("memory (estimated): weights"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("peak activations"), std::string::npos) << r.err;
+  auto json = nlohmann::json::parse(read_file(report));
+  const auto& memory = json["memory"];
+  EXPECT_GE(memory["after"]["weight_bytes"].get<uint64_t>(),
+            json["initializer_bytes_after"].get<uint64_t>());
+  EXPECT_GT(memory["before"]["peak_activation_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(memory["after"]["peak_activation_bytes"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(memory["after"]["largest_tensor"].get<std::string>().empty());
+  EXPECT_EQ(memory["default_dim"], 1);
+  for (const auto& p : json["passes"])
+    EXPECT_GT(p["peak_activation_bytes_before"].get<uint64_t>(), 0u) << p["name"];
+
+  // The model's weights are Constant nodes: they count as weights, not activations.
+  EXPECT_EQ(json["initializer_bytes_before"], 0);
+  EXPECT_GT(memory["before"]["weight_bytes"].get<uint64_t>(), 400000u);
+
+  // The input is [batch, 3, height, width], all three symbolic. At 48 x 192 the batch scales
+  // nearly every activation (shape tensors do not): 4 gives close to 4 times the peak.
+  auto at_batch = [&](int batch) -> uint64_t {
+    CliRun r = graft("optimize --local --dim p2o.DynamicDimension.0=" + std::to_string(batch) +
+                     " --dim p2o.DynamicDimension.1=48 --dim p2o.DynamicDimension.2=192 " +
+                     kExample.string() + " --report " + report.string());
+    EXPECT_EQ(r.code, 0) << r.err;
+    auto j = nlohmann::json::parse(read_file(report));
+    EXPECT_EQ(j["memory"]["dims"]["p2o.DynamicDimension.1"], 48);
+    return j["memory"]["before"]["peak_activation_bytes"].get<uint64_t>();
+  };
+  const uint64_t one = at_batch(1), four = at_batch(4);
+  EXPECT_GT(one, 100000u);  // at least the 3 x 48 x 192 float input
+  EXPECT_GT(four, 3.9 * one);
+  EXPECT_LE(four, 4 * one);
+
+  for (const std::string bad : {"--dim N=-1", "--dim N", "--dim =3", "--dim N=x"}) {
+    CliRun b = graft("optimize --local " + bad + " " + kExample.string());
+    EXPECT_EQ(b.code, 2) << bad << ": " << b.err;
+  }
+}
+
 TEST(Cli, StdinToStdoutGivesTheSameBytesAsFiles) {
   fs::path out = temp_dir() / "file.onnx";
   ASSERT_EQ(graft("optimize --local -q " + kExample.string() + " -o " + out.string()).code, 0);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/eval/executor.h"
+#include "core/pipeline/pipeline.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -155,6 +156,26 @@ TEST(Memory, UnknownShapesCountZeroAndAreCounted) {
   EXPECT_LE(s.peak_activation_bytes, 24u + 24u + 8u + 8u + 4u);
 }
 
+// Constant nodes hold weights (exporters such as paddle2onnx write every weight that way): they
+// count in weight_bytes, not as activations, unless the constant is a graph output.
+TEST(Memory, ConstantNodesAreWeights) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4] x) => (float[4] y, float[2] k) {
+      w = Constant <value = float[100] {1.0}> ()
+      k = Constant <value = float[2] {1.0, 2.0}> ()
+      s = ReduceSum <keepdims = 1> (w)
+      y = Mul (x, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  MemoryStats s = estimate_memory(*model, {}, 1);
+  EXPECT_EQ(s.weight_bytes, 408u);
+  // x (16), k (8, an output), s (4), y (16): at Mul x, s, y and k are live.
+  EXPECT_EQ(s.peak_activation_bytes, 44u);
+  EXPECT_NE(s.largest_tensor, "w");
+}
+
 TEST(Memory, HostileDimsSaturate) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
@@ -212,6 +233,81 @@ TEST(Memory, ExternalWeightsCountByDeclaredSizeUnread) {
   loc->set_value("missing.bin");
   model->graph().make_initializer(w, t);
   EXPECT_EQ(estimate_memory(*model, {}, 1).weight_bytes, 4000u);
+}
+
+
+// The pipeline's report carries the estimate of the input and of the result, and each pass's
+// row the peak it found and left (schedule_memory's change shows in its own row).
+const char* kTwoBranches = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[10] x) => (float y) {
+    a1 = Concat <axis = 0> (x, x, x, x, x, x, x, x, x, x)
+    b1 = Concat <axis = 0> (x, x, x, x, x, x, x, x, x, x)
+    a2 = ReduceMax <axes = [0], keepdims = 0> (a1)
+    b2 = ReduceMax <axes = [0], keepdims = 0> (b1)
+    y = Add (a2, b2)
+  }
+)";
+
+TEST(MemoryReport, BeforeAndAfterThePipelineAndPerPass) {
+  auto model = parse_text(kTwoBranches);
+  ASSERT_TRUE(model);
+  PipelineConfig config;
+  config.passes = {"prune", "schedule_memory"};
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->memory_before.peak_activation_bytes, 840u);  // x, a1 and b1
+  EXPECT_EQ(report->memory_after.peak_activation_bytes, 444u);   // x, a2 and b1
+  EXPECT_EQ(report->memory_after.peak_activation_bytes,
+            estimate_memory(*model, {}, 1).peak_activation_bytes);
+  EXPECT_EQ(report->memory_before.largest_tensor_bytes, 400u);
+  EXPECT_EQ(report->memory_before.peak_node_name, "Concat");  // b1's node, which has no name
+  EXPECT_EQ(report->memory_after.weight_bytes, 0u);
+  EXPECT_EQ(report->memory_default_dim, 1);
+  ASSERT_EQ(report->passes.size(), 2u);
+  EXPECT_EQ(report->passes[0].peak_before, 840u);
+  EXPECT_EQ(report->passes[0].peak_after, 840u);  // found nothing to remove
+  EXPECT_EQ(report->passes[1].name, "schedule_memory");
+  EXPECT_EQ(report->passes[1].peak_before, 840u);
+  EXPECT_EQ(report->passes[1].peak_after, 444u);
+}
+
+// Symbolic dims: the config's memory_dims, else verification's dims, else the default.
+TEST(MemoryReport, SymbolicDimsComeFromTheConfigThenVerification) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N, M] x) => (float[N, M] y) <float[1] w = {2.0}> {
+      a = Relu (x)
+      y = Mul (a, w)
+    }
+  )";
+  auto run = [&](PipelineConfig config) {
+    auto model = parse_text(text);
+    EXPECT_TRUE(model);
+    config.passes = {"prune"};
+    auto report = run_pipeline(model, config);
+    EXPECT_TRUE(report.ok()) << report.status();
+    return report.ok() ? *report : PipelineReport{};
+  };
+  // x and a alive at Relu, a and y at Mul: 2 tensors of N*M floats.
+  EXPECT_EQ(run({}).memory_before.peak_activation_bytes, 8u);
+  EXPECT_EQ(run({}).memory_before.weight_bytes, 4u);
+  PipelineConfig dims;
+  dims.memory_dims = {{"N", 10}, {"M", 3}};
+  PipelineReport r = run(dims);
+  EXPECT_EQ(r.memory_before.peak_activation_bytes, 2u * 30 * 4);
+  EXPECT_EQ(r.memory_after.peak_activation_bytes, 2u * 30 * 4);
+  EXPECT_EQ(r.memory_dims, (DimBindings{{"M", 3}, {"N", 10}}));
+  PipelineConfig other;
+  other.memory_dims = {{"N", 10}};
+  other.memory_default_dim = 5;  // M
+  EXPECT_EQ(run(other).memory_before.peak_activation_bytes, 2u * 50 * 4);
+  PipelineConfig verify;
+  verify.verify = true;
+  verify.verify_options.dims = {{"N", 7}, {"M", 2}};
+  EXPECT_EQ(run(verify).memory_before.peak_activation_bytes, 2u * 14 * 4);
+  verify.memory_dims = {{"N", 1}};  // overrides verification's N
+  EXPECT_EQ(run(verify).memory_before.peak_activation_bytes, 2u * 2 * 4);
 }
 
 }  // namespace

@@ -100,5 +100,72 @@ TEST(Api, PassDescriptorsRoundTrip) {
   EXPECT_EQ(proto.options(1).default_value(), "4");
 }
 
+// The memory estimates' sizes are part of the cache key when set (the report depends on them),
+// and only then: keys of configs without them are as before. Negative sizes are refused.
+TEST(Api, MemoryDimsAreInTheKeyOnlyWhenSet) {
+  const std::string o2 = canonical(v1::PipelineConfig{});
+  EXPECT_EQ(o2.find("memory"), std::string::npos);
+  v1::PipelineConfig n8, n9, star;
+  (*n8.mutable_memory_dims())["N"] = 8;
+  (*n9.mutable_memory_dims())["N"] = 9;
+  star.set_memory_default_dim(1);  // the default, spelt out
+  EXPECT_NE(canonical(n8), o2);
+  EXPECT_NE(canonical(n8), canonical(n9));
+  EXPECT_EQ(canonical(star), o2);
+  star.set_memory_default_dim(4);
+  EXPECT_NE(canonical(star), o2);
+  v1::PipelineConfig bad;
+  (*bad.mutable_memory_dims())["N"] = -1;
+  auto config = api::from_proto(bad);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(config.status().message().find("'N' must be >= 0"), absl::string_view::npos)
+      << config.status();
+  bad.clear_memory_dims();
+  bad.set_memory_default_dim(-2);
+  EXPECT_FALSE(api::from_proto(bad).ok());
+  auto back = api::from_proto(api::to_proto(*api::from_proto(n8)));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->memory_dims, (DimBindings{{"N", 8}}));
+}
+
+// The report's memory statistics survive the protocol both ways.
+TEST(Api, MemoryStatisticsRoundTrip) {
+  PipelineReport r;
+  r.memory_before = {.weight_bytes = 1000,
+                     .peak_activation_bytes = 800,
+                     .largest_tensor = "big",
+                     .largest_tensor_bytes = 400,
+                     .unknown_size_values = 2,
+                     .peak_node = 3,
+                     .peak_node_name = "/layer/Concat"};
+  r.memory_after = r.memory_before;
+  r.memory_after.peak_activation_bytes = 500;
+  r.memory_dims = {{"batch", 4}};
+  r.memory_default_dim = 16;
+  PassStats p;
+  p.name = "schedule_memory";
+  p.peak_before = 800;
+  p.peak_after = 500;
+  r.passes.push_back(p);
+  v1::OptimizeReport proto;
+  api::fill_report(r, &proto);
+  PipelineReport back = api::to_pipeline_report(proto);
+  for (auto [a, b] : {std::pair{&r.memory_before, &back.memory_before},
+                      std::pair{&r.memory_after, &back.memory_after}}) {
+    EXPECT_EQ(b->weight_bytes, a->weight_bytes);
+    EXPECT_EQ(b->peak_activation_bytes, a->peak_activation_bytes);
+    EXPECT_EQ(b->largest_tensor, a->largest_tensor);
+    EXPECT_EQ(b->largest_tensor_bytes, a->largest_tensor_bytes);
+    EXPECT_EQ(b->unknown_size_values, a->unknown_size_values);
+    EXPECT_EQ(b->peak_node_name, a->peak_node_name);
+  }
+  EXPECT_EQ(back.memory_dims, r.memory_dims);
+  EXPECT_EQ(back.memory_default_dim, 16);
+  ASSERT_EQ(back.passes.size(), 1u);
+  EXPECT_EQ(back.passes[0].peak_before, 800u);
+  EXPECT_EQ(back.passes[0].peak_after, 500u);
+}
+
 }  // namespace
 }  // namespace graft::testing
