@@ -269,7 +269,8 @@ std::unique_ptr<ir::Model> with_weight(const std::string& text, float bad) {
 }
 
 TEST(QuantizeDynamicInt8, NanOrInfiniteWeightIsLeftAlone) {
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     auto m = with_weight(kMatMul, bad);
     ASSERT_NE(m, nullptr);
     PassResult r = run_pass(*m, kPass, {{"min_weight_elements", "0"}});
@@ -344,12 +345,11 @@ TEST(QuantizeDynamicInt8, InsideIfBranch) {
   EXPECT_EQ(count_ops(*m, "DynamicQuantizeLinear"), 2);
 }
 
-
 // Node names are not in libonnx 1.12's text syntax: the tests name nodes in code, by the value
 // each one computes.
-std::unique_ptr<ir::Model> with_node_names(const std::string& text,
-                                           const std::vector<std::pair<std::string, std::string>>&
-                                               output_to_name) {
+std::unique_ptr<ir::Model> with_node_names(
+    const std::string& text,
+    const std::vector<std::pair<std::string, std::string>>& output_to_name) {
   auto m = parse_text(text);
   if (!m) return nullptr;
   for (const auto& [output, name] : output_to_name) {
@@ -402,8 +402,8 @@ TEST(QuantizeDynamicInt8, ExcludeNodesKeepsNamedNodesInFloat) {
   // the pass reports no change).
   auto all = with_node_names(kThreeWeights, {{"y", "proj"}, {"z", "head"}, {"e", "embed"}});
   ASSERT_NE(all, nullptr);
-  PassResult r = run_pass(*all, kPass,
-                          {{"min_weight_elements", "0"}, {"exclude_nodes", "proj,head,embed"}});
+  PassResult r =
+      run_pass(*all, kPass, {{"min_weight_elements", "0"}, {"exclude_nodes", "proj,head,embed"}});
   EXPECT_FALSE(r.changed);
   EXPECT_EQ(count_ops(*all, "MatMulInteger"), 0);
 }
@@ -441,7 +441,8 @@ TEST(QuantizeDynamicInt8, ExcludeNodesRejectsBadNames) {
         << bad.size();
   }
   // Any other name is accepted, also one that no node has.
-  EXPECT_TRUE(parse_options(kPass, info->options, {{"exclude_nodes", "/encoder/MatMul_3, x"}}).ok());
+  EXPECT_TRUE(
+      parse_options(kPass, info->options, {{"exclude_nodes", "/encoder/MatMul_3, x"}}).ok());
 }
 
 TEST(QuantizeDynamicInt8, FunctionBodiesAreLeftAlone) {
@@ -469,7 +470,8 @@ TEST(QuantizeDynamicInt8, ExternalWeightIsReadAndStoredInt8) {
   for (int i = 0; i < 32; ++i) w += (i ? ", " : "") + std::to_string((i * 7 % 13 - 6) / 8.0);
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[4,8] a) => (float[4,4] y) <float[8,4] w = {)" + w + R"(}> {
+    g (float[4,8] a) => (float[4,4] y) <float[8,4] w = {)" +
+                          w + R"(}> {
       y = MatMul (a, w)
     }
   )");
@@ -494,6 +496,73 @@ TEST(QuantizeDynamicInt8, ExternalWeightIsReadAndStoredInt8) {
   PassResult r2 = run_pass(*in_memory, kPass, options);
   EXPECT_TRUE(r2.changed);
   EXPECT_EQ(canonical_text(*model), canonical_text(*in_memory));
+}
+
+// Conv: W [2, 2, 1, 1] = {0.5, -1.27, 0.25, 0}: int8 scale 0.01; B added after the rescale,
+// shaped [M, 1, 1]. Conv is in exclude_ops by default: "exclude_ops=" (empty) asks for it.
+const char kConv[] = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[1,2,3,3] x) => (float[1,2,3,3] y)
+    <float[2,2,1,1] w = {0.5, -1.27, 0.25, 0}, float[2] b = {1, -2}> {
+    y = Conv <strides = [1, 1]> (x, w, b)
+  }
+)";
+
+TEST(QuantizeDynamicInt8, ConvPerTensorWithBiasAfterTheRescale) {
+  expect_rewrite(kPass, kConv, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,3,3] y)
+      <int8[2,2,1,1] wq = {50, -127, 25, 0}, int8 wz = {0}, float ws = {0.01},
+       float[2,1,1] bc = {1, -2}> {
+      xq, xs, xz = DynamicQuantizeLinear (x)
+      p = ConvInteger <strides = [1, 1]> (xq, wq, xz, wz)
+      pf = Cast <to = 1> (p)
+      s = Mul (xs, ws)
+      q = Mul (pf, s)
+      y = Add (q, bc)
+    }
+  )",
+                 quantized(1, {{"exclude_ops", ""}}));
+  // The default leaves Conv in float.
+  expect_no_rewrite(kPass, kConv, quantized(0));
+}
+
+TEST(QuantizeDynamicInt8, ConvPerOutputChannelWithGroups) {
+  // Channel 0 {0.5, -1.27, 0.25, 0}: scale 0.01; channel 1 {0.1, 0.2, -0.635, 0.3}: 0.005.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,2,2] y)
+      <float[2,1,2,2] w = {0.5, -1.27, 0.25, 0, 0.1, 0.2, -0.635, 0.3}> {
+      y = Conv <group = 2> (x, w)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,2,2] y)
+      <int8[2,1,2,2] wq = {50, -127, 25, 0, 20, 40, -127, 60}, int8 wz = {0},
+       float[2,1,1] ws = {0.01, 0.005}> {
+      xq, xs, xz = DynamicQuantizeLinear (x)
+      p = ConvInteger <group = 2> (xq, wq, xz, wz)
+      pf = Cast <to = 1> (p)
+      s = Mul (xs, ws)
+      y = Mul (pf, s)
+    }
+  )",
+                 quantized(1, {{"exclude_ops", ""}, {"per_channel", "true"}}));
+}
+
+TEST(QuantizeDynamicInt8, ConvLookAlikesAreLeftAlone) {
+  RewriteOptions opts = quantized(0, {{"exclude_ops", ""}});
+  // A weight that is not a constant; a bias that is not a constant.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x, float[2,2,1,1] w, float[2] c) => (float[1,2,3,3] y, float[1,2,3,3] z)
+      <float[2,2,1,1] k = {0.5, -1.27, 0.25, 0}> {
+      y = Conv (x, w)
+      z = Conv (x, k, c)
+    }
+  )",
+                    opts);
 }
 
 }  // namespace
