@@ -15,6 +15,10 @@
 // K * (|x|max * s_w / 2 + |w|max * s_x / 2) where s = range / 255 (or / 127): about 0.5-1% of
 // the product's magnitude on typical layers.
 //
+// quantize_conv (only when exclude_ops, by default {Conv}, leaves Conv out): Conv by a constant
+// float32 weight becomes DynamicQuantizeLinear + ConvInteger + Cast + Mul, per output channel
+// with per_channel, the bias added after the rescale (as ONNX Runtime's quantize_dynamic).
+//
 // quantize_gather (unless exclude_ops has Gather): a constant float32 Gather table (embeddings)
 // is stored in 8 bits per tensor and the gathered rows go through DequantizeLinear.
 //
@@ -290,7 +294,9 @@ bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
     return false;
   const auto* h = constant_header(wv);
   if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() < 3) return false;
-  if (x->rank() != static_cast<size_t>(h->dims_size())) return false;
+  // X's rank is W's for Conv and ConvInteger alike (both refuse another); it may be unknown
+  // (e.g. below a Conv this pass already rewrote: ConvInteger has no shape rule).
+  if (const auto r = x->rank(); r && *r != h->dims_size()) return false;
   std::vector<int64_t> dims(h->dims().begin(), h->dims().end());
   int64_t count = 1;
   for (int64_t d : dims) {
@@ -485,7 +491,8 @@ PassInfo quantize_dynamic_int8_pass() {
       .by_name_only = true,
       .description =
           "MatMul/Gemm by a constant float32 2-D weight become DynamicQuantizeLinear + "
-          "MatMulInteger with the weight quantized to 8 bits (lossy; by name only)",
+          "MatMulInteger (Conv, when asked: ConvInteger) with the weight quantized to 8 bits "
+          "(lossy; by name only)",
       .options = {boolean_option(kPerChannel, false,
                                  "one weight scale per output column (Conv: per output channel) "
                                  "instead of per tensor"),

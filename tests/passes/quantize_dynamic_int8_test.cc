@@ -565,5 +565,23 @@ TEST(QuantizeDynamicInt8, ConvLookAlikesAreLeftAlone) {
                     opts);
 }
 
+TEST(QuantizeDynamicInt8, ConvChainIsQuantizedThroughout) {
+  // The second Conv reads what the first became (ConvInteger has no shape rule, so the rank of
+  // its input is unknown then): both are rewritten, as in a CNN.
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,3,3] y)
+      <float[2,2,1,1] w = {0.5, -1.27, 0.25, 0}, float[2,2,1,1] v = {0.3, 0.1, -0.2, 0.4}> {
+      a = Conv (x, w)
+      r = Relu (a)
+      y = Conv (r, v)
+    }
+  )",
+                       quantized(2, {{"exclude_ops", ""}}));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "ConvInteger"), 2);
+  EXPECT_EQ(count_ops(*m, "Conv"), 0);
+}
+
 }  // namespace
 }  // namespace graft::testing
