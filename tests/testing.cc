@@ -142,11 +142,16 @@ RewriteOptions compare_outputs(Outputs outputs) { return rewrites(-1, outputs); 
 
 std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, const std::string& text,
                                        const RewriteOptions& options) {
-  auto model = parse_text(text);
+  return run_rewrite(pass, parse_text(text), options);
+}
+
+std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, std::unique_ptr<ir::Model> model,
+                                       const RewriteOptions& options) {
   if (!model) return model;
   const auto before = model->clone();
   PassResult result = run_pass(*model, pass, options.pass_options);
-  EXPECT_TRUE(result.changed) << "pass " << pass.spec.name << " did not rewrite\n" << text;
+  EXPECT_TRUE(result.changed) << "pass " << pass.spec.name << " did not rewrite\n"
+                              << print(*before);
   if (options.rewrites >= 0) {
     EXPECT_EQ(result.rewrites, options.rewrites) << "pass " << pass.spec.name;
   }
@@ -161,10 +166,16 @@ std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, const std::string& t
 
 std::unique_ptr<ir::Model> expect_rewrite(const PassRef& pass, const std::string& before,
                                           const std::string& after, const RewriteOptions& options) {
+  return expect_rewrite(pass, parse_text(before), after, options);
+}
+
+std::unique_ptr<ir::Model> expect_rewrite(const PassRef& pass, std::unique_ptr<ir::Model> before,
+                                          const std::string& after, const RewriteOptions& options) {
   auto expected = parse_text(after);
-  auto result = run_rewrite(pass, before, options);
+  if (!before) return nullptr;
+  const std::set<std::string> kept = initializer_names(*before);
+  auto result = run_rewrite(pass, std::move(before), options);
   if (!expected || !result) return nullptr;
-  const std::set<std::string> kept = initializer_names(*parse_text(before));
   const std::string got = canonical_text(*result, kept), want = canonical_text(*expected, kept);
   EXPECT_TRUE(got == want) << "pass " << pass.spec.name
                            << " did not rewrite as expected.\nresult (canonical text):\n"

@@ -80,6 +80,13 @@ std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, const std::string& t
 std::unique_ptr<ir::Model> expect_rewrite(const PassRef& pass, const std::string& before,
                                           const std::string& after,
                                           const RewriteOptions& options = {});
+// The same on a model built in code: for what ONNX's text syntax (libonnx 1.12) cannot write,
+// such as node names.
+std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, std::unique_ptr<ir::Model> model,
+                                       const RewriteOptions& options = {});
+std::unique_ptr<ir::Model> expect_rewrite(const PassRef& pass, std::unique_ptr<ir::Model> before,
+                                          const std::string& after,
+                                          const RewriteOptions& options = {});
 // Runs the pass on `text` and expects no change: changed == false, rewrites == 0 and the same
 // serialized model (so names, order and value_info too), and outputs as options.outputs says
 // (options.rewrites is not used).

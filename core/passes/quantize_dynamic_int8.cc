@@ -15,13 +15,27 @@
 // K * (|x|max * s_w / 2 + |w|max * s_x / 2) where s = range / 255 (or / 127): about 0.5-1% of
 // the product's magnitude on typical layers.
 //
-// quantize_gather (option gather, default true): a constant float32 Gather table (embeddings) is
-// stored in 8 bits per tensor and the gathered rows go through DequantizeLinear.
+// quantize_conv (only when exclude_ops, by default {Conv}, leaves Conv out): Conv by a constant
+// float32 weight becomes DynamicQuantizeLinear + ConvInteger + Cast + Mul, per output channel
+// with per_channel, the bias added after the rescale (as ONNX Runtime's quantize_dynamic).
+//
+// quantize_gather (unless exclude_ops has Gather): a constant float32 Gather table (embeddings)
+// is stored in 8 bits per tensor and the gathered rows go through DequantizeLinear.
 //
 // Left alone: a weight that is not a 2-D float32 constant, is smaller than min_weight_elements,
 // holds a NaN or infinity, or whose scale would underflow float; an activation that is not float32;
 // Gemm with transA = 1, a non-constant C with beta != 1, or attributes it does not know; opsets
-// below 11 (DynamicQuantizeLinear); excluded ops.
+// below 11 (DynamicQuantizeLinear); excluded ops (exclude_ops) and nodes (exclude_nodes, by node
+// name in any graph).
+//
+// Where: every graph the rule driver visits. If/Loop/Scan bodies are rewritten like the main
+// graph (their activations have facts); function bodies in practice are not: a function's
+// parameters have no element type (it is typed per call site), so the activation is not known to
+// be float32 (run inline_functions first to quantize them).
+//
+// Memory: a weight is read in place (Float32View: an in-memory tensor as stored, an external one
+// loaded for the rewrite only), twice (range, then values), through an index map for Gemm's
+// transB; the only allocation per weight is the 1-byte result, moved into the new tensor.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -34,6 +48,7 @@
 #include <vector>
 
 #include "core/ir/tensor.h"
+#include "core/passes/float32_view.h"
 #include "core/passes/passes.h"
 #include "core/passes/rules.h"
 
@@ -47,6 +62,7 @@ constexpr char kPerChannel[] = "per_channel";
 constexpr char kWeightType[] = "weight_type";
 constexpr char kMinWeightElements[] = "min_weight_elements";
 constexpr char kExcludeOps[] = "exclude_ops";
+constexpr char kExcludeNodes[] = "exclude_nodes";
 
 struct Config {
   bool per_channel = false;
@@ -55,65 +71,78 @@ struct Config {
   bool skip_matmul = false;
   bool skip_gemm = false;
   bool skip_gather = true;
-  uint64_t max_weight_bytes = 0;  // 0 = no limit
-  uint64_t weight_bytes = 0;      // initializer bytes so far (start + what the pass added)
+  bool skip_conv = true;
+  std::vector<std::string> exclude_nodes;  // sorted (the option's canonical order)
+  uint64_t max_weight_bytes = 0;           // 0 = no limit
+  uint64_t weight_bytes = 0;               // initializer bytes so far (start + what the pass added)
 };
 
-// A weight quantized to 8 bits: values [K, N] (row-major, the MatMul layout), scale and zero
-// point per tensor (size 1) or per column (size N).
+// A weight quantized to 8 bits: values [K, N] (row-major, the MatMul layout) as the raw_data of
+// the new tensor, scale and zero point per tensor (size 1) or per column (size N).
 struct QuantizedWeight {
-  std::vector<uint8_t> bytes;  // int8 or uint8 values, as stored in raw_data
+  std::string bytes;  // int8 or uint8 values, as stored in raw_data
   std::vector<float> scale;
   std::vector<int32_t> zero_point;
 };
 
-// Quantizes `w` ([K, N] row-major, already in MatMul layout). nullopt if a value is not finite
-// or a scale underflows (the node is then left alone).
-std::optional<QuantizedWeight> quantize_weight(const std::vector<double>& w, int64_t k, int64_t n,
-                                               const Config& cfg) {
-  for (double v : w)
-    if (!std::isfinite(v) || std::fabs(v) > FLT_MAX) return std::nullopt;
+// Quantizes the weight `at(r, c)` (r < k, c < n: the MatMul layout, whatever the stored one) read
+// in place: two passes over it and the 1-byte result are the only memory per weight (no decoded
+// or transposed copy). nullopt if a value is not finite or a scale underflows (the node is then
+// left alone). Ranges and scales are computed in double from the float values, so the result
+// does not depend on the order the values are visited in.
+// The result is [K, N] row-major, or with `column_major` [N, K] (Conv's [M, C/group * kernel]
+// layout, where the output channels are the columns).
+template <typename At>
+std::optional<QuantizedWeight> quantize_weight(const At& at, int64_t k, int64_t n,
+                                               const Config& cfg, bool column_major = false) {
   const int64_t groups = cfg.per_channel ? n : 1;
+  std::vector<double> lo(static_cast<size_t>(groups), 0.0), hi(static_cast<size_t>(groups), 0.0);
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const double v = at(r, c);
+      if (!std::isfinite(v)) return std::nullopt;
+      const size_t g = cfg.per_channel ? static_cast<size_t>(c) : 0;
+      lo[g] = std::min(lo[g], v);
+      hi[g] = std::max(hi[g], v);
+    }
   QuantizedWeight q;
   q.scale.assign(static_cast<size_t>(groups), 1.0f);
   q.zero_point.assign(static_cast<size_t>(groups), 0);
-  for (int64_t g = 0; g < groups; ++g) {
-    double lo = 0, hi = 0;
-    for (int64_t r = 0; r < k; ++r)
-      for (int64_t c = cfg.per_channel ? g : 0; c < (cfg.per_channel ? g + 1 : n); ++c) {
-        lo = std::min(lo, w[r * n + c]);
-        hi = std::max(hi, w[r * n + c]);
-      }
-    if (lo == 0 && hi == 0) continue;  // all zero: scale 1 (not 0), zero point 0, values 0
-    float scale = cfg.uint8 ? static_cast<float>((hi - lo) / 255.0)
-                            : static_cast<float>(std::max(-lo, hi) / 127.0);
+  for (size_t g = 0; g < static_cast<size_t>(groups); ++g) {
+    if (lo[g] == 0 && hi[g] == 0) continue;  // all zero: scale 1 (not 0), zero point 0, values 0
+    float scale = cfg.uint8 ? static_cast<float>((hi[g] - lo[g]) / 255.0)
+                            : static_cast<float>(std::max(-lo[g], hi[g]) / 127.0);
     // A scale below the smallest normal float loses precision or is 0 (division by zero).
     if (!(scale >= FLT_MIN) || !std::isfinite(scale)) return std::nullopt;
     q.scale[g] = scale;
     if (cfg.uint8)
-      q.zero_point[g] = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0, 255.0));
+      q.zero_point[g] =
+          static_cast<int32_t>(std::clamp(std::nearbyint(-lo[g] / scale), 0.0, 255.0));
   }
-  q.bytes.resize(w.size());
+  q.bytes.resize(static_cast<size_t>(k * n));
   for (int64_t r = 0; r < k; ++r)
     for (int64_t c = 0; c < n; ++c) {
-      const int64_t g = cfg.per_channel ? c : 0;
-      const double v = std::nearbyint(w[r * n + c] / static_cast<double>(q.scale[g]));
-      if (cfg.uint8) {
-        q.bytes[r * n + c] = static_cast<uint8_t>(std::clamp(v + q.zero_point[g], 0.0, 255.0));
-      } else {
-        q.bytes[r * n + c] =
-            static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.0, 127.0)));
-      }
+      const size_t g = cfg.per_channel ? static_cast<size_t>(c) : 0;
+      const double v =
+          std::nearbyint(static_cast<double>(at(r, c)) / static_cast<double>(q.scale[g]));
+      const uint8_t b =
+          cfg.uint8 ? static_cast<uint8_t>(std::clamp(v + q.zero_point[g], 0.0, 255.0))
+                    : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.0, 127.0)));
+      q.bytes[static_cast<size_t>(column_major ? c * k + r : r * n + c)] = static_cast<char>(b);
     }
   return q;
 }
 
-TensorProto byte_tensor(int32_t dtype, const std::vector<int64_t>& dims,
-                        const std::vector<uint8_t>& bytes) {
+bool excluded_node(const ir::Node& node, const Config& cfg) {
+  return !node.name().empty() &&
+         std::binary_search(cfg.exclude_nodes.begin(), cfg.exclude_nodes.end(), node.name());
+}
+
+TensorProto byte_tensor(int32_t dtype, const std::vector<int64_t>& dims, std::string bytes) {
   TensorProto t;
   t.set_data_type(dtype);
   for (int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(std::string(bytes.begin(), bytes.end()));
+  t.set_raw_data(std::move(bytes));
   return t;
 }
 
@@ -121,9 +150,9 @@ TensorProto byte_tensor(int32_t dtype, const std::vector<int64_t>& dims,
 struct Operands {
   ir::Value* x = nullptr;
   ir::Value* w = nullptr;
-  bool transpose_w = false;    // Gemm transB = 1: W is [N, K]
-  double alpha = 1;            // folded into the weight's scale
-  ir::Value* c = nullptr;      // Gemm's C, added after
+  bool transpose_w = false;  // Gemm transB = 1: W is [N, K]
+  double alpha = 1;          // folded into the weight's scale
+  ir::Value* c = nullptr;    // Gemm's C, added after
   double beta = 1;
 };
 
@@ -147,19 +176,17 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
   const uint64_t added = static_cast<uint64_t>(d0 * d1) + 8 * static_cast<uint64_t>(n) + 16;
   if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return false;
 
-  auto fc = float_constant(ops.w);  // reads an external weight through the shared accessor
-  if (!fc || fc->dtype != TensorProto::FLOAT ||
-      static_cast<int64_t>(fc->values.size()) != d0 * d1)
-    return false;
-  std::vector<double> w;
-  if (ops.transpose_w) {
-    w.resize(fc->values.size());
-    for (int64_t r = 0; r < d0; ++r)
-      for (int64_t c = 0; c < d1; ++c) w[c * d0 + r] = fc->values[r * d1 + c];
-  } else {
-    w = std::move(fc->values);
+  // Read in place (an external weight through the shared accessor, released after the rewrite);
+  // Gemm's transB is a change of index, not a transposed copy.
+  std::optional<QuantizedWeight> q;
+  {
+    auto w = float32_constant(ops.w);
+    if (!w || w->size() != d0 * d1) return false;
+    if (ops.transpose_w)
+      q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[c * d1 + r]; }, k, n, cfg);
+    else
+      q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[r * d1 + c]; }, k, n, cfg);
   }
-  auto q = quantize_weight(w, k, n, cfg);
   if (!q) return false;
   // C: beta folded into a constant C, or C as is when beta is 1; otherwise left alone.
   std::optional<FloatConstant> c_const;
@@ -177,20 +204,23 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
   const std::string name = node.output(0)->name();
   const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
   const int64_t groups = static_cast<int64_t>(q->scale.size());
-  ir::Value* wq = rw.add_constant(g, byte_tensor(wtype, {k, n}, q->bytes), name + "_W_quantized");
+  ir::Value* wq =
+      rw.add_constant(g, byte_tensor(wtype, {k, n}, std::move(q->bytes)), name + "_W_quantized");
   // Zero point: per column only when it varies (uint8 per channel); int8 is symmetric (0).
   ir::Value* wzp = nullptr;
   if (cfg.uint8 && cfg.per_channel) {
-    std::vector<uint8_t> zp(q->zero_point.begin(), q->zero_point.end());
-    wzp = rw.add_constant(g, byte_tensor(wtype, {n}, zp), name + "_W_zero_point");
+    std::string zp(q->zero_point.begin(), q->zero_point.end());
+    wzp = rw.add_constant(g, byte_tensor(wtype, {n}, std::move(zp)), name + "_W_zero_point");
   } else {
-    wzp = rw.add_constant(g, byte_tensor(wtype, {}, {static_cast<uint8_t>(q->zero_point[0])}),
-                          name + "_W_zero_point");
+    wzp = rw.add_constant(
+        g, byte_tensor(wtype, {}, std::string(1, static_cast<char>(q->zero_point[0]))),
+        name + "_W_zero_point");
   }
   ir::Value* wscale = rw.add_constant(
-      g, ir::make_float_tensor(TensorProto::FLOAT, groups == 1 ? std::vector<int64_t>{}
-                                                               : std::vector<int64_t>{groups},
-                               mult),
+      g,
+      ir::make_float_tensor(TensorProto::FLOAT,
+                            groups == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{groups},
+                            mult),
       name + "_W_scale");
   std::vector<ir::Node*> added_nodes;  // erased, last first, if the rewrite cannot complete
   auto add = [&](std::string_view op, const std::vector<ir::Value*>& inputs, size_t outputs) {
@@ -205,9 +235,10 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
   ir::Node* out = add("Mul", {cast->output(0), scale->output(0)}, 1);
   if (ops.c) {
     ir::Value* c = ops.c;
-    if (c_const) c = rw.add_constant(g, ir::make_float_tensor(TensorProto::FLOAT, c_const->dims,
-                                                              c_const->values),
-                                     name + "_C_scaled");
+    if (c_const)
+      c = rw.add_constant(g,
+                          ir::make_float_tensor(TensorProto::FLOAT, c_const->dims, c_const->values),
+                          name + "_C_scaled");
     out = add("Add", {out->output(0), c}, 1);
   }
   if (!rw.replace_node(&node, {out->output(0)})) {
@@ -219,15 +250,17 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
 }
 
 bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_matmul || node.inputs().size() != 2 || !node.attributes().empty()) return false;
+  if (cfg.skip_matmul || excluded_node(node, cfg) || node.inputs().size() != 2 ||
+      !node.attributes().empty())
+    return false;
   Operands ops{.x = node.input(0), .w = node.input(1)};
   if (!ops.x || !ops.w) return false;
   return quantize_node(node, ops, cfg, rw);
 }
 
 bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_gemm || node.inputs().size() < 2 || node.inputs().size() > 3 ||
-      !only_attributes(node, {"alpha", "beta", "transA", "transB"}))
+  if (cfg.skip_gemm || excluded_node(node, cfg) || node.inputs().size() < 2 ||
+      node.inputs().size() > 3 || !only_attributes(node, {"alpha", "beta", "transA", "transB"}))
     return false;
   if (node.attr_int("transA", 0) != 0) return false;  // would need a runtime Transpose of x
   Operands ops{.x = node.input(0),
@@ -243,13 +276,107 @@ bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
   return quantize_node(node, ops, cfg, rw);
 }
 
+// Conv(x, W[, B]) with a constant float32 weight W [M, C / group, k...] (ONNX Runtime's dynamic
+// Conv): x_q, x_scale, x_zp = DynamicQuantizeLinear(x); y = Mul(Cast(ConvInteger(x_q, W_q,
+// x_zp, W_zp), FLOAT), x_scale * W_scale) with the Conv's attributes; B (a constant) is added
+// after the rescale, shaped [M, 1, ...] like the per-channel scale. Per channel = per output
+// channel (W's axis 0).
+bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (cfg.skip_conv || excluded_node(node, cfg) || node.inputs().size() < 2 ||
+      node.inputs().size() > 3 || node.outputs().size() != 1 || !node.output(0) ||
+      !only_attributes(node, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}))
+    return false;
+  ir::Value* x = node.input(0);
+  ir::Value* wv = node.input(1);
+  ir::Value* bias = node.inputs().size() == 3 ? node.input(2) : nullptr;
+  if (!x || !wv || x->elem_type() != TensorProto::FLOAT) return false;
+  if (node.output(0)->elem_type() != 0 && node.output(0)->elem_type() != TensorProto::FLOAT)
+    return false;
+  const auto* h = constant_header(wv);
+  if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() < 3) return false;
+  // X's rank is W's for Conv and ConvInteger alike (both refuse another); it may be unknown
+  // (e.g. below a Conv this pass already rewrote: ConvInteger has no shape rule).
+  if (const auto r = x->rank(); r && *r != h->dims_size()) return false;
+  std::vector<int64_t> dims(h->dims().begin(), h->dims().end());
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d <= 0 || d > (int64_t{1} << 40) / count) return false;
+    count *= d;
+  }
+  const int64_t m = dims[0], per_m = count / m;
+  if (count < cfg.min_elements) return false;
+  std::optional<FloatConstant> b;
+  if (bias) {
+    b = float_constant(bias);
+    if (!b || b->dtype != TensorProto::FLOAT || b->dims != std::vector<int64_t>{m}) return false;
+  }
+  const uint64_t added = static_cast<uint64_t>(count) + 12 * static_cast<uint64_t>(m) + 16;
+  if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return false;
+  std::optional<QuantizedWeight> q;
+  {
+    auto w = float32_constant(wv);  // read in place, released after quantizing
+    if (!w || w->size() != count) return false;
+    // Columns are output channels: at(r, c) is element r of channel c, written back in W's order.
+    q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[c * per_m + r]; }, per_m, m, cfg,
+                        /*column_major=*/true);
+  }
+  if (!q) return false;
+  ir::Graph& g = *node.graph();
+  const std::string name = node.output(0)->name();
+  const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  const int64_t groups = static_cast<int64_t>(q->scale.size());
+  // [M, 1, ..., 1]: broadcasts along the output's channel axis.
+  std::vector<int64_t> channel_shape(dims.size() - 1, 1);
+  channel_shape[0] = m;
+  ir::Value* wq =
+      rw.add_constant(g, byte_tensor(wtype, dims, std::move(q->bytes)), name + "_W_quantized");
+  ir::Value* wzp = nullptr;
+  if (cfg.uint8 && cfg.per_channel) {
+    std::string zp(q->zero_point.begin(), q->zero_point.end());
+    wzp = rw.add_constant(g, byte_tensor(wtype, {m}, std::move(zp)), name + "_W_zero_point");
+  } else {
+    wzp = rw.add_constant(
+        g, byte_tensor(wtype, {}, std::string(1, static_cast<char>(q->zero_point[0]))),
+        name + "_W_zero_point");
+  }
+  std::vector<double> scale(q->scale.begin(), q->scale.end());
+  ir::Value* wscale = rw.add_constant(
+      g,
+      ir::make_float_tensor(TensorProto::FLOAT,
+                            groups == 1 ? std::vector<int64_t>{} : channel_shape, scale),
+      name + "_W_scale");
+  std::vector<ir::Node*> added_nodes;
+  auto add = [&](std::string_view op, const std::vector<ir::Value*>& inputs, size_t outputs) {
+    added_nodes.push_back(rw.add_node(g, op, inputs, outputs, &node));
+    return added_nodes.back();
+  };
+  ir::Node* dql = add("DynamicQuantizeLinear", {x}, 3);
+  ir::Node* ci = add("ConvInteger", {dql->output(0), wq, dql->output(2), wzp}, 1);
+  for (const auto& a : node.attributes()) rw.set_attr(ci, a);
+  ir::Node* cast = add("Cast", {ci->output(0)}, 1);
+  rw.set_attr(cast, int_attr("to", TensorProto::FLOAT));
+  ir::Node* s = add("Mul", {dql->output(1), wscale}, 1);
+  ir::Node* out = add("Mul", {cast->output(0), s->output(0)}, 1);
+  if (b) {
+    ir::Value* bc = rw.add_constant(
+        g, ir::make_float_tensor(TensorProto::FLOAT, channel_shape, b->values), name + "_B");
+    out = add("Add", {out->output(0), bc}, 1);
+  }
+  if (!rw.replace_node(&node, {out->output(0)})) {
+    for (auto it = added_nodes.rbegin(); it != added_nodes.rend(); ++it) rw.erase(*it);
+    return false;
+  }
+  cfg.weight_bytes += added;
+  return true;
+}
+
 // Gather(W, ids) with a constant float32 table W (embeddings): the table is stored quantized per
 // tensor and the gathered rows are dequantized, DequantizeLinear(Gather(W_q, ids), scale, zp)
 // (the weight error only, no activation quantization): dequantization is elementwise with one
 // scale, so it commutes with the gather.
 bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (node.inputs().size() != 2 || node.outputs().size() != 1 || !node.output(0) ||
-      !only_attributes(node, {"axis"}))
+  if (excluded_node(node, cfg) || node.inputs().size() != 2 || node.outputs().size() != 1 ||
+      !node.output(0) || !only_attributes(node, {"axis"}))
     return false;
   ir::Value* table = node.input(0);
   const auto* h = table ? constant_header(table) : nullptr;
@@ -262,19 +389,25 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   if (count < cfg.min_elements) return false;
   const uint64_t added = static_cast<uint64_t>(count) + 16;
   if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return false;
-  auto fc = float_constant(table);
-  if (!fc || fc->dtype != TensorProto::FLOAT || static_cast<int64_t>(fc->values.size()) != count)
-    return false;
   Config per_tensor = cfg;
   per_tensor.per_channel = false;
-  auto q = quantize_weight(fc->values, count, 1, per_tensor);
+  std::optional<QuantizedWeight> q;
+  std::vector<int64_t> dims;
+  {
+    auto t = float32_constant(table);  // read in place, released after quantizing
+    if (!t || t->size() != count) return false;
+    dims = t->dims();
+    q = quantize_weight([&](int64_t r, int64_t) { return (*t)[r]; }, count, 1, per_tensor);
+  }
   if (!q) return false;
   ir::Graph& g = *node.graph();
   const std::string name = node.output(0)->name();
   const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
-  ir::Value* wq = rw.add_constant(g, byte_tensor(wtype, fc->dims, q->bytes), name + "_W_quantized");
+  ir::Value* wq =
+      rw.add_constant(g, byte_tensor(wtype, dims, std::move(q->bytes)), name + "_W_quantized");
   ir::Value* wzp = rw.add_constant(
-      g, byte_tensor(wtype, {}, {static_cast<uint8_t>(q->zero_point[0])}), name + "_W_zero_point");
+      g, byte_tensor(wtype, {}, std::string(1, static_cast<char>(q->zero_point[0]))),
+      name + "_W_zero_point");
   ir::Value* ws = rw.add_constant(
       g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q->scale[0])}),
       name + "_W_scale");
@@ -307,19 +440,36 @@ class QuantizeDynamicInt8 final : public Pass {
     cfg->skip_matmul = excluded("MatMul");
     cfg->skip_gemm = excluded("Gemm");
     cfg->skip_gather = excluded("Gather");
+    cfg->skip_conv = excluded("Conv");
+    cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
+    std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());  // already sorted; cheap
     cfg->max_weight_bytes = ctx.max_weight_bytes;
     cfg->weight_bytes = model.initializer_bytes();
     // DynamicQuantizeLinear exists from opset 11: a node below that is left alone (the rule's
     // opset range), and the model's opset is never raised.
     std::vector<Rule> rules{
-        {"quantize_matmul", {"MatMul"},
-         [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); }, "", 11},
-        {"quantize_gemm", {"Gemm"},
-         [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); }, "", 11}};
+        {"quantize_matmul",
+         {"MatMul"},
+         [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); },
+         "",
+         11},
+        {"quantize_gemm",
+         {"Gemm"},
+         [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); },
+         "",
+         11}};
+    if (!cfg->skip_conv)
+      rules.push_back({"quantize_conv",
+                       {"Conv"},
+                       [cfg](ir::Node& n, Rewriter& rw) { return quantize_conv(n, *cfg, rw); },
+                       "",
+                       11});
     if (!cfg->skip_gather)
-      rules.push_back({"quantize_gather", {"Gather"},
+      rules.push_back({"quantize_gather",
+                       {"Gather"},
                        [cfg](ir::Node& n, Rewriter& rw) { return quantize_gather(n, *cfg, rw); },
-                       "", 11});
+                       "",
+                       11});
     RuleCounts counts = run_rules(model, rules);
     result.add(counts.total);
     result.rules = std::move(counts.rewrites);
@@ -334,28 +484,36 @@ std::unique_ptr<Pass> make_quantize_dynamic_int8() {
 }  // namespace
 
 PassInfo quantize_dynamic_int8_pass() {
-  return {.name = "quantize_dynamic_int8",
-          .level = 3,
-          .lossy = true,
-          .by_name_only = true,
-          .description =
-              "MatMul/Gemm by a constant float32 2-D weight become DynamicQuantizeLinear + "
-              "MatMulInteger with the weight quantized to 8 bits (lossy; by name only)",
-          .options = {boolean_option(kPerChannel, false,
-                                     "one weight scale per output column instead of per tensor"),
-                      enum_option(kWeightType, "int8", {"int8", "uint8"},
-                                  "int8: symmetric, zero point 0; uint8: asymmetric"),
-                      // 4096 = a 64x64 weight: below that the DynamicQuantizeLinear, Cast and
-                      // Muls cost more per run than the 8-bit product saves, and the bytes saved
-                      // (3 per element) are a few KiB.
-                      integer_option(kMinWeightElements, 4096, 0,
-                                     std::numeric_limits<int64_t>::max(),
-                                     "weights with fewer elements stay float"),
-                      list_option(kExcludeOps, {}, {"MatMul", "Gemm", "Gather"},
-                                  "op types left in float (Gather: constant tables such as "
-                                  "embeddings, otherwise stored in 8 bits with the gathered rows "
-                                  "dequantized)")},
-          .create = make_quantize_dynamic_int8};
+  return {
+      .name = "quantize_dynamic_int8",
+      .level = 3,
+      .lossy = true,
+      .by_name_only = true,
+      .description =
+          "MatMul/Gemm by a constant float32 2-D weight become DynamicQuantizeLinear + "
+          "MatMulInteger (Conv, when asked: ConvInteger) with the weight quantized to 8 bits "
+          "(lossy; by name only)",
+      .options = {boolean_option(kPerChannel, false,
+                                 "one weight scale per output column (Conv: per output channel) "
+                                 "instead of per tensor"),
+                  enum_option(kWeightType, "int8", {"int8", "uint8"},
+                              "int8: symmetric, zero point 0; uint8: asymmetric"),
+                  // 4096 = a 64x64 weight: below that the DynamicQuantizeLinear, Cast and
+                  // Muls cost more per run than the 8-bit product saves, and the bytes saved
+                  // (3 per element) are a few KiB.
+                  integer_option(kMinWeightElements, 4096, 0, std::numeric_limits<int64_t>::max(),
+                                 "weights with fewer elements stay float"),
+                  // Conv by default stays float: with one activation range per tensor,
+                  // computed at run time, CNN accuracy drops (ONNX Runtime quantizes it by
+                  // default; here exclude_ops= with no Conv asks for it).
+                  list_option(kExcludeOps, {"Conv"}, {"MatMul", "Gemm", "Gather", "Conv"},
+                              "op types left in float (Gather: constant tables such as "
+                              "embeddings, otherwise stored in 8 bits with the gathered rows "
+                              "dequantized; Conv: ConvInteger per output channel)"),
+                  list_option(kExcludeNodes, {}, {},
+                              "node names left in float (in the main graph and If/Loop/Scan "
+                              "bodies)")},
+      .create = make_quantize_dynamic_int8};
 }
 
 }  // namespace graft

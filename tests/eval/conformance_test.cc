@@ -390,7 +390,8 @@ TEST(ConformanceTest, SupportedOps) {
                                           "PRelu",   "Shrink",
                                           "Sinh",    "Softsign",
                                           "Tan",     "ThresholdedRelu"};
-  const std::vector<std::string> quantize_dynamic = {"DynamicQuantizeLinear", "MatMulInteger"};
+  const std::vector<std::string> quantize_dynamic = {"ConvInteger", "DynamicQuantizeLinear",
+                                                     "MatMulInteger"};
   std::set<std::string> expected;
   for (const auto* group :
        {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic}) {

@@ -11,6 +11,10 @@
 #include <limits>
 #include <string>
 
+#include "core/ir/external_data.h"
+#include "core/ir/op_params.h"
+#include "core/passes/registry.h"
+#include "tests/external_model.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -265,7 +269,8 @@ std::unique_ptr<ir::Model> with_weight(const std::string& text, float bad) {
 }
 
 TEST(QuantizeDynamicInt8, NanOrInfiniteWeightIsLeftAlone) {
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     auto m = with_weight(kMatMul, bad);
     ASSERT_NE(m, nullptr);
     PassResult r = run_pass(*m, kPass, {{"min_weight_elements", "0"}});
@@ -338,6 +343,244 @@ TEST(QuantizeDynamicInt8, InsideIfBranch) {
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "MatMulInteger"), 2);
   EXPECT_EQ(count_ops(*m, "DynamicQuantizeLinear"), 2);
+}
+
+// Node names are not in libonnx 1.12's text syntax: the tests name nodes in code, by the value
+// each one computes.
+std::unique_ptr<ir::Model> with_node_names(
+    const std::string& text,
+    const std::vector<std::pair<std::string, std::string>>& output_to_name) {
+  auto m = parse_text(text);
+  if (!m) return nullptr;
+  for (const auto& [output, name] : output_to_name) {
+    ir::Node* n = nullptr;
+    for (ir::Graph* g : m->all_graphs())
+      if (!n) n = producer(*g, output);
+    EXPECT_NE(n, nullptr) << output;
+    if (n) n->mutable_proto().set_name(name);
+  }
+  return m;
+}
+
+const char kThreeWeights[] = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[4,3] a, int64[3] ids) => (float[4,2] y, float[4,2] z, float[3,2] e)
+    <float[3,2] w = {0.5, -1, 1.27, 0.25, 0, -0.1},
+     float[4,2] t = {0.5, -1, 1.27, 0.25, 0, -0.1, 0.3, 0.2}> {
+    y = MatMul (a, w)
+    z = Gemm (a, w)
+    e = Gather (t, ids)
+  }
+)";
+
+TEST(QuantizeDynamicInt8, ExcludeNodesKeepsNamedNodesInFloat) {
+  // "head" (the Gemm) and "embed" (the Gather) are excluded by name; the MatMul "proj", of the
+  // same weight, is quantized.
+  expect_rewrite(kPass,
+                 with_node_names(kThreeWeights, {{"y", "proj"}, {"z", "head"}, {"e", "embed"}}),
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,3] a, int64[3] ids) => (float[4,2] y, float[4,2] z, float[3,2] e)
+      <float[3,2] w = {0.5, -1, 1.27, 0.25, 0, -0.1},
+       float[4,2] t = {0.5, -1, 1.27, 0.25, 0, -0.1, 0.3, 0.2},
+       int8[3,2] wq = {50, -100, 127, 25, 0, -10}, int8 wz = {0}, float ws = {0.01}> {
+      xq, xs, xz = DynamicQuantizeLinear (a)
+      p = MatMulInteger (xq, wq, xz, wz)
+      pf = Cast <to = 1> (p)
+      s = Mul (xs, ws)
+      y = Mul (pf, s)
+      z = Gemm (a, w)
+      e = Gather (t, ids)
+    }
+  )",
+                 quantized(1, {{"exclude_nodes", "head, embed"}}));
+  // A name no node has changes nothing; unnamed nodes are never excluded.
+  auto m = run_rewrite(kPass, kThreeWeights, quantized(3, {{"exclude_nodes", "proj"}}));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "MatMulInteger"), 2);
+  // Everything excluded: nothing changes (run_pass fails the test if the model changed while
+  // the pass reports no change).
+  auto all = with_node_names(kThreeWeights, {{"y", "proj"}, {"z", "head"}, {"e", "embed"}});
+  ASSERT_NE(all, nullptr);
+  PassResult r =
+      run_pass(*all, kPass, {{"min_weight_elements", "0"}, {"exclude_nodes", "proj,head,embed"}});
+  EXPECT_FALSE(r.changed);
+  EXPECT_EQ(count_ops(*all, "MatMulInteger"), 0);
+}
+
+TEST(QuantizeDynamicInt8, ExcludeNodesReachesIntoIfBranches) {
+  const char kIf[] = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[4,3] a) => (float[4,2] y)
+      <float[3,2] w = {0.5, -1, 1.27, 0.25, 0, -0.1}> {
+      y = If (cond) <
+        then_branch = t () => (float[4,2] ty) { ty = MatMul (a, w) },
+        else_branch = e () => (float[4,2] ey) { ey = MatMul (a, w) }
+      >
+    }
+  )";
+  auto m = run_rewrite(kPass, with_node_names(kIf, {{"ty", "then_mm"}}),
+                       quantized(1, {{"exclude_nodes", "then_mm"}}));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "MatMul"), 1);
+  EXPECT_EQ(count_ops(*m, "MatMulInteger"), 1);
+  ir::Node* kept = nullptr;
+  for (ir::Graph* g : m->all_graphs())
+    if (!kept) kept = producer(*g, "ty");
+  ASSERT_NE(kept, nullptr);
+  EXPECT_TRUE(kept->is("MatMul"));
+}
+
+TEST(QuantizeDynamicInt8, ExcludeNodesRejectsBadNames) {
+  const PassInfo* info = find_pass(kPass);
+  ASSERT_NE(info, nullptr);
+  // A control character, a name over kMaxListItemBytes.
+  for (const std::string& bad : {std::string("x\ty"), std::string(kMaxListItemBytes + 1, 'n')}) {
+    EXPECT_EQ(parse_options(kPass, info->options, {{"exclude_nodes", bad}}).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad.size();
+  }
+  // Any other name is accepted, also one that no node has.
+  EXPECT_TRUE(
+      parse_options(kPass, info->options, {{"exclude_nodes", "/encoder/MatMul_3, x"}}).ok());
+}
+
+TEST(QuantizeDynamicInt8, FunctionBodiesAreLeftAlone) {
+  // A function's parameters have no element type (the body is typed per call site), so the
+  // activation is not known to be float32 and the MatMul stays: quantizing it would break a
+  // call with doubles. inline_functions first makes such MatMuls visible to the pass.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[4,3] a) => (float[4,2] y) {
+      y = local.proj (a)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    proj (x) => (out) {
+      w = Constant <value = float[3,2] {0.5, -1, 1.27, 0.25, 0, -0.1}> ()
+      out = MatMul (x, w)
+    }
+  )",
+                    quantized(0));
+}
+
+TEST(QuantizeDynamicInt8, ExternalWeightIsReadAndStoredInt8) {
+  TempFolder dir;
+  // W [8, 4] = (i * 7 % 13 - 6) / 8: integers / 8 in [-0.75, 0.75]; per channel.
+  std::string w;
+  for (int i = 0; i < 32; ++i) w += (i ? ", " : "") + std::to_string((i * 7 % 13 - 6) / 8.0);
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,8] a) => (float[4,4] y) <float[8,4] w = {)" +
+                          w + R"(}> {
+      y = MatMul (a, w)
+    }
+  )");
+  ASSERT_NE(model, nullptr);
+  const auto in_memory = model->clone();
+  externalize(*model, dir.path(), "weights.bin", {"w"});
+  ASSERT_TRUE(ir::is_external(*model->graph().find_local("w")->initializer()));
+  const auto reference = model->clone();
+  PassOptions options{{"min_weight_elements", "0"}, {"per_channel", "true"}};
+  PassResult r = run_pass(*model, kPass, options);
+  EXPECT_TRUE(r.changed);
+  ir::Node* mmi = only_node(model->graph(), "MatMulInteger");
+  ASSERT_NE(mmi, nullptr);
+  const onnx::TensorProto* wq = ir::constant_header(mmi->input(1));
+  ASSERT_NE(wq, nullptr);
+  EXPECT_EQ(wq->data_type(), onnx::TensorProto::INT8);
+  EXPECT_FALSE(ir::is_external(*wq));  // a new in-memory tensor (saved externally if >= 1 KiB)
+  EXPECT_EQ(count_ops(*model, "MatMul"), 0);
+  // Within the 8-bit error (see the tolerance at the top: K = 8 terms, |w| <= 0.75).
+  EXPECT_EQ(same_outputs(*reference, *model, 1, 0.02, 0.2), "");
+  // Bit for bit what the same weight in memory gives.
+  PassResult r2 = run_pass(*in_memory, kPass, options);
+  EXPECT_TRUE(r2.changed);
+  EXPECT_EQ(canonical_text(*model), canonical_text(*in_memory));
+}
+
+// Conv: W [2, 2, 1, 1] = {0.5, -1.27, 0.25, 0}: int8 scale 0.01; B added after the rescale,
+// shaped [M, 1, 1]. Conv is in exclude_ops by default: "exclude_ops=" (empty) asks for it.
+const char kConv[] = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[1,2,3,3] x) => (float[1,2,3,3] y)
+    <float[2,2,1,1] w = {0.5, -1.27, 0.25, 0}, float[2] b = {1, -2}> {
+    y = Conv <strides = [1, 1]> (x, w, b)
+  }
+)";
+
+TEST(QuantizeDynamicInt8, ConvPerTensorWithBiasAfterTheRescale) {
+  expect_rewrite(kPass, kConv, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,3,3] y)
+      <int8[2,2,1,1] wq = {50, -127, 25, 0}, int8 wz = {0}, float ws = {0.01},
+       float[2,1,1] bc = {1, -2}> {
+      xq, xs, xz = DynamicQuantizeLinear (x)
+      p = ConvInteger <strides = [1, 1]> (xq, wq, xz, wz)
+      pf = Cast <to = 1> (p)
+      s = Mul (xs, ws)
+      q = Mul (pf, s)
+      y = Add (q, bc)
+    }
+  )",
+                 quantized(1, {{"exclude_ops", ""}}));
+  // The default leaves Conv in float.
+  expect_no_rewrite(kPass, kConv, quantized(0));
+}
+
+TEST(QuantizeDynamicInt8, ConvPerOutputChannelWithGroups) {
+  // Channel 0 {0.5, -1.27, 0.25, 0}: scale 0.01; channel 1 {0.1, 0.2, -0.635, 0.3}: 0.005.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,2,2] y)
+      <float[2,1,2,2] w = {0.5, -1.27, 0.25, 0, 0.1, 0.2, -0.635, 0.3}> {
+      y = Conv <group = 2> (x, w)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,2,2] y)
+      <int8[2,1,2,2] wq = {50, -127, 25, 0, 20, 40, -127, 60}, int8 wz = {0},
+       float[2,1,1] ws = {0.01, 0.005}> {
+      xq, xs, xz = DynamicQuantizeLinear (x)
+      p = ConvInteger <group = 2> (xq, wq, xz, wz)
+      pf = Cast <to = 1> (p)
+      s = Mul (xs, ws)
+      y = Mul (pf, s)
+    }
+  )",
+                 quantized(1, {{"exclude_ops", ""}, {"per_channel", "true"}}));
+}
+
+TEST(QuantizeDynamicInt8, ConvLookAlikesAreLeftAlone) {
+  RewriteOptions opts = quantized(0, {{"exclude_ops", ""}});
+  // A weight that is not a constant; a bias that is not a constant.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x, float[2,2,1,1] w, float[2] c) => (float[1,2,3,3] y, float[1,2,3,3] z)
+      <float[2,2,1,1] k = {0.5, -1.27, 0.25, 0}> {
+      y = Conv (x, w)
+      z = Conv (x, k, c)
+    }
+  )",
+                    opts);
+}
+
+TEST(QuantizeDynamicInt8, ConvChainIsQuantizedThroughout) {
+  // The second Conv reads what the first became (ConvInteger has no shape rule, so the rank of
+  // its input is unknown then): both are rewritten, as in a CNN.
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,3,3] x) => (float[1,2,3,3] y)
+      <float[2,2,1,1] w = {0.5, -1.27, 0.25, 0}, float[2,2,1,1] v = {0.3, 0.1, -0.2, 0.4}> {
+      a = Conv (x, w)
+      r = Relu (a)
+      y = Conv (r, v)
+    }
+  )",
+                       quantized(2, {{"exclude_ops", ""}}));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "ConvInteger"), 2);
+  EXPECT_EQ(count_ops(*m, "Conv"), 0);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Neural-network kernels: MatMul, Gemm, Softmax/LogSoftmax, BatchNormalization,
-// LayerNormalization, RMSNormalization, Conv, ConvTranspose, pools, (De)QuantizeLinear, Resize
-// and Einsum.
+// LayerNormalization, RMSNormalization, Conv, ConvInteger, ConvTranspose, pools,
+// (De)QuantizeLinear, Resize and Einsum.
 //
 // Floating-point kernels convert their operands to double once, accumulate in double and round
 // to the output type at the end, so results stay within the ONNX backend tolerance whatever the
@@ -562,15 +562,42 @@ void next_index(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Conv
+// Conv and ConvInteger
 
-absl::Status conv(KernelContext& ctx) {
+bool is_8bit(int32_t t) { return t == TensorProto::UINT8 || t == TensorProto::INT8; }
+
+// ConvInteger's zero point of `operand`: absent (0), one element, or (w only, `per_channel` > 0)
+// one per output channel. Returns its values as doubles (size 1 or per_channel).
+absl::StatusOr<std::vector<double>> conv_zero_point(const KernelContext& ctx, const Tensor* zp,
+                                                    const Tensor& operand, int64_t per_channel,
+                                                    const char* what) {
+  if (zp == nullptr) return std::vector<double>{0.0};
+  if (zp->dtype() != operand.dtype())
+    return invalid(ctx, absl::StrCat(what, " zero point type differs from its operand"));
+  if (zp->rank() > 1) return invalid(ctx, absl::StrCat(what, " zero point must be 0-D or 1-D"));
+  if (zp->size() != 1 && (per_channel == 0 || zp->rank() != 1 || zp->size() != per_channel))
+    return invalid(ctx, absl::StrCat(what, " zero point has ", zp->size(), " elements"));
+  std::vector<double> v(static_cast<size_t>(zp->size()));
+  for (int64_t i = 0; i < zp->size(); ++i) v[i] = zp->get_double(i);
+  return v;
+}
+
+// Conv on floats, or (integer) ConvInteger: 8-bit operands minus their zero points, an int32
+// result. Integer sums are exact in double (each term at most 255 * 255, and the work budget
+// bounds their count far below 2^53 / 65025), then wrapped to int32 as the spec's int32
+// accumulation would; padding contributes 0 (x's zero point minus itself, as in the reference).
+absl::Status conv_impl(KernelContext& ctx, bool integer) {
   NN_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
   NN_ASSIGN_OR_RETURN(const Tensor* w, required(ctx, 1));
-  const Tensor* b = ctx.input(2);
-  NN_RETURN_IF_ERROR(require_float(ctx, *x));
-  if (w->dtype() != x->dtype() || (b != nullptr && b->dtype() != x->dtype())) {
-    return invalid(ctx, "operand types differ");
+  const Tensor* b = integer ? nullptr : ctx.input(2);
+  if (integer) {
+    if (!is_8bit(x->dtype()) || !is_8bit(w->dtype()))
+      return invalid(ctx, "operands must be int8 or uint8");
+  } else {
+    NN_RETURN_IF_ERROR(require_float(ctx, *x));
+    if (w->dtype() != x->dtype() || (b != nullptr && b->dtype() != x->dtype())) {
+      return invalid(ctx, "operand types differ");
+    }
   }
   if (x->rank() < 3 || w->rank() != x->rank()) return invalid(ctx, "bad X/W rank");
   const int64_t group = ctx.node.attr_int("group", 1);
@@ -590,13 +617,25 @@ absl::Status conv(KernelContext& ctx) {
   NN_ASSIGN_OR_RETURN(
       Geometry g,
       window_geometry(ctx, std::vector<int64_t>(xd.begin() + 2, xd.end()), kernel, false, true));
+  std::vector<double> xz{0.0}, wz{0.0};
+  if (integer) {
+    NN_ASSIGN_OR_RETURN(xz, conv_zero_point(ctx, ctx.input(2), *x, 0, "x"));
+    NN_ASSIGN_OR_RETURN(wz, conv_zero_point(ctx, ctx.input(3), *w, cout, "w"));
+  }
   std::vector<int64_t> out_dims = {batch, cout};
   out_dims.insert(out_dims.end(), g.out.begin(), g.out.end());
-  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
+  NN_ASSIGN_OR_RETURN(Tensor * y,
+                      ctx.make_output(0, integer ? TensorProto::INT32 : x->dtype(), out_dims));
   const int64_t cg = cin / group, mg = cout / group;
   NN_RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(y->size()) * cg * static_cast<double>(g.kernel_size)));
-  const Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
+  Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
+  if (integer) {
+    for (double& v : xv) v -= xz[0];
+    const int64_t per_m = static_cast<int64_t>(wv.size()) / std::max<int64_t>(cout, 1);
+    for (int64_t m = 0; m < cout; ++m)
+      for (int64_t j = 0; j < per_m; ++j) wv[m * per_m + j] -= wz[wz.size() == 1 ? 0 : m];
+  }
   Scratch<double> bv = b != nullptr ? to_doubles(*b) : Scratch<double>(cout, 0.0);
   // A tile of output positions at a time (batch and spatial positions flattened, so small
   // feature maps still make long tiles): their window values are gathered into `cols` (one row
@@ -661,13 +700,23 @@ absl::Status conv(KernelContext& ctx) {
           const double* row = cols.data() + j * tile;
           for (int64_t t = 0; t < tn; ++t) acc[t] += wj * row[t];
         }
-        for (int64_t t = 0; t < tn; ++t)
-          store(y, (nbs[t] * cout + m) * g.out_size + ops[t], acc[t]);
+        if (integer) {
+          int32_t* yp = y->data<int32_t>();
+          for (int64_t t = 0; t < tn; ++t)
+            yp[(nbs[t] * cout + m) * g.out_size + ops[t]] =
+                static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(acc[t])));
+        } else {
+          for (int64_t t = 0; t < tn; ++t)
+            store(y, (nbs[t] * cout + m) * g.out_size + ops[t], acc[t]);
+        }
       }
     }
   }
   return absl::OkStatus();
 }
+
+absl::Status conv(KernelContext& ctx) { return conv_impl(ctx, false); }
+absl::Status conv_integer(KernelContext& ctx) { return conv_impl(ctx, true); }
 
 // ---------------------------------------------------------------------------------------------
 // ConvTranspose
@@ -1373,6 +1422,7 @@ void register_nn_kernels() {
   register_kernel("RMSNormalization", 23, 0, rms_norm);
   register_kernel("Conv", 1, 0, conv);
   register_kernel("ConvTranspose", 1, 0, conv_transpose);
+  register_kernel("ConvInteger", 10, 0, conv_integer);
   register_kernel("MaxPool", 1, 0, [](KernelContext& ctx) { return pool(ctx, true); });
   register_kernel("AveragePool", 1, 0, [](KernelContext& ctx) { return pool(ctx, false); });
   register_kernel("GlobalAveragePool", 1, 0,
