@@ -20,8 +20,9 @@ namespace graft::testing {
 //    graph output reading it is fine (an interface kept float32);
 //  - a Cast of a float32 or float16 value that changes nothing (its input already has the type
 //    it casts to; such Casts of other types are the model's own, not the pass's business);
-//  - a Cast pair that changes nothing: Cast(Cast(x, to=U), to=T) with x of type T and U at
-//    least as wide (float16 -> float32 -> float16), read by nothing but the second Cast.
+//  - a Cast pair that changes nothing: Cast(Cast(x, to=U), to=T) with x of type T (float16 or
+//    float32) and U at least as wide (float16 -> float32 -> float16), read by nothing but the
+//    second Cast.
 // `options` are the pass's options (block_ops and block_nodes as the run had them). Values of
 // unknown element type are not judged.
 inline std::string fp16_region_errors(const ir::Model& model, const PassOptions& options = {}) {
@@ -63,7 +64,8 @@ inline std::string fp16_region_errors(const ir::Model& model, const PassOptions&
                             " '", u.node->output(0) ? u.node->output(0)->name() : "", "'\n");
       }
       const ir::Node* p = n->input(0)->producer();
-      if (p && p->is("Cast") && p->input(0) && p->input(0)->elem_type() == to &&
+      if ((to == kF16 || to == kF32) && p && p->is("Cast") && p->input(0) &&
+          p->input(0)->elem_type() == to &&
           wider_or_same(to, from) && n->input(0)->uses().size() == 1 &&
           n->input(0)->output_refs().empty())
         absl::StrAppend(&errors, where(*n), ": with the Cast before it, changes nothing\n");
