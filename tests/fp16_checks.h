@@ -40,6 +40,12 @@ inline std::string fp16_region_errors(const ir::Model& model, const PassOptions&
     if (!n.is_onnx_domain()) return true;
     if (block_ops.count(n.op_type()) || (!n.name().empty() && block_nodes.count(n.name())))
       return true;
+    // Schema wants float32 operands: kept whatever block_ops says.
+    static const std::set<std::string> float_only = {
+        "Resize", "Upsample", "Range", "NonMaxSuppression", "QuantizeLinear", "DequantizeLinear",
+        "DynamicQuantizeLinear"};
+    if (float_only.count(n.op_type()) || (n.op_type() == "CumSum" && n.opset() < 14))
+      return true;
     return n.attr("dtype") != nullptr || n.attr("output_datatype") != nullptr;
   };
   auto where = [](const ir::Node& n) {

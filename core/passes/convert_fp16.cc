@@ -12,8 +12,9 @@
 // changing nothing (same type, or float16 -> float32 -> float16) are removed.
 //
 // Kept nodes: ops of the option block_ops (default: default_block_ops below; a value replaces
-// the list, an empty one keeps none) and nodes named in block_nodes, besides what the pass
-// cannot convert (other domains, dtype attributes, unknown types).
+// the list, an empty one keeps none but the ops whose schema wants float32, float_only) and
+// nodes named in block_nodes, besides what the pass cannot convert (other domains, dtype
+// attributes, unknown types).
 //
 // Subgraphs (If/Loop/Scan) of a converted node are converted with float16 formal inputs and
 // outputs; outer values they capture are read in their outer type (with a Cast where needed).
@@ -63,6 +64,16 @@ std::vector<std::string> default_block_ops() {
       "DequantizeLinear", "DynamicQuantizeLinear", "STFT", "DFT", "MelWeightMatrix",
       "HannWindow", "HammingWindow", "BlackmanWindow", "SoftmaxCrossEntropyLoss",
       "NegativeLogLikelihoodLoss"};
+}
+
+// Ops kept in float32 whatever block_ops says: their schema has no float16 for an operand the
+// pass would convert (Resize/Upsample scales, Range, NonMaxSuppression, the quantization ops'
+// inputs and scales; CumSum before opset 14).
+bool float_only(const ir::Node& n) {
+  static const std::set<std::string, std::less<>> ops = {
+      "Resize", "Upsample", "Range", "NonMaxSuppression", "QuantizeLinear", "DequantizeLinear",
+      "DynamicQuantizeLinear"};
+  return ops.count(n.op_type()) || (n.op_type() == "CumSum" && n.opset() < 14);
 }
 
 enum class Want { kAny, kHalf, kFloat };
@@ -159,7 +170,7 @@ class Conversion {
   bool convertible(const ir::Node& n) const {
     if (!n.name().empty() && settings_.block_nodes.count(n.name())) return false;
     if (!n.is_onnx_domain()) return half_call(n);
-    if (settings_.block_ops.count(n.op_type())) return false;
+    if (settings_.block_ops.count(n.op_type()) || float_only(n)) return false;
     if (n.is("Cast")) return true;
     if (n.attr("dtype") || n.attr("output_datatype")) return false;
     if (n.is("Constant") && !n.attr("value")) return false;

@@ -151,6 +151,31 @@ TEST(ConvertFp16, ResizeKeepsItsFloatScales) {
   EXPECT_EQ(producer(model->graph(), "r")->input(0)->elem_type(), kF32);
 }
 
+TEST(ConvertFp16, ResizeKeepsItsFloatScalesEvenWithAnEmptyBlockList) {
+  // Resize's scales have no float16 in its schema: kept whatever block_ops says.
+  expect_conversion(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,2] x) => (float[1,1,4,4] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+      a = Relu (x)
+      r = Resize <mode = "nearest"> (a, , scales)
+      y = Exp (r)
+    }
+  )",
+                    R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,2] x) => (float[1,1,4,4] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+      h = Cast <to = 10> (x)
+      a = Relu (h)
+      f = Cast <to = 1> (a)
+      r = Resize <mode = "nearest"> (f, , scales)
+      h2 = Cast <to = 10> (r)
+      e = Exp (h2)
+      y = Cast <to = 1> (e)
+    }
+  )",
+                    with_option(fp16_tolerance(), "block_ops", ""));
+}
+
 TEST(ConvertFp16, DescriptorIsLossyLevel3WithKeepIoTypes) {
   const PassInfo info = convert_fp16_pass();
   EXPECT_EQ(info.name, "convert_fp16");
