@@ -11,16 +11,26 @@
 // boundary Cast. Cast(to=FLOAT) in the converted region becomes Cast(to=FLOAT16); casts left
 // changing nothing (same type, or float16 -> float32 -> float16) are removed.
 //
+// Kept nodes: ops of the option block_ops (default: default_block_ops below; a value replaces
+// the list, an empty one keeps none but the ops whose schema wants float32, float_only) and
+// nodes named in block_nodes, besides what the pass cannot convert (other domains, dtype
+// attributes, unknown types).
+//
 // Subgraphs (If/Loop/Scan) of a converted node are converted with float16 formal inputs and
 // outputs; outer values they capture are read in their outer type (with a Cast where needed).
-// Function bodies are converted inside with float32 parameters (Casts at their boundary), so
-// every call site stays valid. Values of other types (int, bool, double) are untouched.
+// A model-local function whose every call is converted (and agrees on its types) is converted
+// like a subgraph: float16 parameters, results and constants, its calls read and produce
+// float16 (plan_functions). Any other function stays float32 and its calls are kept nodes
+// (Casts around them); a function is never duplicated per precision. Values of other types
+// (int, bool, double) are untouched.
 //
 // Constants: float32 initializers and Constant values become float16 tensors; finite values
 // beyond float16's range are clamped to +-65504 (rule counter "clamped_values"), nonzero values
 // that round to zero are counted ("flushed_values"). External weights are read through the
 // model's ExternalData and become ordinary in-memory initializers.
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -28,6 +38,7 @@
 #include <vector>
 
 #include "core/ir/op_params.h"
+#include "core/ir/shapes.h"
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 #include "core/passes/queries.h"
@@ -44,8 +55,8 @@ constexpr uint64_t kMaxConvertBytes = uint64_t{4} << 30;
 // Ops kept in float32 (Casts around them): inputs their schema wants float (Resize/Upsample
 // scales and roi, Range, NonMaxSuppression boxes, quantization scales), random generators,
 // and numerically fragile ops (accumulating reductions and their overflow-prone relatives).
-const std::set<std::string, std::less<>>& default_block_list() {
-  static const std::set<std::string, std::less<>> ops = {
+std::vector<std::string> default_block_ops() {
+  return {
       "Resize", "Upsample", "Range", "NonMaxSuppression", "RoiAlign", "TopK", "CumSum",
       "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
       "Bernoulli", "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceProd", "ReduceLogSum",
@@ -53,10 +64,25 @@ const std::set<std::string, std::less<>>& default_block_list() {
       "DequantizeLinear", "DynamicQuantizeLinear", "STFT", "DFT", "MelWeightMatrix",
       "HannWindow", "HammingWindow", "BlackmanWindow", "SoftmaxCrossEntropyLoss",
       "NegativeLogLikelihoodLoss"};
-  return ops;
+}
+
+// Ops kept in float32 whatever block_ops says: their schema has no float16 for an operand the
+// pass would convert (Resize/Upsample scales, Range, NonMaxSuppression, the quantization ops'
+// inputs and scales; CumSum before opset 14).
+bool float_only(const ir::Node& n) {
+  static const std::set<std::string, std::less<>> ops = {
+      "Resize", "Upsample", "Range", "NonMaxSuppression", "QuantizeLinear", "DequantizeLinear",
+      "DynamicQuantizeLinear"};
+  return ops.count(n.op_type()) || (n.op_type() == "CumSum" && n.opset() < 14);
 }
 
 enum class Want { kAny, kHalf, kFloat };
+
+struct Settings {
+  bool keep_io = true;
+  std::set<std::string, std::less<>> block_ops;    // op types kept in float32 (ONNX domain)
+  std::set<std::string, std::less<>> block_nodes;  // node names kept in float32
+};
 
 int32_t type_of(Want w) { return w == Want::kHalf ? kF16 : kF32; }
 
@@ -75,15 +101,15 @@ struct GraphRole {
 // several rounds, and nothing may carry over from one to the next).
 class Conversion {
  public:
-  explicit Conversion(bool keep_io) : keep_io_(keep_io) {}
+  explicit Conversion(Settings settings) : settings_(std::move(settings)) {}
 
   PassResult run(ir::Model& model) {
     PassResult result;
     Rewriter rw(model);
 
-    // 1. Snapshot roles, node classes and element types before any edit.
-    visit(model.graph(), {.converted = true, .io_float = keep_io_});
-    for (auto& fn : model.functions()) visit(*fn.body, {.converted = true, .io_float = true});
+    // 1. Snapshot roles, node classes and element types before any edit; functions whose
+    // every call is converted are converted with float16 parameters (plan_functions).
+    plan_functions(model);
 
     // 2. Home type of each float value.
     std::vector<ir::Value*> floats;
@@ -142,8 +168,9 @@ class Conversion {
   }
 
   bool convertible(const ir::Node& n) const {
-    if (!n.is_onnx_domain()) return false;
-    if (default_block_list().count(n.op_type())) return false;
+    if (!n.name().empty() && settings_.block_nodes.count(n.name())) return false;
+    if (!n.is_onnx_domain()) return half_call(n);
+    if (settings_.block_ops.count(n.op_type()) || float_only(n)) return false;
     if (n.is("Cast")) return true;
     if (n.attr("dtype") || n.attr("output_datatype")) return false;
     if (n.is("Constant") && !n.attr("value")) return false;
@@ -354,7 +381,159 @@ class Conversion {
     }
   }
 
-  const bool keep_io_;
+  // The function a node calls (model-local, same domain and name), nullptr otherwise.
+  ir::Function* callee(const ir::Node& n) const {
+    if (n.is_onnx_domain()) return nullptr;
+    auto it = functions_.find({n.domain(), n.op_type()});
+    return it == functions_.end() ? nullptr : it->second;
+  }
+
+  bool half_call(const ir::Node& n) const {
+    ir::Function* f = callee(n);
+    return f && half_.count(f);
+  }
+
+  void snapshot(ir::Model& model) {
+    roles_.clear();
+    converted_.clear();
+    type_.clear();
+    values_.clear();
+    visit(model.graph(), {.converted = true, .io_float = settings_.keep_io});
+    for (auto& fn : model.functions()) {
+      // A function left float32: its body keeps float32 parameters; it is converted inside
+      // only where its parameters' types are known, which they are not (types are per call).
+      const GraphRole role = half_.count(&fn) ? GraphRole{.converted = true, .io_float = false}
+                                              : GraphRole{.converted = !blocked_.count(&fn),
+                                                          .io_float = true};
+      visit(*fn.body, role);
+    }
+  }
+
+  // Model-local functions. A function body has no types of its own (ONNX types its values per
+  // call), so the body is converted only when every call agrees: each call site is a converted
+  // node (not in a kept subgraph, not named in block_nodes, not inside another function's body)
+  // and passes the same element types, and with its parameters declared with them every value
+  // of the body has a known element type (facts from Graft's rules) and its results have the
+  // types the calls' outputs have. Then its parameters and results become float16 and the calls
+  // read and produce float16 like any converted node. Otherwise the function stays float32
+  // and its calls get Casts like a kept op (the calls' types must be known for that; unknown
+  // ones are left alone, as any node of unknown types). Functions called with different
+  // precisions are not duplicated: float32 is what such a call's readers and writers are cast
+  // to.
+  void plan_functions(ir::Model& model) {
+    functions_.clear();
+    half_.clear();
+    blocked_.clear();
+    for (auto& fn : model.functions())
+      functions_[{fn.rest.domain(), fn.rest.name()}] = &fn;
+    const bool callable = !functions_.empty() && !ir::has_deep_function_calls(model);
+    std::unordered_map<ir::Function*, std::vector<ir::Node*>> calls;
+    std::unordered_set<ir::Function*> nested;
+    if (callable) {
+      for (ir::Graph* g : model.all_graphs())
+        for (ir::Node* n : g->nodes())
+          if (ir::Function* f = callee(*n)) {
+            calls[f].push_back(n);
+            if (root_is_function(*g)) nested.insert(f);
+            if (!n->name().empty() && settings_.block_nodes.count(n->name())) blocked_.insert(f);
+          }
+      for (auto& fn : model.functions()) {
+        auto it = calls.find(&fn);
+        if (it == calls.end() || nested.count(&fn) || blocked_.count(&fn)) continue;
+        if (declare_parameters(fn, it->second)) half_.insert(&fn);
+      }
+    }
+    // A call site in a kept region makes its function float32, which may keep other calls:
+    // repeat until every planned function has only converted calls (each round drops one).
+    for (;;) {
+      snapshot(model);
+      ir::Function* drop = nullptr;
+      for (ir::Function* f : half_)
+        for (ir::Node* n : calls[f])
+          if (!is_converted(n)) drop = f;
+      if (!drop) break;
+      half_.erase(drop);
+      blocked_.insert(drop);
+      undeclare_parameters(*drop);
+    }
+  }
+
+  static bool root_is_function(const ir::Graph& g) {
+    const ir::Graph* r = &g;
+    while (r->parent()) r = r->parent()->graph();
+    return r != &g.model()->graph();
+  }
+
+  // Declares the body's parameters with the element types every call passes (false, with the
+  // declarations as they were, when the calls disagree or the body is not fully typed).
+  bool declare_parameters(ir::Function& fn, const std::vector<ir::Node*>& sites) {
+    ir::Graph& body = *fn.body;
+    const auto& ins = body.inputs();
+    const auto& outs = body.outputs();
+    std::vector<int32_t> in_types(ins.size(), 0), out_types(outs.size(), 0);
+    bool any_float = false;
+    for (ir::Node* n : sites) {
+      if (n->inputs().size() > ins.size() || n->outputs().size() > outs.size()) return false;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        const ir::Value* v = n->input(i);
+        const int32_t t = v ? v->elem_type() : 0;
+        if (t == 0 || (in_types[i] != 0 && in_types[i] != t)) return false;
+        in_types[i] = t;
+        any_float |= t == kF32;
+      }
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const ir::Value* v = n->output(i);
+        const int32_t t = v ? v->elem_type() : 0;
+        if (t == 0 || (out_types[i] != 0 && out_types[i] != t)) return false;
+        out_types[i] = t;
+        any_float |= t == kF32;
+      }
+    }
+    if (!any_float) return false;
+    std::vector<std::optional<onnx::TypeProto>> before;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      before.push_back(ins[i].info.has_type() ? std::optional(ins[i].info.type()) : std::nullopt);
+      onnx::TypeProto t;
+      t.mutable_tensor_type()->set_elem_type(in_types[i]);
+      if (ins[i].info.has_type() && ins[i].info.type().tensor_type().elem_type() == in_types[i])
+        continue;
+      body.set_input_type(i, t);
+    }
+    saved_[&fn] = std::move(before);
+    bool typed = true;
+    for (size_t i = 0; i < outs.size() && typed; ++i)
+      typed = outs[i].value && outs[i].value->elem_type() == out_types[i];
+    std::vector<ir::Graph*> graphs{&body};
+    for (size_t k = 0; k < graphs.size() && typed; ++k) {
+      for (ir::Node* n : graphs[k]->nodes()) {
+        for (const ir::Value* v : n->inputs()) typed &= !v || v->elem_type() != 0;
+        for (const ir::Value* v : n->outputs()) typed &= !v || v->elem_type() != 0;
+        for (const auto& sub : n->subgraphs()) graphs.push_back(sub.graph.get());
+      }
+    }
+    if (!typed) undeclare_parameters(fn);
+    return typed;
+  }
+
+  void undeclare_parameters(ir::Function& fn) {
+    auto it = saved_.find(&fn);
+    if (it == saved_.end()) return;
+    ir::Graph& body = *fn.body;
+    for (size_t i = 0; i < it->second.size(); ++i) {
+      const auto& was = it->second[i];
+      const auto& info = body.inputs()[i].info;
+      if (was ? (info.has_type() && info.type().SerializeAsString() == was->SerializeAsString())
+              : !info.has_type())
+        continue;
+      body.set_input_type(i, was ? *was : onnx::TypeProto());
+    }
+    saved_.erase(it);
+  }
+
+  const Settings settings_;
+  std::map<std::pair<std::string, std::string>, ir::Function*> functions_;
+  std::unordered_set<ir::Function*> half_, blocked_;
+  std::unordered_map<ir::Function*, std::vector<std::optional<onnx::TypeProto>>> saved_;
   std::unordered_map<const ir::Graph*, GraphRole> roles_;
   std::unordered_map<const ir::Node*, bool> converted_;
   std::unordered_map<const ir::Value*, int32_t> type_;
@@ -367,7 +546,11 @@ class ConvertFp16 : public Pass {
  public:
   std::string_view name() const override { return "convert_fp16"; }
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
-    return Conversion(ctx.bool_option("keep_io_types")).run(model);
+    Settings settings;
+    settings.keep_io = ctx.bool_option("keep_io_types");
+    for (const std::string& op : ctx.list_option("block_ops")) settings.block_ops.insert(op);
+    for (const std::string& n : ctx.list_option("block_nodes")) settings.block_nodes.insert(n);
+    return Conversion(std::move(settings)).run(model);
   }
 };
 
@@ -382,7 +565,12 @@ PassInfo convert_fp16_pass() {
           .description = "float32 weights and computation to float16 (Casts at kept ops and I/O)",
           .options = {boolean_option("keep_io_types", true,
                                      "graph inputs and outputs stay float32 (Casts at the "
-                                     "boundary); false converts them too")},
+                                     "boundary); false converts them too"),
+                      list_option("block_ops", default_block_ops(), {},
+                                  "op types (ONNX domain) kept in float32 with Casts around "
+                                  "them; replaces the default list (empty: none kept)"),
+                      list_option("block_nodes", {}, {},
+                                  "node names kept in float32 with Casts around them")},
           .create = make_convert_fp16};
 }
 

@@ -1,9 +1,15 @@
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+#include "core/pipeline/pipeline.h"
+#include "core/eval/verify.h"
 #include "tests/external_model.h"
+#include "tests/fp16_checks.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -35,6 +41,24 @@ int32_t initializer_type(const ir::Graph& g, const std::string& name) {
   const ir::Value* v = g.find_local(name);
   return v && v->initializer() ? v->initializer()->data_type() : -1;
 }
+// run_rewrite, then the shared checker: no float32 Cast inside the float16 region, no Cast or
+// Cast pair that changes nothing.
+std::unique_ptr<ir::Model> convert(const std::string& text, const RewriteOptions& options) {
+  auto model = run_rewrite("convert_fp16", text, options);
+  if (model) {
+    EXPECT_EQ(fp16_region_errors(*model, options.pass_options), "");
+  }
+  return model;
+}
+// expect_rewrite (golden text after), then the shared checker.
+void expect_conversion(const std::string& before, const std::string& after,
+                       const RewriteOptions& options) {
+  auto model = expect_rewrite("convert_fp16", before, after, options);
+  if (model) {
+    EXPECT_EQ(fp16_region_errors(*model, options.pass_options), "");
+  }
+}
+
 // Cast nodes in all graphs converting to `to`.
 int count_casts_to(const ir::Model& model, int32_t to) {
   int n = 0;
@@ -45,7 +69,7 @@ int count_casts_to(const ir::Model& model, int32_t to) {
 }
 
 TEST(ConvertFp16, MatMulAddReluGetsFloat16WeightsAndBoundaryCasts) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,4] x) => (float[2,3] y)
       <float[4,3] w = {0.5, -1.0, 0.25, 2.0, 1.5, -0.75, 0.125, 1.0, -2.0, 0.5, 0.25, 1.0},
@@ -70,7 +94,7 @@ TEST(ConvertFp16, MatMulAddReluGetsFloat16WeightsAndBoundaryCasts) {
 
 TEST(ConvertFp16, KeepIoTypesFalseConvertsTheInterface) {
   // The outputs change type, so the evaluator cannot compare them with the float originals.
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,4] x) => (float[2,3] y)
       <float[4,3] w = {0.5, -1.0, 0.25, 2.0, 1.5, -0.75, 0.125, 1.0, -2.0, 0.5, 0.25, 1.0}> {
@@ -90,7 +114,7 @@ TEST(ConvertFp16, KeepIoTypesFalseConvertsTheInterface) {
 }
 
 TEST(ConvertFp16, BlockListedReduceMeanStaysFloatWithCastsAround) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,4] x) => (float[2,1] y) {
       a = Relu (x)
@@ -113,7 +137,7 @@ TEST(ConvertFp16, BlockListedReduceMeanStaysFloatWithCastsAround) {
 }
 
 TEST(ConvertFp16, ResizeKeepsItsFloatScales) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,1,2,2] x) => (float[1,1,4,4] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
       a = Relu (x)
@@ -127,6 +151,31 @@ TEST(ConvertFp16, ResizeKeepsItsFloatScales) {
   EXPECT_EQ(producer(model->graph(), "r")->input(0)->elem_type(), kF32);
 }
 
+TEST(ConvertFp16, ResizeKeepsItsFloatScalesEvenWithAnEmptyBlockList) {
+  // Resize's scales have no float16 in its schema: kept whatever block_ops says.
+  expect_conversion(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,2] x) => (float[1,1,4,4] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+      a = Relu (x)
+      r = Resize <mode = "nearest"> (a, , scales)
+      y = Exp (r)
+    }
+  )",
+                    R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,2] x) => (float[1,1,4,4] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+      h = Cast <to = 10> (x)
+      a = Relu (h)
+      f = Cast <to = 1> (a)
+      r = Resize <mode = "nearest"> (f, , scales)
+      h2 = Cast <to = 10> (r)
+      e = Exp (h2)
+      y = Cast <to = 1> (e)
+    }
+  )",
+                    with_option(fp16_tolerance(), "block_ops", ""));
+}
+
 TEST(ConvertFp16, DescriptorIsLossyLevel3WithKeepIoTypes) {
   const PassInfo info = convert_fp16_pass();
   EXPECT_EQ(info.name, "convert_fp16");
@@ -136,14 +185,26 @@ TEST(ConvertFp16, DescriptorIsLossyLevel3WithKeepIoTypes) {
   auto ok = parse_options(info.name, info.options, {{"keep_io_types", "false"}});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_FALSE(ok->boolean("keep_io_types"));
-  // No string option type exists yet: block_ops is refused, not silently ignored.
-  EXPECT_FALSE(parse_options(info.name, info.options, {{"block_ops", "Relu"}}).ok());
+  auto lists = parse_options(info.name, info.options, {});
+  ASSERT_TRUE(lists.ok()) << lists.status();
+  EXPECT_EQ(lists->list("block_nodes"), std::vector<std::string>{});
+  const auto& ops = lists->list("block_ops");
+  for (const char* op : {"Resize", "Range", "NonMaxSuppression", "TopK", "CumSum",
+                         "RandomNormal", "RandomUniformLike", "ReduceMean", "ReduceSum", "Pow",
+                         "Exp"})
+    EXPECT_TRUE(std::find(ops.begin(), ops.end(), op) != ops.end()) << op;
+  auto none = parse_options(info.name, info.options, {{"block_ops", ""}});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->list("block_ops").empty());
+  // A name with a control character is refused.
+  EXPECT_FALSE(parse_options(info.name, info.options, {{"block_nodes", "a\nb"}}).ok());
+  EXPECT_FALSE(parse_options(info.name, info.options, {{"block_types", "Relu"}}).ok());
 }
 
 TEST(ConvertFp16, CastToFloatInsideBecomesCastToFloat16OrGoes) {
   // Cast(i: int64 -> FLOAT) now casts to FLOAT16; Cast(a: float -> FLOAT) changed nothing and
   // would now cast float16 to float16: removed.
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (int64[3] i, float[3] x) => (float[3] y) {
       c = Cast <to = 1> (i)
@@ -165,7 +226,7 @@ TEST(ConvertFp16, CastToFloatInsideBecomesCastToFloat16OrGoes) {
 TEST(ConvertFp16, AdjacentCastPairThatChangesNothingIsRemoved) {
   // a is float16 after conversion: Cast(a, FLOAT16) and then Cast(.., FLOAT) back would be a
   // float16 -> float16 round trip: both go.
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[3] x) => (float[3] y) {
       a = Relu (x)
@@ -200,10 +261,11 @@ TEST(ConvertFp16, ClampsConstantsOutsideFloat16RangeAndCountsThem) {
   ASSERT_TRUE(values);
   EXPECT_EQ(*values, (std::vector<double>{65504.0, -65504.0, 1.5, 0.0}));
   EXPECT_EQ(onnx_errors(*model), "");
+  EXPECT_EQ(fp16_region_errors(*model), "");
 }
 
 TEST(ConvertFp16, ConstantNodeValueIsConverted) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2] x) => (float[2] y) {
       k = Constant <value = float[2] {3.0, 1e6}> ()
@@ -219,7 +281,7 @@ TEST(ConvertFp16, ConstantNodeValueIsConverted) {
 }
 
 TEST(ConvertFp16, IfBranchesAreConvertedAndCapturedWeightsSeenAsFloat16) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (bool c, float[3] x) => (float[3] y) <float[3] w = {0.5, -1.0, 2.0}> {
       a = Relu (x)
@@ -247,7 +309,7 @@ TEST(ConvertFp16, IfBranchesAreConvertedAndCapturedWeightsSeenAsFloat16) {
 }
 
 TEST(ConvertFp16, LoopBodyStatesBecomeFloat16) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2] x) => (float[2] y) <int64 n = {3}, bool t = {1}, float[2] w = {0.5, 0.25}> {
       y = Loop (n, t, x) <body = b (int64 i, bool ci, float[2] s) => (bool co, float[2] so) {
@@ -269,7 +331,7 @@ TEST(ConvertFp16, LoopBodyStatesBecomeFloat16) {
 }
 
 TEST(ConvertFp16, ScanBodyIsConverted) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2] init, float[3,2] xs) => (float[2] y, float[3,2] ys) <float[2] w = {0.5, 2.0}> {
       y, ys = Scan (init, xs) <num_scan_inputs = 1,
@@ -296,7 +358,7 @@ TEST(ConvertFp16, ScanBodyIsConverted) {
 
 TEST(ConvertFp16, BlockedOpComputingAGraphOutputGetsACastWithoutKeepIoTypes) {
   // The graph output becomes float16: the kept ReduceSum's float result is cast under its name.
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,3] x) => (float[1,1] y) {
       y = ReduceSum <keepdims = 1> (x, )
@@ -316,23 +378,289 @@ TEST(ConvertFp16, BlockedOpComputingAGraphOutputGetsACastWithoutKeepIoTypes) {
   EXPECT_EQ(sum->input(0)->producer()->attr_int("to", 0), kF32);
 }
 
-TEST(ConvertFp16, LocalFunctionsAreLeftAloneForNow) {
-  // Known limit: a function body's parameters have no element type (facts are per body, not per
-  // call site), so its nodes are not known to compute floats and the pass keeps the body and the
-  // call in float32. This pins that the model stays untouched and valid.
-  expect_no_rewrite("convert_fp16", R"(
+TEST(ConvertFp16, BlockOpsReplacesTheDefaultList) {
+  // Relu kept float32, ReduceMean (on the default list) converted.
+  expect_conversion(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4] x) => (float[2,1] y) {
+      a = Relu (x)
+      r = ReduceMean <axes = [1]> (a)
+      y = Neg (r)
+    }
+  )",
+                    R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4] x) => (float[2,1] y) {
+      a = Relu (x)
+      h = Cast <to = 10> (a)
+      r = ReduceMean <axes = [1]> (h)
+      n = Neg (r)
+      y = Cast <to = 1> (n)
+    }
+  )",
+                    with_option(fp16_tolerance(), "block_ops", "Relu"));
+}
+
+TEST(ConvertFp16, EmptyBlockOpsKeepsNothingInFloat32) {
+  expect_conversion(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4] x) => (float[2,1] y) <int64[1] axes = {1}> {
+      e = Exp (x)
+      r = ReduceSum <keepdims = 1> (e, axes)
+      y = Neg (r)
+    }
+  )",
+                    R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4] x) => (float[2,1] y) <int64[1] axes = {1}> {
+      h = Cast <to = 10> (x)
+      e = Exp (h)
+      r = ReduceSum <keepdims = 1> (e, axes)
+      n = Neg (r)
+      y = Cast <to = 1> (n)
+    }
+  )",
+                    with_option(fp16_tolerance(), "block_ops", ""));
+}
+
+// Node names have no ONNX text syntax in libonnx 1.12: the test names the node after parsing.
+void expect_named_conversion(const std::string& before, const std::string& node_output,
+                             const std::string& node_name, const std::string& after,
+                             const PassOptions& options) {
+  auto model = parse_text(before);
+  ASSERT_TRUE(model);
+  ir::Node* n = producer(model->graph(), node_output);
+  ASSERT_TRUE(n);
+  n->mutable_proto().set_name(node_name);
+  const auto reference = model->clone();
+  EXPECT_TRUE(run_pass(*model, "convert_fp16", options).changed);
+  auto expected = parse_text(after);
+  ASSERT_TRUE(expected);
+  EXPECT_EQ(canonical_text(*model), canonical_text(*expected));
+  EXPECT_EQ(same_outputs(*reference, *model, 1, 1e-2, 1e-2), "");
+  EXPECT_EQ(onnx_errors(*model), "");
+  EXPECT_EQ(fp16_region_errors(*model, options), "");
+}
+
+TEST(ConvertFp16, BlockNodesKeepsTheNamedNodeInFloat32) {
+  // The first Sigmoid (named "keep") stays float32; the second, the same op, is converted.
+  expect_named_conversion(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4] x) => (float[2,4] y) {
+      a = Sigmoid (x)
+      b = Sigmoid (a)
+      y = Neg (b)
+    }
+  )",
+                          "a", "keep", R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4] x) => (float[2,4] y) {
+      a = Sigmoid (x)
+      h = Cast <to = 10> (a)
+      b = Sigmoid (h)
+      n = Neg (b)
+      y = Cast <to = 1> (n)
+    }
+  )",
+                          {{"block_nodes", "keep,unknown_name"}});
+}
+
+const ir::Function* function_named(const ir::Model& model, const std::string& name) {
+  for (const auto& fn : model.functions())
+    if (fn.rest.name() == name) return &fn;
+  return nullptr;
+}
+
+constexpr const char* kTwiceCalledTwice = R"(
     <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
     g (float[3] x) => (float[3] y) {
-      y = local.twice (x)
+      a = Relu (x)
+      b = local.twice (a)
+      y = local.twice (b)
     }
     <domain: "local", opset_import: ["" : 13]>
-    twice (a) => (b) {
+    twice (p) => (q) {
       two = Constant <value = float {2.0}> ()
-      m = Mul (a, two)
-      b = Relu (m)
+      m = Mul (p, two)
+      q = Relu (m)
+    }
+  )";
+
+TEST(ConvertFp16, FunctionCalledOnlyInTheConvertedRegionIsConvertedInside) {
+  auto model = convert(kTwiceCalledTwice, fp16_tolerance());
+  ASSERT_TRUE(model);
+  const ir::Graph& g = model->graph();
+  // The calls read and produce float16: Casts only at the graph's boundary.
+  EXPECT_EQ(count_casts_to(*model, kF16), 1);
+  EXPECT_EQ(count_casts_to(*model, kF32), 1);
+  EXPECT_EQ(g.lookup("b")->elem_type(), kF16);
+  const ir::Function* fn = function_named(*model, "twice");
+  ASSERT_TRUE(fn);
+  const ir::Node* two = producer(*fn->body, "two");
+  ASSERT_TRUE(two && two->attr("value"));
+  EXPECT_EQ(two->attr("value")->t().data_type(), kF16);
+  EXPECT_EQ(*ir::read_doubles(two->attr("value")->t()), std::vector<double>{2.0});
+  EXPECT_EQ(count_ops(*model, "Cast"), 2);
+  // A second run finds float16 calls and a float16 body: nothing to do.
+  const std::string once = print(*model);
+  auto second = run_pass(*model, "convert_fp16");
+  EXPECT_FALSE(second.changed);
+  EXPECT_EQ(print(*model), once);
+}
+
+TEST(ConvertFp16, FunctionCalledFromAKeptNodeStaysFloat32WithCastsAtItsCalls) {
+  // The call named "keep" is kept: the function is float32, so both calls are, with Casts
+  // between them and the converted Relu.
+  auto model = parse_text(kTwiceCalledTwice);
+  ASSERT_TRUE(model);
+  producer(model->graph(), "b")->mutable_proto().set_name("keep");
+  const auto reference = model->clone();
+  const PassOptions options{{"block_nodes", "keep"}};
+  EXPECT_TRUE(run_pass(*model, "convert_fp16", options).changed);
+  auto expected = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[3] x) => (float[3] y) {
+      h = Cast <to = 10> (x)
+      a = Relu (h)
+      f = Cast <to = 1> (a)
+      b = local.twice (f)
+      y = local.twice (b)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    twice (p) => (q) {
+      two = Constant <value = float {2.0}> ()
+      m = Mul (p, two)
+      q = Relu (m)
+    }
+  )");
+  EXPECT_EQ(canonical_text(*model), canonical_text(*expected));
+  EXPECT_EQ(same_outputs(*reference, *model, 1, 1e-2, 1e-2), "");
+  EXPECT_EQ(onnx_errors(*model), "");
+  EXPECT_EQ(fp16_region_errors(*model, options), "");
+}
+
+TEST(ConvertFp16, FunctionCalledInsideAKeptOpsSubgraphStaysFloat32) {
+  // One call is in the converted main graph, one in the branch of an If kept by block_ops: mixed
+  // precision, so the function stays float32 and the main graph's call gets Casts.
+  auto model = convert(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[3] x, bool c) => (float[3] y, float[3] z) {
+      a = Relu (x)
+      y = local.twice (a)
+      z = If (c) <
+        then_branch = t () => (float[3] o) { o = local.twice (x) },
+        else_branch = e () => (float[3] o2) { o2 = Neg (x) }>
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    twice (p) => (q) {
+      two = Constant <value = float {2.0}> ()
+      m = Mul (p, two)
+      q = Relu (m)
+    }
+  )",
+                       with_option(fp16_tolerance(), "block_ops", "If"));
+  ASSERT_TRUE(model);
+  const ir::Function* fn = function_named(*model, "twice");
+  ASSERT_TRUE(fn);
+  EXPECT_EQ(producer(*fn->body, "two")->attr("value")->t().data_type(), kF32);
+  EXPECT_EQ(producer(model->graph(), "y")->input(0)->producer()->op_type(), "Cast");
+}
+
+TEST(ConvertFp16, FunctionCalledInsideAnIfBranchIsConverted) {
+  auto model = convert(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[3] x, bool c) => (float[3] z) {
+      a = Relu (x)
+      z = If (c) <
+        then_branch = t () => (float[3] o) { o = local.twice (a) },
+        else_branch = e () => (float[3] o2) { o2 = Neg (a) }>
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    twice (p) => (q) {
+      two = Constant <value = float {2.0}> ()
+      m = Mul (p, two)
+      q = Relu (m)
+    }
+  )",
+                       fp16_tolerance());
+  ASSERT_TRUE(model);
+  const ir::Function* fn = function_named(*model, "twice");
+  ASSERT_TRUE(fn);
+  EXPECT_EQ(producer(*fn->body, "two")->attr("value")->t().data_type(), kF16);
+  EXPECT_EQ(count_ops(*model, "Cast"), 2);
+}
+
+TEST(ConvertFp16, FunctionCalledWithIntegersIsLeftAlone) {
+  // No float parameter or result: nothing to convert, the model is untouched.
+  expect_no_rewrite("convert_fp16", R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (int64[3] x) => (int64[3] y) {
+      y = local.inc (x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    inc (p) => (q) {
+      one = Constant <value = int64 {1}> ()
+      q = Add (p, one)
     }
   )",
                     compare_outputs(Outputs::kSameIfVerifiable));
+}
+
+TEST(ConvertFp16, FunctionCallingAFunctionStaysFloat32) {
+  // Known limit: calls inside function bodies are not planned (a call's result types are not
+  // known inside a body), so the inner function is kept float32 and so is the outer one
+  // (its body has a value of unknown type); the calls in the main graph get Casts.
+  auto model = convert(R"(
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    g (float[3] x) => (float[3] y) {
+      a = Relu (x)
+      b = local.outer (a)
+      y = Neg (b)
+    }
+    <domain: "local", opset_import: ["" : 13, "local" : 1]>
+    outer (p) => (q) {
+      r = local.inner (p)
+      q = Abs (r)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    inner (p) => (q) {
+      two = Constant <value = float {2.0}> ()
+      q = Mul (p, two)
+    }
+  )",
+                       fp16_tolerance());
+  ASSERT_TRUE(model);
+  EXPECT_EQ(producer(*function_named(*model, "inner")->body, "two")->attr("value")->t().data_type(),
+            kF32);
+  EXPECT_EQ(count_ops(*model, "Cast"), 4);
+}
+
+TEST(ConvertFp16, TheRegionCheckerFindsFloat32CastsAndCastPairsThatChangeNothing) {
+  // The checker must be able to fail: a hand-made float16 model with a float32 island.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[3] x) => (float[3] y) {
+      h = Cast <to = 10> (x)
+      a = Relu (h)
+      f = Cast <to = 1> (a)
+      n = Neg (f)
+      h2 = Cast <to = 10> (n)
+      f2 = Cast <to = 1> (h2)
+      h3 = Cast <to = 10> (f2)
+      s = Sigmoid (h3)
+      y = Cast <to = 1> (s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  const std::string errors = fp16_region_errors(*model);
+  EXPECT_NE(errors.find("Cast producing 'f': float32 read by converted Neg"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("Cast producing 'h3': with the Cast before it, changes nothing"),
+            std::string::npos)
+      << errors;
+  // Neg kept by the options: that Cast is where it belongs.
+  EXPECT_EQ(fp16_region_errors(*model, {{"block_ops", "Neg"}}).find("read by converted Neg"),
+            std::string::npos);
 }
 
 TEST(ConvertFp16, ExternalWeightsAreReadAndBecomeInMemoryFloat16) {
@@ -358,6 +686,116 @@ TEST(ConvertFp16, ExternalWeightsAreReadAndBecomeInMemoryFloat16) {
                                  1.0}));
   EXPECT_EQ(same_outputs(*reference, *model, 1, 1e-2, 1e-2), "");
   EXPECT_EQ(onnx_errors_beside(*model, dir.path()), "");
+  EXPECT_EQ(fp16_region_errors(*model), "");
+}
+
+TEST(ConvertFp16, ExternalWeightsConvertThroughThePipelineAndTheSavedModelComputesTheSame) {
+  // 64x64 float32 weights (16 KiB) in an external file: the pipeline converts them (verified,
+  // error reported), the save writes them as 8 KiB of float16 in a new external file, and the
+  // model loaded back from disk computes what the float32 one does within float16's error.
+  TempFolder dir;
+  std::string w;
+  for (int i = 0; i < 64 * 64; ++i)
+    w += (i ? ", " : "") + std::to_string(((i * 37) % 101 - 50) / 64.0);
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,64] x) => (float[N,64] y) <float[64,64] w = {)" + w + R"(}> {
+      m = MatMul (x, w)
+      y = Tanh (m)
+    }
+  )");
+  ASSERT_TRUE(model);
+  externalize(*model, dir.path(), "weights.bin", {"w"});
+  const auto reference = model->clone();
+  PipelineConfig config = test_pipeline_config();
+  config.passes = {"convert_fp16"};
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const VerificationReport& v = report->verification;
+  EXPECT_EQ(v.result.status, eval::VerifyStatus::kVerified) << v.result.message;
+  EXPECT_EQ(v.lossy_passes, std::vector<std::string>{"convert_fp16"});
+  ASSERT_EQ(v.errors.size(), 1u);
+  EXPECT_LT(v.errors[0].rel, 1e-2);
+  EXPECT_EQ(initializer_type(model->graph(), "w"), kF16);
+  EXPECT_EQ(fp16_region_errors(*model), "");
+
+  const std::filesystem::path out = dir.path() / "out";
+  std::filesystem::create_directories(out);
+  ir::Model::ExternalWrite write;
+  write.folder = out.string();
+  write.location = "model.weights";
+  write.even_without_external = true;
+  auto saved = model->serialize_with_external(write);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->new_file_tensors, 1);
+  EXPECT_EQ(saved->new_file_bytes, 64u * 64 * 2);  // half the float32 file
+  EXPECT_EQ(std::filesystem::file_size(dir.path() / "weights.bin"), 64u * 64 * 4);
+  {
+    std::ofstream f(out / "model.onnx", std::ios::binary);
+    f << saved->model;
+  }
+  auto reloaded = ir::Model::load_file((out / "model.onnx").string());
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  const ir::Value* w16 = (*reloaded)->graph().find_local("w");
+  ASSERT_TRUE(w16 && w16->initializer());
+  EXPECT_TRUE(ir::is_external(*w16->initializer()));
+  EXPECT_EQ(w16->initializer()->data_type(), kF16);
+  EXPECT_EQ(same_outputs(*reference, **reloaded, 1, 1e-2, 1e-2), "");
+  EXPECT_EQ(onnx_errors_beside(**reloaded, out), "");
+}
+
+// Serialized bytes of the weights: initializers and Constant values in all graphs.
+size_t weight_bytes(const ir::Model& model) {
+  size_t n = 0;
+  for (const ir::Graph* g : model.all_graphs()) {
+    for (const ir::Value* v : g->initializers()) n += v->initializer()->ByteSizeLong();
+    for (const ir::Node* node : g->nodes())
+      if (node->is("Constant") && node->attr("value")) n += node->attr("value")->t().ByteSizeLong();
+  }
+  return n;
+}
+
+TEST(ConvertFp16, RealModelsConvertWithNoFloat32CastInsideAndHalfTheWeights) {
+  // The repository's small model and ../shared/models (skipped when absent): the shared checker
+  // holds, the model stays valid for libonnx (where it knows the opsets) and its weights take
+  // about half the bytes.
+  std::vector<std::filesystem::path> paths{std::filesystem::path(GRAFT_SOURCE_DIR) / "models" /
+                                           "ppocr_mobile_v2_cls.onnx"};
+  // GRAFT_FP16_MODELS: a folder of more models to check by hand (e.g. /tmp/graft-corpus).
+  const char* more = std::getenv("GRAFT_FP16_MODELS");
+  for (const auto& dir : {shared_models_dir(), std::filesystem::path(more ? more : "")})
+    if (!dir.empty() && std::filesystem::is_directory(dir))
+      for (const auto& e : std::filesystem::directory_iterator(dir))
+        if (e.path().extension() == ".onnx") paths.push_back(e.path());
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path.string());
+    if (!std::filesystem::exists(path)) continue;
+    auto model = ir::Model::load_file(path.string());
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::string skipped;
+    const bool valid = onnx_check(**model, false, &skipped).ok() && skipped.empty();
+    const size_t before = weight_bytes(**model);
+    EXPECT_TRUE(run_pass(**model, "convert_fp16").changed);
+    EXPECT_EQ(fp16_region_errors(**model), "");
+    EXPECT_LT(weight_bytes(**model), before * 0.55);
+    if (valid) {
+      EXPECT_EQ(onnx_errors(**model), "");
+    }
+  }
+}
+
+TEST(ConvertFp16, ModelsConvertedElsewhereHoldTheChecker) {
+  // By hand: GRAFT_FP16_CONVERTED names a folder of models written by
+  // `graft optimize --level O3` (the whole pipeline, not the pass alone); skipped when unset.
+  const char* dir = std::getenv("GRAFT_FP16_CONVERTED");
+  if (!dir || !std::filesystem::is_directory(dir)) GTEST_SKIP() << "GRAFT_FP16_CONVERTED unset";
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".onnx") continue;
+    SCOPED_TRACE(e.path().string());
+    auto model = ir::Model::load_file(e.path().string());
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(fp16_region_errors(**model), "");
+  }
 }
 
 TEST(ConvertFp16, SecondRunChangesNothing) {
@@ -382,6 +820,7 @@ TEST(ConvertFp16, SecondRunChangesNothing) {
   EXPECT_EQ(print(*model), once);
   EXPECT_EQ(same_outputs(*reference, *model, 1, 1e-2, 1e-2), "");
   EXPECT_EQ(onnx_errors(*model), "");
+  EXPECT_EQ(fp16_region_errors(*model), "");
 }
 
 TEST(ConvertFp16, SecondRunInMemoryAfterOnnxInferenceChangesNothing) {
@@ -410,6 +849,7 @@ TEST(ConvertFp16, SecondRunInMemoryAfterOnnxInferenceChangesNothing) {
   EXPECT_FALSE(second.changed);
   EXPECT_EQ(print(*model), once);
   EXPECT_EQ(count_ops(*model, "Cast"), 2);
+  EXPECT_EQ(fp16_region_errors(*model), "");
 }
 
 TEST(ConvertFp16, OnePassObjectRunTwiceChangesNothingTheSecondTime) {
@@ -438,6 +878,7 @@ TEST(ConvertFp16, OnePassObjectRunTwiceChangesNothingTheSecondTime) {
   EXPECT_FALSE(second->changed);
   EXPECT_EQ(second->rewrites, 0);
   EXPECT_EQ(print(*model), once);
+  EXPECT_EQ(fp16_region_errors(*model), "");
 }
 
 TEST(ConvertFp16, ModelAlreadyFloat16InsideIsLeftAlone) {
@@ -459,10 +900,11 @@ TEST(ConvertFp16, ModelAlreadyFloat16InsideIsLeftAlone) {
   EXPECT_FALSE(result.changed);
   EXPECT_EQ(result.rewrites, 0);
   EXPECT_EQ(print(*model), before);
+  EXPECT_EQ(fp16_region_errors(*model), "");
 }
 
 TEST(ConvertFp16, IntAndBoolValuesAreLeftAlone) {
-  auto model = run_rewrite("convert_fp16", R"(
+  auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[3,2] x, int64[2] idx, bool[2,2] m) => (float[2,2] y, int64[2] s)
       <int64[2] one = {1, 1}, double[2] d = {1.0, 2.0}> {
