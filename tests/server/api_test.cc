@@ -164,8 +164,11 @@ TEST(Api, MalformedInputSetsAreInvalidArgumentNamingTheSetAndInput) {
   huge.add_dims(1000000);
   expect_invalid(with_inputs({{{"x", huge.SerializeAsString()}}}),
                  "declare 1000000000000 elements, but the tensor holds data for at most 0");
+  // Fewer values than the dims say is caught before allocating, more by the exact count.
   expect_invalid(with_inputs({{{"x", float_bytes({3}, {1, 2}, /*raw=*/false)}}}),
-                 "tensor field has 2 entries, expected 3");
+                 "dims [3] declare 3 elements, but the tensor holds data for at most 2");
+  expect_invalid(with_inputs({{{"x", float_bytes({2}, {1, 2, 3}, /*raw=*/false)}}}),
+                 "tensor field has 3 entries, expected 2");
   expect_invalid(with_inputs({{}}), "verify input set 1 is empty");
   expect_invalid(with_inputs({{{"", float_bytes({1}, {1})}}}), "empty input name");
   expect_invalid(with_inputs(std::vector<std::map<std::string, std::string>>(
