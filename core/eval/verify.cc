@@ -308,7 +308,7 @@ absl::Status check_input_sets(const ir::Model& model,
         return absl::InvalidArgumentError(
             absl::StrCat(prefix, "the model does not declare it a tensor"));
       const auto& tt = type->tensor_type();
-      if (tt.elem_type() != t.dtype())
+      if (tt.elem_type() != onnx::TensorProto::UNDEFINED && tt.elem_type() != t.dtype())
         return absl::InvalidArgumentError(absl::StrCat(prefix, "element type ", dtype_name(t.dtype()),
                                                        ", the model declares ",
                                                        dtype_name(tt.elem_type())));
