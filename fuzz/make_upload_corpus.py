@@ -36,16 +36,50 @@ def field_bytes(number, value):
 
 
 # graft.v1 messages, only the fields the seeds use.
-def pipeline_config(level="O2"):
-    return field_bytes(1, level)
+def pipeline_config(level="O2", input_sets=()):
+    body = field_bytes(1, level)
+    if input_sets:
+        verify = b"".join(field_bytes(10, input_set(s)) for s in input_sets)
+        body += field_bytes(7, verify)  # PipelineConfig.verify: VerifyConfig.input_sets
+    return body
+
+
+def input_set(tensors):
+    # InputSet.tensors: map<string, bytes>, entries as messages {key = 1, value = 2}.
+    return b"".join(field_bytes(1, field_bytes(1, name) + field_bytes(2, data))
+                    for name, data in tensors.items())
+
+
+# onnx messages (onnx.proto field numbers), as small as a valid model gets.
+def float_tensor(dims, values, name=""):
+    body = b"".join(field_varint(1, d) for d in dims) + field_varint(2, 1)  # FLOAT
+    body += field_bytes(4, b"".join(struct.pack("<f", v) for v in values))  # float_data, packed
+    if name:
+        body += field_bytes(8, name)
+    return body
+
+
+def value_info(name, dims):
+    shape = b"".join(field_bytes(1, field_varint(1, d) if isinstance(d, int) else field_bytes(2, d))
+                     for d in dims)
+    tensor_type = field_varint(1, 1) + field_bytes(2, shape)
+    return field_bytes(1, name) + field_bytes(2, field_bytes(1, tensor_type))
+
+
+def relu_model():
+    """x: float[N, 2] -> Relu -> y, IR 8, opset 13."""
+    node = field_bytes(1, "x") + field_bytes(2, "y") + field_bytes(4, "Relu")
+    graph = (field_bytes(1, node) + field_bytes(2, "g") + field_bytes(11, value_info("x", ["N", 2]))
+             + field_bytes(12, value_info("y", ["N", 2])))
+    return field_varint(1, 8) + field_bytes(8, field_varint(2, 13)) + field_bytes(7, graph)
 
 
 def external_file(name, size):
     return field_bytes(1, name) + field_varint(2, size)
 
 
-def start(model_size, files=(), sha256=None, deadline_hint_ms=None, level="O2"):
-    body = field_bytes(1, pipeline_config(level)) + field_varint(2, model_size)
+def start(model_size, files=(), sha256=None, deadline_hint_ms=None, level="O2", input_sets=()):
+    body = field_bytes(1, pipeline_config(level, input_sets)) + field_varint(2, model_size)
     if sha256 is not None:
         body += field_bytes(3, sha256)
     if deadline_hint_ms is not None:
@@ -67,6 +101,7 @@ def sequence(*messages):
 
 
 MODEL = b"a model's bytes"
+RELU = relu_model()
 
 SEEDS = {
     "model_in_one_chunk": sequence(start(len(MODEL)), chunk(MODEL)),
@@ -89,6 +124,17 @@ SEEDS = {
     "huge_deadline_hint": sequence(start(3, deadline_hint_ms=2**64 - 1), chunk(b"abc")),
     "chunk_before_start": sequence(chunk(b"abc"), start(3)),
     "undeclared_file": sequence(start(1), chunk(b"x"), chunk(b"y", "nope")),
+    # Verify input sets, checked by api::from_proto and then against the model.
+    "verify_input_set": sequence(
+        start(len(RELU), input_sets=[{"x": float_tensor([1, 2], [0.5, -1])},
+                                     {"x": float_tensor([3, 2], [1, 2, 3, 4, 5, 6])}]),
+        chunk(RELU)),
+    "verify_input_set_wrong_dim": sequence(
+        start(len(RELU), input_sets=[{"x": float_tensor([1, 3], [1, 2, 3])}]), chunk(RELU)),
+    "verify_input_set_unknown_name": sequence(
+        start(len(RELU), input_sets=[{"q": float_tensor([1, 2], [1, 2])}]), chunk(RELU)),
+    "verify_input_set_huge_dims": sequence(
+        start(len(RELU), input_sets=[{"x": float_tensor([10**6, 10**6], [])}]), chunk(RELU)),
 }
 
 

@@ -8,7 +8,11 @@
 // codes; a finished upload holds exactly the announced bytes, within max_model_bytes, with the
 // sha256 of the model; external files are on disk in the spool with exactly their announced
 // bytes and sha256, within the spool's budget; the memory budget and the spool are back to 0
-// (and the request's folder gone) afterwards.
+// (and the request's folder gone) afterwards. The start message's config goes through
+// api::from_proto as graftd's first step does (verify input sets: every tensor parsed and
+// checked, at most 16 sets within kMaxInputSetBytes, errors INVALID_ARGUMENT), and a finished
+// model that parses has the sets checked against it (eval::check_input_sets) as run_pipeline
+// does. Seeds with input sets: "verify_input_set*".
 #include <unistd.h>
 
 #include <cstdint>
@@ -16,9 +20,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "core/cache/digest.h"
+#include "core/eval/verify.h"
+#include "core/ir/model.h"
 #include "core/paths/files.h"
+#include "proto/convert.h"
 #include "server/spool.h"
 #include "server/upload.h"
 
@@ -87,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   {
     UploadAssembler up(limits, &budget, &disk);
     bool failed = false;
+    std::optional<graft::PipelineConfig> config;  // from the start message, as graftd reads it
     size_t off = 0;
     while (!failed && off + 2 <= size) {
       size_t len = data[off] | (size_t{data[off + 1]} << 8);
@@ -102,6 +111,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (budget.used() > budget.limit()) broken("budget exceeded");
       if (disk.used() > disk.limit()) broken("spool budget exceeded");
       if (up.spool_dir()) folder = up.spool_dir()->path();
+      if (!failed && up.started() && !config) {
+        auto c = graft::api::from_proto(up.start().config());
+        if (c.ok()) {
+          const auto& sets = c->verify_options.input_sets;
+          if (sets.size() > static_cast<size_t>(graft::eval::kMaxInputSets))
+            broken("more than 16 input sets accepted");
+          if (graft::api::input_sets_bytes(sets) > graft::api::kMaxInputSetBytes)
+            broken("input sets above kMaxInputSetBytes accepted");
+          if (!sets.empty() && (!c->verify || c->verify_options.trials != static_cast<int>(sets.size())))
+            broken("input sets do not imply verification");
+          for (const auto& set : sets)
+            for (const auto& [name, t] : set)
+              if (t.dtype() != onnx::TensorProto::STRING &&
+                  t.bytes() != static_cast<uint64_t>(t.size()) * t.element_size())
+                broken("input tensor with inconsistent size");
+          config = std::move(*c);
+        } else if (c.status().code() != absl::StatusCode::kInvalidArgument ||
+                   c.status().message().empty()) {
+          broken("from_proto: undocumented error code");
+        } else {
+          failed = true;  // graftd ends the call here
+        }
+      }
     }
     if (!failed) {
       grpc::Status st = up.finish();
@@ -121,6 +153,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           total += f.size;
         }
         if (total > kSpoolBytes) broken("spool.max_bytes exceeded");
+        if (config && !config->verify_options.input_sets.empty()) {
+          auto parsed = graft::ir::Model::parse(model);
+          if (parsed.ok()) {
+            absl::Status st =
+                graft::eval::check_input_sets(**parsed, config->verify_options.input_sets);
+            if (!st.ok() && (st.code() != absl::StatusCode::kInvalidArgument ||
+                             st.message().empty()))
+              broken("check_input_sets: undocumented error code");
+          }
+        }
         // The deadline of a request with this start message, as the server computes it.
         const auto now = std::chrono::system_clock::now();
         if (graft::server::request_deadline(std::chrono::system_clock::time_point::max(),

@@ -102,7 +102,8 @@ struct PipelineReport {
 SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage);
 
 // Optimizes `model` in place (it may be replaced by a snapshot on rollback).
-// Errors: InvalidArgument for a bad config; the should_continue status when stopped.
+// Errors: InvalidArgument for a bad config or given verify input sets that do not fit the model
+// (eval::check_input_sets); the should_continue status when stopped.
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config);
 

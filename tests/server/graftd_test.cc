@@ -114,6 +114,80 @@ TEST(Graftd, VerificationIsReportedCachedSeparatelyAndCounted) {
   EXPECT_NE(rejected.status().message().find("trials"), absl::string_view::npos);
 }
 
+// Recorded verify inputs through the real API: used as given (the reported float16 error is
+// the one computed by hand on them), part of the cache key, and checked against the model
+// before any work (INVALID_ARGUMENT naming the set and the input); the CLI sends them too.
+TEST(Graftd, VerifyInputSetsAreUsedCachedByContentAndCheckedAgainstTheModel) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x) => (float[2] y) <float[2] w = {1.0, 1.0}> { y = Mul (x, w) }
+  )");
+  const std::string bytes = model->to_proto().SerializeAsString();
+  auto tensor = [](std::vector<float> values) {
+    onnx::TensorProto t;
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_dims(static_cast<int64_t>(values.size()));
+    for (float v : values) t.add_float_data(v);
+    return t.SerializeAsString();
+  };
+  auto config_with = [&](const std::string& tensor_bytes, const std::string& name = "x") {
+    v1::PipelineConfig config = o2();
+    config.clear_passes();
+    config.add_passes("convert_fp16");
+    (*config.mutable_verify()->add_input_sets()->mutable_tensors())[name] = tensor_bytes;
+    return config;
+  };
+  // float16 rounds 2049 to 2048.
+  auto r = client.optimize(bytes, config_with(tensor({0.1f, 2049})));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& v = r->report.verification();
+  ASSERT_EQ(v.errors_size(), 1) << v.DebugString();
+  EXPECT_EQ(v.errors(0).max_abs(), 1.0);
+  EXPECT_DOUBLE_EQ(v.errors(0).rel(), 1.0 / 2049);
+  EXPECT_FALSE(r->report.cache_hit());
+  // The same data hits the cache; other data does not.
+  auto again = client.optimize(bytes, config_with(tensor({0.1f, 2049})));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->report.cache_hit());
+  auto other = client.optimize(bytes, config_with(tensor({0.1f, 4097})));
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(other->report.cache_hit());
+  EXPECT_EQ(other->report.verification().errors(0).max_abs(), 1.0);  // 4097 -> 4096
+  EXPECT_DOUBLE_EQ(other->report.verification().errors(0).rel(), 1.0 / 4097);
+
+  for (const auto& [config, message] : std::vector<std::pair<v1::PipelineConfig, std::string>>{
+           {config_with(tensor({1, 2, 3})),
+            "verify input set 1, input 'x': shape [3]: dim 0 is 3, the model declares 2"},
+           {config_with(tensor({1, 2}), "q"), "verify input set 1: 'q' is not an input"},
+           {config_with("\xff\xff\xff"),
+            "verify input set 1, input 'x': not a serialized onnx.TensorProto"}}) {
+    auto bad = client.optimize(bytes, config);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+    EXPECT_NE(bad.status().message().find(message), absl::string_view::npos) << bad.status();
+  }
+
+  // The CLI, remote: a recorded input file; one that does not fit is exit 2.
+  fs::path dir = fs::temp_directory_path() / ("graftd_vdata_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "m.onnx", std::ios::binary) << bytes;
+  std::ofstream(dir / "x.pb", std::ios::binary) << tensor({0.1f, 8193});
+  std::ofstream(dir / "wide.pb", std::ios::binary) << tensor({1, 2, 3});
+  const std::string cli = std::string(GRAFT_CLI) + " optimize -q --passes convert_fp16 --server " +
+                          server.address() + " " + (dir / "m.onnx").string();
+  ASSERT_EQ(std::system((cli + " --verify-data x=" + (dir / "x.pb").string() + " --report " +
+                         (dir / "r.json").string())
+                            .c_str()),
+            0);
+  auto json = nlohmann::json::parse(read_file(dir / "r.json"));
+  EXPECT_DOUBLE_EQ(json["verification"]["errors"][0]["rel"].get<double>(), 1.0 / 8193);
+  EXPECT_EQ(WEXITSTATUS(std::system(
+                (cli + " --verify-data x=" + (dir / "wide.pb").string() + " 2>/dev/null").c_str())),
+            2);
+  fs::remove_all(dir);
+}
+
 TEST(Graftd, VerificationMemoryIsTheServersToBound) {
   std::string bytes = read_file(kExample);
   auto config = o2();

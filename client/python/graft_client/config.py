@@ -15,7 +15,10 @@ from .errors import InvalidArgumentError
 DEFAULT_MAX_ROUNDS = 10
 # eval::VerifyOptions' defaults, which the C++ CLI always sends.
 VERIFY_DEFAULTS = {"seed": 1, "trials": 2, "rtol": 1e-3, "atol": 1e-4, "default_dim": 0}
-_VERIFY_KEYS = {"dims", "default_dim", "shapes", "values", "seed", "trials", "rtol", "atol"}
+_VERIFY_KEYS = {"dims", "default_dim", "shapes", "values", "seed", "trials", "rtol", "atol",
+                "input_sets"}
+# eval::kMaxInputSets: recorded input sets one verification runs at most.
+MAX_INPUT_SETS = 16
 MAX_PASS_LIST = 256
 
 
@@ -37,6 +40,46 @@ def _option_text(value):
         return str(value)
     raise InvalidArgumentError(
         f"pass option values must be str, int or bool, got {type(value).__name__}")
+
+
+def _tensor_bytes(name, value):
+    """A serialized onnx.TensorProto from bytes (already serialized), an onnx.TensorProto (or any
+    message with SerializeToString), or a numpy array (through onnx.numpy_helper)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if hasattr(value, "SerializeToString"):
+        return value.SerializeToString()
+    if type(value).__module__ == "numpy":
+        try:
+            from onnx import numpy_helper
+        except ImportError as e:
+            raise InvalidArgumentError(
+                f"verify input '{name}': a numpy array needs the onnx package to be serialized; "
+                "give an onnx.TensorProto or its bytes instead") from e
+        return numpy_helper.from_array(value, str(name)).SerializeToString()
+    raise InvalidArgumentError(
+        f"verify input '{name}' must be bytes (a serialized onnx.TensorProto), an "
+        f"onnx.TensorProto or a numpy array, got {type(value).__name__}")
+
+
+def _add_input_sets(v, input_sets):
+    """Recorded inputs: a list of {input name: tensor} dicts, one per input set."""
+    if isinstance(input_sets, dict) or not hasattr(input_sets, "__iter__"):
+        raise InvalidArgumentError("verify input_sets must be a list of {input name: tensor} dicts")
+    sets = list(input_sets)
+    if len(sets) > MAX_INPUT_SETS:
+        raise InvalidArgumentError(
+            f"verify: at most {MAX_INPUT_SETS} input sets, got {len(sets)}")
+    for number, tensors in enumerate(sets, start=1):
+        if not isinstance(tensors, dict) or not tensors:
+            raise InvalidArgumentError(
+                f"verify input set {number} must be a non-empty dict of input name -> tensor")
+        message = v.input_sets.add()
+        for name, value in tensors.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError(
+                    f"verify input set {number}: input names must be non-empty strings")
+            message.tensors[name] = _tensor_bytes(name, value)
 
 
 def _verify_config(verify):
@@ -67,6 +110,8 @@ def _verify_config(verify):
                     f"verify: the value of '{name}' must be a finite number of magnitude "
                     f"below 2^63, got {value}")
             v.values[str(name)] = value
+        if verify.get("input_sets") is not None:
+            _add_input_sets(v, verify["input_sets"])
     elif verify not in (None, False):
         raise InvalidArgumentError(
             "verify must be None, a bool, a dict of settings or a graft_pb2.VerifyConfig")

@@ -266,6 +266,32 @@ def test_results_match_the_cpp_cli_cache_keys(client, tmp_path):
     assert "cached" in run.stdout and "not cached" not in run.stdout
 
 
+def test_verify_runs_on_recorded_input_sets(client, tmp_path):
+    """Recorded inputs go as serialized TensorProtos (numpy arrays, TensorProtos or bytes); the
+    C++ CLI's --verify-data with the same tensor is the same cache key; a tensor that does not
+    fit the model is InvalidArgumentError naming the set and the input."""
+    a = tmp_path / "a.onnx"
+    a.write_bytes(conv_bn_bytes(seed=114))
+    x = numpy.random.default_rng(1).uniform(-1, 1, size=(1, 3, 16, 16)).astype(numpy.float32)
+    result = client.optimize(a, verify={"input_sets": [{"X": x}]})
+    v = result.report.verification
+    assert v.status == graft_pb2.Verification.VERIFIED, v.message
+    assert v.message.startswith("1 input set,"), v.message
+    again = client.optimize(a, verify={"input_sets": [{"X": onnx.numpy_helper.from_array(x)}]})
+    assert again.lookup_hit
+    cli = os.environ.get("GRAFT_CLI", str(Path(__file__).resolve().parents[3] / "build" / "client" / "graft"))
+    if os.access(cli, os.X_OK):
+        data = tmp_path / "input_0.pb"
+        data.write_bytes(onnx.numpy_helper.from_array(x, "X").SerializeToString())
+        run = subprocess.run([cli, "lookup", str(a), "--verify-data", str(data),
+                              "--server", client.target], capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+    with pytest.raises(graft_client.InvalidArgumentError, match="verify input set 2, input 'X'"):
+        client.optimize(a, verify={"input_sets": [{"X": x}, {"X": x[:, :2]}]})
+    with pytest.raises(graft_client.InvalidArgumentError, match="at most 16 input sets"):
+        client.optimize(a, verify={"input_sets": [{"X": x}] * 17})
+
+
 # --- A fake server (fakes.py): what the client sends, and what it does with a hostile answer -
 
 
