@@ -18,6 +18,9 @@ Subcommands, each printing one JSON object on stdout:
 
   external MODEL OUTDIR
       Re-saves MODEL with all initializers as external data (one file beside it).
+
+  selftest
+      Checks that the structural check flags a hand-made float32 island and Cast pair.
 """
 import argparse
 import json
@@ -300,6 +303,30 @@ def cmd_external(args):
                       "data_bytes": os.path.getsize(out + ".data")}))
 
 
+def cmd_selftest(args):
+    """The structural check must flag what it is meant to: a hand-made float16 model with one
+    float32 island (Relu between Casts), one float16 -> float -> float16 pair, and an Exp (block
+    list) behind a Cast that must not be flagged."""
+    T = TensorProto
+    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=T.FLOAT, name="c_up"),
+             helper.make_node("Relu", ["xf"], ["r"], name="relu32"),
+             helper.make_node("Cast", ["r"], ["r16"], to=T.FLOAT16, name="c_down"),
+             helper.make_node("Cast", ["x"], ["y32"], to=T.FLOAT, name="p1"),
+             helper.make_node("Cast", ["y32"], ["y16"], to=T.FLOAT16, name="p2"),
+             helper.make_node("Add", ["r16", "y16"], ["o"], name="add16"),
+             helper.make_node("Cast", ["x"], ["e"], to=T.FLOAT, name="c_exp"),
+             helper.make_node("Exp", ["e"], ["o2"], name="exp_blocked")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT16, [2])],
+                          [helper.make_tensor_value_info("o", T.FLOAT16, [2]),
+                           helper.make_tensor_value_info("o2", T.FLOAT, [2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    c = fp16_check(model, None)
+    ok = (len(c["islands"]) == 1 and "relu32" in c["islands"][0] and len(c["noop_casts"]) == 1
+          and "p1" in c["noop_casts"][0] and not any("exp_blocked" in x for x in c["islands"]))
+    print(json.dumps({"ok": ok, "check": c}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -316,8 +343,10 @@ def main():
     c = sub.add_parser("external")
     c.add_argument("model")
     c.add_argument("outdir")
+    sub.add_parser("selftest")
     args = p.parse_args()
-    {"inputs": cmd_inputs, "inspect": cmd_inspect, "external": cmd_external}[args.cmd](args)
+    {"inputs": cmd_inputs, "inspect": cmd_inspect, "external": cmd_external,
+     "selftest": cmd_selftest}[args.cmd](args)
 
 
 if __name__ == "__main__":

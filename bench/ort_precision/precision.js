@@ -565,6 +565,12 @@ async function main() {
   ort.env.logLevel = 'fatal';
   const ortVersion = require('onnxruntime-node/package.json').version;
   fs.mkdirSync(opts.out, { recursive: true });
+  try {
+    runPython(['selftest']); // the fp16 structure check flags a hand-made island and Cast pair
+  } catch (e) {
+    console.error(`ort_precision: the fp16 structure check failed its self-test: ${errorText(e)}`);
+    process.exit(2);
+  }
   const ctx = { o2: o2Passes(opts.graft), verifyData: graftHas(opts.graft, '--verify-data') };
   const models = findModels(opts.targets);
   if (!models.length) fail('no models found');
