@@ -113,6 +113,20 @@ def cmd_inspect(args):
         "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
         "file_bytes": os.path.getsize(args.model),
     }
+    # On disk: the model file and every external data file it references (whole files, as
+    # they are shipped), and how many bytes of those files the model actually references.
+    files, referenced = set(), 0
+    for g in graphs:
+        for t in g.initializer:
+            if t.data_location == TensorProto.EXTERNAL:
+                info = {e.key: e.value for e in t.external_data}
+                files.add(info.get("location", ""))
+                referenced += tensor_bytes(t, model_dir)
+    res["external_files"] = {f: (os.path.getsize(os.path.join(model_dir, f))
+                                 if os.path.isfile(os.path.join(model_dir, f)) else None)
+                             for f in sorted(files)}
+    res["external_referenced_bytes"] = referenced
+    res["disk_bytes"] = res["file_bytes"] + sum(x or 0 for x in res["external_files"].values())
     if args.fp16_check:
         res["fp16_check"] = fp16_check(model, args.model)
     print(json.dumps(res))

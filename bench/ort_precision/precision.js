@@ -48,6 +48,8 @@ options:
   --external NAME     also convert model NAME re-saved with external data (default
                       bert_encoder when it is among the models; 'none' to skip)
   --no-verify-data    do not give graft the input sets even if it has --verify-data
+  --int8-option K=V   pass --option quantize_dynamic_int8.K=V to graft (repeatable)
+  --fp16-option K=V   pass --option convert_fp16.K=V to graft (repeatable)
   --latency LIST      variants to time against the original: int8,fp16 (default), or none
   --latency-models L  comma-separated model names to time (default: all)
   --reps N            timed runs per side, per ORT optimization level (default 40)
@@ -69,7 +71,7 @@ function fail(msg) {
 function parseArgs(argv) {
   const opts = {
     graft: null, out: '/tmp/ort_precision', sets: 2, seed: 1, inputs: [], variants: VARIANTS,
-    external: null, verifyData: true, latency: ['int8', 'fp16'], latencyModels: null,
+    external: null, verifyData: true, int8Options: [], fp16Options: [], latency: ['int8', 'fp16'], latencyModels: null,
     reps: 40, warmup: 5, minTimeMs: 2000, sessions: 4, targets: [],
   };
   const intArg = (name, v, min) => {
@@ -100,6 +102,8 @@ function parseArgs(argv) {
     else if (a === '--variants') opts.variants = listArg(a, next(), VARIANTS);
     else if (a === '--external') opts.external = next();
     else if (a === '--no-verify-data') opts.verifyData = false;
+    else if (a === '--int8-option') opts.int8Options.push(next());
+    else if (a === '--fp16-option') opts.fp16Options.push(next());
     else if (a === '--latency') opts.latency = listArg(a, next(), VARIANTS);
     else if (a === '--latency-models') opts.latencyModels = next().split(',').filter(Boolean);
     else if (a === '--reps') opts.reps = intArg(a, next(), 1);
@@ -391,6 +395,8 @@ async function runModel(ort, model, opts, ctx, log) {
     const argv = ['optimize', '--local'];
     if (variant === 'fp16') argv.push('--level', 'O3');
     else argv.push('--passes', [...ctx.o2, 'quantize_dynamic_int8'].join(','));
+    for (const o of variant === 'fp16' ? opts.fp16Options : opts.int8Options)
+      argv.push('--option', `${variant === 'fp16' ? 'convert_fp16' : 'quantize_dynamic_int8'}.${o}`);
     argv.push(model.file, '-o', v.file, '--report', v.report);
     if (sets && opts.verifyData && ctx.verifyData) {
       argv.push('--verify', '--verify-data', dataDir);
@@ -515,7 +521,7 @@ function printModel(r) {
   const rows = [['variant', 'MB in', 'MB out', 'size', 'nodes in', 'nodes out', 'weights', 'graft', 'ORT', 'fp16 structure']];
   for (const [name, v] of Object.entries(r.variants)) {
     const i = v.inspect;
-    rows.push([name, fmtMB(o && o.file_bytes), fmtMB(i && i.file_bytes), ratio(i && i.file_bytes, o && o.file_bytes),
+    rows.push([name, fmtMB(o && o.disk_bytes), fmtMB(i && i.disk_bytes), ratio(i && i.disk_bytes, o && o.disk_bytes),
       o ? o.nodes : '-', i ? i.nodes : '-', ratio(i && i.weight_bytes, o && o.weight_bytes),
       v.error ? `ERR(${v.graft.exit ?? '-'})` : v.graft_status || '?', ortCell(r, v), name === 'fp16' ? structureCell(v) : '']);
   }
@@ -543,6 +549,9 @@ function printModel(r) {
     if (v.ort_error) msgs.push(`${name}: ${v.ort_error}`);
     if (v.rolled_back && v.rolled_back.length) msgs.push(`${name}: graft rolled back ${v.rolled_back.join('; ')}`);
     if (v.lossy_kept && !v.lossy_kept.length && !v.error) msgs.push(`${name}: graft kept no lossy pass (${v.graft_message})`);
+    const ext = v.inspect && v.inspect.external_files;
+    if (ext && Object.keys(ext).length)
+      msgs.push(`${name}: external data ${Object.entries(ext).map(([f, b]) => `${f} ${fmtMB(b)} MB`).join(', ')}; the model references ${fmtMB(v.inspect.external_referenced_bytes)} MB of them`);
     const c = v.inspect && v.inspect.fp16_check;
     if (c) for (const x of [...c.islands, ...c.noop_casts, ...c.notes]) msgs.push(`${name} structure: ${x}`);
   }
