@@ -52,6 +52,8 @@ options:
   --fp16-option K=V   pass --option convert_fp16.K=V to graft (repeatable)
   --latency LIST      variants to time against the original: int8,fp16 (default), or none
   --latency-models L  comma-separated model names to time (default: all)
+  --baseline B        what latency compares against: original (the fp32 input, default) or o2
+                      (graft's exact O2 output: isolates the lossy pass from O2's rewrites)
   --reps N            timed runs per side, per ORT optimization level (default 40)
   --warmup N          untimed runs per side and session first (default 5)
   --min-time MS       more runs for fast models until each side has MS ms (default 2000)
@@ -71,7 +73,7 @@ function fail(msg) {
 function parseArgs(argv) {
   const opts = {
     graft: null, out: '/tmp/ort_precision', sets: 2, seed: 1, inputs: [], variants: VARIANTS,
-    external: null, verifyData: true, int8Options: [], fp16Options: [], latency: ['int8', 'fp16'], latencyModels: null,
+    external: null, verifyData: true, baseline: 'original', int8Options: [], fp16Options: [], latency: ['int8', 'fp16'], latencyModels: null,
     reps: 40, warmup: 5, minTimeMs: 2000, sessions: 4, targets: [],
   };
   const intArg = (name, v, min) => {
@@ -102,7 +104,10 @@ function parseArgs(argv) {
     else if (a === '--variants') opts.variants = listArg(a, next(), VARIANTS);
     else if (a === '--external') opts.external = next();
     else if (a === '--no-verify-data') opts.verifyData = false;
-    else if (a === '--int8-option') opts.int8Options.push(next());
+    else if (a === '--baseline') {
+      opts.baseline = next();
+      if (!['original', 'o2'].includes(opts.baseline)) fail(`--baseline: '${opts.baseline}' is not original or o2`);
+    } else if (a === '--int8-option') opts.int8Options.push(next());
     else if (a === '--fp16-option') opts.fp16Options.push(next());
     else if (a === '--latency') opts.latency = listArg(a, next(), VARIANTS);
     else if (a === '--latency-models') opts.latencyModels = next().split(',').filter(Boolean);
@@ -459,7 +464,7 @@ async function runModel(ort, model, opts, ctx, log) {
 
 // ---------------------------------------------------------------- latency
 
-async function timeModel(ort, r, variant, opts, log) {
+async function timeModel(ort, r, variant, opts, log, baseFile) {
   const out = {};
   const v = r.variants[variant];
   for (const level of ['disabled', 'all']) {
@@ -467,8 +472,8 @@ async function timeModel(ort, r, variant, opts, log) {
     const sets = readInputSets(path.join(opts.out, r.name, 'inputs'));
     try {
       const a0 = await ort.InferenceSession.create(v.file, so);
-      const b0 = await ort.InferenceSession.create(r.file, so);
-      const { as, bs } = await moreSessions(ort, v.file, a0, r.file, b0, opts.sessions, so);
+      const b0 = await ort.InferenceSession.create(baseFile, so);
+      const { as, bs } = await moreSessions(ort, v.file, a0, baseFile, b0, opts.sessions, so);
       try {
         const t = await timeInterleaved(as, feedsFor(ort, a0, sets[0]), bs, feedsFor(ort, b0, sets[0]), opts,
           (m) => log(`${variant} vs fp32, ORT optimizations ${level}: ${m}`));
@@ -627,7 +632,18 @@ async function main() {
         const v = r.variants[variant];
         if (!v || v.error || v.ort_error || !v.ort_errors) continue;
         const log = (m) => console.error(`latency ${r.name}: ${m}`);
-        latency.push({ model: r.name, variant, ...(await timeModel(ort, r, variant, opts, log)) });
+        let baseFile = r.file;
+        if (opts.baseline === 'o2') {
+          baseFile = path.join(opts.out, r.name, `${r.name}.o2.onnx`);
+          if (!fs.existsSync(baseFile)) {
+            const p = spawnSync(opts.graft, ['optimize', '--local', '--level', 'O2', r.file, '-o', baseFile], { encoding: 'utf8', timeout: GRAFT_TIMEOUT_MS });
+            if (p.status !== 0) {
+              latency.push({ model: r.name, variant, disabled: { error: `graft O2 baseline: exit ${p.status}` } });
+              continue;
+            }
+          }
+        }
+        latency.push({ model: r.name, variant, baseline: opts.baseline, ...(await timeModel(ort, r, variant, opts, log, baseFile)) });
       }
     }
     latencyLoad.after = load();
@@ -636,7 +652,7 @@ async function main() {
   console.log(`ort_precision: onnxruntime-node ${ortVersion}, graft ${opts.graft}, ${opts.sets} input set(s) from seed ${opts.seed}`);
   for (const r of results) printModel(r);
   if (latency.length) {
-    console.log(`\n== latency under ORT (CPU, 1 thread; ratio = optimized / fp32, < 1 is faster; load average ${latencyLoad.before} before, ${latencyLoad.after} after)`);
+    console.log(`\n== latency under ORT (CPU, 1 thread; ratio = optimized / fp32 ${opts.baseline === 'o2' ? "(graft's O2 output)" : '(the original)'}, < 1 is faster; load average ${latencyLoad.before} before, ${latencyLoad.after} after)`);
     const rows = [['model', 'variant', 'fp32 ms', 'opt ms', 'ratio', 'runs', 'fp32 ms (ORT all)', 'opt ms (ORT all)', 'ratio (ORT all)', 'runs ']];
     for (const l of latency) {
       const cells = (x) => (!x ? ['-', '-', '-', '-'] : x.error ? ['ERR', 'ERR', '-', '-'] : [fmtMs(x.fp32_ms), fmtMs(x.variant_ms), x.ratio.toFixed(3), String(x.runs)]);
