@@ -8,11 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <set>
 #include <sstream>
 
+#include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
 #include <grpc/support/log.h>
 #include <CLI/CLI.hpp>
@@ -21,6 +23,7 @@
 #include "client/file_digest.h"
 #include "client/graft_client.h"
 #include "client/report.h"
+#include "client/verify_data.h"
 #include "core/cache/digest.h"
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
@@ -119,6 +122,16 @@ absl::StatusOr<std::set<std::string>> external_locations(const std::string& byte
   return out;
 }
 
+// The model's bytes, read again to name --verify-data tensors by position (only a file will do:
+// standard input is read once, for the upload).
+absl::StatusOr<std::string> model_file(const std::string& path) {
+  if (path.empty() || path == "-")
+    return absl::InvalidArgumentError(
+        "--verify-data: a tensor without a name is fed by its position among the model's "
+        "inputs, which needs the model as a file; name it with NAME=FILE");
+  return paths::read_file(path);
+}
+
 // Exit code for an external-data read or write: a location that breaks the rules (outside the
 // folder, not normalised, a symbolic link) is a bad model, anything else an I/O error.
 int path_exit_code(const absl::Status& st) {
@@ -156,6 +169,7 @@ struct OptimizeArgs {
   uint32_t verify_seed = 1;
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;
+  std::vector<std::string> verify_data;  // --verify-data: files and folders of input tensors
   double max_error = -1;  // < 0: no bound for lossy passes
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
@@ -182,7 +196,7 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
                                         "'");
     config.pass_options[opt.substr(0, dot)][opt.substr(dot + 1, eq - dot - 1)] = opt.substr(eq + 1);
   }
-  config.verify = a.verify;
+  config.verify = a.verify || !a.verify_data.empty();
   if (a.max_error >= 0) config.max_error = a.max_error;
   eval::VerifyOptions& v = config.verify_options;
   v.seed = a.verify_seed;
@@ -231,6 +245,36 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   if (auto st = api::check_limits(config); !st.ok()) return st;
   if (auto st = eval::validate(v); !st.ok()) return st;
   return config;
+}
+
+// --verify-data: reads the input sets into `config` (verification on, one trial per set).
+// `model_bytes` gives the model when a tensor is fed by position (it is called at most once).
+// Returns an exit code: kOk, or the failure already reported.
+int add_verify_data(const OptimizeArgs& a, PipelineConfig* config,
+                    const std::function<absl::StatusOr<std::string>()>& model_bytes) {
+  if (a.verify_data.empty()) return kOk;
+  auto data_fail = [](const absl::Status& st) {
+    const bool usage = st.code() == absl::StatusCode::kInvalidArgument ||
+                       st.code() == absl::StatusCode::kResourceExhausted;
+    return fail(usage ? kUsage : kIoError, std::string(st.message()));
+  };
+  auto sets = read_verify_data(a.verify_data, config->verify_options.max_tensor_bytes);
+  if (!sets.ok()) return data_fail(sets.status());
+  std::vector<std::string> inputs;
+  if (needs_input_names(*sets)) {
+    auto bytes = model_bytes();
+    if (!bytes.ok()) return data_fail(bytes.status());
+    auto names = feedable_inputs(*bytes);
+    if (!names.ok()) return fail(kBadModel, a.input + ": " + std::string(names.status().message()));
+    inputs = std::move(*names);
+  }
+  auto named = name_input_sets(std::move(*sets), inputs);
+  if (!named.ok()) return data_fail(named.status());
+  config->verify = true;
+  config->verify_options.input_sets = std::move(*named);
+  config->verify_options.trials = static_cast<int>(config->verify_options.input_sets.size());
+  if (auto st = eval::validate(config->verify_options); !st.ok()) return data_fail(st);
+  return kOk;
 }
 
 // Exit code for an error status from the server.
@@ -366,7 +410,10 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   run.load_seconds = since(t);
 
   auto report = run_pipeline(*model, config);
-  if (!report.ok()) return fail(kInternal, std::string(report.status().message()));
+  // InvalidArgument: --verify-data that does not fit the model (the config was checked before).
+  if (!report.ok())
+    return fail(absl::IsInvalidArgument(report.status()) ? kUsage : kInternal,
+                std::string(report.status().message()));
   run.pipeline = std::move(*report);
 
   t = Clock::now();
@@ -623,9 +670,21 @@ int optimize(const OptimizeArgs& a) {
     if (auto names = resolve_passes(*config); !names.ok())
       return fail(kUsage, std::string(names.status().message()));
   }
-  if (!a.local) return optimize_remote(a, server, *config);
+  if (!a.local) {
+    if (int rc = add_verify_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
+      return rc;
+    if (api::input_sets_bytes(config->verify_options.input_sets) > api::kMaxInputSetBytes)
+      return fail(kUsage, absl::StrCat("--verify-data: a request carries at most ",
+                                       api::kMaxInputSetBytes,
+                                       " bytes of input data; use fewer or smaller sets, or "
+                                       "--local"));
+    return optimize_remote(a, server, *config);
+  }
   std::string bytes, error;
   if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
+  if (int rc = add_verify_data(a, &*config, [&] { return absl::StatusOr<std::string>(bytes); });
+      rc != kOk)
+    return rc;
   return optimize_local(a, *config, std::move(bytes));
 }
 
@@ -634,6 +693,8 @@ int lookup(const OptimizeArgs& a) {
   if (!config.ok()) return fail(kUsage, std::string(config.status().message()));
   std::string server = resolve_server(a.server);
   if (server.empty()) return fail(kUsage, "lookup needs --server HOST:PORT (or GRAFT_SERVER)");
+  if (int rc = add_verify_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
+    return rc;
   std::string digest = a.sha256;
   client::ExternalSources sources;
   if (digest.empty()) {
@@ -742,6 +803,7 @@ int main(int argc, char** argv) {
       "cancelled");
 
   OptimizeArgs args;
+  std::vector<CLI::Option*> tolerances;
   auto add_pipeline_options = [&](CLI::App* cmd) {
     auto* level =
         cmd->add_option("--level", args.level, "optimization level O0..O3")->capture_default_str();
@@ -781,12 +843,20 @@ int main(int argc, char** argv) {
     cmd->add_option("--verify-trials", args.verify_trials, "input sets to compare on (1..16)")
         ->capture_default_str()
         ->needs(verify);
-    cmd->add_option("--verify-rtol", args.verify_rtol, "relative tolerance for float outputs")
-        ->capture_default_str()
-        ->needs(verify);
-    cmd->add_option("--verify-atol", args.verify_atol, "absolute tolerance for float outputs")
-        ->capture_default_str()
-        ->needs(verify);
+    // The tolerances also apply to --verify-data, which implies --verify (checked after parsing).
+    tolerances.push_back(
+        cmd->add_option("--verify-rtol", args.verify_rtol, "relative tolerance for float outputs")
+            ->capture_default_str());
+    tolerances.push_back(
+        cmd->add_option("--verify-atol", args.verify_atol, "absolute tolerance for float outputs")
+            ->capture_default_str());
+    one_value(cmd->add_option(
+        "--verify-data", args.verify_data,
+        "verify on recorded inputs (implies --verify; replaces the random ones) in ONNX test-data "
+        "form: FILE.pb (a serialized TensorProto, for the input it names, else the one at its "
+        "position), NAME=FILE.pb, or a folder of input_<N>.pb files or of test_data_set_<N> "
+        "folders (one input set each); single files together make one set; at most 16 sets "
+        "(repeatable)"));
     cmd->add_option("--max-error", args.max_error,
                     "roll back a lossy pass (convert_fp16, quantize_dynamic_int8) whose result has "
                     "an output with relative error above this (worst absolute difference over the "
@@ -859,6 +929,10 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
+  for (const CLI::Option* o : tolerances)
+    if (o->count() > 0 && !args.verify && args.verify_data.empty()) {
+      return fail(kUsage, o->get_name() + " requires --verify or --verify-data");
+    }
   // gRPC logs failed TLS handshakes on stderr itself; the CLI reports them once, in its own
   // message (GRPC_VERBOSITY set: gRPC's logs are wanted).
   if (!std::getenv("GRPC_VERBOSITY")) gpr_set_log_function([](gpr_log_func_args*) {});

@@ -5,9 +5,20 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/cache/digest.h"
 #include "core/passes/registry.h"
 
 namespace graft::api {
+
+namespace {
+
+uint64_t payload_bytes(const eval::Tensor& t) {
+  uint64_t total = t.bytes();
+  for (const auto& str : t.strings()) total += str.size();
+  return total;
+}
+
+}  // namespace
 
 absl::Status check_limits(const PipelineConfig& config) {
   if (config.passes.size() > kMaxPassList)
@@ -53,6 +64,37 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   if (v.trials() != 0) o.trials = v.trials();
   if (v.has_rtol()) o.rtol = v.rtol();
   if (v.has_atol()) o.atol = v.atol();
+  if (v.input_sets_size() > eval::kMaxInputSets)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "verify: at most ", eval::kMaxInputSets, " input sets, got ", v.input_sets_size()));
+  uint64_t input_bytes = 0;
+  for (int s = 0; s < v.input_sets_size(); ++s) {
+    auto& set = o.input_sets.emplace_back();
+    // A map's order on the wire is unspecified: sorted, so the first error is the same one.
+    std::map<std::string, const std::string*> sorted;
+    for (const auto& [name, bytes] : v.input_sets(s).tensors()) sorted.emplace(name, &bytes);
+    if (sorted.empty())
+      return absl::InvalidArgumentError(absl::StrCat("verify input set ", s + 1, " is empty"));
+    for (const auto& [name, bytes] : sorted) {
+      const std::string where =
+          absl::StrCat("verify input set ", s + 1, ", input '", name.substr(0, 200),
+                       name.size() > 200 ? "...'" : "'", ": ");
+      if (name.empty())
+        return absl::InvalidArgumentError(absl::StrCat("verify input set ", s + 1,
+                                                       ": a tensor has an empty input name"));
+      auto t = eval::parse_input_tensor(*bytes, o.max_tensor_bytes);
+      if (!t.ok()) return absl::InvalidArgumentError(where + std::string(t.status().message()));
+      input_bytes += payload_bytes(*t);
+      set.emplace(name, std::move(*t));
+      if (input_bytes > kMaxInputSetBytes)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "verify: the input sets' data exceeds ", kMaxInputSetBytes, " bytes"));
+    }
+  }
+  if (!o.input_sets.empty()) {
+    out.verify = true;  // given inputs are only for verification
+    o.trials = static_cast<int>(o.input_sets.size());
+  }
   if (config.has_max_error()) {
     if (!(config.max_error() >= 0) || !std::isfinite(config.max_error()))
       return absl::InvalidArgumentError(
@@ -88,6 +130,10 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   v.set_trials(o.trials);
   v.set_rtol(o.rtol);
   v.set_atol(o.atol);
+  for (const auto& set : o.input_sets) {
+    auto& tensors = *v.add_input_sets()->mutable_tensors();
+    for (const auto& [name, tensor] : set) tensors[name] = tensor.to_proto(name).SerializeAsString();
+  }
   if (config.max_error) out.set_max_error(*config.max_error);
   return out;
 }
@@ -196,17 +242,54 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
   if (config.verify || lossy) {
     const eval::VerifyOptions& o = config.verify_options;
     field("verify");
-    for (const auto& [name, d] : o.dims) field(absl::StrCat(name, "=", d));
-    field(absl::StrCat("default_dim=", o.default_dim));
-    for (const auto& [name, shape] : o.shapes)
-      field(absl::StrCat(name, "=[", absl::StrJoin(shape, ","), "]"));
-    for (const auto& [name, value] : o.values) field(absl::StrCat(name, "=", value));
-    field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",rtol=", o.rtol, ",atol=", o.atol,
-                       ",range=", o.float_range, ",int_max=", o.int_max,
-                       ",max_bytes=", o.max_tensor_bytes, ",max_live=", o.max_live_bytes,
-                       ",max_work=", o.max_work));
+    if (!o.input_sets.empty()) {
+      // The inputs themselves, by digest; the random-input settings do not matter then.
+      field(absl::StrCat("inputs=", input_sets_digest(o.input_sets)));
+    } else {
+      for (const auto& [name, d] : o.dims) field(absl::StrCat(name, "=", d));
+      field(absl::StrCat("default_dim=", o.default_dim));
+      for (const auto& [name, shape] : o.shapes)
+        field(absl::StrCat(name, "=[", absl::StrJoin(shape, ","), "]"));
+      for (const auto& [name, value] : o.values) field(absl::StrCat(name, "=", value));
+      field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",range=", o.float_range,
+                         ",int_max=", o.int_max));
+    }
+    field(absl::StrCat("rtol=", o.rtol, ",atol=", o.atol, ",max_bytes=", o.max_tensor_bytes,
+                       ",max_live=", o.max_live_bytes, ",max_work=", o.max_work));
   }
   return out;
+}
+
+std::string input_sets_digest(const std::vector<std::map<std::string, eval::Tensor>>& sets) {
+  if (sets.empty()) return "";
+  cache::Sha256 digest;
+  // Lengths prefix every variable part, so no content can imitate a boundary.
+  auto add = [&](std::string_view bytes) {
+    const std::string size = absl::StrCat(bytes.size(), ":");
+    digest.update(size);
+    digest.update(bytes);
+  };
+  add("graft-input-sets-v1");
+  for (const auto& set : sets) {
+    add(absl::StrCat("set ", set.size()));
+    for (const auto& [name, t] : set) {
+      add(name);
+      add(absl::StrCat(t.dtype(), " [", absl::StrJoin(t.dims(), ","), "]"));
+      if (t.dtype() == onnx::TensorProto::STRING) {
+        for (const auto& str : t.strings()) add(str);
+      } else {
+        add(std::string_view(t.data<char>(), t.bytes()));
+      }
+    }
+  }
+  return digest.hex_digest();
+}
+
+uint64_t input_sets_bytes(const std::vector<std::map<std::string, eval::Tensor>>& sets) {
+  uint64_t total = 0;
+  for (const auto& set : sets)
+    for (const auto& [name, t] : set) total += payload_bytes(t);
+  return total;
 }
 
 void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {

@@ -1,7 +1,10 @@
 // Conversions between the graft.v1 API messages and core types (shared by server and client).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <absl/status/statusor.h>
 
@@ -13,19 +16,36 @@ namespace graft::api {
 // The longest explicit pass list a config may give.
 constexpr size_t kMaxPassList = 256;
 
+// The payload bytes all verify input sets of one config may hold together: they travel in the
+// call's first message, which graftd accepts up to 8 MiB.
+constexpr uint64_t kMaxInputSetBytes = 6ull << 20;
+
 // Client-set numbers that the core's own validation does not bound: the pass list's length,
 // verify values (finite, within int64). InvalidArgument naming the field. Called by from_proto
 // and by the CLI for local runs.
 absl::Status check_limits(const PipelineConfig& config);
 
-// API config -> core config. Level strings are validated here ("O0".."O3", "" = O2).
+// API config -> core config. Level strings are validated here ("O0".."O3", "" = O2). Verify
+// input sets are parsed and checked for what needs no model (eval::parse_input_tensor, at most
+// 16 sets, kMaxInputSetBytes) and imply verification; run_pipeline checks them against the
+// model.
 absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config);
 v1::PipelineConfig to_proto(const PipelineConfig& config);
 
 // A canonical text of what the config means: the resolved pass list with every option's parsed
 // value (defaults included), rounds and checks. Equal for configs that run the same pipeline
-// (e.g. "O2" and O2's explicit list, or an option left out and given as its default).
+// (e.g. "O2" and O2's explicit list, or an option left out and given as its default). Given
+// verify input sets enter as the sha256 of their contents (input_sets_digest), in place of the
+// random-input settings they make irrelevant.
 absl::StatusOr<std::string> canonical_config(const PipelineConfig& config);
+
+// Lowercase hex sha256 of input sets' contents: per set, per input name in order, the name,
+// element type, dims and values (a tensor's encoding, raw_data or typed fields, does not
+// matter); "" for none.
+std::string input_sets_digest(const std::vector<std::map<std::string, eval::Tensor>>& sets);
+
+// The payload bytes of input sets (element bytes, string lengths), as kMaxInputSetBytes counts.
+uint64_t input_sets_bytes(const std::vector<std::map<std::string, eval::Tensor>>& sets);
 
 // A pass's descriptor as ListPasses answers it, and back (without `create`).
 void fill_pass_info(const PassInfo& info, v1::PassInfo* out);

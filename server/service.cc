@@ -124,9 +124,13 @@ struct GraftService::Upload {
       : admitted_count(admitted), assembler(limits, budget, spool) {}
   ~Upload() {
     if (admitted) --admitted_count;
+    if (input_budget) input_budget->release(input_bytes);
   }
   std::atomic<int>& admitted_count;
   bool admitted = false;
+  // Verify input sets' payload, charged to the uploads' budget while the call lasts.
+  InflightBudget* input_budget = nullptr;
+  uint64_t input_bytes = 0;
   PipelineConfig config;
   UploadAssembler assembler;
 };
@@ -291,6 +295,18 @@ grpc::Status GraftService::read_upload(
     up->admitted = true;
     auto config = server_config(up->assembler.start().config());
     if (!config.ok()) return to_grpc(config.status());
+    // Given verify inputs are held (parsed) until the call ends, like the model's bytes.
+    const uint64_t input_bytes = api::input_sets_bytes(config->verify_options.input_sets);
+    if (input_bytes > 0) {
+      if (!upload_budget_.try_acquire(input_bytes))
+        return grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat("this server's memory for uploads in progress is full "
+                         "(max_inflight_bytes: ",
+                         upload_budget_.limit(), " bytes); retry later"));
+      up->input_budget = &upload_budget_;
+      up->input_bytes = input_bytes;
+    }
     up->config = std::move(*config);
   }
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
 #include "core/eval/executor.h"
+#include "core/ir/tensor.h"
 
 namespace graft::eval {
 
@@ -202,12 +204,139 @@ absl::Status validate(const VerifyOptions& o) {
       if (!dim_ok(d))
         return absl::InvalidArgumentError(absl::StrCat("verify: shape of '", name, "' has dim ", d,
                                                        " (must be 0..", kMaxDim, ")"));
-  if (o.trials < 1 || o.trials > 16)
-    return absl::InvalidArgumentError(absl::StrCat("verify: trials must be 1..16, got ", o.trials));
+  if (o.trials < 1 || o.trials > kMaxInputSets)
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify: trials must be 1..", kMaxInputSets, ", got ", o.trials));
+  if (o.input_sets.size() > static_cast<size_t>(kMaxInputSets))
+    return absl::InvalidArgumentError(absl::StrCat("verify: at most ", kMaxInputSets,
+                                                   " input sets, got ", o.input_sets.size()));
   if (!(o.rtol >= 0) || !(o.atol >= 0))
     return absl::InvalidArgumentError("verify: tolerances must be non-negative numbers");
   if (!(o.float_range >= 0) || o.int_max < 0)
     return absl::InvalidArgumentError("verify: input ranges must be non-negative");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> parse_input_tensor(std::string_view bytes, uint64_t max_bytes,
+                                          std::string* name) {
+  onnx::TensorProto proto;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return absl::InvalidArgumentError("not a serialized onnx.TensorProto");
+  if (name != nullptr) *name = proto.name();
+  if (ir::is_external(proto) || proto.external_data_size() > 0)
+    return absl::InvalidArgumentError(
+        "the tensor refers to external data; input data must be inline");
+  if (proto.has_segment()) return absl::InvalidArgumentError("segmented tensors are not supported");
+  // Values the message carries, counted so that any tensor consistent with its dims carries at
+  // least one per element (raw bytes, or typed entries, or strings).
+  uint64_t held = proto.raw_data().size();
+  held += static_cast<uint64_t>(proto.float_data_size()) + proto.double_data_size() +
+          proto.int32_data_size() + proto.int64_data_size() + proto.uint64_data_size() +
+          proto.string_data_size();
+  uint64_t count = 1;
+  bool zero = false, over = false;
+  for (int64_t d : proto.dims()) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("negative dim ", d));
+    if (d == 0) zero = true;
+    if (!over && d > 0 && count > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
+      over = true;
+    else if (!over)
+      count *= static_cast<uint64_t>(d);
+  }
+  if (zero) count = 0, over = false;
+  if (over || count > held)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dims [", absl::StrJoin(proto.dims(), ","), "] declare ",
+        over ? std::string("more than 2^64") : absl::StrCat(count),
+        " elements, but the tensor holds data for at most ", held));
+  auto t = Tensor::from_proto(proto, max_bytes);
+  if (!t.ok()) {
+    // Inconsistent data (wrong raw_data length or field count), an unsupported type, or more
+    // than max_bytes: all the sender's to fix.
+    return absl::InvalidArgumentError(std::string(t.status().message()));
+  }
+  return t;
+}
+
+namespace {
+
+// A client's name in a message, cut short.
+std::string quoted(const std::string& name) {
+  return absl::StrCat("'", name.size() > 200 ? name.substr(0, 200) + "..." : name, "'");
+}
+
+std::string dtype_name(int32_t dtype) {
+  return onnx::TensorProto::DataType_IsValid(dtype) ? onnx::TensorProto::DataType_Name(dtype)
+                                                    : absl::StrCat(dtype);
+}
+
+}  // namespace
+
+absl::Status check_input_sets(const ir::Model& model,
+                              const std::vector<std::map<std::string, Tensor>>& sets) {
+  if (sets.size() > static_cast<size_t>(kMaxInputSets))
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify: at most ", kMaxInputSets, " input sets, got ", sets.size()));
+  const ir::Graph& g = model.graph();
+  for (size_t s = 0; s < sets.size(); ++s) {
+    const std::string where = absl::StrCat("verify input set ", s + 1);
+    for (const auto& [name, tensor] : sets[s]) {
+      bool input = false, initializer = false;
+      for (const auto& in : g.inputs())
+        if (in.value->name() == name) (in.value->is_initializer() ? initializer : input) = true;
+      if (!input)
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", quoted(name),
+            initializer ? " is an initializer (it keeps its value), not an input to feed"
+                        : " is not an input of the model"));
+    }
+    // dim_param -> (size, the input that gave it)
+    std::map<std::string, std::pair<int64_t, std::string>> symbols;
+    for (const auto& in : g.inputs()) {
+      if (in.value->is_initializer()) continue;
+      const std::string& name = in.value->name();
+      const std::string prefix = absl::StrCat(where, ", input ", quoted(name), ": ");
+      auto it = sets[s].find(name);
+      if (it == sets[s].end())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": no tensor for input ", quoted(name),
+                         " (every input that is not an initializer needs one)"));
+      const Tensor& t = it->second;
+      const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
+      if (type == nullptr || !type->has_tensor_type())
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, "the model does not declare it a tensor"));
+      const auto& tt = type->tensor_type();
+      if (tt.elem_type() != t.dtype())
+        return absl::InvalidArgumentError(absl::StrCat(prefix, "element type ", dtype_name(t.dtype()),
+                                                       ", the model declares ",
+                                                       dtype_name(tt.elem_type())));
+      if (!tt.has_shape()) continue;
+      if (tt.shape().dim_size() != t.rank())
+        return absl::InvalidArgumentError(absl::StrCat(prefix, "shape ", dims_string(t.dims()),
+                                                       " has rank ", t.rank(),
+                                                       ", the model declares rank ",
+                                                       tt.shape().dim_size()));
+      for (int i = 0; i < tt.shape().dim_size(); ++i) {
+        const auto& d = tt.shape().dim(i);
+        const int64_t size = t.dims()[static_cast<size_t>(i)];
+        if (d.has_dim_value() && d.dim_value() >= 0) {
+          if (size != d.dim_value())
+            return absl::InvalidArgumentError(absl::StrCat(prefix, "shape ", dims_string(t.dims()),
+                                                           ": dim ", i, " is ", size,
+                                                           ", the model declares ", d.dim_value()));
+        } else if (d.has_dim_param() && !d.dim_param().empty()) {
+          auto [known, added] = symbols.emplace(d.dim_param(), std::make_pair(size, name));
+          if (!added && known->second.first != size)
+            return absl::InvalidArgumentError(absl::StrCat(
+                prefix, "shape ", dims_string(t.dims()), ": dim ", i, " (", quoted(d.dim_param()),
+                ") is ", size, ", but ", quoted(d.dim_param()), " is ", known->second.first,
+                " in input ", quoted(known->second.second)));
+        }
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -234,7 +363,10 @@ std::string unsupported_op_of(const absl::Status& status) {
 
 Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : options_(options) {
   for (const auto& out : original.graph().outputs()) output_names_.push_back(out.value->name());
-  for (const auto& [name, shape] : options.shapes) {
+  // Shapes describe random inputs; given sets make them irrelevant.
+  for (const auto& [name, shape] : options.input_sets.empty()
+                                       ? options.shapes
+                                       : std::map<std::string, std::vector<int64_t>>{}) {
     bool found = false;
     for (const auto& in : original.graph().inputs()) found |= in.value->name() == name;
     if (!found) {

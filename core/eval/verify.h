@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <absl/status/statusor.h>
@@ -40,7 +41,8 @@ struct VerifyOptions {
   double rtol = 1e-3;
   double atol = 1e-4;
   // Given input sets (e.g. recorded samples) used instead of random ones when not empty; each
-  // maps every non-initializer graph input to a tensor.
+  // maps every non-initializer graph input to a tensor (check_input_sets). Each set is one
+  // trial; dims, default_dim, shapes, values, seed and trials are then ignored.
   std::vector<std::map<std::string, Tensor>> input_sets;
   // Per-tensor allocation cap inside the evaluator, and cap on the tensors alive at once.
   uint64_t max_tensor_bytes = 256ull << 20;
@@ -54,9 +56,29 @@ struct VerifyOptions {
   std::function<absl::Status()> should_continue;
 };
 
+// Most input sets (random trials or given sets) one verification runs.
+constexpr int kMaxInputSets = 16;
+
 // InvalidArgument for options no verification can use (negative dims, trials outside 1..16,
-// negative tolerances...).
+// more than 16 input sets, negative tolerances...).
 absl::Status validate(const VerifyOptions& options);
+
+// An input tensor a client sent as a serialized onnx.TensorProto, checked for what needs no
+// model: the bytes parse, the data is inline (neither external nor segmented), the element type
+// is one the evaluator holds, and the data holds exactly as many elements as the dims say. The
+// dims are compared with the number of values the message carries before anything is
+// allocated, so dims claiming more data than arrived cost nothing. Errors are InvalidArgument
+// (a tensor above `max_bytes` too). `name` (may be null) receives the tensor's own name.
+absl::StatusOr<Tensor> parse_input_tensor(std::string_view bytes, uint64_t max_bytes,
+                                          std::string* name = nullptr);
+
+// The checks of given input sets that need the model, in every set: each non-initializer input
+// of the main graph has a tensor and nothing else does; its element type is the declared one;
+// its dims are the declared static dims, a symbolic dim taking any size but one size for one
+// dim_param across the set's inputs; at most kMaxInputSets sets. InvalidArgument naming the
+// set (from 1) and the input.
+absl::Status check_input_sets(const ir::Model& model,
+                              const std::vector<std::map<std::string, Tensor>>& sets);
 
 enum class VerifyStatus { kVerified, kNotVerifiable, kMismatch };
 const char* verify_status_name(VerifyStatus s);  // "verified", "not_verifiable", "mismatch"

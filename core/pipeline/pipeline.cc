@@ -246,6 +246,9 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
     }
     return passes;
   };
+  // Given input sets are the client's bytes: checked against the model before any work.
+  if (auto st = eval::check_input_sets(*model, config.verify_options.input_sets); !st.ok())
+    return st;
   if (!config.verify && lossy.empty()) return run_passes(model, instances(), config);
 
   // The original's outputs are computed once; every candidate below costs one evaluator run.

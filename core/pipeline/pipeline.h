@@ -86,7 +86,8 @@ struct PipelineReport {
 };
 
 // Optimizes `model` in place (it may be replaced by a snapshot on rollback).
-// Errors: InvalidArgument for a bad config; the should_continue status when stopped.
+// Errors: InvalidArgument for a bad config or given verify input sets that do not fit the model
+// (eval::check_input_sets); the should_continue status when stopped.
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config);
 

@@ -79,6 +79,115 @@ TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
   }
 }
 
+// ------------------------------------------------------------------------- --verify-data
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string float_tensor(const std::string& name, std::vector<int64_t> dims,
+                         std::vector<float> values) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t.add_dims(d);
+  for (float v : values) t.add_float_data(v);
+  return t.SerializeAsString();
+}
+
+// y = x * [1, 1]: float16 shows its rounding of x in y.
+fs::path mul_model() {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x) => (float[2] y) <float[2] w = {1.0, 1.0}> { y = Mul (x, w) }
+  )");
+  fs::path path = temp_dir() / "verify_data" / "mul.onnx";
+  write_bytes(path, model->to_proto().SerializeAsString());
+  return path;
+}
+
+TEST(Cli, VerifyDataRunsOnnxTestDataFoldersAsTheyAre) {
+  const fs::path add = onnx_testdata_dir() / "node" / "test_add";
+  if (!fs::exists(add)) GTEST_SKIP() << "libonnx-testdata is not installed";
+  const fs::path report = temp_dir() / "verify_data.json";
+  // The brief's own command: one test_data_set folder (input_0.pb, input_1.pb); --verify too.
+  for (const std::string& data : {(add / "test_data_set_0").string(), add.string()}) {
+    CliRun r = graft("optimize --local --verify --verify-data " + data + " " +
+                     (add / "model.onnx").string() + " --report " + report.string());
+    ASSERT_EQ(r.code, 0) << data << ": " << r.err;
+    auto json = nlohmann::json::parse(read_file(report));
+    EXPECT_EQ(json["verification"]["status"], "verified") << json["verification"];
+    EXPECT_EQ(json["verification"]["message"].get<std::string>().rfind("1 input set, 1 output", 0),
+              0u)
+        << json["verification"];
+  }
+}
+
+TEST(Cli, VerifyDataMeasuresALossyPassOnTheGivenTensors) {
+  const fs::path model = mul_model(), dir = temp_dir() / "verify_data";
+  const fs::path report = dir / "report.json";
+  // float16 rounds 2049 to 2048: the worst difference is exactly 1 on these inputs, whatever
+  // the random ones would have given. Three spellings of the same input.
+  write_bytes(dir / "named.pb", float_tensor("x", {2}, {0.1f, 2049}));
+  write_bytes(dir / "unnamed.pb", float_tensor("", {2}, {0.1f, 2049}));
+  for (const std::string& data : {(dir / "named.pb").string(), (dir / "unnamed.pb").string(),
+                                 "x=" + (dir / "unnamed.pb").string()}) {
+    CliRun r = graft("optimize --local --passes convert_fp16 --verify-data " + data + " " +
+                     model.string() + " --report " + report.string());
+    ASSERT_EQ(r.code, 0) << data << ": " << r.err;
+    auto v = nlohmann::json::parse(read_file(report))["verification"];
+    ASSERT_EQ(v["errors"].size(), 1u) << v;
+    EXPECT_EQ(v["errors"][0]["max_abs"].get<double>(), 1.0) << data << ": " << v;
+    EXPECT_DOUBLE_EQ(v["errors"][0]["rel"].get<double>(), 1.0 / 2049) << v;
+  }
+  // A folder of test_data_set_<N> folders: one set each, in numeric order (2 before 10).
+  for (int n : {2, 10})
+    write_bytes(dir / "sets" / ("test_data_set_" + std::to_string(n)) / "input_0.pb",
+                float_tensor("", {2}, {n == 2 ? 0.5f : 1.0f, 3.0f}));
+  // --verify-data implies --verify, which the tolerances otherwise need.
+  CliRun sets = graft("optimize --local --verify-rtol 0.01 --verify-data " + (dir / "sets").string() +
+                      " " + model.string() + " --report " + report.string());
+  ASSERT_EQ(sets.code, 0) << sets.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(report))["verification"]["message"]
+                .get<std::string>()
+                .rfind("2 input sets", 0),
+            0u);
+}
+
+TEST(Cli, VerifyDataThatDoesNotFitIsAUsageError) {
+  const fs::path model = mul_model(), dir = temp_dir() / "verify_data";
+  write_bytes(dir / "wide.pb", float_tensor("x", {3}, {1, 2, 3}));
+  write_bytes(dir / "garbage.pb", "\xff\xff\xff not a tensor");
+  write_bytes(dir / "second.pb", float_tensor("", {2}, {1, 2}));
+  write_bytes(dir / "empty" / "readme.txt", "nothing here");
+  struct Case {
+    std::string args;
+    int code;
+    std::string message;
+  };
+  CliRun no_verify = graft("optimize --local --verify-rtol 0.01 " + model.string());
+  EXPECT_EQ(no_verify.code, 2) << no_verify.err;
+  EXPECT_NE(no_verify.err.find("--verify-rtol requires --verify or --verify-data"),
+            std::string::npos)
+      << no_verify.err;
+  for (const Case& c : std::vector<Case>{
+           {(dir / "wide.pb").string(), 2,
+            "verify input set 1, input 'x': shape [3]: dim 0 is 3, the model declares 2"},
+           {"y=" + (dir / "wide.pb").string(), 2, "'y' is not an input of the model"},
+           {(dir / "garbage.pb").string(), 2, "garbage.pb': not a serialized onnx.TensorProto"},
+           {(dir / "missing.pb").string(), 4, "missing.pb"},
+           {(dir / "empty").string(), 2, "no input_<N>.pb files"},
+           // Two unnamed files: the second is at position 1, past the model's one input.
+           {(dir / "second.pb").string() + " --verify-data " + (dir / "second.pb").string(), 2,
+            "position 1 is past the model's 1 inputs"},
+       }) {
+    CliRun r = graft("optimize --local --verify-data " + c.args + " " + model.string());
+    EXPECT_EQ(r.code, c.code) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
+  }
+}
+
 TEST(Cli, StdinToStdoutGivesTheSameBytesAsFiles) {
   fs::path out = temp_dir() / "file.onnx";
   ASSERT_EQ(graft("optimize --local -q " + kExample.string() + " -o " + out.string()).code, 0);

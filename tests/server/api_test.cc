@@ -1,5 +1,7 @@
 // The API's conversions of pipeline configs and pass descriptors (proto/convert.h): option
 // values are checked where the config is built, and the cache key means what the run means.
+#include <map>
+
 #include "core/passes/registry.h"
 #include "proto/convert.h"
 #include "tests/testing.h"
@@ -98,6 +100,112 @@ TEST(Api, PassDescriptorsRoundTrip) {
   EXPECT_EQ(proto.options(1).name(), "max_growth");
   EXPECT_EQ(proto.options(1).type(), v1::PassOption::INTEGER);
   EXPECT_EQ(proto.options(1).default_value(), "4");
+}
+
+
+// ------------------------------------------------------------------------- verify input sets
+
+// A serialized float tensor with `values` and `dims`.
+std::string float_bytes(std::vector<int64_t> dims, std::vector<float> values, bool raw = true) {
+  onnx::TensorProto t;
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t.add_dims(d);
+  if (raw)
+    t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  else
+    for (float v : values) t.add_float_data(v);
+  return t.SerializeAsString();
+}
+
+v1::PipelineConfig with_inputs(const std::vector<std::map<std::string, std::string>>& sets) {
+  v1::PipelineConfig c;
+  for (const auto& set : sets) {
+    auto& tensors = *c.mutable_verify()->add_input_sets()->mutable_tensors();
+    for (const auto& [name, bytes] : set) tensors[name] = bytes;
+  }
+  return c;
+}
+
+void expect_invalid(const v1::PipelineConfig& proto, const std::string& part) {
+  auto config = api::from_proto(proto);
+  ASSERT_FALSE(config.ok()) << part;
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  EXPECT_NE(config.status().message().find(part), std::string::npos)
+      << config.status().message() << "\nexpected: " << part;
+}
+
+TEST(Api, InputSetsImplyVerificationAndRoundTrip) {
+  auto config = api::from_proto(with_inputs({{{"x", float_bytes({2}, {1.5f, -2})}},
+                                             {{"x", float_bytes({1}, {7})}}}));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->verify);
+  EXPECT_EQ(config->verify_options.trials, 2);
+  ASSERT_EQ(config->verify_options.input_sets.size(), 2u);
+  EXPECT_EQ(config->verify_options.input_sets[0].at("x").get_double(1), -2);
+  auto again = api::from_proto(api::to_proto(*config));
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->verify_options.input_sets.size(), 2u);
+  EXPECT_TRUE(again->verify_options.input_sets[1].at("x") ==
+              config->verify_options.input_sets[1].at("x"));
+}
+
+TEST(Api, MalformedInputSetsAreInvalidArgumentNamingTheSetAndInput) {
+  expect_invalid(with_inputs({{{"x", float_bytes({1}, {1})}}, {{"x", "\xff\xff\xff"}}}),
+                 "verify input set 2, input 'x': not a serialized onnx.TensorProto");
+  onnx::TensorProto external;
+  external.set_data_type(onnx::TensorProto::FLOAT);
+  external.add_dims(4);
+  external.set_data_location(onnx::TensorProto::EXTERNAL);
+  expect_invalid(with_inputs({{{"x", external.SerializeAsString()}}}),
+                 "verify input set 1, input 'x': the tensor refers to external data");
+  onnx::TensorProto huge;
+  huge.set_data_type(onnx::TensorProto::FLOAT);
+  huge.add_dims(1000000);
+  huge.add_dims(1000000);
+  expect_invalid(with_inputs({{{"x", huge.SerializeAsString()}}}),
+                 "declare 1000000000000 elements, but the tensor holds data for at most 0");
+  // Fewer values than the dims say is caught before allocating, more by the exact count.
+  expect_invalid(with_inputs({{{"x", float_bytes({3}, {1, 2}, /*raw=*/false)}}}),
+                 "dims [3] declare 3 elements, but the tensor holds data for at most 2");
+  expect_invalid(with_inputs({{{"x", float_bytes({2}, {1, 2, 3}, /*raw=*/false)}}}),
+                 "tensor field has 3 entries, expected 2");
+  expect_invalid(with_inputs({{}}), "verify input set 1 is empty");
+  expect_invalid(with_inputs({{{"", float_bytes({1}, {1})}}}), "empty input name");
+  expect_invalid(with_inputs(std::vector<std::map<std::string, std::string>>(
+                     17, {{"x", float_bytes({1}, {1})}})),
+                 "at most 16 input sets, got 17");
+  // Payloads above kMaxInputSetBytes together: 7 sets of 1 MiB.
+  const std::vector<float> mib(1 << 18, 0.5f);
+  expect_invalid(with_inputs(std::vector<std::map<std::string, std::string>>(
+                     7, {{"x", float_bytes({1 << 18}, mib)}})),
+                 "the input sets' data exceeds 6291456 bytes");
+}
+
+TEST(Api, TheCacheKeyCoversTheInputSetsContents) {
+  const auto a = with_inputs({{{"x", float_bytes({2}, {1, 2})}}});
+  const auto b = with_inputs({{{"x", float_bytes({2}, {1, 3})}}});
+  EXPECT_NE(canonical(a), canonical(b));
+  EXPECT_EQ(canonical(a), canonical(with_inputs({{{"x", float_bytes({2}, {1, 2})}}})));
+  // The encoding does not matter, the contents do: typed fields vs raw_data, a tensor's own name.
+  EXPECT_EQ(canonical(a), canonical(with_inputs({{{"x", float_bytes({2}, {1, 2}, false)}}})));
+  EXPECT_NE(canonical(a), canonical(with_inputs({{{"x", float_bytes({1, 2}, {1, 2})}}})));
+  EXPECT_NE(canonical(a), canonical(with_inputs({{{"z", float_bytes({2}, {1, 2})}}})));
+  EXPECT_NE(canonical(a), canonical(with_inputs({{{"x", float_bytes({2}, {1, 2})}},
+                                                 {{"x", float_bytes({2}, {1, 2})}}})));
+  // Random-input settings are ignored with given inputs, so they do not split the key; tolerances
+  // still decide rollbacks.
+  v1::PipelineConfig seeded = a;
+  seeded.mutable_verify()->set_seed(7);
+  (*seeded.mutable_verify()->mutable_dims())["N"] = 4;
+  EXPECT_EQ(canonical(a), canonical(seeded));
+  v1::PipelineConfig tighter = a;
+  tighter.mutable_verify()->set_rtol(1e-6);
+  EXPECT_NE(canonical(a), canonical(tighter));
+  // Without verification (no input sets) the inputs are not in the key at all.
+  v1::PipelineConfig verified;
+  verified.mutable_verify()->set_enabled(true);
+  EXPECT_NE(canonical(a), canonical(verified));
+  EXPECT_EQ(canonical(v1::PipelineConfig{}).find("inputs="), std::string::npos);
 }
 
 }  // namespace
