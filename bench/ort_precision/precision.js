@@ -48,6 +48,7 @@ options:
   --external NAME     also convert model NAME re-saved with external data (default
                       bert_encoder when it is among the models; 'none' to skip)
   --no-verify-data    do not give graft the input sets even if it has --verify-data
+  --reuse             keep graft outputs and reports already in --out (e.g. to time again)
   --int8-option K=V   pass --option quantize_dynamic_int8.K=V to graft (repeatable)
   --fp16-option K=V   pass --option convert_fp16.K=V to graft (repeatable)
   --latency LIST      variants to time against the original: int8,fp16 (default), or none
@@ -73,7 +74,7 @@ function fail(msg) {
 function parseArgs(argv) {
   const opts = {
     graft: null, out: '/tmp/ort_precision', sets: 2, seed: 1, inputs: [], variants: VARIANTS,
-    external: null, verifyData: true, baseline: 'original', int8Options: [], fp16Options: [], latency: ['int8', 'fp16'], latencyModels: null,
+    external: null, verifyData: true, reuse: false, baseline: 'original', int8Options: [], fp16Options: [], latency: ['int8', 'fp16'], latencyModels: null,
     reps: 40, warmup: 5, minTimeMs: 2000, sessions: 4, targets: [],
   };
   const intArg = (name, v, min) => {
@@ -104,6 +105,7 @@ function parseArgs(argv) {
     else if (a === '--variants') opts.variants = listArg(a, next(), VARIANTS);
     else if (a === '--external') opts.external = next();
     else if (a === '--no-verify-data') opts.verifyData = false;
+    else if (a === '--reuse') opts.reuse = true;
     else if (a === '--baseline') {
       opts.baseline = next();
       if (!['original', 'o2'].includes(opts.baseline)) fail(`--baseline: '${opts.baseline}' is not original or o2`);
@@ -396,7 +398,8 @@ async function runModel(ort, model, opts, ctx, log) {
     const v = { file: path.join(dir, `${model.name}.${variant}.onnx`), report: path.join(dir, `${model.name}.${variant}.json`),
       graft: null, inspect: null, graft_errors: null, ort_errors: null, same_inputs: false, error: null, ort_error: null };
     r.variants[variant] = v;
-    for (const f of [v.file, v.report]) fs.rmSync(f, { force: true });
+    const reuse = opts.reuse && fs.existsSync(v.file) && fs.existsSync(v.report);
+    if (!reuse) for (const f of [v.file, v.report]) fs.rmSync(f, { force: true });
     const argv = ['optimize', '--local'];
     if (variant === 'fp16') argv.push('--level', 'O3');
     else argv.push('--passes', [...ctx.o2, 'quantize_dynamic_int8'].join(','));
@@ -407,11 +410,12 @@ async function runModel(ort, model, opts, ctx, log) {
       argv.push('--verify', '--verify-data', dataDir);
       v.same_inputs = true;
     } else argv.push(...approxVerifyArgs(spec));
-    log(`graft ${variant}`);
+    log(reuse ? `graft ${variant}: reusing ${v.file}` : `graft ${variant}`);
     const t0 = process.hrtime.bigint();
-    const p = spawnSync(opts.graft, argv, { encoding: 'utf8', timeout: GRAFT_TIMEOUT_MS, maxBuffer: 64 << 20 });
-    v.graft = { argv, exit: p.status, ms: Number(process.hrtime.bigint() - t0) / 1e6 };
-    fs.writeFileSync(path.join(dir, `${model.name}.${variant}.log`), `$ ${opts.graft} ${argv.join(' ')}\n${p.stdout || ''}${p.stderr || ''}`);
+    const p = reuse ? { status: 0, stdout: '(reused)\n', stderr: '' }
+      : spawnSync(opts.graft, argv, { encoding: 'utf8', timeout: GRAFT_TIMEOUT_MS, maxBuffer: 64 << 20 });
+    v.graft = { argv, exit: p.status, ms: Number(process.hrtime.bigint() - t0) / 1e6, reused: reuse };
+    if (!reuse) fs.writeFileSync(path.join(dir, `${model.name}.${variant}.log`), `$ ${opts.graft} ${argv.join(' ')}\n${p.stdout || ''}${p.stderr || ''}`);
     if (p.error || p.status !== 0 || !fs.existsSync(v.file)) {
       v.error = `graft: ${p.error ? errorText(p.error) : p.signal ? `killed by ${p.signal}` : `exit ${p.status}: ${(p.stderr || '').trim().split('\n').pop() || 'no output written'}`}`;
       continue;
