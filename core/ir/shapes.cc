@@ -239,27 +239,36 @@ bool has_huge_shape_tensor(const Model& m) {
   return false;
 }
 
+// Deep call chains, cycles, or calls that expand to too many nodes: libonnx infers a function's
+// body once per call, at every depth, so F0 calling F1 twice, F1 calling F2 twice, ... costs
+// 2^depth body inferences (a hang on a model of a few dozen nodes).
 bool has_deep_function_calls(const Model& m) {
   constexpr size_t kMaxDepth = 64;
+  constexpr uint64_t kMaxExpandedNodes = uint64_t{1} << 20;
+  auto sat_add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
   const auto& fns = m.functions();
   if (fns.empty()) return false;
   std::map<std::pair<std::string, std::string>, size_t> index;
   for (size_t i = 0; i < fns.size(); ++i)
     index.emplace(std::make_pair(fns[i].rest.domain(), fns[i].rest.name()), i);
-  std::vector<std::vector<size_t>> callees(fns.size());
-  for (size_t i = 0; i < fns.size(); ++i) {
-    std::vector<const Graph*> graphs{fns[i].body.get()};
+  // Functions called (once per call) and nodes of a graph and its subgraphs.
+  auto calls_in = [&](const Graph* root, std::vector<size_t>* called, uint64_t* own) {
+    std::vector<const Graph*> graphs{root};
     while (!graphs.empty()) {
       const Graph* g = graphs.back();
       graphs.pop_back();
       if (!g) continue;
       for (const Node* n : g->nodes()) {
+        ++*own;
         auto it = index.find({n->domain(), n->op_type()});
-        if (it != index.end()) callees[i].push_back(it->second);
+        if (it != index.end()) called->push_back(it->second);
         for (const auto& s : n->subgraphs()) graphs.push_back(s.graph.get());
       }
     }
-  }
+  };
+  std::vector<std::vector<size_t>> callees(fns.size());
+  std::vector<uint64_t> expanded(fns.size(), 0);  // own nodes, then with every call expanded
+  for (size_t i = 0; i < fns.size(); ++i) calls_in(fns[i].body.get(), &callees[i], &expanded[i]);
   // Longest call chain from each function, depth first without recursion; a function met again
   // while on the current path is a cycle.
   enum : uint8_t { kNew, kOnPath, kDone };
@@ -280,13 +289,20 @@ bool has_deep_function_calls(const Model& m) {
         }
         continue;
       }
-      for (size_t c : callees[f]) depth[f] = std::max(depth[f], depth[c] + 1);
-      if (depth[f] > kMaxDepth) return true;
+      for (size_t c : callees[f]) {
+        depth[f] = std::max(depth[f], depth[c] + 1);
+        expanded[f] = sat_add(expanded[f], expanded[c]);
+      }
+      if (depth[f] > kMaxDepth || expanded[f] > kMaxExpandedNodes) return true;
       state[f] = kDone;
       stack.pop_back();
     }
   }
-  return false;
+  std::vector<size_t> called;
+  uint64_t total = 0;
+  calls_in(&m.graph(), &called, &total);
+  for (size_t c : called) total = sat_add(total, expanded[c]);
+  return total > kMaxExpandedNodes;
 }
 
 void FactEngine::run_inference(Model& m) {

@@ -23,10 +23,20 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 absl::string_view sv(std::string_view s) { return {s.data(), s.size()}; }
 
 // Client text echoed in a message is cut short: a message must stay readable and small.
+// Control characters are written as \xNN, so a message cannot carry terminal escapes.
 std::string quoted(std::string_view text) {
   constexpr size_t kMaxEcho = 200;
-  if (text.size() <= kMaxEcho) return absl::StrCat("'", sv(text), "'");
-  return absl::StrCat("'", sv(text.substr(0, kMaxEcho)), "'... (", text.size(), " bytes)");
+  std::string shown;
+  for (unsigned char c : text.substr(0, kMaxEcho)) {
+    if (c < 0x20 || c == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      shown += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    } else {
+      shown += static_cast<char>(c);
+    }
+  }
+  if (text.size() <= kMaxEcho) return absl::StrCat("'", shown, "'");
+  return absl::StrCat("'", shown, "'... (", text.size(), " bytes)");
 }
 
 std::optional<int64_t> parse_int(std::string_view text) {

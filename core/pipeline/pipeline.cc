@@ -226,11 +226,15 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
 
 SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage) {
   storage->clear();
-  for (const auto& [name, size] : config.verify_options.dims) (*storage)[name] = size;
+  // Given input sets replace the random inputs and their dims (which are then ignored).
+  const eval::VerifyOptions& v = config.verify_options;
+  const bool verify_dims = v.input_sets.empty();
+  if (verify_dims)
+    for (const auto& [name, size] : v.dims) (*storage)[name] = size;
   for (const auto& [name, size] : config.memory_dims) (*storage)[name] = size;
-  int64_t default_dim = config.memory_default_dim > 0              ? config.memory_default_dim
-                        : config.verify_options.default_dim > 0 ? config.verify_options.default_dim
-                                                                 : 1;
+  int64_t default_dim = config.memory_default_dim > 0           ? config.memory_default_dim
+                        : verify_dims && v.default_dim > 0 ? v.default_dim
+                                                           : 1;
   return SizeRule{storage, default_dim};
 }
 

@@ -328,5 +328,33 @@ TEST(ShapeFacts, DeepOrCyclicFunctionCallsAreFound) {
   }
 }
 
+// Calls that expand exponentially: F(i) calls F(i+1) twice. libonnx infers a body once per call,
+// so inference is skipped once the expansion passes 2^20 nodes; the facts of such a model come
+// from Graft's own rules, at once (this hung for 2^30 body inferences when the pipeline's memory
+// estimate first asked for the output's fact).
+TEST(ShapeFacts, ExponentiallyExpandingCallsAreNotInferredByLibonnx) {
+  auto doubling = [](int depth) {
+    std::string text = R"(<ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+      g (float[2] x) => (float[2] y) { y = local.F0 (x) })";
+    for (int i = 0; i < depth; ++i)
+      text += "<domain: \"local\", opset_import: [\"\" : 13, \"local\" : 1]>\nF" +
+              std::to_string(i) + " (a) => (b) {\n  t = local.F" + std::to_string(i + 1) +
+              " (a)\n  b = local.F" + std::to_string(i + 1) + " (t)\n}\n";
+    text += "<domain: \"local\", opset_import: [\"\" : 13]>\nF" + std::to_string(depth) +
+            " (a) => (b) {\n  b = Neg (a)\n}\n";
+    return parse_text(text);
+  };
+  for (auto [depth, skipped] : {std::pair{10, false}, std::pair{21, true}, std::pair{30, true}}) {
+    auto model = doubling(depth);
+    ASSERT_TRUE(model) << depth;
+    EXPECT_EQ(ir::has_deep_function_calls(*model), skipped) << depth;
+  }
+  auto model = doubling(30);
+  ASSERT_TRUE(model);
+  // Returns at once (no inference of 2^30 bodies); Graft's own rules do not look into function
+  // bodies, so the call's output is of unknown type.
+  EXPECT_EQ(model->graph().outputs()[0].value->elem_type(), 0);
+}
+
 }  // namespace
 }  // namespace graft::testing

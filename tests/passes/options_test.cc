@@ -151,7 +151,13 @@ TEST(PassOptions, ListsAreSetsOfNames) {
   auto names = parse({{"names", "/layer.0/MatMul, node 7"}});
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_EQ(names->list("names"), (std::vector<std::string>{"/layer.0/MatMul", "node 7"}));
-  error_for("names", "a\nb");
+  {
+    // Control characters are refused, and echoed escaped (no terminal escapes in messages).
+    auto esc = parse({{"names", "a\x1b[31mb"}});
+    ASSERT_FALSE(esc.ok());
+    EXPECT_NE(esc.status().message().find("got 'a\\x1b[31mb'"), absl::string_view::npos)
+        << esc.status();
+  }
   EXPECT_FALSE(parse({{"names", std::string("a\x01b")}}).ok());
   EXPECT_FALSE(parse({{"names", std::string(kMaxListItemBytes + 1, 'n')}}).ok());
   EXPECT_TRUE(parse({{"names", std::string(kMaxListItemBytes, 'n')}}).ok());

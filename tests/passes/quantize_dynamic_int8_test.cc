@@ -25,6 +25,7 @@ constexpr char kPass[] = "quantize_dynamic_int8";
 RewriteOptions quantized(int64_t count, PassOptions options = {}) {
   RewriteOptions r = rewrites(count);
   options.emplace("min_weight_elements", "0");  // the test weights are small
+  options.emplace("weight_type", "int8");        // the goldens below, unless a test says uint8
   r.pass_options = std::move(options);
   r.rtol = 0.02;
   r.atol = 0.2;
@@ -487,7 +488,7 @@ TEST(QuantizeDynamicInt8, ExternalWeightIsReadAndStoredInt8) {
   ASSERT_NE(mmi, nullptr);
   const onnx::TensorProto* wq = ir::constant_header(mmi->input(1));
   ASSERT_NE(wq, nullptr);
-  EXPECT_EQ(wq->data_type(), onnx::TensorProto::INT8);
+  EXPECT_EQ(wq->data_type(), onnx::TensorProto::UINT8);  // the default weight type
   EXPECT_FALSE(ir::is_external(*wq));  // a new in-memory tensor (saved externally if >= 1 KiB)
   EXPECT_EQ(count_ops(*model, "MatMul"), 0);
   // Within the 8-bit error (see the tolerance at the top: K = 8 terms, |w| <= 0.75).

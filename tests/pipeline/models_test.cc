@@ -40,15 +40,22 @@ Outcome optimize_and_check(const fs::path& path) {
       continue;
     std::map<std::string, eval::Tensor> feeds;
     std::vector<std::string> names;
+    std::vector<int32_t> types;
     for (const auto& in : (*model)->graph().inputs())
-      if (!in.value->is_initializer()) names.push_back(in.value->name());
+      if (!in.value->is_initializer()) {
+        names.push_back(in.value->name());
+        types.push_back(in.value->elem_type());
+      }
     bool complete = true;
     for (size_t i = 0; i < names.size() && complete; ++i) {
       onnx::TensorProto t;
       complete = t.ParseFromString(read_file(dir.path() / ("input_" + std::to_string(i) + ".pb")));
       auto tensor = complete ? eval::Tensor::from_proto(t, 64ull << 20)
                              : absl::StatusOr<eval::Tensor>(absl::InvalidArgumentError(""));
-      complete = tensor.ok();
+      // ONNX 1.12's data stores bfloat16 inputs as uint16 (numpy has no bfloat16): a set whose
+      // types are not the model's is refused by the pipeline's input-set check, so it is
+      // left out and verification uses random inputs.
+      complete = tensor.ok() && (types[i] == 0 || tensor->dtype() == types[i]);
       if (complete) feeds.emplace(names[i], std::move(*tensor));
     }
     if (complete) config.verify_options.input_sets.push_back(std::move(feeds));
