@@ -305,9 +305,60 @@ bool has_deep_function_calls(const Model& m) {
   return total > kMaxExpandedNodes;
 }
 
+namespace {
+
+int rank_of(const onnx::ValueInfoProto* info) {
+  if (info && info->type().has_tensor_type() && info->type().tensor_type().has_shape())
+    return info->type().tensor_type().shape().dim_size();
+  return -1;
+}
+
+// The rank a value declares (initializer dims, graph input or value_info shape), else -1.
+int shapes_detail_rank(const Value* v, const std::map<const Value*, int>& graph_inputs) {
+  if (!v) return -1;
+  if (v->initializer()) return v->initializer()->dims_size();
+  if (auto it = graph_inputs.find(v); it != graph_inputs.end()) return it->second;
+  return rank_of(v->value_info());
+}
+
+// libonnx 1.12's convPoolShapeInference reads past its arrays when X's rank differs from W's
+// or from 2 + the length of kernel_shape/strides/dilations (fuzzer: a rank-3 X with a rank-4 W
+// crashed). Such a node is invalid anyway; inference is skipped for the model, where it is in
+// any graph.
+}  // namespace
+
+bool has_inconsistent_conv(const Model& m) {
+  std::map<const Value*, int> graph_inputs;
+  for (const Graph* g : m.all_graphs())
+    for (const auto& in : g->inputs()) graph_inputs[in.value] = rank_of(&in.info);
+  auto declared_rank = [&](const Value* v) { return shapes_detail_rank(v, graph_inputs); };
+  for (const Graph* g : m.all_graphs())
+    for (const Node* n : g->nodes()) {
+      if (!n->is_onnx_domain()) continue;
+      const std::string& op = n->op_type();
+      const bool conv = op == "Conv" || op == "ConvTranspose" || op == "ConvInteger";
+      const bool pool = op.find("Pool") != std::string::npos || op == "LpPool";
+      if (!conv && !pool) continue;
+      const int x = n->inputs().empty() ? -1 : declared_rank(n->input(0));
+      const int w = conv && n->inputs().size() > 1 ? declared_rank(n->input(1)) : -1;
+      if (x >= 0 && w >= 0 && x != w) return true;
+      const int spatial = x >= 0 ? x - 2 : w >= 0 ? w - 2 : -1;
+      for (const char* a : {"kernel_shape", "strides", "dilations"}) {
+        auto v = n->attr_ints(a);
+        if (v && spatial >= 0 && static_cast<int>(v->size()) != spatial) return true;
+      }
+      if (auto pads = n->attr_ints("pads"); pads && spatial >= 0 &&
+                                            static_cast<int>(pads->size()) != 2 * spatial)
+        return true;
+    }
+  return false;
+}
+
 void FactEngine::run_inference(Model& m) {
   m.inference_done_ = true;
-  if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m)) return;
+  if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m) ||
+      has_inconsistent_conv(m))
+    return;
   auto copy = m.clone();
   for (Value* v : copy->graph().initializers()) {
     const TensorProto& t = *v->initializer();
