@@ -6,6 +6,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include <absl/strings/str_cat.h>
@@ -307,48 +308,46 @@ bool has_deep_function_calls(const Model& m) {
 
 namespace {
 
-int rank_of(const onnx::ValueInfoProto* info) {
-  if (info && info->type().has_tensor_type() && info->type().tensor_type().has_shape())
-    return info->type().tensor_type().shape().dim_size();
+int declared_rank(const onnx::ValueInfoProto& info) {
+  if (info.type().has_tensor_type() && info.type().tensor_type().has_shape())
+    return info.type().tensor_type().shape().dim_size();
   return -1;
 }
 
-// The rank a value declares (initializer dims, graph input or value_info shape), else -1.
-int shapes_detail_rank(const Value* v, const std::map<const Value*, int>& graph_inputs) {
-  if (!v) return -1;
-  if (v->initializer()) return v->initializer()->dims_size();
-  if (auto it = graph_inputs.find(v); it != graph_inputs.end()) return it->second;
-  return rank_of(v->value_info());
+}  // namespace
+
+bool is_pool(const std::string& op) {
+  static const std::set<std::string, std::less<>> kPools = {
+      "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"};
+  return kPools.count(op) > 0;
 }
 
 // libonnx 1.12's convPoolShapeInference reads past its arrays when X's rank differs from W's
 // or from 2 + the length of kernel_shape/strides/dilations (fuzzer: a rank-3 X with a rank-4 W
-// crashed). Such a node is invalid anyway; inference is skipped for the model, where it is in
-// any graph.
-}  // namespace
-
+// crashed). Such a node is invalid anyway; inference is skipped for the model, wherever the
+// node is. Ranks are the declared ones (initializer dims, graph input and value_info shapes).
 bool has_inconsistent_conv(const Model& m) {
-  std::map<const Value*, int> graph_inputs;
+  std::map<const Value*, int> inputs;
   for (const Graph* g : m.all_graphs())
-    for (const auto& in : g->inputs()) graph_inputs[in.value] = rank_of(&in.info);
-  auto declared_rank = [&](const Value* v) { return shapes_detail_rank(v, graph_inputs); };
+    for (const auto& in : g->inputs()) inputs[in.value] = declared_rank(in.info);
+  auto rank = [&](const Value* v) {
+    if (!v) return -1;
+    if (v->initializer()) return v->initializer()->dims_size();
+    if (auto it = inputs.find(v); it != inputs.end()) return it->second;
+    return v->value_info() ? declared_rank(*v->value_info()) : -1;
+  };
   for (const Graph* g : m.all_graphs())
     for (const Node* n : g->nodes()) {
-      if (!n->is_onnx_domain()) continue;
-      const std::string& op = n->op_type();
-      const bool conv = op == "Conv" || op == "ConvTranspose" || op == "ConvInteger";
-      const bool pool = op.find("Pool") != std::string::npos || op == "LpPool";
-      if (!conv && !pool) continue;
-      const int x = n->inputs().empty() ? -1 : declared_rank(n->input(0));
-      const int w = conv && n->inputs().size() > 1 ? declared_rank(n->input(1)) : -1;
+      const bool conv = n->is("Conv") || n->is("ConvTranspose") || n->is("ConvInteger");
+      if (!conv && !(n->is_onnx_domain() && is_pool(n->op_type()))) continue;
+      const int x = rank(n->input(0));
+      const int w = conv ? rank(n->input(1)) : -1;
       if (x >= 0 && w >= 0 && x != w) return true;
       const int spatial = x >= 0 ? x - 2 : w >= 0 ? w - 2 : -1;
-      for (const char* a : {"kernel_shape", "strides", "dilations"}) {
-        auto v = n->attr_ints(a);
-        if (v && spatial >= 0 && static_cast<int>(v->size()) != spatial) return true;
-      }
-      if (auto pads = n->attr_ints("pads"); pads && spatial >= 0 &&
-                                            static_cast<int>(pads->size()) != 2 * spatial)
+      if (spatial < 0) continue;
+      for (const char* a : {"kernel_shape", "strides", "dilations"})
+        if (auto v = n->attr_ints(a); v && static_cast<int>(v->size()) != spatial) return true;
+      if (auto pads = n->attr_ints("pads"); pads && static_cast<int>(pads->size()) != 2 * spatial)
         return true;
     }
   return false;
@@ -1135,9 +1134,7 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
       d = Dim{};
     return out;
   }
-  if (op == "Conv" || op == "ConvTranspose" || one_of(op, {"MaxPool", "AveragePool", "LpPool",
-                                                           "GlobalAveragePool", "GlobalMaxPool",
-                                                           "GlobalLpPool"})) {
+  if (op == "Conv" || op == "ConvTranspose" || is_pool(op)) {
     if (output > 0 && !(op == "MaxPool" && output == 1)) return unknown(partial);
     if (!x.has_rank || x.dims.size() < 2) return with_type(TensorFact{}, x.elem_type);
     TensorFact out = rank_only(output == 1 ? TensorProto::INT64 : x.elem_type,

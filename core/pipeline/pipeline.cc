@@ -242,31 +242,6 @@ namespace {
 
 absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,
                                                   const std::vector<PassSpec>& specs,
-                                                  const PipelineConfig& config);
-
-}  // namespace
-
-// The memory estimates wrap the run: they are of the model as given and as returned, whatever
-// verification and rollbacks happened in between.
-absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
-                                         const std::vector<PassSpec>& specs,
-                                         const PipelineConfig& config) {
-  DimBindings dims;
-  const SizeRule rule = memory_size_rule(config, &dims);
-  MemoryStats before = estimate_memory(*model, dims, rule.default_dim);
-  auto report = run_specs_measured(model, specs, config);
-  if (!report.ok()) return report;
-  report->memory_before = std::move(before);
-  report->memory_after = estimate_memory(*model, dims, rule.default_dim);
-  report->memory_dims = std::move(dims);
-  report->memory_default_dim = rule.default_dim;
-  return report;
-}
-
-namespace {
-
-absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,
-                                                  const std::vector<PassSpec>& specs,
                                                   const PipelineConfig& config) {
   // Passes excluded by verification (by position in `specs`), with the reason.
   std::map<size_t, std::string> excluded;
@@ -430,6 +405,23 @@ absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& mo
 }
 
 }  // namespace
+
+// The memory estimates wrap the run: they are of the model as given and as returned, whatever
+// verification and rollbacks happened in between.
+absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
+                                         const std::vector<PassSpec>& specs,
+                                         const PipelineConfig& config) {
+  DimBindings dims;
+  const SizeRule rule = memory_size_rule(config, &dims);
+  MemoryStats before = estimate_memory(*model, dims, rule.default_dim);
+  auto report = run_specs_measured(model, specs, config);
+  if (!report.ok()) return report;
+  report->memory_before = std::move(before);
+  report->memory_after = estimate_memory(*model, dims, rule.default_dim);
+  report->memory_dims = std::move(dims);
+  report->memory_default_dim = rule.default_dim;
+  return report;
+}
 
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,

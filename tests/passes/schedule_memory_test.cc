@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/pipeline/memory.h"
+#include "core/pipeline/pipeline.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -61,6 +62,31 @@ TEST(ScheduleMemory, RunsOneBranchAtATime) {
   EXPECT_TRUE(result.changed);
   EXPECT_EQ(result.rules["peak_bytes_before"], 840);
   EXPECT_EQ(result.rules["peak_bytes_after"], 444);
+}
+
+// The pipeline's report carries the estimate of the input and of the result, and each pass's
+// row the peak it found and left (schedule_memory's change shows in its own row).
+TEST(MemoryReport, BeforeAndAfterThePipelineAndPerPass) {
+  auto model = parse_text(kInterleaved);
+  ASSERT_TRUE(model);
+  PipelineConfig config;
+  config.passes = {"prune", "schedule_memory"};
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->memory_before.peak_activation_bytes, 840u);  // x, a1 and b1
+  EXPECT_EQ(report->memory_after.peak_activation_bytes, 444u);   // x, a2 and b1
+  EXPECT_EQ(report->memory_after.peak_activation_bytes,
+            estimate_memory(*model, {}, 1).peak_activation_bytes);
+  EXPECT_EQ(report->memory_before.largest_tensor_bytes, 400u);
+  EXPECT_EQ(report->memory_before.peak_node_name, "Concat");  // b1's node, which has no name
+  EXPECT_EQ(report->memory_after.weight_bytes, 0u);
+  EXPECT_EQ(report->memory_default_dim, 1);
+  ASSERT_EQ(report->passes.size(), 2u);
+  EXPECT_EQ(report->passes[0].peak_before, 840u);
+  EXPECT_EQ(report->passes[0].peak_after, 840u);  // found nothing to remove
+  EXPECT_EQ(report->passes[1].name, "schedule_memory");
+  EXPECT_EQ(report->passes[1].peak_before, 840u);
+  EXPECT_EQ(report->passes[1].peak_after, 444u);
 }
 
 TEST(ScheduleMemory, LeavesAnOptimalOrder) {

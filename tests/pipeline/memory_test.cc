@@ -236,42 +236,6 @@ TEST(Memory, ExternalWeightsCountByDeclaredSizeUnread) {
 }
 
 
-// The pipeline's report carries the estimate of the input and of the result, and each pass's
-// row the peak it found and left (schedule_memory's change shows in its own row).
-const char* kTwoBranches = R"(
-  <ir_version: 8, opset_import: ["" : 13]>
-  g (float[10] x) => (float y) {
-    a1 = Concat <axis = 0> (x, x, x, x, x, x, x, x, x, x)
-    b1 = Concat <axis = 0> (x, x, x, x, x, x, x, x, x, x)
-    a2 = ReduceMax <axes = [0], keepdims = 0> (a1)
-    b2 = ReduceMax <axes = [0], keepdims = 0> (b1)
-    y = Add (a2, b2)
-  }
-)";
-
-TEST(MemoryReport, BeforeAndAfterThePipelineAndPerPass) {
-  auto model = parse_text(kTwoBranches);
-  ASSERT_TRUE(model);
-  PipelineConfig config;
-  config.passes = {"prune", "schedule_memory"};
-  auto report = run_pipeline(model, config);
-  ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_EQ(report->memory_before.peak_activation_bytes, 840u);  // x, a1 and b1
-  EXPECT_EQ(report->memory_after.peak_activation_bytes, 444u);   // x, a2 and b1
-  EXPECT_EQ(report->memory_after.peak_activation_bytes,
-            estimate_memory(*model, {}, 1).peak_activation_bytes);
-  EXPECT_EQ(report->memory_before.largest_tensor_bytes, 400u);
-  EXPECT_EQ(report->memory_before.peak_node_name, "Concat");  // b1's node, which has no name
-  EXPECT_EQ(report->memory_after.weight_bytes, 0u);
-  EXPECT_EQ(report->memory_default_dim, 1);
-  ASSERT_EQ(report->passes.size(), 2u);
-  EXPECT_EQ(report->passes[0].peak_before, 840u);
-  EXPECT_EQ(report->passes[0].peak_after, 840u);  // found nothing to remove
-  EXPECT_EQ(report->passes[1].name, "schedule_memory");
-  EXPECT_EQ(report->passes[1].peak_before, 840u);
-  EXPECT_EQ(report->passes[1].peak_after, 444u);
-}
-
 // Symbolic dims: the config's memory_dims, else verification's dims, else the default.
 TEST(MemoryReport, SymbolicDimsComeFromTheConfigThenVerification) {
   const char* text = R"(
