@@ -14,6 +14,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include "core/ir/model.h"
+#include "core/ir/onnx_guard.h"
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 
@@ -308,55 +309,18 @@ bool has_deep_function_calls(const Model& m) {
 
 namespace {
 
-int declared_rank(const onnx::ValueInfoProto& info) {
-  if (info.type().has_tensor_type() && info.type().tensor_type().has_shape())
-    return info.type().tensor_type().shape().dim_size();
-  return -1;
-}
-
-}  // namespace
-
+// MaxPool, AveragePool, LpPool and their Global forms (op types of the default domain).
 bool is_pool(const std::string& op) {
   static const std::set<std::string, std::less<>> kPools = {
       "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"};
   return kPools.count(op) > 0;
 }
 
-// libonnx 1.12's convPoolShapeInference reads past its arrays when X's rank differs from W's
-// or from 2 + the length of kernel_shape/strides/dilations (fuzzer: a rank-3 X with a rank-4 W
-// crashed). Such a node is invalid anyway; inference is skipped for the model, wherever the
-// node is. Ranks are the declared ones (initializer dims, graph input and value_info shapes).
-bool has_inconsistent_conv(const Model& m) {
-  std::map<const Value*, int> inputs;
-  for (const Graph* g : m.all_graphs())
-    for (const auto& in : g->inputs()) inputs[in.value] = declared_rank(in.info);
-  auto rank = [&](const Value* v) {
-    if (!v) return -1;
-    if (v->initializer()) return v->initializer()->dims_size();
-    if (auto it = inputs.find(v); it != inputs.end()) return it->second;
-    return v->value_info() ? declared_rank(*v->value_info()) : -1;
-  };
-  for (const Graph* g : m.all_graphs())
-    for (const Node* n : g->nodes()) {
-      const bool conv = n->is("Conv") || n->is("ConvTranspose") || n->is("ConvInteger");
-      if (!conv && !(n->is_onnx_domain() && is_pool(n->op_type()))) continue;
-      const int x = rank(n->input(0));
-      const int w = conv ? rank(n->input(1)) : -1;
-      if (x >= 0 && w >= 0 && x != w) return true;
-      const int spatial = x >= 0 ? x - 2 : w >= 0 ? w - 2 : -1;
-      if (spatial < 0) continue;
-      for (const char* a : {"kernel_shape", "strides", "dilations"})
-        if (auto v = n->attr_ints(a); v && static_cast<int>(v->size()) != spatial) return true;
-      if (auto pads = n->attr_ints("pads"); pads && static_cast<int>(pads->size()) != 2 * spatial)
-        return true;
-    }
-  return false;
-}
+}  // namespace
 
 void FactEngine::run_inference(Model& m) {
   m.inference_done_ = true;
-  if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m) ||
-      has_inconsistent_conv(m))
+  if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m))
     return;
   auto copy = m.clone();
   for (Value* v : copy->graph().initializers()) {
@@ -373,7 +337,7 @@ void FactEngine::run_inference(Model& m) {
   try {
     onnx::ShapeInferenceOptions options{/*check_type=*/false, /*error_mode=*/0,
                                         /*enable_data_propagation=*/false};
-    onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), options);
+    onnx::shape_inference::InferShapes(proto, guarded_schemas(), options);
   } catch (const std::exception&) {
     return;  // e.g. a declared output type contradicting the operators: no inferred facts
   }

@@ -107,12 +107,6 @@ bool has_huge_shape_tensor(const Model& model);
 // would exhaust the stack. ONNX forbids recursion; a hostile model may have it anyway. Neither is
 // run on such models.
 bool has_deep_function_calls(const Model& model);
-// A Conv/ConvTranspose/ConvInteger/Pool whose declared X and W ranks differ, or whose
-// kernel_shape/strides/dilations/pads lengths do not match them: libonnx 1.12 reads out of
-// bounds inferring it, so inference is skipped for such a model.
-bool has_inconsistent_conv(const Model& model);
-// MaxPool, AveragePool, LpPool and their Global forms (op types of the default domain).
-bool is_pool(const std::string& op);
 
 // Writes what the facts add into the value_info entries the model already has (an element type
 // or dims they leave unknown), never creating an entry or changing a known part, so a model that

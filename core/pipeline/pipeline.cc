@@ -22,6 +22,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include "core/ir/onnx_guard.h"
 #include "core/passes/registry.h"
 
 namespace graft {
@@ -158,7 +159,7 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
     if (shape_inference) {
       onnx::ShapeInferenceOptions options{/*check_type=*/true, /*error_mode=*/1,
                                           /*enable_data_propagation=*/false};
-      onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), options);
+      onnx::shape_inference::InferShapes(proto, ir::guarded_schemas(), options);
     }
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(absl::StrCat("ONNX check failed: ", e.what()));

@@ -1,0 +1,23 @@
+// Guards in front of libonnx's shape inference.
+//
+// libonnx 1.12's inference functions trust what they read: a few index the dims of one input by
+// the rank of another, divide by a stride, or count down a dim one stride at a time. On an
+// inconsistent node (reachable from any client model: ranks are often known only once
+// inference has run upstream) they read out of bounds, trap or spin. The registry below answers
+// as libonnx's own does, except that those ops' inference functions first check the shapes and
+// attributes the inference context holds, and fail inference for the node (an InferenceError,
+// which libonnx records like any other) where libonnx's code would go wrong.
+//
+// Every InferShapes call in Graft passes this registry. tests/ir/onnx_guard_test.cc holds one
+// model per hazard; fuzz/regressions/model the fuzzer's findings.
+#pragma once
+
+#include <onnx/defs/schema.h>
+
+namespace graft::ir {
+
+// The registry to pass to onnx::shape_inference::InferShapes. Built once, read-only after, safe
+// to use from several threads.
+const onnx::ISchemaRegistry* guarded_schemas();
+
+}  // namespace graft::ir
