@@ -194,6 +194,40 @@ absl::StatusOr<Tensor> Tensor::zeros(int32_t dtype, std::vector<int64_t> dims, u
   return t;
 }
 
+namespace {
+
+// How many entries the typed field holding `dtype`'s values has (and how many make one element),
+// or -1 for a type no field holds.
+int typed_entries(const TensorProto& p, int32_t dtype, int64_t* per_element) {
+  *per_element = dtype == TensorProto::COMPLEX64 || dtype == TensorProto::COMPLEX128 ? 2 : 1;
+  switch (dtype) {
+    case TensorProto::FLOAT:
+    case TensorProto::COMPLEX64:
+      return p.float_data_size();
+    case TensorProto::DOUBLE:
+    case TensorProto::COMPLEX128:
+      return p.double_data_size();
+    case TensorProto::INT64:
+      return p.int64_data_size();
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
+      return p.uint64_data_size();
+    case TensorProto::INT32:
+    case TensorProto::INT16:
+    case TensorProto::INT8:
+    case TensorProto::UINT16:
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
+    case TensorProto::UINT8:
+    case TensorProto::BOOL:
+      return p.int32_data_size();
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max_bytes,
                                           const ir::ExternalData* external) {
   if (ir::is_external(proto)) {
@@ -247,12 +281,24 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
   }
   const size_t es = ir::element_size(dtype);
   const size_t nbytes = static_cast<size_t>(n) * es;
-  if (auto st = t.charge(nbytes); !st.ok()) return st;
+  // The data the message carries must match the dims before anything is charged or allocated:
+  // a few bytes claiming large dims cost nothing.
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != nbytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("raw_data has ", proto.raw_data().size(), " bytes, expected ", nbytes));
     }
+  } else {
+    int64_t per_element = 1;
+    const int entries = typed_entries(proto, dtype, &per_element);
+    if (entries < 0) return absl::UnimplementedError(absl::StrCat("unsupported tensor type ", dtype));
+    if (entries != n * per_element) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor field has ", entries, " entries, expected ", n * per_element));
+    }
+  }
+  if (auto st = t.charge(nbytes); !st.ok()) return st;
+  if (proto.has_raw_data()) {
     t.bytes_ = proto.raw_data();
     if (dtype == TensorProto::BOOL) {
       // Kernels read bools as C++ bool, whose only valid representations are 0 and 1.
@@ -261,73 +307,46 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
     return t;
   }
   t.bytes_.assign(nbytes, '\0');
-  auto check = [&](int field_size, int64_t per_element) -> absl::Status {
-    if (field_size != n * per_element) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor field has ", field_size, " entries, expected ", n * per_element));
-    }
-    return absl::OkStatus();
-  };
-  absl::Status st;
   switch (dtype) {
     case TensorProto::FLOAT:
-      if (!(st = check(proto.float_data_size(), 1)).ok()) return st;
-      copy_field<float>(proto.float_data(), t.bytes_);
-      break;
     case TensorProto::COMPLEX64:
-      if (!(st = check(proto.float_data_size(), 2)).ok()) return st;
       copy_field<float>(proto.float_data(), t.bytes_);
       break;
     case TensorProto::DOUBLE:
-      if (!(st = check(proto.double_data_size(), 1)).ok()) return st;
-      copy_field<double>(proto.double_data(), t.bytes_);
-      break;
     case TensorProto::COMPLEX128:
-      if (!(st = check(proto.double_data_size(), 2)).ok()) return st;
       copy_field<double>(proto.double_data(), t.bytes_);
       break;
     case TensorProto::INT64:
-      if (!(st = check(proto.int64_data_size(), 1)).ok()) return st;
       copy_field<int64_t>(proto.int64_data(), t.bytes_);
       break;
     case TensorProto::UINT32:
-      if (!(st = check(proto.uint64_data_size(), 1)).ok()) return st;
       copy_field<uint32_t>(proto.uint64_data(), t.bytes_);
       break;
     case TensorProto::UINT64:
-      if (!(st = check(proto.uint64_data_size(), 1)).ok()) return st;
       copy_field<uint64_t>(proto.uint64_data(), t.bytes_);
       break;
     case TensorProto::INT32:
-      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
       copy_field<int32_t>(proto.int32_data(), t.bytes_);
       break;
     case TensorProto::INT16:
-      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
       copy_field<int16_t>(proto.int32_data(), t.bytes_);
       break;
     case TensorProto::INT8:
-      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
       copy_field<int8_t>(proto.int32_data(), t.bytes_);
       break;
     case TensorProto::UINT16:
     case TensorProto::FLOAT16:
     case TensorProto::BFLOAT16:
-      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
       copy_field<uint16_t>(proto.int32_data(), t.bytes_);
       break;
     case TensorProto::UINT8:
-      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
       copy_field<uint8_t>(proto.int32_data(), t.bytes_);
       break;
     case TensorProto::BOOL: {
-      if (!(st = check(proto.int32_data_size(), 1)).ok()) return st;
       uint8_t* out = reinterpret_cast<uint8_t*>(t.bytes_.data());
       for (int64_t i = 0; i < n; ++i) out[i] = proto.int32_data(static_cast<int>(i)) != 0;
       break;
     }
-    default:
-      return absl::UnimplementedError(absl::StrCat("unsupported tensor type ", dtype));
   }
   return t;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/eval/broadcast.h"
+#include "core/eval/budget.h"
 #include "core/eval/kernel.h"
 #include "core/ir/tensor.h"
 
@@ -169,6 +170,31 @@ TEST(TensorTest, MismatchedFieldCountIsAnError) {
   TensorProto s = proto_of(TensorProto::STRING, {2});
   s.add_string_data("x");
   EXPECT_FALSE(Tensor::from_proto(s, kLimit).ok());
+}
+
+// Data that does not match the dims is refused before anything is charged or allocated: a few
+// bytes declaring a tensor just under the limit cost nothing.
+TEST(TensorTest, MismatchedDataIsRefusedBeforeAllocating) {
+  auto budget = Budget::make(/*max_bytes=*/0, /*max_work=*/0);
+  BudgetScope scope(budget.get());
+  TensorProto raw = proto_of(TensorProto::FLOAT, {256, 1024});
+  raw.set_raw_data(std::string(4, '\0'));
+  EXPECT_EQ(Tensor::from_proto(raw, kLimit).status().message(),
+            "raw_data has 4 bytes, expected 1048576");
+  TensorProto typed = proto_of(TensorProto::INT8, {1 << 20});
+  typed.add_int32_data(1);
+  EXPECT_EQ(Tensor::from_proto(typed, kLimit).status().message(),
+            "tensor field has 1 entries, expected 1048576");
+  TensorProto complex = proto_of(TensorProto::COMPLEX64, {2});
+  complex.add_float_data(1);
+  complex.add_float_data(2);
+  EXPECT_EQ(Tensor::from_proto(complex, kLimit).status().message(),
+            "tensor field has 2 entries, expected 4");
+  EXPECT_EQ(budget->peak_bytes(), 0u);
+  complex.add_float_data(3);
+  complex.add_float_data(4);
+  EXPECT_TRUE(Tensor::from_proto(complex, kLimit).ok());
+  EXPECT_EQ(budget->peak_bytes(), 16u);
 }
 
 TEST(TensorTest, AllocationLimit) {
