@@ -191,7 +191,15 @@ function errorText(e) {
     .join(' ');
 }
 
+// A command-line integer of at least `min`; otherwise `fail` (which exits) is called with why.
+function integerArg(name, value, min, fail) {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) fail(`${name} needs an integer >= ${min}, got '${value}'`);
+  return n;
+}
+
 module.exports = {
+  integerArg,
   readVarint,
   forEachLenField,
   countNodes,

@@ -17,6 +17,7 @@ const {
   moreSessions,
   median,
   errorText,
+  integerArg,
 } = require('./ort_common');
 
 const REPO_ROOT = path.resolve(__dirname, '..', '..');
@@ -75,11 +76,7 @@ function parseArgs(argv) {
     inputs: null,
     targets: [],
   };
-  const intArg = (name, v, min) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min) fail(`${name} needs an integer >= ${min}, got '${v}'`);
-    return n;
-  };
+  const intArg = (name, v, min) => integerArg(name, v, min, fail);
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const next = () => {

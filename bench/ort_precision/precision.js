@@ -18,6 +18,7 @@ const {
   moreSessions,
   median,
   errorText,
+  integerArg,
 } = require('../ort_parity/ort_common');
 
 const REPO_ROOT = path.resolve(__dirname, '..', '..');
@@ -77,11 +78,7 @@ function parseArgs(argv) {
     external: null, verifyData: true, reuse: false, baseline: 'original', int8Options: [], fp16Options: [], latency: ['int8', 'fp16'], latencyModels: null,
     reps: 40, warmup: 5, minTimeMs: 2000, sessions: 4, targets: [],
   };
-  const intArg = (name, v, min) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min) fail(`${name} needs an integer >= ${min}, got '${v}'`);
-    return n;
-  };
+  const intArg = (name, v, min) => integerArg(name, v, min, fail);
   const listArg = (name, v, allowed) => {
     if (v === 'none') return [];
     const xs = v.split(',').filter(Boolean);
