@@ -1098,19 +1098,24 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
       d = Dim{};
     return out;
   }
-  if (op == "Conv" || op == "ConvTranspose" || is_pool(op)) {
+  // ConvInteger is Conv on integers with an int32 result.
+  const bool conv = op == "Conv" || op == "ConvInteger";
+  if (conv || op == "ConvTranspose" || is_pool(op)) {
     if (output > 0 && !(op == "MaxPool" && output == 1)) return unknown(partial);
-    if (!x.has_rank || x.dims.size() < 2) return with_type(TensorFact{}, x.elem_type);
-    TensorFact out = rank_only(output == 1 ? TensorProto::INT64 : x.elem_type,
-                               static_cast<int64_t>(x.dims.size()));  // MaxPool's Indices: int64
+    // MaxPool's Indices are int64.
+    const int32_t type = output == 1            ? TensorProto::INT64
+                         : op == "ConvInteger" ? TensorProto::INT32
+                                               : x.elem_type;
+    if (!x.has_rank || x.dims.size() < 2) return with_type(TensorFact{}, type);
+    TensorFact out = rank_only(type, static_cast<int64_t>(x.dims.size()));
     if (!out.has_rank) return out;
     out.dims[0] = x.dims[0];
     const TensorFact& w = in_fact(n, 1);
-    if (op == "Conv" && w.has_rank && !w.dims.empty())
+    if (conv && w.has_rank && !w.dims.empty())
       out.dims[1] = w.dims[0];
     else if (op == "ConvTranspose" && w.has_rank && w.dims.size() > 1 && w.dims[1].known())
       out.dims[1] = checked_mul(w.dims[1].value, n.attr_int("group", 1));
-    else if (op != "Conv" && op != "ConvTranspose")
+    else if (!conv && op != "ConvTranspose")
       out.dims[1] = x.dims[1];
     if (op.rfind("Global", 0) == 0) {
       for (size_t i = 2; i < out.dims.size(); ++i) out.dims[i] = Dim::of(1);
@@ -1123,7 +1128,7 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
     if (!any_known) return out;
     const size_t spatial = x.dims.size() - 2;
     std::optional<std::vector<int64_t>> kernel = n.attr_ints("kernel_shape");
-    if (!kernel && op == "Conv" && w.has_rank && w.dims.size() == x.dims.size()) {
+    if (!kernel && conv && w.has_rank && w.dims.size() == x.dims.size()) {
       kernel.emplace();
       for (size_t i = 2; i < w.dims.size(); ++i) kernel->push_back(w.dims[i].value);
     }
@@ -1134,7 +1139,7 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
     const std::vector<int64_t> strides = ints("strides", 1, spatial);
     const std::vector<int64_t> dilations = ints("dilations", 1, spatial);
     const std::vector<int64_t> pads = ints("pads", 0, 2 * spatial);
-    const bool dilated = op == "Conv" || op == "MaxPool";  // the others' arrived after opset 17
+    const bool dilated = conv || op == "MaxPool";  // the others' arrived after opset 17
     if (op == "ConvTranspose" || n.attr_int("ceil_mode", 0) != 0 || !kernel ||
         kernel->size() != spatial || strides.size() != spatial || dilations.size() != spatial ||
         pads.size() != 2 * spatial || (!dilated && n.attr("dilations"))) {

@@ -74,10 +74,12 @@ TEST(ShapeFacts, NormalizationAndGeluKeepTheShape) {
 TEST(ShapeFacts, WindowsResizeAndRecurrentOpsAreExact) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[N,3,9,10] x, float[8,3,3,3] w, float[T,N,4] s, float[1,20,4] lw, float[1,20,5] lr)
+    g (float[N,3,9,10] x, float[8,3,3,3] w, float[T,N,4] s, float[1,20,4] lw, float[1,20,5] lr,
+       uint8[N,3,9,10] xq, uint8[8,3,3,3] wq)
         => (float[N,8,5,5] c) <float[4] scales = {1.0, 1.0, 1.5, 0.5}, float[0] roi = {},
                                 int64[4] sizes = {1, 3, 4, 4}> {
       c = Conv <pads = [1, 1, 1, 1], strides = [2, 2]> (x, w)
+      ci = ConvInteger <pads = [1, 1, 1, 1], strides = [2, 2]> (xq, wq)
       v = Conv <auto_pad = "VALID", dilations = [2, 2]> (x, w)
       p = MaxPool <kernel_shape = [2, 2], auto_pad = "SAME_UPPER", strides = [2, 3]> (x)
       a = AveragePool <kernel_shape = [3, 3]> (x)
@@ -88,6 +90,7 @@ TEST(ShapeFacts, WindowsResizeAndRecurrentOpsAreExact) {
   )");
   ASSERT_TRUE(model);
   EXPECT_EQ(fact(*model, "c"), "FLOAT[N,8,5,5]");
+  EXPECT_EQ(fact(*model, "ci"), "INT32[N,8,5,5]");
   EXPECT_EQ(fact(*model, "v"), "FLOAT[N,8,5,6]");
   EXPECT_EQ(fact(*model, "p"), "FLOAT[N,3,5,4]");
   EXPECT_EQ(fact(*model, "a"), "FLOAT[N,3,7,8]");
@@ -96,7 +99,7 @@ TEST(ShapeFacts, WindowsResizeAndRecurrentOpsAreExact) {
   EXPECT_EQ(fact(*model, "y"), "FLOAT[T,2,N,5]");
   EXPECT_EQ(fact(*model, "yh"), "FLOAT[2,N,5]");
   EXPECT_EQ(fact(*model, "yc"), "FLOAT[2,N,5]");
-  for (const char* name : {"c", "v", "p", "a", "r", "z", "y", "yh", "yc"})
+  for (const char* name : {"c", "ci", "v", "p", "a", "r", "z", "y", "yh", "yc"})
     EXPECT_TRUE(ir::fact_exact(*any_value(*model, name))) << name;
 }
 
