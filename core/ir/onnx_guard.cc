@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <limits>
-#include <optional>
+#include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -236,6 +236,49 @@ void check_gather_nd(const InferenceContext& ctx) {
   }
 }
 
+// LayerNormalization sets the Mean and InvStdDev dims from axis (taken as an int, plus the rank
+// when negative) on, unchecked: outside [-rank, rank) it writes before dim 0.
+void check_layer_norm(const InferenceContext& ctx) {
+  const onnx::TensorShapeProto* x = input_shape(ctx, 0);
+  const onnx::AttributeProto* a = ctx.getAttribute("axis");
+  if (!x || !a || a->type() != onnx::AttributeProto::INT) return;
+  const int64_t rank = x->dim_size();
+  if (a->i() < -rank || a->i() >= rank)
+    fail_shape_inference("axis ", a->i(), " is out of range for rank ", rank);
+}
+
+// The number of values an initializer holds (raw or typed), whatever its dims say; -1 for an
+// element type not counted here.
+int64_t stored_values(const onnx::TensorProto& t) {
+  int64_t size = 0;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: size = 4; break;
+    case onnx::TensorProto::INT32: size = 4; break;
+    case onnx::TensorProto::INT16: size = 2; break;
+    case onnx::TensorProto::INT64: size = 8; break;
+    case onnx::TensorProto::DOUBLE: size = 8; break;
+    default: return -1;
+  }
+  if (t.has_raw_data()) return static_cast<int64_t>(t.raw_data().size()) / size;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: return t.float_data_size();
+    case onnx::TensorProto::INT64: return t.int64_data_size();
+    case onnx::TensorProto::DOUBLE: return t.double_data_size();
+    default: return t.int32_data_size();
+  }
+}
+
+// Range (its three inputs) and TopK-10/11 (K) read value 0 of an initializer input, which libonnx
+// does not check is there for a scalar or for raw data (a data-less external scalar included).
+void check_first_values(const InferenceContext& ctx, std::initializer_list<size_t> inputs) {
+  for (size_t i : inputs) {
+    if (i >= ctx.getNumInputs()) continue;
+    const onnx::TensorProto* t = ctx.getInputData(i);
+    if (t && stored_values(*t) == 0)
+      fail_shape_inference("input ", i, " is an initializer holding no value");
+  }
+}
+
 using Check = std::function<void(const InferenceContext&)>;
 
 const std::map<std::string, Check, std::less<>>& checks() {
@@ -259,6 +302,9 @@ const std::map<std::string, Check, std::less<>>& checks() {
       {"Expand", [](const InferenceContext& c) { check_shape_input(c, 1); }},
       {"ConstantOfShape", [](const InferenceContext& c) { check_shape_input(c, 0); }},
       {"GatherND", check_gather_nd},
+      {"Range", [](const InferenceContext& c) { check_first_values(c, {0, 1, 2}); }},
+      {"TopK", [](const InferenceContext& c) { check_first_values(c, {1}); }},
+      {"LayerNormalization", check_layer_norm},
       {"RNN", check_recurrent},
       {"GRU", check_recurrent},
       {"LSTM", check_recurrent},

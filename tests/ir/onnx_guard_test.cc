@@ -275,6 +275,43 @@ TEST(OnnxGuard, GatherNDWithNegativeBatchDims) {
             std::string::npos);
 }
 
+TEST(OnnxGuard, LayerNormalizationAxisOutOfRange) {
+  // libonnx writes Mean's dims from axis + rank = -1 on; 2^32 - 1 becomes -1 as an int.
+  for (const char* axis : {"-3", "4294967295"}) {
+    EXPECT_NE(strict_error(parse_proto(std::string(R"(
+      <ir_version: 8, opset_import: ["" : 17]>
+      g (float[2,3] x, float[3] s) => (float y, float m) {
+        y, m = LayerNormalization <axis = )") + axis + R"(> (x, s)
+      }
+    )")).find(std::string("axis ") + axis + " is out of range for rank 2"),
+              std::string::npos);
+  }
+}
+
+TEST(OnnxGuard, InitializersHoldingNoValue) {
+  // libonnx reads value 0 of Range's scalars and of TopK's K without checking it is stored.
+  onnx::ModelProto range = parse_proto(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float x) => (float y) <int64 a = {0}, int64 b = {5}, int64 d = {1}> {
+      r = Range (a, b, d)
+      y = Expand (x, r)
+    }
+  )");
+  range.mutable_graph()->mutable_initializer(1)->clear_int64_data();
+  EXPECT_NE(strict_error(range).find("input 1 is an initializer holding no value"),
+            std::string::npos);
+  onnx::ModelProto topk = parse_proto(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,5] x) => (float v, int64 i) <int64[1] k = {2}> {
+      v, i = TopK (x, k)
+    }
+  )");
+  topk.mutable_graph()->mutable_initializer(0)->clear_int64_data();
+  topk.mutable_graph()->mutable_initializer(0)->set_raw_data("");
+  EXPECT_NE(strict_error(topk).find("input 1 is an initializer holding no value"),
+            std::string::npos);
+}
+
 // Consistent nodes are inferred exactly as libonnx infers them.
 TEST(OnnxGuard, ConsistentNodesAreInferredAsBefore) {
   const char* text = R"(
@@ -299,7 +336,7 @@ TEST(OnnxGuard, ConsistentTensorNodesAreInferredAsBefore) {
   const char* text = R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,8,2,3] x, float[2,3] a, float[3,4] b)
-        => (float[n1,c1,h1,w1] d, float[n2,c2] r, float[n3,c3] r0, float[n4,c4,h4,w4] s1,
+        => (float[n1,c1,h1,w1] d, float[n2,c2] r, float[n3,c3,h3] r0, float[n4,c4,h4,w4] s1,
             float[n5,c5,h5,w5] s2, int64 len, float[n6,c6] e, float[n7,c7] e2) <int64[2] s = {-1, 6},
             int64[3] s0 = {0, 0, -1}, int64 k = {2}> {
       d = DepthToSpace <blocksize = 2> (x)
@@ -372,6 +409,48 @@ TEST(OnnxGuard, ConsistentGatherNDIsInferredAsBefore) {
   EXPECT_EQ(strict_error(parse_proto(text)), "");
   EXPECT_EQ(inferred_shape(text, "y"), "[2,3,4]");
   EXPECT_EQ(inferred_shape(text, "z"), "[2,5,4]");
+}
+
+TEST(OnnxGuard, ConsistentLayerNormalizationIsInferredAsBefore) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float[3,4] s) => (float[a,b,c] y, float[d,e,f] m, float[g,h,i] v) {
+      y, m, v = LayerNormalization <axis = -2> (x, s)
+    }
+  )";
+  EXPECT_EQ(strict_error(parse_proto(text)), "");
+  EXPECT_EQ(inferred_shape(text, "y"), "[2,3,4]");
+  EXPECT_EQ(inferred_shape(text, "m"), "[2,1,1]");
+  EXPECT_EQ(inferred_shape(text, "v"), "[2,1,1]");
+}
+
+TEST(OnnxGuard, ConsistentRangeAndTopKAreInferredAsBefore) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,5] x) => (float[a] r, float[b,c] v, int64[d,e] i)
+        <float a = {0}, float b = {2.5}, float d = {0.5}, int64[1] k = {2}> {
+      r = Range (a, b, d)
+      v, i = TopK (x, k)
+    }
+  )";
+  EXPECT_EQ(strict_error(parse_proto(text)), "");
+  EXPECT_EQ(inferred_shape(text, "r"), "[5]");
+  EXPECT_EQ(inferred_shape(text, "v"), "[4,2]");
+  EXPECT_EQ(inferred_shape(text, "i"), "[4,2]");
+  // The same values as raw data.
+  onnx::ModelProto raw = parse_proto(text);
+  for (auto& t : *raw.mutable_graph()->mutable_initializer()) {
+    std::string bytes;
+    if (t.data_type() == onnx::TensorProto::FLOAT) {
+      for (float f : t.float_data()) bytes.append(reinterpret_cast<const char*>(&f), 4);
+      t.clear_float_data();
+    } else {
+      for (int64_t v : t.int64_data()) bytes.append(reinterpret_cast<const char*>(&v), 8);
+      t.clear_int64_data();
+    }
+    t.set_raw_data(bytes);
+  }
+  EXPECT_EQ(strict_error(raw), "");
 }
 
 TEST(OnnxGuard, ConsistentGemm6IsInferredAsBefore) {
