@@ -237,14 +237,16 @@ void check_gather_nd(const InferenceContext& ctx) {
 }
 
 // LayerNormalization sets the Mean and InvStdDev dims from axis (taken as an int, plus the rank
-// when negative) on, unchecked: outside [-rank, rank) it writes before dim 0.
+// when negative; -1 by default) on, unchecked: outside [-rank, rank) it writes before dim 0 (a
+// scalar X with the default axis included).
 void check_layer_norm(const InferenceContext& ctx) {
   const onnx::TensorShapeProto* x = input_shape(ctx, 0);
+  if (!x) return;
   const onnx::AttributeProto* a = ctx.getAttribute("axis");
-  if (!x || !a || a->type() != onnx::AttributeProto::INT) return;
+  const int64_t axis = a && a->type() == onnx::AttributeProto::INT ? a->i() : -1;
   const int64_t rank = x->dim_size();
-  if (a->i() < -rank || a->i() >= rank)
-    fail_shape_inference("axis ", a->i(), " is out of range for rank ", rank);
+  if (axis < -rank || axis >= rank)
+    fail_shape_inference("axis ", axis, " is out of range for rank ", rank);
 }
 
 // The number of values an initializer holds (raw or typed), whatever its dims say; -1 for an
@@ -279,6 +281,17 @@ void check_first_values(const InferenceContext& ctx, std::initializer_list<size_
   }
 }
 
+// Scan-9 and later fill a vector of num_scan_inputs axes (and one of the scan outputs' axes,
+// counted from it) before looking at the inputs: 2^28 allocates gigabytes. Without the attribute
+// every Scan dereferences null (Graft's loader already refuses that model; checked here too).
+void check_scan(const InferenceContext& ctx) {
+  const onnx::AttributeProto* a = ctx.getAttribute("num_scan_inputs");
+  if (!a || a->type() != onnx::AttributeProto::INT)
+    fail_shape_inference("Scan needs an int attribute num_scan_inputs");
+  if (a->i() < 1 || static_cast<uint64_t>(a->i()) > ctx.getNumInputs())
+    fail_shape_inference("num_scan_inputs is ", a->i(), " for ", ctx.getNumInputs(), " inputs");
+}
+
 using Check = std::function<void(const InferenceContext&)>;
 
 const std::map<std::string, Check, std::less<>>& checks() {
@@ -302,6 +315,7 @@ const std::map<std::string, Check, std::less<>>& checks() {
       {"Expand", [](const InferenceContext& c) { check_shape_input(c, 1); }},
       {"ConstantOfShape", [](const InferenceContext& c) { check_shape_input(c, 0); }},
       {"GatherND", check_gather_nd},
+      {"Scan", check_scan},
       {"Range", [](const InferenceContext& c) { check_first_values(c, {0, 1, 2}); }},
       {"TopK", [](const InferenceContext& c) { check_first_values(c, {1}); }},
       {"LayerNormalization", check_layer_norm},

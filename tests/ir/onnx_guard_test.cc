@@ -286,6 +286,13 @@ TEST(OnnxGuard, LayerNormalizationAxisOutOfRange) {
     )")).find(std::string("axis ") + axis + " is out of range for rank 2"),
               std::string::npos);
   }
+  EXPECT_NE(strict_error(parse_proto(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float x, float s) => (float y, float m) {
+      y, m = LayerNormalization (x, s)
+    }
+  )")).find("axis -1 is out of range for rank 0"),
+            std::string::npos);
 }
 
 TEST(OnnxGuard, InitializersHoldingNoValue) {
@@ -309,6 +316,20 @@ TEST(OnnxGuard, InitializersHoldingNoValue) {
   topk.mutable_graph()->mutable_initializer(0)->clear_int64_data();
   topk.mutable_graph()->mutable_initializer(0)->set_raw_data("");
   EXPECT_NE(strict_error(topk).find("input 1 is an initializer holding no value"),
+            std::string::npos);
+}
+
+TEST(OnnxGuard, ScanWithMoreScanInputsThanInputs) {
+  // libonnx makes a vector of num_scan_inputs axes first: 2^28 of them take gigabytes.
+  EXPECT_NE(strict_error(parse_proto(R"(
+    <ir_version: 8, opset_import: ["" : 16]>
+    g (float[2] s, float[3,2] x) => (float y, float z) {
+      y, z = Scan <num_scan_inputs = 268435456, body = b (float[2] si, float[2] xi) => (float[2] so, float[2] zo) {
+        so = Add (si, xi)
+        zo = Identity (so)
+      }> (s, x)
+    }
+  )")).find("num_scan_inputs is 268435456 for 2 inputs"),
             std::string::npos);
 }
 
@@ -451,6 +472,23 @@ TEST(OnnxGuard, ConsistentRangeAndTopKAreInferredAsBefore) {
     t.set_raw_data(bytes);
   }
   EXPECT_EQ(strict_error(raw), "");
+}
+
+TEST(OnnxGuard, ConsistentScanIsInferredAsBefore) {
+  for (const char* opset : {"9", "16"}) {
+    const std::string text = std::string(R"(
+      <ir_version: 8, opset_import: ["" : )") + opset + R"(]>
+      g (float[2] s, float[3,2] x) => (float[a] y, float[b,c] z) {
+        y, z = Scan <num_scan_inputs = 1, body = b (float[2] si, float[2] xi) => (float[2] so, float[2] zo) {
+          so = Add (si, xi)
+          zo = Identity (so)
+        }> (s, x)
+      }
+    )";
+    EXPECT_EQ(strict_error(parse_proto(text)), "") << opset;
+    EXPECT_EQ(inferred_shape(text, "y"), "[2]") << opset;
+    EXPECT_EQ(inferred_shape(text, "z"), "[3,2]") << opset;
+  }
 }
 
 TEST(OnnxGuard, ConsistentGemm6IsInferredAsBefore) {
