@@ -1,6 +1,7 @@
 // Guards in front of libonnx's shape inference (see onnx_guard.h).
 #include "core/ir/onnx_guard.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -144,20 +145,17 @@ void check_reshape(const InferenceContext& ctx) {
     target.emplace(a->ints().begin(), a->ints().end());
   else
     target = int_data(ctx, 1);
-  if (!target) return;
-  bool has_minus_one = false;
-  int64_t product = 1;
   const onnx::TensorShapeProto* x = input_shape(ctx, 0);
+  if (!target || !x || std::find(target->begin(), target->end(), -1) == target->end()) return;
+  int64_t product = 1;
   for (size_t i = 0; i < target->size(); ++i) {
     int64_t d = (*target)[i];
-    if (d == -1) has_minus_one = true;
     // A 0 copies the input's dim (what libonnx multiplies in, unless allowzero).
-    if (d == 0 && x && static_cast<int>(i) < x->dim_size() && x->dim(static_cast<int>(i)).has_dim_value())
+    if (d == 0 && static_cast<int>(i) < x->dim_size() && x->dim(static_cast<int>(i)).has_dim_value())
       d = x->dim(static_cast<int>(i)).dim_value();
     if (d > 0 && __builtin_mul_overflow(product, d, &product))
       fail_shape_inference("the target shape's dims multiply past int64");
   }
-  if (!has_minus_one || !x) return;
   product = 1;
   for (const auto& d : x->dim())
     if (d.has_dim_value() && __builtin_mul_overflow(product, d.dim_value(), &product))
