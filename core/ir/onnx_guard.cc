@@ -181,7 +181,9 @@ void check_einsum(const InferenceContext& ctx) {
   const onnx::AttributeProto* a = ctx.getAttribute("equation");
   if (!a || a->type() != onnx::AttributeProto::STRING) return;
   const std::string& eq = a->s();
-  if (eq.find("->") != std::string::npos) return;
+  if (eq.find("->") != std::string::npos || ctx.getNumInputs() == 0) return;
+  for (size_t i = 0; i < ctx.getNumInputs(); ++i)
+    if (!input_shape(ctx, i)) return;  // libonnx infers no shape then, nor counts letters
   for (char c : eq)
     if (c != ',' && c != '.' && c != ' ' && (c < 'a' || c > 'z'))
       fail_shape_inference("equation without -> has a character other than a-z, ',', '.': '",
