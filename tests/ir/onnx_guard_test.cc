@@ -1,6 +1,7 @@
 // The guarded schema registry: each model below makes libonnx 1.12's own inference function
-// read out of bounds, trap or spin (run them with OpSchemaRegistry::Instance() under ASan to
-// see); through the guard, inference fails for that node with a message and goes on.
+// read or write out of bounds, trap, spin or allocate gigabytes (run them with
+// OpSchemaRegistry::Instance() under ASan or valgrind to see); through the guard, inference fails
+// for that node with a message and goes on.
 #include "core/ir/onnx_guard.h"
 
 #include <string>
