@@ -1,9 +1,11 @@
 // Guards in front of libonnx's shape inference.
 //
-// libonnx 1.12's inference functions trust what they read: a few index the dims of one input by
-// the rank of another, divide by a stride, or count down a dim one stride at a time. On an
-// inconsistent node (reachable from any client model: ranks are often known only once
-// inference has run upstream) they read out of bounds, trap or spin. The registry below answers
+// libonnx 1.12's inference functions trust what they read: some index the dims of one input by
+// the rank of another or by an attribute, read value 0 of an initializer that may hold none,
+// divide by a stride, a count or a product that may be 0 (or INT64_MIN by -1), count down a dim
+// one stride at a time, or size a vector by a length. On an inconsistent node (reachable from any
+// client model: ranks are often known only once inference has run upstream) they read or write
+// out of bounds, trap, spin or allocate without bound. The registry below answers
 // as libonnx's own does, except that those ops' inference functions first check the shapes and
 // attributes the inference context holds, and fail inference for the node (an InferenceError,
 // which libonnx records like any other) where libonnx's code would go wrong.
