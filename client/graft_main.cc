@@ -442,6 +442,10 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
     write.folder = folder_of(a.output).string();
     write.location = location;
     write.even_without_external = true;  // the input had external data (passes may use it up)
+    // Written elsewhere, an input file the result uses only in part (a pass replaced some of
+    // its weights) would be copied whole beside the output: its tensors go to the new file.
+    std::error_code same_error;
+    write.compact = !std::filesystem::equivalent(input_folder, write.folder, same_error);
     auto saved = (*model)->serialize_with_external(write);
     if (!saved.ok())
       return fail(saved.status().code() == absl::StatusCode::kResourceExhausted ||

@@ -128,6 +128,7 @@ struct ExternalData::Counter {
 struct ExternalData::Opened {
   Fd fd;
   ExternalRef ref;
+  uint64_t file_size = 0;
 };
 
 ExternalData::ExternalData() : read_(std::make_unique<Counter>()) {}
@@ -196,6 +197,7 @@ absl::StatusOr<ExternalData::Opened> ExternalData::open(const TensorProto& t) co
     return invalid(t, absl::StrCat("length ", length, " does not match its dims and type (",
                                    *expected, " bytes)"));
   out.ref = ExternalRef{keys->location, keys->offset, length};
+  out.file_size = size;
   return out;
 }
 
@@ -203,6 +205,12 @@ absl::StatusOr<ExternalRef> ExternalData::locate(const TensorProto& t) const {
   auto opened = open(t);
   if (!opened.ok()) return opened.status();
   return std::move(opened->ref);
+}
+
+absl::StatusOr<uint64_t> ExternalData::file_size(const TensorProto& t) const {
+  auto opened = open(t);
+  if (!opened.ok()) return opened.status();
+  return opened->file_size;
 }
 
 namespace {

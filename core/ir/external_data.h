@@ -81,6 +81,8 @@ class ExternalData {
   // a tensor that is not external; NotFound / PermissionDenied / DataLoss (the path named) when
   // the file cannot be opened.
   absl::StatusOr<ExternalRef> locate(const onnx::TensorProto& t) const;
+  // The size in bytes of the file holding `t`'s payload (after the checks of locate).
+  absl::StatusOr<uint64_t> file_size(const onnx::TensorProto& t) const;
   // The payload of an EXTERNAL tensor (as locate checks it), read with pread into a buffer the
   // result owns. ResourceExhausted, before anything is allocated, when it is longer than
   // `max_bytes`. DataLoss when the file ends early (it shrank after the check).

@@ -6,8 +6,9 @@
 #include "core/paths/files.h"
 
 #include <algorithm>
-#include <functional>
 #include <climits>
+#include <functional>
+#include <map>
 #include <cstring>
 #include <optional>
 #include <filesystem>
@@ -484,16 +485,87 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
           if (auto st = check(*t); !st.ok()) return st;
     }
   }
+  const std::shared_ptr<const ExternalData> external = external_data_;
   onnx::ModelProto proto = release_proto();
   std::optional<paths::BeneathWriter> writer;
   absl::Status status;
   SavedModel saved;
   std::set<std::string> locations;
   const uint64_t min_bytes = std::max<uint64_t>(write.min_bytes, 1);
+
+  // Files the model uses only in part (`compact`): the distinct ranges it references add up to
+  // less than the file. A tensor whose range cannot be checked keeps its reference.
+  std::set<std::string> partly_used;
+  if (write.compact && external) {
+    std::map<std::string, std::set<std::pair<uint64_t, uint64_t>>> ranges;
+    std::map<std::string, uint64_t> sizes;
+    for_each_tensor(&proto, [&](onnx::TensorProto* t, bool) {
+      if (!is_external(*t)) return;
+      auto ref = external->locate(*t);
+      auto size = external->file_size(*t);
+      if (!ref.ok() || !size.ok()) return;
+      ranges[ref->location].emplace(ref->offset, ref->length);
+      sizes[ref->location] = *size;
+    });
+    for (const auto& [location, used] : ranges) {
+      uint64_t bytes = 0;
+      for (const auto& [offset, length] : used) bytes += length;  // overlaps count twice
+      if (bytes < sizes[location]) partly_used.insert(location);
+    }
+  }
+  auto open_writer = [&]() -> absl::Status {
+    if (writer) return absl::OkStatus();
+    auto w = paths::BeneathWriter::create(write.folder, write.location);
+    if (!w.ok()) return w.status();
+    writer.emplace(std::move(*w));
+    return absl::OkStatus();
+  };
+  // Makes `t` reference [offset, offset + length) of the new file.
+  auto point_at_new_file = [&](onnx::TensorProto* t, uint64_t offset, uint64_t length) {
+    t->clear_raw_data();
+    t->clear_float_data();
+    t->clear_double_data();
+    t->clear_int32_data();
+    t->clear_int64_data();
+    t->clear_uint64_data();
+    t->clear_external_data();
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto add = [&](const char* key, std::string value) {
+      auto* e = t->add_external_data();
+      e->set_key(key);
+      e->set_value(std::move(value));
+    };
+    add("location", write.location);
+    add("offset", std::to_string(offset));
+    add("length", std::to_string(length));
+    ++saved.new_file_tensors;
+  };
+  std::map<ExternalRef, uint64_t> moved;  // range of an input file -> offset in the new file
   for_each_tensor(&proto, [&](onnx::TensorProto* t, bool dense) {
     if (!status.ok()) return;
     if (is_external(*t)) {
-      locations.insert(external_location(*t));
+      const std::string location = external_location(*t);
+      absl::StatusOr<ExternalRef> ref = absl::NotFoundError("the file is used in full");
+      if (partly_used.count(location)) ref = external->locate(*t);
+      if (!ref.ok()) {
+        locations.insert(location);
+        return;
+      }
+      auto it = moved.find(*ref);
+      if (it == moved.end()) {
+        if (status = open_writer(); !status.ok()) return;
+        if (status = writer->pad_to(write.alignment); !status.ok()) return;
+        const uint64_t offset = writer->size();
+        absl::Status append;
+        status = external->read_blocks(*t, [&](std::string_view block) {
+          if (append.ok()) append = writer->append(block);
+        });
+        if (status.ok()) status = append;
+        if (!status.ok()) return;
+        it = moved.emplace(*ref, offset).first;
+      }
+      point_at_new_file(t, it->second, ref->length);
+      ++saved.moved_tensors;
       return;
     }
     if (!dense || element_size(t->data_type()) == 0 || t->has_segment() ||
@@ -514,36 +586,13 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
         payload.size() / element_size(t->data_type()) != static_cast<uint64_t>(*count) ||
         payload.size() % element_size(t->data_type()) != 0)
       return;
-    if (!writer) {
-      auto w = paths::BeneathWriter::create(write.folder, write.location);
-      if (!w.ok()) {
-        status = w.status();
-        return;
-      }
-      writer.emplace(std::move(*w));
-    }
+    if (status = open_writer(); !status.ok()) return;
     if (status = writer->pad_to(write.alignment); !status.ok()) return;
     const uint64_t offset = writer->size();
     if (status = writer->append(payload); !status.ok()) return;
     const uint64_t length = payload.size();
     converted.reset();
-    t->clear_raw_data();
-    t->clear_float_data();
-    t->clear_double_data();
-    t->clear_int32_data();
-    t->clear_int64_data();
-    t->clear_uint64_data();
-    t->clear_external_data();
-    t->set_data_location(onnx::TensorProto::EXTERNAL);
-    auto add = [&](const char* key, std::string value) {
-      auto* e = t->add_external_data();
-      e->set_key(key);
-      e->set_value(std::move(value));
-    };
-    add("location", write.location);
-    add("offset", std::to_string(offset));
-    add("length", std::to_string(length));
-    ++saved.new_file_tensors;
+    point_at_new_file(t, offset, length);
   });
   if (!status.ok()) return status;
   if (writer) {

@@ -369,18 +369,25 @@ class Model {
   // it. A model without external tensors is saved exactly as serialize_and_release does unless
   // `even_without_external`. InvalidArgument (nothing written, the model kept) when `location`
   // is one the model already references or breaks paths::check_location.
+  // With `compact`, the external tensors of a file the model no longer uses in full (a pass
+  // replaced some of its tensors: the rest of the file is dead weight) are copied into the new
+  // file too, streamed through external_data(), one copy per distinct range; files used in full
+  // keep their references. For a caller that would otherwise copy the input's files beside an
+  // output written elsewhere.
   struct ExternalWrite {
     std::string folder;
     std::string location;
     uint64_t min_bytes = 1024;  // as onnx's convert_model_to_external_data
     uint64_t alignment = 64;  // of each tensor's offset
     bool even_without_external = false;
+    bool compact = false;
   };
   struct SavedModel {
     std::string model;                   // the serialized ModelProto
     std::vector<std::string> locations;  // external files it references: sorted, unique
     uint64_t new_file_bytes = 0;         // size of folder/location; 0 when not written
     int64_t new_file_tensors = 0;        // tensors written to it
+    int64_t moved_tensors = 0;           // of them, external tensors moved by `compact`
   };
   absl::StatusOr<SavedModel> serialize_with_external(const ExternalWrite& write);
 

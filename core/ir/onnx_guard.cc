@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -13,6 +12,8 @@
 #include <vector>
 
 #include <onnx/defs/shape_inference.h>
+
+#include "core/ir/tensor.h"
 
 namespace graft::ir {
 namespace {
@@ -91,39 +92,13 @@ void check_roi_pool(const InferenceContext& ctx) {
     fail_shape_inference("attribute pooled_shape needs 2 values, got ", a->ints_size());
 }
 
-// The values of an INT64 or INT32 initializer input (nullopt when the input has none, or when
-// they are not all there: libonnx then infers nothing from them or refuses cleanly).
+// The values of an integer initializer input (nullopt when the input has none, or when they are
+// not all there: libonnx then infers nothing from them or refuses cleanly).
 std::optional<std::vector<int64_t>> int_data(const InferenceContext& ctx, size_t i) {
   if (i >= ctx.getNumInputs()) return std::nullopt;
   const onnx::TensorProto* t = ctx.getInputData(i);
-  if (!t || t->data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
-  int64_t count = 1;
-  for (int64_t d : t->dims())
-    if (d < 0 || __builtin_mul_overflow(count, d, &count)) return std::nullopt;
-  std::vector<int64_t> out;
-  if (t->data_type() == onnx::TensorProto::INT64) {
-    if (t->has_raw_data()) {
-      if (static_cast<int64_t>(t->raw_data().size()) / 8 != count) return std::nullopt;
-      out.resize(static_cast<size_t>(count));
-      if (count > 0) std::memcpy(out.data(), t->raw_data().data(), out.size() * 8);
-    } else {
-      if (t->int64_data_size() != count) return std::nullopt;
-      out.assign(t->int64_data().begin(), t->int64_data().end());
-    }
-  } else if (t->data_type() == onnx::TensorProto::INT32) {
-    if (t->has_raw_data()) {
-      if (static_cast<int64_t>(t->raw_data().size()) / 4 != count) return std::nullopt;
-      std::vector<int32_t> v(static_cast<size_t>(count));
-      if (count > 0) std::memcpy(v.data(), t->raw_data().data(), v.size() * 4);
-      out.assign(v.begin(), v.end());
-    } else {
-      if (t->int32_data_size() != count) return std::nullopt;
-      out.assign(t->int32_data().begin(), t->int32_data().end());
-    }
-  } else {
-    return std::nullopt;
-  }
-  return out;
+  if (!t) return std::nullopt;
+  return read_int64s(*t);
 }
 
 // DepthToSpace (every opset) divides the channels by blocksize * blocksize, which wraps to 0
@@ -249,34 +224,13 @@ void check_layer_norm(const InferenceContext& ctx) {
     fail_shape_inference("axis ", axis, " is out of range for rank ", rank);
 }
 
-// The number of values an initializer holds (raw or typed), whatever its dims say; -1 for an
-// element type not counted here.
-int64_t stored_values(const onnx::TensorProto& t) {
-  int64_t size = 0;
-  switch (t.data_type()) {
-    case onnx::TensorProto::FLOAT: size = 4; break;
-    case onnx::TensorProto::INT32: size = 4; break;
-    case onnx::TensorProto::INT16: size = 2; break;
-    case onnx::TensorProto::INT64: size = 8; break;
-    case onnx::TensorProto::DOUBLE: size = 8; break;
-    default: return -1;
-  }
-  if (t.has_raw_data()) return static_cast<int64_t>(t.raw_data().size()) / size;
-  switch (t.data_type()) {
-    case onnx::TensorProto::FLOAT: return t.float_data_size();
-    case onnx::TensorProto::INT64: return t.int64_data_size();
-    case onnx::TensorProto::DOUBLE: return t.double_data_size();
-    default: return t.int32_data_size();
-  }
-}
-
 // Range (its three inputs) and TopK-10/11 (K) read value 0 of an initializer input, which libonnx
 // does not check is there for a scalar or for raw data (a data-less external scalar included).
 void check_first_values(const InferenceContext& ctx, std::initializer_list<size_t> inputs) {
   for (size_t i : inputs) {
     if (i >= ctx.getNumInputs()) continue;
     const onnx::TensorProto* t = ctx.getInputData(i);
-    if (t && stored_values(*t) == 0)
+    if (t && tensor_bytes(*t) == 0)
       fail_shape_inference("input ", i, " is an initializer holding no value");
   }
 }

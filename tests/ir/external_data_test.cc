@@ -386,5 +386,60 @@ TEST(SerializeWithExternal, WithoutExternalDataSavesAsBefore) {
   EXPECT_EQ(forced->new_file_bytes, 1200u);
 }
 
+// Written elsewhere with `compact`, a file the model uses only in part (here 4 KiB that a pass
+// replaced follow `w`) is not referenced any more: the tensors still in use are copied to the new
+// file, once per range; a file used in full keeps its reference.
+TEST(SerializeWithExternal, CompactMovesTheTensorsOfPartlyUsedFiles) {
+  std::string w = "{";
+  for (int i = 0; i < 64; ++i) w += (i ? ", " : "") + std::to_string(i * 0.5);
+  w += "}";
+  const std::string text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[64] v, float[4] u) => (float[64] z, float[64] z2, float[4] s)
+        <float[64] w = )" + w + ", float[64] w2 = " + w + R"(, float[4] small = {1, 2, 3, 4}> {
+      z = Add (v, w)
+      z2 = Sub (v, w2)
+      s = Add (u, small)
+    }
+  )";
+  auto build = [&](const TempFolder& in) {
+    auto model = testing::parse_text(text);
+    testing::externalize(*model, in.path(), "in.bin", {"w"});
+    testing::append_file(in.path(), "in.bin", std::string(4096, 'x'));
+    TensorProto same = *model->graph().find_local("w")->initializer();  // w2: w's range
+    same.set_name("w2");
+    model->graph().find_local("w2")->set_initializer(same);
+    testing::externalize(*model, in.path(), "full.bin", {"small"});
+    model->set_external_data(ExternalData::beneath(in.str()));
+    return model;
+  };
+  TempFolder in, out;
+  auto model = build(in);
+  auto reference = testing::parse_text(text);
+  Model::ExternalWrite write;
+  write.folder = out.str();
+  write.location = "m.weights";
+  write.compact = true;
+  auto saved = model->serialize_with_external(write);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->locations, (std::vector<std::string>{"full.bin", "m.weights"}));
+  EXPECT_EQ(saved->moved_tensors, 2);
+  EXPECT_EQ(saved->new_file_tensors, 2);
+  EXPECT_EQ(saved->new_file_bytes, 256u);  // one copy of w's 64 floats
+  fs::copy_file(in.path() / "full.bin", out.path() / "full.bin");
+  ASSERT_TRUE(paths::write_file_atomic((out.path() / "m.onnx").string(), saved->model).ok());
+  auto reloaded = Model::load_file((out.path() / "m.onnx").string());
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ(testing::same_outputs(*reference, **reloaded), "");
+  // Without `compact` the partly used file stays referenced.
+  TempFolder in2, out2;
+  write.folder = out2.str();
+  write.compact = false;
+  auto kept = build(in2)->serialize_with_external(write);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->locations, (std::vector<std::string>{"full.bin", "in.bin"}));
+  EXPECT_EQ(kept->moved_tensors, 0);
+}
+
 }  // namespace
 }  // namespace graft::ir
