@@ -167,6 +167,30 @@ TEST_F(ExternalPaths, LocalModeWritesNewWeightsToANewFileAndCopiesOnlyWhatIsStil
   EXPECT_EQ(same_outputs(**input, **output), "");
 }
 
+// w and u in one file: folding replaces w, so the file is used only in part. Written elsewhere,
+// u goes to the new weights file instead of the whole file being copied; written beside the
+// input, the file stays referenced.
+TEST_F(ExternalPaths, LocalModeMovesWhatIsStillReadOfAPartlyUsedFile) {
+  auto model = folding_model(in(), "all.bin", "all.bin");
+  write(model_path(), model->to_proto().SerializeAsString());
+  CliRun r = graft(root_, "optimize -q --local " + model_path() + " -o " + output_path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(out() / "all.bin"));
+  EXPECT_EQ(fs::file_size(out() / "m.graft.weights"), 4096u);  // the transposed w, then u
+  auto input = ir::Model::load_file(model_path());
+  auto output = ir::Model::load_file(output_path());
+  ASSERT_TRUE(input.ok() && output.ok());
+  EXPECT_EQ(same_outputs(**input, **output), "");
+
+  const std::string beside = (in() / "m.onnx").string();
+  r = graft(root_, "optimize -q --local " + model_path() + " -o " + beside);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(fs::file_size(in() / "m.graft.weights"), 2048u);  // u is read from all.bin
+  auto optimized = ir::Model::load_file(beside);
+  ASSERT_TRUE(optimized.ok());
+  EXPECT_EQ(same_outputs(**input, **optimized), "");
+}
+
 TEST_F(ExternalPaths, LocalModeNumbersTheNewWeightsFileWhenTheInputUsesItsName) {
   auto model = folding_model(in(), "m.graft.weights", "u.bin");
   write(model_path(), model->to_proto().SerializeAsString());
