@@ -397,7 +397,7 @@ TEST_F(Tls, HealthPortServesOnlyHealthInPlaintextAndFollowsDraining) {
     if (!not_serving) std::this_thread::sleep_for(10ms);
   }
   EXPECT_TRUE(not_serving) << server.log();
-  EXPECT_EQ(server.wait(60s), 0) << server.log();
+  EXPECT_EQ(server.wait(300s), 0) << server.log();
   auto result = in_flight.get();
   EXPECT_TRUE(result.ok()) << result.status();
 }
