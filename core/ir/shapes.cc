@@ -996,6 +996,25 @@ TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
   }
   if (op == "Slice") return slice_fact(n, x, partial);
   if (op == "MatMul") return matmul_fact(x, in_fact(n, 1));
+  // The quantization ops (what quantize_dynamic_int8 writes): MatMulInteger is MatMul with an
+  // int32 result; DynamicQuantizeLinear gives uint8 of X's shape and two scalars; QuantizeLinear
+  // has X's shape and its zero point's type (uint8 without one); DequantizeLinear X's shape and
+  // its scale's type.
+  if (op == "MatMulInteger") return with_type(matmul_fact(x, in_fact(n, 1)), TensorProto::INT32);
+  if (op == "DynamicQuantizeLinear") {
+    if (output == 0) return with_type(x, TensorProto::UINT8);
+    return TensorFact::of_rank(output == 1 ? TensorProto::FLOAT : TensorProto::UINT8, {});
+  }
+  if (op == "QuantizeLinear" || op == "DequantizeLinear") {
+    if (n.attr("output_dtype")) return unknown(partial);  // opset 21's, not read here
+    int32_t type = TensorProto::UINT8;
+    if (op == "DequantizeLinear")
+      type = in_fact(n, 1).elem_type;
+    else if (n.inputs().size() > 2 && n.input(2))
+      type = in_fact(n, 2).elem_type;
+    if (type == 0) *partial = true;
+    return with_type(x, type);
+  }
   if (op == "Gemm") {
     const TensorFact& b = in_fact(n, 1);
     Dim m, k;

@@ -294,8 +294,7 @@ bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
     return false;
   const auto* h = constant_header(wv);
   if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() < 3) return false;
-  // X's rank is W's for Conv and ConvInteger alike (both refuse another); it may be unknown
-  // (e.g. below a Conv this pass already rewrote: ConvInteger has no shape rule).
+  // X's rank is W's for Conv and ConvInteger alike (both refuse another); it may be unknown.
   if (const auto r = x->rank(); r && *r != h->dims_size()) return false;
   std::vector<int64_t> dims(h->dims().begin(), h->dims().end());
   int64_t count = 1;

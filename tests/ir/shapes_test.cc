@@ -359,5 +359,34 @@ TEST(ShapeFacts, ExponentiallyExpandingCallsAreNotInferredByLibonnx) {
   EXPECT_EQ(model->graph().outputs()[0].value->elem_type(), 0);
 }
 
+// The ops quantize_dynamic_int8 writes carry shapes on, so a pass after it (or its own next rule)
+// still knows the ranks below them.
+TEST(ShapeFacts, QuantizationOpsKeepTheShape) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,8,3] x, int8[3,5] w, int8[] wz, float[] s, uint8[] z, float16[] hs)
+        => (float[N,8,5] y) {
+      xq, xs, xz = DynamicQuantizeLinear (x)
+      p = MatMulInteger (xq, w, xz, wz)
+      q = QuantizeLinear (x, s)
+      qz = QuantizeLinear (x, s, wz)
+      d = DequantizeLinear (q, s, z)
+      dh = DequantizeLinear (q, hs)
+      y = Cast <to = 1> (p)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "xq"), "UINT8[N,8,3]");
+  EXPECT_EQ(fact(*model, "xs"), "FLOAT[]");
+  EXPECT_EQ(fact(*model, "xz"), "UINT8[]");
+  EXPECT_EQ(fact(*model, "p"), "INT32[N,8,5]");
+  EXPECT_EQ(fact(*model, "q"), "UINT8[N,8,3]");
+  EXPECT_EQ(fact(*model, "qz"), "INT8[N,8,3]");
+  EXPECT_EQ(fact(*model, "d"), "FLOAT[N,8,3]");
+  EXPECT_EQ(fact(*model, "dh"), "FLOAT16[N,8,3]");
+  for (const char* name : {"xq", "xs", "xz", "p", "q", "qz", "d", "dh"})
+    EXPECT_TRUE(ir::fact_exact(*any_value(*model, name))) << name;
+}
+
 }  // namespace
 }  // namespace graft::testing

@@ -567,8 +567,8 @@ TEST(QuantizeDynamicInt8, ConvLookAlikesAreLeftAlone) {
 }
 
 TEST(QuantizeDynamicInt8, ConvChainIsQuantizedThroughout) {
-  // The second Conv reads what the first became (ConvInteger has no shape rule, so the rank of
-  // its input is unknown then): both are rewritten, as in a CNN.
+  // The second Conv reads what the first became (its rank known from ConvInteger's shape rule):
+  // both are rewritten, as in a CNN.
   auto m = run_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,2,3,3] x) => (float[1,2,3,3] y)
@@ -582,6 +582,24 @@ TEST(QuantizeDynamicInt8, ConvChainIsQuantizedThroughout) {
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "ConvInteger"), 2);
   EXPECT_EQ(count_ops(*m, "Conv"), 0);
+}
+
+// A Gemm reading what a MatMul became (BERT's pooler after the last layer): Gemm requires A's rank
+// to be 2, known from the quantization ops' shape rules, so both are rewritten.
+TEST(QuantizeDynamicInt8, GemmAfterAQuantizedMatMul) {
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,3] a) => (float[4,2] y)
+      <float[3,3] w = {0.1, -0.2, 0.05, 0, 0.15, -0.1, 0.2, 0.1, -0.05},
+       float[3,2] v = {0.5, -1, 1.27, 0.25, 0, -0.1}> {
+      h = MatMul (a, w)
+      y = Gemm (h, v)
+    }
+  )",
+                       quantized(2));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "MatMulInteger"), 2);
+  EXPECT_EQ(count_ops(*m, "Gemm"), 0);
 }
 
 }  // namespace
