@@ -1044,7 +1044,8 @@ TEST(Graftd, StalledUploadWithoutDeadlineEndsAtTheRequestsDeadline) {
 // behind busy workers, each holding a handler thread and an admission slot meanwhile).
 TEST(Graftd, DeadlineWhileQueuedIsAnsweredWithoutWaitingForAWorker) {
   Graftd server({"--workers", "1", "--queue-length", "4"});
-  const std::string slow_model = chain_model(150000, "busy");
+  // Seconds of work even on a fast machine: far more than the 500 ms hint below.
+  const std::string slow_model = chain_model(80000, "busy");
   auto busy = std::async(std::launch::async, [&] {
     client::GraftClient c(server.address());
     return c.optimize(slow_model, o2(), std::chrono::seconds(300));
@@ -1070,9 +1071,9 @@ TEST(Graftd, DeadlineWhileQueuedIsAnsweredWithoutWaitingForAWorker) {
       << st.error_message();
   // ...and is answered while the worker is still busy with the slow one.
   EXPECT_NE(busy.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  // (That a long request's result is right is SigtermDrainsInFlightWork's check.)
   auto r = busy.get();
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->model, local_result(slow_model));
 }
 
 // A deadline hint too far away to represent means no deadline, not an overflowed one.
