@@ -494,7 +494,9 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
   const uint64_t min_bytes = std::max<uint64_t>(write.min_bytes, 1);
 
   // Files the model uses only in part (`compact`): the distinct ranges it references add up to
-  // less than the file. A tensor whose range cannot be checked keeps its reference.
+  // less than the file. Each tensor's checked range is kept for the copy below; a tensor whose
+  // range cannot be checked keeps its reference.
+  std::map<const onnx::TensorProto*, ExternalRef> refs;
   std::set<std::string> partly_used;
   if (write.compact && external) {
     std::map<std::string, std::set<std::pair<uint64_t, uint64_t>>> ranges;
@@ -502,10 +504,14 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
     for_each_tensor(&proto, [&](onnx::TensorProto* t, bool) {
       if (!is_external(*t)) return;
       auto ref = external->locate(*t);
-      auto size = external->file_size(*t);
-      if (!ref.ok() || !size.ok()) return;
+      if (!ref.ok()) return;
+      if (!sizes.count(ref->location)) {
+        auto size = external->file_size(*t);
+        if (!size.ok()) return;
+        sizes[ref->location] = *size;
+      }
       ranges[ref->location].emplace(ref->offset, ref->length);
-      sizes[ref->location] = *size;
+      refs.emplace(t, *std::move(ref));
     });
     for (const auto& [location, used] : ranges) {
       uint64_t bytes = 0;
@@ -544,13 +550,12 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
   for_each_tensor(&proto, [&](onnx::TensorProto* t, bool dense) {
     if (!status.ok()) return;
     if (is_external(*t)) {
-      const std::string location = external_location(*t);
-      absl::StatusOr<ExternalRef> ref = absl::NotFoundError("the file is used in full");
-      if (partly_used.count(location)) ref = external->locate(*t);
-      if (!ref.ok()) {
-        locations.insert(location);
+      const auto r = refs.find(t);
+      if (r == refs.end() || !partly_used.count(r->second.location)) {
+        locations.insert(external_location(*t));
         return;
       }
+      const ExternalRef* ref = &r->second;
       auto it = moved.find(*ref);
       if (it == moved.end()) {
         if (status = open_writer(); !status.ok()) return;

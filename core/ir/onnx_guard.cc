@@ -24,11 +24,6 @@ using onnx::InferenceContext;
 // the node is refused (no real spatial dim comes near it).
 constexpr int64_t kMaxPaddingSteps = int64_t{1} << 24;
 
-// A shape input of unknown values gets as many dims as its length, one by one; past this many,
-// inference of the node is refused (shapes.cc refuses declared shape tensors past the same
-// length; this catches the lengths only inference finds, e.g. a Range's).
-constexpr int64_t kMaxShapeLength = 1024;
-
 const onnx::TensorShapeProto* input_shape(const InferenceContext& ctx, size_t i) {
   if (i >= ctx.getNumInputs()) return nullptr;
   const onnx::TypeProto* t = ctx.getInputType(i);
@@ -67,11 +62,11 @@ void check_window(const InferenceContext& ctx, int weights) {
                          " spatial axes");
   const auto* strides = ints_attr(ctx, "strides");
   if (!strides) return;
+  const onnx::AttributeProto* auto_pad = ctx.getAttribute("auto_pad");
   for (int i = 0; i < spatial; ++i) {
     const int64_t s = strides->ints(i);
     if (s < 1) fail_shape_inference("strides must be positive, got ", s);
     const auto& d = x->dim(2 + i);
-    const onnx::AttributeProto* auto_pad = ctx.getAttribute("auto_pad");
     if (!pads && auto_pad && d.has_dim_value() && d.dim_value() / s > kMaxPaddingSteps)
       fail_shape_inference("spatial dim ", d.dim_value(), " is too large to pad");
   }
@@ -186,9 +181,9 @@ void check_shape_input(const InferenceContext& ctx, size_t i) {
   if (i >= ctx.getNumInputs() || ctx.getInputData(i)) return;
   const onnx::TensorShapeProto* shape = input_shape(ctx, i);
   if (shape && shape->dim_size() == 1 && shape->dim(0).has_dim_value() &&
-      shape->dim(0).dim_value() > kMaxShapeLength)
+      shape->dim(0).dim_value() > kMaxShapeTensorLength)
     fail_shape_inference("the shape input has ", shape->dim(0).dim_value(),
-                         " elements, more than ", kMaxShapeLength);
+                         " elements, more than ", kMaxShapeTensorLength);
 }
 
 // RNN-1, GRU-3 and LSTM-1 read dims 0 and 1 of X whatever its rank (later opsets check it is 3).

@@ -14,9 +14,17 @@
 // model per hazard; fuzz/regressions/model the fuzzer's findings.
 #pragma once
 
+#include <cstdint>
+
 #include <onnx/defs/schema.h>
 
 namespace graft::ir {
+
+// libonnx's inference gives ConstantOfShape, Expand and Reshape one output dim per element of a
+// 1-D shape operand whose values it does not know: a length past this is refused, whether
+// declared (shapes.cc's has_huge_shape_tensor skips such a model) or found by inference (the
+// guard refuses the node).
+constexpr int64_t kMaxShapeTensorLength = 1024;
 
 // The registry to pass to onnx::shape_inference::InferShapes. Built once, read-only after, safe
 // to use from several threads.

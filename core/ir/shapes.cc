@@ -210,11 +210,9 @@ class FactEngine {
   static TensorFact source_fact(const Value* v);
 };
 
-// libonnx's inference gives ConstantOfShape, Expand and Reshape an output rank equal to the
-// length of their shape operand when its values are unknown: a declared (or data-less stub)
-// 1-D integer tensor of a billion entries would make it allocate a billion dims. Models with such
-// a tensor get no libonnx inference; Graft's rules cap the ranks they make.
-constexpr int64_t kMaxShapeTensorLength = 1024;
+// A declared (or data-less stub) 1-D integer tensor of a billion entries would make libonnx
+// allocate a billion dims (onnx_guard.h's kMaxShapeTensorLength). Models with such a tensor get
+// no libonnx inference; Graft's rules cap the ranks they make.
 
 bool has_huge_shape_tensor(const Model& m) {
   auto huge = [](const onnx::TypeProto& t) {
@@ -320,8 +318,7 @@ bool is_pool(const std::string& op) {
 
 void FactEngine::run_inference(Model& m) {
   m.inference_done_ = true;
-  if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m))
-    return;
+  if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m)) return;
   auto copy = m.clone();
   for (Value* v : copy->graph().initializers()) {
     const TensorProto& t = *v->initializer();
