@@ -172,6 +172,7 @@ struct OptimizeArgs {
   std::vector<std::string> verify_data;  // --verify-data: files and folders of input tensors
   double max_error = -1;  // < 0: no bound for lossy passes
   std::vector<std::string> dims;  // NAME=N for the memory estimates
+  std::vector<std::string> explain;  // PASS or PASS/RULE
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
   bool rehash = false;     // hash every file again instead of recalling remembered digests
@@ -190,6 +191,7 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   config.max_rounds = a.max_rounds;
   config.onnx_checker = config.shape_inference = a.check;
   config.dump_dir = a.dump_dir;
+  config.explain = a.explain;
   for (const auto& opt : a.options) {
     auto dot = opt.find('.'), eq = opt.find('=');
     if (dot == std::string::npos || eq == std::string::npos || dot > eq)
@@ -396,7 +398,9 @@ int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& 
     return fail(kIoError, error);
   }
   if (!a.report_path.empty()) {
-    std::string json = to_json(run).dump(2) + "\n";
+    // Names from the model need not be UTF-8: invalid bytes are written as U+FFFD.
+    std::string json =
+        to_json(run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
   }
   if (!a.quiet) std::cerr << format_table(run);
@@ -877,6 +881,11 @@ int main(int argc, char** argv) {
                     "an output with relative error above this (worst absolute difference over the "
                     "output's largest magnitude; default: no bound, the error is reported)")
         ->check(CLI::Range(0.0, 1e300));
+    one_value(cmd->add_option(
+        "--explain", args.explain,
+        "PASS or PASS/RULE: for each node a rule of that pass was tried on and did not rewrite "
+        "(in the pass's last run), print why, e.g. 'fuse_blocks/layer_norm at /ln/Div (Div): "
+        "epsilon is not a constant'; rules are listed per pass in the report (repeatable)"));
     one_value(cmd->add_option(
         "--dim", args.dims,
         "size of a symbolic dim for the memory estimates of the report, NAME=N; *=N for every "

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <cstdio>
+#include <string_view>
 
 namespace graft::cli {
 
@@ -19,6 +20,24 @@ std::string human_bytes(uint64_t b) {
   else
     std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
   return buf;
+}
+
+// Names and reasons come from the model: control characters (terminal escapes) are shown as
+// \xNN instead of reaching the terminal.
+std::string terminal_safe(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 std::string line(const char* fmt, auto... args) {
@@ -73,9 +92,10 @@ std::string memory_lines(const PipelineReport& r) {
                     human_bytes(b.weight_bytes) + ", peak activations " +
                     human_bytes(a.peak_activation_bytes) + " -> " +
                     human_bytes(b.peak_activation_bytes);
-  if (!b.peak_node_name.empty()) out += " (at " + b.peak_node_name + ")";
+  if (!b.peak_node_name.empty()) out += " (at " + terminal_safe(b.peak_node_name) + ")";
   if (!b.largest_tensor.empty())
-    out += ", largest tensor " + b.largest_tensor + " " + human_bytes(b.largest_tensor_bytes);
+    out += ", largest tensor " + terminal_safe(b.largest_tensor) + " " +
+           human_bytes(b.largest_tensor_bytes);
   out += "\n  with dims ";
   for (const auto& [name, size] : r.memory_dims) out += name + "=" + std::to_string(size) + ", ";
   out += (r.memory_dims.empty() ? "every symbolic or unknown dim " : "others ") +
@@ -83,6 +103,23 @@ std::string memory_lines(const PipelineReport& r) {
   if (b.unknown_size_values > 0)
     out += "; " + std::to_string(b.unknown_size_values) + " values of unknown size not counted";
   return out + "\n";
+}
+
+// --explain: per pass, each node an explained rule was tried on and why it did not rewrite.
+std::string explanation_lines(const PipelineReport& r) {
+  std::string out;
+  for (const PassStats& p : r.passes) {
+    if (p.explanations.empty() && p.explanations_dropped == 0) continue;
+    out += "why " + p.name + " did not rewrite (its last run):\n";
+    for (const RuleExplanation& e : p.explanations) {
+      std::string where = terminal_safe(e.node) + " (" + terminal_safe(e.op) + ")";
+      if (!e.graph.empty()) where += " in graph " + terminal_safe(e.graph);
+      out += "  " + p.name + "/" + e.rule + " at " + where + ": " + terminal_safe(e.reason) + "\n";
+    }
+    if (p.explanations_dropped > 0)
+      out += line("  ... and %lld more\n", static_cast<long long>(p.explanations_dropped));
+  }
+  return out;
 }
 
 }  // namespace
@@ -95,7 +132,7 @@ std::string format_table(const RunSummary& run) {
   for (const PassStats& p : r.passes) {
     std::string nodes = std::to_string(p.nodes_before) + " -> " + std::to_string(p.nodes_after);
     std::string bytes = human_bytes(p.bytes_before) + " -> " + human_bytes(p.bytes_after);
-    std::string rolled = p.rollbacks ? "yes: " + p.rollback_reason : "-";
+    std::string rolled = p.rollbacks ? "yes: " + terminal_safe(p.rollback_reason) : "-";
     std::string peak = peak_change(p.peak_before, p.peak_after);
     out += line("%-22s %5d %10.2f %17s %25s %25s %9lld  %s\n", p.name.c_str(), p.runs,
                 p.seconds * 1e3, nodes.c_str(), bytes.c_str(), peak.c_str(),
@@ -103,7 +140,12 @@ std::string format_table(const RunSummary& run) {
     for (const auto& [rule, count] : p.rules)
       if (count > 0)
         out += line("  %-20s %86s %9lld\n", rule.c_str(), "", static_cast<long long>(count));
+    if (p.capped_runs > 0)
+      out += line("  stopped at the rule driver's rewrite cap in %d run(s): rules undo each "
+                  "other, the result may not be this pass's fixed point\n",
+                  p.capped_runs);
   }
+  out += explanation_lines(r);
   std::string nodes = std::to_string(r.nodes_before) + " -> " + std::to_string(r.nodes_after);
   std::string bytes = human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after);
   std::string peak = human_bytes(r.memory_before.peak_activation_bytes) + " -> " +
@@ -155,7 +197,19 @@ nlohmann::json to_json(const RunSummary& run) {
                       {"rollbacks", p.rollbacks},
                       {"rollback_reason", p.rollback_reason},
                       {"peak_activation_bytes_before", p.peak_before},
-                      {"peak_activation_bytes_after", p.peak_after}});
+                      {"peak_activation_bytes_after", p.peak_after},
+                      {"capped_runs", p.capped_runs}});
+    if (!p.explanations.empty() || p.explanations_dropped > 0) {
+      nlohmann::json explained = nlohmann::json::array();
+      for (const RuleExplanation& e : p.explanations)
+        explained.push_back({{"rule", e.rule},
+                             {"node", e.node},
+                             {"op", e.op},
+                             {"graph", e.graph},
+                             {"reason", e.reason}});
+      passes.back()["explanations"] = std::move(explained);
+      passes.back()["explanations_dropped"] = p.explanations_dropped;
+    }
   }
   return {{"input", run.input},
           {"input_bytes", run.input_bytes},

@@ -30,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // same code.
   config.pass_options["fold_constants"]["max_bytes"] = std::to_string(1 << 20);
   config.check_unchanged = true;
+  config.check_transactions = true;
   auto report = graft::run_pipeline(*model, config);
   if (!report.ok()) fail("the pipeline failed on a model that loaded", report.status().ToString());
   for (const auto& pass : report->passes)

@@ -50,6 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.pass_options["fold_constants"]["max_bytes"] = std::to_string(256 << 10);
   config.verify = true;
   config.check_unchanged = true;
+  config.check_transactions = true;
   auto& verify = config.verify_options;
   verify.default_dim = 2;  // no search over 1, 16, 64, 256
   verify.trials = 1;

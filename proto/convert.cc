@@ -1,5 +1,7 @@
 #include "proto/convert.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include <absl/strings/str_cat.h>
@@ -49,6 +51,7 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   out.passes.assign(config.passes().begin(), config.passes().end());
   for (const auto& [pass, options] : config.pass_options())
     for (const auto& [key, value] : options.values()) out.pass_options[pass][key] = value;
+  out.explain.assign(config.explain().begin(), config.explain().end());
   out.max_rounds = config.max_rounds() == 0 ? 10 : config.max_rounds();
   out.onnx_checker = config.onnx_checker();
   out.shape_inference = config.shape_inference();
@@ -148,6 +151,7 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   if (config.max_error) out.set_max_error(*config.max_error);
   out.mutable_memory_dims()->insert(config.memory_dims.begin(), config.memory_dims.end());
   out.set_memory_default_dim(config.memory_default_dim);
+  for (const auto& e : config.explain) out.add_explain(e);
   return out;
 }
 
@@ -270,6 +274,14 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
     field(absl::StrCat("rtol=", o.rtol, ",atol=", o.atol, ",max_bytes=", o.max_tensor_bytes,
                        ",max_live=", o.max_live_bytes, ",max_work=", o.max_work));
   }
+  // Explanations are part of the report a result is cached with.
+  if (!config.explain.empty()) {
+    std::vector<std::string> explain = config.explain;
+    std::sort(explain.begin(), explain.end());
+    explain.erase(std::unique(explain.begin(), explain.end()), explain.end());
+    field("explain");
+    for (const auto& e : explain) field(e);
+  }
   // The report's memory estimates depend on the sizes they use; the plain default (no dims
   // bound, every other dim 1) adds nothing, so keys made before the estimates existed hold.
   DimBindings dims;
@@ -355,6 +367,16 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
     for (const auto& [rule, count] : p.rules) (*s->mutable_rule_rewrites())[rule] = count;
     s->set_peak_activation_bytes_before(p.peak_before);
     s->set_peak_activation_bytes_after(p.peak_after);
+    s->set_capped_runs(p.capped_runs);
+    for (const auto& e : p.explanations) {
+      auto* x = s->add_explanations();
+      x->set_rule(e.rule);
+      x->set_node(e.node);
+      x->set_op(e.op);
+      x->set_graph(e.graph);
+      x->set_reason(e.reason);
+    }
+    s->set_explanations_dropped(p.explanations_dropped);
   }
   out->set_rounds(r.rounds);
   out->set_reached_fixed_point(r.reached_fixed_point);
@@ -420,6 +442,10 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
     for (const auto& [rule, count] : s.rule_rewrites()) p.rules[rule] = count;
     p.peak_before = s.peak_activation_bytes_before();
     p.peak_after = s.peak_activation_bytes_after();
+    p.capped_runs = s.capped_runs();
+    for (const auto& x : s.explanations())
+      p.explanations.push_back({x.rule(), x.node(), x.op(), x.graph(), x.reason()});
+    p.explanations_dropped = s.explanations_dropped();
     r.passes.push_back(std::move(p));
   }
   r.rounds = in.rounds();

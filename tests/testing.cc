@@ -53,6 +53,8 @@ PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& op
     EXPECT_TRUE(options.empty()) << "options for a pass without a schema";
   }
   PassContext ctx(values);
+  // Every rule that gives up must leave the model as it found it (its edits undone).
+  ctx.check_transactions = true;
   const auto before = model.clone();
   const ModelFingerprint before_fingerprint = fingerprint(model);
   auto result = spec.create()->run(model, ctx);

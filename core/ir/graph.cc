@@ -17,6 +17,11 @@ bool is_onnx_domain(std::string_view domain) { return domain.empty() || domain =
 
 void Value::set_initializer(onnx::TensorProto tensor) {
   tensor.set_name(name_);
+  if (owner_)
+    owner_->model()->on_undo([this, old = initializer_] {
+      initializer_ = old;
+      initializer_type_.reset();
+    });
   initializer_ = std::make_shared<const onnx::TensorProto>(std::move(tensor));
   initializer_type_.reset();
   // New contents: this value and what its readers compute may have changed.
@@ -25,9 +30,19 @@ void Value::set_initializer(onnx::TensorProto tensor) {
 }
 
 void Value::drop_fact() {
+  Model* model = owner_ ? owner_->model() : nullptr;
+  if (model && model->journaling() && (fact_gen_ != 0 || inferred_)) {
+    std::shared_ptr<TensorFact> inferred(std::move(inferred_));
+    model->on_undo([this, fact = fact_, gen = fact_gen_, exact = fact_exact_, inferred] {
+      fact_ = fact;
+      fact_gen_ = gen;
+      fact_exact_ = exact;
+      inferred_ = inferred ? std::make_unique<TensorFact>(*inferred) : nullptr;
+    });
+  }
   fact_gen_ = 0;
   inferred_.reset();
-  if (owner_) owner_->model()->touch();
+  if (model) model->touch();
 }
 
 const TensorFact& Value::fact() const { return fact_of(*this); }
@@ -56,6 +71,17 @@ const onnx::TypeProto* Value::type() const {
 }
 
 void Value::set_type(const onnx::TypeProto& type) {
+  if (owner_->model()->journaling()) {
+    std::shared_ptr<const onnx::ValueInfoProto> old;
+    if (info_) old = std::make_shared<const onnx::ValueInfoProto>(*info_);
+    owner_->model()->on_undo(
+        [this, old, order = info_order_, next = owner_->next_info_order_, gen = fact_gen_] {
+          info_ = old ? std::make_unique<onnx::ValueInfoProto>(*old) : nullptr;
+          info_order_ = order;
+          owner_->next_info_order_ = next;
+          fact_gen_ = gen;
+        });
+  }
   if (!info_) {
     info_ = std::make_unique<onnx::ValueInfoProto>();
     info_order_ = owner_->next_info_order_++;
@@ -73,6 +99,7 @@ void Value::add_use(Node* node, int index) {
   if (node->use_pos_.size() < node->inputs_.size()) node->use_pos_.resize(node->inputs_.size());
   node->use_pos_[index] = static_cast<uint32_t>(uses_.size());
   uses_.push_back({node, index});
+  owner_->model()->on_undo([this] { uses_.pop_back(); });
 }
 
 void Value::remove_use(Node* node, int index) {
@@ -84,11 +111,25 @@ void Value::remove_use(Node* node, int index) {
   }
   // Swap with the last entry: use lists are unordered, and this keeps removal O(1) even for
   // values shared by very many nodes.
+  const Use removed = uses_[pos];
   if (pos + 1 != uses_.size()) {
     uses_[pos] = uses_.back();
     uses_[pos].node->use_pos_[uses_[pos].index] = static_cast<uint32_t>(pos);
   }
   uses_.pop_back();
+  owner_->model()->on_undo([this, pos, removed] {
+    if (pos < uses_.size()) {  // the last entry moved into the slot: it goes back to the end
+      const Use moved = uses_[pos];
+      uses_.push_back(moved);
+      moved.node->use_pos_[moved.index] = static_cast<uint32_t>(uses_.size() - 1);
+      uses_[pos] = removed;
+    } else {
+      uses_.push_back(removed);
+    }
+    std::vector<uint32_t>& slots = removed.node->use_pos_;
+    if (slots.size() <= static_cast<size_t>(removed.index)) slots.resize(removed.index + 1);
+    slots[removed.index] = static_cast<uint32_t>(pos);
+  });
 }
 
 int64_t Node::opset() const { return graph_->opset(domain()); }
@@ -99,13 +140,26 @@ void Node::edited() {
   graph_->model()->touch();
 }
 
+void Node::save_proto() {
+  Model* model = graph_->model();
+  if (model->journaling() && born_ != model->journal_session())
+    model->on_undo(
+        [this, old = std::make_shared<const onnx::NodeProto>(proto_)] { proto_ = *old; });
+}
+
 onnx::NodeProto& Node::mutable_proto() {
   edited();
+  save_proto();
   return proto_;
 }
 
 void Node::set_input(size_t i, Value* v) {
   edited();
+  graph_->model()->on_undo(
+      [this, i, size = inputs_.size(), old = i < inputs_.size() ? inputs_[i] : nullptr] {
+        if (i < inputs_.size()) inputs_[i] = old;
+        inputs_.resize(size);
+      });
   if (i >= inputs_.size()) inputs_.resize(i + 1, nullptr);
   if (inputs_[i]) inputs_[i]->remove_use(this, static_cast<int>(i));
   inputs_[i] = v;
@@ -117,7 +171,9 @@ void Node::add_input(Value* v) { set_input(inputs_.size(), v); }
 void Node::truncate_inputs(size_t count) {
   if (inputs_.size() > count) edited();
   while (inputs_.size() > count) {
-    if (inputs_.back()) inputs_.back()->remove_use(this, static_cast<int>(inputs_.size() - 1));
+    Value* last = inputs_.back();
+    if (last) last->remove_use(this, static_cast<int>(inputs_.size() - 1));
+    graph_->model()->on_undo([this, last] { inputs_.push_back(last); });
     inputs_.pop_back();
     use_pos_.resize(std::min(use_pos_.size(), inputs_.size()));
   }
@@ -152,6 +208,7 @@ std::optional<std::vector<int64_t>> Node::attr_ints(std::string_view name) const
 
 void Node::set_attr(onnx::AttributeProto attr) {
   edited();
+  save_proto();
   for (auto& a : *proto_.mutable_attribute()) {
     if (a.name() == attr.name()) {
       a = std::move(attr);
@@ -163,6 +220,7 @@ void Node::set_attr(onnx::AttributeProto attr) {
 
 void Node::remove_attr(std::string_view name) {
   edited();
+  save_proto();
   auto* attrs = proto_.mutable_attribute();
   for (int i = 0; i < attrs->size(); ++i) {
     if (attrs->Get(i).name() == name) {
@@ -236,8 +294,27 @@ Value* Graph::new_value(std::string name) {
   v->owner_ = this;
   Value* raw = v.get();
   values_.push_back(std::move(v));
-  by_name_[raw->name_] = raw;
+  Value*& slot = by_name_[raw->name_];
+  model_->on_undo([this, raw, shadowed = slot] {
+    // Freed by the next compact(), like any removed value.
+    raw->dead_ = true;
+    if (shadowed)
+      by_name_[raw->name_] = shadowed;
+    else
+      by_name_.erase(raw->name_);
+  });
+  slot = raw;
   return raw;
+}
+
+void Graph::journal_new_node(Node* n, int64_t next_order) {
+  n->born_ = model_->journal_session();
+  model_->on_undo([this, n, next_order] {
+    n->dead_ = true;  // freed by the next compact(); its outputs die with their own records
+    --live_nodes_;
+    order_valid_ = false;
+    next_order_ = next_order;
+  });
 }
 
 Node* Graph::add_node(std::string op_type, std::vector<Value*> inputs,
@@ -246,6 +323,7 @@ Node* Graph::add_node(std::string op_type, std::vector<Value*> inputs,
   auto node = std::make_unique<Node>();
   Node* n = node.get();
   n->graph_ = this;
+  journal_new_node(n, next_order_);
   n->order_ = next_order_++;
   n->proto_.set_op_type(std::move(op_type));
   if (!domain.empty()) n->proto_.set_domain(std::move(domain));
@@ -267,9 +345,18 @@ Value* Graph::add_initializer(std::string_view name_hint, onnx::TensorProto tens
   model_->touch();
   Value* v = new_value(model_->fresh_name(name_hint));
   v->set_initializer(std::move(tensor));
+  register_initializer(v);
+  return v;
+}
+
+void Graph::register_initializer(Value* v) {
+  model_->on_undo([this, v, order = v->init_order_, next = next_init_order_] {
+    initializers_.pop_back();
+    v->init_order_ = order;
+    next_init_order_ = next;
+  });
   v->init_order_ = next_init_order_++;
   initializers_.push_back(v);
-  return v;
 }
 
 void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
@@ -280,15 +367,17 @@ void Graph::make_initializer(Value* value, onnx::TensorProto tensor) {
     fresh->producer_ = p;
     fresh->producer_index_ = value->producer_index_;
     p->outputs_[value->producer_index_] = fresh;
+    model_->on_undo([value, p, index = value->producer_index_] {
+      p->outputs_[index] = value;
+      value->producer_ = p;
+      value->producer_index_ = index;
+    });
     value->producer_ = nullptr;
     value->producer_index_ = -1;
   }
   bool registered = value->initializer_ != nullptr;
   value->set_initializer(std::move(tensor));
-  if (!registered) {
-    value->init_order_ = next_init_order_++;
-    initializers_.push_back(value);
-  }
+  if (!registered) register_initializer(value);
 }
 
 // Copies nodes and their subgraphs into another graph (Graph::copy_nodes). Three steps, so that
@@ -312,6 +401,7 @@ class NodeCopier {
     copies.reserve(srcs.size());
     for (const Node* src : srcs) {
       Node* copy = create_node(*src, dst_);
+      dst_.journal_new_node(copy, dst_.next_order_);
       copy->order_ = dst_.next_order_++;
       copies.push_back(copy);
     }
@@ -442,6 +532,7 @@ class NodeCopier {
       for (const auto& out : s.outputs_) {
         Value* v = resolve(out.value);
         v->output_refs_.emplace_back(&d, static_cast<int>(d.outputs_.size()));
+        d.model_->on_undo([v] { v->output_refs_.pop_back(); });
         d.outputs_.push_back({out.info, v});
       }
     }
@@ -475,6 +566,7 @@ void Graph::detach_node(Node* node) {
     Graph* g = sub.graph.get();
     for (auto& out : g->outputs_) {
       auto& refs = out.value->output_refs_;
+      model_->on_undo([v = out.value, old = refs] { v->output_refs_ = old; });
       refs.erase(
           std::remove_if(refs.begin(), refs.end(), [g](const auto& r) { return r.first == g; }),
           refs.end());
@@ -485,6 +577,10 @@ void Graph::detach_node(Node* node) {
     if (node->inputs_[i]) node->inputs_[i]->remove_use(node, static_cast<int>(i));
   for (Value* out : node->outputs_) {
     if (!out) continue;
+    model_->on_undo([out, node, index = out->producer_index_] {
+      out->producer_ = node;
+      out->producer_index_ = index;
+    });
     out->producer_ = nullptr;
     out->producer_index_ = -1;
     // Only a dying subgraph's values can still be read here (by its own dying nodes).
@@ -493,6 +589,11 @@ void Graph::detach_node(Node* node) {
   node->dead_ = true;
   --live_nodes_;
   order_valid_ = false;
+  model_->on_undo([this, node] {
+    node->dead_ = false;
+    ++live_nodes_;
+    order_valid_ = false;
+  });
 }
 
 void Graph::remove_value(Value* value) {
@@ -503,18 +604,36 @@ void Graph::remove_value(Value* value) {
   Graph* g = value->owner_;
   value->dead_ = true;
   auto it = g->by_name_.find(value->name_);
-  if (it != g->by_name_.end() && it->second == value) g->by_name_.erase(it);
+  const bool named = it != g->by_name_.end() && it->second == value;
+  if (named) g->by_name_.erase(it);
+  g->model_->on_undo([g, value, named] {
+    value->dead_ = false;
+    if (named) g->by_name_[value->name_] = value;
+  });
 }
 
 void Graph::replace_all_uses(Value* from, Value* to, bool keep_outputs) {
   if (from == to) return;
-  from->owner_->model_->touch();
+  Model* model = from->owner_->model_;
+  model->touch();
+  model->on_undo([from, uses = from->uses_] {
+    from->uses_ = uses;
+    for (size_t k = 0; k < uses.size(); ++k) {
+      uses[k].node->inputs_[uses[k].index] = from;
+      uses[k].node->use_pos_[uses[k].index] = static_cast<uint32_t>(k);
+    }
+  });
   for (const Use& u : from->uses_) {
     u.node->inputs_[u.index] = to;
     to->add_use(u.node, u.index);
   }
   from->uses_.clear();
   if (!keep_outputs) {
+    model->on_undo([from, to, refs = from->output_refs_, kept = to->output_refs_.size()] {
+      to->output_refs_.resize(kept);
+      for (const auto& [graph, index] : refs) graph->outputs_[index].value = from;
+      from->output_refs_ = refs;
+    });
     for (const auto& [graph, index] : from->output_refs_) {
       graph->outputs_[index].value = to;
       to->output_refs_.emplace_back(graph, index);
@@ -527,6 +646,12 @@ void Graph::set_output(size_t i, Value* value) {
   model_->touch();
   Value* old = outputs_[i].value;
   if (old == value) return;
+  model_->on_undo(
+      [this, i, old, refs = old->output_refs_, kept = value->output_refs_.size(), value] {
+        outputs_[i].value = old;
+        old->output_refs_ = refs;
+        value->output_refs_.resize(kept);
+      });
   auto& refs = old->output_refs_;
   refs.erase(
       std::find(refs.begin(), refs.end(), std::pair<Graph*, int>(this, static_cast<int>(i))));
@@ -536,12 +661,16 @@ void Graph::set_output(size_t i, Value* value) {
 
 void Graph::set_input_type(size_t i, const onnx::TypeProto& type) {
   model_->touch();
+  model_->on_undo(
+      [this, i, old = inputs_[i].info.type()] { *inputs_[i].info.mutable_type() = old; });
   *inputs_[i].info.mutable_type() = type;
   inputs_[i].value->drop_fact();
 }
 
 void Graph::set_output_type(size_t i, const onnx::TypeProto& type) {
   model_->touch();
+  model_->on_undo(
+      [this, i, old = outputs_[i].info.type()] { *outputs_[i].info.mutable_type() = old; });
   *outputs_[i].info.mutable_type() = type;
   outputs_[i].value->drop_fact();
 }
@@ -549,6 +678,14 @@ void Graph::set_output_type(size_t i, const onnx::TypeProto& type) {
 void Graph::move_output_name(Node* node, int index, Value* value) {
   model_->touch();
   Value* old = node->outputs_[index];
+  model_->on_undo([node, index, old, value, producer = value->producer_,
+                   producer_index = value->producer_index_] {
+    node->outputs_[index] = old;
+    old->producer_ = node;
+    value->producer_ = producer;
+    value->producer_index_ = producer_index;
+    if (producer) producer->outputs_[producer_index] = value;
+  });
   if (value->producer_) {
     // The previous producer keeps a (fresh, unused) output in its slot.
     Node* p = value->producer_;
@@ -564,21 +701,40 @@ void Graph::move_output_name(Node* node, int index, Value* value) {
   old->producer_ = nullptr;
   remove_value(old);
   // `value` may now be defined in this graph while it was owned by another scope.
-  if (value->owner_ != this) {
-    Graph* prev = value->owner_;
-    auto it = prev->by_name_.find(value->name_);
-    if (it != prev->by_name_.end() && it->second == value) prev->by_name_.erase(it);
-    // The storage moves too: `prev` may be a subgraph whose node is removed later, which would
-    // free the Value while this graph still uses it.
-    auto owned = std::find_if(prev->values_.begin(), prev->values_.end(),
-                              [value](const auto& p) { return p.get() == value; });
-    if (owned != prev->values_.end()) {
-      values_.push_back(std::move(*owned));
-      prev->values_.erase(owned);
-    }
-    value->owner_ = this;
-    by_name_[value->name_] = value;
+  if (value->owner_ != this) adopt_value(value);
+}
+
+void Graph::adopt_value(Value* value) {
+  Graph* prev = value->owner_;
+  auto it = prev->by_name_.find(value->name_);
+  const bool named = it != prev->by_name_.end() && it->second == value;
+  if (named) prev->by_name_.erase(it);
+  // The storage moves too: `prev` may be a subgraph whose node is removed later, which would
+  // free the Value while this graph still uses it.
+  auto owned = std::find_if(prev->values_.begin(), prev->values_.end(),
+                            [value](const auto& p) { return p.get() == value; });
+  const bool moved = owned != prev->values_.end();
+  const size_t position = static_cast<size_t>(owned - prev->values_.begin());
+  if (moved) {
+    values_.push_back(std::move(*owned));
+    prev->values_.erase(owned);
   }
+  value->owner_ = this;
+  Value*& slot = by_name_[value->name_];
+  model_->on_undo([this, prev, value, named, moved, position, shadowed = slot] {
+    if (shadowed)
+      by_name_[value->name_] = shadowed;
+    else
+      by_name_.erase(value->name_);
+    value->owner_ = prev;
+    if (moved) {
+      prev->values_.insert(prev->values_.begin() + static_cast<std::ptrdiff_t>(position),
+                           std::move(values_.back()));
+      values_.pop_back();
+    }
+    if (named) prev->by_name_[value->name_] = value;
+  });
+  slot = value;
 }
 
 int Graph::prune_orphan_value_info() {
@@ -588,6 +744,8 @@ int Graph::prune_orphan_value_info() {
 }
 
 absl::Status Graph::finalize() {
+  if (model_->journaling())
+    return absl::FailedPreconditionError("finalize() while a transaction is open");
   for (const auto& n : nodes_)
     if (!n->dead_)
       for (auto& sub : n->subgraphs_)
@@ -679,8 +837,8 @@ absl::Status Graph::reorder_nodes(const std::vector<Node*>& order) {
     collect_deps(this, n, deps);
     for (Node* d : deps)
       if (d != n && d->mark_ != 2)
-        return absl::InvalidArgumentError(absl::StrCat("reorder_nodes: node '", n->name(),
-                                                       "' would run before its operands"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("reorder_nodes: node '", n->name(), "' would run before its operands"));
     n->mark_ = 2;
   }
   for (size_t i = 0; i < order.size(); ++i) order[i]->order_ = static_cast<int64_t>(i);

@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
-#include <cstring>
 #include <optional>
-#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -399,22 +399,47 @@ std::optional<std::string> raw_payload(const onnx::TensorProto& t) {
   };
   bool ok = false;
   switch (t.data_type()) {
-    case onnx::TensorProto::FLOAT: ok = put(t.float_data(), float{}, 1); break;
-    case onnx::TensorProto::COMPLEX64: ok = put(t.float_data(), float{}, 2); break;
-    case onnx::TensorProto::DOUBLE: ok = put(t.double_data(), double{}, 1); break;
-    case onnx::TensorProto::COMPLEX128: ok = put(t.double_data(), double{}, 2); break;
-    case onnx::TensorProto::INT64: ok = put(t.int64_data(), int64_t{}, 1); break;
-    case onnx::TensorProto::UINT64: ok = put(t.uint64_data(), uint64_t{}, 1); break;
-    case onnx::TensorProto::UINT32: ok = put(t.uint64_data(), uint32_t{}, 1); break;
-    case onnx::TensorProto::INT32: ok = put(t.int32_data(), int32_t{}, 1); break;
-    case onnx::TensorProto::INT16: ok = put(t.int32_data(), int16_t{}, 1); break;
+    case onnx::TensorProto::FLOAT:
+      ok = put(t.float_data(), float{}, 1);
+      break;
+    case onnx::TensorProto::COMPLEX64:
+      ok = put(t.float_data(), float{}, 2);
+      break;
+    case onnx::TensorProto::DOUBLE:
+      ok = put(t.double_data(), double{}, 1);
+      break;
+    case onnx::TensorProto::COMPLEX128:
+      ok = put(t.double_data(), double{}, 2);
+      break;
+    case onnx::TensorProto::INT64:
+      ok = put(t.int64_data(), int64_t{}, 1);
+      break;
+    case onnx::TensorProto::UINT64:
+      ok = put(t.uint64_data(), uint64_t{}, 1);
+      break;
+    case onnx::TensorProto::UINT32:
+      ok = put(t.uint64_data(), uint32_t{}, 1);
+      break;
+    case onnx::TensorProto::INT32:
+      ok = put(t.int32_data(), int32_t{}, 1);
+      break;
+    case onnx::TensorProto::INT16:
+      ok = put(t.int32_data(), int16_t{}, 1);
+      break;
     case onnx::TensorProto::UINT16:
     case onnx::TensorProto::FLOAT16:
-    case onnx::TensorProto::BFLOAT16: ok = put(t.int32_data(), uint16_t{}, 1); break;
-    case onnx::TensorProto::INT8: ok = put(t.int32_data(), int8_t{}, 1); break;
+    case onnx::TensorProto::BFLOAT16:
+      ok = put(t.int32_data(), uint16_t{}, 1);
+      break;
+    case onnx::TensorProto::INT8:
+      ok = put(t.int32_data(), int8_t{}, 1);
+      break;
     case onnx::TensorProto::UINT8:
-    case onnx::TensorProto::BOOL: ok = put(t.int32_data(), uint8_t{}, 1); break;
-    default: break;
+    case onnx::TensorProto::BOOL:
+      ok = put(t.int32_data(), uint8_t{}, 1);
+      break;
+    default:
+      break;
   }
   if (!ok) return std::nullopt;
   return out;
@@ -743,14 +768,49 @@ int64_t Model::opset(std::string_view domain) const { return graph_->opset(domai
 
 std::string Model::fresh_name(std::string_view hint) {
   std::string base(hint.empty() ? "graft" : hint);
-  if (names_.insert(base).second) return base;
-  for (;;) {
-    std::string candidate = absl::StrCat(base, "_", ++name_counter_);
-    if (names_.insert(candidate).second) return candidate;
+  const uint64_t counter = name_counter_;
+  std::string name = base;
+  while (!names_.insert(name).second) name = absl::StrCat(base, "_", ++name_counter_);
+  on_undo([this, name, counter] {
+    names_.erase(name);
+    name_counter_ = counter;
+  });
+  return name;
+}
+
+Model::Checkpoint Model::checkpoint() {
+  if (journal_depth_++ == 0) {
+    journal_.clear();
+    ++journal_session_;
   }
+  return {journal_.size(), generation_, inference_done_};
+}
+
+void Model::release(const Checkpoint&) {
+  if (--journal_depth_ == 0) journal_.clear();
+}
+
+void Model::rollback(const Checkpoint& cp) {
+  if (journal_.size() > cp.mark) {
+    while (journal_.size() > cp.mark) {
+      std::function<void()> undo = std::move(journal_.back());
+      journal_.pop_back();
+      undo();
+    }
+    // Shape inference that ran on an edited state told things of values it may not hold for.
+    if (inference_done_ != cp.inference_done) refresh_shape_inference();
+    // Facts computed since the checkpoint describe the edited graphs. Those computed before it
+    // (and those the undone edits dropped, restored above) hold again.
+    for (Graph* g : all_graphs())
+      for (const auto& v : g->values_)
+        if (v->fact_gen_ > cp.generation) v->fact_gen_ = 0;
+    generation_ = cp.generation;
+  }
+  release(cp);
 }
 
 absl::Status Model::finalize() {
+  if (journaling()) return absl::FailedPreconditionError("finalize() while a transaction is open");
   for (auto& fn : functions_)
     if (auto st = fn.body->finalize(); !st.ok()) return st;
   return graph_->finalize();

@@ -10,6 +10,11 @@
 //  - nodes() returns a snapshot (a copy) in topological order; mutating while iterating it is
 //    safe. Removed nodes/values are marked dead and freed only by compact().
 //  - Nodes added during a pass are appended; the pipeline re-sorts (finalize()) after the pass.
+//  - Edits can be undone: between Model::checkpoint() and its rollback() or release(), every
+//    mutation of a graph (nodes, values, uses, attributes, initializers, names, types, graph
+//    outputs) records its inverse in the model's journal. Rolling back restores the graphs,
+//    the names in use, the shape facts and generation() exactly as they were at the checkpoint.
+//    Edits of the model's own protos (opset imports, functions list) are not journaled.
 #pragma once
 
 #include <cstdint>
@@ -118,8 +123,8 @@ class Value {
   mutable bool fact_busy_ = false;        // on the stack of the fact computation
   mutable bool fact_exact_ = false;       // libonnx's inference could not tell more (shapes.cc)
   std::unique_ptr<TensorFact> inferred_;  // from libonnx's inference, when it ran
-  mutable size_t scratch_ = 0;     // per-algorithm counter (verification)
-  mutable Value* twin_ = nullptr;  // the copy being made by a clone
+  mutable size_t scratch_ = 0;            // per-algorithm counter (verification)
+  mutable Value* twin_ = nullptr;         // the copy being made by a clone
 };
 
 // A subgraph held by a node attribute (If branches, Loop/Scan bodies).
@@ -185,6 +190,8 @@ class Node {
   friend class Value;
   // The outputs' facts no longer hold: the node was edited in place.
   void edited();
+  // Journals proto_ before an in-place edit (nodes created in the open transaction need not).
+  void save_proto();
   onnx::NodeProto proto_;
   std::vector<Value*> inputs_;
   std::vector<uint32_t> use_pos_;  // per input slot: its entry's index in the value's uses_
@@ -197,6 +204,7 @@ class Node {
   // thread at a time.
   uint8_t mark_ = 0;
   bool queued_ = false;
+  uint64_t born_ = 0;  // the journal session that created this node; 0: none
   mutable size_t position_ = 0;
   mutable Node* twin_ = nullptr;  // the copy being made by a clone
 };
@@ -305,6 +313,12 @@ class Graph {
   friend class Value;
   friend void save_function(Function& fn, onnx::FunctionProto* out, bool move_tensors);
   Value* new_value(std::string name);
+  // Journals a node just created in this graph (order_ still to be taken from `next_order`).
+  void journal_new_node(Node* n, int64_t next_order);
+  // Appends `v` to the initializers.
+  void register_initializer(Value* v);
+  // Takes ownership and scope of `value`, defined so far by another graph (move_output_name).
+  void adopt_value(Value* value);
   // remove_node without the check: for the nodes of a subgraph that dies with its owner.
   void detach_node(Node* node);
   absl::Status topo_sort();
@@ -378,7 +392,7 @@ class Model {
     std::string folder;
     std::string location;
     uint64_t min_bytes = 1024;  // as onnx's convert_model_to_external_data
-    uint64_t alignment = 64;  // of each tensor's offset
+    uint64_t alignment = 64;    // of each tensor's offset
     bool even_without_external = false;
     bool compact = false;
   };
@@ -422,6 +436,32 @@ class Model {
 
   absl::Status finalize();
   absl::Status verify() const;
+
+  // Transactions. checkpoint() starts journaling every graph edit (nested checkpoints share the
+  // journal); each checkpoint ends with exactly one rollback() — every edit made since is undone,
+  // in reverse order, and the facts computed meanwhile are forgotten — or release(), which keeps
+  // the edits. finalize() is refused while a checkpoint is open (it frees what the journal
+  // refers to).
+  struct Checkpoint {
+    size_t mark = 0;
+    uint64_t generation = 0;
+    bool inference_done = false;
+  };
+  Checkpoint checkpoint();
+  void rollback(const Checkpoint& cp);
+  void release(const Checkpoint& cp);
+  bool journaling() const { return journal_depth_ > 0; }
+  // Records how to undo an edit being made (nothing when not journaling).
+  template <typename Undo>
+  void on_undo(Undo&& undo) {
+    if (journal_depth_ > 0) journal_.emplace_back(std::forward<Undo>(undo));
+  }
+  uint64_t journal_session() const { return journal_depth_ > 0 ? journal_session_ : 0; }
+
+  // Who hears why a rewrite rule did not match at a node (core/passes/rules.h: no_match): the
+  // rule driver, while a user asks to explain a rule. Empty: nobody.
+  std::function<void(const Node& at, std::string_view reason)> no_match_listener;
+
   // Bumped by every edit: facts computed at an older generation that were incomplete are
   // computed again when asked.
   uint64_t generation() const { return generation_; }
@@ -447,6 +487,9 @@ class Model {
   std::vector<Function> functions_;
   std::unordered_set<std::string> names_;
   uint64_t name_counter_ = 0;
+  std::vector<std::function<void()>> journal_;
+  int journal_depth_ = 0;
+  uint64_t journal_session_ = 0;
 };
 
 bool is_onnx_domain(std::string_view domain);

@@ -56,23 +56,53 @@ constexpr uint64_t kMaxConvertBytes = uint64_t{4} << 30;
 // scales and roi, Range, NonMaxSuppression boxes, quantization scales), random generators,
 // and numerically fragile ops (accumulating reductions and their overflow-prone relatives).
 std::vector<std::string> default_block_ops() {
-  return {
-      "Resize", "Upsample", "Range", "NonMaxSuppression", "RoiAlign", "TopK", "CumSum",
-      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-      "Bernoulli", "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceProd", "ReduceLogSum",
-      "ReduceLogSumExp", "ReduceL1", "ReduceL2", "Pow", "Exp", "QuantizeLinear",
-      "DequantizeLinear", "DynamicQuantizeLinear", "STFT", "DFT", "MelWeightMatrix",
-      "HannWindow", "HammingWindow", "BlackmanWindow", "SoftmaxCrossEntropyLoss",
-      "NegativeLogLikelihoodLoss"};
+  return {"Resize",
+          "Upsample",
+          "Range",
+          "NonMaxSuppression",
+          "RoiAlign",
+          "TopK",
+          "CumSum",
+          "RandomNormal",
+          "RandomUniform",
+          "RandomNormalLike",
+          "RandomUniformLike",
+          "Multinomial",
+          "Bernoulli",
+          "ReduceMean",
+          "ReduceSum",
+          "ReduceSumSquare",
+          "ReduceProd",
+          "ReduceLogSum",
+          "ReduceLogSumExp",
+          "ReduceL1",
+          "ReduceL2",
+          "Pow",
+          "Exp",
+          "QuantizeLinear",
+          "DequantizeLinear",
+          "DynamicQuantizeLinear",
+          "STFT",
+          "DFT",
+          "MelWeightMatrix",
+          "HannWindow",
+          "HammingWindow",
+          "BlackmanWindow",
+          "SoftmaxCrossEntropyLoss",
+          "NegativeLogLikelihoodLoss"};
 }
 
 // Ops kept in float32 whatever block_ops says: their schema has no float16 for an operand the
 // pass would convert (Resize/Upsample scales, Range, NonMaxSuppression, the quantization ops'
 // inputs and scales; CumSum before opset 14).
 bool float_only(const ir::Node& n) {
-  static const std::set<std::string, std::less<>> ops = {
-      "Resize", "Upsample", "Range", "NonMaxSuppression", "QuantizeLinear", "DequantizeLinear",
-      "DynamicQuantizeLinear"};
+  static const std::set<std::string, std::less<>> ops = {"Resize",
+                                                         "Upsample",
+                                                         "Range",
+                                                         "NonMaxSuppression",
+                                                         "QuantizeLinear",
+                                                         "DequantizeLinear",
+                                                         "DynamicQuantizeLinear"};
   return ops.count(n.op_type()) || (n.op_type() == "CumSum" && n.opset() < 14);
 }
 
@@ -277,8 +307,8 @@ class Conversion {
           g->set_input_type(i, with_elem(in.info.type(), kF16));
       }
     }
-    if (const auto* info = v->value_info(); info && info->has_type() &&
-                                            info->type().tensor_type().elem_type() == kF32)
+    if (const auto* info = v->value_info();
+        info && info->has_type() && info->type().tensor_type().elem_type() == kF32)
       v->set_type(with_elem(info->type(), kF16));
     // A Cast reading v may now change nothing (Cast(v, FLOAT16)).
     for (const auto& u : v->uses())
@@ -402,9 +432,9 @@ class Conversion {
     for (auto& fn : model.functions()) {
       // A function left float32: its body keeps float32 parameters; it is converted inside
       // only where its parameters' types are known, which they are not (types are per call).
-      const GraphRole role = half_.count(&fn) ? GraphRole{.converted = true, .io_float = false}
-                                              : GraphRole{.converted = !blocked_.count(&fn),
-                                                          .io_float = true};
+      const GraphRole role = half_.count(&fn)
+                                 ? GraphRole{.converted = true, .io_float = false}
+                                 : GraphRole{.converted = !blocked_.count(&fn), .io_float = true};
       visit(*fn.body, role);
     }
   }
@@ -424,8 +454,7 @@ class Conversion {
     functions_.clear();
     half_.clear();
     blocked_.clear();
-    for (auto& fn : model.functions())
-      functions_[{fn.rest.domain(), fn.rest.name()}] = &fn;
+    for (auto& fn : model.functions()) functions_[{fn.rest.domain(), fn.rest.name()}] = &fn;
     const bool callable = !functions_.empty() && !ir::has_deep_function_calls(model);
     std::unordered_map<ir::Function*, std::vector<ir::Node*>> calls;
     std::unordered_set<ir::Function*> nested;
@@ -556,7 +585,7 @@ class ConvertFp16 : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_convert_fp16() { return std::make_unique<ConvertFp16>(); }
+static std::unique_ptr<Pass> make_convert_fp16() { return std::make_unique<ConvertFp16>(); }
 
 PassInfo convert_fp16_pass() {
   return {.name = "convert_fp16",

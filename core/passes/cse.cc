@@ -22,6 +22,7 @@
 
 #include <onnx/defs/schema.h>
 
+#include "core/ir/hash.h"
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 #include "core/passes/queries.h"
@@ -32,8 +33,6 @@ namespace graft {
 namespace {
 
 using onnx::AttributeProto;
-
-void mix(size_t& seed, size_t h) { seed ^= h + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2); }
 
 template <typename T>
 size_t hash_bytes(const T* data, size_t count) {
@@ -49,22 +48,22 @@ constexpr size_t kSerializeHashLimit = 4096;
 size_t attribute_hash(const AttributeProto& a) {
   size_t size = a.ByteSizeLong();
   size_t h = std::hash<std::string_view>()(a.name());
-  mix(h, size);
+  ir::hash_mix(h, size);
   if (size <= kSerializeHashLimit) {
-    mix(h, std::hash<std::string>()(a.SerializeAsString()));
+    ir::hash_mix(h, std::hash<std::string>()(a.SerializeAsString()));
     return h;
   }
-  mix(h, static_cast<size_t>(a.type()));
-  mix(h, hash_bytes(a.ints().data(), a.ints_size()));
-  mix(h, hash_bytes(a.floats().data(), a.floats_size()));
+  ir::hash_mix(h, static_cast<size_t>(a.type()));
+  ir::hash_mix(h, hash_bytes(a.ints().data(), a.ints_size()));
+  ir::hash_mix(h, hash_bytes(a.floats().data(), a.floats_size()));
   if (a.has_t()) {
     const onnx::TensorProto& t = a.t();
-    mix(h, static_cast<size_t>(t.data_type()));
-    mix(h, hash_bytes(t.dims().data(), t.dims_size()));
-    mix(h, std::hash<std::string_view>()(t.raw_data()));
-    mix(h, hash_bytes(t.float_data().data(), t.float_data_size()));
-    mix(h, hash_bytes(t.int64_data().data(), t.int64_data_size()));
-    mix(h, hash_bytes(t.int32_data().data(), t.int32_data_size()));
+    ir::hash_mix(h, static_cast<size_t>(t.data_type()));
+    ir::hash_mix(h, hash_bytes(t.dims().data(), t.dims_size()));
+    ir::hash_mix(h, std::hash<std::string_view>()(t.raw_data()));
+    ir::hash_mix(h, hash_bytes(t.float_data().data(), t.float_data_size()));
+    ir::hash_mix(h, hash_bytes(t.int64_data().data(), t.int64_data_size()));
+    ir::hash_mix(h, hash_bytes(t.int32_data().data(), t.int32_data_size()));
   }
   return h;
 }
@@ -113,13 +112,13 @@ bool equivalent(const ir::Node& a, const ir::Node& b) {
 
 size_t node_hash(const ir::Node& n) {
   size_t h = std::hash<std::string>()(n.op_type());
-  for (const ir::Value* v : n.inputs()) mix(h, std::hash<const ir::Value*>()(v));
-  mix(h, n.outputs().size());
-  for (const ir::Value* v : n.outputs()) mix(h, v != nullptr);
+  for (const ir::Value* v : n.inputs()) ir::hash_mix(h, std::hash<const ir::Value*>()(v));
+  ir::hash_mix(h, n.outputs().size());
+  for (const ir::Value* v : n.outputs()) ir::hash_mix(h, v != nullptr);
   // A sum does not depend on the order the attributes are listed in.
   size_t attrs = 0;
   for (const auto& a : n.attributes()) attrs += attribute_hash(a);
-  mix(h, attrs);
+  ir::hash_mix(h, attrs);
   return h;
 }
 
@@ -172,7 +171,7 @@ class Cse final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_cse() { return std::make_unique<Cse>(); }
+static std::unique_ptr<Pass> make_cse() { return std::make_unique<Cse>(); }
 
 PassInfo cse_pass() {
   return {.name = "cse",

@@ -17,12 +17,13 @@
 //  - a duplicate whose kept twin is also a graph output: both names are interface.
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "core/ir/hash.h"
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
@@ -34,8 +35,6 @@ namespace {
 
 using onnx::TensorProto;
 
-void mix(size_t& seed, size_t h) { seed ^= h + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2); }
-
 // The bytes of a repeated numeric field, viewed in place.
 template <typename T>
 std::string_view bytes_of(const google::protobuf::RepeatedField<T>& f) {
@@ -46,19 +45,19 @@ std::string_view bytes_of(const google::protobuf::RepeatedField<T>& f) {
 size_t tensor_hash(const TensorProto& t) {
   std::hash<std::string_view> hash;
   size_t h = static_cast<size_t>(t.data_type());
-  mix(h, t.dims_size());
-  mix(h, hash(bytes_of(t.dims())));
-  mix(h, t.has_raw_data());
+  ir::hash_mix(h, t.dims_size());
+  ir::hash_mix(h, hash(bytes_of(t.dims())));
+  ir::hash_mix(h, t.has_raw_data());
   if (t.has_raw_data()) {
-    mix(h, hash(t.raw_data()));
+    ir::hash_mix(h, hash(t.raw_data()));
     return h;
   }
-  mix(h, hash(bytes_of(t.float_data())));
-  mix(h, hash(bytes_of(t.int32_data())));
-  mix(h, hash(bytes_of(t.int64_data())));
-  mix(h, hash(bytes_of(t.double_data())));
-  mix(h, hash(bytes_of(t.uint64_data())));
-  for (const std::string& s : t.string_data()) mix(h, hash(s));
+  ir::hash_mix(h, hash(bytes_of(t.float_data())));
+  ir::hash_mix(h, hash(bytes_of(t.int32_data())));
+  ir::hash_mix(h, hash(bytes_of(t.int64_data())));
+  ir::hash_mix(h, hash(bytes_of(t.double_data())));
+  ir::hash_mix(h, hash(bytes_of(t.uint64_data())));
+  for (const std::string& s : t.string_data()) ir::hash_mix(h, hash(s));
   return h;
 }
 
@@ -95,9 +94,9 @@ bool can_merge(const ir::Value& v) {
 size_t external_shape_key(const TensorProto& t, uint64_t length) {
   std::hash<std::string_view> hash;
   size_t h = static_cast<size_t>(t.data_type());
-  mix(h, t.dims_size());
-  mix(h, hash(bytes_of(t.dims())));
-  mix(h, std::hash<uint64_t>()(length));
+  ir::hash_mix(h, t.dims_size());
+  ir::hash_mix(h, hash(bytes_of(t.dims())));
+  ir::hash_mix(h, std::hash<uint64_t>()(length));
   return h;
 }
 
@@ -160,7 +159,7 @@ class DedupInitializers final : public Pass {
       auto h = ir::external_data_of(v)->content_hash(*head);
       if (!h.ok()) continue;  // an unreadable reference stays as it is
       size_t head_key = key;
-      mix(head_key, static_cast<size_t>(*h));
+      ir::hash_mix(head_key, static_cast<size_t>(*h));
       head_of[v] = head_key;
       ++external_heads[head_key];
     }
@@ -178,7 +177,7 @@ class DedupInitializers final : public Pass {
         auto h = data->content_hash(t);
         if (!h.ok()) continue;
         size_t key = head->second;
-        mix(key, static_cast<size_t>(*h));
+        ir::hash_mix(key, static_cast<size_t>(*h));
         bucket = &kept_external[key];
         // `data` by value: the lambda is called after this block ends.
         same = [&t, data](const ir::Value* twin) {
@@ -214,7 +213,9 @@ class DedupInitializers final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_dedup_initializers() { return std::make_unique<DedupInitializers>(); }
+static std::unique_ptr<Pass> make_dedup_initializers() {
+  return std::make_unique<DedupInitializers>();
+}
 
 PassInfo dedup_initializers_pass() {
   return {.name = "dedup_initializers",

@@ -19,7 +19,7 @@ std::vector<Rule> identity_rules() {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_eliminate_identity() {
+static std::unique_ptr<Pass> make_eliminate_identity() {
   return std::make_unique<RulePass>("eliminate_identity", identity_rules());
 }
 

@@ -259,10 +259,11 @@ std::vector<Rule> noop_rules() {
       noop_rule(
           "concat", "Concat",
           [](const ir::Node& n) { return only_attributes(n, {"axis"}) && n.inputs().size() == 1; }),
-      noop_rule("split", "Split",
-                [](const ir::Node& n) {
-                  return n.outputs().size() == 1 && only_attributes(n, {"axis", "split", "num_outputs"});
-                }),
+      noop_rule(
+          "split", "Split",
+          [](const ir::Node& n) {
+            return n.outputs().size() == 1 && only_attributes(n, {"axis", "split", "num_outputs"});
+          }),
       noop_rule("sum", "Sum", single_operand),
       noop_rule("mean", "Mean", single_operand),
       noop_rule("max", "Max", single_operand),
@@ -272,7 +273,7 @@ std::vector<Rule> noop_rules() {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_eliminate_noop() {
+static std::unique_ptr<Pass> make_eliminate_noop() {
   return std::make_unique<RulePass>("eliminate_noop", noop_rules());
 }
 

@@ -71,7 +71,9 @@ class ExtractConstants final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_extract_constants() { return std::make_unique<ExtractConstants>(); }
+static std::unique_ptr<Pass> make_extract_constants() {
+  return std::make_unique<ExtractConstants>();
+}
 
 PassInfo extract_constants_pass() {
   return {.name = "extract_constants",

@@ -168,7 +168,7 @@ class FoldConstants final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fold_constants() { return std::make_unique<FoldConstants>(); }
+static std::unique_ptr<Pass> make_fold_constants() { return std::make_unique<FoldConstants>(); }
 
 PassInfo fold_constants_pass() {
   return {

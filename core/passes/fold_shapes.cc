@@ -127,7 +127,7 @@ std::vector<Rule> shape_rules() {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fold_shapes() {
+static std::unique_ptr<Pass> make_fold_shapes() {
   std::vector<Rule> rules = shape_rules();
   for (Rule& r : reshape_chain_rules()) rules.push_back(std::move(r));
   return std::make_unique<RulePass>("fold_shapes", std::move(rules));

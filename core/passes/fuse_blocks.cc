@@ -41,6 +41,8 @@
 #include <string_view>
 #include <vector>
 
+#include <absl/strings/str_cat.h>
+
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 #include "core/passes/rules.h"
@@ -195,13 +197,16 @@ bool gelu(ir::Node& root, Rewriter& rw, Term term, const char* approximate) {
         const int32_t dtype = x->elem_type() ? x->elem_type() : half ? half->data_type() : 0;
         if (!is_ieee_float(dtype) || !scalar_is(factors[h], x, dtype, 0.5, 0)) continue;
         Block block = {&root, product};
-        if (!term(factors[t], x, dtype, root, block)) continue;
+        if (!term(factors[t], x, dtype, root, block)) {
+          no_match(root, approximate ? "0.5 * x * t where t is not 1 + Tanh(sqrt(2/pi) * (x + "
+                                       "0.044715 * x^3)) read only by the block"
+                                     : "0.5 * x * t where t is not 1 + Erf(x / sqrt(2)) read "
+                                       "only by the block");
+          continue;
+        }
         ir::Node* fused = rw.add_node(*root.graph(), "Gelu", {x}, 1, &root);
         if (approximate) rw.set_attr(fused, string_attr("approximate", approximate));
-        if (!rw.replace_node(&root, {fused->output(0)})) {
-          rw.erase(fused);
-          return false;
-        }
+        if (!rw.replace_node(&root, {fused->output(0)})) return false;
         for (size_t i = 1; i < block.size(); ++i) rw.erase(block[i]);
         return true;
       }
@@ -243,14 +248,19 @@ int64_t trailing_axes(const ir::Node& reduce, int64_t rank) {
 
 // The ReduceMean computing `v` (read only by the block) over the trailing axes of `of`.
 std::optional<Reduction> mean_of(ir::Value* v, const ir::Value* of, int64_t rank,
-                                 const ir::Node& root) {
-  if (!single_use(v)) return std::nullopt;
+                                 const ir::Node& root, std::string_view what) {
   ir::Node* reduce = chain_producer(v, "ReduceMean", root);
   if (!reduce || reduce->input(0) != of ||
       !only_attributes(*reduce, {"axes", "keepdims", "noop_with_empty_axes"}))
-    return std::nullopt;
+    return no_match_with(root, [&] { return absl::StrCat(what, " is not a ReduceMean of it"); });
+  if (!single_use(v))
+    return no_match_with(*reduce,
+                         [&] { return absl::StrCat(what, " has readers outside the block"); });
   const int64_t k = trailing_axes(*reduce, rank);
-  if (k == 0) return std::nullopt;
+  if (k == 0)
+    return no_match_with(*reduce, [&] {
+      return absl::StrCat(what, " does not reduce trailing axes with keepdims=1");
+    });
   return Reduction{reduce, k};
 }
 
@@ -305,7 +315,8 @@ struct Variance {
 std::optional<Variance> plus_epsilon(ir::Value* radicand, const ir::Value* x,
                                      const ir::Node& root) {
   ir::Node* add = inner(radicand, "Add", 2, root);
-  if (!add) return std::nullopt;
+  if (!add)
+    return no_match(root, "the Sqrt does not read variance + epsilon (an Add only it reads)");
   for (int side = 0; side < 2; ++side) {
     const ir::Value* eps = add->input(1 - side);
     const auto* c = constant_header(eps);
@@ -314,7 +325,8 @@ std::optional<Variance> plus_epsilon(ir::Value* radicand, const ir::Value* x,
     if (!value || !std::isfinite(*value)) continue;
     return Variance{add, add->input(side), *value};
   }
-  return std::nullopt;
+  return no_match(*add,
+                  "epsilon is not a constant (one finite element of x's type, not broadcasting x)");
 }
 
 // The normalized dims (the last `k` of x's), known from checked facts, all positive.
@@ -354,8 +366,7 @@ ir::Value* affine_operand(ir::Node& n, ir::Value* y, const ir::Value* x, int64_t
     for (int64_t d : norm) reshaped.add_dims(d);
     return rw.add_constant(*n.graph(), std::move(reshaped), g->name());
   }
-  if (g->elem_type() != x->elem_type() || g->rank() != static_cast<int64_t>(k))
-    return nullptr;
+  if (g->elem_type() != x->elem_type() || g->rank() != static_cast<int64_t>(k)) return nullptr;
   for (size_t i = 0; i < k; ++i)
     if (known_dim(g, static_cast<int64_t>(i)) != norm[i]) return nullptr;
   return g;
@@ -384,7 +395,7 @@ struct Normalization {
 // (LayerNormalization) or is x itself (RMSNormalization).
 std::optional<Normalization> normalization(ir::Node& y, bool center) {
   std::optional<Quotient> q = quotient(y);
-  if (!q) return std::nullopt;
+  if (!q) return std::nullopt;  // not n / Sqrt(s): most Div and Mul nodes, not worth a reason
   Normalization n;
   n.block = {&y};
   if (q->reciprocal) n.block.push_back(q->reciprocal);
@@ -393,15 +404,17 @@ std::optional<Normalization> normalization(ir::Node& y, bool center) {
   ir::Node* sub = nullptr;
   if (center) {
     sub = chain_producer(z, "Sub", y);
-    if (!sub || sub->inputs().size() != 2 || !sub->attributes().empty()) return std::nullopt;
+    if (!sub || sub->inputs().size() != 2 || !sub->attributes().empty())
+      return no_match(y, "the numerator is not x - mean (a Sub in the same graph and opset)");
     n.x = sub->input(0);
   } else {
     n.x = z;
   }
   const int32_t dtype = n.x->elem_type();
-  if (dtype != TensorProto::FLOAT && dtype != TensorProto::FLOAT16) return std::nullopt;
+  if (dtype != TensorProto::FLOAT && dtype != TensorProto::FLOAT16)
+    return no_match(y, "x is not known to be float or float16");
   std::optional<int64_t> rank = n.x->rank();
-  if (!rank || *rank < 1) return std::nullopt;
+  if (!rank || *rank < 1) return no_match(y, "x's rank is not known");
   n.rank = *rank;
   std::optional<Variance> var = plus_epsilon(q->radicand, n.x, y);
   if (!var) return std::nullopt;
@@ -409,21 +422,28 @@ std::optional<Normalization> normalization(ir::Node& y, bool center) {
   n.block.push_back(var->add);
   ir::Node* reduce = chain_producer(var->mean, "ReduceMean", y);
   ir::Node* square = reduce ? square_of(reduce->input(0), z, y) : nullptr;
-  if (!square) return std::nullopt;
-  std::optional<Reduction> second = mean_of(var->mean, square->output(0), n.rank, y);
+  if (!square)
+    return no_match(*var->add, "the variance is not ReduceMean of the numerator squared");
+  std::optional<Reduction> second =
+      mean_of(var->mean, square->output(0), n.rank, y, "the variance");
   if (!second) return std::nullopt;
   n.block.insert(n.block.end(), {second->node, square});
   n.axes = second->axes;
   // The centred d is read by the square and the quotient, and by nothing else.
-  if (center && !only_read_by(z, {square, &y})) return std::nullopt;
+  if (center && !only_read_by(z, {square, &y}))
+    return no_match(*sub, "x - mean has readers outside the block");
   if (center) {
-    std::optional<Reduction> first = mean_of(sub->input(1), n.x, n.rank, y);
-    if (!first || first->axes != n.axes) return std::nullopt;
+    std::optional<Reduction> first = mean_of(sub->input(1), n.x, n.rank, y, "the mean");
+    if (!first) return std::nullopt;
+    if (first->axes != n.axes)
+      return no_match(*first->node, "the mean and the variance reduce different axes");
     n.block.insert(n.block.end(), {sub, first->node});
   }
-  if (n.axes > n.rank || n.x->rank() != n.rank) return std::nullopt;
+  if (n.axes > n.rank || n.x->rank() != n.rank)
+    return no_match(y, "the reduced axes do not fit x's rank");
   std::optional<std::vector<int64_t>> norm = normalized_dims(n.x, n.axes);
-  if (!norm) return std::nullopt;
+  if (!norm)
+    return no_match(y, "the normalized dims of x are not all known (or exceed 2^20 elements)");
   n.norm = std::move(*norm);
   return n;
 }
@@ -448,10 +468,7 @@ bool fuse_normalization(Rewriter& rw, ir::Node& y, const Normalization& n, const
   rw.set_attr(fused, int_attr("axis", -n.axes));
   rw.set_attr(fused, float_attr("epsilon", n.eps));
   ir::Node* gamma_mul = last != &y ? only_reader(y.output(0)) : nullptr;
-  if (!rw.replace_node(last, {fused->output(0)})) {
-    rw.erase(fused);  // and the constants only it read
-    return false;
-  }
+  if (!rw.replace_node(last, {fused->output(0)})) return false;
   if (gamma_mul && gamma_mul != last) rw.erase(gamma_mul);
   for (ir::Node* node : n.block) rw.erase(node);
   return true;
@@ -503,7 +520,7 @@ std::vector<Rule> block_rules() {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_blocks() {
+static std::unique_ptr<Pass> make_fuse_blocks() {
   return std::make_unique<RulePass>("fuse_blocks", block_rules());
 }
 

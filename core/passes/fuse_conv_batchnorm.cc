@@ -71,7 +71,6 @@ std::optional<ChannelAffine> inference_batchnorm(const ir::Node& bn, int64_t cha
   return out;
 }
 
-
 // The linear op producing `v` when nothing else reads its output, in `reader`'s graph.
 std::optional<LinearOp> linear_producer(const ir::Value* v, const ir::Node& reader) {
   if (!single_use(v)) return std::nullopt;
@@ -123,7 +122,7 @@ std::vector<Rule> affine_rules() {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_conv_batchnorm() {
+static std::unique_ptr<Pass> make_fuse_conv_batchnorm() {
   std::vector<Rule> rules = affine_rules();
   for (Rule& r : pad_fusion_rules()) rules.push_back(std::move(r));
   return std::make_unique<RulePass>("fuse_conv_batchnorm", std::move(rules));

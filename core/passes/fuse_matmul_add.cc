@@ -27,7 +27,7 @@ using onnx::TensorProto;
 
 // True if a bias dim is provably compatible with output dim `out` without making the result
 // bigger: it is 1, or equal to a known `out`.
-bool broadcasts_into(int64_t bias_dim, std::optional<int64_t> out) {
+bool bias_dim_fits(int64_t bias_dim, std::optional<int64_t> out) {
   return bias_dim == 1 || (out && *out == bias_dim);
 }
 
@@ -36,41 +36,47 @@ bool broadcasts_into(int64_t bias_dim, std::optional<int64_t> out) {
 bool bias_fits(const TensorProto& c, std::optional<int64_t> rows, std::optional<int64_t> cols) {
   const int rank = c.dims_size();
   if (rank > 2) return false;
-  if (rank >= 1 && !broadcasts_into(c.dims(rank - 1), cols)) return false;
-  return rank < 2 || broadcasts_into(c.dims(0), rows);
+  if (rank >= 1 && !bias_dim_fits(c.dims(rank - 1), cols)) return false;
+  return rank < 2 || bias_dim_fits(c.dims(0), rows);
 }
 
 bool matmul_add(ir::Node& add, Rewriter& rw) {
   // Add before opset 7 broadcasts only with its `broadcast` attribute, and Gemm before 7 has no
   // unidirectional broadcasting of C.
+  if (add.inputs().size() != 2 || !add.attributes().empty() || add.outputs().size() != 1)
+    return no_match(add, "the Add has attributes or not two inputs");
   ir::Node* matmul = nullptr;
-  ir::Value *a = nullptr, *b = nullptr, *bias = nullptr;
-  auto no_attributes = [](const ir::Node& n) { return n.attributes().empty(); };
-  if (!match(add, m::Op("Add", {m::Op("MatMul", {m::Any(&a), m::Any(&b)})
-                                    .exact()
-                                    .where(no_attributes)
-                                    .bind(&matmul)
-                                    .one_use(),
-                                m::Const(&bias)})
-                      .exact()
-                      .where(no_attributes)
-                      .commutative()))
-    return false;
-  if (add.outputs().size() != 1 || matmul->graph() != add.graph()) return false;
+  ir::Value* bias = nullptr;
+  for (int side = 0; side < 2 && !matmul; ++side) {
+    matmul = producer(add.input(side), "MatMul");
+    bias = add.input(1 - side);
+  }
+  if (!matmul) return no_match(add, "neither operand is a MatMul's result");
+  if (matmul->inputs().size() != 2 || !matmul->attributes().empty() ||
+      matmul->graph() != add.graph())
+    return no_match(*matmul, "the MatMul has attributes or another graph");
+  if (!single_use(matmul->output(0)))
+    return no_match(*matmul, "the MatMul's result has other readers");
+  ir::Value* a = matmul->input(0);
+  ir::Value* b = matmul->input(1);
 
   // Integer Gemm exists only from opset 9 and bfloat16 only from 13: stay with float types.
   const auto* c = constant_header(bias);
-  if (!c || !is_ieee_float(c->data_type())) return false;
+  if (!c) return no_match(add, "the other operand is not a constant");
+  if (!is_ieee_float(c->data_type())) return no_match(add, "the bias is not float16/32/64");
   const int32_t dtype = c->data_type();
   for (const ir::Value* v : {a, b, matmul->output(0)})
-    if (v->elem_type() != 0 && v->elem_type() != dtype) return false;
+    if (v->elem_type() != 0 && v->elem_type() != dtype)
+      return no_match(*matmul, "the MatMul's types differ from the bias's");
 
   const ir::TensorFact& af = a->fact();
   const ir::TensorFact& bf = b->fact();
-  if (a->rank() != 2 || b->rank() != 2) return false;
+  if (a->rank() != 2 || b->rank() != 2)
+    return no_match(*matmul, "the MatMul's operands are not known to be 2-D");
   // A bias of rank > 2, or with a dim that does not fit [M, N], would make Add's result bigger
   // than the product, which Gemm cannot express.
-  if (!bias_fits(*c, af.dim(0), bf.dim(1))) return false;
+  if (!bias_fits(*c, af.dim(0), bf.dim(1)))
+    return no_match(add, "the bias does not broadcast into the product without growing it");
 
   ir::Node* gemm = rw.add_node(*add.graph(), "Gemm", {a, b, bias}, 1, &add);
   if (!rw.replace_node(&add, {gemm->output(0)})) return false;
@@ -113,10 +119,7 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
   ir::Node* gemm = rw.add_node(*matmul.graph(), "Gemm", {ta ? ta : a, tb ? tb : b}, 1, &matmul);
   if (ta) rw.set_attr(gemm, int_attr("transA", 1));
   if (tb) rw.set_attr(gemm, int_attr("transB", 1));
-  if (!rw.replace_node(&matmul, {gemm->output(0)})) {
-    rw.erase(gemm);
-    return false;
-  }
+  if (!rw.replace_node(&matmul, {gemm->output(0)})) return false;
   if (ta) rw.erase(a->producer());
   if (tb) rw.erase(b->producer());
   return true;
@@ -147,10 +150,8 @@ bool matmul_transpose_nd(ir::Node& matmul, Rewriter& rw) {
 
   ir::Graph& g = *matmul.graph();
   const std::string name = matmul.output(0)->name();
-  std::vector<ir::Node*> added;  // erased, last first, if the rewrite cannot complete
   auto add = [&](std::string_view op, const std::vector<ir::Value*>& inputs) {
-    added.push_back(rw.add_node(g, op, inputs, 1, &matmul));
-    return added.back();
+    return rw.add_node(g, op, inputs, 1, &matmul);
   };
   std::vector<int64_t> lead;
   for (int64_t i = 0; i + 1 < *rank; ++i)
@@ -181,10 +182,7 @@ bool matmul_transpose_nd(ir::Node& matmul, Rewriter& rw) {
   ir::Node* gemm = add("Gemm", {flat->output(0), w});
   rw.set_attr(gemm, int_attr("transB", 1));
   ir::Node* out = add("Reshape", {gemm->output(0), target});
-  if (!rw.replace_node(&matmul, {out->output(0)})) {
-    for (auto it = added.rbegin(); it != added.rend(); ++it) rw.erase(*it);
-    return false;
-  }
+  if (!rw.replace_node(&matmul, {out->output(0)})) return false;
   rw.erase(b->producer());
   return true;
 }
@@ -192,30 +190,31 @@ bool matmul_transpose_nd(ir::Node& matmul, Rewriter& rw) {
 // Add(Gemm(A, B), c) with no C on the Gemm and a constant c that broadcasts into the product
 // is Gemm(A, B, c) with beta 1: Gemm adds beta * C after the product, as the Add did.
 bool gemm_add(ir::Node& add, Rewriter& rw) {
+  if (add.inputs().size() != 2 || !add.attributes().empty() || add.outputs().size() != 1)
+    return no_match(add, "the Add has attributes or not two inputs");
   ir::Node* gemm = nullptr;
   ir::Value* bias = nullptr;
-  auto no_c = [](const ir::Node& n) {
-    return n.inputs().size() == 2 && only_attributes(n, {"alpha", "beta", "transA", "transB"});
-  };
-  if (!match(add, m::Op("Add", {m::Op("Gemm").where(no_c).bind(&gemm).one_use(), m::Const(&bias)})
-                      .exact()
-                      .commutative()) ||
-      !add.attributes().empty() || gemm->graph() != add.graph() || gemm->opset() < 11 ||
-      add.outputs().size() != 1)
-    return false;
+  for (int side = 0; side < 2 && !gemm; ++side) {
+    gemm = producer(add.input(side), "Gemm");
+    bias = add.input(1 - side);
+  }
+  if (!gemm) return no_match(add, "neither operand is a Gemm's result");
+  if (gemm->inputs().size() != 2 || !only_attributes(*gemm, {"alpha", "beta", "transA", "transB"}))
+    return no_match(*gemm, "the Gemm already has a C operand or unknown attributes");
+  if (gemm->graph() != add.graph() || gemm->opset() < 11)
+    return no_match(*gemm, "the Gemm is in another graph or below opset 11");
+  if (!single_use(gemm->output(0))) return no_match(*gemm, "the Gemm's result has other readers");
   const auto* c = constant_header(bias);
   const ir::TensorFact& out = gemm->output(0)->fact();
-  if (!c || c->data_type() != out.elem_type || !out.has_rank || out.dims.size() != 2 ||
-      !bias_fits(*c, out.dim(0), out.dim(1)))
-    return false;
+  if (!c || c->data_type() != out.elem_type)
+    return no_match(add, "the other operand is not a constant of the Gemm's type");
+  if (!out.has_rank || out.dims.size() != 2 || !bias_fits(*c, out.dim(0), out.dim(1)))
+    return no_match(add, "the constant does not broadcast into the product without growing it");
   ir::Node* fused =
       rw.add_node(*add.graph(), "Gemm", {gemm->input(0), gemm->input(1), bias}, 1, &add);
   for (const auto& a : gemm->attributes())
     if (a.name() != "beta") rw.set_attr(fused, a);
-  if (!rw.replace_node(&add, {fused->output(0)})) {
-    rw.erase(fused);
-    return false;
-  }
+  if (!rw.replace_node(&add, {fused->output(0)})) return false;
   rw.erase(gemm);
   return true;
 }
@@ -249,7 +248,7 @@ std::vector<Rule> gemm_rules() {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_matmul_add() {
+static std::unique_ptr<Pass> make_fuse_matmul_add() {
   return std::make_unique<RulePass>("fuse_matmul_add", gemm_rules());
 }
 

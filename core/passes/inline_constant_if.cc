@@ -114,17 +114,15 @@ class InlineConstantIf final : public Pass {
       auto it = copies.find(v);
       return it == copies.end() ? v : it->second;
     };
+    // Undone unless the whole inlining completes.
+    Rewriter::Transaction transaction(rw);
     for (ir::Value* init : b->initializers())
       if (init->use_count() > 0)
         copies[init] = rw.add_constant(g, *init->initializer(), init->name());
     std::vector<const ir::Node*> inner;
     for (const ir::Node* node : b->nodes()) inner.push_back(node);
     std::vector<ir::Node*> copied = g.copy_nodes(inner, mapped);
-    if (!inner.empty() && copied.empty()) {
-      // Nothing copied: drop the constants made above, so the model is unchanged.
-      for (const auto& [init, copy] : copies) rw.erase_if_unused(copy);
-      return false;
-    }
+    if (!inner.empty() && copied.empty()) return false;
     std::unordered_set<const ir::Node*> created(copied.begin(), copied.end());
     for (size_t k = 0; k < inner.size(); ++k)
       for (size_t i = 0; i < inner[k]->outputs().size(); ++i)
@@ -144,13 +142,16 @@ class InlineConstantIf final : public Pass {
       if (result->dead()) copies[branch_out] = out;  // renamed to `out`
     }
     rw.erase(n);
+    transaction.commit();
     return true;
   }
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> make_inline_constant_if() { return std::make_unique<InlineConstantIf>(); }
+static std::unique_ptr<Pass> make_inline_constant_if() {
+  return std::make_unique<InlineConstantIf>();
+}
 
 PassInfo inline_constant_if_pass() {
   return {.name = "inline_constant_if",

@@ -450,7 +450,7 @@ class InlineFunctions final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_inline_functions() { return std::make_unique<InlineFunctions>(); }
+static std::unique_ptr<Pass> make_inline_functions() { return std::make_unique<InlineFunctions>(); }
 
 PassInfo inline_functions_pass() {
   return {.name = "inline_functions",

@@ -198,16 +198,6 @@ std::optional<std::vector<int64_t>> map_axes(const std::vector<int64_t>& axes, c
   return mapped;
 }
 
-std::optional<uint64_t> element_count(const ir::Value* v) {
-  auto shape = v->static_shape();
-  if (!shape) return std::nullopt;
-  uint64_t n = 1;
-  for (int64_t d : *shape) {
-    if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return std::nullopt;
-  }
-  return n;
-}
-
 // Edits the rebuilt node's parameters (axes, pads...) for the new layout.
 using Edit = std::function<void(ir::Node& rebuilt, Rewriter& rw)>;
 
@@ -377,8 +367,7 @@ bool Plan::plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast,
     const std::optional<uint64_t> payload = ir::payload_bytes(*c);
     if (!payload || (ir::is_external(*c) && !ir::external_data_of(in))) return false;
     const uint64_t bytes = *payload;
-    if (bytes > kMaxConstantBytes || (!single_use(in) && bytes > kSmallConstantBytes))
-      return false;
+    if (bytes > kMaxConstantBytes || (!single_use(in) && bytes > kSmallConstantBytes)) return false;
     ops->constants.emplace_back(Slot(&n, slot), std::move(dims));
     return true;
   }
@@ -540,11 +529,11 @@ bool Plan::worth_it() const {
   uint64_t before_elems = 0, after_elems = 0;
   bool sizes_known = true;
   auto add = [&](uint64_t* total, const ir::Value* v) {
-    auto n = element_count(v);
+    const std::optional<int64_t> n = v->fact().element_count();
     if (!n)
       sizes_known = false;
     else
-      *total += *n;
+      *total += static_cast<uint64_t>(*n);
   };
   add(&before_elems, root_.output(0));
   for (const ir::Node* t : absorbed_nodes_) {
@@ -719,9 +708,10 @@ bool transpose_tied_constant(ir::Node& t, Rewriter& rw) {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_optimize_transposes() {
+static std::unique_ptr<Pass> make_optimize_transposes() {
   return std::make_unique<RulePass>(
-      "optimize_transposes", std::vector<Rule>{{"push_transpose", {"Transpose"}, push_transpose},
+      "optimize_transposes",
+      std::vector<Rule>{{"push_transpose", {"Transpose"}, push_transpose},
                         {"transpose_tied_constant", {"Transpose"}, transpose_tied_constant}});
 }
 

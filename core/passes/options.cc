@@ -124,14 +124,10 @@ OptionSpec boolean_option(std::string name, bool default_value, std::string help
 
 OptionSpec enum_option(std::string name, std::string default_value,
                        std::vector<std::string> choices, std::string help) {
-  return {std::move(name),
-          OptionType::kEnum,
+  return {std::move(name), OptionType::kEnum,
           OptionValue(std::in_place_type<std::string>, std::move(default_value)),
           // No range: the same defaults as OptionSpec and the protocol conversion.
-          kInt64Min,
-          kInt64Max,
-          std::move(choices),
-          std::move(help)};
+          kInt64Min, kInt64Max, std::move(choices), std::move(help)};
 }
 
 OptionSpec list_option(std::string name, std::vector<std::string> default_value,

@@ -17,10 +17,23 @@
 
 namespace graft {
 
+// Why a rule did not rewrite at a node it was tried on (`--explain`).
+struct RuleExplanation {
+  std::string rule;
+  std::string node;    // the root node's name (its first output's name if it has none)
+  std::string op;      // the root node's op type
+  std::string graph;   // the name of the graph holding it ("" for the main graph's)
+  std::string reason;  // the first condition that failed, and where, as the rule says it
+};
+
 struct PassResult {
   bool changed = false;
   int64_t rewrites = 0;  // pass-defined unit: nodes removed, nodes fused, tensors merged...
   std::map<std::string, int64_t> rules;  // rewrites per rule, for passes made of rules
+  // Rule passes: the driver stopped at its rewrite cap with rules still applying.
+  bool capped = false;
+  std::vector<RuleExplanation> explanations;  // PassContext::explain
+  int64_t explanations_dropped = 0;
   void add(int64_t n = 1) {
     rewrites += n;
     changed = changed || n > 0;
@@ -43,6 +56,12 @@ class PassContext {
   // Set by the pipeline from the input's size, so a small model cannot fold itself into
   // gigabytes of constants one fold at a time. Passes that create weights stop adding at it.
   uint64_t max_weight_bytes = 0;
+  // Rules of this pass to explain (their names, "*" for all): each attempt that did not rewrite
+  // is reported with its reason (PassResult::explanations).
+  std::vector<std::string> explain;
+  // Tests and fuzzing (PipelineConfig::check_unchanged): a rule that returns false must leave
+  // the model as it found it, checked after every such attempt.
+  bool check_transactions = false;
 
  private:
   const OptionValues& options_;

@@ -1,5 +1,4 @@
-// The built-in passes. Each core/passes/<name>.cc defines, at its end, the pass's factory and
-// its descriptor (name, level, description, option schema); registry.cc lists the descriptors
+// The built-in passes. Each core/passes/<name>.cc defines, at its end, its descriptor (name, level, description, option schema); registry.cc lists the descriptors
 // in pipeline order.
 #pragma once
 
@@ -10,23 +9,6 @@
 
 namespace graft {
 
-std::unique_ptr<Pass> make_inline_functions();
-std::unique_ptr<Pass> make_extract_constants();
-std::unique_ptr<Pass> make_fold_constants();
-std::unique_ptr<Pass> make_fold_shapes();
-std::unique_ptr<Pass> make_inline_constant_if();
-std::unique_ptr<Pass> make_simplify_arithmetic();
-std::unique_ptr<Pass> make_eliminate_identity();
-std::unique_ptr<Pass> make_eliminate_noop();
-std::unique_ptr<Pass> make_dedup_initializers();
-std::unique_ptr<Pass> make_cse();
-std::unique_ptr<Pass> make_fuse_conv_batchnorm();
-std::unique_ptr<Pass> make_fuse_matmul_add();
-std::unique_ptr<Pass> make_optimize_transposes();
-std::unique_ptr<Pass> make_fuse_blocks();
-std::unique_ptr<Pass> make_convert_fp16();
-std::unique_ptr<Pass> make_schedule_memory();
-std::unique_ptr<Pass> make_prune();
 
 // Rule sets split across files (one pass made of both).
 struct Rule;

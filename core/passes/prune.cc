@@ -119,7 +119,6 @@ class Liveness {
   std::vector<ir::Value*> work_;
 };
 
-
 class Prune final : public Pass {
   Rewriter* rw_ = nullptr;
 
@@ -197,7 +196,7 @@ class Prune final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_prune() { return std::make_unique<Prune>(); }
+static std::unique_ptr<Pass> make_prune() { return std::make_unique<Prune>(); }
 
 PassInfo prune_pass() {
   return {.name = "prune",

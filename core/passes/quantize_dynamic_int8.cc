@@ -222,10 +222,8 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
                             groups == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{groups},
                             mult),
       name + "_W_scale");
-  std::vector<ir::Node*> added_nodes;  // erased, last first, if the rewrite cannot complete
   auto add = [&](std::string_view op, const std::vector<ir::Value*>& inputs, size_t outputs) {
-    added_nodes.push_back(rw.add_node(g, op, inputs, outputs, &node));
-    return added_nodes.back();
+    return rw.add_node(g, op, inputs, outputs, &node);
   };
   ir::Node* dql = add("DynamicQuantizeLinear", {ops.x}, 3);
   ir::Node* mmi = add("MatMulInteger", {dql->output(0), wq, dql->output(2), wzp}, 1);
@@ -241,10 +239,7 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
                           name + "_C_scaled");
     out = add("Add", {out->output(0), c}, 1);
   }
-  if (!rw.replace_node(&node, {out->output(0)})) {
-    for (auto it = added_nodes.rbegin(); it != added_nodes.rend(); ++it) rw.erase(*it);
-    return false;
-  }
+  if (!rw.replace_node(&node, {out->output(0)})) return false;
   cfg.weight_bytes += added;
   return true;
 }
@@ -344,10 +339,8 @@ bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
       ir::make_float_tensor(TensorProto::FLOAT,
                             groups == 1 ? std::vector<int64_t>{} : channel_shape, scale),
       name + "_W_scale");
-  std::vector<ir::Node*> added_nodes;
   auto add = [&](std::string_view op, const std::vector<ir::Value*>& inputs, size_t outputs) {
-    added_nodes.push_back(rw.add_node(g, op, inputs, outputs, &node));
-    return added_nodes.back();
+    return rw.add_node(g, op, inputs, outputs, &node);
   };
   ir::Node* dql = add("DynamicQuantizeLinear", {x}, 3);
   ir::Node* ci = add("ConvInteger", {dql->output(0), wq, dql->output(2), wzp}, 1);
@@ -361,10 +354,7 @@ bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
         g, ir::make_float_tensor(TensorProto::FLOAT, channel_shape, b->values), name + "_B");
     out = add("Add", {out->output(0), bc}, 1);
   }
-  if (!rw.replace_node(&node, {out->output(0)})) {
-    for (auto it = added_nodes.rbegin(); it != added_nodes.rend(); ++it) rw.erase(*it);
-    return false;
-  }
+  if (!rw.replace_node(&node, {out->output(0)})) return false;
   cfg.weight_bytes += added;
   return true;
 }
@@ -413,71 +403,61 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   ir::Node* gather = rw.add_node(g, "Gather", {wq, node.input(1)}, 1, &node);
   for (const auto& a : node.attributes()) rw.set_attr(gather, a);
   ir::Node* dq = rw.add_node(g, "DequantizeLinear", {gather->output(0), ws, wzp}, 1, &node);
-  if (!rw.replace_node(&node, {dq->output(0)})) {
-    rw.erase(dq);
-    rw.erase(gather);
-    return false;
-  }
+  if (!rw.replace_node(&node, {dq->output(0)})) return false;
   cfg.weight_bytes += added;
   return true;
 }
 
-class QuantizeDynamicInt8 final : public Pass {
- public:
-  std::string_view name() const override { return "quantize_dynamic_int8"; }
-
-  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
-    PassResult result;
-    auto cfg = std::make_shared<Config>();
-    cfg->per_channel = ctx.bool_option(kPerChannel);
-    cfg->uint8 = ctx.enum_option(kWeightType) == "uint8";
-    cfg->min_elements = ctx.int_option(kMinWeightElements);
-    const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
-    auto excluded = [&](std::string_view op) {
-      return std::find(exclude.begin(), exclude.end(), op) != exclude.end();
-    };
-    cfg->skip_matmul = excluded("MatMul");
-    cfg->skip_gemm = excluded("Gemm");
-    cfg->skip_gather = excluded("Gather");
-    cfg->skip_conv = excluded("Conv");
-    cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
-    std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());  // already sorted; cheap
-    cfg->max_weight_bytes = ctx.max_weight_bytes;
-    cfg->weight_bytes = model.initializer_bytes();
-    // DynamicQuantizeLinear exists from opset 11: a node below that is left alone (the rule's
-    // opset range), and the model's opset is never raised.
-    std::vector<Rule> rules{
-        {"quantize_matmul",
-         {"MatMul"},
-         [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); },
-         "",
-         11},
-        {"quantize_gemm",
-         {"Gemm"},
-         [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); },
-         "",
-         11}};
-    if (!cfg->skip_conv)
-      rules.push_back({"quantize_conv",
-                       {"Conv"},
-                       [cfg](ir::Node& n, Rewriter& rw) { return quantize_conv(n, *cfg, rw); },
-                       "",
-                       11});
-    if (!cfg->skip_gather)
-      rules.push_back({"quantize_gather",
-                       {"Gather"},
-                       [cfg](ir::Node& n, Rewriter& rw) { return quantize_gather(n, *cfg, rw); },
-                       "",
-                       11});
-    RuleCounts counts = run_rules(model, rules);
-    result.add(counts.total);
-    result.rules = std::move(counts.rewrites);
-    return result;
-  }
-};
+// The rules, configured by the pass's options and limits for one run.
+std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
+  auto cfg = std::make_shared<Config>();
+  cfg->per_channel = ctx.bool_option(kPerChannel);
+  cfg->uint8 = ctx.enum_option(kWeightType) == "uint8";
+  cfg->min_elements = ctx.int_option(kMinWeightElements);
+  const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
+  auto excluded = [&](std::string_view op) {
+    return std::find(exclude.begin(), exclude.end(), op) != exclude.end();
+  };
+  cfg->skip_matmul = excluded("MatMul");
+  cfg->skip_gemm = excluded("Gemm");
+  cfg->skip_gather = excluded("Gather");
+  cfg->skip_conv = excluded("Conv");
+  cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
+  std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());  // already sorted; cheap
+  cfg->max_weight_bytes = ctx.max_weight_bytes;
+  cfg->weight_bytes = model.initializer_bytes();
+  // DynamicQuantizeLinear exists from opset 11: a node below that is left alone (the rule's
+  // opset range), and the model's opset is never raised.
+  std::vector<Rule> rules{
+      {"quantize_matmul",
+       {"MatMul"},
+       [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); },
+       "",
+       11},
+      {"quantize_gemm",
+       {"Gemm"},
+       [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); },
+       "",
+       11}};
+  if (!cfg->skip_conv)
+    rules.push_back({"quantize_conv",
+                     {"Conv"},
+                     [cfg](ir::Node& n, Rewriter& rw) { return quantize_conv(n, *cfg, rw); },
+                     "",
+                     11});
+  if (!cfg->skip_gather)
+    rules.push_back({"quantize_gather",
+                     {"Gather"},
+                     [cfg](ir::Node& n, Rewriter& rw) { return quantize_gather(n, *cfg, rw); },
+                     "",
+                     11});
+  return rules;
+}
 
 std::unique_ptr<Pass> make_quantize_dynamic_int8() {
-  return std::make_unique<QuantizeDynamicInt8>();
+  return std::make_unique<RulePass>("quantize_dynamic_int8", quantize_rules,
+                                    std::vector<std::string>{"quantize_matmul", "quantize_gemm",
+                                                             "quantize_conv", "quantize_gather"});
 }
 
 }  // namespace

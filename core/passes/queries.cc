@@ -88,9 +88,7 @@ ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node
   return p;
 }
 
-ir::Node* only_reader(const ir::Value* v) {
-  return single_use(v) ? v->uses()[0].node : nullptr;
-}
+ir::Node* only_reader(const ir::Value* v) { return single_use(v) ? v->uses()[0].node : nullptr; }
 
 bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> readers) {
   if (!v || v->dead() || v->is_graph_output() || v->uses().empty()) return false;

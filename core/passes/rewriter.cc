@@ -25,6 +25,27 @@ onnx::AttributeProto constant_value_attr(onnx::TensorProto tensor) {
   return attr;
 }
 
+void Rewriter::Transaction::commit() {
+  if (!open_) return;
+  open_ = false;
+  rw_.model_.release(checkpoint_);
+  if (!rw_.model_.journaling()) rw_.added_log_.clear();
+}
+
+void Rewriter::Transaction::rollback() {
+  if (!open_) return;
+  open_ = false;
+  rw_.model_.rollback(checkpoint_);
+  while (rw_.added_log_.size() > added_) {
+    rw_.added_.erase(rw_.added_log_.back());
+    rw_.added_log_.pop_back();
+  }
+}
+
+bool Rewriter::Transaction::edited() const {
+  return rw_.model_.generation() != checkpoint_.generation;
+}
+
 namespace {
 
 // Whether `to`'s producer can be renamed to output `from`, an output name of graph `g`.
@@ -82,8 +103,7 @@ bool Rewriter::replace_node(ir::Node* node, const std::vector<ir::Value*>& repla
     if (!out || out->use_count() == 0) continue;
     ir::Value* to = i < replacements.size() ? replacements[i] : nullptr;
     if (!to || to == out) return false;
-    if (!allow_identity && is_output_of(*out->owner(), out) && !can_take_name(*g, to))
-      return false;
+    if (!allow_identity && is_output_of(*out->owner(), out) && !can_take_name(*g, to)) return false;
   }
   // A later output's replacement may be an earlier output's: copy before the slots change.
   const std::vector<ir::Value*> original(outs.begin(), outs.end());
@@ -132,8 +152,10 @@ ir::Node* Rewriter::add_node(ir::Graph& g, std::string_view op,
   }
   ir::Node* n = g.add_node(std::string(op), inputs, hints, std::string(domain));
   added_.insert(n);
+  if (model_.journaling()) added_log_.push_back(n);
   if (origin && !origin->name().empty())
-    n->mutable_proto().set_name(model_.fresh_name(absl::StrCat(origin->name(), "/", std::string(op))));
+    n->mutable_proto().set_name(
+        model_.fresh_name(absl::StrCat(origin->name(), "/", std::string(op))));
   touch(n);
   return n;
 }

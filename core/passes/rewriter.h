@@ -9,13 +9,16 @@
 //    initializers that only it read.
 //  - add_node / add_constant: new nodes and values named after the node they replace.
 //
-// A rule driver (rules.h) listens to the edits to re-queue what changed.
+// Edits are transactional: a Transaction (a checkpoint of the model's journal, ir::Model) undoes
+// every edit made after it unless committed, so a rule or pass that gives up half-way leaves the
+// model exactly as it was. The rule driver (rules.h) opens one around every rule it tries, and
+// listens to the edits to re-queue what changed.
 #pragma once
 
 #include <functional>
-#include <unordered_set>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -28,6 +31,29 @@ class Rewriter {
  public:
   explicit Rewriter(ir::Model& model) : model_(model) {}
   ir::Model& model() { return model_; }
+
+  // Every edit after construction is undone by rollback() or the destructor unless commit() is
+  // called first. Transactions nest.
+  class Transaction {
+   public:
+    explicit Transaction(Rewriter& rw)
+        : rw_(rw), checkpoint_(rw.model_.checkpoint()), added_(rw.added_log_.size()) {}
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+    ~Transaction() { rollback(); }
+    // Keeps the edits.
+    void commit();
+    // Undoes the edits (nothing after commit()).
+    void rollback();
+    // Whether an edit was made since the transaction began (undone or not).
+    bool edited() const;
+
+   private:
+    Rewriter& rw_;
+    ir::Model::Checkpoint checkpoint_;
+    size_t added_;
+    bool open_ = true;
+  };
 
   // Called with every node added or whose inputs or attributes changed, and with the readers of
   // every replaced value.
@@ -89,6 +115,7 @@ class Rewriter {
   ir::Model& model_;
   // Nodes this rewriter added: a value they compute takes the name of the value it replaces.
   std::unordered_set<const ir::Node*> added_;
+  std::vector<const ir::Node*> added_log_;  // the same, in order, while a transaction is open
 };
 
 // True if `value` is listed among the outputs of `graph` itself (not of a nested subgraph).

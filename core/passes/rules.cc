@@ -1,190 +1,228 @@
 #include "core/passes/rules.h"
 
+#include <algorithm>
 #include <bitset>
 #include <deque>
 #include <string_view>
 #include <unordered_map>
 
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include "core/ir/fingerprint.h"
+
 namespace graft {
 
-RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules) {
-  // Dispatch by op type. Most nodes match no rule: a 256-bit filter on the op name's length and
-  // end characters turns most of them away before their name is hashed.
-  std::unordered_map<std::string_view, std::vector<size_t>> by_op;
-  std::bitset<256> maybe;
-  auto filter_key = [](std::string_view op) -> size_t {
+NoMatch no_match(const ir::Node& at, std::string_view reason) {
+  const ir::Model* model = at.graph()->model();
+  if (model->no_match_listener) model->no_match_listener(at, reason);
+  return {};
+}
+
+namespace {
+
+// Rules looked up by a node's op type. Most nodes match no rule: a 256-bit filter on the op
+// name's length and end characters turns most of them away before their name is hashed.
+class RuleIndex {
+ public:
+  explicit RuleIndex(const std::vector<Rule>& rules) {
+    for (size_t i = 0; i < rules.size(); ++i)
+      for (const std::string& op : rules[i].ops) {
+        by_op_[op].push_back(i);
+        maybe_.set(key(op));
+      }
+  }
+  const std::vector<size_t>* rules_for(const ir::Node* n) const {
+    const std::string& op = n->op_type();
+    if (!maybe_.test(key(op))) return nullptr;
+    auto it = by_op_.find(op);
+    return it == by_op_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  static size_t key(std::string_view op) {
     return op.empty() ? 0
                       : (op.size() * 31 + static_cast<unsigned char>(op.front()) * 7 +
                          static_cast<unsigned char>(op.back())) &
                             255;
-  };
-  for (size_t i = 0; i < rules.size(); ++i)
-    for (const std::string& op : rules[i].ops) {
-      by_op[op].push_back(i);
-      maybe.set(filter_key(op));
-    }
-  auto rules_for = [&](const ir::Node* n) -> const std::vector<size_t>* {
-    const std::string& op = n->op_type();
-    if (!maybe.test(filter_key(op))) return nullptr;
-    auto it = by_op.find(op);
-    return it == by_op.end() ? nullptr : &it->second;
-  };
+  }
+  std::unordered_map<std::string_view, std::vector<size_t>> by_op_;
+  std::bitset<256> maybe_;
+};
 
+bool applies_at(const Rule& r, const ir::Node& n) {
+  if (r.domain.empty() ? !n.is_onnx_domain() : n.domain() != r.domain) return false;
+  const int64_t opset = n.opset();
+  return opset >= r.min_opset && opset <= r.max_opset;
+}
+
+std::string node_label(const ir::Node& n) {
+  if (!n.name().empty()) return n.name();
+  const ir::Value* out = n.output(0);
+  return out ? out->name() : std::string();
+}
+
+// Collects the reasons rules give while one attempt runs, for the rules being explained.
+class Explainer {
+ public:
+  Explainer(ir::Model& model, const std::vector<Rule>& rules, const std::vector<std::string>& names,
+            RuleCounts& counts)
+      : model_(model), counts_(counts) {
+    const bool all = std::find(names.begin(), names.end(), "*") != names.end();
+    for (const Rule& r : rules)
+      wanted_.push_back(all || std::find(names.begin(), names.end(), r.name) != names.end());
+  }
+  ~Explainer() { model_.no_match_listener = nullptr; }
+
+  // Starts listening for rule `i`'s attempt (if it is explained).
+  void begin(size_t i) {
+    reasons_.clear();
+    listening_ = wanted_[i];
+    if (!listening_) return;
+    model_.no_match_listener = [this](const ir::Node& at, std::string_view reason) {
+      std::string r = std::string(reason);
+      const std::string where = node_label(at);
+      if (&at != root_ && !where.empty()) r = absl::StrCat(r, " (at ", where, ")");
+      if (std::find(reasons_.begin(), reasons_.end(), r) == reasons_.end())
+        reasons_.push_back(std::move(r));
+    };
+  }
+  void set_root(const ir::Node* root) { root_ = root; }
+  // The attempt of `rule` at `root` did not rewrite.
+  void no_rewrite(const Rule& rule, const ir::Node& root) {
+    if (!listening_) return;
+    model_.no_match_listener = nullptr;
+    listening_ = false;
+    // A rule gives reasons from where the node looks like its pattern's root on: a node it
+    // turns away at once (most Mul nodes for a Gelu rule) is not worth a line.
+    if (reasons_.empty()) return;
+    if (counts_.explanations.size() >= kMaxExplanations) {
+      ++counts_.explanations_dropped;
+      return;
+    }
+    std::string reason = absl::StrJoin(reasons_, "; or ");
+    counts_.explanations.push_back(
+        {rule.name, node_label(root), root.op_type(), root.graph()->name(), std::move(reason)});
+  }
+  void rewrote() {
+    model_.no_match_listener = nullptr;
+    listening_ = false;
+  }
+
+ private:
+  ir::Model& model_;
+  RuleCounts& counts_;
+  std::vector<bool> wanted_;
+  std::vector<std::string> reasons_;
+  const ir::Node* root_ = nullptr;
+  bool listening_ = false;
+};
+
+}  // namespace
+
+RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules,
+                     const RuleRunOptions& options) {
+  const RuleIndex index(rules);
+  RuleCounts counts;
+  Explainer explainer(model, rules, options.explain, counts);
   Rewriter rw(model);
   // A FIFO worklist; a node's queued() flag keeps it there at most once.
   std::deque<ir::Node*> work;
   auto push = [&](ir::Node* n) {
-    if (n && !n->dead() && !n->queued() && rules_for(n)) {
+    if (n && !n->dead() && !n->queued() && index.rules_for(n)) {
       n->set_queued(true);
       work.push_back(n);
     }
   };
-  rw.on_touch = push;
   for (ir::Graph* g : model.all_graphs())
     for (ir::Node* n : g->nodes()) push(n);
+  // What an attempt touched is queued only if the rule rewrote: a rule that gave up (its edits
+  // undone) changed nothing that could make another rule apply.
+  std::vector<ir::Node*> touched;
+  rw.on_touch = [&](ir::Node* n) { touched.push_back(n); };
+
+  // With check_transactions: the model's fingerprint at the generation it was taken.
+  std::optional<ModelFingerprint> before;
+  uint64_t before_generation = 0;
 
   // Rules that undo each other would loop forever; a correct rule set rewrites each node a
   // bounded number of times, far below this.
   std::vector<int64_t> applied(rules.size(), 0);
-  int64_t total = 0;
   const int64_t cap = 16 * static_cast<int64_t>(model.total_nodes()) + 1024;
-  while (!work.empty() && total < cap) {
+  while (!work.empty() && counts.total < cap) {
     ir::Node* n = work.front();
     work.pop_front();
     n->set_queued(false);
     if (n->dead()) continue;
-    const std::vector<size_t>* candidates = rules_for(n);  // non-null: push() queues only these
-    const bool onnx_domain = n->is_onnx_domain();
-    const int64_t opset = n->opset();
-    for (size_t i : *candidates) {
+    for (size_t i : *index.rules_for(n)) {  // non-null: push() queues only these
       const Rule& r = rules[i];
-      if (r.domain.empty() ? !onnx_domain : n->domain() != r.domain) continue;
-      if (opset < r.min_opset || opset > r.max_opset) continue;
-      if (!r.apply(*n, rw)) continue;
+      if (!applies_at(r, *n)) continue;
+      if (options.check_transactions && (!before || before_generation != model.generation())) {
+        before = fingerprint(model);
+        before_generation = model.generation();
+      }
+      touched.clear();
+      explainer.begin(i);
+      explainer.set_root(n);
+      Rewriter::Transaction transaction(rw);
+      if (!r.apply(*n, rw)) {
+        const bool edited = transaction.edited();
+        transaction.rollback();
+        explainer.no_rewrite(r, *n);
+        if (options.check_transactions && model.generation() != before_generation) {
+          counts.error = absl::InternalError(
+              absl::StrCat("rule '", r.name, "' returned false at node '", node_label(*n),
+                           "' and left the model changed (an edit made outside the rewriter)"));
+          return counts;
+        }
+        if (options.check_transactions && edited) {
+          if (auto st = verify_unchanged(r.name, *before, fingerprint(model)); !st.ok()) {
+            counts.error = absl::InternalError(
+                absl::StrCat("rule '", r.name, "' at node '", node_label(*n),
+                             "': undoing its edits did not restore the model: ", st.message()));
+            return counts;
+          }
+        }
+        continue;
+      }
+      transaction.commit();
+      explainer.rewrote();
       ++applied[i];
-      ++total;
+      ++counts.total;
+      for (ir::Node* t : touched) push(t);
       push(n);  // it may match again (or another rule may) if it survived
       break;
     }
   }
-  for (ir::Node* n : work) n->set_queued(false);  // stopped by the cap
+  counts.capped = !work.empty();
+  for (ir::Node* n : work) n->set_queued(false);
 
-  RuleCounts counts;
-  counts.total = total;
   for (size_t i = 0; i < rules.size(); ++i)
     if (applied[i] > 0) counts.rewrites[rules[i].name] += applied[i];
   return counts;
 }
 
-absl::StatusOr<PassResult> RulePass::run(ir::Model& model, PassContext&) {
+std::vector<std::string> RulePass::rule_names() const {
+  if (make_rules_) return rule_names_;
+  std::vector<std::string> names;
+  for (const Rule& r : rules_) names.push_back(r.name);
+  return names;
+}
+
+absl::StatusOr<PassResult> RulePass::run(ir::Model& model, PassContext& ctx) {
+  RuleRunOptions options;
+  options.explain = ctx.explain;
+  options.check_transactions = ctx.check_transactions;
+  RuleCounts counts = make_rules_ ? run_rules(model, make_rules_(model, ctx), options)
+                                  : run_rules(model, rules_, options);
+  if (!counts.error.ok()) return counts.error;
   PassResult result;
-  RuleCounts counts = run_rules(model, rules_);
   result.add(counts.total);
   result.rules = std::move(counts.rewrites);
+  result.capped = counts.capped;
+  result.explanations = std::move(counts.explanations);
+  result.explanations_dropped = counts.explanations_dropped;
   return result;
 }
-
-namespace m {
-
-Pattern Pattern::one_use() const {
-  return Pattern([f = fn_](ir::Value* v) { return single_use(v) && f(v); });
-}
-
-Pattern Pattern::bind(ir::Value** out) const {
-  return Pattern([f = fn_, out](ir::Value* v) {
-    if (!f(v)) return false;
-    *out = v;
-    return true;
-  });
-}
-
-OpPattern OpPattern::commutative() && {
-  commutative_ = true;
-  return std::move(*this);
-}
-
-OpPattern OpPattern::exact() && {
-  exact_ = true;
-  return std::move(*this);
-}
-
-OpPattern OpPattern::bind(ir::Node** out) && {
-  bind_ = out;
-  return std::move(*this);
-}
-
-OpPattern OpPattern::where(std::function<bool(const ir::Node&)> cond) && {
-  cond_ = std::move(cond);
-  return std::move(*this);
-}
-
-bool OpPattern::match_node(ir::Node& n) const {
-  if (n.dead() || !n.is(op_)) return false;
-  const size_t count = operands_.size();
-  if (n.inputs().size() < count || (exact_ && n.inputs().size() != count)) return false;
-  if (cond_ && !cond_(n)) return false;
-  auto in_order = [&](bool swapped) {
-    for (size_t i = 0; i < count; ++i) {
-      size_t k = swapped && count == 2 ? 1 - i : i;
-      if (!operands_[i](n.input(k))) return false;
-    }
-    return true;
-  };
-  if (!in_order(false) && !(commutative_ && count == 2 && in_order(true))) return false;
-  if (bind_) *bind_ = &n;
-  return true;
-}
-
-OpPattern::operator Pattern() const {
-  return Pattern([self = *this](ir::Value* v) {
-    if (!v || v->dead()) return false;
-    ir::Node* p = v->producer();
-    return p && v->producer_index() == 0 && self.match_node(*p);
-  });
-}
-
-OpPattern Op(std::string op, std::vector<Pattern> operands) {
-  return OpPattern(std::move(op), std::move(operands));
-}
-
-Pattern Any(ir::Value** out) {
-  return Pattern([out](ir::Value* v) {
-    if (!v || v->dead()) return false;
-    if (out) *out = v;
-    return true;
-  });
-}
-
-Pattern Is(const ir::Value* want) {
-  return Pattern([want](ir::Value* v) { return v && v == want; });
-}
-
-Pattern Const(ir::Value** out) {
-  return Pattern([out](ir::Value* v) {
-    if (!is_constant_value(v)) return false;
-    if (out) *out = v;
-    return true;
-  });
-}
-
-Pattern ConstAll(int64_t value, ir::Value** out) {
-  return Pattern([value, out](ir::Value* v) {
-    auto t = constant_tensor(v);
-    if (!t || !all_equal(*t, value)) return false;
-    if (out) *out = v;
-    return true;
-  });
-}
-
-Pattern Scalar(double* out) {
-  return Pattern([out](ir::Value* v) {
-    auto s = constant_scalar(v);
-    if (!s) return false;
-    if (out) *out = *s;
-    return true;
-  });
-}
-
-}  // namespace m
 
 }  // namespace graft

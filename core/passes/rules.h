@@ -5,18 +5,19 @@
 // producers of inputs that lost a reader) instead of rescanning the whole model. Rewrites are
 // counted per rule.
 //
+// Every rule runs inside a transaction (Rewriter::Transaction): when it returns false, whatever
+// it edited is undone, so a rule may build its replacement and still give up. When it returns
+// false it may say why (no_match), which `--explain` shows users.
+//
 // A pass made of rules is a RulePass (see docs/writing-a-pass.md):
 //
 //   std::vector<Rule> my_rules() {
-//     return {{"add_zero", {"Add"}, [](ir::Node& add, Rewriter& rw) {
-//       ir::Value* x = nullptr;
-//       if (!match(add, m::Op("Add", {m::Any(&x), m::Zero()}).commutative())) return false;
+//     return {{"add_zero", {"Add"}, [](ir::Node& add, Rewriter& rw) -> bool {
+//       ir::Value* x = add.input(0);
+//       if (!is_zero(add.input(1))) return no_match(add, "the second operand is not zero");
 //       return rw.replace_node(&add, {x}, /*allow_identity=*/false);
 //     }}};
 //   }
-//
-// The small matcher (namespace m) expresses operand trees with captures, constants, single use
-// and commutative operands in one expression.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/passes/pass.h"
@@ -56,95 +58,80 @@ struct Rule {
   int64_t max_opset;
 };
 
+// Why a rule did not match: a value that converts to false, an empty optional or a null
+// pointer, so a rule or one of its helpers can `return no_match(node, "...")` wherever it gives
+// up. The reason reaches the driver when a user asked to explain the rule (--explain), and costs
+// a pointer test otherwise. `at` is the node where the condition failed (the root or one of its
+// operands' producers).
+struct NoMatch {
+  operator bool() const { return false; }  // NOLINT(google-explicit-constructor)
+  template <typename T>
+  operator std::optional<T>() const {  // NOLINT(google-explicit-constructor)
+    return std::nullopt;
+  }
+  template <typename T>
+  operator T*() const {  // NOLINT(google-explicit-constructor)
+    return nullptr;
+  }
+};
+NoMatch no_match(const ir::Node& at, std::string_view reason);
+// The same with a reason built only when someone listens (for reasons that format values).
+template <typename MakeReason>
+NoMatch no_match_with(const ir::Node& at, MakeReason&& make_reason) {
+  if (at.graph()->model()->no_match_listener) return no_match(at, make_reason());
+  return {};
+}
+
+struct RuleRunOptions {
+  // Rule names whose every attempt that did not rewrite is recorded with its reason ("*": every
+  // rule). Empty: nothing is recorded.
+  std::vector<std::string> explain;
+  // For tests and fuzzing: after a rule returns false (and its edits are undone), the model must
+  // be exactly as before the attempt; a difference fails the run with an Internal error naming
+  // the rule.
+  bool check_transactions = false;
+};
+
 struct RuleCounts {
   std::map<std::string, int64_t> rewrites;  // per rule name
   int64_t total = 0;
+  // The driver stopped at its rewrite cap with work left (rules undoing each other).
+  bool capped = false;
+  std::vector<RuleExplanation> explanations;  // what RuleRunOptions::explain asked for
+  int64_t explanations_dropped = 0;           // beyond kMaxExplanations
+  absl::Status error;                         // a check_transactions violation
 };
+
+// At most this many explanations per run of the rules (the rest are counted).
+inline constexpr size_t kMaxExplanations = 1000;
 
 // Runs `rules` over every graph of `model` until none applies (or a safety cap on the number of
 // rewrites, proportional to the model's size, stops a pair of rules undoing each other).
-RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules);
+RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules,
+                     const RuleRunOptions& options = {});
 
-// A pass made of rules.
+// A pass made of rules. Its rules are fixed, or made per run from the pass's context (options,
+// limits) and the model.
 class RulePass : public Pass {
  public:
+  using MakeRules = std::function<std::vector<Rule>(ir::Model&, const PassContext&)>;
   RulePass(std::string name, std::vector<Rule> rules)
       : name_(std::move(name)), rules_(std::move(rules)) {}
+  // `rule_names`: the names of every rule make_rules may return.
+  RulePass(std::string name, MakeRules make_rules, std::vector<std::string> rule_names)
+      : name_(std::move(name)),
+        make_rules_(std::move(make_rules)),
+        rule_names_(std::move(rule_names)) {}
   std::string_view name() const override { return name_; }
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override;
-  const std::vector<Rule>& rules() const { return rules_; }
+  // Its rules' names (what --explain PASS/RULE accepts).
+  std::vector<std::string> rule_names() const;
 
  private:
   std::string name_;
   std::vector<Rule> rules_;
+  MakeRules make_rules_;
+  std::vector<std::string> rule_names_;
 };
-
-// ---------------------------------------------------------------------------------------------
-// The matcher. A Pattern matches a value; node patterns match the value's producer and its
-// operands. Captures are written while matching: they are meaningful only when the whole match
-// returned true.
-namespace m {
-
-class Pattern {
- public:
-  using Fn = std::function<bool(ir::Value*)>;
-  explicit Pattern(Fn fn) : fn_(std::move(fn)) {}
-  bool operator()(ir::Value* v) const { return fn_(v); }
-  // Also requires the value to have exactly one reader and not be a graph output.
-  Pattern one_use() const;
-  // Also captures the value.
-  Pattern bind(ir::Value** out) const;
-
- private:
-  Fn fn_;
-};
-
-// A node pattern: op type (ONNX domain), operand patterns (fewer operands than the node's inputs
-// leave the rest unconstrained unless exact()).
-class OpPattern {
- public:
-  OpPattern(std::string op, std::vector<Pattern> operands)
-      : op_(std::move(op)), operands_(std::move(operands)) {}
-  // The two operands may appear in either order (both orders are tried).
-  OpPattern commutative() &&;
-  // The node has exactly as many inputs as operand patterns.
-  OpPattern exact() &&;
-  // Captures the node.
-  OpPattern bind(ir::Node** out) &&;
-  // As an operand read by nobody else (see Pattern::one_use).
-  Pattern one_use() const { return Pattern(*this).one_use(); }
-  // Extra condition on the node (attributes, opset...).
-  OpPattern where(std::function<bool(const ir::Node&)> cond) &&;
-  // Matches `n` itself (its op and operands).
-  bool match_node(ir::Node& n) const;
-  // As an operand: matches a value whose producer matches.
-  operator Pattern() const;  // NOLINT(google-explicit-constructor)
-
- private:
-  std::string op_;
-  std::vector<Pattern> operands_;
-  bool commutative_ = false;
-  bool exact_ = false;
-  ir::Node** bind_ = nullptr;
-  std::function<bool(const ir::Node&)> cond_;
-};
-
-OpPattern Op(std::string op, std::vector<Pattern> operands = {});
-// Any present value (captured when `out` is given).
-Pattern Any(ir::Value** out = nullptr);
-// The exact value `v`.
-Pattern Is(const ir::Value* v);
-// A constant (initializer or Constant node), optionally decoded into `out`.
-Pattern Const(ir::Value** out = nullptr);
-// A constant whose every element equals `value` (any numeric type).
-Pattern ConstAll(int64_t value, ir::Value** out = nullptr);
-// A constant with one element; its value (as a double) into `out`.
-Pattern Scalar(double* out = nullptr);
-
-}  // namespace m
-
-// Whether node `n` matches the pattern.
-inline bool match(ir::Node& n, const m::OpPattern& p) { return p.match_node(n); }
-inline bool match(ir::Value* v, const m::Pattern& p) { return v && p(v); }
 
 }  // namespace graft

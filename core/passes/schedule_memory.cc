@@ -8,10 +8,10 @@
 // outputs add the fewest bytes net of the operands it is the last reader of. Two variants break
 // ties differently: the earliest in the saved order, or depth first (the node made ready most
 // recently, which finishes a branch before starting the next; the nodes readied by the last step
-// are candidates too). Both are deterministic; the one with the lower estimate is kept. The estimate is computed for the saved
-// order and the new one with the same estimator; the new order is kept only when its peak is
-// strictly lower, so the pass never raises the estimate (changed = false otherwise, model
-// untouched).
+// are candidates too). Both are deterministic; the one with the lower estimate is kept. The
+// estimate is computed for the saved order and the new one with the same estimator; the new order
+// is kept only when its peak is strictly lower, so the pass never raises the estimate (changed =
+// false otherwise, model untouched).
 //
 // Sizes: symbolic dims and unknown dims are `default_dim` (option, default 1). An unnamed or
 // unbound dim is most often the batch (or sequence) size, shared by every activation, so it
@@ -50,7 +50,7 @@ std::vector<ir::Node*> greedy_order(const ir::Graph& g, const std::vector<ir::No
   for (size_t i = 0; i < n; ++i) pos.emplace(nodes[i], i);
 
   // Per node: the values of g it reads (inputs or captures), the nodes reading its outputs.
-  std::vector<std::vector<size_t>> reads(n);   // indices into `values`
+  std::vector<std::vector<size_t>> reads(n);  // indices into `values`
   std::vector<std::vector<size_t>> succs(n);
   std::vector<size_t> preds(n, 0);
   std::vector<uint64_t> alloc(n, 0);
@@ -108,8 +108,8 @@ std::vector<ir::Node*> greedy_order(const ir::Graph& g, const std::vector<ir::No
     bool better = best == SIZE_MAX || net < best_net;
     if (!better && net == best_net && c != best) {
       // Ties: the saved order, or (depth-first) the most recently readied node first.
-      better = depth_first && ready_at[c] != ready_at[best] ? ready_at[c] > ready_at[best]
-                                                            : c < best;
+      better =
+          depth_first && ready_at[c] != ready_at[best] ? ready_at[c] > ready_at[best] : c < best;
     }
     if (better) {
       best = c;
@@ -174,13 +174,14 @@ class ScheduleMemory final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_schedule_memory() { return std::make_unique<ScheduleMemory>(); }
+static std::unique_ptr<Pass> make_schedule_memory() { return std::make_unique<ScheduleMemory>(); }
 
 PassInfo schedule_memory_pass() {
   return {.name = "schedule_memory",
           .level = 3,
-          .description = "reorder the main graph's nodes to lower the estimated peak activation "
-                         "memory (never raises it)",
+          .description =
+              "reorder the main graph's nodes to lower the estimated peak activation "
+              "memory (never raises it)",
           .options = {integer_option(kDefaultDim, 1, 1, int64_t{1} << 20,
                                      "size assumed for symbolic and unknown dims")},
           .create = make_schedule_memory};

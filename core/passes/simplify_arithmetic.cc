@@ -89,7 +89,6 @@ bool plain_binary(const ir::Node& n) {
          n.input(1) && n.outputs().size() == 1 && n.output(0);
 }
 
-
 // Add(c1, Add(x, c2)) -> Add(x, c1 + c2), Mul likewise, operands in any order. Broadcasting is
 // associative, so the output shape is unchanged; the combined constant may not grow beyond the
 // larger of the two it replaces.
@@ -137,8 +136,7 @@ bool neutral(ir::Node& n, Rewriter& rw) {
     if (type == 0 || (known != 0 && known != type)) continue;
     const bool right = side == 1;  // the constant is the second operand
     if (((op == "Add" && all_equal(*c, 0)) || (op == "Mul" && all_equal(*c, 1)) ||
-         (right && op == "Sub" && all_equal(*c, 0)) ||
-         (right && op == "Div" && all_equal(*c, 1)) ||
+         (right && op == "Sub" && all_equal(*c, 0)) || (right && op == "Div" && all_equal(*c, 1)) ||
          (right && op == "Pow" && all_equal(*c, 1))) &&
         (is_float_type(type) || is_integer_type(type)))
       return rw.replace_node(&n, {x}, /*allow_identity=*/false);
@@ -206,8 +204,7 @@ bool fold_sum(ir::Node& n, Rewriter& rw) {
 
 // Concat(x, c1, c2, y) -> Concat(x, c12, y) with c12 = Concat(c1, c2) along the same axis.
 bool merge_concat(ir::Node& n, Rewriter& rw) {
-  if (n.opset() < 4 || !only_attributes(n, {"axis"}) || !n.attr("axis") ||
-      n.outputs().size() != 1)
+  if (n.opset() < 4 || !only_attributes(n, {"axis"}) || !n.attr("axis") || n.outputs().size() != 1)
     return false;
   bool any_variable = false;
   for (ir::Value* v : n.inputs()) {
@@ -244,8 +241,7 @@ bool merge_concat(ir::Node& n, Rewriter& rw) {
   size_t next = 0;
   for (ir::Value*& v : merged) {
     if (v) continue;
-    v = rw.add_constant(*n.graph(), joined_runs[next++].to_proto(),
-                        n.output(0)->name() + "_const");
+    v = rw.add_constant(*n.graph(), joined_runs[next++].to_proto(), n.output(0)->name() + "_const");
   }
   rw.set_inputs(&n, merged);
   return true;
@@ -326,7 +322,7 @@ std::vector<Rule> arithmetic_rules() {
           {"mul_by_reciprocal", {"Mul"}, mul_by_reciprocal}};
 }
 
-std::unique_ptr<Pass> make_simplify_arithmetic() {
+static std::unique_ptr<Pass> make_simplify_arithmetic() {
   std::vector<Rule> rules = arithmetic_rules();
   for (Rule& r : chain_rules()) rules.push_back(std::move(r));
   return std::make_unique<RulePass>("simplify_arithmetic", std::move(rules));

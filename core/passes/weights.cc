@@ -16,8 +16,8 @@ bool read_conv(LinearOp& op) {
   const bool transpose = op.kind == LinearOp::kConvTranspose;
   if (transpose ? !only_attributes(n, {"auto_pad", "dilations", "group", "kernel_shape",
                                        "output_padding", "output_shape", "pads", "strides"})
-                : !only_attributes(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads",
-                                       "strides"}))
+                : !only_attributes(
+                      n, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}))
     return false;
   if (n.inputs().size() < 2 || n.inputs().size() > 3) return false;
   auto w = float_constant_type(n.input(1));
@@ -34,8 +34,7 @@ bool read_conv(LinearOp& op) {
   if (channels <= 0) return false;
   if (n.input(2)) {
     op.bias = float_constant(n.input(2));
-    if (!op.bias || op.bias->dims != std::vector<int64_t>{channels} ||
-        op.bias->dtype != w->dtype)
+    if (!op.bias || op.bias->dims != std::vector<int64_t>{channels} || op.bias->dtype != w->dtype)
       return false;
   }
   op.channels = channels;
@@ -235,9 +234,9 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
   if (op.kind == LinearOp::kConv || op.kind == LinearOp::kConvTranspose) {
     bias.resize(static_cast<size_t>(channels));
     for (int64_t m = 0; m < channels; ++m)
-      bias[static_cast<size_t>(m)] =
-          (op.bias ? op.bias->values[static_cast<size_t>(m)] : 0.0) * scale[static_cast<size_t>(m)] +
-          shift_of(m);
+      bias[static_cast<size_t>(m)] = (op.bias ? op.bias->values[static_cast<size_t>(m)] : 0.0) *
+                                         scale[static_cast<size_t>(m)] +
+                                     shift_of(m);
   } else if (op.kind == LinearOp::kGemm) {
     // Y = alpha * A' * B' + beta * C; channel n is column n of B' and of beta * C. beta goes
     // into the new C, so the Gemm's beta becomes 1.
@@ -251,7 +250,8 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
     for (int64_t r = 0; r < c_rows; ++r)
       for (int64_t c = 0; c < channels; ++c) {
         const double cv =
-            op.bias ? op.bias->values[static_cast<size_t>(r * c_cols + (c_cols == 1 ? 0 : c))] : 0.0;
+            op.bias ? op.bias->values[static_cast<size_t>(r * c_cols + (c_cols == 1 ? 0 : c))]
+                    : 0.0;
         bias[static_cast<size_t>(r * channels + c)] =
             beta * cv * scale[static_cast<size_t>(c)] + shift_of(c);
       }
@@ -268,9 +268,9 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
   ir::Value* old_b = n.input(2);
   ir::Value* new_w =
       unit ? old_w : rw.add_constant(g, std::move(*weight), folded_name(old_w, "_scaled"));
-  ir::Value* new_b = rw.add_constant(g, ir::make_float_tensor(w.dtype, bias_dims, bias),
-                                     old_b ? folded_name(old_b, "_shifted")
-                                           : folded_name(old_w, "_bias"));
+  ir::Value* new_b =
+      rw.add_constant(g, ir::make_float_tensor(w.dtype, bias_dims, bias),
+                      old_b ? folded_name(old_b, "_shifted") : folded_name(old_w, "_bias"));
   if (op.kind == LinearOp::kMatMul) {
     ir::Node* gemm = rw.add_node(g, "Gemm", {n.input(0), new_w, new_b}, 1, &n);
     return gemm->output(0);  // the MatMul goes once the caller's replacement leaves it unread

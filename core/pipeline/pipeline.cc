@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include <absl/strings/escaping.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <google/protobuf/io/coded_stream.h>
@@ -24,6 +25,7 @@
 
 #include "core/ir/onnx_guard.h"
 #include "core/passes/registry.h"
+#include "core/passes/rules.h"
 
 namespace graft {
 
@@ -70,6 +72,17 @@ void dump_graph(const ir::Model& model, const std::string& dir, int step, int ro
   for (const auto& fn : proto.functions()) out << fn << "\n";
 }
 
+// The rules of pass `pass` that config.explain names ("*" for the whole pass).
+std::vector<std::string> explained_rules(const PipelineConfig& config, const std::string& pass) {
+  std::vector<std::string> rules;
+  for (const std::string& e : config.explain) {
+    const size_t slash = e.find('/');
+    if (e.substr(0, slash) != pass) continue;
+    rules.push_back(slash == std::string::npos ? "*" : e.substr(slash + 1));
+  }
+  return rules;
+}
+
 absl::Status check_rounds(const PipelineConfig& config) {
   if (config.max_rounds < 1 || config.max_rounds > 1000)
     return absl::InvalidArgumentError(
@@ -78,46 +91,6 @@ absl::Status check_rounds(const PipelineConfig& config) {
 }
 
 }  // namespace
-
-ModelFingerprint fingerprint(const ir::Model& model) {
-  ModelFingerprint fp;
-  std::unique_ptr<ir::Model> copy = model.clone();  // shares the tensors, copies the rest
-  for (ir::Graph* g : copy->all_graphs()) {
-    for (ir::Value* v : g->initializers()) {
-      onnx::TensorProto stub;
-      stub.add_int64_data(static_cast<int64_t>(fp.tensors.size()));
-      fp.tensors.push_back(v->shared_initializer());
-      v->set_initializer(std::move(stub));
-    }
-  }
-  const onnx::ModelProto proto = copy->to_proto();
-  google::protobuf::io::StringOutputStream stream(&fp.structure);
-  google::protobuf::io::CodedOutputStream out(&stream);
-  out.SetSerializationDeterministic(true);
-  proto.SerializeToCodedStream(&out);
-  out.Trim();
-  return fp;
-}
-
-absl::Status verify_unchanged(const std::string& pass, const ModelFingerprint& before,
-                              const ModelFingerprint& after) {
-  const std::string lie = absl::StrCat("pass '", pass, "' reported no change but edited the model");
-  if (before.structure != after.structure) {
-    const auto diff = std::mismatch(before.structure.begin(), before.structure.end(),
-                                    after.structure.begin(), after.structure.end());
-    return absl::InternalError(absl::StrCat(lie, " (its graphs serialize differently from byte ",
-                                            diff.first - before.structure.begin(), ")"));
-  }
-  // The same structure has the same initializers in the same places.
-  for (size_t i = 0; i < before.tensors.size(); ++i) {
-    const auto& a = before.tensors[i];
-    const auto& b = after.tensors[i];
-    if (a != b && a->SerializeAsString() != b->SerializeAsString())
-      return absl::InternalError(
-          absl::StrCat(lie, " (the tensor of initializer '", b->name(), "' changed)"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::string* skipped) {
   const auto& rest = model.rest();
@@ -142,8 +115,9 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
   }
   if (ir::has_huge_shape_tensor(model)) {
     if (skipped)
-      *skipped = "a 1-D integer tensor longer than 1024 would make libonnx's shape inference "
-                 "allocate that many dims";
+      *skipped =
+          "a 1-D integer tensor longer than 1024 would make libonnx's shape inference "
+          "allocate that many dims";
     return absl::OkStatus();
   }
   if (ir::has_deep_function_calls(model)) {
@@ -166,6 +140,40 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
   }
   return absl::OkStatus();
 }
+
+namespace {
+
+// Every --explain entry names a rule pass of this run, and a rule of it when it names one.
+absl::Status check_explain(const PipelineConfig& config, const std::vector<std::string>& names) {
+  if (config.explain.size() > kMaxExplain)
+    return absl::InvalidArgumentError(
+        absl::StrCat("explain: at most ", kMaxExplain, " entries, got ", config.explain.size()));
+  for (const std::string& e : config.explain) {
+    const size_t slash = e.find('/');
+    const std::string pass = e.substr(0, slash);
+    if (std::find(names.begin(), names.end(), pass) == names.end())
+      return absl::InvalidArgumentError(
+          absl::StrCat("explain: pass '", absl::CHexEscape(pass.substr(0, 256)),
+                       "' is not in this run; its passes: ", absl::StrJoin(names, ", ")));
+    std::unique_ptr<Pass> instance = find_pass(pass)->create();
+    const auto* rules = dynamic_cast<const RulePass*>(instance.get());
+    if (!rules)
+      return absl::InvalidArgumentError(
+          absl::StrCat("explain: pass '", pass,
+                       "' is not made of rules (only rule passes can say why a rule did not "
+                       "match)"));
+    if (slash == std::string::npos) continue;
+    const std::string rule = e.substr(slash + 1);
+    const std::vector<std::string> valid = rules->rule_names();
+    if (std::find(valid.begin(), valid.end(), rule) == valid.end())
+      return absl::InvalidArgumentError(absl::StrCat("explain: pass '", pass, "' has no rule '",
+                                                     absl::CHexEscape(rule.substr(0, 256)),
+                                                     "'; its rules: ", absl::StrJoin(valid, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& config) {
   if (auto st = check_rounds(config); !st.ok()) return st;
@@ -197,6 +205,7 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
     if (!values.ok()) return values.status();
     given.emplace(pass, std::move(*values));
   }
+  if (auto st = check_explain(config, names); !st.ok()) return st;
   std::vector<PassSpec> specs;
   for (const auto& n : names) {
     const PassInfo* info = find_pass(n);
@@ -233,7 +242,7 @@ SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage) {
   if (verify_dims)
     for (const auto& [name, size] : v.dims) (*storage)[name] = size;
   for (const auto& [name, size] : config.memory_dims) (*storage)[name] = size;
-  int64_t default_dim = config.memory_default_dim > 0           ? config.memory_default_dim
+  int64_t default_dim = config.memory_default_dim > 0      ? config.memory_default_dim
                         : verify_dims && v.default_dim > 0 ? v.default_dim
                                                            : 1;
   return SizeRule{storage, default_dim};
@@ -477,6 +486,8 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
   auto run_checked = [&](Slot& slot, PassResult* out) -> absl::Status {
     PassContext ctx(slot.instance.options);
     ctx.max_weight_bytes = max_weight_bytes;
+    ctx.check_transactions = config.check_transactions;
+    ctx.explain = explained_rules(config, slot.instance.name);
     absl::StatusOr<PassResult> result = PassResult{};
     try {
       result = slot.instance.pass->run(*model, ctx);
@@ -569,7 +580,14 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
         }
         snapshot = model->clone();
         since_snapshot.clear();
-      } else if (result.changed) {
+      } else {
+        if (result.capped) ++s.capped_runs;
+        if (!config.explain.empty()) {
+          s.explanations = std::move(result.explanations);
+          s.explanations_dropped = result.explanations_dropped;
+        }
+      }
+      if (broken.ok() && result.changed) {
         current_peak.reset();
         ++s.changed_runs;
         s.rewrites += result.rewrites;

@@ -5,14 +5,15 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <absl/status/statusor.h>
 
 #include "core/eval/verify.h"
+#include "core/ir/fingerprint.h"
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
 #include "core/pipeline/memory.h"
@@ -49,7 +50,17 @@ struct PipelineConfig {
   // pass rather than rolling it back, because the pass's report is wrong, not the model. Off in
   // production: it costs a clone and a serialization of the graphs (not the weights) per pass.
   bool check_unchanged = false;
+  // For tests and fuzzing: every rule that returns false must leave the model as it found it
+  // (RuleRunOptions::check_transactions); a violation fails the run with an Internal error.
+  bool check_transactions = false;
+  // Rules to explain, "PASS" (every rule of the pass) or "PASS/RULE": each node such a rule was
+  // tried on and did not rewrite in the pass's last run is reported with the reason
+  // (PassStats::explanations). Names are checked by resolve_pipeline.
+  std::vector<std::string> explain;
 };
+
+// The most PipelineConfig::explain entries a request may give.
+inline constexpr size_t kMaxExplain = 64;
 
 struct PassStats {
   std::string name;
@@ -67,6 +78,12 @@ struct PassStats {
   std::map<std::string, int64_t> rules;  // rewrites per rule (passes made of rules)
   int rollbacks = 0;
   std::string rollback_reason;  // of the first rollback
+  // Runs stopped by the rule driver's rewrite cap with rules still applying (rules undoing each
+  // other): the pass's result is valid but may not be its fixed point.
+  int capped_runs = 0;
+  // PipelineConfig::explain: the rules' reasons in the pass's last run.
+  std::vector<RuleExplanation> explanations;
+  int64_t explanations_dropped = 0;
 };
 
 struct VerificationReport {
@@ -139,23 +156,6 @@ absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
                                           const PipelineConfig& config,
                                           std::vector<size_t>* applied = nullptr);
-
-// What check_unchanged compares: the model serialized deterministically with each initializer's
-// tensor replaced by its position in `tensors`, which holds the tensors themselves. Taking one
-// costs a clone and a serialization of everything but the weights; the weights are compared by
-// identity, and by bytes only where a pass replaced one.
-struct ModelFingerprint {
-  std::string structure;
-  std::vector<std::shared_ptr<const onnx::TensorProto>> tensors;
-};
-ModelFingerprint fingerprint(const ir::Model& model);
-// OK when `after` serializes to the same bytes as `before`: the same structure, and each
-// initializer the same tensor or one with the same bytes; else an Internal error naming `pass`
-// and the first difference. As strict as comparing whole serialized models, because initializer
-// tensors are immutable (shared_ptr<const>: snapshots and rollbacks already rely on it) and
-// `before` holds its tensors, so no address can be reused by another tensor meanwhile.
-absl::Status verify_unchanged(const std::string& pass, const ModelFingerprint& before,
-                              const ModelFingerprint& after);
 
 // ONNX checker (+ strict shape inference) on a copy of the model. OK when libonnx does not know
 // the model's IR version or opsets (best effort), with `skipped` set to the reason.

@@ -1,4 +1,4 @@
-// The rule driver, the matcher and the rewriter (core/passes/rules.h, rewriter.h).
+// The rule driver, transactions, explanations and the rewriter (core/passes/rules.h, rewriter.h).
 #include "core/passes/rules.h"
 
 #include "tests/testing.h"
@@ -16,44 +16,20 @@ constexpr const char* kChain = R"(
   }
 )";
 
-TEST(Matcher, CapturesCommutativeOperandsAndSingleUse) {
-  auto model = parse_text(kChain);
-  ASSERT_TRUE(model);
-  ir::Graph& g = model->graph();
-  ir::Node* mul = g.find_local("b")->producer();
-  ir::Value* x = nullptr;
-  ir::Node* add = nullptr;
-  double scale = 0;
-  // Mul(Add(x, 0), 1) with the constant on either side.
-  auto pattern =
-      m::Op("Mul", {m::Op("Add", {m::Any(&x), m::ConstAll(0)}).bind(&add).one_use(),
-                    m::Scalar(&scale)})
-          .commutative();
-  ASSERT_TRUE(match(*mul, pattern));
-  EXPECT_EQ(x, g.find_local("x"));
-  EXPECT_EQ(add, g.find_local("a")->producer());
-  EXPECT_EQ(scale, 1.0);
-  // Not commutative: the constant is the first operand, so the pattern above fails.
-  auto ordered = m::Op("Mul", {m::Op("Add", {m::Any(), m::Const()}), m::Const()});
-  EXPECT_FALSE(match(*mul, ordered));
-  // Single use: `a` gains a second reader.
-  g.add_node("Neg", {g.find_local("a")}, {"extra"});
-  EXPECT_FALSE(match(*mul, pattern));
-  // Exact arity.
-  EXPECT_FALSE(match(*mul, m::Op("Mul", {m::Any()}).exact()));
-  EXPECT_TRUE(match(*mul, m::Op("Mul", {m::Any()})));
-}
-
 // Two toy rules: x + 0 -> x, and 1 * x -> x. Removing the Add makes the Mul read x; the driver
 // must revisit what changed rather than stop after one sweep.
 std::vector<Rule> toy_rules(int* add_visits) {
-  auto drop = [](ir::Node& n, Rewriter& rw, int64_t neutral) {
-    ir::Value* x = nullptr;
-    if (!match(n, m::Op(n.op_type(), {m::Any(&x), m::ConstAll(neutral)}).exact().commutative()))
-      return false;
-    return rw.replace_node(&n, {x}, /*allow_identity=*/false);
+  auto drop = [](ir::Node& n, Rewriter& rw, int64_t neutral) -> bool {
+    if (n.inputs().size() != 2) return no_match(n, "not two operands");
+    for (int side = 0; side < 2; ++side) {
+      auto t = constant_tensor(n.input(1 - side));
+      if (t && all_equal(*t, neutral))
+        return rw.replace_node(&n, {n.input(side)}, /*allow_identity=*/false);
+    }
+    return no_match(n, "no neutral constant operand");
   };
-  return {{"add_zero", {"Add"},
+  return {{"add_zero",
+           {"Add"},
            [=](ir::Node& n, Rewriter& rw) {
              ++*add_visits;
              return drop(n, rw, 0);
@@ -205,6 +181,190 @@ TEST(Graph, RemoveNodeRefusesWhileAnOutputIsUsed) {
   EXPECT_EQ(g.find_local("cap"), nullptr);
   ASSERT_TRUE(model->finalize().ok());
   EXPECT_TRUE(model->verify().ok());
+}
+
+// ------------------------------------------------------------------------- transactions
+
+constexpr const char* kTransactionModel = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[2] x, bool c) => (float[2] y, float[2] z, float[2] w) {
+    n = Neg (x)
+    y = Abs (n)
+    cap = Relu (x)
+    z = If (c) <
+      then_branch = t () => (float[2] a) { a = Neg (cap) },
+      else_branch = e () => (float[2] b) { b = Abs (cap) }
+    >
+    w = Add (n, x)
+  }
+)";
+
+// Every kind of edit, made inside a transaction and undone: the model serializes as before,
+// passes the structural checks, and a pass run afterwards gives the same result, names
+// included, as on a copy that never saw the edits.
+TEST(Transaction, RollbackRestoresEveryKindOfEdit) {
+  auto model = parse_text(kTransactionModel);
+  ASSERT_TRUE(model);
+  auto pristine = model->clone();
+  const ModelFingerprint before = fingerprint(*model);
+  const uint64_t generation = model->generation();
+  ir::Graph& g = model->graph();
+  Rewriter rw(*model);
+  {
+    Rewriter::Transaction transaction(rw);
+    ir::Value* x = g.find_local("x");
+    ir::Value* n = g.find_local("n");
+    // Facts asked mid-transaction must not survive it.
+    EXPECT_EQ(g.find_local("w")->fact().rank(), 1);
+    ir::Node* relu = rw.add_node(g, "Relu", {x}, 1, n->producer());
+    rw.set_attr(relu, int_attr("dummy", 1));
+    EXPECT_TRUE(rw.replace_node(n->producer(), {relu->output(0)}));  // n's readers move
+    ir::Node* add = g.find_local("w")->producer();
+    rw.set_input(add, 1, relu->output(0));
+    rw.set_attr(add, int_attr("also", 2));
+    rw.remove_attr(add, "also");
+    rw.set_inputs(add, {x});
+    // A graph output moves onto another producer (move_output_name), an If with subgraphs
+    // capturing `cap` is erased, a node becomes a constant (make_initializer).
+    ir::Node* sign = rw.add_node(g, "Sign", {x}, 1);
+    EXPECT_TRUE(rw.replace_all_uses(g.find_local("z"), sign->output(0)));
+    for (ir::Node* node : g.nodes())
+      if (node->is("If")) EXPECT_TRUE(rw.erase(node));
+    EXPECT_TRUE(rw.erase(g.find_local("cap")->producer()));
+    onnx::TensorProto t;
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_dims(2);
+    t.add_float_data(1);
+    t.add_float_data(2);
+    EXPECT_TRUE(rw.replace_with_constant(g.find_local("y")->producer(), t));
+    rw.add_constant(g, t, "extra");
+    g.find_local("x")->set_type(g.find_local("x")->type() ? *g.find_local("x")->type()
+                                                          : onnx::TypeProto());
+    EXPECT_NE(fingerprint(*model).structure, before.structure);
+    transaction.rollback();
+  }
+  EXPECT_EQ(model->generation(), generation);
+  EXPECT_TRUE(verify_unchanged("rollback", before, fingerprint(*model)).ok()) << print(*model);
+  ASSERT_TRUE(model->verify().ok());
+  ASSERT_TRUE(model->finalize().ok());
+  EXPECT_EQ(g.find_local("w")->fact().rank(), 1);
+  // The same pass on the rolled-back model and on the untouched copy: the same bytes.
+  run_pass(*model, "eliminate_noop");
+  run_pass(*pristine, "eliminate_noop");
+  run_pass(*model, "cse");
+  run_pass(*pristine, "cse");
+  EXPECT_EQ(print(*model), print(*pristine));
+  EXPECT_EQ(model->to_proto().SerializeAsString(), pristine->to_proto().SerializeAsString());
+}
+
+TEST(Transaction, CommitKeepsTheEditsAndNestedRollbackUndoesOnlyItsOwn) {
+  auto model = parse_text(kTransactionModel);
+  ASSERT_TRUE(model);
+  ir::Graph& g = model->graph();
+  Rewriter rw(*model);
+  ir::Node* outer_node = nullptr;
+  {
+    Rewriter::Transaction outer(rw);
+    outer_node = rw.add_node(g, "Relu", {g.find_local("x")}, 1);
+    {
+      Rewriter::Transaction inner(rw);
+      rw.add_node(g, "Sigmoid", {g.find_local("x")}, 1);
+    }  // rolled back by its destructor
+    outer.commit();
+  }
+  EXPECT_FALSE(outer_node->dead());
+  EXPECT_EQ(count_ops(*model, "Relu"), 2);
+  EXPECT_EQ(count_ops(*model, "Sigmoid"), 0);
+  EXPECT_FALSE(model->journaling());
+  ASSERT_TRUE(model->finalize().ok());
+  EXPECT_TRUE(model->verify().ok());
+}
+
+// A rule may build its replacement and then give up: the driver undoes it.
+TEST(RuleDriver, UndoesTheEditsOfARuleThatGivesUp) {
+  auto model = parse_text(kChain);
+  ASSERT_TRUE(model);
+  const ModelFingerprint before = fingerprint(*model);
+  int tries = 0;
+  std::vector<Rule> rules{{"builds_then_gives_up", {"Add", "Mul"}, [&](ir::Node& n, Rewriter& rw) {
+                             ++tries;
+                             ir::Node* neg = rw.add_node(*n.graph(), "Neg", {n.input(0)}, 1, &n);
+                             rw.add_constant(*n.graph(), onnx::TensorProto(), "c");
+                             EXPECT_TRUE(rw.replace_node(&n, {neg->output(0)}));
+                             return false;
+                           }}};
+  RuleRunOptions options;
+  options.check_transactions = true;
+  RuleCounts counts = run_rules(*model, rules, options);
+  EXPECT_TRUE(counts.error.ok()) << counts.error;
+  EXPECT_EQ(counts.total, 0);
+  EXPECT_EQ(tries, 3);  // each node once: nothing an undone attempt touched is re-queued
+  EXPECT_TRUE(verify_unchanged("rules", before, fingerprint(*model)).ok());
+  ASSERT_TRUE(model->finalize().ok());
+  EXPECT_TRUE(model->verify().ok());
+}
+
+// What the journal cannot undo (the model's own protos) is caught by the check.
+TEST(RuleDriver, CheckCatchesAnEditTheRollbackCannotUndo) {
+  auto model = parse_text(kChain);
+  ASSERT_TRUE(model);
+  std::vector<Rule> rules{{"edits_opsets", {"Add"}, [](ir::Node& n, Rewriter& rw) {
+                             rw.add_node(*n.graph(), "Neg", {n.input(0)}, 1);
+                             auto* op = rw.model().mutable_rest().add_opset_import();
+                             op->set_domain("x.y");
+                             op->set_version(1);
+                             return false;
+                           }}};
+  RuleRunOptions options;
+  options.check_transactions = true;
+  RuleCounts counts = run_rules(*model, rules, options);
+  ASSERT_FALSE(counts.error.ok());
+  EXPECT_NE(counts.error.message().find("edits_opsets"), std::string::npos) << counts.error;
+  // Without the check the run goes on (the opset import is the rule's bug, not the driver's).
+  auto again = parse_text(kChain);
+  EXPECT_TRUE(run_rules(*again, rules).error.ok());
+}
+
+// Rules undoing each other stop at the cap, and the result says so.
+TEST(RuleDriver, ReportsHittingTheCap) {
+  auto model = parse_text(kChain);
+  ASSERT_TRUE(model);
+  auto flip = [](ir::Node& n, Rewriter& rw) {
+    rw.set_attr(&n, int_attr("flip", n.attr_int("flip", 0) ^ 1));
+    return true;
+  };
+  RuleCounts counts = run_rules(*model, {{"flip", {"Add"}, flip}});
+  EXPECT_TRUE(counts.capped);
+  EXPECT_GT(counts.total, 0);
+  auto fixed = parse_text(kChain);
+  int visits = 0;
+  EXPECT_FALSE(run_rules(*fixed, toy_rules(&visits)).capped);
+}
+
+TEST(RuleDriver, ExplainsWhyARuleDidNotMatch) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x, float[2] z) => (float[2] y) <float[2] zero = {0, 0}> {
+      named = Add (x, z)
+      y = Add (named, zero)
+    }
+  )");
+  ASSERT_TRUE(model);
+  int visits = 0;
+  RuleRunOptions options;
+  options.explain = {"add_zero"};
+  RuleCounts counts = run_rules(*model, toy_rules(&visits), options);
+  EXPECT_EQ(counts.total, 1);
+  ASSERT_EQ(counts.explanations.size(), 1u);
+  const RuleExplanation& e = counts.explanations[0];
+  EXPECT_EQ(e.rule, "add_zero");
+  EXPECT_EQ(e.node, "named");
+  EXPECT_EQ(e.op, "Add");
+  EXPECT_EQ(e.reason, "no neutral constant operand");
+  // Not asked: nothing recorded, and no listener left on the model.
+  auto quiet = parse_text(kChain);
+  EXPECT_TRUE(run_rules(*quiet, toy_rules(&visits)).explanations.empty());
+  EXPECT_FALSE(model->no_match_listener);
 }
 
 }  // namespace

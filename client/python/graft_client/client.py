@@ -239,6 +239,16 @@ class Result:
         return json_format.MessageToDict(self.report, preserving_proto_field_name=True,
                                          including_default_value_fields=True)
 
+    def explanations(self):
+        """Why the explained rules did not rewrite (optimize(explain=...)): a list of dicts with
+        pass, rule, node, op, graph and reason, in report order."""
+        out = []
+        for p in self.report.passes:
+            for e in p.explanations:
+                out.append({"pass": p.name, "rule": e.rule, "node": e.node, "op": e.op,
+                            "graph": e.graph, "reason": e.reason})
+        return out
+
     def report_json(self, indent=2):
         return json.dumps(self.report_dict(), indent=indent, sort_keys=True)
 
@@ -640,7 +650,7 @@ class Client:
     def optimize(self, model, level="O2", passes=None, verify=None, pass_options=None,
                  lookup_first=True, timeout=None, *, max_rounds=10, check=False,
                  external_data_dir=None, keep_external_files=True, progress=None,
-                 chunk_bytes=CHUNK_BYTES):
+                 chunk_bytes=CHUNK_BYTES, explain=None):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -653,12 +663,14 @@ class Client:
         not sent back (ResultFile.from_input), and Result.save copies them. With
         `keep_external_files=False` received files are checked and dropped. `timeout`
         (default: the client's) bounds the whole operation. `progress(upload: bool, done,
-        total)` is called per chunk."""
+        total)` is called per chunk. `explain` ("PASS" or "PASS/RULE", or a list) asks why those
+        rules did not rewrite: Result.explanations()."""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
             raise InvalidArgumentError(f"chunk_bytes must be in (0, {MAX_MESSAGE_BYTES - 4096}]")
         deadline = self._deadline(timeout)
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
-                                 verify=verify, max_rounds=max_rounds, check=check)
+                                 verify=verify, max_rounds=max_rounds, check=check,
+                                 explain=explain)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:

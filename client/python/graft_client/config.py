@@ -20,6 +20,8 @@ _VERIFY_KEYS = {"dims", "default_dim", "shapes", "values", "seed", "trials", "rt
 # eval::kMaxInputSets: recorded input sets one verification runs at most.
 MAX_INPUT_SETS = 16
 MAX_PASS_LIST = 256
+# The most rules a request may ask to explain (PipelineConfig.explain).
+MAX_EXPLAIN = 64
 
 
 def normalize_level(level):
@@ -125,11 +127,13 @@ def _verify_config(verify):
 
 
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
-                    max_rounds=DEFAULT_MAX_ROUNDS, check=False):
+                    max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
-    `check` runs the ONNX checker and strict shape inference after each changing pass."""
+    `check` runs the ONNX checker and strict shape inference after each changing pass; `explain`
+    (a list of "PASS" or "PASS/RULE", or one such string) asks why those rules did not rewrite
+    (report.passes[i].explanations)."""
     config = graft_pb2.PipelineConfig()
     config.level = normalize_level(level)
     if passes is not None:
@@ -157,4 +161,15 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     config.onnx_checker = bool(check)
     config.shape_inference = bool(check)
     config.verify.CopyFrom(_verify_config(verify))
+    if explain is not None:
+        if isinstance(explain, str):
+            explain = [explain]
+        explain = list(explain)
+        if len(explain) > MAX_EXPLAIN:
+            raise InvalidArgumentError(
+                f"at most {MAX_EXPLAIN} rules may be explained, got {len(explain)}")
+        for e in explain:
+            if not isinstance(e, str) or not e:
+                raise InvalidArgumentError(f"explain entries must be 'PASS' or 'PASS/RULE', got {e!r}")
+        config.explain.extend(explain)
     return config
