@@ -19,6 +19,8 @@ if [[ "${1:-}" == "--test" ]]; then
   # Sanitizer builds and fuzzing (scripts/sanitize.sh, scripts/fuzz.sh): clang 14 with its
   # sanitizer runtimes and libFuzzer, and llvm-symbolizer for readable reports.
   packages+=(clang libclang-rt-14-dev libfuzzer-14-dev llvm-14)
+  # scripts/check-format.sh: the sources must be formatted as .clang-format says.
+  packages+=(clang-format git)
   # tests/deploy needs a kubectl; an installed one (e.g. the Cloud SDK's) owns /usr/bin/kubectl.
   command -v kubectl >/dev/null || packages+=(kubernetes-client)
 fi

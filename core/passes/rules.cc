@@ -88,25 +88,40 @@ class Explainer {
     };
   }
   void set_root(const ir::Node* root) { root_ = root; }
-  // The attempt of `rule` at `root` did not rewrite.
-  void no_rewrite(const Rule& rule, const ir::Node& root) {
+  // The attempt of rule `i` at `root` did not rewrite. A node tried again (a neighbour's
+  // rewrite re-queued it) keeps one entry, with the latest reason.
+  void no_rewrite(size_t i, const Rule& rule, const ir::Node& root) {
     if (!listening_) return;
-    model_.no_match_listener = nullptr;
-    listening_ = false;
+    stop();
     // A rule gives reasons from where the node looks like its pattern's root on: a node it
     // turns away at once (most Mul nodes for a Gelu rule) is not worth a line.
     if (reasons_.empty()) return;
+    std::string reason = absl::StrJoin(reasons_, "; or ");
+    auto [it, added] = at_.try_emplace({i, &root}, counts_.explanations.size());
+    if (!added) {
+      counts_.explanations[it->second].reason = std::move(reason);
+      return;
+    }
     if (counts_.explanations.size() >= kMaxExplanations) {
+      at_.erase(it);
       ++counts_.explanations_dropped;
       return;
     }
-    std::string reason = absl::StrJoin(reasons_, "; or ");
     counts_.explanations.push_back(
         {rule.name, node_label(root), root.op_type(), root.graph()->name(), std::move(reason)});
   }
-  void rewrote() {
-    model_.no_match_listener = nullptr;
-    listening_ = false;
+  // Rule `i` rewrote at `root`: an earlier reason there no longer holds.
+  void rewrote(size_t i, const ir::Node& root) {
+    stop();
+    auto it = at_.find({i, &root});
+    if (it != at_.end()) counts_.explanations[it->second].reason.clear();
+  }
+  // Drops the entries of nodes a rule rewrote in the end.
+  void finish() {
+    auto& all = counts_.explanations;
+    all.erase(std::remove_if(all.begin(), all.end(),
+                             [](const RuleExplanation& e) { return e.reason.empty(); }),
+              all.end());
   }
 
  private:
@@ -114,8 +129,13 @@ class Explainer {
   RuleCounts& counts_;
   std::vector<bool> wanted_;
   std::vector<std::string> reasons_;
+  void stop() {
+    model_.no_match_listener = nullptr;
+    listening_ = false;
+  }
   const ir::Node* root_ = nullptr;
   bool listening_ = false;
+  std::map<std::pair<size_t, const ir::Node*>, size_t> at_;  // (rule, node) -> entry
 };
 
 }  // namespace
@@ -168,7 +188,7 @@ RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules,
       if (!r.apply(*n, rw)) {
         const bool edited = transaction.edited();
         transaction.rollback();
-        explainer.no_rewrite(r, *n);
+        explainer.no_rewrite(i, r, *n);
         if (options.check_transactions && model.generation() != before_generation) {
           counts.error = absl::InternalError(
               absl::StrCat("rule '", r.name, "' returned false at node '", node_label(*n),
@@ -186,7 +206,7 @@ RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules,
         continue;
       }
       transaction.commit();
-      explainer.rewrote();
+      explainer.rewrote(i, *n);
       ++applied[i];
       ++counts.total;
       for (ir::Node* t : touched) push(t);
@@ -194,6 +214,7 @@ RuleCounts run_rules(ir::Model& model, const std::vector<Rule>& rules,
       break;
     }
   }
+  explainer.finish();
   counts.capped = !work.empty();
   for (ir::Node* n : work) n->set_queued(false);
 

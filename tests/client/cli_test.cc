@@ -230,6 +230,47 @@ TEST(Cli, VerifyDataThatDoesNotFitIsAUsageError) {
   }
 }
 
+// --explain on a near-miss LayerNormalization (epsilon is a graph input): the table says why,
+// the JSON report carries it, and a node name holding a terminal escape reaches neither the
+// terminal raw nor the JSON as invalid UTF-8.
+TEST(Cli, ExplainPrintsWhyARuleDidNotRewrite) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float eps) => (float[2,3,4] y) <float two = {2.0}> {
+      m = ReduceMean <axes = [-1]> (x)
+      d = Sub (x, m)
+      p = Pow (d, two)
+      v = ReduceMean <axes = [-1]> (p)
+      a = Add (v, eps)
+      s = Sqrt (a)
+      y = Div (d, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  model->graph().find_local("y")->producer()->mutable_proto().set_name("/ln/Div\x1b[31m\xff");
+  const fs::path in = temp_dir() / "near_miss.onnx", report = temp_dir() / "explain.json";
+  {
+    std::ofstream f(in, std::ios::binary);
+    f << model->to_proto().SerializeAsString();
+  }
+  CliRun r = graft("optimize --local --passes fuse_blocks --explain fuse_blocks " + in.string() +
+                   " --report " + report.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("fuse_blocks/layer_norm at /ln/Div\\x1b[31m"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("epsilon is not a constant"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos);
+  auto json = nlohmann::json::parse(read_file(report));
+  const auto& explained = json["passes"][0]["explanations"];
+  ASSERT_EQ(explained.size(), 1u) << json.dump(2);
+  EXPECT_EQ(explained[0]["rule"], "layer_norm");
+  EXPECT_NE(explained[0]["reason"].get<std::string>().find("epsilon is not a constant"),
+            std::string::npos);
+  // A rule the pass does not have: a usage error naming the valid ones.
+  r = graft("optimize --local --passes fuse_blocks --explain fuse_blocks/nope " + in.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("its rules: layer_norm"), std::string::npos) << r.err;
+}
+
 TEST(Cli, StdinToStdoutGivesTheSameBytesAsFiles) {
   fs::path out = temp_dir() / "file.onnx";
   ASSERT_EQ(graft("optimize --local -q " + kExample.string() + " -o " + out.string()).code, 0);

@@ -769,5 +769,58 @@ TEST(FuseBlocks, RmsNormLookAlikesStay) {
   )");
 }
 
+// --explain: a near-miss LayerNormalization (its epsilon a graph input, not a constant) stays,
+// and the pipeline's report says why at the Add that should have held the constant.
+TEST(FuseBlocks, ExplainsANearMissLayerNorm) {
+  const std::string text = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float eps) => (float[2,3,4] y) <float two = {2.0}> {
+      m = ReduceMean <axes = [-1]> (x)
+      d = Sub (x, m)
+      p = Pow (d, two)
+      v = ReduceMean <axes = [-1]> (p)
+      a = Add (v, eps)
+      s = Sqrt (a)
+      y = Div (d, s)
+    }
+  )";
+  auto model = parse_text(text);
+  ASSERT_TRUE(model);
+  model->graph().find_local("y")->producer()->mutable_proto().set_name("/encoder/LayerNorm/Div");
+  model->graph().find_local("a")->producer()->mutable_proto().set_name("/encoder/LayerNorm/Add");
+  PipelineConfig config = test_pipeline_config();
+  config.passes = {"fuse_blocks"};
+  config.explain = {"fuse_blocks/layer_norm"};
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(count_ops(*model, "LayerNormalization"), 0);
+  ASSERT_EQ(report->passes.size(), 1u);
+  const auto& explained = report->passes[0].explanations;
+  ASSERT_EQ(explained.size(), 1u);
+  EXPECT_EQ(explained[0].rule, "layer_norm");
+  EXPECT_EQ(explained[0].node, "/encoder/LayerNorm/Div");
+  EXPECT_EQ(explained[0].op, "Div");
+  EXPECT_EQ(explained[0].reason,
+            "epsilon is not a constant (one finite element of x's type, not broadcasting x) (at "
+            "/encoder/LayerNorm/Add)");
+  // Asked for another rule only, or not at all: nothing.
+  auto again = parse_text(text);
+  config.explain = {"fuse_blocks/gelu_erf"};
+  report = run_pipeline(again, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passes[0].explanations.empty());
+  // Unknown names are refused before any work, naming what is valid.
+  config.explain = {"fuse_blocks/layer_nrom"};
+  report = run_pipeline(again, config);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("its rules: layer_norm, rms_norm"), std::string::npos)
+      << report.status();
+  config.explain = {"cse"};
+  report = run_pipeline(again, config);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("not in this run"), std::string::npos)
+      << report.status();
+}
+
 }  // namespace
 }  // namespace graft::testing
