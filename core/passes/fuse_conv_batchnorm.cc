@@ -30,11 +30,11 @@ struct ChannelAffine {
 // (training mode, per-activation statistics, extra outputs, non-constant statistics...).
 std::optional<ChannelAffine> inference_batchnorm(const ir::Node& bn, int64_t channels) {
   const int64_t opset = bn.opset();
-  if (opset < 1 || bn.inputs().size() != 5) return std::nullopt;
+  if (opset < 1 || bn.inputs().size() != 5) return no_match(bn, "not five inputs");
   // Extra outputs (running or saved statistics) only exist in training mode.
   if (!bn.output(0)) return std::nullopt;
   for (size_t i = 1; i < bn.outputs().size(); ++i)
-    if (bn.output(i)) return std::nullopt;
+    if (bn.output(i)) return no_match(bn, "training mode (extra outputs)");
   for (const auto& a : bn.attributes()) {
     const std::string& name = a.name();
     if (name == "epsilon" || name == "momentum") continue;
@@ -42,21 +42,23 @@ std::optional<ChannelAffine> inference_batchnorm(const ir::Node& bn, int64_t cha
     if (name == "is_test" && opset < 7) continue;
     if (name == "spatial" && opset < 9) continue;
     if (name == "training_mode" && opset >= 14) continue;
-    return std::nullopt;
+    return no_match(bn, "an attribute the fold does not handle");
   }
   // Before opset 7 the default is training mode; later the outputs (checked above) decide, and
   // from opset 14 the attribute does too.
-  if (opset < 7 && bn.attr_int("is_test", 0) == 0) return std::nullopt;
-  if (opset < 9 && bn.attr_int("spatial", 1) != 1) return std::nullopt;
-  if (opset >= 14 && bn.attr_int("training_mode", 0) != 0) return std::nullopt;
+  if (opset < 7 && bn.attr_int("is_test", 0) == 0) return no_match(bn, "training mode");
+  if (opset < 9 && bn.attr_int("spatial", 1) != 1) return no_match(bn, "spatial = 0");
+  if (opset >= 14 && bn.attr_int("training_mode", 0) != 0) return no_match(bn, "training mode");
   const auto* eps_attr = bn.attr("epsilon");
-  if (eps_attr && !eps_attr->has_f()) return std::nullopt;  // e.g. an attribute reference
+  if (eps_attr && !eps_attr->has_f())  // e.g. an attribute reference
+    return no_match(bn, "epsilon is not a float value");
   const double epsilon = bn.attr_float("epsilon", 1e-5f);
 
   std::vector<double> params[4];  // scale, bias, mean, var
   for (int i = 0; i < 4; ++i) {
     auto c = float_constant(bn.input(i + 1));
-    if (!c || c->dims != std::vector<int64_t>{channels}) return std::nullopt;
+    if (!c || c->dims != std::vector<int64_t>{channels})
+      return no_match(bn, "scale, B, mean and var are not constants of the op's channel count");
     params[i] = std::move(c->values);
   }
   ChannelAffine out;
@@ -64,7 +66,8 @@ std::optional<ChannelAffine> inference_batchnorm(const ir::Node& bn, int64_t cha
   out.shift.resize(channels);
   for (int64_t c = 0; c < channels; ++c) {
     const double denom = params[3][c] + epsilon;
-    if (!(denom > 0) || !std::isfinite(denom)) return std::nullopt;
+    if (!(denom > 0) || !std::isfinite(denom))
+      return no_match(bn, "var + epsilon is not positive and finite in every channel");
     out.scale[c] = params[0][c] / std::sqrt(denom);
     out.shift[c] = params[1][c] - params[2][c] * out.scale[c];
   }
@@ -91,7 +94,10 @@ bool fold(Rewriter& rw, ir::Node& affine, const LinearOp& op, const std::vector<
 bool batchnorm(ir::Node& bn, Rewriter& rw) {
   if (!bn.output(0) || bn.output(0)->use_count() == 0) return false;  // prune's business
   auto op = linear_producer(bn.input(0), bn);
-  if (!op) return false;
+  if (!op)
+    return no_match(bn,
+                    "X is not the only use of a Conv, ConvTranspose, Gemm or 2-D MatMul with "
+                    "constant weights in the same graph");
   auto affine = inference_batchnorm(bn, op->channels);
   return affine && fold(rw, bn, *op, affine->scale, affine->shift);
 }

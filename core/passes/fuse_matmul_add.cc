@@ -109,13 +109,18 @@ bool matmul_transpose(ir::Node& matmul, Rewriter& rw) {
   if (!plain_matmul(matmul)) return false;
   ir::Value* a = matmul.input(0);
   ir::Value* b = matmul.input(1);
-  if (a->rank() != 2 || b->rank() != 2) return false;
+  if (!producer(a, "Transpose") && !producer(b, "Transpose")) return false;  // most MatMuls
+  if (a->rank() != 2 || b->rank() != 2)
+    return no_match(matmul, "the operands are not both known to be 2-D");
   const int32_t dtype = a->elem_type();
-  if (!is_ieee_float(dtype) || b->elem_type() != dtype) return false;
+  if (!is_ieee_float(dtype) || b->elem_type() != dtype)
+    return no_match(matmul, "the operands are not known to be of one float type");
   // Only a Transpose nobody else reads goes away; otherwise nothing is saved.
   ir::Value* ta = single_use(a) ? transposed_2d(a, matmul.graph()) : nullptr;
   ir::Value* tb = single_use(b) ? transposed_2d(b, matmul.graph()) : nullptr;
-  if (!ta && !tb) return false;
+  if (!ta && !tb)
+    return no_match(matmul,
+                    "no operand is a 2-D Transpose (perm [1, 0]) that only the MatMul reads");
   ir::Node* gemm = rw.add_node(*matmul.graph(), "Gemm", {ta ? ta : a, tb ? tb : b}, 1, &matmul);
   if (ta) rw.set_attr(gemm, int_attr("transA", 1));
   if (tb) rw.set_attr(gemm, int_attr("transB", 1));

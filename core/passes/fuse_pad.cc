@@ -73,12 +73,17 @@ std::optional<double> padding_value(const ir::Node& n) {
 bool pad_into_consumer(ir::Node& n, Rewriter& rw) {
   ir::Value* padded = n.input(0);
   ir::Node* pad = producer(padded, "Pad");
-  if (!pad || !single_use(padded) || !pad->input(0) || !is_ieee_float(padded->elem_type()))
-    return false;
+  if (!pad) return false;  // not fed by a Pad: most Conv and pool nodes
+  if (!single_use(padded)) return no_match(*pad, "the Pad's result has other readers");
+  if (!pad->input(0) || !is_ieee_float(padded->elem_type()))
+    return no_match(*pad, "the padded data is not known to be a float type");
   auto value = padding_value(n);
-  if (!value) return false;
+  if (!value) return no_match(n, "an attribute or padding mode the node's own pads cannot express");
   auto pads = spatial_pads(*pad, *value);
-  if (!pads) return false;
+  if (!pads)
+    return no_match(*pad,
+                    "not a constant pad of the value the node pads with, on spatial axes only, "
+                    "non-negative");
   const size_t spatial = pads->size() / 2 - 2;
   std::vector<int64_t> fused(2 * spatial, 0);
   if (n.attr("pads")) {

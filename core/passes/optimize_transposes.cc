@@ -632,9 +632,19 @@ bool push_transpose(ir::Node& t, Rewriter& rw) {
   std::optional<int64_t> rank = x->rank();
   auto p = ir::transpose_perm(t, rank);
   if (!p || p->empty() || is_identity(*p)) return false;
-  if (x->rank() != static_cast<int64_t>(p->size())) return false;
+  if (x->rank() != static_cast<int64_t>(p->size()))
+    return no_match(t, "its input's rank is not known to match the permutation");
   Plan plan(t, *p);
-  if (!plan.build() || !plan.worth_it() || !plan.prepare()) return false;
+  if (!plan.build())
+    return no_match(t,
+                    "no reader it can move through (elementwise, broadcasting with a constant, "
+                    "reductions, Concat, Split, Pad, Slice, Squeeze/Unsqueeze, Softmax) or "
+                    "Transpose to merge with");
+  if (!plan.worth_it())
+    return no_match(t, "moving it would not leave fewer Transposes, or as many on fewer elements");
+  if (!plan.prepare())
+    return no_match(
+        t, "a constant it would move through cannot be read or permuted within the size limit");
   return plan.apply(rw);
 }
 

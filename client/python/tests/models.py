@@ -86,3 +86,28 @@ def external_model(folder, seed, location="weights.bin", pinned=False):
     save_with_external_data(model, folder / "model.onnx", location)
     return (folder / "model.onnx", (folder / "model.onnx").read_bytes(),
             (folder / location).read_bytes())
+
+
+def near_miss_layer_norm_bytes(seed):
+    """A LayerNormalization written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div whose
+    epsilon is a graph input, not a constant: fuse_blocks cannot fuse it, and says why."""
+    rng = np.random.default_rng(seed)
+    two = numpy_helper.from_array(np.array(2.0 + rng.uniform(0, 1e-7), dtype=np.float32), "two")
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+        helper.make_node("Sub", ["x", "m"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["p"]),
+        helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+        helper.make_node("Add", ["v", "eps"], ["a"], name="/ln/Add"),
+        helper.make_node("Sqrt", ["a"], ["s"]),
+        helper.make_node("Div", ["d", "s"], ["y"], name="/ln/Div"),
+    ]
+    graph = helper.make_graph(
+        nodes, f"near_miss_{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("eps", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])], [two])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="graft_client tests")
+    model.ir_version = 8
+    return model.SerializeToString()

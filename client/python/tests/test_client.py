@@ -231,6 +231,23 @@ def test_external_data_symlink_is_refused(tmp_path):
             nowhere.optimize(tmp_path / "model.onnx")
 
 
+def test_explain_says_why_a_rule_did_not_rewrite(client):
+    from models import near_miss_layer_norm_bytes
+    result = client.optimize(near_miss_layer_norm_bytes(31), passes=["fuse_blocks"],
+                             explain="fuse_blocks/layer_norm", lookup_first=False)
+    explained = result.explanations()
+    assert len(explained) == 1, explained
+    assert explained[0]["pass"] == "fuse_blocks"
+    assert explained[0]["rule"] == "layer_norm"
+    assert explained[0]["node"] == "/ln/Div"
+    assert "epsilon is not a constant" in explained[0]["reason"]
+    assert "/ln/Add" in explained[0]["reason"]
+    # An unknown rule is refused before any work, naming the valid ones.
+    with pytest.raises(graft_client.InvalidArgumentError, match="its rules: layer_norm"):
+        client.optimize(near_miss_layer_norm_bytes(32), passes=["fuse_blocks"],
+                        explain=["fuse_blocks/nope"], lookup_first=False)
+
+
 def test_health_and_passes(client):
     assert client.health() == "SERVING"
     passes = {p.name: p for p in client.passes()}
