@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,12 +133,10 @@ struct PassInstance {
   OptionValues options;
 };
 // The fixed-point driver over already-built pass instances (config.passes/level and verify are
-// ignored). When `applied` is given it receives, in order, the index in `passes` of every pass
-// run whose change was kept: replaying them on the input model reproduces the result.
+// ignored).
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
-                                          const PipelineConfig& config,
-                                          std::vector<size_t>* applied = nullptr);
+                                          const PipelineConfig& config);
 
 // What check_unchanged compares: the model serialized deterministically with each initializer's
 // tensor replaced by its position in `tensors`, which holds the tensors themselves. Taking one
