@@ -474,12 +474,18 @@ class FixedPointDriver {
     slot.disabled = true;
     current_peak_.reset();
     model_ = std::move(snapshot_);
-    for (Slot* earlier : since_snapshot_)
+    // These runs are the last kept ones. The model now comes from their replays, which start
+    // with more evaluator work spent than their first runs did, so that is what a bisection
+    // must reproduce.
+    KeptRun* kept = kept_.data() + (kept_.size() - since_snapshot_.size());
+    for (Slot* earlier : since_snapshot_) {
+      (kept++)->eval_work_before = budget_->work();
       if (auto replayed = run_one_pass(*model_, earlier->instance, limits_, *budget_);
           !replayed.ok())
         return absl::InternalError(absl::StrCat(
             "pass '", earlier->stats.name,
             "' failed when replayed after a rollback: ", std::string(replayed.status().message())));
+    }
     snapshot_ = model_->clone();
     since_snapshot_.clear();
     return absl::OkStatus();

@@ -99,17 +99,20 @@ class GrowWeights final : public Pass {
 };
 
 // Spends evaluator work, as a fold does, and changes nothing: a run the replay does not repeat.
+// With `fail`, it then fails, so the pipeline rolls it back.
 class SpendWork final : public Pass {
  public:
-  explicit SpendWork(uint64_t units) : units_(units) {}
+  explicit SpendWork(uint64_t units, bool fail = false) : units_(units), fail_(fail) {}
   std::string_view name() const override { return "spend_work"; }
   absl::StatusOr<PassResult> run(ir::Model&, PassContext&) override {
     eval::spend_work(units_);
+    if (fail_) return absl::InternalError("spent work, then failed");
     return PassResult{};
   }
 
  private:
   uint64_t units_;
+  bool fail_;
 };
 
 // Renames every Mul to Div: a pass that really changes the outputs.
@@ -189,6 +192,33 @@ TEST(Replay, RunsUnderTheRunsEvaluatorBudgetAndDeadline) {
   EXPECT_EQ(seen[0].eval_work_spent, 1000u);
   EXPECT_TRUE(seen[0].deadline_polled);
   expect_all_equal(seen);
+}
+
+TEST(Replay, AfterARollbackStartsWhereTheDriversReplayStarted) {
+  // A rollback restores the round's snapshot and replays mark_sub on it, after the failed pass
+  // spent more work: the model kept comes from that replay, so bisection must reproduce it.
+  auto model = parse_text(kModel);
+  ASSERT_TRUE(model);
+  PipelineConfig config = test_pipeline_config();
+  config.verify = true;
+  const int no_polls = 0;
+  std::vector<SeenLimits> seen;
+  std::vector<PassSpec> specs = {spec<SpendWork>("spend_work", uint64_t{1000}),
+                                 spec<MarkSub>("mark_sub", &seen, &no_polls, false),
+                                 spec<SpendWork>("spend_and_fail", uint64_t{500}, true),
+                                 spec<MulToDiv>("mul_to_div")};
+  auto report = run_specs(model, specs, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->verification.rolled_back, std::vector<std::string>{"mul_to_div"});
+  EXPECT_EQ(report->passes[2].rollbacks, 1);
+  // The first run, its replay after the rollback, the bisection's replay, then the same two
+  // again without mul_to_div.
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[0].eval_work_spent, 1000u);
+  EXPECT_EQ(seen[1].eval_work_spent, 1500u);
+  EXPECT_EQ(seen[2], seen[1]);
+  EXPECT_EQ(seen[3], seen[0]);
+  EXPECT_EQ(seen[4], seen[1]);
 }
 
 }  // namespace
