@@ -12,10 +12,10 @@
 
 #include <absl/status/statusor.h>
 
+#include "core/analysis/memory.h"
 #include "core/eval/verify.h"
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
-#include "core/pipeline/memory.h"
 
 namespace graft {
 
@@ -60,7 +60,7 @@ struct PassStats {
   // (other passes' effects in between are not attributed to it).
   size_t nodes_before = 0, nodes_after = 0;
   uint64_t bytes_before = 0, bytes_after = 0;  // initializer bytes, same convention
-  // Estimated peak activation bytes (core/pipeline/memory.h), same convention; 0 and 0 from
+  // Estimated peak activation bytes (core/analysis/memory.h), same convention; 0 and 0 from
   // run_passes called directly (run_specs and run_pipeline fill them).
   uint64_t peak_before = 0, peak_after = 0;
   int64_t rewrites = 0;
