@@ -1,5 +1,5 @@
 // Reorders the main graph's nodes to lower the estimated peak activation memory
-// (core/pipeline/memory.h: values freed after their last reader, sizes from shape facts).
+// (core/analysis/memory.h: values freed after their last reader, sizes from shape facts).
 // Exact: no node is changed, added or removed; only the saved order of the main graph changes,
 // to another topological order (If/Loop/Scan bodies and function bodies keep theirs).
 //
@@ -25,8 +25,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "core/analysis/memory.h"
 #include "core/passes/passes.h"
-#include "core/pipeline/memory.h"
 
 namespace graft {
 

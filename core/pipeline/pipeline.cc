@@ -73,9 +73,10 @@ void dump_graph(const ir::Model& model, const std::string& dir, int step, int ro
 }
 
 // The rules of pass `pass` that config.explain names ("*" for the whole pass).
-std::vector<std::string> explained_rules(const PipelineConfig& config, const std::string& pass) {
+std::vector<std::string> explained_rules(const std::vector<std::string>& explain,
+                                         const std::string& pass) {
   std::vector<std::string> rules;
-  for (const std::string& e : config.explain) {
+  for (const std::string& e : explain) {
     const size_t slash = e.find('/');
     if (e.substr(0, slash) != pass) continue;
     rules.push_back(slash == std::string::npos ? "*" : e.substr(slash + 1));
@@ -250,168 +251,537 @@ SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage) {
 
 namespace {
 
-absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,
-                                                  const std::vector<PassSpec>& specs,
-                                                  const PipelineConfig& config) {
-  // Passes excluded by verification (by position in `specs`), with the reason.
-  std::map<size_t, std::string> excluded;
-  // Lossy passes (by position) sit out the exact verification below and are then tried one at a
-  // time on top of the exact passes (`held`: not run by the current instances()).
-  std::set<size_t> lossy;
-  for (size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].lossy) lossy.insert(i);
-  std::set<size_t> held = lossy;
-  std::vector<size_t> run_specs_at;  // position in `specs` of each instance of the current run
-  auto instances = [&] {
-    std::vector<PassInstance> passes;
-    run_specs_at.clear();
-    for (size_t i = 0; i < specs.size(); ++i) {
-      if (excluded.count(i) || held.count(i)) continue;
-      passes.push_back({specs[i].name, specs[i].create(), specs[i].options});
-      run_specs_at.push_back(i);
-    }
-    return passes;
-  };
-  // Given input sets are the client's bytes: checked against the model before any work.
-  if (auto st = eval::check_input_sets(*model, config.verify_options.input_sets); !st.ok())
-    return st;
-  if (!config.verify && lossy.empty()) return run_passes(model, instances(), config);
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
-  // The original's outputs are computed once; every candidate below costs one evaluator run.
-  const auto pipeline_start = Clock::now();
-  auto seconds_since = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
+// ------------------------------------------------------------------------------ one pass run
+
+// What every run of a pass is held to, fixed once from the pipeline's input. The fixed-point
+// driver, verification's bisection replay and the lossy trials run passes under the same
+// limits, so that a replay builds the model the run it bisects built.
+struct RunLimits {
+  uint64_t max_weight_bytes = 0;  // from the input's weights, never from a replayed prefix's
+  std::string interface;          // the input's (interface_of): passes must keep it
+  bool onnx_check = false;        // ONNX checker (+ shape inference) after each changing pass
+  bool shape_inference = false;
+  std::string checker_note;  // why the ONNX check is off although the config asks for it
+  // The request's deadline and cancellation, also polled inside long kernel evaluations.
+  std::function<absl::Status()> should_continue;
+  bool check_transactions = false;   // PipelineConfig::check_transactions
+  std::vector<std::string> explain;  // PipelineConfig::explain
+};
+
+uint64_t weight_limit(uint64_t input_bytes) {
+  return input_bytes > (UINT64_MAX - kWeightGrowthAllowance) / kMaxWeightGrowth
+             ? UINT64_MAX
+             : input_bytes * kMaxWeightGrowth + kWeightGrowthAllowance;
+}
+
+RunLimits run_limits(const ir::Model& input, const PipelineConfig& config) {
+  RunLimits limits;
+  limits.max_weight_bytes = weight_limit(input.initializer_bytes());
+  limits.interface = interface_of(input);
+  limits.shape_inference = config.shape_inference;
+  limits.should_continue = config.should_continue;
+  limits.check_transactions = config.check_transactions;
+  limits.explain = config.explain;
+  if (!config.onnx_checker && !config.shape_inference) return limits;
+  std::string skipped;
+  absl::Status input_ok = onnx_check(input, config.shape_inference, &skipped);
+  if (!skipped.empty())
+    limits.checker_note = skipped;
+  else if (!input_ok.ok())
+    limits.checker_note =
+        absl::StrCat("input model fails the ONNX check, so it is not used to judge passes: ",
+                     input_ok.message());
+  else
+    limits.onnx_check = true;
+  return limits;
+}
+
+// The evaluator budget the passes of one run share (constant folding's kernel evaluations): the
+// bytes they hold at once, their total work, and the deadline polled inside long kernels. A
+// fold the budget refuses is not made; the pass goes on.
+std::shared_ptr<eval::Budget> pass_eval_budget(const RunLimits& limits) {
+  return eval::Budget::make(kPassEvalMaxBytes, kPassEvalMaxWork, limits.should_continue);
+}
+
+// Brings `budget` to `work` spent when it has spent less: a replayed pass run starts with the
+// work its run had spent before it (runs that changed nothing included), so that it refuses the
+// folds the run refused.
+void spend_until(eval::Budget& budget, uint64_t work) {
+  if (work <= budget.work()) return;
+  try {
+    budget.spend(work - budget.work());
+  } catch (const eval::Stop&) {
+    // Past the work limit, as the run was then (the work is counted before the limit is
+    // checked), so the pass's kernels refuse at once as they did. A deadline is the caller's.
+  }
+}
+
+// The checks after a pass changed the model; a non-OK status means the model is broken.
+absl::Status check_changed_model(ir::Model& model, const RunLimits& limits) {
+  if (auto st = model.finalize(); !st.ok()) return st;
+  if (auto st = model.verify(); !st.ok()) return st;
+  if (const uint64_t bytes = model.initializer_bytes(); bytes > limits.max_weight_bytes)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the pass grew the weights to ", bytes, " bytes, above the pipeline's limit of ",
+        limits.max_weight_bytes, " (", kMaxWeightGrowth, "x the input's plus ",
+        kWeightGrowthAllowance >> 20, " MiB)"));
+  if (interface_of(model) != limits.interface)
+    return absl::InternalError("the pass changed the model's inputs or outputs");
+  if (limits.onnx_check) return onnx_check(model, limits.shape_inference, nullptr);
+  return absl::OkStatus();
+}
+
+// Runs one pass with its options under `limits`, its evaluations charged to `budget`, and checks
+// the result. Not OK: the pass failed, threw or broke the model, which must be restored.
+absl::StatusOr<PassResult> run_one_pass(ir::Model& model, const PassInstance& instance,
+                                        const RunLimits& limits, eval::Budget& budget) {
+  PassContext ctx(instance.options);
+  ctx.max_weight_bytes = limits.max_weight_bytes;
+  ctx.check_transactions = limits.check_transactions;
+  ctx.explain = explained_rules(limits.explain, instance.name);
+  absl::StatusOr<PassResult> result = PassResult{};
+  try {
+    eval::BudgetScope scope(&budget);
+    result = instance.pass->run(model, ctx);
+  } catch (const std::exception& e) {
+    result = absl::InternalError(absl::StrCat("pass threw: ", e.what()));
+  } catch (...) {
+    result = absl::InternalError("pass threw a non-standard exception");
+  }
+  if (!result.ok() || !result->changed) return result;
+  if (auto st = check_changed_model(model, limits); !st.ok()) return st;
+  return result;
+}
+
+// A pass run whose change was kept: its pass (index in the run's list) and the evaluator work
+// the run had spent before it. Replaying the kept runs in order on the input, each from that
+// work, reproduces the result.
+struct KeptRun {
+  size_t pass;
+  uint64_t eval_work_before;
+};
+
+// ------------------------------------------------------------------------ fixed-point driver
+
+// Rounds of the passes until none changes the model (at most max_rounds), every pass run
+// checked, one that breaks the model rolled back and not run again.
+class FixedPointDriver {
+ public:
+  FixedPointDriver(std::unique_ptr<ir::Model>& model, std::vector<PassInstance> passes,
+                   const RunLimits& limits, const PipelineConfig& config)
+      : model_(model), limits_(limits), config_(config), budget_(pass_eval_budget(limits)) {
+    for (auto& p : passes) {
+      slots_.push_back({std::move(p), PassStats{}, false});
+      slots_.back().stats.name = slots_.back().instance.name;
+    }
+    memory_rule_ = memory_size_rule(config, &memory_dims_);
+  }
+  // memory_rule_ points into memory_dims_.
+  FixedPointDriver(const FixedPointDriver&) = delete;
+  FixedPointDriver& operator=(const FixedPointDriver&) = delete;
+
+  // `kept` (optional) receives every pass run whose change was kept, in order.
+  absl::StatusOr<PipelineReport> run(std::vector<KeptRun>* kept) {
+    if (auto st = check_rounds(config_); !st.ok()) return st;
+    const auto start = Clock::now();
+    report_.nodes_before = model_->total_nodes();
+    report_.bytes_before = model_->initializer_bytes();
+    report_.checker_note = limits_.checker_note;
+    for (int round = 1; round <= config_.max_rounds; ++round) {
+      auto changed = run_round(round);
+      if (!changed.ok()) return changed.status();
+      if (!*changed) {
+        report_.reached_fixed_point = true;
+        break;
+      }
+    }
+    if (kept) *kept = std::move(kept_);
+    return finish(start);
+  }
+
+ private:
+  struct Slot {
+    PassInstance instance;
+    PassStats stats;
+    bool disabled = false;
   };
+
+  // One snapshot per round, not per pass: clones cost O(nodes) and rollbacks are rare.
+  absl::StatusOr<bool> run_round(int round) {
+    report_.rounds = round;
+    snapshot_ = model_->clone();
+    since_snapshot_.clear();
+    bool changed = false;
+    for (auto& slot : slots_) {
+      if (slot.disabled) continue;
+      if (auto st = run_slot(slot, round, &changed); !st.ok()) return st;
+    }
+    return changed;
+  }
+
+  // Runs one pass and accounts for it in its stats; sets `*changed` when its change is kept.
+  absl::Status run_slot(Slot& slot, int round, bool* changed) {
+    if (config_.should_continue)
+      if (auto st = config_.should_continue(); !st.ok()) return st;
+    PassStats& s = slot.stats;
+    const size_t nodes_before = model_->total_nodes();
+    const uint64_t bytes_before = model_->initializer_bytes();
+    const uint64_t peak_before = peak_now();
+    if (s.runs == 0) {
+      s.nodes_before = s.nodes_after = nodes_before;
+      s.bytes_before = s.bytes_after = bytes_before;
+      s.peak_before = s.peak_after = peak_before;
+    }
+    const auto start = Clock::now();
+    if (config_.check_unchanged && !unchanged_) unchanged_ = fingerprint(*model_);
+    const uint64_t eval_work_before = budget_->work();
+    absl::StatusOr<PassResult> result = run_one_pass(*model_, slot.instance, limits_, *budget_);
+    ++s.runs;
+    if (auto st = check_reported_unchanged(s.name, result); !st.ok()) return st;
+    if (!result.ok()) {
+      if (auto st = roll_back(slot, result.status()); !st.ok()) return st;
+    } else {
+      record_rules(s, *result);
+      if (result->changed) {
+        record_change(slot, *result, round, eval_work_before);
+        *changed = true;
+      }
+    }
+    s.seconds += seconds_since(start);
+    s.nodes_after += model_->total_nodes() - nodes_before;  // unsigned wrap-around is exact
+    s.bytes_after += model_->initializer_bytes() - bytes_before;
+    s.peak_after += peak_now() - peak_before;
+    return absl::OkStatus();
+  }
+
+  // With check_unchanged: a pass that reports no change and passes the check leaves the
+  // fingerprint valid for the next pass, so a run of passes that change nothing costs one
+  // fingerprint each.
+  absl::Status check_reported_unchanged(const std::string& pass,
+                                        const absl::StatusOr<PassResult>& result) {
+    if (!config_.check_unchanged) return absl::OkStatus();
+    if (result.ok() && !result->changed)
+      return verify_unchanged(pass, *unchanged_, fingerprint(*model_));
+    unchanged_.reset();
+    return absl::OkStatus();
+  }
+
+  // What the rule driver says of a run: a stop at its rewrite cap, and (--explain) why the
+  // explained rules did not rewrite, kept from the pass's last run.
+  void record_rules(PassStats& s, PassResult& result) {
+    if (result.capped) ++s.capped_runs;
+    if (config_.explain.empty()) return;
+    s.explanations = std::move(result.explanations);
+    s.explanations_dropped = result.explanations_dropped;
+  }
+
+  void record_change(Slot& slot, const PassResult& result, int round, uint64_t eval_work_before) {
+    PassStats& s = slot.stats;
+    current_peak_.reset();
+    ++s.changed_runs;
+    s.rewrites += result.rewrites;
+    for (const auto& [rule, count] : result.rules) s.rules[rule] += count;
+    since_snapshot_.push_back(&slot);
+    kept_.push_back({static_cast<size_t>(&slot - slots_.data()), eval_work_before});
+    ++step_;
+    if (!config_.dump_dir.empty()) dump_graph(*model_, config_.dump_dir, step_, round, s.name);
+  }
+
+  // Restores the round's snapshot and replays the passes that changed the model since it was
+  // taken (passes are deterministic), so their work is kept. A pass that broke the model once is
+  // not retried in later rounds.
+  absl::Status roll_back(Slot& slot, const absl::Status& why) {
+    PassStats& s = slot.stats;
+    ++s.rollbacks;
+    if (s.rollback_reason.empty()) s.rollback_reason = std::string(why.message());
+    slot.disabled = true;
+    current_peak_.reset();
+    model_ = std::move(snapshot_);
+    // These runs are the last kept ones. The model now comes from their replays, which start
+    // with more evaluator work spent than their first runs did, so that is what a bisection
+    // must reproduce.
+    KeptRun* kept = kept_.data() + (kept_.size() - since_snapshot_.size());
+    for (Slot* earlier : since_snapshot_) {
+      (kept++)->eval_work_before = budget_->work();
+      if (auto replayed = run_one_pass(*model_, earlier->instance, limits_, *budget_);
+          !replayed.ok())
+        return absl::InternalError(absl::StrCat(
+            "pass '", earlier->stats.name,
+            "' failed when replayed after a rollback: ", std::string(replayed.status().message())));
+    }
+    snapshot_ = model_->clone();
+    since_snapshot_.clear();
+    return absl::OkStatus();
+  }
+
+  // The estimated peak activation bytes of the model as it is now, kept until a pass changes it
+  // (or a rollback replaces it): one estimate per changing pass run, a graph walk each.
+  uint64_t peak_now() {
+    if (!current_peak_)
+      current_peak_ = graph_peak_bytes(model_->graph(), model_->graph().nodes(), memory_rule_);
+    return *current_peak_;
+  }
+
+  PipelineReport finish(Clock::time_point start) {
+    for (auto& slot : slots_) report_.passes.push_back(std::move(slot.stats));
+    // What the passes learnt about shapes goes into the value_info the model had; a model no
+    // pass changed is returned as it came.
+    if (step_ > 0) report_.value_info_refined = ir::refine_value_info(*model_);
+    report_.nodes_after = model_->total_nodes();
+    report_.bytes_after = model_->initializer_bytes();
+    report_.seconds = seconds_since(start);
+    return std::move(report_);
+  }
+
+  std::unique_ptr<ir::Model>& model_;
+  const RunLimits& limits_;
+  const PipelineConfig& config_;
+  std::shared_ptr<eval::Budget> budget_;
+  std::vector<Slot> slots_;
+  PipelineReport report_;
+  std::unique_ptr<ir::Model> snapshot_;  // of the model when the round started
+  std::vector<Slot*> since_snapshot_;    // the runs kept since then
+  std::vector<KeptRun> kept_;
+  int step_ = 0;  // kept runs so far: numbers the dumps
+  // With check_unchanged: the fingerprint of the model as it is now, taken lazily.
+  std::optional<ModelFingerprint> unchanged_;
+  DimBindings memory_dims_;
+  SizeRule memory_rule_;
+  std::optional<uint64_t> current_peak_;
+};
+
+// ------------------------------------------------------------------------------ verification
+
+// Verification of a pipeline (PipelineConfig::verify, or lossy passes in it) against the
+// original's outputs. The exact passes run first: a mismatch is traced by bisection to the first
+// kept pass run that breaks it, that pass is excluded and the original optimized again. Then
+// each lossy pass is tried on top, its error measured and held to max_error.
+class VerifiedPipeline {
+ public:
+  VerifiedPipeline(const std::vector<PassSpec>& specs, const PipelineConfig& config,
+                   std::unique_ptr<ir::Model> original)
+      : specs_(specs),
+        config_(config),
+        start_(Clock::now()),
+        original_(std::move(original)),
+        limits_(run_limits(*original_, config)),
+        verifier_(*original_, verify_options(config)) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].lossy) lossy_.insert(i);
+    held_ = lossy_;
+  }
+
+  absl::StatusOr<PipelineReport> run(std::unique_ptr<ir::Model>& model) {
+    // The original's outputs were computed once, by the verifier; every candidate below costs
+    // one evaluator run.
+    if (auto st = stopped(); !st.ok()) return st;
+    verify_seconds_ = seconds_since(start_);
+    if (auto st = run_exact(model); !st.ok()) return st;
+    for (size_t at : lossy_)
+      if (auto st = try_lossy(at, model); !st.ok()) return st;
+    return finish();
+  }
+
+ private:
+  static eval::VerifyOptions verify_options(const PipelineConfig& config) {
+    eval::VerifyOptions options = config.verify_options;
+    options.should_continue = config.should_continue;
+    return options;
+  }
+
   // The evaluator polls should_continue too, so a deadline that passes during a run ends it
   // early; the status is then taken from here rather than reported as "not verifiable".
-  auto stopped = [&]() -> absl::Status {
-    return config.should_continue ? config.should_continue() : absl::OkStatus();
-  };
-  std::unique_ptr<ir::Model> original = model->clone();
-  eval::VerifyOptions verify_options = config.verify_options;
-  verify_options.should_continue = config.should_continue;
-  eval::Verifier verifier(*original, verify_options);
-  if (auto st = stopped(); !st.ok()) return st;
-  double verify_seconds = seconds_since(pipeline_start);
+  absl::Status stopped() const {
+    return config_.should_continue ? config_.should_continue() : absl::OkStatus();
+  }
+
+  // Instances of the specs neither excluded nor held; run_specs_at_ maps them back.
+  std::vector<PassInstance> instances() {
+    std::vector<PassInstance> passes;
+    run_specs_at_.clear();
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      if (excluded_.count(i) || held_.count(i)) continue;
+      passes.push_back({specs_[i].name, specs_[i].create(), specs_[i].options});
+      run_specs_at_.push_back(i);
+    }
+    return passes;
+  }
 
   // The exact passes: each mismatch excludes one more pass, so this ends after at most
   // specs.size() runs.
-  std::optional<PipelineReport> report;
-  eval::VerifyResult result;
-  for (;;) {
-    std::vector<size_t> applied;
-    auto run = run_passes(model, instances(), config, &applied);
-    if (!run.ok()) return run.status();
-    auto check_start = Clock::now();
-    result = verifier.check(*model);
-    verify_seconds += seconds_since(check_start);
-    if (auto st = stopped(); !st.ok()) return st;
-    if (result.status == eval::VerifyStatus::kMismatch && !applied.empty()) {
-      // Bisection over the kept pass runs: the prefix of length `good` matches the original
-      // (the empty prefix is the original itself), the prefix of length `bad` does not, so the
-      // run at index bad-1 is the first to change the outputs.
-      auto bisect_start = Clock::now();
-      size_t good = 0, bad = applied.size();
-      while (bad - good > 1) {
-        const size_t mid = good + (bad - good) / 2;
-        std::unique_ptr<ir::Model> candidate = original->clone();
-        bool replay_ok = true;
-        for (size_t i = 0; i < mid && replay_ok; ++i) {
-          const PassSpec& spec = specs[run_specs_at[applied[i]]];
-          auto pass = spec.create();
-          PassContext ctx(spec.options);
-          absl::StatusOr<PassResult> r = PassResult{};
-          try {
-            r = pass->run(*candidate, ctx);
-          } catch (...) {
-            r = absl::InternalError("pass threw");
-          }
-          replay_ok = r.ok() && (!r->changed || candidate->finalize().ok());
-        }
-        const bool mismatch =
-            !replay_ok || verifier.check(*candidate).status == eval::VerifyStatus::kMismatch;
-        if (auto st = stopped(); !st.ok()) return st;
-        (mismatch ? bad : good) = mid;
+  absl::Status run_exact(std::unique_ptr<ir::Model>& model) {
+    for (;;) {
+      std::vector<KeptRun> kept;
+      auto run = FixedPointDriver(model, instances(), limits_, config_).run(&kept);
+      if (!run.ok()) return run.status();
+      const auto check_start = Clock::now();
+      result_ = verifier_.check(*model);
+      verify_seconds_ += seconds_since(check_start);
+      if (auto st = stopped(); !st.ok()) return st;
+      if (result_.status != eval::VerifyStatus::kMismatch || kept.empty()) {
+        report_ = std::move(*run);
+        return absl::OkStatus();
       }
-      verify_seconds += seconds_since(bisect_start);
-      excluded[run_specs_at[applied[bad - 1]]] = "changed the outputs: " + result.message;
-      model = original->clone();
-      continue;
+      auto guilty = first_breaking_run(kept);
+      if (!guilty.ok()) return guilty.status();
+      excluded_[run_specs_at_[kept[*guilty].pass]] = "changed the outputs: " + result_.message;
+      model = original_->clone();
     }
-    report = std::move(*run);
-    break;
   }
 
-  // The lossy passes, in pipeline order, each on top of the exact passes and the lossy ones
-  // kept so far, from the original: the error is measured against the original (every input
-  // set), reported, and held to max_error when there is one.
-  std::vector<std::string> kept_lossy;
-  for (size_t at : lossy) {
-    held.erase(at);
-    std::unique_ptr<ir::Model> candidate = original->clone();
-    auto run = run_passes(candidate, instances(), config);
-    if (!run.ok()) return run.status();
-    auto check_start = Clock::now();
-    eval::VerifyResult measured = verifier.measure(*candidate);
-    verify_seconds += seconds_since(check_start);
+  // Bisection over the kept pass runs: the prefix of length `good` matches the original (the
+  // empty prefix is the original itself), the prefix of length `bad` does not, so the run at
+  // index bad-1 is the first to change the outputs.
+  absl::StatusOr<size_t> first_breaking_run(const std::vector<KeptRun>& kept) {
+    const auto bisect_start = Clock::now();
+    size_t good = 0, bad = kept.size();
+    while (bad - good > 1) {
+      const size_t mid = good + (bad - good) / 2;
+      auto matches = prefix_matches(kept, mid);
+      if (!matches.ok()) return matches.status();
+      (*matches ? good : bad) = mid;
+    }
+    verify_seconds_ += seconds_since(bisect_start);
+    return bad - 1;
+  }
+
+  // Whether replaying the first `length` kept runs on the original keeps its outputs. Each run
+  // is replayed as run_one_pass ran it: the same limits, and the evaluator work the run had
+  // spent before it. A replay that fails counts as a mismatch.
+  absl::StatusOr<bool> prefix_matches(const std::vector<KeptRun>& kept, size_t length) {
+    std::unique_ptr<ir::Model> candidate = original_->clone();
+    auto budget = pass_eval_budget(limits_);
+    bool replay_ok = true;
+    for (size_t i = 0; i < length && replay_ok; ++i) {
+      if (auto st = stopped(); !st.ok()) return st;
+      const PassSpec& spec = specs_[run_specs_at_[kept[i].pass]];
+      spend_until(*budget, kept[i].eval_work_before);
+      replay_ok =
+          run_one_pass(*candidate, {spec.name, spec.create(), spec.options}, limits_, *budget).ok();
+    }
+    const bool matches =
+        replay_ok && verifier_.check(*candidate).status != eval::VerifyStatus::kMismatch;
     if (auto st = stopped(); !st.ok()) return st;
-    std::string reason;
-    if (measured.status == eval::VerifyStatus::kMismatch) {
-      reason = "broke the model: " + measured.message;
-    } else if (measured.status == eval::VerifyStatus::kNotVerifiable && config.max_error) {
-      reason = "its error could not be measured under max_error: " + measured.message;
-    } else if (config.max_error) {
-      for (const auto& e : measured.outputs)
-        if (!(e.rel <= *config.max_error)) {
-          reason = absl::StrCat("error ", e.rel, " in output '", e.name, "' exceeds max_error ",
-                                *config.max_error);
-          break;
-        }
-    }
-    if (!reason.empty()) {
-      held.insert(at);
-      excluded[at] = reason;
-      continue;
-    }
-    kept_lossy.push_back(specs[at].name);
-    model = std::move(candidate);
-    report = std::move(*run);
-    result = std::move(measured);
+    return matches;
   }
 
-  report->verification.requested = true;
-  if (!kept_lossy.empty() && result.status == eval::VerifyStatus::kVerified) {
+  // The lossy pass at `at`, on top of the exact passes and the lossy ones kept so far, from the
+  // original: its error is measured against the original (every input set), reported, and held
+  // to max_error when there is one.
+  absl::Status try_lossy(size_t at, std::unique_ptr<ir::Model>& model) {
+    held_.erase(at);
+    std::unique_ptr<ir::Model> candidate = original_->clone();
+    auto run = FixedPointDriver(candidate, instances(), limits_, config_).run(nullptr);
+    if (!run.ok()) return run.status();
+    const auto check_start = Clock::now();
+    eval::VerifyResult measured = verifier_.measure(*candidate);
+    verify_seconds_ += seconds_since(check_start);
+    if (auto st = stopped(); !st.ok()) return st;
+    if (std::string reason = lossy_rejection(measured); !reason.empty()) {
+      held_.insert(at);
+      excluded_[at] = std::move(reason);
+      return absl::OkStatus();
+    }
+    kept_lossy_.push_back(specs_[at].name);
+    model = std::move(candidate);
+    report_ = std::move(*run);
+    result_ = std::move(measured);
+    return absl::OkStatus();
+  }
+
+  // Why a lossy pass's measured result is not kept; empty when it is.
+  std::string lossy_rejection(const eval::VerifyResult& measured) const {
+    if (measured.status == eval::VerifyStatus::kMismatch)
+      return "broke the model: " + measured.message;
+    if (!config_.max_error) return "";
+    if (measured.status == eval::VerifyStatus::kNotVerifiable)
+      return "its error could not be measured under max_error: " + measured.message;
+    for (const auto& e : measured.outputs)
+      if (!(e.rel <= *config_.max_error))
+        return absl::StrCat("error ", e.rel, " in output '", e.name, "' exceeds max_error ",
+                            *config_.max_error);
+    return "";
+  }
+
+  PipelineReport finish() {
+    PipelineReport& report = *report_;
+    if (!kept_lossy_.empty() && result_.status == eval::VerifyStatus::kVerified)
+      result_.message = lossy_summary();
+    VerificationReport& v = report.verification;
+    v.requested = true;
+    v.errors = result_.outputs;
+    v.result = std::move(result_);
+    v.lossy_passes = kept_lossy_;
+    v.max_error = config_.max_error;
+    add_excluded_passes(report);
+    report.nodes_before = original_->total_nodes();
+    report.bytes_before = original_->initializer_bytes();
+    v.seconds = verify_seconds_;
+    report.seconds = seconds_since(start_);  // all runs, verification included
+    return std::move(report);
+  }
+
+  std::string lossy_summary() const {
     double worst = 0;
     std::string where;
-    for (const auto& e : result.outputs)
+    for (const auto& e : result_.outputs)
       if (e.rel > worst || where.empty()) {
         worst = std::max(worst, e.rel);
         where = e.name;
       }
-    result.message = absl::StrCat("lossy (", absl::StrJoin(kept_lossy, ", "),
-                                  "): worst relative error ", worst, " in '", where, "'");
+    return absl::StrCat("lossy (", absl::StrJoin(kept_lossy_, ", "), "): worst relative error ",
+                        worst, " in '", where, "'");
   }
-  report->verification.errors = result.outputs;
-  report->verification.result = std::move(result);
-  report->verification.lossy_passes = kept_lossy;
-  report->verification.max_error = config.max_error;
+
   // An excluded pass keeps its place in the stats, with the reason it was rolled back. Every
   // spec that ran is in the report in order, so inserting in increasing position puts each at
   // its index.
-  for (const auto& [at, reason] : excluded) {
-    report->verification.rolled_back.push_back(specs[at].name);
-    PassStats stats;
-    stats.name = specs[at].name;
-    stats.rollbacks = 1;
-    stats.rollback_reason = reason;
-    report->passes.insert(report->passes.begin() + static_cast<std::ptrdiff_t>(at),
-                          std::move(stats));
+  void add_excluded_passes(PipelineReport& report) const {
+    for (const auto& [at, reason] : excluded_) {
+      report.verification.rolled_back.push_back(specs_[at].name);
+      PassStats stats;
+      stats.name = specs_[at].name;
+      stats.rollbacks = 1;
+      stats.rollback_reason = reason;
+      report.passes.insert(report.passes.begin() + static_cast<std::ptrdiff_t>(at),
+                           std::move(stats));
+    }
   }
-  report->nodes_before = original->total_nodes();
-  report->bytes_before = original->initializer_bytes();
-  report->verification.seconds = verify_seconds;
-  report->seconds = seconds_since(pipeline_start);  // all runs, verification included
-  return std::move(*report);
+
+  const std::vector<PassSpec>& specs_;
+  const PipelineConfig& config_;
+  const Clock::time_point start_;
+  const std::unique_ptr<ir::Model> original_;
+  const RunLimits limits_;  // of the original, for every run, replay and trial
+  const eval::Verifier verifier_;
+  // Passes excluded by verification (by position in `specs_`), with the reason.
+  std::map<size_t, std::string> excluded_;
+  // Lossy passes (by position) sit out the exact verification and are then tried one at a time
+  // on top of the exact passes (`held_`: not run by the current instances()).
+  std::set<size_t> lossy_, held_;
+  std::vector<size_t> run_specs_at_;      // position in `specs_` of each instance of the latest run
+  double verify_seconds_ = 0;             // evaluator runs and bisection
+  std::optional<PipelineReport> report_;  // of the run whose model is kept
+  eval::VerifyResult result_;             // of that model
+  std::vector<std::string> kept_lossy_;
+};
+
+absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,
+                                                  const std::vector<PassSpec>& specs,
+                                                  const PipelineConfig& config) {
+  // Given input sets are the client's bytes: checked against the model before any work.
+  if (auto st = eval::check_input_sets(*model, config.verify_options.input_sets); !st.ok())
+    return st;
+  const bool any_lossy =
+      std::any_of(specs.begin(), specs.end(), [](const PassSpec& s) { return s.lossy; });
+  if (config.verify || any_lossy) return VerifiedPipeline(specs, config, model->clone()).run(model);
+  std::vector<PassInstance> passes;
+  for (const PassSpec& s : specs) passes.push_back({s.name, s.create(), s.options});
+  return run_passes(model, std::move(passes), config);
 }
 
 }  // namespace
@@ -435,187 +805,9 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
 
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
-                                          const PipelineConfig& config,
-                                          std::vector<size_t>* applied) {
-  if (auto st = check_rounds(config); !st.ok()) return st;
-  auto start = Clock::now();
-  // Passes that evaluate kernels (folding) share one budget per run of the passes: the bytes
-  // they hold at once, their total work, and the deadline polled inside long kernels. A fold
-  // the budget refuses is not made; the pass goes on.
-  auto eval_budget =
-      eval::Budget::make(kPassEvalMaxBytes, kPassEvalMaxWork, config.should_continue);
-  eval::BudgetScope eval_scope(eval_budget.get());
-
-  PipelineReport report;
-  report.nodes_before = model->total_nodes();
-  report.bytes_before = model->initializer_bytes();
-  const std::string interface = interface_of(*model);
-  const uint64_t max_weight_bytes =
-      report.bytes_before > (UINT64_MAX - kWeightGrowthAllowance) / kMaxWeightGrowth
-          ? UINT64_MAX
-          : report.bytes_before * kMaxWeightGrowth + kWeightGrowthAllowance;
-
-  bool check = config.onnx_checker || config.shape_inference;
-  if (check) {
-    std::string skipped;
-    absl::Status input_ok = onnx_check(*model, config.shape_inference, &skipped);
-    if (!skipped.empty()) {
-      report.checker_note = skipped;
-      check = false;
-    } else if (!input_ok.ok()) {
-      report.checker_note = absl::StrCat(
-          "input model fails the ONNX check, so it is not used to "
-          "judge passes: ",
-          input_ok.message());
-      check = false;
-    }
-  }
-
-  struct Slot {
-    PassInstance instance;
-    PassStats stats;
-    bool disabled = false;
-  };
-  std::vector<Slot> slots;
-  for (auto& p : passes) {
-    slots.push_back({std::move(p), PassStats{}, false});
-    slots.back().stats.name = slots.back().instance.name;
-  }
-
-  // Runs one pass and checks the result; a non-OK status means the model is now broken.
-  auto run_checked = [&](Slot& slot, PassResult* out) -> absl::Status {
-    PassContext ctx(slot.instance.options);
-    ctx.max_weight_bytes = max_weight_bytes;
-    ctx.check_transactions = config.check_transactions;
-    ctx.explain = explained_rules(config, slot.instance.name);
-    absl::StatusOr<PassResult> result = PassResult{};
-    try {
-      result = slot.instance.pass->run(*model, ctx);
-    } catch (const std::exception& e) {
-      result = absl::InternalError(absl::StrCat("pass threw: ", e.what()));
-    } catch (...) {
-      result = absl::InternalError("pass threw a non-standard exception");
-    }
-    if (!result.ok()) return result.status();
-    *out = *result;
-    if (!result->changed) return absl::OkStatus();
-    if (auto st = model->finalize(); !st.ok()) return st;
-    if (auto st = model->verify(); !st.ok()) return st;
-    if (const uint64_t bytes = model->initializer_bytes(); bytes > max_weight_bytes)
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the pass grew the weights to ", bytes, " bytes, above the pipeline's limit of ",
-          max_weight_bytes, " (", kMaxWeightGrowth, "x the input's plus ",
-          kWeightGrowthAllowance >> 20, " MiB)"));
-    if (interface_of(*model) != interface)
-      return absl::InternalError("the pass changed the model's inputs or outputs");
-    if (check) return onnx_check(*model, config.shape_inference, nullptr);
-    return absl::OkStatus();
-  };
-
-  // With check_unchanged: the fingerprint of the model as it is now, taken lazily. A pass that
-  // reports no change and passes the check leaves it valid for the next pass, so a run of
-  // passes that change nothing costs one fingerprint each.
-  std::optional<ModelFingerprint> unchanged;
-
-  // The estimated peak activation bytes of the model as it is now, kept until a pass changes it
-  // (or a rollback replaces it): one estimate per changing pass run, a graph walk each.
-  DimBindings memory_dims;
-  const SizeRule memory_rule = memory_size_rule(config, &memory_dims);
-  std::optional<uint64_t> current_peak;
-  auto peak_now = [&]() -> uint64_t {
-    if (!current_peak)
-      current_peak = graph_peak_bytes(model->graph(), model->graph().nodes(), memory_rule);
-    return *current_peak;
-  };
-
-  // One snapshot per round, not per pass: clones cost O(nodes) and rollbacks are rare. On a
-  // rollback the snapshot is restored and the passes that changed the model since it was taken
-  // are replayed (passes are deterministic), so their work is kept.
-  int step = 0;
-  for (int round = 1; round <= config.max_rounds; ++round) {
-    report.rounds = round;
-    bool round_changed = false;
-    std::unique_ptr<ir::Model> snapshot = model->clone();
-    std::vector<Slot*> since_snapshot;
-    for (auto& slot : slots) {
-      if (slot.disabled) continue;
-      if (config.should_continue) {
-        if (auto st = config.should_continue(); !st.ok()) return st;
-      }
-      PassStats& s = slot.stats;
-      size_t nodes_before = model->total_nodes();
-      uint64_t bytes_before = model->initializer_bytes();
-      uint64_t peak_before = peak_now();
-      if (s.runs == 0) {
-        s.nodes_before = s.nodes_after = nodes_before;
-        s.bytes_before = s.bytes_after = bytes_before;
-        s.peak_before = s.peak_after = peak_before;
-      }
-      auto pass_start = Clock::now();
-      if (config.check_unchanged && !unchanged) unchanged = fingerprint(*model);
-      PassResult result;
-      absl::Status broken = run_checked(slot, &result);
-      ++s.runs;
-      if (config.check_unchanged) {
-        if (broken.ok() && !result.changed) {
-          if (auto st = verify_unchanged(s.name, *unchanged, fingerprint(*model)); !st.ok())
-            return st;
-        } else {
-          unchanged.reset();
-        }
-      }
-      if (!broken.ok()) {
-        ++s.rollbacks;
-        if (s.rollback_reason.empty()) s.rollback_reason = std::string(broken.message());
-        // A pass that broke the model once is not retried in later rounds.
-        slot.disabled = true;
-        current_peak.reset();
-        model = std::move(snapshot);
-        for (Slot* earlier : since_snapshot) {
-          PassResult replayed;
-          if (auto st = run_checked(*earlier, &replayed); !st.ok())
-            return absl::InternalError(absl::StrCat(
-                "pass '", earlier->stats.name,
-                "' failed when replayed after a rollback: ", std::string(st.message())));
-        }
-        snapshot = model->clone();
-        since_snapshot.clear();
-      } else {
-        if (result.capped) ++s.capped_runs;
-        if (!config.explain.empty()) {
-          s.explanations = std::move(result.explanations);
-          s.explanations_dropped = result.explanations_dropped;
-        }
-      }
-      if (broken.ok() && result.changed) {
-        current_peak.reset();
-        ++s.changed_runs;
-        s.rewrites += result.rewrites;
-        for (const auto& [rule, count] : result.rules) s.rules[rule] += count;
-        round_changed = true;
-        since_snapshot.push_back(&slot);
-        if (applied) applied->push_back(static_cast<size_t>(&slot - slots.data()));
-        ++step;
-        if (!config.dump_dir.empty()) dump_graph(*model, config.dump_dir, step, round, s.name);
-      }
-      s.seconds += std::chrono::duration<double>(Clock::now() - pass_start).count();
-      s.nodes_after += model->total_nodes() - nodes_before;  // unsigned wrap-around is exact
-      s.bytes_after += model->initializer_bytes() - bytes_before;
-      s.peak_after += peak_now() - peak_before;
-    }
-    if (!round_changed) {
-      report.reached_fixed_point = true;
-      break;
-    }
-  }
-  for (auto& slot : slots) report.passes.push_back(std::move(slot.stats));
-  // What the passes learnt about shapes goes into the value_info the model had; a model no
-  // pass changed is returned as it came.
-  if (step > 0) report.value_info_refined = ir::refine_value_info(*model);
-  report.nodes_after = model->total_nodes();
-  report.bytes_after = model->initializer_bytes();
-  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return report;
+                                          const PipelineConfig& config) {
+  const RunLimits limits = run_limits(*model, config);
+  return FixedPointDriver(model, std::move(passes), limits, config).run(nullptr);
 }
 
 }  // namespace graft

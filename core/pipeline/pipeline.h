@@ -12,11 +12,11 @@
 
 #include <absl/status/statusor.h>
 
+#include "core/analysis/memory.h"
 #include "core/eval/verify.h"
 #include "core/ir/fingerprint.h"
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
-#include "core/pipeline/memory.h"
 
 namespace graft {
 
@@ -71,7 +71,7 @@ struct PassStats {
   // (other passes' effects in between are not attributed to it).
   size_t nodes_before = 0, nodes_after = 0;
   uint64_t bytes_before = 0, bytes_after = 0;  // initializer bytes, same convention
-  // Estimated peak activation bytes (core/pipeline/memory.h), same convention; 0 and 0 from
+  // Estimated peak activation bytes (core/analysis/memory.h), same convention; 0 and 0 from
   // run_passes called directly (run_specs and run_pipeline fill them).
   uint64_t peak_before = 0, peak_after = 0;
   int64_t rewrites = 0;
@@ -150,12 +150,10 @@ struct PassInstance {
   OptionValues options;
 };
 // The fixed-point driver over already-built pass instances (config.passes/level and verify are
-// ignored). When `applied` is given it receives, in order, the index in `passes` of every pass
-// run whose change was kept: replaying them on the input model reproduces the result.
+// ignored).
 absl::StatusOr<PipelineReport> run_passes(std::unique_ptr<ir::Model>& model,
                                           std::vector<PassInstance> passes,
-                                          const PipelineConfig& config,
-                                          std::vector<size_t>* applied = nullptr);
+                                          const PipelineConfig& config);
 
 // ONNX checker (+ strict shape inference) on a copy of the model. OK when libonnx does not know
 // the model's IR version or opsets (best effort), with `skipped` set to the reason.

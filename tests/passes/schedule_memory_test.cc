@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/pipeline/memory.h"
+#include "core/analysis/memory.h"
 #include "core/pipeline/pipeline.h"
 #include "tests/testing.h"
 

@@ -1,8 +1,8 @@
-// The memory estimator (core/pipeline/memory.h), checked by hand-computed sums and against the
+// The memory estimator (core/analysis/memory.h), checked by hand-computed sums and against the
 // reference evaluator's measured peak (eval::RunStats::peak_bytes): the evaluator frees every
 // value after its last reader, like the estimate, so on models without weights or kernel
 // scratch the two agree exactly.
-#include "core/pipeline/memory.h"
+#include "core/analysis/memory.h"
 
 #include <limits>
 

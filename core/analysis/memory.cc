@@ -1,4 +1,4 @@
-#include "core/pipeline/memory.h"
+#include "core/analysis/memory.h"
 
 #include <algorithm>
 #include <limits>
