@@ -7,9 +7,10 @@
 // in its family's file and add it in that file's add_*_rules. A rule reads its inputs through
 // input_fact (fresh when it runs), operator parameters through op_params.h's readers (which know
 // the opsets), and sets *partial wherever libonnx's inference might know more than it tells (see
-// unknown() and may_know_more()): a rule that leaves *partial unset promises that its fact is
-// all there is to know, and libonnx's inference is then never asked. rules_vs_inference_test
-// checks both promises on every libonnx-testdata model.
+// unknown() and may_know_more()): a rule that leaves *partial unset promises that its fact tells
+// all its inputs' facts allow, and libonnx's inference is then not asked. rules_vs_inference_test
+// checks on every libonnx-testdata model that the rules agree with libonnx and that an exact fact
+// misses nothing libonnx knows.
 #pragma once
 
 #include <cstddef>

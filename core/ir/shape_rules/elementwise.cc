@@ -1,5 +1,7 @@
 // Shape rules of the elementwise ops: unary math and activations, normalizations, Cast, the
 // broadcasting arithmetic, comparisons and logic, Where.
+#include <vector>
+
 #include "core/ir/op_params.h"
 #include "core/ir/shape_rules.h"
 
@@ -9,8 +11,7 @@ namespace {
 
 using onnx::TensorProto;
 
-// The first output has the shape and type of the first input; the others (Dropout's mask aside)
-// are not modelled.
+// The first output has the shape and type of the first input; other outputs are not modelled.
 TensorFact same_as_input(const Node& n, size_t output, bool*) {
   return output == 0 ? input_fact(n, 0) : TensorFact{};
 }
@@ -49,19 +50,25 @@ TensorFact bool_of_input(const Node& n, size_t, bool*) {
   return with_type(input_fact(n, 0), TensorProto::BOOL);
 }
 
-// The broadcast of all inputs, of element type `elem_type(n)`.
-template <int32_t (*elem_type)(const Node&)>
-TensorFact broadcasting(const Node& n, size_t, bool* partial) {
+TensorFact broadcast_inputs(const Node& n, int32_t elem_type, bool* partial) {
   std::vector<const TensorFact*> ins;
   for (size_t i = 0; i < n.inputs().size(); ++i) ins.push_back(&input_fact(n, i));
   if (ins.empty()) return unknown(partial);
-  return broadcast(ins, elem_type(n));
+  return broadcast(ins, elem_type);
 }
 
-int32_t first_input_type(const Node& n) { return input_fact(n, 0).elem_type; }
-int32_t bool_type(const Node&) { return TensorProto::BOOL; }
-// X's: input 0 is the condition.
-int32_t where_type(const Node& n) { return input_fact(n, 1).elem_type; }
+TensorFact arithmetic(const Node& n, size_t, bool* partial) {
+  return broadcast_inputs(n, input_fact(n, 0).elem_type, partial);
+}
+
+TensorFact comparison(const Node& n, size_t, bool* partial) {
+  return broadcast_inputs(n, TensorProto::BOOL, partial);
+}
+
+// X's type: input 0 is the condition.
+TensorFact where(const Node& n, size_t, bool* partial) {
+  return broadcast_inputs(n, input_fact(n, 1).elem_type, partial);
+}
 
 }  // namespace
 
@@ -89,10 +96,10 @@ void add_elementwise_rules(Table& t) {
   t.add({"Not", "IsNaN", "IsInf"}, bool_of_input);
   t.add({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "BitShift",
          "BitwiseAnd", "BitwiseOr", "BitwiseXor"},
-        broadcasting<first_input_type>);
+        arithmetic);
   t.add({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"},
-        broadcasting<bool_type>);
-  t.add({"Where"}, broadcasting<where_type>);
+        comparison);
+  t.add({"Where"}, where);
 }
 
 }  // namespace graft::ir::shape_rules
