@@ -13,8 +13,9 @@
 //    (fact_exact below: so never on a model the rules cover, symbolic dims or not), and again
 //    after Model::refresh_shape_inference(). Loop and Scan bodies are not taken from it: a
 //    loop-carried value may change shape between iterations, which its inference ignores;
-//  - Graft's own rules (shapes.cc): element type and shape of the common ops from their inputs'
-//    facts and constant operands, in every graph and for opsets newer than libonnx knows.
+//  - Graft's own rules (shape_rules.h): element type and shape of the common ops from their
+//    inputs' facts and constant operands, in every graph and for opsets newer than libonnx
+//    knows.
 // Where the two inference sources disagree, the fact is left unknown.
 //
 // Facts stay correct across rewrites. A fact describes the tensor a value computes, and a

@@ -1,8 +1,12 @@
 // Shape and type facts (core/ir/shapes.h): sources, rules, subgraphs, functions, rewrites.
 #include "core/ir/shapes.h"
 
+#include <algorithm>
+#include <string>
 #include <tuple>
+#include <vector>
 
+#include "core/ir/shape_rules.h"
 #include "core/ir/tensor.h"
 #include "tests/testing.h"
 
@@ -47,6 +51,32 @@ TEST(ShapeFacts, RulesPropagateDimsAndSymbols) {
   EXPECT_EQ(fact(*model, "u"), "FLOAT[batch,1,3,4,5]");
   EXPECT_EQ(fact(*model, "c"), "INT64[batch,3,4,5]");
   EXPECT_EQ(fact(*model, "m"), "BOOL[*]");
+}
+
+// Rules are looked up by op type in the default ONNX domain only: a custom op named like a
+// standard one, or an op without a rule, gets no fact from them.
+TEST(ShapeFacts, RulesAreFoundByOpTypeInTheOnnxDomain) {
+  EXPECT_NE(ir::find_shape_rule("Add"), nullptr);
+  EXPECT_NE(ir::find_shape_rule("Conv"), nullptr);
+  EXPECT_EQ(ir::find_shape_rule("NoSuchOp"), nullptr);
+  const std::vector<std::string> ops = ir::shape_rule_ops();
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  EXPECT_NE(std::find(ops.begin(), ops.end(), "Reshape"), ops.end());
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13, "custom" : 1]>
+    g (float[N,3] x) => (float[N,3] r, float[N,3] c, float[N] u) {
+      r = Relu (x)
+      c = custom.Relu (x)
+      u = Det (x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  model->disable_shape_inference();
+  EXPECT_EQ(fact(*model, "r"), "FLOAT[N,3]");
+  EXPECT_EQ(fact(*model, "c"), "?[*]");
+  EXPECT_FALSE(ir::fact_exact(*any_value(*model, "c")));
+  EXPECT_EQ(fact(*model, "u"), "?[*]");
+  EXPECT_FALSE(ir::fact_exact(*any_value(*model, "u")));
 }
 
 // The fused ops fuse_blocks makes, at opsets libonnx does not know: Gelu and
@@ -279,8 +309,10 @@ TEST(ShapeFacts, LongChainsDoNotRecurse) {
     body += next + " = Neg (" + prev + ")\n";
     prev = next;
   }
-  auto model = parse_text("<ir_version: 8, opset_import: [\"\" : 13]>\n"
-                          "g (float[batch,2] x) => (float[batch,2] " + prev + ") {\n" + body + "}");
+  auto model = parse_text(
+      "<ir_version: 8, opset_import: [\"\" : 13]>\n"
+      "g (float[batch,2] x) => (float[batch,2] " +
+      prev + ") {\n" + body + "}");
   ASSERT_TRUE(model);
   EXPECT_EQ(fact(*model, prev), "FLOAT[batch,2]");
 }
