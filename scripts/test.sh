@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies (with the ONNX backend test data and clang), builds everything and runs
 # every test, in phases:
+#   build          warnings are errors (-DGRAFT_WERROR=ON)
 #   format         every tracked C++ file is formatted as .clang-format says (scripts/check-format.sh)
 #   build, tests   the gcc build (./build) and its whole suite
 #   asan           the unit, pass, pipeline, evaluator, cache, CLI and server tests under
@@ -28,7 +29,7 @@ phase() {  # phase NAME COMMAND...
 run_ctest() { (cd build && ctest --output-on-failure -j "$(nproc)"); }
 
 phase format ./scripts/check-format.sh
-phase build ./scripts/build.sh -DGRAFT_BUILD_TESTS=ON -DGRAFT_BUILD_BENCH=ON
+phase build ./scripts/build.sh -DGRAFT_BUILD_TESTS=ON -DGRAFT_BUILD_BENCH=ON -DGRAFT_WERROR=ON
 phase tests run_ctest
 phase asan ./scripts/sanitize.sh asan
 phase tsan ./scripts/sanitize.sh tsan

@@ -38,12 +38,6 @@ uint64_t sized(const ir::Value& v, const SizeRule& rule, Tally& tally) {
 // before the graph runs), unless it is a graph output.
 bool is_weight_node(const ir::Node& n) { return n.is("Constant") && n.inputs().empty(); }
 
-bool is_output_of(const ir::Graph& g, const ir::Value& v) {
-  for (const auto& [h, i] : v.output_refs())
-    if (h == &g) return true;
-  return false;
-}
-
 // The peak of running `order`; *end_live (may be null): the bytes still held at the end (the
 // graph's outputs and unread inputs).
 uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const SizeRule& rule,
@@ -56,7 +50,7 @@ uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const 
   // When `v` (of g) dies: after its last reader, after its producer if nobody reads it, never
   // (SIZE_MAX) if it is an output of g or an unread graph input.
   auto death = [&](const ir::Value& v, size_t born) -> size_t {
-    if (is_output_of(g, v)) return SIZE_MAX;
+    if (v.is_output_of(g)) return SIZE_MAX;
     size_t last = born;
     bool read = false;
     for (ir::Node* r : readers_in_graph(g, v)) {
@@ -83,7 +77,7 @@ uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const 
   for (size_t i = 0; i < order.size(); ++i) {
     const ir::Node& n = *order[i];
     if (is_weight_node(n) && n.outputs().size() == 1 && n.outputs()[0] &&
-        !is_output_of(g, *n.outputs()[0]))
+        !n.outputs()[0]->is_output_of(g))
       continue;
     uint64_t out = 0;
     for (size_t k = 0; k < n.outputs().size(); ++k) {

@@ -62,6 +62,12 @@ class Value {
   bool is_graph_output() const { return !output_refs_.empty(); }
   // The graphs (and output positions) listing this value as an output.
   const std::vector<std::pair<Graph*, int>>& output_refs() const { return output_refs_; }
+  // True if `graph` itself (not a nested subgraph) lists this value among its outputs.
+  bool is_output_of(const Graph& graph) const {
+    for (const auto& ref : output_refs_)
+      if (ref.first == &graph) return true;
+    return false;
+  }
   bool is_initializer() const { return initializer_ != nullptr; }
   // True for values whose content is fixed at load time (initializers that are not also graph
   // inputs: an initializer listed as a graph input is only a default that callers may override).

@@ -4,13 +4,6 @@
 
 namespace graft {
 
-bool is_output_of(const ir::Graph& graph, const ir::Value* value) {
-  if (!value->is_graph_output()) return false;
-  for (const auto& out : graph.outputs())
-    if (out.value == value) return true;
-  return false;
-}
-
 bool can_hold_new_initializers(const ir::Model& model, const ir::Graph* g) {
   if (!model.allows_new_initializers()) return false;
   while (g->parent()) g = g->parent()->graph();
@@ -52,7 +45,7 @@ namespace {
 bool can_take_name(const ir::Graph& g, const ir::Value* to) {
   const ir::Node* p = to->producer();
   return p && !p->dead() && p->graph() == &g && !to->is_graph_input() && !to->is_initializer() &&
-         !is_output_of(g, to);
+         !to->is_output_of(g);
 }
 
 }  // namespace
@@ -66,7 +59,7 @@ bool Rewriter::replace_all_uses(ir::Value* from, ir::Value* to, bool allow_ident
                                 bool keep_name) {
   if (!from || !to || from == to || from->dead() || to->dead()) return false;
   ir::Graph* g = from->owner();
-  const bool interface = is_output_of(*g, from);
+  const bool interface = from->is_output_of(*g);
   keep_name = keep_name || (to->producer() && added_.count(to->producer()) > 0);
   if (!interface && !(keep_name && can_take_name(*g, to))) {
     // Outputs of nested graphs follow: they are positional, and `to` is in scope wherever
@@ -103,7 +96,7 @@ bool Rewriter::replace_node(ir::Node* node, const std::vector<ir::Value*>& repla
     if (!out || out->use_count() == 0) continue;
     ir::Value* to = i < replacements.size() ? replacements[i] : nullptr;
     if (!to || to == out) return false;
-    if (!allow_identity && is_output_of(*out->owner(), out) && !can_take_name(*g, to)) return false;
+    if (!allow_identity && out->is_output_of(*out->owner()) && !can_take_name(*g, to)) return false;
   }
   // A later output's replacement may be an earlier output's: copy before the slots change.
   const std::vector<ir::Value*> original(outs.begin(), outs.end());

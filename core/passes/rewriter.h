@@ -118,9 +118,6 @@ class Rewriter {
   std::vector<const ir::Node*> added_log_;  // the same, in order, while a transaction is open
 };
 
-// True if `value` is listed among the outputs of `graph` itself (not of a nested subgraph).
-bool is_output_of(const ir::Graph& graph, const ir::Value* value);
-
 // Whether a new initializer may be added to `g`: the model's IR allows it (IR >= 4, where
 // initializers need not be graph inputs) and `g` is the main graph or nested in it (function
 // bodies cannot hold initializers). Elsewhere a constant must be a Constant node.
