@@ -231,7 +231,8 @@ class Requester {
     if (kind == Kind::kEcho || kind == Kind::kEchoDown) {
       channel_ = own_channel(shared->echo_address, shared->tls);
       echo_ = graft::bench::Echo::NewStub(channel_);
-      echo_payload_ = kind == Kind::kEcho ? shared->hit_model : graft::cache::sha256_hex(shared->hit_model);
+      echo_payload_ =
+          kind == Kind::kEcho ? shared->hit_model : graft::cache::sha256_hex(shared->hit_model);
       expected_echo_ = echo_reply(echo_payload_, shared->hit_result.size());
     } else {
       channel_ = own_channel(shared->graftd_address, shared->tls);
@@ -476,8 +477,8 @@ bool cli_rows(const Options& opt, const Shared& shared, std::string* error) {
     // A model graftd has not seen: the same bytes with a doc_string of this repetition.
     const std::string fresh = out("miss.onnx");
     if (!graft::paths::write_file_atomic(
-             fresh, graft::bench::append_doc_string(*model, "graft_load cli " + shared.run_tag +
-                                                                " " + std::to_string(rep)))
+             fresh, graft::bench::append_doc_string(
+                        *model, "graft_load cli " + shared.run_tag + " " + std::to_string(rep)))
              .ok()) {
       *error = "cannot write " + fresh;
       return false;
@@ -487,8 +488,10 @@ bool cli_rows(const Options& opt, const Shared& shared, std::string* error) {
     const double f_down = echo_time(digest);
     const double f_keep = keep_time();
     const double c_local = run_cli({"optimize", "-q", "--local", path, "-o", out("local.onnx")});
-    const double c_miss = run_cli({"optimize", "-q", "--server", server, fresh, "-o", out("m.onnx")});
-    const double c_hit = run_cli({"optimize", "-q", "--server", server, path, "-o", out("hit.onnx")});
+    const double c_miss =
+        run_cli({"optimize", "-q", "--server", server, fresh, "-o", out("m.onnx")});
+    const double c_hit =
+        run_cli({"optimize", "-q", "--server", server, path, "-o", out("hit.onnx")});
     const double c_up =
         run_cli({"optimize", "-q", "--no-lookup", "--server", server, path, "-o", out("up.onnx")});
     for (double x : {f_local, f_up_down, f_down, f_keep, c_local, c_miss, c_hit, c_up})
@@ -517,8 +520,8 @@ bool cli_rows(const Options& opt, const Shared& shared, std::string* error) {
       "medians of %d\ninterleaved repetitions; ratio = median of CLI / floor per repetition.\n\n",
       opt.cli_model.filename().c_str(), model->size() / 1048576.0, result_bytes / 1048576.0,
       base.c_str(), opt.cli_reps);
-  const char* names[kRows] = {"local", "remote miss", "remote hit (lookup)",
-                              "remote hit (lookup)", "remote hit (--no-lookup)"};
+  const char* names[kRows] = {"local", "remote miss", "remote hit (lookup)", "remote hit (lookup)",
+                              "remote hit (--no-lookup)"};
   const char* floors[kRows] = {"read + load + O2 + save + write", "that + echo up and down",
                                "echo down (digest up)", "that + sha256 + write",
                                "echo up and down"};
@@ -533,7 +536,6 @@ bool cli_rows(const Options& opt, const Shared& shared, std::string* error) {
   print_table({"CLI run", "CLI ms", "floor", "floor ms", "ratio"}, rows);
   return true;
 }
-
 
 int usage() {
   std::fprintf(stderr,
@@ -753,7 +755,7 @@ int main(int argc, char** argv) {
     for (int round = 0; round < opt.rounds; ++round) {
       for (size_t k = 0; k < kinds.size(); ++k) {
         const Kind kind = kinds[k];
-        const int total = kind == Kind::kMiss                             ? opt.miss_requests
+        const int total = kind == Kind::kMiss                           ? opt.miss_requests
                           : kind == Kind::kHit || kind == Kind::kLookup ? opt.hit_requests
                                                                         : opt.echo_requests;
         std::fprintf(stderr, "graft_load: round %d/%d %-4s x %2d clients ...", round + 1,
@@ -869,8 +871,8 @@ int main(int argc, char** argv) {
                     fmt("%.2f", l50 / d50), fmt("%.2f", l99 * 1e3), fmt("%.2f", d99 * 1e3),
                     fmt("%.2f", l99 / d99)});
   }
-  print_table({"clients", "lookup p50 ms", "echo down p50 ms", "lookup / echo p50",
-               "lookup p99 ms", "echo down p99 ms", "lookup / echo p99"},
+  print_table({"clients", "lookup p50 ms", "echo down p50 ms", "lookup / echo p50", "lookup p99 ms",
+               "echo down p99 ms", "lookup / echo p99"},
               rows);
   if (!opt.cli_model.empty() && failures == 0) {
     std::string error;

@@ -96,14 +96,14 @@ absl::StatusOr<FileDigest> digest_file(int fd, std::string_view what,
   const int64_t started = now_ns();
   cache::Sha256 sha;
   uint64_t done = 0;
-  auto st = paths::read_range(fd, 0, before.size, options.piece_bytes, what,
-                              [&](std::string_view piece) {
-                                sha.update(piece);
-                                if (options.scan) options.scan(piece);
-                                done += piece.size();
-                                if (options.progress) options.progress(done, before.size);
-                                return true;
-                              });
+  auto st =
+      paths::read_range(fd, 0, before.size, options.piece_bytes, what, [&](std::string_view piece) {
+        sha.update(piece);
+        if (options.scan) options.scan(piece);
+        done += piece.size();
+        if (options.progress) options.progress(done, before.size);
+        return true;
+      });
   if (!st.ok()) return st;
   Stamp after;
   if (auto st = stamp_of(fd, what, &after); !st.ok()) return st;

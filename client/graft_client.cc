@@ -196,8 +196,7 @@ class Receiver {
                                                 "' that its report lists"));
       if (files_[it->second].second.size() != f.size() ||
           (!f.sha256().empty() && file_sha_[it->second].hex_digest() != f.sha256()))
-        return absl::DataLossError(absl::StrCat("external file '",
-                                                paths::shown_location(f.name()),
+        return absl::DataLossError(absl::StrCat("external file '", paths::shown_location(f.name()),
                                                 "' does not match its size and digest in the "
                                                 "report"));
     }
@@ -458,8 +457,9 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
     uint64_t size = 0;
     read_error = open_source(f, &fd, &size, f.size);
     if (read_error.ok())
-      read_error = paths::read_range(fd.fd, 0, f.size, chunk_bytes, "'" + source_path(f) + "'",
-                                     [&](std::string_view piece) { return send_piece(piece, f.name); });
+      read_error =
+          paths::read_range(fd.fd, 0, f.size, chunk_bytes, "'" + source_path(f) + "'",
+                            [&](std::string_view piece) { return send_piece(piece, f.name); });
     if (!read_error.ok()) {
       context.TryCancel();
       break;

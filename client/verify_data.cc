@@ -31,8 +31,7 @@ int64_t numbered(const std::string& name, std::string_view prefix, std::string_v
 }
 
 // Entries of `dir` named <prefix><N><suffix>, by N.
-absl::StatusOr<std::vector<fs::path>> numbered_entries(const fs::path& dir,
-                                                       std::string_view prefix,
+absl::StatusOr<std::vector<fs::path>> numbered_entries(const fs::path& dir, std::string_view prefix,
                                                        std::string_view suffix, bool folders) {
   std::map<int64_t, fs::path> found;
   std::error_code ec;
@@ -68,8 +67,9 @@ absl::StatusOr<DataSet> read_folder_set(const fs::path& dir, uint64_t max_tensor
   auto files = numbered_entries(dir, "input_", ".pb", /*folders=*/false);
   if (!files.ok()) return files.status();
   if (files->empty())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--verify-data '", dir.string(), "': no input_<N>.pb files and no test_data_set_<N> folders"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--verify-data '", dir.string(),
+                     "': no input_<N>.pb files and no test_data_set_<N> folders"));
   DataSet set;
   for (const auto& f : *files) {
     auto t = read_tensor(f, "", max_tensor_bytes);
@@ -104,8 +104,8 @@ absl::StatusOr<std::vector<DataSet>> read_verify_data(const std::vector<std::str
         if (!set.ok()) return set.status();
         sets.push_back(std::move(*set));
         if (sets.size() > static_cast<size_t>(eval::kMaxInputSets))
-          return absl::InvalidArgumentError(absl::StrCat(
-              "--verify-data: more than ", eval::kMaxInputSets, " input sets"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("--verify-data: more than ", eval::kMaxInputSets, " input sets"));
       }
       continue;
     }
@@ -145,10 +145,9 @@ absl::StatusOr<std::vector<std::map<std::string, eval::Tensor>>> name_input_sets
         t.name = inputs[i];
       }
       if (!named.emplace(t.name, std::move(t.tensor)).second)
-        return absl::InvalidArgumentError(absl::StrCat("--verify-data '", t.source,
-                                                       "': input set ", s + 1,
-                                                       " has two tensors for input '", t.name,
-                                                       "'"));
+        return absl::InvalidArgumentError(absl::StrCat("--verify-data '", t.source, "': input set ",
+                                                       s + 1, " has two tensors for input '",
+                                                       t.name, "'"));
     }
   }
   return out;

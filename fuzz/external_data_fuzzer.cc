@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto ref = external->locate(t);
   auto read = external->read(t, kMaxRead);
   if (!read.ok()) {
-    if (!expected_code(read.status().code())) fail("unexpected error code", read.status().ToString());
+    if (!expected_code(read.status().code()))
+      fail("unexpected error code", read.status().ToString());
     if (ref.ok() && ref->length <= kMaxRead) fail("locate accepted what read refused");
     if (ref.ok() && read.status().code() != absl::StatusCode::kResourceExhausted)
       fail("a located range over the limit is not ResourceExhausted");
@@ -70,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (static_cast<uint8_t>(read->bytes()[i]) != (ref->offset + i) % 251)
       fail("read returned bytes of another range");
   std::string streamed;
-  auto st = external->read_blocks(t, [&](std::string_view s) { streamed += s; }, 7);
+  auto st = external->read_blocks(
+      t, [&](std::string_view s) { streamed += s; }, 7);
   if (!st.ok() || streamed != read->bytes()) fail("read_blocks differs from read");
   auto loaded = graft::ir::load_tensor(t, external.get(), kMaxRead);
   if (!loaded.ok() || (*loaded)->raw_data() != read->bytes()) fail("load_tensor differs from read");

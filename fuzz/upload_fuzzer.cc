@@ -119,7 +119,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             broken("more than 16 input sets accepted");
           if (graft::api::input_sets_bytes(sets) > graft::api::kMaxInputSetBytes)
             broken("input sets above kMaxInputSetBytes accepted");
-          if (!sets.empty() && (!c->verify || c->verify_options.trials != static_cast<int>(sets.size())))
+          if (!sets.empty() &&
+              (!c->verify || c->verify_options.trials != static_cast<int>(sets.size())))
             broken("input sets do not imply verification");
           for (const auto& set : sets)
             for (const auto& [name, t] : set)
@@ -158,8 +159,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (parsed.ok()) {
             absl::Status st =
                 graft::eval::check_input_sets(**parsed, config->verify_options.input_sets);
-            if (!st.ok() && (st.code() != absl::StatusCode::kInvalidArgument ||
-                             st.message().empty()))
+            if (!st.ok() &&
+                (st.code() != absl::StatusCode::kInvalidArgument || st.message().empty()))
               broken("check_input_sets: undocumented error code");
           }
         }

@@ -68,8 +68,8 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   if (v.has_rtol()) o.rtol = v.rtol();
   if (v.has_atol()) o.atol = v.atol();
   if (v.input_sets_size() > eval::kMaxInputSets)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "verify: at most ", eval::kMaxInputSets, " input sets, got ", v.input_sets_size()));
+    return absl::InvalidArgumentError(absl::StrCat("verify: at most ", eval::kMaxInputSets,
+                                                   " input sets, got ", v.input_sets_size()));
   uint64_t input_bytes = 0;
   for (int s = 0; s < v.input_sets_size(); ++s) {
     auto& set = o.input_sets.emplace_back();
@@ -83,15 +83,15 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
           absl::StrCat("verify input set ", s + 1, ", input '", name.substr(0, 200),
                        name.size() > 200 ? "...'" : "'", ": ");
       if (name.empty())
-        return absl::InvalidArgumentError(absl::StrCat("verify input set ", s + 1,
-                                                       ": a tensor has an empty input name"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("verify input set ", s + 1, ": a tensor has an empty input name"));
       auto t = eval::parse_input_tensor(*bytes, o.max_tensor_bytes);
       if (!t.ok()) return absl::InvalidArgumentError(where + std::string(t.status().message()));
       input_bytes += payload_bytes(*t);
       set.emplace(name, std::move(*t));
       if (input_bytes > kMaxInputSetBytes)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "verify: the input sets' data exceeds ", kMaxInputSetBytes, " bytes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("verify: the input sets' data exceeds ", kMaxInputSetBytes, " bytes"));
     }
   }
   if (!o.input_sets.empty()) {
@@ -106,14 +106,13 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   }
   for (const auto& [name, size] : config.memory_dims()) {
     if (size < 0)
-      return absl::InvalidArgumentError(absl::StrCat("memory_dims: the size of '",
-                                                     name.substr(0, 200), "' must be >= 0, got ",
-                                                     size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory_dims: the size of '", name.substr(0, 200), "' must be >= 0, got ", size));
     out.memory_dims[name] = size;
   }
   if (config.memory_default_dim() < 0)
-    return absl::InvalidArgumentError(absl::StrCat("memory_default_dim must be >= 0, got ",
-                                                   config.memory_default_dim()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_default_dim must be >= 0, got ", config.memory_default_dim()));
   out.memory_default_dim = config.memory_default_dim();
   if (auto st = check_limits(out); !st.ok()) return st;
   if (auto st = eval::validate(o); !st.ok()) return st;
@@ -146,7 +145,8 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   v.set_atol(o.atol);
   for (const auto& set : o.input_sets) {
     auto& tensors = *v.add_input_sets()->mutable_tensors();
-    for (const auto& [name, tensor] : set) tensors[name] = tensor.to_proto(name).SerializeAsString();
+    for (const auto& [name, tensor] : set)
+      tensors[name] = tensor.to_proto(name).SerializeAsString();
   }
   if (config.max_error) out.set_max_error(*config.max_error);
   out.mutable_memory_dims()->insert(config.memory_dims.begin(), config.memory_dims.end());
@@ -253,8 +253,7 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
   // Verification can roll passes back, so its settings are part of what the result means;
   // lossy passes always verify, and max_error decides whether they stay.
   bool lossy = false;
-  for (const auto& spec : *specs)
-    lossy = lossy || spec.lossy;
+  for (const auto& spec : *specs) lossy = lossy || spec.lossy;
   if (lossy && config.max_error) field(absl::StrCat("max_error=", *config.max_error));
   if (config.verify || lossy) {
     const eval::VerifyOptions& o = config.verify_options;
@@ -478,7 +477,8 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
     o.seconds = v.seconds();
     o.lossy_passes.assign(v.lossy_passes().begin(), v.lossy_passes().end());
     if (v.has_max_error()) o.max_error = v.max_error();
-    for (const auto& e : v.errors()) o.errors.push_back({e.name(), e.max_abs(), e.rel(), e.cosine()});
+    for (const auto& e : v.errors())
+      o.errors.push_back({e.name(), e.max_abs(), e.rel(), e.cosine()});
     o.result.outputs = o.errors;
   }
   return r;

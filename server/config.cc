@@ -137,13 +137,15 @@ const std::vector<Key>& keys() {
          return absl::OkStatus();
        }},
       // Disk for external data: in YAML, the keys of the mapping `spool:`.
-      {"spool_dir", "folder for external-data uploads and cached result files (default $TMPDIR/graftd-spool)",
+      {"spool_dir",
+       "folder for external-data uploads and cached result files (default $TMPDIR/graftd-spool)",
        [](ServerConfig& c, const std::string& v) {
          c.spool_dir = v;
          return absl::OkStatus();
        }},
       {"spool_max_bytes",
-       "disk for all external-data uploads in progress and cached result files; 0 = refuse external data",
+       "disk for all external-data uploads in progress and cached result files; 0 = refuse "
+       "external data",
        [](ServerConfig& c, const std::string& v) {
          return parse_number(v, &c.spool_max_bytes, "spool.max_bytes");
        }},

@@ -27,8 +27,8 @@ constexpr const char* kLockName = "lock";
 constexpr auto kUnlockedGrace = std::chrono::minutes(1);
 
 absl::Status errno_status(int err, std::string_view what, const std::string& path) {
-  return absl::Status(paths::errno_code(err),
-                      absl::StrCat("spool: cannot ", std::string(what), " '", path, "': ", std::strerror(err)));
+  return absl::Status(paths::errno_code(err), absl::StrCat("spool: cannot ", std::string(what),
+                                                           " '", path, "': ", std::strerror(err)));
 }
 
 // Bytes of the regular files below `path` (what a removal frees).
@@ -139,7 +139,8 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::open(const std::string& dir, uint6
 }
 
 absl::StatusOr<std::shared_ptr<SpoolDir>> Spool::make_dir(std::string_view kind) {
-  const std::string path = absl::StrCat(instance_, "/", std::string(kind), "-", static_cast<uint64_t>(next_++));
+  const std::string path =
+      absl::StrCat(instance_, "/", std::string(kind), "-", static_cast<uint64_t>(next_++));
   if (::mkdir(path.c_str(), 0700) != 0) return errno_status(errno, "create the folder", path);
   return std::shared_ptr<SpoolDir>(new SpoolDir(budget_, path));
 }

@@ -118,9 +118,9 @@ grpc::Status UploadAssembler::write_file(size_t index, std::string_view data) {
     const int err = errno;
     close_file();
     const bool full = err == ENOSPC || err == EDQUOT || err == EFBIG;
-    return grpc::Status(full ? grpc::StatusCode::RESOURCE_EXHAUSTED : grpc::StatusCode::INTERNAL,
-                        absl::StrCat(full ? "this server's spool disk is full: " : "",
-                                     std::string(st.message())));
+    return grpc::Status(
+        full ? grpc::StatusCode::RESOURCE_EXHAUSTED : grpc::StatusCode::INTERNAL,
+        absl::StrCat(full ? "this server's spool disk is full: " : "", std::string(st.message())));
   }
   file_digests_[index]->update(data);
   f.received += data.size();
@@ -183,8 +183,7 @@ grpc::Status UploadAssembler::add_start(v1::OptimizeStart& start) {
     if (__builtin_add_overflow(total, f.size(), &total) || total > spool_limit)
       return exhausted(absl::StrCat(
           "the external files exceed this server's disk for uploads (spool.max_bytes: ",
-          spool_limit, " bytes) at external file '", shown(f.name()), "' of ", f.size(),
-          " bytes"));
+          spool_limit, " bytes) at external file '", shown(f.name()), "' of ", f.size(), " bytes"));
     UploadedFile file;
     file.name = f.name();
     file.size = f.size();
@@ -202,8 +201,7 @@ grpc::Status UploadAssembler::add_start(v1::OptimizeStart& start) {
       return exhausted(absl::StrCat(
           "this server's disk for uploads in progress is full (spool.max_bytes: ", spool_limit,
           " bytes, ", spool_->used(), " in use); retry later"));
-    for (size_t i = 0; i < files_.size(); ++i)
-      files_[i].path = absl::StrCat(dir_->path(), "/f", i);
+    for (size_t i = 0; i < files_.size(); ++i) files_[i].path = absl::StrCat(dir_->path(), "/f", i);
   }
   if (budget_ && size > budget_->limit())
     return exhausted(absl::StrCat("the model (", size,

@@ -85,8 +85,8 @@ class ChargedBuffer {
 
 // An external-data file of the upload, written to the spool as its chunks arrive.
 struct UploadedFile {
-  std::string name;  // its location, as the tensors name it
-  std::string path;  // where its bytes are, in the upload's spool folder
+  std::string name;   // its location, as the tensors name it
+  std::string path;   // where its bytes are, in the upload's spool folder
   uint64_t size = 0;  // announced
   uint64_t received = 0;
   std::string expected_sha256;  // from OptimizeStart, may be empty
@@ -152,7 +152,7 @@ class UploadAssembler {
   std::vector<std::unique_ptr<cache::Sha256>> file_digests_;  // made at a file's first chunk
   Spool* spool_;
   std::shared_ptr<SpoolDir> dir_;
-  int fd_ = -1;               // the file being written, kept open while its chunks follow
+  int fd_ = -1;  // the file being written, kept open while its chunks follow
   size_t fd_index_ = 0;
   cache::Sha256 digest_;
   std::string sha256_;

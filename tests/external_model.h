@@ -77,8 +77,8 @@ inline uint64_t externalize(ir::Model& model, const std::filesystem::path& folde
     const std::string bytes = raw_payload(*v->initializer());
     const uint64_t offset = append_file(folder, location, bytes);
     std::vector<int64_t> dims(v->initializer()->dims().begin(), v->initializer()->dims().end());
-    v->set_initializer(external_tensor(name, v->initializer()->data_type(), dims, location, offset,
-                                       bytes.size()));
+    v->set_initializer(
+        external_tensor(name, v->initializer()->data_type(), dims, location, offset, bytes.size()));
     written += bytes.size();
   }
   model.set_external_data(ir::ExternalData::beneath(folder.string()));

@@ -41,11 +41,14 @@ inline std::string fp16_region_errors(const ir::Model& model, const PassOptions&
     if (block_ops.count(n.op_type()) || (!n.name().empty() && block_nodes.count(n.name())))
       return true;
     // Schema wants float32 operands: kept whatever block_ops says.
-    static const std::set<std::string> float_only = {
-        "Resize", "Upsample", "Range", "NonMaxSuppression", "QuantizeLinear", "DequantizeLinear",
-        "DynamicQuantizeLinear"};
-    if (float_only.count(n.op_type()) || (n.op_type() == "CumSum" && n.opset() < 14))
-      return true;
+    static const std::set<std::string> float_only = {"Resize",
+                                                     "Upsample",
+                                                     "Range",
+                                                     "NonMaxSuppression",
+                                                     "QuantizeLinear",
+                                                     "DequantizeLinear",
+                                                     "DynamicQuantizeLinear"};
+    if (float_only.count(n.op_type()) || (n.op_type() == "CumSum" && n.opset() < 14)) return true;
     return n.attr("dtype") != nullptr || n.attr("output_datatype") != nullptr;
   };
   auto where = [](const ir::Node& n) {
@@ -62,7 +65,8 @@ inline std::string fp16_region_errors(const ir::Model& model, const PassOptions&
       const int32_t from = n->input(0)->elem_type();
       const int32_t to = static_cast<int32_t>(n->attr_int("to", 0));
       if (from == 0) continue;
-      if (from == to && (from == kF32 || from == kF16)) absl::StrAppend(&errors, where(*n), ": changes nothing\n");
+      if (from == to && (from == kF32 || from == kF16))
+        absl::StrAppend(&errors, where(*n), ": changes nothing\n");
       if (from == kF16 && to == kF32) {
         for (const auto& u : n->output(0)->uses())
           if (!kept(*u.node))
@@ -71,9 +75,8 @@ inline std::string fp16_region_errors(const ir::Model& model, const PassOptions&
       }
       const ir::Node* p = n->input(0)->producer();
       if ((to == kF16 || to == kF32) && p && p->is("Cast") && p->input(0) &&
-          p->input(0)->elem_type() == to &&
-          wider_or_same(to, from) && n->input(0)->uses().size() == 1 &&
-          n->input(0)->output_refs().empty())
+          p->input(0)->elem_type() == to && wider_or_same(to, from) &&
+          n->input(0)->uses().size() == 1 && n->input(0)->output_refs().empty())
         absl::StrAppend(&errors, where(*n), ": with the Cast before it, changes nothing\n");
     }
   }

@@ -174,8 +174,7 @@ uint64_t graph_peak_bytes(const ir::Graph& g, const std::vector<ir::Node*>& orde
   return peak;
 }
 
-MemoryStats estimate_memory(const ir::Model& model, const DimBindings& dims,
-                            int64_t default_dim) {
+MemoryStats estimate_memory(const ir::Model& model, const DimBindings& dims, int64_t default_dim) {
   MemoryStats stats;
   for (const ir::Graph* g : model.all_graphs())
     for (const ir::Value* v : g->initializers())

@@ -42,16 +42,15 @@ struct MemoryStats {
   uint64_t peak_activation_bytes = 0;  // see above
   std::string largest_tensor;          // name of the largest activation ("" if none)
   uint64_t largest_tensor_bytes = 0;
-  int64_t unknown_size_values = 0;     // activations whose size is unknown (counted as 0)
-  int64_t peak_node = -1;              // position (in the main graph) of the node at the peak;
-                                       // -1 when the peak is before any node (graph inputs)
-  std::string peak_node_name;          // estimate_memory: that node's name, else its op type
+  int64_t unknown_size_values = 0;  // activations whose size is unknown (counted as 0)
+  int64_t peak_node = -1;           // position (in the main graph) of the node at the peak;
+                                    // -1 when the peak is before any node (graph inputs)
+  std::string peak_node_name;       // estimate_memory: that node's name, else its op type
 };
 
 // Estimates `model`'s memory (see above). `default_dim` (clamped to >= 0) sizes unbound
 // symbolic and unknown dims.
-MemoryStats estimate_memory(const ir::Model& model, const DimBindings& dims,
-                            int64_t default_dim);
+MemoryStats estimate_memory(const ir::Model& model, const DimBindings& dims, int64_t default_dim);
 
 // How values are sized (the parameters of estimate_memory).
 struct SizeRule {

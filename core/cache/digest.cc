@@ -98,8 +98,9 @@ namespace graft::cache {
 
 std::string input_digest(std::string_view model_sha256, std::vector<ExternalFileDigest> files) {
   if (files.empty()) return std::string(model_sha256);
-  std::sort(files.begin(), files.end(),
-            [](const ExternalFileDigest& a, const ExternalFileDigest& b) { return a.name < b.name; });
+  std::sort(
+      files.begin(), files.end(),
+      [](const ExternalFileDigest& a, const ExternalFileDigest& b) { return a.name < b.name; });
   Sha256 sha;
   sha.update("graft-input-v1\n");
   sha.update(model_sha256);

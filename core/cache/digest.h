@@ -17,7 +17,7 @@ std::string sha256_hex(std::string_view bytes);
 
 // One external-data file of a model, as the input digest covers it.
 struct ExternalFileDigest {
-  std::string name;    // location, as in the tensors
+  std::string name;  // location, as in the tensors
   uint64_t size = 0;
   std::string sha256;  // lowercase hex
 };

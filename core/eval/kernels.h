@@ -11,6 +11,7 @@ void register_reduce_kernels();       // kernels/reduce.cc: Reduce*, ArgMax/ArgM
 void register_nn_kernels();           // kernels/nn.cc: MatMul, Gemm, Conv, pools, norms, ...
 void register_rnn_kernels();          // kernels/rnn.cc: RNN, GRU, LSTM, Dropout
 void register_extra_kernels();        // kernels/extra.cc: older opsets, simple activations, norms
-void register_quantize_dynamic_kernels();  // kernels/quantize_dynamic.cc: DynamicQuantizeLinear, MatMulInteger
+void register_quantize_dynamic_kernels();  // kernels/quantize_dynamic.cc: DynamicQuantizeLinear,
+                                           // MatMulInteger
 
 }  // namespace graft::eval

@@ -291,7 +291,8 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
   } else {
     int64_t per_element = 1;
     const int entries = typed_entries(proto, dtype, &per_element);
-    if (entries < 0) return absl::UnimplementedError(absl::StrCat("unsupported tensor type ", dtype));
+    if (entries < 0)
+      return absl::UnimplementedError(absl::StrCat("unsupported tensor type ", dtype));
     if (entries != n * per_element) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor field has ", entries, " entries, expected ", n * per_element));

@@ -80,7 +80,7 @@ class Tensor {
 absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& dims,
                                   const std::vector<int64_t>& perm, uint64_t max_bytes);
 
-bool is_float_type(int32_t dtype);    // FLOAT, DOUBLE, FLOAT16, BFLOAT16
+bool is_float_type(int32_t dtype);  // FLOAT, DOUBLE, FLOAT16, BFLOAT16
 // `v` rounded to float type `dtype` as storing it in a tensor of that type would (range
 // included: beyond the type's largest value it becomes infinity); `v` for other types. Kernels
 // whose spec computes in steps of a given type (LayerNormalization's stash_type) round each step

@@ -172,10 +172,10 @@ absl::StatusOr<ExternalData::Opened> ExternalData::open(const TensorProto& t) co
     out.fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (out.fd.get() < 0) {
       const int err = errno;
-      return absl::Status(paths::errno_code(err),
-                          absl::StrCat("external data location '", shown(keys->location),
-                                       "': cannot open '", path, "': ",
-                                       std::error_code(err, std::generic_category()).message()));
+      return absl::Status(
+          paths::errno_code(err),
+          absl::StrCat("external data location '", shown(keys->location), "': cannot open '", path,
+                       "': ", std::error_code(err, std::generic_category()).message()));
     }
   }
   struct stat st;
@@ -188,9 +188,9 @@ absl::StatusOr<ExternalData::Opened> ExternalData::open(const TensorProto& t) co
                                    shown(keys->location), "' (", size, " bytes)"));
   const uint64_t length = keys->length ? *keys->length : size - keys->offset;
   if (length > size - keys->offset)
-    return invalid(t, absl::StrCat("offset ", keys->offset, " + length ", length,
-                                   " is past the end of '", shown(keys->location), "' (", size,
-                                   " bytes)"));
+    return invalid(
+        t, absl::StrCat("offset ", keys->offset, " + length ", length, " is past the end of '",
+                        shown(keys->location), "' (", size, " bytes)"));
   auto expected = fixed_bytes(t);
   if (!expected) return invalid(t, "its dims are negative or their size overflows");
   if (*expected != length)
@@ -229,18 +229,17 @@ absl::StatusOr<ExternalBytes> ExternalData::read(const TensorProto& t, uint64_t 
   if (!opened.ok()) return opened.status();
   const ExternalRef& ref = opened->ref;
   if (ref.length > max_bytes)
-    return absl::ResourceExhaustedError(
-        absl::StrCat("external tensor '", shown(t.name()), "' has ", ref.length,
-                     " bytes, above the limit of ", max_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat("external tensor '", shown(t.name()), "' has ",
+                                                     ref.length, " bytes, above the limit of ",
+                                                     max_bytes));
   if (ref.length > std::numeric_limits<size_t>::max() / 2)
     return absl::ResourceExhaustedError("external tensor too large for this process");
   std::string buffer;
   try {
     buffer.resize(static_cast<size_t>(ref.length));
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", ref.length, " bytes for external tensor '",
-                     shown(t.name()), "'"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", ref.length, " bytes for external tensor '", shown(t.name()), "'"));
   }
   if (auto st = pread_exact(opened->fd.get(), buffer.data(), buffer.size(), ref.offset, ref);
       !st.ok())
@@ -295,11 +294,9 @@ absl::StatusOr<bool> ExternalData::same_payload(const TensorProto& a, const Tens
   std::string ba(size, '\0'), bb(size, '\0');
   for (uint64_t done = 0; done < oa->ref.length;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(oa->ref.length - done, size));
-    if (auto st = pread_exact(oa->fd.get(), ba.data(), n, oa->ref.offset + done, oa->ref);
-        !st.ok())
+    if (auto st = pread_exact(oa->fd.get(), ba.data(), n, oa->ref.offset + done, oa->ref); !st.ok())
       return st;
-    if (auto st = pread_exact(ob->fd.get(), bb.data(), n, ob->ref.offset + done, ob->ref);
-        !st.ok())
+    if (auto st = pread_exact(ob->fd.get(), bb.data(), n, ob->ref.offset + done, ob->ref); !st.ok())
       return st;
     read_->bytes += 2 * n;
     if (std::memcmp(ba.data(), bb.data(), n) != 0) return false;
@@ -312,14 +309,13 @@ absl::StatusOr<LoadedTensor> load_tensor(const TensorProto& t, const ExternalDat
                                          uint64_t max_bytes) {
   if (!is_external(t)) return LoadedTensor(&t);
   if (!data)
-    return absl::FailedPreconditionError(
-        absl::StrCat("external tensor '", shown(t.name()),
-                     "': the model's external-data files are not known"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "external tensor '", shown(t.name()), "': the model's external-data files are not known"));
   // The declared size first: a tensor over the limit is refused without opening its file.
   if (auto declared = payload_bytes(t); declared && *declared > max_bytes)
-    return absl::ResourceExhaustedError(absl::StrCat("external tensor '", shown(t.name()),
-                                                     "' has ", *declared,
-                                                     " bytes, above the limit of ", max_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat("external tensor '", shown(t.name()), "' has ",
+                                                     *declared, " bytes, above the limit of ",
+                                                     max_bytes));
   auto bytes = data->read(t, max_bytes);
   if (!bytes.ok()) return bytes.status();
   auto loaded = std::make_shared<TensorProto>();

@@ -51,8 +51,8 @@ void check_window(const InferenceContext& ctx, int weights) {
         w && w->dim_size() != rank)
       fail_shape_inference("W has rank ", w->dim_size(), " but X has rank ", rank);
   }
-  for (const char* name : {"kernel_shape", "strides", "dilations", "output_shape",
-                           "output_padding"})
+  for (const char* name :
+       {"kernel_shape", "strides", "dilations", "output_shape", "output_padding"})
     if (const auto* a = ints_attr(ctx, name); a && a->ints_size() != spatial)
       fail_shape_inference("attribute ", name, " has ", a->ints_size(), " values for ", spatial,
                            " spatial axes");
@@ -121,7 +121,8 @@ void check_reshape(const InferenceContext& ctx) {
   for (size_t i = 0; i < target->size(); ++i) {
     int64_t d = (*target)[i];
     // A 0 copies the input's dim (what libonnx multiplies in, unless allowzero).
-    if (d == 0 && static_cast<int>(i) < x->dim_size() && x->dim(static_cast<int>(i)).has_dim_value())
+    if (d == 0 && static_cast<int>(i) < x->dim_size() &&
+        x->dim(static_cast<int>(i)).has_dim_value())
       d = x->dim(static_cast<int>(i)).dim_value();
     if (d > 0 && __builtin_mul_overflow(product, d, &product))
       fail_shape_inference("the target shape's dims multiply past int64");
@@ -182,8 +183,8 @@ void check_shape_input(const InferenceContext& ctx, size_t i) {
   const onnx::TensorShapeProto* shape = input_shape(ctx, i);
   if (shape && shape->dim_size() == 1 && shape->dim(0).has_dim_value() &&
       shape->dim(0).dim_value() > kMaxShapeTensorLength)
-    fail_shape_inference("the shape input has ", shape->dim(0).dim_value(),
-                         " elements, more than ", kMaxShapeTensorLength);
+    fail_shape_inference("the shape input has ", shape->dim(0).dim_value(), " elements, more than ",
+                         kMaxShapeTensorLength);
 }
 
 // RNN-1, GRU-3 and LSTM-1 read dims 0 and 1 of X whatever its rank (later opsets check it is 3).
@@ -265,7 +266,10 @@ const std::map<std::string, Check, std::less<>>& checks() {
       {"ConstantOfShape", [](const InferenceContext& c) { check_shape_input(c, 0); }},
       {"GatherND", check_gather_nd},
       {"Scan", check_scan},
-      {"Range", [](const InferenceContext& c) { check_first_values(c, {0, 1, 2}); }},
+      {"Range",
+       [](const InferenceContext& c) {
+         check_first_values(c, {0, 1, 2});
+       }},
       {"TopK", [](const InferenceContext& c) { check_first_values(c, {1}); }},
       {"LayerNormalization", check_layer_norm},
       {"RNN", check_recurrent},

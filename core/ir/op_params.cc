@@ -98,8 +98,7 @@ std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
-std::optional<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& axes,
-                                                   int64_t rank) {
+std::optional<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<int64_t> out;
   out.reserve(axes.size());
   for (int64_t a : axes) {
@@ -204,10 +203,9 @@ std::optional<std::vector<int64_t>> unsqueeze_axes(const Node& n) {
 namespace {
 
 bool is_reduce(const std::string& op) {
-  static const char* const kOps[] = {"ReduceSum",       "ReduceMean",   "ReduceMax",
-                                     "ReduceMin",       "ReduceProd",   "ReduceL1",
-                                     "ReduceL2",        "ReduceLogSum", "ReduceLogSumExp",
-                                     "ReduceSumSquare"};
+  static const char* const kOps[] = {
+      "ReduceSum", "ReduceMean", "ReduceMax",    "ReduceMin",       "ReduceProd",
+      "ReduceL1",  "ReduceL2",   "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
   for (const char* k : kOps)
     if (op == k) return true;
   return false;

@@ -74,10 +74,10 @@ absl::Status check_operands(const Node& n, bool clamp_to_known_opset) {
     // type unset.
     if (!a->ref_attr_name().empty() || a->type() == onnx::AttributeProto::UNDEFINED) continue;
     if (a->type() != formal.type)
-      return absl::InvalidArgumentError(absl::StrCat(
-          describe(n), ": attribute '", name, "' must be ",
-          onnx::AttributeProto::AttributeType_Name(formal.type), ", not ",
-          onnx::AttributeProto::AttributeType_Name(a->type())));
+      return absl::InvalidArgumentError(
+          absl::StrCat(describe(n), ": attribute '", name, "' must be ",
+                       onnx::AttributeProto::AttributeType_Name(formal.type), ", not ",
+                       onnx::AttributeProto::AttributeType_Name(a->type())));
   }
   return absl::OkStatus();
 }

@@ -243,8 +243,8 @@ uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(half);
 }
 
-std::optional<onnx::TensorProto> float_to_half_tensor(const onnx::TensorProto& t,
-                                                      int64_t* clamped, int64_t* flushed) {
+std::optional<onnx::TensorProto> float_to_half_tensor(const onnx::TensorProto& t, int64_t* clamped,
+                                                      int64_t* flushed) {
   if (t.data_type() != onnx::TensorProto::FLOAT || is_external(t)) return std::nullopt;
   auto values = read_doubles(t);
   auto count = element_count(t);

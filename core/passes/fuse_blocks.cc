@@ -252,10 +252,11 @@ std::optional<Reduction> mean_of(ir::Value* v, const ir::Value* of, int64_t rank
   ir::Node* reduce = chain_producer(v, "ReduceMean", root);
   if (!reduce || reduce->input(0) != of ||
       !only_attributes(*reduce, {"axes", "keepdims", "noop_with_empty_axes"}))
-    return no_match_with(root, [&] { return absl::StrCat(std::string(what), " is not a ReduceMean of it"); });
+    return no_match_with(
+        root, [&] { return absl::StrCat(std::string(what), " is not a ReduceMean of it"); });
   if (!single_use(v))
-    return no_match_with(*reduce,
-                         [&] { return absl::StrCat(std::string(what), " has readers outside the block"); });
+    return no_match_with(
+        *reduce, [&] { return absl::StrCat(std::string(what), " has readers outside the block"); });
   const int64_t k = trailing_axes(*reduce, rank);
   if (k == 0)
     return no_match_with(*reduce, [&] {

@@ -80,7 +80,7 @@ class OptionValues {
   // the pass and throws std::logic_error (the pipeline rolls such a pass back).
   int64_t integer(std::string_view name) const;  // kInteger and kBytes
   bool boolean(std::string_view name) const;
-  const std::string& choice(std::string_view name) const;  // kEnum
+  const std::string& choice(std::string_view name) const;             // kEnum
   const std::vector<std::string>& list(std::string_view name) const;  // kList, sorted, distinct
 
   // In the schema's order, for canonical texts.

@@ -1,5 +1,5 @@
-// The built-in passes. Each core/passes/<name>.cc defines, at its end, its descriptor (name, level, description, option schema); registry.cc lists the descriptors
-// in pipeline order.
+// The built-in passes. Each core/passes/<name>.cc defines, at its end, its descriptor (name, level,
+// description, option schema); registry.cc lists the descriptors in pipeline order.
 #pragma once
 
 #include <memory>
@@ -9,11 +9,10 @@
 
 namespace graft {
 
-
 // Rule sets split across files (one pass made of both).
 struct Rule;
-std::vector<Rule> arithmetic_rules();  // simplify_arithmetic.cc
-std::vector<Rule> chain_rules();       // simplify_chains.cc
+std::vector<Rule> arithmetic_rules();     // simplify_arithmetic.cc
+std::vector<Rule> chain_rules();          // simplify_chains.cc
 std::vector<Rule> reshape_chain_rules();  // reshape_chains.cc (in fold_shapes)
 std::vector<Rule> pad_fusion_rules();     // fuse_pad.cc (in fuse_conv_batchnorm)
 

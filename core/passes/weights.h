@@ -22,10 +22,10 @@ struct LinearOp {
   // W (Conv, ConvTranspose), B (Gemm, MatMul): type and dims only; the values are decoded when
   // a fold scales them (a pure shift never reads them: weights can be hundreds of MiB).
   FloatConstantType weight;
-  std::optional<FloatConstant> bias;   // Conv's B, Gemm's C
-  int64_t channels = 0;                // output channels
-  int64_t output_rank = 0;             // rank of the op's output
-  int64_t channel_axis = 0;            // axis of the output holding the channels
+  std::optional<FloatConstant> bias;  // Conv's B, Gemm's C
+  int64_t channels = 0;               // output channels
+  int64_t output_rank = 0;            // rank of the op's output
+  int64_t channel_axis = 0;           // axis of the output holding the channels
 };
 
 // `node` as a LinearOp: a Conv/ConvTranspose/Gemm/MatMul whose attributes, opset and constant

@@ -37,9 +37,9 @@ std::string errno_text(int err) { return std::error_code(err, std::generic_categ
 // "I/O error" (paths::errno_code: NotFound, PermissionDenied, DataLoss, ...).
 absl::Status io_error(std::string_view name, const std::string& what, const std::string& path,
                       int err) {
-  return absl::Status(errno_code(err), absl::StrCat("external data location '", shown(name),
-                                                    "': cannot ", what, " '", path,
-                                                    "': ", errno_text(err)));
+  return absl::Status(errno_code(err),
+                      absl::StrCat("external data location '", shown(name), "': cannot ", what,
+                                   " '", path, "': ", errno_text(err)));
 }
 
 class Fd {
@@ -141,8 +141,7 @@ absl::Status check_location(std::string_view name) {
 namespace {
 
 // The regular file `folder`/`name`, opened by read_beneath's rules.
-absl::StatusOr<Fd> open_regular(const std::string& folder, std::string_view name,
-                                struct stat* st) {
+absl::StatusOr<Fd> open_regular(const std::string& folder, std::string_view name, struct stat* st) {
   if (auto status = check_location(name); !status.ok()) return status;
   const std::vector<std::string> parts = components(name);
   auto dir = open_folders(folder, name, parts, /*create=*/false);
@@ -167,14 +166,12 @@ absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_
   const std::string path = (folder.empty() ? "." : folder) + "/" + std::string(name);
   auto bytes = read_all(fd->get(), absl::StrCat("'", path, "'"), static_cast<uint64_t>(st.st_size));
   if (!bytes.ok())
-    return absl::Status(bytes.status().code(),
-                        absl::StrCat("external data location '", shown(name), "': ",
-                                     bytes.status().message()));
+    return absl::Status(bytes.status().code(), absl::StrCat("external data location '", shown(name),
+                                                            "': ", bytes.status().message()));
   return bytes;
 }
 
-absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name,
-                                 uint64_t* size) {
+absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name, uint64_t* size) {
   struct stat st;
   auto fd = open_regular(folder, name, &st);
   if (!fd.ok()) return fd.status();

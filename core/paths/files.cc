@@ -90,8 +90,8 @@ absl::StatusOr<std::string> read_all(int fd, std::string_view what, uint64_t siz
       if (n < 0) return errno_status(errno, "read", what);
       if (n == 0) break;
       if (len + static_cast<uint64_t>(n) > max_bytes) return too_big(what, max_bytes);
-      const uint64_t want = std::min<uint64_t>(std::max<uint64_t>(2 * out.size(), kFirstBlock),
-                                               max_bytes);
+      const uint64_t want =
+          std::min<uint64_t>(std::max<uint64_t>(2 * out.size(), kFirstBlock), max_bytes);
       if (!grow(out, static_cast<size_t>(std::max<uint64_t>(want, len + n))))
         return absl::ResourceExhaustedError(absl::StrCat("no memory for ", std::string(what)));
       std::memcpy(out.data() + len, probe, static_cast<size_t>(n));
@@ -129,8 +129,8 @@ absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_byte
   return read_all(fd.fd, what, size, max_bytes);
 }
 
-absl::Status read_blocks(const std::string& path,
-                         const std::function<void(std::string_view)>& each, size_t block_bytes) {
+absl::Status read_blocks(const std::string& path, const std::function<void(std::string_view)>& each,
+                         size_t block_bytes) {
   const std::string what = absl::StrCat("'", path, "'");
   Closer fd{-1};
   uint64_t size = 0;
@@ -150,8 +150,8 @@ absl::Status pread_exact(int fd, char* dst, size_t n, uint64_t offset, std::stri
     ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0)
-      return absl::DataLossError(absl::StrCat(std::string(what), ": cannot read: ",
-                                              std::strerror(errno)));
+      return absl::DataLossError(
+          absl::StrCat(std::string(what), ": cannot read: ", std::strerror(errno)));
     if (got == 0)
       return absl::DataLossError(absl::StrCat(std::string(what), " ended before offset ",
                                               offset + n, " (it changed while being read)"));
@@ -161,8 +161,7 @@ absl::Status pread_exact(int fd, char* dst, size_t n, uint64_t offset, std::stri
 }
 
 absl::Status read_range(int fd, uint64_t offset, uint64_t size, size_t piece_bytes,
-                        std::string_view what,
-                        const std::function<bool(std::string_view)>& each) {
+                        std::string_view what, const std::function<bool(std::string_view)>& each) {
   std::string buffer(
       static_cast<size_t>(std::min<uint64_t>(size, std::max<size_t>(piece_bytes, 1))), '\0');
   for (uint64_t done = 0; done < size;) {

@@ -36,8 +36,7 @@ absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_byte
 // Reads the file at `path` in blocks of `block_bytes` into one reused buffer, calling `each` on
 // every block in order: for a pass over a file (a digest, say) without holding all of it.
 // Errors as read_file's.
-absl::Status read_blocks(const std::string& path,
-                         const std::function<void(std::string_view)>& each,
+absl::Status read_blocks(const std::string& path, const std::function<void(std::string_view)>& each,
                          size_t block_bytes = size_t{4} << 20);
 
 // Reads exactly `n` bytes of `fd` at `offset` into `dst` (pread, retried until done). DataLoss
@@ -50,8 +49,7 @@ absl::Status pread_exact(int fd, char* dst, size_t n, uint64_t offset, std::stri
 // (hashed, sent, copied) without holding it. `each` returning false stops the read (OK).
 // Errors as pread_exact's.
 absl::Status read_range(int fd, uint64_t offset, uint64_t size, size_t piece_bytes,
-                        std::string_view what,
-                        const std::function<bool(std::string_view)>& each);
+                        std::string_view what, const std::function<bool(std::string_view)>& each);
 
 // Writes all of `bytes` to `fd`. DataLoss "cannot write <what>: <strerror>" on failure.
 absl::Status write_all(int fd, std::string_view bytes, std::string_view what);

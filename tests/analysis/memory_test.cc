@@ -235,7 +235,6 @@ TEST(Memory, ExternalWeightsCountByDeclaredSizeUnread) {
   EXPECT_EQ(estimate_memory(*model, {}, 1).weight_bytes, 4000u);
 }
 
-
 // Symbolic dims: the config's memory_dims, else verification's dims, else the default.
 TEST(MemoryReport, SymbolicDimsComeFromTheConfigThenVerification) {
   const char* text = R"(

@@ -119,7 +119,8 @@ std::string external_data_in_a_function(const std::string& location) {
 TEST_F(ExternalPaths, LocalModeCopiesAFileOnlyAFunctionReads) {
   write(in() / "weights" / "w.bin", kWeights);
   write(model_path(), external_data_in_a_function("weights/w.bin"));
-  CliRun r = graft(root_, "optimize -q --local --level O1 " + model_path() + " -o " + output_path());
+  CliRun r =
+      graft(root_, "optimize -q --local --level O1 " + model_path() + " -o " + output_path());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(read_file(out() / "weights" / "w.bin"), kWeights);
   fs::remove_all(out());
@@ -139,8 +140,8 @@ std::unique_ptr<ir::Model> folding_model(const fs::path& folder, const std::stri
   for (int i = 0; i < 512; ++i) u += (i ? ", " : "") + std::to_string(i % 5);
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[32, 16] x) => (float[32, 16] y, float[32, 16] z) <float[16, 32] w = {)" + w +
-                          R"(}, float[32, 16] u = {)" + u + R"(}> {
+    g (float[32, 16] x) => (float[32, 16] y, float[32, 16] z) <float[16, 32] w = {)" +
+                          w + R"(}, float[32, 16] u = {)" + u + R"(}> {
       t = Transpose <perm = [1, 0]> (w)
       y = Add (x, t)
       z = Mul (x, u)

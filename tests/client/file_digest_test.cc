@@ -61,10 +61,10 @@ class FileDigest : public ::testing::Test {
   void set_entry(const std::string& path, const std::string& value) const {
     struct stat st {};
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
-    ASSERT_TRUE(paths::write_file_atomic(cache_ + "/" + std::to_string(st.st_dev) + "-" +
-                                             std::to_string(st.st_ino),
-                                         value)
-                    .ok());
+    ASSERT_TRUE(
+        paths::write_file_atomic(
+            cache_ + "/" + std::to_string(st.st_dev) + "-" + std::to_string(st.st_ino), value)
+            .ok());
   }
 
   TempFolder folder_;

@@ -327,8 +327,8 @@ TEST(LookupFirst, EveryCallCarriesTheModelDigest) {
   given.model_sha256 = std::string(64, 'a');  // a digest the caller already has is sent as is
   ASSERT_TRUE(client.optimize(kModel, v1::PipelineConfig(), given).ok());
   const std::string digest = cache::sha256_hex(kModel);
-  EXPECT_EQ(service.digests(), (std::vector<std::string>{digest, digest, digest,
-                                                         given.model_sha256, given.model_sha256}));
+  EXPECT_EQ(service.digests(), (std::vector<std::string>{digest, digest, digest, given.model_sha256,
+                                                         given.model_sha256}));
 }
 
 // A model may have thousands of external files (one per tensor): they are hashed one open file

@@ -393,8 +393,7 @@ TEST(ConformanceTest, SupportedOps) {
   const std::vector<std::string> quantize_dynamic = {"ConvInteger", "DynamicQuantizeLinear",
                                                      "MatMulInteger"};
   std::set<std::string> expected;
-  for (const auto* group :
-       {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic}) {
+  for (const auto* group : {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic}) {
     expected.insert(group->begin(), group->end());
   }
   std::vector<std::string> ops = supported_ops();

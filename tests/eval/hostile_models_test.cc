@@ -1,8 +1,8 @@
 // Models built to hurt the evaluator: required inputs left out, Loop outputs that grow without
 // bound, kernels with far more work than a request may spend. Each must end in a precise error,
 // within the run's memory and work budget, never a crash.
-#include <onnx/defs/parser.h>
 #include <onnx/defs/data_type_utils.h>
+#include <onnx/defs/parser.h>
 #include <onnx/defs/schema.h>
 
 #include <absl/strings/str_join.h>
@@ -135,22 +135,40 @@ onnx::ModelProto one_node(const std::string& op, int opset, size_t count, int ou
   g->add_output()->set_name("y0");
   // Required attributes get a value of their type, so that only the inputs are missing.
   const int newest = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at("").second;
-  if (const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(op, std::min(opset, newest), ""))
+  if (const onnx::OpSchema* schema =
+          onnx::OpSchemaRegistry::Schema(op, std::min(opset, newest), ""))
     for (const auto& [name, formal] : schema->attributes()) {
       if (!formal.required) continue;
       auto* a = node->add_attribute();
       a->set_name(name);
       a->set_type(formal.type);
       switch (formal.type) {
-        case onnx::AttributeProto::INT: a->set_i(1); break;
-        case onnx::AttributeProto::FLOAT: a->set_f(1); break;
-        case onnx::AttributeProto::STRING: a->set_s("x"); break;
-        case onnx::AttributeProto::INTS: a->add_ints(1); break;
-        case onnx::AttributeProto::FLOATS: a->add_floats(1); break;
-        case onnx::AttributeProto::STRINGS: a->add_strings("x"); break;
-        case onnx::AttributeProto::TENSOR: a->mutable_t()->set_data_type(TensorProto::FLOAT); break;
-        case onnx::AttributeProto::GRAPH: a->mutable_g()->set_name(name); break;
-        default: break;
+        case onnx::AttributeProto::INT:
+          a->set_i(1);
+          break;
+        case onnx::AttributeProto::FLOAT:
+          a->set_f(1);
+          break;
+        case onnx::AttributeProto::STRING:
+          a->set_s("x");
+          break;
+        case onnx::AttributeProto::INTS:
+          a->add_ints(1);
+          break;
+        case onnx::AttributeProto::FLOATS:
+          a->add_floats(1);
+          break;
+        case onnx::AttributeProto::STRINGS:
+          a->add_strings("x");
+          break;
+        case onnx::AttributeProto::TENSOR:
+          a->mutable_t()->set_data_type(TensorProto::FLOAT);
+          break;
+        case onnx::AttributeProto::GRAPH:
+          a->mutable_g()->set_name(name);
+          break;
+        default:
+          break;
       }
     }
   return proto;
@@ -167,8 +185,8 @@ TEST(HostileModels, EveryOpRejectsEachMissingOrMistypedRequiredAttribute) {
     for (const auto& [name, formal] : schema.attributes()) {
       if (!formal.required) continue;
       const int since = schema.SinceVersion();
-      onnx::ModelProto proto = one_node(schema.Name(), since, schema.min_input(),
-                                        std::max(1, schema.min_output()));
+      onnx::ModelProto proto =
+          one_node(schema.Name(), since, schema.min_input(), std::max(1, schema.min_output()));
       auto* node = proto.mutable_graph()->mutable_node(0);
       int at = -1;
       for (int i = 0; i < node->attribute_size(); ++i)

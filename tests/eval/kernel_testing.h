@@ -40,8 +40,8 @@ inline std::vector<double> doubles_of(const Tensor& t) {
 
 // A one-graph model text at the given default-domain opset.
 inline std::string model(int opset, const std::string& sig, const std::string& body) {
-  return "<ir_version: 8, opset_import: [\"\" : " + std::to_string(opset) + "]>\ng " + sig +
-         " { " + body + " }";
+  return "<ir_version: 8, opset_import: [\"\" : " + std::to_string(opset) + "]>\ng " + sig + " { " +
+         body + " }";
 }
 
 // Runs the single node of `text` on `inputs`; returns the status and leaves outputs in `out`.

@@ -151,9 +151,9 @@ TEST(NormKernelsTest, StatisticsAreComputedInStashType) {
   Tensor scale = f32({2}, {1, 1}), bias = f32({2}, {0.25, -0.5});
   std::vector<Tensor> out;
   const std::string sig = "(float[1,2] x, float[2] s, float[2] b) => (float[1,2] y, float[1,1] i)";
-  ASSERT_TRUE(run(model(17, sig, "y, m, i = LayerNormalization (x, s, b)"), {&x, &scale, &bias},
-                  &out)
-                  .ok());
+  ASSERT_TRUE(
+      run(model(17, sig, "y, m, i = LayerNormalization (x, s, b)"), {&x, &scale, &bias}, &out)
+          .ok());
   expect_values(out[0], {0.25, -0.5});
   expect_values(out[1], {0});
   ASSERT_TRUE(run(model(17, sig, "y, m, i = LayerNormalization <stash_type = 11> (x, s, b)"),
@@ -163,9 +163,9 @@ TEST(NormKernelsTest, StatisticsAreComputedInStashType) {
   const std::string rms_sig = "(float[1,2] x, float[2] s) => (float[1,2] y)";
   ASSERT_TRUE(run(model(23, rms_sig, "y = RMSNormalization (x, s)"), {&x, &scale}, &out).ok());
   expect_values(out[0], {0, 0});
-  ASSERT_TRUE(run(model(23, rms_sig, "y = RMSNormalization <stash_type = 11> (x, s)"),
-                  {&x, &scale}, &out)
-                  .ok());
+  ASSERT_TRUE(
+      run(model(23, rms_sig, "y = RMSNormalization <stash_type = 11> (x, s)"), {&x, &scale}, &out)
+          .ok());
   expect_values(out[0], {-1, 1});
 }
 

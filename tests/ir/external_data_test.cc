@@ -90,10 +90,11 @@ TEST(ExternalData, RangesOutsideTheFileAreRefused) {
                                   {"offset", "9223372036854775807"},
                                   {"length", "9223372036854775807"}})),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_of(*data, keyed({{"location", "data.bin"},
-                                  {"offset", "32"},
-                                  {"length", "9223372036854775800"}})),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      code_of(
+          *data,
+          keyed({{"location", "data.bin"}, {"offset", "32"}, {"length", "9223372036854775800"}})),
+      absl::StatusCode::kInvalidArgument);
   // At the end exactly: an empty tensor.
   EXPECT_TRUE(
       data->read(keyed({{"location", "data.bin"}, {"offset", "64"}, {"length", "0"}}, {0})).ok());
@@ -219,7 +220,9 @@ TEST(ExternalData, BlocksHashesAndComparisons) {
   auto b = external_tensor("b", TensorProto::FLOAT, {8}, "data.bin", 64, 32);
   auto c = external_tensor("c", TensorProto::FLOAT, {8}, "data.bin", 32, 32);
   std::string streamed;
-  ASSERT_TRUE(data->read_blocks(c, [&](std::string_view s) { streamed += s; }, 5).ok());
+  ASSERT_TRUE(data->read_blocks(
+                      c, [&](std::string_view s) { streamed += s; }, 5)
+                  .ok());
   EXPECT_EQ(streamed, bytes.substr(32, 32));
   const uint64_t before = data->bytes_read();
   auto ha = data->content_hash(a), hb = data->content_hash(b), hc = data->content_hash(c);
@@ -396,7 +399,8 @@ TEST(SerializeWithExternal, CompactMovesTheTensorsOfPartlyUsedFiles) {
   const std::string text = R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[64] v, float[4] u) => (float[64] z, float[64] z2, float[4] s)
-        <float[64] w = )" + w + ", float[64] w2 = " + w + R"(, float[4] small = {1, 2, 3, 4}> {
+        <float[64] w = )" + w +
+                           ", float[64] w2 = " + w + R"(, float[4] small = {1, 2, 3, 4}> {
       z = Add (v, w)
       z2 = Sub (v, w2)
       s = Add (u, small)

@@ -13,8 +13,8 @@ namespace {
 
 TEST(HalfTensor, ClampsFlushesAndKeepsSpecials) {
   const float inf = std::numeric_limits<float>::infinity();
-  onnx::TensorProto t = ir::make_float32_tensor(
-      {2, 3}, {1.0f, 65504.0f, 70000.0f, -1e30f, 1e-9f, -inf});
+  onnx::TensorProto t =
+      ir::make_float32_tensor({2, 3}, {1.0f, 65504.0f, 70000.0f, -1e30f, 1e-9f, -inf});
   t.set_name("w");
   int64_t clamped = 0, flushed = 0;
   auto half = ir::float_to_half_tensor(t, &clamped, &flushed);
@@ -51,10 +51,8 @@ TEST(HalfTensor, GraphInputAndOutputTypesCanBeReplaced) {
   EXPECT_EQ(g.outputs()[0].info.type().tensor_type().elem_type(), onnx::TensorProto::FLOAT16);
   EXPECT_EQ(onnx_errors(*model), "");
   const auto saved = model->to_proto();
-  EXPECT_EQ(saved.graph().input(0).type().tensor_type().elem_type(),
-            onnx::TensorProto::FLOAT16);
-  EXPECT_EQ(saved.graph().output(0).type().tensor_type().elem_type(),
-            onnx::TensorProto::FLOAT16);
+  EXPECT_EQ(saved.graph().input(0).type().tensor_type().elem_type(), onnx::TensorProto::FLOAT16);
+  EXPECT_EQ(saved.graph().output(0).type().tensor_type().elem_type(), onnx::TensorProto::FLOAT16);
 }
 
 }  // namespace

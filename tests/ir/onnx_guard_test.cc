@@ -76,7 +76,8 @@ TEST(OnnxGuard, ZeroStride) {
     g (float[1,1,4] x) => (float y) {
       y = MaxPool <kernel_shape = [1], strides = [0]> (x)
     }
-  )")).find("strides must be positive, got 0"),
+  )"))
+                .find("strides must be positive, got 0"),
             std::string::npos);
 }
 
@@ -86,7 +87,8 @@ TEST(OnnxGuard, SamePaddingOfAHugeDim) {
     g (float[1,1,4611686018427387904] x) => (float y) {
       y = AveragePool <kernel_shape = [3], strides = [2], auto_pad = "SAME_UPPER"> (x)
     }
-  )")).find("is too large to pad"),
+  )"))
+                .find("is too large to pad"),
             std::string::npos);
 }
 
@@ -96,14 +98,16 @@ TEST(OnnxGuard, AttributeLengthsFollowTheInputRank) {
     g (float[1,3,4,4] x, float[3,2,1,1] w) => (float y) {
       y = ConvTranspose <output_padding = [0]> (x, w)
     }
-  )")).find("output_padding has 1 values for 2 spatial axes"),
+  )"))
+                .find("output_padding has 1 values for 2 spatial axes"),
             std::string::npos);
   EXPECT_NE(strict_error(parse_proto(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,3,4,4] x, float[3] w) => (float y) {
       y = ConvTranspose <kernel_shape = [1, 1]> (x, w)
     }
-  )")).find("W has rank 1 but X has rank 4"),
+  )"))
+                .find("W has rank 1 but X has rank 4"),
             std::string::npos);
 }
 
@@ -113,7 +117,8 @@ TEST(OnnxGuard, MaxUnpoolIndicesOfUnknownShape) {
     g (float[1,1,2,2] x, int64 i) => (float y) {
       y = MaxUnpool <kernel_shape = [2, 2]> (x, i)
     }
-  )")).find("indices need a known shape"),
+  )"))
+                .find("indices need a known shape"),
             std::string::npos);
 }
 
@@ -123,7 +128,8 @@ TEST(OnnxGuard, MaxRoiPoolWithOneSpatialAxis) {
     g (float[1,3,4] x, float[2,5] rois) => (float y) {
       y = MaxRoiPool <pooled_shape = [2]> (x, rois)
     }
-  )")).find("pooled_shape needs 2 values, got 1"),
+  )"))
+                .find("pooled_shape needs 2 values, got 1"),
             std::string::npos);
 }
 
@@ -134,7 +140,8 @@ TEST(OnnxGuard, DepthToSpaceBlocksizeWhoseSquareWraps) {
     g (float[1,4,2,2] x) => (float y) {
       y = DepthToSpace <blocksize = 4294967296> (x)
     }
-  )")).find("blocksize 4294967296 squared overflows int64"),
+  )"))
+                .find("blocksize 4294967296 squared overflows int64"),
             std::string::npos);
 }
 
@@ -146,14 +153,16 @@ TEST(OnnxGuard, ReshapeWhoseDimProductsWrap) {
     g (float[4611686018427387904,2] x) => (float y) <int64[3] s = {-1, 3, 6148914691236517205}> {
       y = Reshape (x, s)
     }
-  )")).find("the target shape's dims multiply past int64"),
+  )"))
+                .find("the target shape's dims multiply past int64"),
             std::string::npos);
   EXPECT_NE(strict_error(parse_proto(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[4611686018427387904,2] x) => (float y) <int64[2] s = {-1, 3}> {
       y = Reshape (x, s)
     }
-  )")).find("the input's dims multiply past int64"),
+  )"))
+                .find("the input's dims multiply past int64"),
             std::string::npos);
 }
 
@@ -165,7 +174,8 @@ TEST(OnnxGuard, SplitWithoutOutputs) {
       y = Relu (x)
       = Split (x)
     }
-  )")).find("Split has no outputs"),
+  )"))
+                .find("Split has no outputs"),
             std::string::npos);
 }
 
@@ -176,7 +186,8 @@ TEST(OnnxGuard, SplitToSequenceByZero) {
       q = SplitToSequence (x, s)
       y = SequenceLength (q)
     }
-  )")).find("scalar split must be positive, got 0"),
+  )"))
+                .find("scalar split must be positive, got 0"),
             std::string::npos);
 }
 
@@ -187,7 +198,8 @@ TEST(OnnxGuard, EinsumImplicitOutputWithANonLowercaseLetter) {
     g (float[1] x) => (float y) {
       y = Einsum <equation = "H"> (x)
     }
-  )")).find("equation without -> has a character other than a-z"),
+  )"))
+                .find("equation without -> has a character other than a-z"),
             std::string::npos);
   // Without all input shapes libonnx infers the type alone, which the guard lets it do.
   EXPECT_EQ(inferred_shape(R"(
@@ -197,7 +209,9 @@ TEST(OnnxGuard, EinsumImplicitOutputWithANonLowercaseLetter) {
       u = Einsum <equation = "H,H"> (x, y)
       z = Identity (u)
     }
-  )", "u"), "?");
+  )",
+                           "u"),
+            "?");
 }
 
 TEST(OnnxGuard, Gemm6OfRank0Inputs) {
@@ -207,14 +221,16 @@ TEST(OnnxGuard, Gemm6OfRank0Inputs) {
     g (float a, float b, float c) => (float y) {
       y = Gemm (a, b, c)
     }
-  )")).find("Gemm's A has rank 0, not 2"),
+  )"))
+                .find("Gemm's A has rank 0, not 2"),
             std::string::npos);
   EXPECT_NE(strict_error(parse_proto(R"(
     <ir_version: 8, opset_import: ["" : 6]>
     g (float[2,3] a, float[3] b, float c) => (float y) {
       y = Gemm <transB = 1> (a, b, c)
     }
-  )")).find("Gemm's B has rank 1, not 2"),
+  )"))
+                .find("Gemm's B has rank 1, not 2"),
             std::string::npos);
 }
 
@@ -225,7 +241,8 @@ TEST(OnnxGuard, StftOfARank1Signal) {
     g (float[16] x) => (float y) <int64 step = {1}> {
       y = STFT (x, step)
     }
-  )")).find("STFT's signal has rank 1, less than 2"),
+  )"))
+                .find("STFT's signal has rank 1, less than 2"),
             std::string::npos);
 }
 
@@ -237,7 +254,8 @@ TEST(OnnxGuard, ShapeInputWhoseLengthIsInferredHuge) {
       r = Range (a, b, d)
       y = Expand (x, r)
     }
-  )")).find("the shape input has 1099511627776 elements, more than 1024"),
+  )"))
+                .find("the shape input has 1099511627776 elements, more than 1024"),
             std::string::npos);
   EXPECT_NE(strict_error(parse_proto(R"(
     <ir_version: 8, opset_import: ["" : 13]>
@@ -245,7 +263,8 @@ TEST(OnnxGuard, ShapeInputWhoseLengthIsInferredHuge) {
       z = ConstantOfShape <value = int64[1] {1}> (s)
       y = ConstantOfShape (z)
     }
-  )")).find("the shape input has 1099511627776 elements, more than 1024"),
+  )"))
+                .find("the shape input has 1099511627776 elements, more than 1024"),
             std::string::npos);
 }
 
@@ -256,21 +275,24 @@ TEST(OnnxGuard, OldRecurrentOpsOfALowRankX) {
     g (float x, float[1,4,1] w, float[1,4,4] r) => (float y) {
       y = RNN <hidden_size = 4> (x, w, r)
     }
-  )")).find("X has rank 0, not 3"),
+  )"))
+                .find("X has rank 0, not 3"),
             std::string::npos);
   EXPECT_NE(strict_error(parse_proto(R"(
     <ir_version: 8, opset_import: ["" : 6]>
     g (float[5] x, float[1,16,1] w, float[1,16,4] r) => (float y) {
       y = LSTM <hidden_size = 4> (x, w, r)
     }
-  )")).find("X has rank 1, not 3"),
+  )"))
+                .find("X has rank 1, not 3"),
             std::string::npos);
   EXPECT_NE(strict_error(parse_proto(R"(
     <ir_version: 8, opset_import: ["" : 6]>
     g (float x, float[1,12,1] w, float[1,12,4] r) => (float y) {
       y = GRU <hidden_size = 4> (x, w, r)
     }
-  )")).find("X has rank 0, not 3"),
+  )"))
+                .find("X has rank 0, not 3"),
             std::string::npos);
 }
 
@@ -281,7 +303,8 @@ TEST(OnnxGuard, GatherNDWithNegativeBatchDims) {
     g (float[2,3] x, int64[2,1] i) => (float y) {
       y = GatherND <batch_dims = -3> (x, i)
     }
-  )")).find("batch_dims must not be negative, got -3"),
+  )"))
+                .find("batch_dims must not be negative, got -3"),
             std::string::npos);
 }
 
@@ -291,9 +314,11 @@ TEST(OnnxGuard, LayerNormalizationAxisOutOfRange) {
     EXPECT_NE(strict_error(parse_proto(std::string(R"(
       <ir_version: 8, opset_import: ["" : 17]>
       g (float[2,3] x, float[3] s) => (float y, float m) {
-        y, m = LayerNormalization <axis = )") + axis + R"(> (x, s)
+        y, m = LayerNormalization <axis = )") +
+                                       axis + R"(> (x, s)
       }
-    )")).find(std::string("axis ") + axis + " is out of range for rank 2"),
+    )"))
+                  .find(std::string("axis ") + axis + " is out of range for rank 2"),
               std::string::npos);
   }
   EXPECT_NE(strict_error(parse_proto(R"(
@@ -301,7 +326,8 @@ TEST(OnnxGuard, LayerNormalizationAxisOutOfRange) {
     g (float x, float s) => (float y, float m) {
       y, m = LayerNormalization (x, s)
     }
-  )")).find("axis -1 is out of range for rank 0"),
+  )"))
+                .find("axis -1 is out of range for rank 0"),
             std::string::npos);
 }
 
@@ -339,7 +365,8 @@ TEST(OnnxGuard, ScanWithMoreScanInputsThanInputs) {
         zo = Identity (so)
       }> (s, x)
     }
-  )")).find("num_scan_inputs is 268435456 for 2 inputs"),
+  )"))
+                .find("num_scan_inputs is 268435456 for 2 inputs"),
             std::string::npos);
 }
 
@@ -411,15 +438,19 @@ TEST(OnnxGuard, ConsistentShapeInputsAreInferredAsBefore) {
 TEST(OnnxGuard, ConsistentRecurrentOpsAreInferredAsBefore) {
   // Before opset 7, Y is inferred only with output_sequence.
   for (std::string opset : {"6", "14"}) {
-    const std::string attrs = opset == "6" ? "hidden_size = 4, output_sequence = 1" : "hidden_size = 4";
+    const std::string attrs =
+        opset == "6" ? "hidden_size = 4, output_sequence = 1" : "hidden_size = 4";
     const std::string text = R"(
-      <ir_version: 8, opset_import: ["" : )" + opset + R"(]>
+      <ir_version: 8, opset_import: ["" : )" +
+                             opset + R"(]>
       g (float[5,2,1] x, float[1,4,1] w, float[1,4,4] r, float[1,16,1] lw, float[1,16,4] lr,
          float[1,12,1] gw, float[1,12,4] gr)
           => (float[a,b,c,d] y, float[e,f,g,h] ly, float[i,j,k,l] gy) {
         y = RNN <)" + attrs + R"(> (x, w, r)
-        ly = LSTM <)" + attrs + R"(> (x, lw, lr)
-        gy = GRU <)" + attrs + R"(> (x, gw, gr)
+        ly = LSTM <)" + attrs +
+                             R"(> (x, lw, lr)
+        gy = GRU <)" + attrs +
+                             R"(> (x, gw, gr)
       }
     )";
     EXPECT_EQ(strict_error(parse_proto(text)), "") << opset;
@@ -487,7 +518,8 @@ TEST(OnnxGuard, ConsistentRangeAndTopKAreInferredAsBefore) {
 TEST(OnnxGuard, ConsistentScanIsInferredAsBefore) {
   for (const char* opset : {"9", "16"}) {
     const std::string text = std::string(R"(
-      <ir_version: 8, opset_import: ["" : )") + opset + R"(]>
+      <ir_version: 8, opset_import: ["" : )") +
+                             opset + R"(]>
       g (float[2] s, float[3,2] x) => (float[a] y, float[b,c] z) {
         y, z = Scan <num_scan_inputs = 1, body = b (float[2] si, float[2] xi) => (float[2] so, float[2] zo) {
           so = Add (si, xi)

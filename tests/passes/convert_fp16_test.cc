@@ -3,11 +3,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/eval/verify.h"
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 #include "core/pipeline/pipeline.h"
-#include "core/eval/verify.h"
 #include "tests/external_model.h"
 #include "tests/fp16_checks.h"
 #include "tests/testing.h"
@@ -79,7 +79,7 @@ TEST(ConvertFp16, MatMulAddReluGetsFloat16WeightsAndBoundaryCasts) {
       y = Relu (a)
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(initializer_type(g, "w"), kF16);
@@ -94,7 +94,8 @@ TEST(ConvertFp16, MatMulAddReluGetsFloat16WeightsAndBoundaryCasts) {
 
 TEST(ConvertFp16, KeepIoTypesFalseConvertsTheInterface) {
   // The outputs change type, so the evaluator cannot compare them with the float originals.
-  auto model = convert(R"(
+  auto model =
+      convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,4] x) => (float[2,3] y)
       <float[4,3] w = {0.5, -1.0, 0.25, 2.0, 1.5, -0.75, 0.125, 1.0, -2.0, 0.5, 0.25, 1.0}> {
@@ -102,8 +103,7 @@ TEST(ConvertFp16, KeepIoTypesFalseConvertsTheInterface) {
       y = Relu (m)
     }
   )",
-                           with_option(fp16_tolerance(Outputs::kNotCompared), "keep_io_types",
-                                       "false"));
+              with_option(fp16_tolerance(Outputs::kNotCompared), "keep_io_types", "false"));
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(declared_input_type(g, 0), kF16);
@@ -122,7 +122,7 @@ TEST(ConvertFp16, BlockListedReduceMeanStaysFloatWithCastsAround) {
       y = Neg (r)
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   const ir::Node* mean = producer(g, "r");
@@ -145,7 +145,7 @@ TEST(ConvertFp16, ResizeKeepsItsFloatScales) {
       y = Relu (r)
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   EXPECT_EQ(initializer_type(model->graph(), "scales"), kF32);
   EXPECT_EQ(producer(model->graph(), "r")->input(0)->elem_type(), kF32);
@@ -189,9 +189,8 @@ TEST(ConvertFp16, DescriptorIsLossyLevel3WithKeepIoTypes) {
   ASSERT_TRUE(lists.ok()) << lists.status();
   EXPECT_EQ(lists->list("block_nodes"), std::vector<std::string>{});
   const auto& ops = lists->list("block_ops");
-  for (const char* op : {"Resize", "Range", "NonMaxSuppression", "TopK", "CumSum",
-                         "RandomNormal", "RandomUniformLike", "ReduceMean", "ReduceSum", "Pow",
-                         "Exp"})
+  for (const char* op : {"Resize", "Range", "NonMaxSuppression", "TopK", "CumSum", "RandomNormal",
+                         "RandomUniformLike", "ReduceMean", "ReduceSum", "Pow", "Exp"})
     EXPECT_TRUE(std::find(ops.begin(), ops.end(), op) != ops.end()) << op;
   auto none = parse_options(info.name, info.options, {{"block_ops", ""}});
   ASSERT_TRUE(none.ok()) << none.status();
@@ -213,12 +212,12 @@ TEST(ConvertFp16, CastToFloatInsideBecomesCastToFloat16OrGoes) {
       y = Relu (b)
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(producer(g, "c")->attr_int("to", 0), kF16);
   EXPECT_EQ(g.lookup("i")->elem_type(), onnx::TensorProto::INT64);
-  EXPECT_EQ(producer(g, "b"), nullptr);  // the no-op Cast is gone
+  EXPECT_EQ(producer(g, "b"), nullptr);        // the no-op Cast is gone
   EXPECT_EQ(count_casts_to(*model, kF32), 1);  // only the one producing y
   EXPECT_EQ(producer(g, "y")->op_type(), "Cast");
 }
@@ -235,7 +234,7 @@ TEST(ConvertFp16, AdjacentCastPairThatChangesNothingIsRemoved) {
       y = Neg (f)
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(count_ops(*model, "Cast"), 2);  // the boundary ones only
@@ -272,7 +271,7 @@ TEST(ConvertFp16, ConstantNodeValueIsConverted) {
       y = Add (x, k)
     }
   )",
-                           fp16_tolerance(Outputs::kNotCompared));  // 1e6 is clamped
+                       fp16_tolerance(Outputs::kNotCompared));  // 1e6 is clamped
   ASSERT_TRUE(model);
   const ir::Node* k = producer(model->graph(), "k");
   ASSERT_TRUE(k && k->attr("value"));
@@ -293,7 +292,7 @@ TEST(ConvertFp16, IfBranchesAreConvertedAndCapturedWeightsSeenAsFloat16) {
         }>
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(initializer_type(g, "w"), kF16);
@@ -318,7 +317,7 @@ TEST(ConvertFp16, LoopBodyStatesBecomeFloat16) {
       }>
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Node* loop = producer(model->graph(), "y")->input(0)->producer();
   ASSERT_TRUE(loop && loop->is("Loop"));
@@ -342,7 +341,7 @@ TEST(ConvertFp16, ScanBodyIsConverted) {
       }>
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Node* scan = producer(model->graph(), "y")->input(0)->producer();
   ASSERT_TRUE(scan && scan->is("Scan"));
@@ -358,14 +357,14 @@ TEST(ConvertFp16, ScanBodyIsConverted) {
 
 TEST(ConvertFp16, BlockedOpComputingAGraphOutputGetsACastWithoutKeepIoTypes) {
   // The graph output becomes float16: the kept ReduceSum's float result is cast under its name.
-  auto model = convert(R"(
+  auto model =
+      convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,3] x) => (float[1,1] y) {
       y = ReduceSum <keepdims = 1> (x, )
     }
   )",
-                           with_option(fp16_tolerance(Outputs::kNotCompared), "keep_io_types",
-                                       "false"));
+              with_option(fp16_tolerance(Outputs::kNotCompared), "keep_io_types", "false"));
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(declared_input_type(g, 0), kF16);
@@ -681,9 +680,9 @@ TEST(ConvertFp16, ExternalWeightsAreReadAndBecomeInMemoryFloat16) {
   ASSERT_TRUE(w && w->initializer());
   EXPECT_FALSE(ir::is_external(*w->initializer()));
   EXPECT_EQ(w->initializer()->data_type(), kF16);
-  EXPECT_EQ(*ir::read_doubles(*w->initializer()),
-            (std::vector<double>{0.5, -1.0, 0.25, 2.0, 1.5, -0.75, 0.125, 1.0, -2.0, 0.5, 0.25,
-                                 1.0}));
+  EXPECT_EQ(
+      *ir::read_doubles(*w->initializer()),
+      (std::vector<double>{0.5, -1.0, 0.25, 2.0, 1.5, -0.75, 0.125, 1.0, -2.0, 0.5, 0.25, 1.0}));
   EXPECT_EQ(same_outputs(*reference, *model, 1, 1e-2, 1e-2), "");
   EXPECT_EQ(onnx_errors_beside(*model, dir.path()), "");
   EXPECT_EQ(fp16_region_errors(*model), "");
@@ -699,7 +698,8 @@ TEST(ConvertFp16, ExternalWeightsConvertThroughThePipelineAndTheSavedModelComput
     w += (i ? ", " : "") + std::to_string(((i * 37) % 101 - 50) / 64.0);
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[N,64] x) => (float[N,64] y) <float[64,64] w = {)" + w + R"(}> {
+    g (float[N,64] x) => (float[N,64] y) <float[64,64] w = {)" +
+                          w + R"(}> {
       m = MatMul (x, w)
       y = Tanh (m)
     }
@@ -829,12 +829,14 @@ TEST(ConvertFp16, SecondRunInMemoryAfterOnnxInferenceChangesNothing) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[N,3,8,8] x) => (float[N,4,8,8] y)
-      <float[4,3,3,3] w = {)" + std::string(107 * 5, ' ') + R"(0.5)" +
+      <float[4,3,3,3] w = {)" +
+                          std::string(107 * 5, ' ') + R"(0.5)" +
                           [] {
                             std::string s;
                             for (int i = 1; i < 108; ++i) s += ", 0.25";
                             return s;
-                          }() + R"(}> {
+                          }() +
+                          R"(}> {
       c = Conv <pads = [1, 1, 1, 1]> (x, w)
       p = MaxPool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (c)
       y = HardSwish (p)
@@ -915,7 +917,7 @@ TEST(ConvertFp16, IntAndBoolValuesAreLeftAlone) {
       dd = Mul (d, d)
     }
   )",
-                           fp16_tolerance());
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(initializer_type(g, "one"), onnx::TensorProto::INT64);
@@ -929,4 +931,3 @@ TEST(ConvertFp16, IntAndBoolValuesAreLeftAlone) {
 
 }  // namespace
 }  // namespace graft::testing
-

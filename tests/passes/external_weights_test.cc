@@ -111,13 +111,14 @@ TEST(ExternalWeights, DedupMergesEqualExternalTensorsHashingOnlyCandidates) {
   TempFolder dir;
   // a and b hold the same numbers at different offsets, c the same range as a, d other numbers
   // of the same shape, e a different shape (never read).
-  auto model = parse_text(R"(
+  auto model =
+      parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[64] x, float[32] u) => (float[64] ya, float[64] yb, float[64] yc, float[64] yd,
                                       float[32] ye)
-        <float[64] a = {)" + numbers(64) +
-                          R"(}, float[64] b = {)" + numbers(64) + R"(}, float[64] d = {)" +
-                          numbers(64, 1, 3) + R"(}, float[32] e = {)" + numbers(32) + R"(}> {
+        <float[64] a = {)" +
+                 numbers(64) + R"(}, float[64] b = {)" + numbers(64) + R"(}, float[64] d = {)" +
+                 numbers(64, 1, 3) + R"(}, float[32] e = {)" + numbers(32) + R"(}> {
       ya = Add (x, a)
       yb = Add (x, b)
       yd = Add (x, d)
@@ -140,7 +141,7 @@ TEST(ExternalWeights, DedupMergesEqualExternalTensorsHashingOnlyCandidates) {
 
   // The pass alone (the evaluator, which compares outputs below, reads every weight).
   auto result = testing::run_pass(*model, "dedup_initializers");
-  EXPECT_EQ(result.rewrites, 2);  // b and c merged into a
+  EXPECT_EQ(result.rewrites, 2);                // b and c merged into a
   EXPECT_EQ(external_initializers(*model), 3);  // a, d, e
   EXPECT_EQ(model->graph().find_local("b"), nullptr);
   // a, b and d were hashed (256 bytes each), a and b compared (2 x 256); c is a's range (its
@@ -185,8 +186,8 @@ TEST(ExternalWeights, DedupReadsOnlyTheHeadsOfWeightsThatDifferThere) {
     const uint64_t offset = testing::append_file(dir.path(), "weights.bin", *payload);
     const std::string name = "w" + std::to_string(++k);
     ir::Value* w = model->graph().add_initializer(
-        name, testing::external_tensor(name, onnx::TensorProto::FLOAT,
-                                       {static_cast<int64_t>(n)}, "weights.bin", offset, bytes));
+        name, testing::external_tensor(name, onnx::TensorProto::FLOAT, {static_cast<int64_t>(n)},
+                                       "weights.bin", offset, bytes));
     ir::Node* id = testing::producer(*model, "y" + std::to_string(k));
     ASSERT_NE(id, nullptr);
     ir::Node* add = model->graph().add_node("Add", {model->graph().find_local("x"), w}, {"s"});
@@ -217,15 +218,16 @@ TEST(ExternalWeights, DedupLeavesExternalTensorsAloneWithoutTheirFiles) {
 
 TEST(ExternalWeights, FuseConvBatchnormFoldsExternalWeights) {
   TempFolder dir;
-  auto model = parse_text(R"(
+  auto model =
+      parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,8,6,6] x) => (float[1,16,6,6] y)
-      <float[16,8,3,3] w = {)" + numbers(16 * 8 * 9, 0.125) +
-                          R"(}, float[16] b = {)" + numbers(16, 0.5) + R"(},
-       float[16] s = {)" + numbers(16, 0.25, 5) +
-                          R"(}, float[16] bb = {)" + numbers(16, 0.5, 2) + R"(},
-       float[16] mean = {)" + numbers(16, 0.1, 1) +
-                          R"(}, float[16] var = {)" + numbers(16, 0, 0) + R"(}> {
+      <float[16,8,3,3] w = {)" +
+                 numbers(16 * 8 * 9, 0.125) + R"(}, float[16] b = {)" + numbers(16, 0.5) + R"(},
+       float[16] s = {)" +
+                 numbers(16, 0.25, 5) + R"(}, float[16] bb = {)" + numbers(16, 0.5, 2) + R"(},
+       float[16] mean = {)" +
+                 numbers(16, 0.1, 1) + R"(}, float[16] var = {)" + numbers(16, 0, 0) + R"(}> {
       c = Conv <pads = [1, 1, 1, 1]> (x, w, b)
       y = BatchNormalization <epsilon = 0.5> (c, s, bb, mean, var)
     }
@@ -248,7 +250,8 @@ TEST(ExternalWeights, OptimizeTransposesRelayoutsAnExternalTiedEmbedding) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (int64[2,3] ids, float[2,3,16] x) => (float[2,3,16] e, float[2,3,64] y)
-        <float[64,16] w = {)" + numbers(64 * 16, 0.25) +
+        <float[64,16] w = {)" +
+                          numbers(64 * 16, 0.25) +
                           R"(}> {
       e = Gather (w, ids)
       t = Transpose <perm = [1, 0]> (w)

@@ -126,7 +126,8 @@ TEST(FuseMatmulAdd, LeavesHigherRankOrUnknownRankMatMulAlone) {
       t = MatMul (r, w)
       y = Add (t, c)
     }
-  )", compare_outputs(Outputs::kNotCompared));
+  )",
+                    compare_outputs(Outputs::kNotCompared));
 }
 
 TEST(FuseMatmulAdd, RankKnownOnlyByInference) {
@@ -326,7 +327,8 @@ TEST(FuseMatmulAdd, GemmWithoutCTakesAConstantAdd) {
 TEST(FuseMatmulAdd, UncheckedDeclaredRankIsNotRelied) {
   auto make = [](int opset) {
     auto model = parse_text(R"(
-      <ir_version: 8, opset_import: ["" : )" + std::to_string(opset) + R"(]>
+      <ir_version: 8, opset_import: ["" : )" +
+                            std::to_string(opset) + R"(]>
       g (float[2,3] x, int64[1] k) => (float[2,2] y)
         <float[1,2] w = {1, 2}, float[2] c = {0.5, -0.5}> {
         t, i = TopK (x, k)

@@ -570,13 +570,16 @@ TEST(OptimizeTransposes, InsideFunctionBodies) {
 // transpose_tied_constant ------------------------------------------------------------------
 
 // A tied embedding: w [8, 2] is gathered by token ids and read transposed by the projection.
-constexpr char kTiedWeight[] = "float[8,2] w = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}";
+constexpr char kTiedWeight[] =
+    "float[8,2] w = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}";
 
 TEST(OptimizeTransposes, TiedEmbeddingIsStoredTransposed) {
-  expect_rewrite(kPass, std::string(R"(
+  expect_rewrite(kPass,
+                 std::string(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (int64[2,3] ids, float[2,3,2] x) => (float[2,3,2] e, float[2,3,8] y) <)") + kTiedWeight +
-                            R"(> {
+    g (int64[2,3] ids, float[2,3,2] x) => (float[2,3,2] e, float[2,3,8] y) <)") +
+                     kTiedWeight +
+                     R"(> {
       e = Gather (w, ids)
       t = Transpose <perm = [1, 0]> (w)
       y = MatMul (x, t)
@@ -596,10 +599,12 @@ TEST(OptimizeTransposes, TiedEmbeddingIsStoredTransposed) {
 
 TEST(OptimizeTransposes, TiedEmbeddingWithAScalarIndexNeedsNoTransposeBack) {
   // Gather(w, i) of a scalar i is a row [2]; Gather(wt, i, axis 1) is the same column.
-  auto model = run_rewrite(kPass, std::string(R"(
+  auto model = run_rewrite(kPass,
+                           std::string(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (int64 i, float[3,2] x) => (float[2] e, float[3,8] y) <)") + kTiedWeight +
-                                      R"(> {
+    g (int64 i, float[3,2] x) => (float[2] e, float[3,8] y) <)") +
+                               kTiedWeight +
+                               R"(> {
       e = Gather <axis = -2> (w, i)
       t = Transpose (w)
       y = MatMul (x, t)

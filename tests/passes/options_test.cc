@@ -128,10 +128,7 @@ TEST(PassOptions, EnumsAreOneOfTheirChoices) {
 // canonical text is sorted, so "b, a" and "a,b,a" configure (and cache) the same.
 TEST(PassOptions, ListsAreSetsOfNames) {
   for (auto [text, want] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"Log", {"Log"}},
-           {" Pow , Log,Pow,", {"Log", "Pow"}},
-           {"", {}},
-           {",", {}}}) {
+           {"Log", {"Log"}}, {" Pow , Log,Pow,", {"Log", "Pow"}}, {"", {}}, {",", {}}}) {
     auto r = parse({{"ops", text}});
     ASSERT_TRUE(r.ok()) << text << ": " << r.status();
     EXPECT_EQ(r->list("ops"), want) << text;

@@ -25,7 +25,7 @@ constexpr char kPass[] = "quantize_dynamic_int8";
 RewriteOptions quantized(int64_t count, PassOptions options = {}) {
   RewriteOptions r = rewrites(count);
   options.emplace("min_weight_elements", "0");  // the test weights are small
-  options.emplace("weight_type", "int8");        // the goldens below, unless a test says uint8
+  options.emplace("weight_type", "int8");       // the goldens below, unless a test says uint8
   r.pass_options = std::move(options);
   r.rtol = 0.02;
   r.atol = 0.2;

@@ -19,7 +19,9 @@ std::vector<std::string> order_of(const ir::Graph& g) {
   return out;
 }
 
-uint64_t peak(const ir::Model& model) { return estimate_memory(model, {}, 1).peak_activation_bytes; }
+uint64_t peak(const ir::Model& model) {
+  return estimate_memory(model, {}, 1).peak_activation_bytes;
+}
 
 // Two branches, each a big intermediate (100 floats) reduced to a scalar. Saved order: both big
 // intermediates made before either is reduced, so both are alive at once.
@@ -189,7 +191,8 @@ TEST(ScheduleMemory, LeavesSubgraphBodiesAlone) {
   EXPECT_EQ(order_of(*if_node->subgraphs()[0].graph),
             (std::vector<std::string>{"p1", "q1", "p2", "q2", "t_out"}));
   auto order = order_of(model->graph());
-  EXPECT_LT(std::find(order.begin(), order.end(), "a2"), std::find(order.begin(), order.end(), "b1"));
+  EXPECT_LT(std::find(order.begin(), order.end(), "a2"),
+            std::find(order.begin(), order.end(), "b1"));
 }
 
 TEST(ScheduleMemory, CapturedValuesOrderTheIf) {
@@ -238,7 +241,8 @@ TEST(GraphReorderNodes, RefusesOrdersThatAreNotTopologicalPermutations) {
   EXPECT_EQ(order_of(g), (std::vector<std::string>{"b1", "b2", "a1", "a2", "y"}));
   auto reloaded = ir::Model::parse(model->to_proto().SerializeAsString());
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();
-  EXPECT_EQ(order_of((*reloaded)->graph()), (std::vector<std::string>{"b1", "b2", "a1", "a2", "y"}));
+  EXPECT_EQ(order_of((*reloaded)->graph()),
+            (std::vector<std::string>{"b1", "b2", "a1", "a2", "y"}));
 }
 
 // Real models, when GRAFT_MEMORY_CORPUS names a folder of .onnx files (e.g. /tmp/graft-corpus):
@@ -258,15 +262,16 @@ TEST(ScheduleMemory, CorpusNeverRaisesThePeak) {
     const MemoryStats after = estimate_memory(**model, {}, 1);
     EXPECT_LE(after.peak_activation_bytes, before.peak_activation_bytes) << path;
     EXPECT_EQ(result.changed, after.peak_activation_bytes < before.peak_activation_bytes) << path;
-    std::printf("%-40s nodes %6zu weights %12llu peak before %12llu after %12llu (%s) "
-                "unknown %lld largest %s (%llu)\n",
-                path.filename().c_str(), (*model)->graph().num_nodes(),
-                static_cast<unsigned long long>(before.weight_bytes),
-                static_cast<unsigned long long>(before.peak_activation_bytes),
-                static_cast<unsigned long long>(after.peak_activation_bytes),
-                result.changed ? "reordered" : "unchanged",
-                static_cast<long long>(before.unknown_size_values), before.largest_tensor.c_str(),
-                static_cast<unsigned long long>(before.largest_tensor_bytes));
+    std::printf(
+        "%-40s nodes %6zu weights %12llu peak before %12llu after %12llu (%s) "
+        "unknown %lld largest %s (%llu)\n",
+        path.filename().c_str(), (*model)->graph().num_nodes(),
+        static_cast<unsigned long long>(before.weight_bytes),
+        static_cast<unsigned long long>(before.peak_activation_bytes),
+        static_cast<unsigned long long>(after.peak_activation_bytes),
+        result.changed ? "reordered" : "unchanged",
+        static_cast<long long>(before.unknown_size_values), before.largest_tensor.c_str(),
+        static_cast<unsigned long long>(before.largest_tensor_bytes));
   }
 }
 

@@ -536,8 +536,7 @@ TEST(SimplifyArithmetic, KeepsSqueezeLookAlikes) {
        model_text(13, "(float[1,N,1] x) => (float[N] y)", "int64[1] a = {0}",
                   "t = Squeeze (x, a)\n y = Squeeze (t)")},
       {"negative_axes_unknown_rank",
-       model_text(13, "(float x) => (float[2,1,1,M] y)",
-                  "int64[1] a = {-2}, int64[1] b = {-2}",
+       model_text(13, "(float x) => (float[2,1,1,M] y)", "int64[1] a = {-2}, int64[1] b = {-2}",
                   "r = Identity (x)\n t = Unsqueeze (r, a)\n y = Unsqueeze (t, b)")},
   };
   // (Some cases have an input of unknown rank, which the evaluator cannot make up.)

@@ -13,10 +13,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using paths::check_location;
-using paths::read_beneath;
-using paths::write_beneath;
 using paths::copy_beneath;
 using paths::open_beneath;
+using paths::read_beneath;
+using paths::write_beneath;
 
 TEST(CheckLocation, AcceptsRelativeNormalisedPaths) {
   for (const char* name : {"w.bin", "weights/w.bin", "a/b/c/d.data", "..w", "w..", ".hidden",

@@ -57,7 +57,8 @@ TEST_F(Files, ReadsPipesOfUnknownSizeInGrowingBlocks) {
   std::thread writer([&] {
     size_t done = 0;
     while (done < bytes.size()) {
-      ssize_t n = ::write(fds[1], bytes.data() + done, std::min<size_t>(70001, bytes.size() - done));
+      ssize_t n =
+          ::write(fds[1], bytes.data() + done, std::min<size_t>(70001, bytes.size() - done));
       if (n <= 0) break;
       done += static_cast<size_t>(n);
     }
@@ -99,8 +100,7 @@ TEST_F(Files, LimitsAndErrorsNameTheFile) {
 
   auto missing = paths::read_file(path("none"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find(path("none")), std::string::npos)
-      << missing.status();
+  EXPECT_NE(missing.status().message().find(path("none")), std::string::npos) << missing.status();
   auto folder = paths::read_file(dir_.string());
   EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument) << folder.status();
 }
@@ -111,11 +111,14 @@ TEST_F(Files, BlocksCoverTheFileInOrder) {
   for (size_t block : {size_t{1000}, size_t{1} << 20, size_t{4} << 20}) {
     std::string joined;
     size_t calls = 0;
-    auto st = paths::read_blocks(path("f"), [&](std::string_view b) {
-      EXPECT_LE(b.size(), block);
-      joined.append(b);
-      ++calls;
-    }, block);
+    auto st = paths::read_blocks(
+        path("f"),
+        [&](std::string_view b) {
+          EXPECT_LE(b.size(), block);
+          joined.append(b);
+          ++calls;
+        },
+        block);
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(joined, bytes) << block;
     EXPECT_GE(calls, (bytes.size() + block - 1) / block);

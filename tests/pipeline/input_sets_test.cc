@@ -130,9 +130,7 @@ void expect_rejected(const absl::Status& st, const std::string& part) {
   EXPECT_NE(st.message().find(part), std::string::npos) << st.message() << "\nexpected: " << part;
 }
 
-InputSet good_set() {
-  return {{"x", floats({2, 2}, {1, 2, 3, 4})}, {"z", floats({2}, {5, 6})}};
-}
+InputSet good_set() { return {{"x", floats({2, 2}, {1, 2, 3, 4})}, {"z", floats({2}, {5, 6})}}; }
 
 TEST(InputSets, AGoodSetRunsAndSymbolicDimsTakeAnySize) {
   EXPECT_TRUE(run_with({good_set()}).ok()) << run_with({good_set()});
@@ -182,9 +180,9 @@ TEST(InputSets, AnUnknownNameOrAnInitializerIsRejected) {
       y = Mul (x, w)
     }
   )";
-  expect_rejected(run_with({{{"x", floats({1, 2}, {1, 2})}, {"w", floats({2}, {1, 1})}}},
-                           with_default),
-                  "verify input set 1: 'w' is an initializer");
+  expect_rejected(
+      run_with({{{"x", floats({1, 2}, {1, 2})}, {"w", floats({2}, {1, 1})}}}, with_default),
+      "verify input set 1: 'w' is an initializer");
   EXPECT_TRUE(run_with({{{"x", floats({1, 2}, {1, 2})}}}, with_default).ok());
 }
 

@@ -22,7 +22,9 @@ const char* kModel = R"(
   }
 )";
 
-bool has_float16(const ir::Model& model) { return print(model).find("float16") != std::string::npos; }
+bool has_float16(const ir::Model& model) {
+  return print(model).find("float16") != std::string::npos;
+}
 
 TEST(Lossy, AConvertedModelReportsItsErrorWithoutAskingForVerification) {
   auto model = parse_text(kModel);

@@ -524,7 +524,8 @@ TEST(Pipeline, ValueInfoTheInputHadIsRefinedFromFacts) {
       b = Identity (a)
       y = Neg (b)
     }
-  )", {"a"});
+  )",
+                                   {"a"});
   auto report = run_pipeline(model, test_pipeline_config());
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->value_info_refined, 1);
@@ -543,7 +544,8 @@ TEST(Pipeline, ValueInfoOfAModelNoPassChangedIsLeftAsItCame) {
       a = Relu (x)
       y = Neg (a)
     }
-  )", {"a"});
+  )",
+                                   {"a"});
   const std::string before = model->to_proto().SerializeAsString();
   auto report = run_pipeline(model, test_pipeline_config());
   ASSERT_TRUE(report.ok()) << report.status();

@@ -201,8 +201,8 @@ void expect_invalid(const v1::PipelineConfig& proto, const std::string& part) {
 }
 
 TEST(Api, InputSetsImplyVerificationAndRoundTrip) {
-  auto config = api::from_proto(with_inputs({{{"x", float_bytes({2}, {1.5f, -2})}},
-                                             {{"x", float_bytes({1}, {7})}}}));
+  auto config = api::from_proto(
+      with_inputs({{{"x", float_bytes({2}, {1.5f, -2})}}, {{"x", float_bytes({1}, {7})}}}));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_TRUE(config->verify);
   EXPECT_EQ(config->verify_options.trials, 2);

@@ -356,8 +356,8 @@ TEST_F(Tls, HealthPortServesOnlyHealthInPlaintextAndFollowsDraining) {
     auto args = mtls_args();
     // The grace period is far longer than the in-flight request needs even under a sanitizer
     // on a loaded machine (25 s by default was not, once): what is tested is the drain.
-    for (const char* a : {"--health-listen", "127.0.0.1:0", "--workers", "1",
-                          "--grace-period-seconds", "300"})
+    for (const char* a :
+         {"--health-listen", "127.0.0.1:0", "--workers", "1", "--grace-period-seconds", "300"})
       args.push_back(a);
     return args;
   }());

@@ -90,10 +90,9 @@ TEST(UploadAssembler, AssemblesTheModelAndItsFilesOnDisk) {
   // The files live in the upload's own folder of the spool, whatever their names.
   ASSERT_NE(up.spool_dir(), nullptr);
   EXPECT_EQ(up.files()[1].path.rfind(up.spool_dir()->path() + "/", 0), 0u);
-  EXPECT_EQ(up.input_digest(),
-            cache::input_digest(cache::sha256_hex("model"),
-                                {{"a.bin", 3, cache::sha256_hex("abc")},
-                                 {"w/b.bin", 0, cache::sha256_hex("")}}));
+  EXPECT_EQ(up.input_digest(), cache::input_digest(cache::sha256_hex("model"),
+                                                   {{"a.bin", 3, cache::sha256_hex("abc")},
+                                                    {"w/b.bin", 0, cache::sha256_hex("")}}));
 }
 
 TEST(UploadAssembler, WithoutFilesTheInputDigestIsTheModels) {

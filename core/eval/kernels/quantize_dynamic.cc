@@ -103,8 +103,8 @@ absl::StatusOr<int64_t> zero_point_len(const KernelContext& ctx, const Tensor* z
   if (zp->rank() != 1) return invalid(ctx, absl::StrCat(what, " zero point must be 0-D or 1-D"));
   const int64_t len = zp->dims()[0];
   if (len == 1 || len == per_axis_len) return len;
-  return invalid(ctx, absl::StrCat(what, " zero point has ", len, " elements, expected 1 or ",
-                                   per_axis_len));
+  return invalid(
+      ctx, absl::StrCat(what, " zero point has ", len, " elements, expected 1 or ", per_axis_len));
 }
 
 absl::Status matmul_integer(KernelContext& ctx) {
