@@ -24,6 +24,7 @@
 #include "client/graft_client.h"
 #include "client/report.h"
 #include "client/verify_data.h"
+#include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
@@ -407,6 +408,8 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   RunSummary run;
   run.input = a.input;
   run.input_bytes = bytes.size();
+  run.graft_version = graft_version();
+  run.build_fingerprint = build_fingerprint();
   auto t = Clock::now();
   // The input's external-data files, so a new weights file gets a name none of them has.
   auto input_locations = external_locations(bytes);
@@ -530,6 +533,8 @@ int report_remote(const OptimizeArgs& a, const std::string& server, client::Opti
   run.load_seconds = result.report.load_seconds();
   run.save_seconds = result.report.save_seconds();
   run.pipeline = api::to_pipeline_report(result.report);
+  run.graft_version = result.report.graft_version();
+  run.build_fingerprint = result.report.build_fingerprint();
   run.server = server;
   run.cache_hit = result.report.cache_hit();
   run.input_sha256 = result.report.input_sha256();
@@ -748,6 +753,8 @@ int lookup(const OptimizeArgs& a) {
     run.input_bytes = result->result->report.input_bytes();
     run.output_bytes = result->result->model.size();
     run.pipeline = api::to_pipeline_report(result->result->report);
+    run.graft_version = result->result->report.graft_version();
+    run.build_fingerprint = result->result->report.build_fingerprint();
     run.server = server;
     run.cache_hit = true;
     run.lookup = "hit";
@@ -767,6 +774,7 @@ int lookup(const OptimizeArgs& a) {
 int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::string server = resolve_server(server_flag);
   std::vector<PassInfo> passes;
+  std::string version = graft_version(), fingerprint = build_fingerprint();
   if (server.empty()) {
     passes = all_passes();
   } else {
@@ -775,6 +783,8 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
     auto response = client->list_passes();
     if (!response.ok()) return fail_remote(response.status());
     for (const auto& p : response->passes()) passes.push_back(api::from_proto(p));
+    version = response->graft_version();
+    fingerprint = response->build_fingerprint();
   }
   std::printf("%-22s %-6s %s\n", "pass", "level", "description");
   for (const auto& p : passes) {
@@ -791,6 +801,9 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
       "O3 passes, lossy ones included (float16); \"name\": only when named with --passes\n"
       "lossy passes run only at O3 or when named; their error is measured and reported, and "
       "--max-error bounds it\noptions: --option PASS.OPTION=VALUE (repeatable)\n");
+  // The cache serves a result only to the build that computed it (docs/shared-cache.md).
+  const std::string who = server.empty() ? "this CLI" : "server " + server;
+  std::printf("%s: graft %s, build %s\n", who.c_str(), version.c_str(), fingerprint.c_str());
   return kOk;
 }
 

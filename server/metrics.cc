@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "core/build_info.h"
+
 namespace graft::server {
 
 using namespace prometheus;
@@ -50,8 +52,7 @@ class HeapCollector final : public Collectable {
 
 }  // namespace
 
-Metrics::Metrics(const std::string& listen, const std::string& version)
-    : registry_(std::make_shared<Registry>()) {
+Metrics::Metrics(const std::string& listen) : registry_(std::make_shared<Registry>()) {
   requests_ = &BuildCounter()
                    .Name("graft_requests_total")
                    .Help("RPCs handled, by method and gRPC status code")
@@ -133,9 +134,11 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
   spool_bytes_ = &spool.Add({});
   BuildGauge()
       .Name("graft_build_info")
-      .Help("Graft build information (always 1)")
+      .Help(
+          "Graft build information (always 1): version, and the fingerprint of the sources and "
+          "toolchain that compute results (part of every cache key)")
       .Register(*registry_)
-      .Add({{"version", version}})
+      .Add({{"version", graft_version()}, {"fingerprint", build_fingerprint()}})
       .Set(1);
   heap_ = std::make_shared<HeapCollector>();
   exposer_ = std::make_unique<Exposer>(listen);

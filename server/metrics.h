@@ -19,7 +19,7 @@ namespace graft::server {
 class Metrics {
  public:
   // Starts the HTTP exposer on `listen` (HOST:PORT); throws if the port cannot be bound.
-  Metrics(const std::string& listen, const std::string& version);
+  explicit Metrics(const std::string& listen);
 
   void request_done(const std::string& method, const std::string& code, double seconds);
   void pipeline_done(const PipelineReport& report);

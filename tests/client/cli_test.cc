@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/build_info.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -53,6 +54,13 @@ TEST(Cli, OptimizesWritesModelReportAndTable) {
   EXPECT_EQ(json["output_bytes"].get<size_t>(), fs::file_size(out));
   EXPECT_FALSE(json["passes"].empty());
   for (const auto& p : json["passes"]) EXPECT_EQ(p["rollbacks"], 0) << p["name"];
+  // The build that computed it (this CLI's, with --local): version and fingerprint.
+  EXPECT_EQ(json["graft_version"], graft_version());
+  EXPECT_EQ(json["build_fingerprint"], build_fingerprint());
+  EXPECT_NE(r.err.find(std::string("computed by graft ") + graft_version() + ", build " +
+                       build_fingerprint()),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
@@ -278,6 +286,10 @@ TEST(Cli, PassesListsEveryPassWithLevel) {
   EXPECT_GT(max_growth, max_bytes) << r.out;
   EXPECT_LT(max_growth, r.out.find("inline_constant_if")) << r.out;
   EXPECT_NE(max_growth, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::string("this CLI: graft ") + graft_version() + ", build " +
+                       build_fingerprint()),
+            std::string::npos)
+      << r.out;
 }
 
 // A bad option value is a configuration error (exit 2) found before the input is read: with a

@@ -20,6 +20,7 @@
 #include <onnx/defs/parser.h>
 
 #include "client/graft_client.h"
+#include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
@@ -61,6 +62,10 @@ TEST(Graftd, RemoteResultEqualsLocalAndSecondRequestIsACacheHit) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_TRUE(second->report.cache_hit());
   EXPECT_EQ(second->model, first->model);
+  // The report names the build that computed the result.
+  EXPECT_EQ(first->report.graft_version(), graft_version());
+  EXPECT_EQ(first->report.build_fingerprint(), build_fingerprint());
+  EXPECT_EQ(second->report.build_fingerprint(), build_fingerprint());
 
   auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
   EXPECT_EQ(metric(metrics, "graft_cache_hits_total"), 1);
@@ -444,8 +449,15 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
   // head becomes a Gemm.
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_matmul_add\"}"), 1);
-  // No high-cardinality labels: never a digest.
-  EXPECT_EQ(std::regex_search(text, std::regex("[0-9a-f]{32}")), false);
+  // The build: its version, and its fingerprint (one value per process, part of every cache key).
+  EXPECT_EQ(metric(metrics, std::string("graft_build_info{fingerprint=\"") + build_fingerprint() +
+                                "\",version=\"" + graft_version() + "\"}"),
+            1);
+  // No high-cardinality labels: never a digest (but the build's own fingerprint).
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("graft_build_info{", 0) != 0)
+      EXPECT_FALSE(std::regex_search(line, std::regex("[0-9a-f]{32}"))) << line;
 }
 
 TEST(Graftd, ReflectionAndHealthAreServed) {
@@ -1342,14 +1354,26 @@ TEST(Graftd, ListPassesDescribesOptions) {
   EXPECT_EQ(fold->options(1).type(), v1::PassOption::INTEGER);
   EXPECT_EQ(fold->options(1).default_value(), "4");
 
-  // `graft passes --server` prints them like the local listing.
+  // And the server's build.
+  EXPECT_EQ(passes->graft_version(), graft_version());
+  EXPECT_EQ(passes->build_fingerprint(), build_fingerprint());
+
+  // `graft passes --server` prints them like the local listing, the server's build last.
   std::string cli = GRAFT_CLI;
   fs::path out = fs::temp_directory_path() / ("graftd_passes_" + std::to_string(::getpid()));
   ASSERT_EQ(
       std::system((cli + " passes --server " + server.address() + " >" + out.string()).c_str()), 0);
   std::string remote = read_file(out);
   ASSERT_EQ(std::system((cli + " passes >" + out.string()).c_str()), 0);
-  EXPECT_EQ(remote, read_file(out));
+  const std::string local = read_file(out);
+  const std::string build =
+      std::string("graft ") + graft_version() + ", build " + build_fingerprint() + "\n";
+  const std::string remote_build = "server " + server.address() + ": " + build;
+  const std::string local_build = "this CLI: " + build;
+  ASSERT_TRUE(remote.ends_with(remote_build)) << remote;
+  ASSERT_TRUE(local.ends_with(local_build)) << local;
+  EXPECT_EQ(remote.substr(0, remote.size() - remote_build.size()),
+            local.substr(0, local.size() - local_build.size()));
   EXPECT_NE(remote.find("option max_bytes (bytes in [0, 2147483648], default 16777216)"),
             std::string::npos)
       << remote;
