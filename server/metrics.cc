@@ -79,12 +79,22 @@ Metrics::Metrics(const std::string& listen) : registry_(std::make_shared<Registr
                            .Name("graft_verify_rollbacks_total")
                            .Help("Passes rolled back because they changed a model's outputs")
                            .Register(*registry_);
-  auto& hits =
-      BuildCounter().Name("graft_cache_hits_total").Help("Cache hits").Register(*registry_);
-  cache_hits_ = &hits.Add({});
-  auto& misses =
-      BuildCounter().Name("graft_cache_misses_total").Help("Cache misses").Register(*registry_);
-  cache_misses_ = &misses.Add({});
+  cache_hits_ = &BuildCounter()
+                     .Name("graft_cache_hits_total")
+                     .Help(
+                         "Results served from the cache (local or shared tier), by method: "
+                         "Optimize, Lookup")
+                     .Register(*registry_);
+  cache_misses_ = &BuildCounter()
+                       .Name("graft_cache_misses_total")
+                       .Help(
+                           "Cache misses, by method: Optimize (the result was computed), Lookup "
+                           "(answered not cached; clients then usually call Optimize)")
+                       .Register(*registry_);
+  for (const char* method : {"Optimize", "Lookup"}) {
+    cache_hits_->Add({{"method", method}});
+    cache_misses_->Add({{"method", method}});
+  }
   auto& evictions = BuildCounter()
                         .Name("graft_cache_evictions_total")
                         .Help("Cache entries evicted for space")
@@ -171,7 +181,9 @@ void Metrics::pipeline_done(const PipelineReport& report) {
   }
 }
 
-void Metrics::cache_result(bool hit) { (hit ? cache_hits_ : cache_misses_)->Increment(); }
+void Metrics::cache_result(const std::string& method, bool hit) {
+  (hit ? cache_hits_ : cache_misses_)->Add({{"method", method}}).Increment();
+}
 
 void Metrics::cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t entries) {
   {

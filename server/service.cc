@@ -562,7 +562,7 @@ grpc::Status GraftService::Optimize(
   }
   // A result from the shared tier is a hit too: nothing was computed.
   const bool hit = outcome != cache::ResultCache::Outcome::kMiss || shared_hit;
-  metrics_->cache_result(hit);
+  metrics_->cache_result("Optimize", hit);
   log.set("cache", shared_hit ? "shared" : hit ? "hit" : "miss");
 
   const cache::CachedResult& r = **result;
@@ -620,6 +620,7 @@ grpc::Status GraftService::Lookup(grpc::ServerContext* context, const v1::Lookup
     }
   }
   log.set("cache", shared_hit ? "shared" : result ? "hit" : "miss");
+  metrics_->cache_result("Lookup", result != nullptr);
   v1::LookupResponse first;
   first.set_cached(result != nullptr);
   writer->Write(first);

@@ -201,7 +201,7 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   EXPECT_EQ(second->model, first->model);
   EXPECT_EQ(second->report.output_sha256(), cache::sha256_hex(first->model));
   EXPECT_EQ(shared(*b, "hit"), 1);
-  EXPECT_EQ(metric(metrics(*b), "graft_cache_hits_total"), 1);
+  EXPECT_EQ(metric(metrics(*b), "graft_cache_hits_total{method=\"Optimize\"}"), 1);
   EXPECT_NE(b->log().find("cache=shared"), std::string::npos) << b->log();
 
   // The shared hit went into b's local cache: the next request does not ask Redis.
@@ -220,10 +220,12 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   ASSERT_TRUE(found->result.has_value());
   EXPECT_EQ(found->result->model, first->model);
   EXPECT_EQ(shared(*c, "hit"), 1);
+  EXPECT_EQ(metric(metrics(*c), "graft_cache_hits_total{method=\"Lookup\"}"), 1);
   auto missing = cc.lookup(digest_, level(1), false);
   ASSERT_TRUE(missing.ok()) << missing.status();
   EXPECT_FALSE(missing->cached);
   EXPECT_EQ(shared(*c, "miss"), 1);
+  EXPECT_EQ(metric(metrics(*c), "graft_cache_misses_total{method=\"Lookup\"}"), 1);
 }
 
 TEST_F(SharedCache, RequestsSucceedWhileRedisIsDownAndSharingResumesWhenItReturns) {

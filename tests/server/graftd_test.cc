@@ -68,8 +68,8 @@ TEST(Graftd, RemoteResultEqualsLocalAndSecondRequestIsACacheHit) {
   EXPECT_EQ(second->report.build_fingerprint(), build_fingerprint());
 
   auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
-  EXPECT_EQ(metric(metrics, "graft_cache_hits_total"), 1);
-  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 1);
+  EXPECT_EQ(metric(metrics, "graft_cache_hits_total{method=\"Optimize\"}"), 1);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Optimize\"}"), 1);
   EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Optimize\"}"), 2);
 
   // Lookup by digest finds it and can return it without an upload.
@@ -264,6 +264,16 @@ TEST(Graftd, CliFetchesACachedResultWithoutUploadingIt) {
   EXPECT_EQ(second["bytes_sent"], 0);
   EXPECT_EQ(second["bytes_received"], first["output_bytes"]);
   EXPECT_EQ(read_file(dir / "second.onnx"), read_file(dir / "first.onnx"));
+  // The cache answered three times: the first run's Lookup and Optimize missed, the second
+  // run's Lookup hit (it used to be counted nowhere: hits 0, misses 1).
+  auto scraped = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  auto cache = [&](const char* family, const char* method) {
+    return metric(scraped, std::string(family) + "{method=\"" + method + "\"}");
+  };
+  EXPECT_EQ(cache("graft_cache_hits_total", "Lookup"), 1);
+  EXPECT_EQ(cache("graft_cache_misses_total", "Lookup"), 1);
+  EXPECT_EQ(cache("graft_cache_hits_total", "Optimize"), 0);
+  EXPECT_EQ(cache("graft_cache_misses_total", "Optimize"), 1);
   auto forced = run("forced", " --no-lookup");
   EXPECT_EQ(forced["lookup"], "");
   EXPECT_EQ(forced["cache_hit"], true);
@@ -273,6 +283,7 @@ TEST(Graftd, CliFetchesACachedResultWithoutUploadingIt) {
   EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Optimize\"}"), 2);
   EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Lookup\"}"), 2);
   EXPECT_EQ(metric(metrics, "graft_model_bytes_in_total"), 2.0 * size);
+  EXPECT_EQ(metric(metrics, "graft_cache_hits_total{method=\"Optimize\"}"), 1);  // forced
   fs::remove_all(dir);
 }
 
@@ -331,7 +342,7 @@ TEST(Graftd, ConcurrentRequestsAreCorrectAndIdenticalOnesRunOnce) {
   }
   EXPECT_EQ(hits, 28);
   auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
-  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 4);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Optimize\"}"), 4);
   // The pipeline ran 4 times: each pass's duration was observed once per run.
   EXPECT_EQ(metric(metrics, "graft_pass_duration_seconds_count{pass=\"prune\"}"), 4);
 }
@@ -1309,7 +1320,8 @@ TEST(Graftd, BadPassOptionIsInvalidArgumentBeforeAnyWork) {
 
   // No pass ran and nothing reached the cache.
   auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
-  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 0);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Optimize\"}"), 0);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Lookup\"}"), 0);
   EXPECT_EQ(metric(metrics, "graft_model_bytes_in_total"), 0);
   for (const auto& [name, value] : metrics)
     EXPECT_EQ(name.rfind("graft_pass_duration_seconds_count", 0), std::string::npos)
