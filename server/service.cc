@@ -205,10 +205,8 @@ absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& serve
       return absl::FailedPreconditionError(
           "verification is turned off on this server (verify_max_bytes: 0)");
     // Part of the canonical config, so Optimize and Lookup agree on the cache key.
-    config->verify_options.max_live_bytes = server.verify_max_bytes;
+    eval::set_memory_budget(&config->verify_options, server.verify_max_bytes);
     config->verify_options.max_work = server.verify_max_work;
-    config->verify_options.max_tensor_bytes =
-        std::min(config->verify_options.max_tensor_bytes, server.verify_max_bytes);
   }
   // Folding runs the evaluator too: a client may lower its per-tensor cap, not raise it past
   // the evaluator memory this server grants a request.
