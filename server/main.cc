@@ -16,7 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/build_info.h"
-#include "server/allocator.h"
+#include "core/memory/allocator.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
     server->Shutdown(until);
     if (health_server) health_server->Shutdown(std::chrono::system_clock::now());
   });
-  IdleTrimmer trimmer([&service]() -> std::optional<uint64_t> {
+  memory::IdleTrimmer trimmer([&service]() -> std::optional<uint64_t> {
     if (!service.idle()) return std::nullopt;
     return service.calls_started();
   });

@@ -1,10 +1,9 @@
 #include "server/metrics.h"
 
-#include <malloc.h>
-
 #include <mutex>
 
 #include "core/build_info.h"
+#include "core/memory/allocator.h"
 
 namespace graft::server {
 
@@ -24,18 +23,14 @@ std::mutex& eviction_mutex() {
 }
 
 // What the allocator holds: bytes handed out (arenas and mmapped blocks), and bytes free in its
-// arenas. Resident memory far above the first is free memory the allocator kept (until the idle
-// trim, server/allocator.h) or fragmentation, not a leak.
+// arenas. Resident memory far above the first is free memory the allocator kept (until the next
+// trim, core/memory/allocator.h) or fragmentation, not a leak.
 class HeapCollector final : public Collectable {
  public:
   std::vector<MetricFamily> Collect() const override {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-    const struct mallinfo2 info = ::mallinfo2();
-    const double in_use = static_cast<double>(info.uordblks + info.hblkhd);
-    const double free_kept = static_cast<double>(info.fordblks);
-#else
-    const double in_use = 0, free_kept = 0;
-#endif
+    const memory::HeapUsage heap = memory::heap_usage();
+    const double in_use = static_cast<double>(heap.in_use);
+    const double free_kept = static_cast<double>(heap.free);
     auto gauge = [](const char* name, const char* help, double value) {
       MetricFamily family{name, help, MetricType::Gauge, {}};
       family.metric.emplace_back();
