@@ -1039,7 +1039,7 @@ double mib(uint64_t kib) { return static_cast<double>(kib) / 1024.0; }
 struct Scrape {
   bool ok = false;
   std::map<std::string, double> optimize_by_code;
-  std::map<std::string, double> values;  // unlabelled samples by name
+  std::map<std::string, double> values;  // unlabelled samples by name, and NAME{Optimize}
 };
 
 Scrape scrape(int port) {
@@ -1060,6 +1060,8 @@ Scrape scrape(int port) {
       if (std::regex_search(labels, c, code)) s.optimize_by_code[c[1]] += v;
     } else if (labels.empty()) {
       s.values[m[1]] = v;
+    } else if (labels == "method=\"Optimize\"") {
+      s.values[m[1].str() + "{Optimize}"] = v;  // the cache's answers to Optimize calls
     }
   }
   return s;
@@ -1468,9 +1470,9 @@ int main(int argc, char** argv) {
                           ? ""
                           : fmt("%.0f", surplus) + " with " + fmt("%.0f", client_ended) +
                                 " client-ended calls"});
-    const double hits = metrics.values["graft_cache_hits_total"],
-                 misses = metrics.values["graft_cache_misses_total"];
-    checks.push_back({"cache hits + misses = OK calls",
+    const double hits = metrics.values["graft_cache_hits_total{Optimize}"],
+                 misses = metrics.values["graft_cache_misses_total{Optimize}"];
+    checks.push_back({"cache hits + misses{Optimize} = OK calls",
                       hits + misses == metrics.optimize_by_code["OK"]
                           ? ""
                           : fmt("%.0f", hits) + " + " + fmt("%.0f", misses) +

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -24,6 +25,7 @@
 #include "client/graft_client.h"
 #include "client/report.h"
 #include "client/verify_data.h"
+#include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/ir/model.h"
 #include "core/passes/registry.h"
@@ -169,6 +171,9 @@ struct OptimizeArgs {
   uint32_t verify_seed = 1;
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;
+  // --local: evaluator memory of the verification (graftd: its verify_max_bytes setting).
+  uint64_t verify_max_bytes = eval::kDefaultVerifyMaxBytes;
+  bool verify_max_bytes_given = false;
   std::vector<std::string> verify_data;  // --verify-data: files and folders of input tensors
   double max_error = -1;  // < 0: no bound for lossy passes
   std::vector<std::string> dims;  // NAME=N for the memory estimates
@@ -206,6 +211,7 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   v.trials = a.verify_trials;
   v.rtol = a.verify_rtol;
   v.atol = a.verify_atol;
+  eval::set_memory_budget(&v, a.verify_max_bytes);
   // NAME=VALUE pairs; the error names the flag.
   auto split = [](const std::string& flag, const std::string& arg, std::string* name,
                   std::string* value) -> absl::Status {
@@ -411,6 +417,8 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   RunSummary run;
   run.input = a.input;
   run.input_bytes = bytes.size();
+  run.graft_version = graft_version();
+  run.build_fingerprint = build_fingerprint();
   auto t = Clock::now();
   // The input's external-data files, so a new weights file gets a name none of them has.
   auto input_locations = external_locations(bytes);
@@ -534,6 +542,8 @@ int report_remote(const OptimizeArgs& a, const std::string& server, client::Opti
   run.load_seconds = result.report.load_seconds();
   run.save_seconds = result.report.save_seconds();
   run.pipeline = api::to_pipeline_report(result.report);
+  run.graft_version = result.report.graft_version();
+  run.build_fingerprint = result.report.build_fingerprint();
   run.server = server;
   run.cache_hit = result.report.cache_hit();
   run.input_sha256 = result.report.input_sha256();
@@ -612,6 +622,10 @@ int external_sources(const OptimizeArgs& a, const std::set<std::string>& locatio
 int optimize_remote(const OptimizeArgs& a, const std::string& server,
                     const PipelineConfig& config) {
   if (!a.dump_dir.empty()) return fail(kUsage, "--dump-dir needs --local");
+  if (a.verify_max_bytes_given)
+    return fail(kUsage,
+                "--verify-max-bytes needs --local (a server verifies within its own "
+                "verify_max_bytes)");
   auto client = connect(server, a.tls);
   if (!client.ok()) return fail_connect(client.status());
   std::optional<std::chrono::milliseconds> timeout;
@@ -752,6 +766,8 @@ int lookup(const OptimizeArgs& a) {
     run.input_bytes = result->result->report.input_bytes();
     run.output_bytes = result->result->model.size();
     run.pipeline = api::to_pipeline_report(result->result->report);
+    run.graft_version = result->result->report.graft_version();
+    run.build_fingerprint = result->result->report.build_fingerprint();
     run.server = server;
     run.cache_hit = true;
     run.lookup = "hit";
@@ -771,6 +787,7 @@ int lookup(const OptimizeArgs& a) {
 int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::string server = resolve_server(server_flag);
   std::vector<PassInfo> passes;
+  std::string version = graft_version(), fingerprint = build_fingerprint();
   if (server.empty()) {
     passes = all_passes();
   } else {
@@ -779,6 +796,8 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
     auto response = client->list_passes();
     if (!response.ok()) return fail_remote(response.status());
     for (const auto& p : response->passes()) passes.push_back(api::from_proto(p));
+    version = response->graft_version();
+    fingerprint = response->build_fingerprint();
   }
   std::printf("%-22s %-6s %s\n", "pass", "level", "description");
   for (const auto& p : passes) {
@@ -795,6 +814,9 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
       "O3 passes, lossy ones included (float16); \"name\": only when named with --passes\n"
       "lossy passes run only at O3 or when named; their error is measured and reported, and "
       "--max-error bounds it\noptions: --option PASS.OPTION=VALUE (repeatable)\n");
+  // The cache serves a result only to the build that computed it (docs/shared-cache.md).
+  const std::string who = server.empty() ? "this CLI" : "server " + server;
+  std::printf("%s: graft %s, build %s\n", who.c_str(), version.c_str(), fingerprint.c_str());
   return kOk;
 }
 
@@ -822,7 +844,8 @@ int main(int argc, char** argv) {
       "cancelled");
 
   OptimizeArgs args;
-  std::vector<CLI::Option*> tolerances;
+  // Options that mean nothing without --verify or --verify-data (checked after parsing).
+  std::vector<CLI::Option*> needs_verification;
   auto add_pipeline_options = [&](CLI::App* cmd) {
     auto* level =
         cmd->add_option("--level", args.level, "optimization level O0..O3")->capture_default_str();
@@ -863,10 +886,10 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->needs(verify);
     // The tolerances also apply to --verify-data, which implies --verify (checked after parsing).
-    tolerances.push_back(
+    needs_verification.push_back(
         cmd->add_option("--verify-rtol", args.verify_rtol, "relative tolerance for float outputs")
             ->capture_default_str());
-    tolerances.push_back(
+    needs_verification.push_back(
         cmd->add_option("--verify-atol", args.verify_atol, "absolute tolerance for float outputs")
             ->capture_default_str());
     one_value(cmd->add_option(
@@ -924,6 +947,12 @@ int main(int argc, char** argv) {
   opt->add_option("--report", args.report_path, "write the per-pass report as JSON here");
   opt->add_option("--dump-dir", args.dump_dir,
                   "local: write the graph as ONNX text after each pass that changed it");
+  opt->add_option("--verify-max-bytes", args.verify_max_bytes,
+                  "local: bytes of tensors the verification may hold at once (graftd: its "
+                  "verify_max_bytes); a model that needs more is reported not verifiable")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, std::numeric_limits<uint64_t>::max() >> 1));
+  needs_verification.push_back(opt->get_option("--verify-max-bytes"));
   opt->add_flag("-q,--quiet", args.quiet, "do not print the per-pass table");
   opt->add_flag("--no-lookup", args.no_lookup,
                 "remote: send the model without first asking the server whether it has the "
@@ -957,7 +986,8 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
-  for (const CLI::Option* o : tolerances)
+  args.verify_max_bytes_given = opt->get_option("--verify-max-bytes")->count() > 0;
+  for (const CLI::Option* o : needs_verification)
     if (o->count() > 0 && !args.verify && args.verify_data.empty()) {
       return fail(kUsage, o->get_name() + " requires --verify or --verify-data");
     }

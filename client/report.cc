@@ -172,6 +172,8 @@ std::string format_table(const RunSummary& run) {
       if (v.max_error) out += line("max_error %g: every output within it\n", *v.max_error);
     }
   }
+  if (!run.build_fingerprint.empty())
+    out += "computed by graft " + run.graft_version + ", build " + run.build_fingerprint + "\n";
   if (!run.server.empty())
     out += "server " + run.server + ", cache " + (run.cache_hit ? "hit" : "miss") + ", sha256 " +
            run.input_sha256.substr(0, 12) + " -> " + run.output_sha256.substr(0, 12) +
@@ -231,6 +233,8 @@ nlohmann::json to_json(const RunSummary& run) {
             {"after", memory_json(r.memory_after)},
             {"dims", r.memory_dims},
             {"default_dim", r.memory_default_dim}}},
+          {"graft_version", run.graft_version},
+          {"build_fingerprint", run.build_fingerprint},
           {"server", run.server},
           {"cache_hit", run.cache_hit},
           {"input_sha256", run.input_sha256},

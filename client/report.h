@@ -15,6 +15,8 @@ struct RunSummary {
   uint64_t output_bytes = 0;
   double load_seconds = 0, save_seconds = 0;
   PipelineReport pipeline;
+  // The build that computed the result (the CLI's with --local, else the server's report's).
+  std::string graft_version, build_fingerprint;
   // Remote runs only.
   std::string server;
   bool cache_hit = false;

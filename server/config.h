@@ -6,6 +6,8 @@
 
 #include <absl/status/statusor.h>
 
+#include "core/eval/verify.h"
+
 namespace graft::server {
 
 struct ServerConfig {
@@ -20,7 +22,7 @@ struct ServerConfig {
   uint64_t max_inflight_bytes = 0;
   // Evaluator memory of one verified request (tensors alive at once, weights included);
   // 0 turns verification off (requests asking for it get FAILED_PRECONDITION).
-  uint64_t verify_max_bytes = 1ull << 30;
+  uint64_t verify_max_bytes = eval::kDefaultVerifyMaxBytes;
   // Evaluator work of one verified request, all its runs together (original, candidates,
   // bisection); when spent the result is NOT_VERIFIABLE. 0 = no cap (the deadline still holds).
   uint64_t verify_max_work = 20'000'000'000;

@@ -15,13 +15,15 @@
 #include <grpcpp/impl/server_builder_option.h>
 #include <spdlog/spdlog.h>
 
-#include "server/allocator.h"
+#include "core/build_info.h"
+#include "core/memory/allocator.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
 #include "server/service.h"
 #include "server/tls.h"
 
+using namespace graft;
 using namespace graft::server;
 
 namespace {
@@ -96,7 +98,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<Metrics> metrics;
   try {
-    metrics = std::make_unique<Metrics>(config->metrics_listen, graft_version());
+    metrics = std::make_unique<Metrics>(config->metrics_listen);
   } catch (const std::exception& e) {
     log_event(spdlog::level::critical,
               absl::StrCat("cannot serve metrics on ", config->metrics_listen, ": ", e.what()));
@@ -169,7 +171,8 @@ int main(int argc, char** argv) {
   log_event(
       startup_level,
       absl::StrCat(
-          "graftd ", graft_version(), " serving grpc=", host_of(config->listen), ":", port,
+          "graftd ", graft_version(), " (build ", std::string(build_fingerprint()).substr(0, 12),
+          ") serving grpc=", host_of(config->listen), ":", port,
           " metrics=", host_of(config->metrics_listen), ":", metrics->port(), health_address,
           " tls=", config->tls() ? config->tls_client_auth == "require" ? "mtls" : "on" : "off",
           " workers=", config->workers, " queue_length=", config->queue_length,
@@ -211,7 +214,7 @@ int main(int argc, char** argv) {
     server->Shutdown(until);
     if (health_server) health_server->Shutdown(std::chrono::system_clock::now());
   });
-  IdleTrimmer trimmer([&service]() -> std::optional<uint64_t> {
+  memory::IdleTrimmer trimmer([&service]() -> std::optional<uint64_t> {
     if (!service.idle()) return std::nullopt;
     return service.calls_started();
   });

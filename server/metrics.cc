@@ -1,8 +1,9 @@
 #include "server/metrics.h"
 
-#include <malloc.h>
-
 #include <mutex>
+
+#include "core/build_info.h"
+#include "core/memory/allocator.h"
 
 namespace graft::server {
 
@@ -22,18 +23,14 @@ std::mutex& eviction_mutex() {
 }
 
 // What the allocator holds: bytes handed out (arenas and mmapped blocks), and bytes free in its
-// arenas. Resident memory far above the first is free memory the allocator kept (until the idle
-// trim, server/allocator.h) or fragmentation, not a leak.
+// arenas. Resident memory far above the first is free memory the allocator kept (until the next
+// trim, core/memory/allocator.h) or fragmentation, not a leak.
 class HeapCollector final : public Collectable {
  public:
   std::vector<MetricFamily> Collect() const override {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-    const struct mallinfo2 info = ::mallinfo2();
-    const double in_use = static_cast<double>(info.uordblks + info.hblkhd);
-    const double free_kept = static_cast<double>(info.fordblks);
-#else
-    const double in_use = 0, free_kept = 0;
-#endif
+    const memory::HeapUsage heap = memory::heap_usage();
+    const double in_use = static_cast<double>(heap.in_use);
+    const double free_kept = static_cast<double>(heap.free);
     auto gauge = [](const char* name, const char* help, double value) {
       MetricFamily family{name, help, MetricType::Gauge, {}};
       family.metric.emplace_back();
@@ -50,8 +47,7 @@ class HeapCollector final : public Collectable {
 
 }  // namespace
 
-Metrics::Metrics(const std::string& listen, const std::string& version)
-    : registry_(std::make_shared<Registry>()) {
+Metrics::Metrics(const std::string& listen) : registry_(std::make_shared<Registry>()) {
   requests_ = &BuildCounter()
                    .Name("graft_requests_total")
                    .Help("RPCs handled, by method and gRPC status code")
@@ -78,12 +74,22 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
                            .Name("graft_verify_rollbacks_total")
                            .Help("Passes rolled back because they changed a model's outputs")
                            .Register(*registry_);
-  auto& hits =
-      BuildCounter().Name("graft_cache_hits_total").Help("Cache hits").Register(*registry_);
-  cache_hits_ = &hits.Add({});
-  auto& misses =
-      BuildCounter().Name("graft_cache_misses_total").Help("Cache misses").Register(*registry_);
-  cache_misses_ = &misses.Add({});
+  cache_hits_ = &BuildCounter()
+                     .Name("graft_cache_hits_total")
+                     .Help(
+                         "Results served from the cache (local or shared tier), by method: "
+                         "Optimize, Lookup")
+                     .Register(*registry_);
+  cache_misses_ = &BuildCounter()
+                       .Name("graft_cache_misses_total")
+                       .Help(
+                           "Cache misses, by method: Optimize (the result was computed), Lookup "
+                           "(answered not cached; clients then usually call Optimize)")
+                       .Register(*registry_);
+  for (const char* method : {"Optimize", "Lookup"}) {
+    cache_hits_->Add({{"method", method}});
+    cache_misses_->Add({{"method", method}});
+  }
   auto& evictions = BuildCounter()
                         .Name("graft_cache_evictions_total")
                         .Help("Cache entries evicted for space")
@@ -133,9 +139,11 @@ Metrics::Metrics(const std::string& listen, const std::string& version)
   spool_bytes_ = &spool.Add({});
   BuildGauge()
       .Name("graft_build_info")
-      .Help("Graft build information (always 1)")
+      .Help(
+          "Graft build information (always 1): version, and the fingerprint of the sources and "
+          "toolchain that compute results (part of every cache key)")
       .Register(*registry_)
-      .Add({{"version", version}})
+      .Add({{"version", graft_version()}, {"fingerprint", build_fingerprint()}})
       .Set(1);
   heap_ = std::make_shared<HeapCollector>();
   exposer_ = std::make_unique<Exposer>(listen);
@@ -168,7 +176,9 @@ void Metrics::pipeline_done(const PipelineReport& report) {
   }
 }
 
-void Metrics::cache_result(bool hit) { (hit ? cache_hits_ : cache_misses_)->Increment(); }
+void Metrics::cache_result(const std::string& method, bool hit) {
+  (hit ? cache_hits_ : cache_misses_)->Add({{"method", method}}).Increment();
+}
 
 void Metrics::cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t entries) {
   {

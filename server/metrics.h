@@ -19,11 +19,13 @@ namespace graft::server {
 class Metrics {
  public:
   // Starts the HTTP exposer on `listen` (HOST:PORT); throws if the port cannot be bound.
-  Metrics(const std::string& listen, const std::string& version);
+  explicit Metrics(const std::string& listen);
 
   void request_done(const std::string& method, const std::string& code, double seconds);
   void pipeline_done(const PipelineReport& report);
-  void cache_result(bool hit);
+  // One cache answer of a call: `method` is "Optimize" (a miss computed the result) or "Lookup"
+  // (a miss answered "not cached"); a hit from either tier counts as a hit.
+  void cache_result(const std::string& method, bool hit);
   void cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t entries);
   void model_bytes(uint64_t in, uint64_t out);
   // The shared cache tier's metrics exist only when it is configured (so that an alert on
@@ -52,8 +54,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* pass_nodes_removed_;
   prometheus::Family<prometheus::Counter>* verifications_;
   prometheus::Family<prometheus::Counter>* verify_rollbacks_;
-  prometheus::Counter* cache_hits_;
-  prometheus::Counter* cache_misses_;
+  prometheus::Family<prometheus::Counter>* cache_hits_;
+  prometheus::Family<prometheus::Counter>* cache_misses_;
   prometheus::Counter* cache_evictions_;
   prometheus::Gauge* cache_bytes_;
   prometheus::Gauge* cache_entries_;

@@ -13,12 +13,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/ir/external_data.h"
 #include "core/ir/model.h"
+#include "core/passes/registry.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
-#include "core/passes/registry.h"
 #include "proto/convert.h"
 #include "server/request_log.h"
 #include "server/shared_cache.h"
@@ -113,9 +114,8 @@ std::string new_weights_location(const std::vector<UploadedFile>& files) {
 
 }  // namespace
 
-const std::string& graft_version() {
-  static const std::string v = GRAFT_VERSION;
-  return v;
+cache::CacheKey result_key(const std::string& input_digest, const std::string& canonical_config) {
+  return {input_digest, canonical_config, graft_version(), build_fingerprint()};
 }
 
 struct GraftService::Upload {
@@ -205,10 +205,8 @@ absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& serve
       return absl::FailedPreconditionError(
           "verification is turned off on this server (verify_max_bytes: 0)");
     // Part of the canonical config, so Optimize and Lookup agree on the cache key.
-    config->verify_options.max_live_bytes = server.verify_max_bytes;
+    eval::set_memory_budget(&config->verify_options, server.verify_max_bytes);
     config->verify_options.max_work = server.verify_max_work;
-    config->verify_options.max_tensor_bytes =
-        std::min(config->verify_options.max_tensor_bytes, server.verify_max_bytes);
   }
   // Folding runs the evaluator too: a client may lower its per-tensor cap, not raise it past
   // the evaluator memory this server grants a request.
@@ -378,6 +376,7 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
       proto.set_input_bytes(model.size());
       proto.set_output_bytes(result->optimized_model.size());
       proto.set_graft_version(graft_version());
+      proto.set_build_fingerprint(build_fingerprint());
       for (const auto& f : input->files) {
         if (!saved->count(f.name)) continue;
         auto* e = proto.add_external_files();
@@ -524,7 +523,7 @@ grpc::Status GraftService::Optimize(
   auto canonical = api::canonical_config(up.config);
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));
   // The input digest covers the external-data files too, so their results are cached like any.
-  cache::CacheKey key{input->digest, *canonical, graft_version()};
+  const cache::CacheKey key = result_key(input->digest, *canonical);
 
   double queue_seconds = 0;
   // Set when the computation below found the result in the shared tier instead of running.
@@ -561,7 +560,7 @@ grpc::Status GraftService::Optimize(
   }
   // A result from the shared tier is a hit too: nothing was computed.
   const bool hit = outcome != cache::ResultCache::Outcome::kMiss || shared_hit;
-  metrics_->cache_result(hit);
+  metrics_->cache_result("Optimize", hit);
   log.set("cache", shared_hit ? "shared" : hit ? "hit" : "miss");
 
   const cache::CachedResult& r = **result;
@@ -607,7 +606,7 @@ grpc::Status GraftService::Lookup(grpc::ServerContext* context, const v1::Lookup
   if (!config.ok()) return finish(to_grpc(config.status()));
   auto canonical = api::canonical_config(*config);
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));
-  const cache::CacheKey key{digest, *canonical, graft_version()};
+  const cache::CacheKey key = result_key(digest, *canonical);
   auto result = cache_.lookup(key);
   bool shared_hit = false;
   if (result == nullptr && shared_) {
@@ -619,6 +618,7 @@ grpc::Status GraftService::Lookup(grpc::ServerContext* context, const v1::Lookup
     }
   }
   log.set("cache", shared_hit ? "shared" : result ? "hit" : "miss");
+  metrics_->cache_result("Lookup", result != nullptr);
   v1::LookupResponse first;
   first.set_cached(result != nullptr);
   writer->Write(first);
@@ -639,6 +639,8 @@ grpc::Status GraftService::ListPasses(grpc::ServerContext*, const v1::ListPasses
                                       v1::ListPassesResponse* response) {
   const auto start = Clock::now();
   for (const auto& p : all_passes()) api::fill_pass_info(p, response->add_passes());
+  response->set_graft_version(graft_version());
+  response->set_build_fingerprint(build_fingerprint());
   metrics_->request_done("ListPasses", "OK", seconds_since(start));
   return grpc::Status::OK;
 }

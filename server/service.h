@@ -107,7 +107,9 @@ class GraftService final : public v1::Graft::Service {
 absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& server,
                                                        const v1::PipelineConfig& requested);
 
-// Graft's version string (also part of every cache key).
-const std::string& graft_version();
+// The cache key of a request's result: the input digest, the canonical config
+// (api::canonical_config) and this build's version and fingerprint (core/build_info.h), so
+// results of other code (an older release sharing the Redis tier) are never served.
+cache::CacheKey result_key(const std::string& input_digest, const std::string& canonical_config);
 
 }  // namespace graft::server

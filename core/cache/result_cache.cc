@@ -28,10 +28,11 @@ size_t entry_charge(size_t key_bytes, const CachedResult& result) {
 std::string CacheKey::str() const {
   // Length prefixes make the encoding injective whatever the fields contain.
   std::string out;
-  out.reserve(model_sha256.size() + config.size() + version.size() + 32);
+  out.reserve(model_sha256.size() + config.size() + version.size() + build.size() + 48);
   append_field(out, model_sha256);
   append_field(out, config);
   append_field(out, version);
+  append_field(out, build);
   return out;
 }
 

@@ -1,6 +1,6 @@
 // Content-addressed cache of optimization results: (model digest, canonical pipeline config,
-// optimizer version) -> optimized model + report. LRU within a byte budget, and single-flight so
-// that identical requests arriving together run the pipeline once.
+// optimizer version and build fingerprint) -> optimized model + report. LRU within a byte budget,
+// and single-flight so that identical requests arriving together run the pipeline once.
 #pragma once
 
 #include <chrono>
@@ -23,9 +23,13 @@ namespace graft::cache {
 struct CacheKey {
   std::string model_sha256;  // sha256_hex of the input model bytes
   std::string config;        // canonical string of the pipeline config, made by the caller
-  std::string version;       // optimizer version: a new release must not serve old results
+  std::string version;       // optimizer version, for humans (changes with releases only)
+  // Digest of the code and toolchain that compute results (graft::build_fingerprint()): a build
+  // whose passes, evaluator or request handling differ never serves another's results, even
+  // under the same version.
+  std::string build = {};
 
-  // Unambiguous encoding of the three fields (each length-prefixed), used as the map key.
+  // Unambiguous encoding of the four fields (each length-prefixed), used as the map key.
   std::string str() const;
 };
 

@@ -9,6 +9,7 @@
 
 #include "core/eval/budget.h"
 #include "core/ir/operands.h"
+#include "core/memory/allocator.h"
 
 namespace graft::eval {
 
@@ -691,11 +692,13 @@ absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
   if (limits.should_continue && *limits.should_continue) poll = *limits.should_continue;
   auto budget = Budget::make(limits.max_live_bytes, limits.max_work, std::move(poll));
   BudgetScope scope(budget.get());
+  // Runs after the environment below is gone: what the run held is free by then.
   struct Report {
     const Budget& budget;
     RunStats* stats;
     ~Report() {
       if (stats) *stats = {budget.peak_bytes(), budget.work()};
+      memory::after_large_run(budget.peak_bytes());
     }
   } report{*budget, stats};
   // Declared after the budget: the environment's tensors release their charge into it.

@@ -189,6 +189,11 @@ OutputError error_of(const std::string& name, const ErrorSums& s) {
 
 }  // namespace
 
+void set_memory_budget(VerifyOptions* options, uint64_t max_live_bytes) {
+  options->max_live_bytes = max_live_bytes;
+  options->max_tensor_bytes = std::min(options->max_tensor_bytes, max_live_bytes);
+}
+
 absl::Status validate(const VerifyOptions& o) {
   constexpr int64_t kMaxDim = int64_t{1} << 24;
   auto dim_ok = [&](int64_t d) { return d >= 0 && d <= kMaxDim; };

@@ -20,6 +20,12 @@
 
 namespace graft::eval {
 
+// Evaluator memory a verification may hold at once unless told otherwise: graftd's
+// verify_max_bytes and the CLI's --verify-max-bytes default to it.
+inline constexpr uint64_t kDefaultVerifyMaxBytes = 1ull << 30;
+// The largest single tensor a verification may make (below a smaller budget: the budget).
+inline constexpr uint64_t kDefaultVerifyMaxTensorBytes = 256ull << 20;
+
 struct VerifyOptions {
   // Values for symbolic dims by dim_param name; unnamed or unlisted unknown dims use default_dim.
   std::map<std::string, int64_t> dims;
@@ -45,8 +51,8 @@ struct VerifyOptions {
   // trial; dims, default_dim, shapes, values, seed and trials are then ignored.
   std::vector<std::map<std::string, Tensor>> input_sets;
   // Per-tensor allocation cap inside the evaluator, and cap on the tensors alive at once.
-  uint64_t max_tensor_bytes = 256ull << 20;
-  uint64_t max_live_bytes = 2ull << 30;
+  uint64_t max_tensor_bytes = kDefaultVerifyMaxTensorBytes;
+  uint64_t max_live_bytes = kDefaultVerifyMaxBytes;
   // Operations (multiply-adds, elements written) of all the evaluator runs of one verification
   // together: the original's, every candidate's, bisection's. 0 = no cap. When it runs out the
   // result is not verifiable.
@@ -55,6 +61,10 @@ struct VerifyOptions {
   // not verifiable, with that status's message). Not part of what the options mean.
   std::function<absl::Status()> should_continue;
 };
+
+// Sets the memory a verification may hold at once (max_live_bytes), and lowers the largest
+// single tensor to it when it is smaller.
+void set_memory_budget(VerifyOptions* options, uint64_t max_live_bytes);
 
 // Most input sets (random trials or given sets) one verification runs.
 constexpr int kMaxInputSets = 16;

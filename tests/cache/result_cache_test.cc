@@ -108,11 +108,12 @@ size_t expected_charge(size_t model_bytes, const std::string& report = "{}") {
 TEST(CacheKeyTest, FieldBoundariesCannotBeConfused) {
   // Each group concatenates to the same bytes, with or without a one-character separator.
   std::vector<CacheKey> keys = {
-      {"ab", "c", "d"},   {"a", "bc", "d"},   {"a", "b", "cd"},   {"abcd", "", ""},
-      {"a;b", "c", "d"},  {"a", "b;c", "d"},  {"a", ";b;c", "d"}, {"a", "b;c", ";d"},
-      {"a|b", "c", "d"},  {"a", "b|c", "d"},  {"a\nb", "c", "d"}, {"a", "b\nc", "d"},
-      {"a;:b", "c", "d"}, {"a", "b;:c", "d"}, {"1:a;", "", ""},   {"", "1:a;", ""},
-      {"a", "", ""},      {"", "a", ""},      {"", "", "a"},
+      {"ab", "c", "d"},     {"a", "bc", "d"},     {"a", "b", "cd"},     {"abcd", "", ""},
+      {"a;b", "c", "d"},    {"a", "b;c", "d"},    {"a", ";b;c", "d"},   {"a", "b;c", ";d"},
+      {"a|b", "c", "d"},    {"a", "b|c", "d"},    {"a\nb", "c", "d"},   {"a", "b\nc", "d"},
+      {"a;:b", "c", "d"},   {"a", "b;:c", "d"},   {"1:a;", "", ""},     {"", "1:a;", ""},
+      {"a", "", ""},        {"", "a", ""},        {"", "", "a"},        {"", "", "", "a"},
+      {"a", "b", "c", "d"}, {"ab", "", "c", "d"}, {"a", "b", "", "cd"},
   };
   for (size_t i = 0; i < keys.size(); ++i) {
     for (size_t j = i + 1; j < keys.size(); ++j) {
@@ -133,17 +134,21 @@ TEST(CacheKeyTest, FieldBoundariesCannotBeConfused) {
 }
 
 TEST(CacheKeyTest, EveryFieldMatters) {
-  CacheKey base{"digest", "config", "version"};
-  CacheKey other_model = base, other_config = base, other_version = base;
+  CacheKey base{"digest", "config", "version", "fingerprint"};
+  CacheKey other_model = base, other_config = base, other_version = base, other_build = base;
   other_model.model_sha256 = "digest2";
   other_config.config = "config2";
   other_version.version = "version2";
+  // Same version, other code (a pass changed): its results are not this build's.
+  other_build.build = "fingerprint2";
   ResultCache cache(1 << 20);
   cache.insert(base, make_result(10));
   EXPECT_NE(cache.lookup(base), nullptr);
   EXPECT_EQ(cache.lookup(other_model), nullptr);
   EXPECT_EQ(cache.lookup(other_config), nullptr);
   EXPECT_EQ(cache.lookup(other_version), nullptr);
+  EXPECT_EQ(cache.lookup(other_build), nullptr);
+  EXPECT_NE(base.str(), other_build.str());
 }
 
 TEST(ResultCacheTest, ChargeCountsBothStringsTheKeyAndTheOverhead) {

@@ -1,4 +1,5 @@
 // Drives the real `graft` binary: exit codes, outputs, report, stdin/stdout, dumps.
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -6,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/build_info.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -53,6 +55,13 @@ TEST(Cli, OptimizesWritesModelReportAndTable) {
   EXPECT_EQ(json["output_bytes"].get<size_t>(), fs::file_size(out));
   EXPECT_FALSE(json["passes"].empty());
   for (const auto& p : json["passes"]) EXPECT_EQ(p["rollbacks"], 0) << p["name"];
+  // The build that computed it (this CLI's, with --local): version and fingerprint.
+  EXPECT_EQ(json["graft_version"], graft_version());
+  EXPECT_EQ(json["build_fingerprint"], build_fingerprint());
+  EXPECT_NE(r.err.find(std::string("computed by graft ") + graft_version() + ", build " +
+                       build_fingerprint()),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
@@ -319,6 +328,81 @@ TEST(Cli, PassesListsEveryPassWithLevel) {
   EXPECT_GT(max_growth, max_bytes) << r.out;
   EXPECT_LT(max_growth, r.out.find("inline_constant_if")) << r.out;
   EXPECT_NE(max_growth, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::string("this CLI: graft ") + graft_version() + ", build " +
+                       build_fingerprint()),
+            std::string::npos)
+      << r.out;
+}
+
+// The peak resident memory of the CLI run with `args`, from wait4 (ru_maxrss); -1 if it did not
+// exit with 0.
+int64_t peak_rss_of_cli(const std::string& args) {
+  const std::string command = std::string(GRAFT_CLI) + " " + args + " >/dev/null 2>&1";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage usage {};
+  if (::wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return -1;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+// --local --verify holds the evaluator within --verify-max-bytes, and the process within a
+// quarter more: on a Loop whose scan output grows by 16 KiB per iteration (200,000 iterations,
+// 3.3 GB if nothing stopped it), the budget stops the run and what it freed is given back. The
+// CLI's verification budget was 2 GiB while graftd's verify_max_bytes defaults to 1 GiB: this
+// model peaked at 2.14 GB.
+TEST(Cli, LocalVerificationOfAnAllocationBombStaysWithinItsBudget) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "ASan's shadow memory and quarantine are not the CLI's";
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's shadow memory and quarantine are not the CLI's";
+#endif
+  const fs::path bomb = temp_dir() / "loop_scan_bomb.onnx";
+  {
+    std::ofstream out(bomb, std::ios::binary);
+    out << parse_text(loop_scan_bomb(200000))->to_proto().SerializeAsString();
+  }
+  const fs::path report = temp_dir() / "bomb.json";
+  constexpr int64_t kBudget = 256 << 20;
+  // The process itself, the same run without verification: libraries, the IR, the report.
+  const int64_t baseline = peak_rss_of_cli("optimize --local -q " + bomb.string());
+  ASSERT_GT(baseline, 0);
+  const int64_t peak =
+      peak_rss_of_cli("optimize --local -q --verify --verify-max-bytes " + std::to_string(kBudget) +
+                      " " + bomb.string() + " --report " + report.string());
+  ASSERT_GT(peak, 0);
+  const auto json = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(json["verification"]["status"], "not_verifiable");
+  EXPECT_NE(json["verification"]["message"].get<std::string>().find(
+                "memory budget of " + std::to_string(kBudget) + " bytes"),
+            std::string::npos)
+      << json["verification"]["message"];
+  EXPECT_GT(peak, baseline + kBudget * 3 / 4) << "the bomb did not fill the budget";
+  EXPECT_LE(peak, baseline + kBudget * 5 / 4)
+      << "peak " << (peak >> 20) << " MiB, baseline " << (baseline >> 20) << " MiB, budget "
+      << (kBudget >> 20) << " MiB";
+
+  // The default is graftd's verify_max_bytes default, 1 GiB (it was 2 GiB: the bomb peaked at
+  // 2.14 GB).
+  const std::string help = graft("optimize --help").out;
+  const auto flag = help.find("--verify-max-bytes");
+  ASSERT_NE(flag, std::string::npos) << help;
+  EXPECT_NE(help.substr(flag, help.find('\n', flag) - flag).find("=1073741824"), std::string::npos)
+      << help;
+
+  // Refused: remotely (the server's verify_max_bytes applies), without --verify, and 0.
+  EXPECT_EQ(
+      graft("optimize --server 127.0.0.1:1 --verify --verify-max-bytes 1000 " + bomb.string()).code,
+      2);
+  EXPECT_EQ(graft("optimize --local --verify-max-bytes 1000 " + bomb.string()).code, 2);
+  EXPECT_EQ(graft("optimize --local --verify --verify-max-bytes 0 " + bomb.string()).code, 2);
 }
 
 // A bad option value is a configuration error (exit 2) found before the input is read: with a

@@ -8,10 +8,15 @@
 #include <cstdio>
 #include <functional>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "client/graft_client.h"
+#include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
+#include "server/service.h"
+#include "server/shared_cache.h"
 #include "tests/server/graftd_process.h"
 #include "tests/testing.h"
 
@@ -196,7 +201,7 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   EXPECT_EQ(second->model, first->model);
   EXPECT_EQ(second->report.output_sha256(), cache::sha256_hex(first->model));
   EXPECT_EQ(shared(*b, "hit"), 1);
-  EXPECT_EQ(metric(metrics(*b), "graft_cache_hits_total"), 1);
+  EXPECT_EQ(metric(metrics(*b), "graft_cache_hits_total{method=\"Optimize\"}"), 1);
   EXPECT_NE(b->log().find("cache=shared"), std::string::npos) << b->log();
 
   // The shared hit went into b's local cache: the next request does not ask Redis.
@@ -215,10 +220,12 @@ TEST_F(SharedCache, AResultComputedByOneReplicaIsAHitOnAnother) {
   ASSERT_TRUE(found->result.has_value());
   EXPECT_EQ(found->result->model, first->model);
   EXPECT_EQ(shared(*c, "hit"), 1);
+  EXPECT_EQ(metric(metrics(*c), "graft_cache_hits_total{method=\"Lookup\"}"), 1);
   auto missing = cc.lookup(digest_, level(1), false);
   ASSERT_TRUE(missing.ok()) << missing.status();
   EXPECT_FALSE(missing->cached);
   EXPECT_EQ(shared(*c, "miss"), 1);
+  EXPECT_EQ(metric(metrics(*c), "graft_cache_misses_total{method=\"Lookup\"}"), 1);
 }
 
 TEST_F(SharedCache, RequestsSucceedWhileRedisIsDownAndSharingResumesWhenItReturns) {
@@ -321,6 +328,57 @@ TEST_F(SharedCache, CorruptTruncatedOrMissingChunksAreMissesAndTheResultIsRecomp
   ASSERT_TRUE(healed.ok()) << healed.status();
   EXPECT_TRUE(healed->report.cache_hit());
   EXPECT_EQ(healed->model, first->model);
+}
+
+// After an upgrade the new build's replicas share Redis with what the previous build wrote
+// under the same version number. The previous build's entries are keyed by its fingerprint, so
+// the new build never serves them (with only the version in the key it did: results of the old
+// passes). The test plays the previous build, writing through the shared tier's own writer.
+TEST_F(SharedCache, EntriesWrittenByAnotherBuildAreNeverServed) {
+  server::SharedCacheOptions options;
+  options.url = redis_->url();
+  options.chunk_bytes = 65536;
+  auto previous = server::SharedCache::create(options, {});
+  ASSERT_TRUE(previous.ok()) << previous.status();
+  // What the previous build "computed": the input unchanged, with a consistent report.
+  auto stale = std::make_shared<cache::CachedResult>();
+  stale->optimized_model = bytes_;
+  v1::OptimizeReport report;
+  report.set_input_sha256(digest_);
+  report.set_output_sha256(digest_);
+  report.set_input_bytes(bytes_.size());
+  report.set_output_bytes(bytes_.size());
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(report, &stale->report_json).ok());
+  auto key = [&](int level_n) {
+    auto config = server::request_pipeline_config(server::ServerConfig{}, level(level_n));
+    EXPECT_TRUE(config.ok()) << config.status();
+    auto canonical = api::canonical_config(*config);
+    EXPECT_TRUE(canonical.ok()) << canonical.status();
+    return server::result_key(digest_, *canonical);
+  };
+  cache::CacheKey older = key(2);
+  older.build = std::string(64, '0');  // same version, other code
+  (*previous)->put_async(older, stale);
+  // Control: the same entry under this build's key for level 1 is served, so the one above is
+  // skipped for its fingerprint alone.
+  (*previous)->put_async(key(1), stale);
+  (*previous)->flush();
+  ASSERT_EQ(redis_->keys("graft:v1:*").size(), 2 * (1 + (bytes_.size() + 65535) / 65536));
+
+  auto g = start_graftd();
+  client::GraftClient client(g->address());
+  auto control = client.optimize(bytes_, level(1));
+  ASSERT_TRUE(control.ok()) << control.status();
+  EXPECT_TRUE(control->report.cache_hit());
+  EXPECT_EQ(cache::sha256_hex(control->model), digest_);  // digests: no binary dump on failure
+
+  auto fresh = client.optimize(bytes_, level(2));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE(fresh->report.cache_hit());
+  EXPECT_EQ(cache::sha256_hex(fresh->model), cache::sha256_hex(local_result(2)));
+  EXPECT_EQ(fresh->report.build_fingerprint(), build_fingerprint());
+  EXPECT_EQ(shared(*g, "hit"), 1);
+  EXPECT_EQ(shared(*g, "miss"), 1);
 }
 
 // A Redis that accepts connections and never answers: every call times out, Redis is marked

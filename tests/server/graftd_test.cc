@@ -20,6 +20,7 @@
 #include <onnx/defs/parser.h>
 
 #include "client/graft_client.h"
+#include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
@@ -61,10 +62,14 @@ TEST(Graftd, RemoteResultEqualsLocalAndSecondRequestIsACacheHit) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_TRUE(second->report.cache_hit());
   EXPECT_EQ(second->model, first->model);
+  // The report names the build that computed the result.
+  EXPECT_EQ(first->report.graft_version(), graft_version());
+  EXPECT_EQ(first->report.build_fingerprint(), build_fingerprint());
+  EXPECT_EQ(second->report.build_fingerprint(), build_fingerprint());
 
   auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
-  EXPECT_EQ(metric(metrics, "graft_cache_hits_total"), 1);
-  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 1);
+  EXPECT_EQ(metric(metrics, "graft_cache_hits_total{method=\"Optimize\"}"), 1);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Optimize\"}"), 1);
   EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Optimize\"}"), 2);
 
   // Lookup by digest finds it and can return it without an upload.
@@ -259,6 +264,16 @@ TEST(Graftd, CliFetchesACachedResultWithoutUploadingIt) {
   EXPECT_EQ(second["bytes_sent"], 0);
   EXPECT_EQ(second["bytes_received"], first["output_bytes"]);
   EXPECT_EQ(read_file(dir / "second.onnx"), read_file(dir / "first.onnx"));
+  // The cache answered three times: the first run's Lookup and Optimize missed, the second
+  // run's Lookup hit (it used to be counted nowhere: hits 0, misses 1).
+  auto scraped = parse_metrics(http_get(server.metrics_port(), "/metrics"));
+  auto cache = [&](const char* family, const char* method) {
+    return metric(scraped, std::string(family) + "{method=\"" + method + "\"}");
+  };
+  EXPECT_EQ(cache("graft_cache_hits_total", "Lookup"), 1);
+  EXPECT_EQ(cache("graft_cache_misses_total", "Lookup"), 1);
+  EXPECT_EQ(cache("graft_cache_hits_total", "Optimize"), 0);
+  EXPECT_EQ(cache("graft_cache_misses_total", "Optimize"), 1);
   auto forced = run("forced", " --no-lookup");
   EXPECT_EQ(forced["lookup"], "");
   EXPECT_EQ(forced["cache_hit"], true);
@@ -268,6 +283,7 @@ TEST(Graftd, CliFetchesACachedResultWithoutUploadingIt) {
   EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Optimize\"}"), 2);
   EXPECT_EQ(metric(metrics, "graft_requests_total{code=\"OK\",method=\"Lookup\"}"), 2);
   EXPECT_EQ(metric(metrics, "graft_model_bytes_in_total"), 2.0 * size);
+  EXPECT_EQ(metric(metrics, "graft_cache_hits_total{method=\"Optimize\"}"), 1);  // forced
   fs::remove_all(dir);
 }
 
@@ -326,7 +342,7 @@ TEST(Graftd, ConcurrentRequestsAreCorrectAndIdenticalOnesRunOnce) {
   }
   EXPECT_EQ(hits, 28);
   auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
-  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 4);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Optimize\"}"), 4);
   // The pipeline ran 4 times: each pass's duration was observed once per run.
   EXPECT_EQ(metric(metrics, "graft_pass_duration_seconds_count{pass=\"prune\"}"), 4);
 }
@@ -444,8 +460,15 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
   // head becomes a Gemm.
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_conv_batchnorm\"}"), 35);
   EXPECT_EQ(metric(metrics, "graft_pass_nodes_removed_total{pass=\"fuse_matmul_add\"}"), 1);
-  // No high-cardinality labels: never a digest.
-  EXPECT_EQ(std::regex_search(text, std::regex("[0-9a-f]{32}")), false);
+  // The build: its version, and its fingerprint (one value per process, part of every cache key).
+  EXPECT_EQ(metric(metrics, std::string("graft_build_info{fingerprint=\"") + build_fingerprint() +
+                                "\",version=\"" + graft_version() + "\"}"),
+            1);
+  // No high-cardinality labels: never a digest (but the build's own fingerprint).
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("graft_build_info{", 0) != 0)
+      EXPECT_FALSE(std::regex_search(line, std::regex("[0-9a-f]{32}"))) << line;
 }
 
 TEST(Graftd, ReflectionAndHealthAreServed) {
@@ -812,6 +835,49 @@ v1::OptimizeStart start_for(const std::string& model) {
   *start.mutable_config() = o2();
   start.set_model_size(model.size());
   return start;
+}
+
+// An allocation bomb stopped by the verification budget frees the budget's worth of 16 KiB
+// tensors at once. graftd gives them back to the kernel when the evaluator run ends, not only once
+// it is idle: here another call stays open the whole time (as on a loaded graftd, which is never
+// idle), and the memory still goes back. Before, it stayed resident until graftd had been idle
+// for a second (1.08 GB after the bomb under the default 1 GiB budget).
+TEST(Graftd, MemoryOfAVerificationBombGoesBackWhileOtherCallsRun) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's allocator replaces glibc's";
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator replaces glibc's";
+#endif
+  constexpr uint64_t kBudget = 256ull << 20;
+  Graftd server(
+      {"--workers", "2", "--cache-bytes", "0", "--verify-max-bytes", std::to_string(kBudget)});
+  client::GraftClient client(server.address());
+  ASSERT_TRUE(client.optimize(read_file(kExample), o2()).ok());  // threads and arenas made
+  const uint64_t before = rss(server.pid());
+  // An upload that never ends keeps graftd busy (its deadline is minutes away).
+  const std::string never_sent(1000, 'x');
+  RawOptimize busy(server.address());
+  ASSERT_TRUE(busy.start(start_for(never_sent)));
+
+  auto r = client.optimize(model_bytes(loop_scan_bomb(200000)), verified());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->report.verification().status(), v1::Verification::NOT_VERIFIABLE);
+  const uint64_t peak = peak_rss(server.pid());
+  ASSERT_GT(peak, before + kBudget * 3 / 4) << "the bomb did not fill the budget";
+  // Polled: the trim may finish just after the response; the limit only keeps a failure from
+  // hanging.
+  uint64_t after = rss(server.pid());
+  for (int i = 0; i < 100 && after >= before + (32ull << 20); ++i) {
+    std::this_thread::sleep_for(100ms);
+    after = rss(server.pid());
+  }
+  EXPECT_LT(after, before + (32ull << 20))
+      << "RSS " << (before >> 20) << " MiB before the bomb, " << (peak >> 20) << " MiB at its "
+      << "peak, " << (after >> 20) << " MiB after it";
+  busy.cancel();
 }
 
 // Declared external-file sizes are added without wrapping: a sum past 2^64 is not small.
@@ -1297,7 +1363,8 @@ TEST(Graftd, BadPassOptionIsInvalidArgumentBeforeAnyWork) {
 
   // No pass ran and nothing reached the cache.
   auto metrics = parse_metrics(http_get(server.metrics_port(), "/metrics"));
-  EXPECT_EQ(metric(metrics, "graft_cache_misses_total"), 0);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Optimize\"}"), 0);
+  EXPECT_EQ(metric(metrics, "graft_cache_misses_total{method=\"Lookup\"}"), 0);
   EXPECT_EQ(metric(metrics, "graft_model_bytes_in_total"), 0);
   for (const auto& [name, value] : metrics)
     EXPECT_EQ(name.rfind("graft_pass_duration_seconds_count", 0), std::string::npos)
@@ -1342,14 +1409,26 @@ TEST(Graftd, ListPassesDescribesOptions) {
   EXPECT_EQ(fold->options(1).type(), v1::PassOption::INTEGER);
   EXPECT_EQ(fold->options(1).default_value(), "4");
 
-  // `graft passes --server` prints them like the local listing.
+  // And the server's build.
+  EXPECT_EQ(passes->graft_version(), graft_version());
+  EXPECT_EQ(passes->build_fingerprint(), build_fingerprint());
+
+  // `graft passes --server` prints them like the local listing, the server's build last.
   std::string cli = GRAFT_CLI;
   fs::path out = fs::temp_directory_path() / ("graftd_passes_" + std::to_string(::getpid()));
   ASSERT_EQ(
       std::system((cli + " passes --server " + server.address() + " >" + out.string()).c_str()), 0);
   std::string remote = read_file(out);
   ASSERT_EQ(std::system((cli + " passes >" + out.string()).c_str()), 0);
-  EXPECT_EQ(remote, read_file(out));
+  const std::string local = read_file(out);
+  const std::string build =
+      std::string("graft ") + graft_version() + ", build " + build_fingerprint() + "\n";
+  const std::string remote_build = "server " + server.address() + ": " + build;
+  const std::string local_build = "this CLI: " + build;
+  ASSERT_TRUE(remote.ends_with(remote_build)) << remote;
+  ASSERT_TRUE(local.ends_with(local_build)) << local;
+  EXPECT_EQ(remote.substr(0, remote.size() - remote_build.size()),
+            local.substr(0, local.size() - local_build.size()));
   EXPECT_NE(remote.find("option max_bytes (bytes in [0, 2147483648], default 16777216)"),
             std::string::npos)
       << remote;

@@ -58,10 +58,15 @@ TEST(SharedEntry, ChunksSplitModelAndReportAtEveryBoundary) {
 }
 
 TEST(SharedEntry, KeysHoldThePrefixLayoutAndTheWholeCacheKey) {
-  cache::CacheKey a{std::string(64, '0'), "O2", "0.1.0"};
+  cache::CacheKey a{std::string(64, '0'), "O2", "0.1.0", std::string(64, 'a')};
   cache::CacheKey b = a;
   b.version = "0.2.0";  // a new release must not read the old one's entries
   EXPECT_NE(key_hash(a), key_hash(b));
+  // Nor a build of the same version whose code differs (its build fingerprint).
+  cache::CacheKey c = a;
+  c.build = std::string(64, 'b');
+  EXPECT_NE(key_hash(a), key_hash(c));
+  EXPECT_NE(manifest_key("graft:", key_hash(a)), manifest_key("graft:", key_hash(c)));
   EXPECT_EQ(key_hash(a), cache::sha256_hex(a.str()));
   EXPECT_EQ(manifest_key("graft:", key_hash(a)), "graft:v1:" + key_hash(a));
   EXPECT_EQ(chunk_key("graft:", "h", "w", 3), "graft:v1:h:w:3");

@@ -1,10 +1,25 @@
-#include "server/allocator.h"
+#include "core/memory/allocator.h"
 
 #include <malloc.h>
 
 #include <chrono>
 
-namespace graft::server {
+namespace graft::memory {
+
+void give_back_free_memory() { ::malloc_trim(0); }
+
+void after_large_run(uint64_t peak_bytes) {
+  if (peak_bytes >= kGiveBackAfterRunBytes) give_back_free_memory();
+}
+
+HeapUsage heap_usage() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 info = ::mallinfo2();
+  return {info.uordblks + info.hblkhd, info.fordblks};
+#else
+  return {};
+#endif
+}
 
 IdleTrimmer::IdleTrimmer(std::function<std::optional<uint64_t>()> activity)
     : activity_(std::move(activity)), thread_([this] { loop(); }) {}
@@ -26,11 +41,11 @@ void IdleTrimmer::loop() {
     const std::optional<uint64_t> now = activity_();
     // Idle at two ticks in a row with no call in between, and calls since the last trim.
     if (now && previous == now && trimmed != now) {
-      ::malloc_trim(0);
+      give_back_free_memory();
       trimmed = now;
     }
     previous = now;
   }
 }
 
-}  // namespace graft::server
+}  // namespace graft::memory
