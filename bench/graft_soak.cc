@@ -1206,8 +1206,10 @@ int main(int argc, char** argv) {
   }
   for (int v = 0; v < 12; ++v) {
     int pairs = 10 + static_cast<int>(rng() % 3000);
-    add_template(Kind::kValidGenerated, "chain of " + std::to_string(pairs) + " pairs",
-                 graft::bench::append_doc_string(graft::testing::chain_model(pairs), shared.unique("chain")), o2());
+    add_template(
+        Kind::kValidGenerated, "chain of " + std::to_string(pairs) + " pairs",
+        graft::bench::append_doc_string(graft::testing::chain_model(pairs), shared.unique("chain")),
+        o2());
     int width = 1 + static_cast<int>(rng() % 32);
     add_template(Kind::kValidGenerated, "folding model, width " + std::to_string(width),
                  graft::bench::append_doc_string(folding_model(rng, width), shared.unique("fold")),

@@ -51,7 +51,8 @@ int fail(int code, const std::string& msg) {
 // The whole input: a file read with one allocation of its size, or standard input ("-") in
 // doubling blocks (paths::read_all).
 bool read_input(const std::string& path, std::string* bytes, std::string* error) {
-  auto read = path == "-" ? paths::read_all(STDIN_FILENO, "standard input") : paths::read_file(path);
+  auto read =
+      path == "-" ? paths::read_all(STDIN_FILENO, "standard input") : paths::read_file(path);
   if (!read.ok()) {
     *error = std::string(read.status().message());
     return false;
@@ -175,13 +176,13 @@ struct OptimizeArgs {
   uint64_t verify_max_bytes = eval::kDefaultVerifyMaxBytes;
   bool verify_max_bytes_given = false;
   std::vector<std::string> verify_data;  // --verify-data: files and folders of input tensors
-  double max_error = -1;  // < 0: no bound for lossy passes
-  std::vector<std::string> dims;  // NAME=N for the memory estimates
-  std::vector<std::string> explain;  // PASS or PASS/RULE
+  double max_error = -1;                 // < 0: no bound for lossy passes
+  std::vector<std::string> dims;         // NAME=N for the memory estimates
+  std::vector<std::string> explain;      // PASS or PASS/RULE
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
   bool rehash = false;     // hash every file again instead of recalling remembered digests
-  std::string sha256;  // lookup only
+  std::string sha256;      // lookup only
   // TLS from the flags; GRAFT_TLS* fill in what they leave unset.
   tls::ClientOptions tls;
 };
@@ -363,10 +364,8 @@ int fail_connect(const absl::Status& st) {
 // `kept` (files of the input the result still references), copied from `input_folder` when the
 // output goes to another folder.
 int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
-               const client::ExternalFiles& files = {},
-               const std::vector<std::string>& kept = {},
-               const std::string& input_folder = {},
-               paths::AtomicFileWriter* streamed = nullptr) {
+               const client::ExternalFiles& files = {}, const std::vector<std::string>& kept = {},
+               const std::string& input_folder = {}, paths::AtomicFileWriter* streamed = nullptr) {
   std::string error;
   if (!a.output.empty() && (!files.empty() || !kept.empty())) {
     if (a.output == "-")
@@ -388,8 +387,9 @@ int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& 
         std::filesystem::equivalent(input_folder, folder_of(a.output), same_error);
     if (!same_folder && !kept.empty()) {
       if (input_folder.empty())
-        return fail(kUsage, "the result references the input's external-data files: give the "
-                            "model file (not a digest) so they can be copied beside the output");
+        return fail(kUsage,
+                    "the result references the input's external-data files: give the "
+                    "model file (not a digest) so they can be copied beside the output");
       for (const auto& name : kept)
         if (auto st = paths::copy_beneath(input_folder, folder_of(a.output).string(), name);
             !st.ok())
@@ -490,8 +490,8 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
 }
 
 // The sha256 of the file at `path` (client::digest_file: hashed in pieces, or recalled from the
-// user's digest cache unless `rehash`), and whether the word "location" occurs in it: a model without it
-// has no external-data tensors, so its digest alone keys its result.
+// user's digest cache unless `rehash`), and whether the word "location" occurs in it: a model
+// without it has no external-data tensors, so its digest alone keys its result.
 struct ModelDigest {
   std::string sha256;
   bool mentions_location = false;
@@ -707,10 +707,10 @@ int optimize(const OptimizeArgs& a) {
     if (int rc = add_verify_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
       return rc;
     if (api::input_sets_bytes(config->verify_options.input_sets) > api::kMaxInputSetBytes)
-      return fail(kUsage, absl::StrCat("--verify-data: a request carries at most ",
-                                       api::kMaxInputSetBytes,
-                                       " bytes of input data; use fewer or smaller sets, or "
-                                       "--local"));
+      return fail(kUsage,
+                  absl::StrCat("--verify-data: a request carries at most ", api::kMaxInputSetBytes,
+                               " bytes of input data; use fewer or smaller sets, or "
+                               "--local"));
     return optimize_remote(a, server, *config);
   }
   std::string bytes, error;
@@ -776,10 +776,9 @@ int lookup(const OptimizeArgs& a) {
     run.output_sha256 = result->result->report.output_sha256();
     if (auto st = client::check_kept_files(*result->result, sources); !st.ok())
       return fail_remote(st);
-    return finish_run(a, run, result->result->model, result->result->external_files,
-                      result->result->kept_files,
-                      a.input.empty() || a.input == "-" ? std::string()
-                                                        : folder_of(a.input).string());
+    return finish_run(
+        a, run, result->result->model, result->result->external_files, result->result->kept_files,
+        a.input.empty() || a.input == "-" ? std::string() : folder_of(a.input).string());
   }
   return kOk;
 }

@@ -50,7 +50,9 @@ nlohmann::json verification_json(const VerificationReport& v) {
   if (!v.requested) return nullptr;
   nlohmann::json errors = nlohmann::json::array();
   // JSON has no infinity: a non-finite error is written as the string "inf".
-  auto number = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
+  auto number = [](double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf");
+  };
   for (const auto& e : v.errors)
     errors.push_back({{"output", e.name},
                       {"max_abs", number(e.max_abs)},
@@ -141,9 +143,10 @@ std::string format_table(const RunSummary& run) {
       if (count > 0)
         out += line("  %-20s %86s %9lld\n", rule.c_str(), "", static_cast<long long>(count));
     if (p.capped_runs > 0)
-      out += line("  stopped at the rule driver's rewrite cap in %d run(s): rules undo each "
-                  "other, the result may not be this pass's fixed point\n",
-                  p.capped_runs);
+      out += line(
+          "  stopped at the rule driver's rewrite cap in %d run(s): rules undo each "
+          "other, the result may not be this pass's fixed point\n",
+          p.capped_runs);
   }
   out += explanation_lines(r);
   std::string nodes = std::to_string(r.nodes_before) + " -> " + std::to_string(r.nodes_after);
@@ -162,11 +165,9 @@ std::string format_table(const RunSummary& run) {
   if (v.requested) {
     out += std::string("verification: ") + eval::verify_status_name(v.result.status) + " (" +
            v.result.message + ")" + line(", %.2f ms", v.seconds * 1e3) + "\n";
-    for (const auto& p : v.rolled_back)
-      out += "verification rolled back " + p + " (see its row)\n";
+    for (const auto& p : v.rolled_back) out += "verification rolled back " + p + " (see its row)\n";
     if (!v.errors.empty() && !v.lossy_passes.empty()) {
-      out += line("%-30s %14s %14s %10s\n", "error per output (lossy)", "max abs", "rel",
-                  "cosine");
+      out += line("%-30s %14s %14s %10s\n", "error per output (lossy)", "max abs", "rel", "cosine");
       for (const auto& e : v.errors)
         out += line("%-30s %14.6g %14.6g %10.6f\n", e.name.c_str(), e.max_abs, e.rel, e.cosine);
       if (v.max_error) out += line("max_error %g: every output within it\n", *v.max_error);

@@ -117,9 +117,8 @@ int main(int argc, char** argv) {
     }
     spool = std::move(*opened);
     if (removed > 0)
-      log_event(spdlog::level::info,
-                absl::StrCat("spool: removed ", removed,
-                             " bytes left by graftd processes that are gone"));
+      log_event(spdlog::level::info, absl::StrCat("spool: removed ", removed,
+                                                  " bytes left by graftd processes that are gone"));
   }
   GraftService service(*config, metrics.get(), std::move(spool));
 

@@ -133,8 +133,9 @@ Metrics::Metrics(const std::string& listen) : registry_(std::make_shared<Registr
   upload_bytes_ = &uploads.Add({});
   auto& spool = BuildGauge()
                     .Name("graft_spool_bytes")
-                    .Help("Disk reserved in the spool for external-data uploads in progress and "
-                          "cached result files (bounded by spool.max_bytes)")
+                    .Help(
+                        "Disk reserved in the spool for external-data uploads in progress and "
+                        "cached result files (bounded by spool.max_bytes)")
                     .Register(*registry_);
   spool_bytes_ = &spool.Add({});
   BuildGauge()

@@ -138,7 +138,7 @@ struct GraftService::Upload {
 // What a worker optimizes: the model's bytes and its external-data files in the spool.
 struct GraftService::Input {
   std::shared_ptr<const std::string> model;
-  std::string digest;        // the input digest, the result's key
+  std::string digest;  // the input digest, the result's key
   std::vector<UploadedFile> files;
   std::shared_ptr<SpoolDir> dir;  // keeps the files on disk while the job needs them
 };
@@ -297,11 +297,10 @@ grpc::Status GraftService::read_upload(
     const uint64_t input_bytes = api::input_sets_bytes(config->verify_options.input_sets);
     if (input_bytes > 0) {
       if (!upload_budget_.try_acquire(input_bytes))
-        return grpc::Status(
-            grpc::StatusCode::RESOURCE_EXHAUSTED,
-            absl::StrCat("this server's memory for uploads in progress is full "
-                         "(max_inflight_bytes: ",
-                         upload_budget_.limit(), " bytes); retry later"));
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("this server's memory for uploads in progress is full "
+                                         "(max_inflight_bytes: ",
+                                         upload_budget_.limit(), " bytes); retry later"));
       up->input_budget = &upload_budget_;
       up->input_bytes = input_bytes;
     }
@@ -453,16 +452,17 @@ absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model
   for (const auto& location : saved->locations) {
     if (location == write.location) continue;
     if (!uploaded.count(location))
-      return absl::InvalidArgumentError(
-          absl::StrCat("the model references external-data file '",
-                       paths::shown_location(location), "', which the upload did not include"));
+      return absl::InvalidArgumentError(absl::StrCat("the model references external-data file '",
+                                                     paths::shown_location(location),
+                                                     "', which the upload did not include"));
     kept.insert(location);
   }
   if (saved->new_file_bytes > 0) {
     if (!(*dir)->reserve(saved->new_file_bytes))
       return absl::ResourceExhaustedError(absl::StrCat(
           "this server's disk for external data is full (spool.max_bytes: ", spool_->limit(),
-          " bytes) and the result wrote ", saved->new_file_bytes, " bytes of new weights; retry later"));
+          " bytes) and the result wrote ", saved->new_file_bytes,
+          " bytes of new weights; retry later"));
     cache::CachedFile file;
     file.name = write.location;
     file.path = absl::StrCat(write.folder, "/", write.location);

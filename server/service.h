@@ -28,7 +28,8 @@ class GraftService final : public v1::Graft::Service {
  public:
   // `spool` holds external-data uploads and result files on disk; without one (null), uploads
   // with external-data files are refused.
-  GraftService(const ServerConfig& config, Metrics* metrics, std::unique_ptr<Spool> spool = nullptr);
+  GraftService(const ServerConfig& config, Metrics* metrics,
+               std::unique_ptr<Spool> spool = nullptr);
   ~GraftService() override;
 
   grpc::Status Optimize(

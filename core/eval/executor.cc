@@ -184,8 +184,7 @@ class Executor {
       for (const ir::Value* v : g.initializers()) {
         auto it = first_use.find(v);
         // One that is also a graph output is read up front, as before.
-        if (it == first_use.end() || !ir::is_external(*v->initializer()) ||
-            last_use[v] == SIZE_MAX)
+        if (it == first_use.end() || !ir::is_external(*v->initializer()) || last_use[v] == SIZE_MAX)
           continue;
         plan.loads_before[it->second].push_back(v);
         plan.loaded_late.insert(v);

@@ -115,8 +115,7 @@ struct ErrorSums {
 };
 
 std::string compare(const std::string& name, const Tensor& a, const Tensor& b,
-                    const VerifyOptions& options, VerifyResult& r, ErrorSums* sums,
-                    bool lossy) {
+                    const VerifyOptions& options, VerifyResult& r, ErrorSums* sums, bool lossy) {
   const bool both_float = is_float_type(a.dtype()) && is_float_type(b.dtype());
   if (a.dtype() != b.dtype() && !(lossy && both_float))
     return absl::StrCat("output '", name, "': element type ",
@@ -158,8 +157,10 @@ std::string compare(const std::string& name, const Tensor& a, const Tensor& b,
     if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
     const double diff = std::isfinite(x) && std::isfinite(y) ? std::abs(x - y) : INFINITY;
     if (sums != nullptr) {
-      if (std::isfinite(diff)) sums->max_abs = std::max(sums->max_abs, diff);
-      else sums->non_finite = true;
+      if (std::isfinite(diff))
+        sums->max_abs = std::max(sums->max_abs, diff);
+      else
+        sums->non_finite = true;
     }
     const double rel = diff / std::max(std::abs(x), 1e-30);
     if (diff > r.max_abs_diff || std::isnan(diff)) {
@@ -213,8 +214,8 @@ absl::Status validate(const VerifyOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("verify: trials must be 1..", kMaxInputSets, ", got ", o.trials));
   if (o.input_sets.size() > static_cast<size_t>(kMaxInputSets))
-    return absl::InvalidArgumentError(absl::StrCat("verify: at most ", kMaxInputSets,
-                                                   " input sets, got ", o.input_sets.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify: at most ", kMaxInputSets, " input sets, got ", o.input_sets.size()));
   if (!(o.rtol >= 0) || !(o.atol >= 0))
     return absl::InvalidArgumentError("verify: tolerances must be non-negative numbers");
   if (!(o.float_range >= 0) || o.int_max < 0)
@@ -251,10 +252,10 @@ absl::StatusOr<Tensor> parse_input_tensor(std::string_view bytes, uint64_t max_b
   }
   if (zero) count = 0, over = false;
   if (over || count > held)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dims [", absl::StrJoin(proto.dims(), ","), "] declare ",
-        over ? std::string("more than 2^64") : absl::StrCat(count),
-        " elements, but the tensor holds data for at most ", held));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dims [", absl::StrJoin(proto.dims(), ","), "] declare ",
+                     over ? std::string("more than 2^64") : absl::StrCat(count),
+                     " elements, but the tensor holds data for at most ", held));
   auto t = Tensor::from_proto(proto, max_bytes);
   if (!t.ok()) {
     // Inconsistent data (wrong raw_data length or field count), an unsupported type, or more
@@ -314,15 +315,14 @@ absl::Status check_input_sets(const ir::Model& model,
             absl::StrCat(prefix, "the model does not declare it a tensor"));
       const auto& tt = type->tensor_type();
       if (tt.elem_type() != onnx::TensorProto::UNDEFINED && tt.elem_type() != t.dtype())
-        return absl::InvalidArgumentError(absl::StrCat(prefix, "element type ", dtype_name(t.dtype()),
-                                                       ", the model declares ",
-                                                       dtype_name(tt.elem_type())));
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, "element type ", dtype_name(t.dtype()), ", the model declares ",
+                         dtype_name(tt.elem_type())));
       if (!tt.has_shape()) continue;
       if (tt.shape().dim_size() != t.rank())
-        return absl::InvalidArgumentError(absl::StrCat(prefix, "shape ", dims_string(t.dims()),
-                                                       " has rank ", t.rank(),
-                                                       ", the model declares rank ",
-                                                       tt.shape().dim_size()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, "shape ", dims_string(t.dims()), " has rank ", t.rank(),
+                         ", the model declares rank ", tt.shape().dim_size()));
       for (int i = 0; i < tt.shape().dim_size(); ++i) {
         const auto& d = tt.shape().dim(i);
         const int64_t size = t.dims()[static_cast<size_t>(i)];

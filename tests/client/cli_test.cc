@@ -183,7 +183,7 @@ TEST(Cli, VerifyDataMeasuresALossyPassOnTheGivenTensors) {
   write_bytes(dir / "named.pb", float_tensor("x", {2}, {0.1f, 2049}));
   write_bytes(dir / "unnamed.pb", float_tensor("", {2}, {0.1f, 2049}));
   for (const std::string& data : {(dir / "named.pb").string(), (dir / "unnamed.pb").string(),
-                                 "x=" + (dir / "unnamed.pb").string()}) {
+                                  "x=" + (dir / "unnamed.pb").string()}) {
     CliRun r = graft("optimize --local --passes convert_fp16 --verify-data " + data + " " +
                      model.string() + " --report " + report.string());
     ASSERT_EQ(r.code, 0) << data << ": " << r.err;
@@ -197,13 +197,14 @@ TEST(Cli, VerifyDataMeasuresALossyPassOnTheGivenTensors) {
     write_bytes(dir / "sets" / ("test_data_set_" + std::to_string(n)) / "input_0.pb",
                 float_tensor("", {2}, {n == 2 ? 0.5f : 1.0f, 3.0f}));
   // --verify-data implies --verify, which the tolerances otherwise need.
-  CliRun sets = graft("optimize --local --verify-rtol 0.01 --verify-data " + (dir / "sets").string() +
-                      " " + model.string() + " --report " + report.string());
+  CliRun sets =
+      graft("optimize --local --verify-rtol 0.01 --verify-data " + (dir / "sets").string() + " " +
+            model.string() + " --report " + report.string());
   ASSERT_EQ(sets.code, 0) << sets.err;
-  EXPECT_EQ(nlohmann::json::parse(read_file(report))["verification"]["message"]
-                .get<std::string>()
-                .rfind("2 input sets", 0),
-            0u);
+  EXPECT_EQ(
+      nlohmann::json::parse(read_file(report))["verification"]["message"].get<std::string>().rfind(
+          "2 input sets", 0),
+      0u);
 }
 
 TEST(Cli, VerifyDataThatDoesNotFitIsAUsageError) {

@@ -16,8 +16,8 @@
 #include <regex>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 #include <onnx/defs/parser.h>
+#include <nlohmann/json.hpp>
 
 #include "client/graft_client.h"
 #include "core/build_info.h"
@@ -248,9 +248,9 @@ TEST(Graftd, CliFetchesACachedResultWithoutUploadingIt) {
   fs::create_directories(dir);
   auto run = [&](const std::string& name, const std::string& flags) {
     const fs::path report = dir / (name + ".json");
-    const std::string cmd = std::string(GRAFT_CLI) + " optimize -q " + kExample.string() +
-                            " -o " + (dir / (name + ".onnx")).string() + " --report " +
-                            report.string() + " --server " + server.address() + flags;
+    const std::string cmd = std::string(GRAFT_CLI) + " optimize -q " + kExample.string() + " -o " +
+                            (dir / (name + ".onnx")).string() + " --report " + report.string() +
+                            " --server " + server.address() + flags;
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     return nlohmann::json::parse(read_file(report));
   };
@@ -516,8 +516,8 @@ TEST(Graftd, ExternalDataResultsAreCachedAndTheInputsFilesStayWithTheClient) {
   EXPECT_FALSE(r->report.cache_hit());
   EXPECT_EQ(r->report.nodes_after(), 1u);  // the Identity is gone, the external weight kept
   EXPECT_EQ(r->model, local_result(bytes));
-  const std::string key =
-      cache::input_digest(cache::sha256_hex(bytes), {{"weights/w.bin", 64, cache::sha256_hex(weights)}});
+  const std::string key = cache::input_digest(cache::sha256_hex(bytes),
+                                              {{"weights/w.bin", 64, cache::sha256_hex(weights)}});
   EXPECT_EQ(r->report.input_sha256(), key);
 
   // Cached under the digest of the model and its files: the same request is a hit ...
@@ -533,16 +533,16 @@ TEST(Graftd, ExternalDataResultsAreCachedAndTheInputsFilesStayWithTheClient) {
   EXPECT_EQ(found->result->kept_files, std::vector<std::string>{"weights/w.bin"});
   client::SendOptions lookup_first;
   lookup_first.lookup_first = true;
-  auto hit = client.optimize(bytes, o2(), lookup_first,
-                             client::ExternalFiles{{"weights/w.bin", weights}});
+  auto hit =
+      client.optimize(bytes, o2(), lookup_first, client::ExternalFiles{{"weights/w.bin", weights}});
   ASSERT_TRUE(hit.ok()) << hit.status();
   EXPECT_TRUE(hit->from_lookup);
   EXPECT_EQ(hit->bytes_sent, 0u);
   // ... while other bytes in the file are another input.
   std::string changed = weights;
   changed[5] ^= 1;
-  auto other = client.optimize(bytes, o2(), lookup_first,
-                               client::ExternalFiles{{"weights/w.bin", changed}});
+  auto other =
+      client.optimize(bytes, o2(), lookup_first, client::ExternalFiles{{"weights/w.bin", changed}});
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_FALSE(other->report.cache_hit());
   EXPECT_FALSE(other->from_lookup);
@@ -621,7 +621,8 @@ TEST(Graftd, CliCarriesExternalDataFiles) {
   EXPECT_EQ(read_file(dir / "again" / "weights" / "w.bin"), weights);
   EXPECT_EQ(read_file(dir / "again" / "m.onnx"), read_file(dir / "local" / "m.onnx"));
   // `graft lookup` keys the model by its files too: cached; with other bytes in the file, not.
-  const std::string lookup = cli + " lookup " + in + " --server " + server.address() + " >/dev/null";
+  const std::string lookup =
+      cli + " lookup " + in + " --server " + server.address() + " >/dev/null";
   EXPECT_EQ(WEXITSTATUS(std::system(lookup.c_str())), 0);
   std::ofstream(dir / "in" / "weights" / "w.bin", std::ios::binary) << std::string(64, 'r');
   EXPECT_EQ(WEXITSTATUS(std::system(lookup.c_str())), 1);
