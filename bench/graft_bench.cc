@@ -442,7 +442,8 @@ struct VerifyCost {
 };
 
 VerifyCost measure_verify(const std::string& name, const std::string& bytes, int reps) {
-  VerifyCost c{name};
+  VerifyCost c;
+  c.name = name;
   std::vector<double> plain, verified;
   for (int i = 0; i < reps; ++i) {
     for (bool verify : {false, true}) {

@@ -37,7 +37,8 @@ CacheKey key_for(const std::string& name) {
 }
 
 Result make_result(size_t model_bytes, const std::string& report = "{}", char fill = 'm') {
-  return std::make_shared<const CachedResult>(CachedResult{std::string(model_bytes, fill), report});
+  return std::make_shared<const CachedResult>(
+      CachedResult{std::string(model_bytes, fill), report, {}, {}});
 }
 
 // Polls `pred` until it holds or the hang guard expires.
@@ -153,7 +154,7 @@ TEST(CacheKeyTest, EveryFieldMatters) {
 
 TEST(ResultCacheTest, ChargeCountsBothStringsTheKeyAndTheOverhead) {
   CacheKey key{"abc", "level=1", "v"};
-  CachedResult result{std::string(1000, 'x'), std::string(200, 'r')};
+  CachedResult result{std::string(1000, 'x'), std::string(200, 'r'), {}, {}};
   EXPECT_EQ(ResultCache::charge(key, result), 1000 + 200 + key.str().size() + 256u);
   EXPECT_GT(key.str().size(), key.model_sha256.size() + key.config.size() + key.version.size());
 
@@ -327,7 +328,7 @@ TEST(ResultCacheTest, EvictedResultsAreReleased) {
 }
 
 Result with_files(std::vector<uint64_t> sizes) {
-  auto r = std::make_shared<CachedResult>(CachedResult{"model", "{}"});
+  auto r = std::make_shared<CachedResult>(CachedResult{"model", "{}", {}, {}});
   for (size_t i = 0; i < sizes.size(); ++i)
     r->files.push_back(CachedFile{"w" + std::to_string(i), "/spool/w", sizes[i], ""});
   return r;
@@ -524,7 +525,7 @@ TEST(SingleFlightTest, DifferentKeysComputeConcurrently) {
       if (!both_running.arrive_and_wait_for(kHangGuard)) {
         return absl::DeadlineExceededError("the two computations did not overlap");
       }
-      return std::make_shared<const CachedResult>(CachedResult{payload, "{}"});
+      return std::make_shared<const CachedResult>(CachedResult{payload, "{}", {}, {}});
     };
   };
   absl::StatusOr<Result> r1, r2;

@@ -228,8 +228,11 @@ TEST(Transaction, RollbackRestoresEveryKindOfEdit) {
     // capturing `cap` is erased, a node becomes a constant (make_initializer).
     ir::Node* sign = rw.add_node(g, "Sign", {x}, 1);
     EXPECT_TRUE(rw.replace_all_uses(g.find_local("z"), sign->output(0)));
-    for (ir::Node* node : g.nodes())
-      if (node->is("If")) EXPECT_TRUE(rw.erase(node));
+    for (ir::Node* node : g.nodes()) {
+      if (node->is("If")) {
+        EXPECT_TRUE(rw.erase(node));
+      }
+    }
     EXPECT_TRUE(rw.erase(g.find_local("cap")->producer()));
     onnx::TensorProto t;
     t.set_data_type(onnx::TensorProto::FLOAT);

@@ -466,9 +466,11 @@ TEST(Graftd, MetricsHaveTheDocumentedFamilies) {
             1);
   // No high-cardinality labels: never a digest (but the build's own fingerprint).
   std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);)
-    if (line.rfind("graft_build_info{", 0) != 0)
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("graft_build_info{", 0) != 0) {
       EXPECT_FALSE(std::regex_search(line, std::regex("[0-9a-f]{32}"))) << line;
+    }
+  }
 }
 
 TEST(Graftd, ReflectionAndHealthAreServed) {

@@ -89,7 +89,9 @@ TEST(SharedEntry, ManifestParserAcceptsOnlyWhatTheEncoderWrites) {
   auto rejects = [&](std::string text, uint64_t max_entry = 1 << 20) {
     auto p = parse_manifest(text, max_entry);
     EXPECT_FALSE(p.ok()) << text;
-    if (!p.ok()) EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss);
+    if (!p.ok()) {
+      EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss);
+    }
   };
   auto with = [&](const std::string& from, const std::string& to) {
     std::string t = good;
