@@ -397,6 +397,21 @@ std::string external_data_model(const std::string& location, int64_t length) {
   return proto.SerializeAsString();
 }
 
+std::string near_miss_layer_norm() {
+  return R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float eps) => (float[2,3,4] y) <float two = {2.0}> {
+      m = ReduceMean <axes = [-1]> (x)
+      d = Sub (x, m)
+      p = Pow (d, two)
+      v = ReduceMean <axes = [-1]> (p)
+      a = Add (v, eps)
+      s = Sqrt (a)
+      y = Div (d, s)
+    }
+  )";
+}
+
 std::string loop_scan_bomb(int64_t trips) {
   return R"(
     <ir_version: 8, opset_import: ["" : 13]>

@@ -182,6 +182,10 @@ std::filesystem::path onnx_testdata_dir();
 std::string external_data_model(const std::string& location, int64_t length = -1);
 // Text of a Loop of `trips` iterations, each emitting a 16 KiB scan slice of input x.
 std::string loop_scan_bomb(int64_t trips);
+// Text of a LayerNormalization block (opset 17, over the last axis of float[2,3,4] x, output y)
+// whose epsilon `eps` is a graph input, not a constant: fuse_blocks' layer_norm stops at its Add
+// `a` and says so (--explain tests). The quotient is `y`.
+std::string near_miss_layer_norm();
 // ../shared/models next to the repository (GRAFT_SHARED_MODELS overrides), or empty.
 std::filesystem::path shared_models_dir();
 std::string read_file(const std::filesystem::path& path);

@@ -244,18 +244,7 @@ TEST(Cli, VerifyDataThatDoesNotFitIsAUsageError) {
 // the JSON report carries it, and a node name holding a terminal escape reaches neither the
 // terminal raw nor the JSON as invalid UTF-8.
 TEST(Cli, ExplainPrintsWhyARuleDidNotRewrite) {
-  auto model = parse_text(R"(
-    <ir_version: 8, opset_import: ["" : 17]>
-    g (float[2,3,4] x, float eps) => (float[2,3,4] y) <float two = {2.0}> {
-      m = ReduceMean <axes = [-1]> (x)
-      d = Sub (x, m)
-      p = Pow (d, two)
-      v = ReduceMean <axes = [-1]> (p)
-      a = Add (v, eps)
-      s = Sqrt (a)
-      y = Div (d, s)
-    }
-  )");
+  auto model = parse_text(near_miss_layer_norm());
   ASSERT_TRUE(model);
   model->graph().find_local("y")->producer()->mutable_proto().set_name("/ln/Div\x1b[31m\xff");
   const fs::path in = temp_dir() / "near_miss.onnx", report = temp_dir() / "explain.json";

@@ -772,18 +772,7 @@ TEST(FuseBlocks, RmsNormLookAlikesStay) {
 // --explain: a near-miss LayerNormalization (its epsilon a graph input, not a constant) stays,
 // and the pipeline's report says why at the Add that should have held the constant.
 TEST(FuseBlocks, ExplainsANearMissLayerNorm) {
-  const std::string text = R"(
-    <ir_version: 8, opset_import: ["" : 17]>
-    g (float[2,3,4] x, float eps) => (float[2,3,4] y) <float two = {2.0}> {
-      m = ReduceMean <axes = [-1]> (x)
-      d = Sub (x, m)
-      p = Pow (d, two)
-      v = ReduceMean <axes = [-1]> (p)
-      a = Add (v, eps)
-      s = Sqrt (a)
-      y = Div (d, s)
-    }
-  )";
+  const std::string text = near_miss_layer_norm();
   auto model = parse_text(text);
   ASSERT_TRUE(model);
   model->graph().find_local("y")->producer()->mutable_proto().set_name("/encoder/LayerNorm/Div");
