@@ -566,7 +566,8 @@ void Graph::detach_node(Node* node) {
     Graph* g = sub.graph.get();
     for (auto& out : g->outputs_) {
       auto& refs = out.value->output_refs_;
-      model_->on_undo([v = out.value, old = refs] { v->output_refs_ = old; });
+      if (model_->journaling())
+        model_->on_undo([v = out.value, old = refs] { v->output_refs_ = old; });
       refs.erase(
           std::remove_if(refs.begin(), refs.end(), [g](const auto& r) { return r.first == g; }),
           refs.end());
@@ -616,24 +617,28 @@ void Graph::replace_all_uses(Value* from, Value* to, bool keep_outputs) {
   if (from == to) return;
   Model* model = from->owner_->model_;
   model->touch();
-  model->on_undo([from, uses = from->uses_] {
-    from->uses_ = uses;
-    for (size_t k = 0; k < uses.size(); ++k) {
-      uses[k].node->inputs_[uses[k].index] = from;
-      uses[k].node->use_pos_[uses[k].index] = static_cast<uint32_t>(k);
-    }
-  });
+  // The undo records copy use and output lists: made only while journaling.
+  const bool journaling = model->journaling();
+  if (journaling)
+    model->on_undo([from, uses = from->uses_] {
+      from->uses_ = uses;
+      for (size_t k = 0; k < uses.size(); ++k) {
+        uses[k].node->inputs_[uses[k].index] = from;
+        uses[k].node->use_pos_[uses[k].index] = static_cast<uint32_t>(k);
+      }
+    });
   for (const Use& u : from->uses_) {
     u.node->inputs_[u.index] = to;
     to->add_use(u.node, u.index);
   }
   from->uses_.clear();
   if (!keep_outputs) {
-    model->on_undo([from, to, refs = from->output_refs_, kept = to->output_refs_.size()] {
-      to->output_refs_.resize(kept);
-      for (const auto& [graph, index] : refs) graph->outputs_[index].value = from;
-      from->output_refs_ = refs;
-    });
+    if (journaling)
+      model->on_undo([from, to, refs = from->output_refs_, kept = to->output_refs_.size()] {
+        to->output_refs_.resize(kept);
+        for (const auto& [graph, index] : refs) graph->outputs_[index].value = from;
+        from->output_refs_ = refs;
+      });
     for (const auto& [graph, index] : from->output_refs_) {
       graph->outputs_[index].value = to;
       to->output_refs_.emplace_back(graph, index);
@@ -646,12 +651,13 @@ void Graph::set_output(size_t i, Value* value) {
   model_->touch();
   Value* old = outputs_[i].value;
   if (old == value) return;
-  model_->on_undo(
-      [this, i, old, refs = old->output_refs_, kept = value->output_refs_.size(), value] {
-        outputs_[i].value = old;
-        old->output_refs_ = refs;
-        value->output_refs_.resize(kept);
-      });
+  if (model_->journaling())
+    model_->on_undo(
+        [this, i, old, refs = old->output_refs_, kept = value->output_refs_.size(), value] {
+          outputs_[i].value = old;
+          old->output_refs_ = refs;
+          value->output_refs_.resize(kept);
+        });
   auto& refs = old->output_refs_;
   refs.erase(
       std::find(refs.begin(), refs.end(), std::pair<Graph*, int>(this, static_cast<int>(i))));
@@ -661,16 +667,18 @@ void Graph::set_output(size_t i, Value* value) {
 
 void Graph::set_input_type(size_t i, const onnx::TypeProto& type) {
   model_->touch();
-  model_->on_undo(
-      [this, i, old = inputs_[i].info.type()] { *inputs_[i].info.mutable_type() = old; });
+  if (model_->journaling())
+    model_->on_undo(
+        [this, i, old = inputs_[i].info.type()] { *inputs_[i].info.mutable_type() = old; });
   *inputs_[i].info.mutable_type() = type;
   inputs_[i].value->drop_fact();
 }
 
 void Graph::set_output_type(size_t i, const onnx::TypeProto& type) {
   model_->touch();
-  model_->on_undo(
-      [this, i, old = outputs_[i].info.type()] { *outputs_[i].info.mutable_type() = old; });
+  if (model_->journaling())
+    model_->on_undo(
+        [this, i, old = outputs_[i].info.type()] { *outputs_[i].info.mutable_type() = old; });
   *outputs_[i].info.mutable_type() = type;
   outputs_[i].value->drop_fact();
 }

@@ -771,10 +771,11 @@ std::string Model::fresh_name(std::string_view hint) {
   const uint64_t counter = name_counter_;
   std::string name = base;
   while (!names_.insert(name).second) name = absl::StrCat(base, "_", ++name_counter_);
-  on_undo([this, name, counter] {
-    names_.erase(name);
-    name_counter_ = counter;
-  });
+  if (journaling())
+    on_undo([this, name, counter] {
+      names_.erase(name);
+      name_counter_ = counter;
+    });
   return name;
 }
 
