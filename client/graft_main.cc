@@ -176,7 +176,9 @@ struct OptimizeArgs {
   uint64_t verify_max_bytes = eval::kDefaultVerifyMaxBytes;
   bool verify_max_bytes_given = false;
   std::vector<std::string> verify_data;  // --verify-data: files and folders of input tensors
-  double max_error = -1;                 // < 0: no bound for lossy passes
+  double max_error = -1;                 // < 0: each lossy pass's own gate
+  double min_cosine = -2;                // < -1: each lossy pass's own gate
+  bool accept_unmeasured_error = false;
   std::vector<std::string> dims;         // NAME=N for the memory estimates
   std::vector<std::string> explain;      // PASS or PASS/RULE
   bool quiet = false;
@@ -207,6 +209,8 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   }
   config.verify = a.verify || !a.verify_data.empty();
   if (a.max_error >= 0) config.max_error = a.max_error;
+  if (a.min_cosine >= -1) config.min_cosine = a.min_cosine;
+  config.accept_unmeasured_error = a.accept_unmeasured_error;
   eval::VerifyOptions& v = config.verify_options;
   v.seed = a.verify_seed;
   v.trials = a.verify_trials;
@@ -801,8 +805,11 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::printf("%-22s %-6s %s\n", "pass", "level", "description");
   for (const auto& p : passes) {
     const std::string level = p.by_name_only ? "name" : "O" + std::to_string(p.level);
-    std::printf("%-22s %-6s %s%s\n", p.name.c_str(), level.c_str(),
-                p.lossy ? "[lossy: its error is measured and reported] " : "",
+    const std::string lossy =
+        p.lossy ? absl::StrCat("[lossy; kept if every output has rel <= ", p.gate.max_rel,
+                               " and cosine >= ", p.gate.min_cosine, "] ")
+                : "";
+    std::printf("%-22s %-6s %s%s\n", p.name.c_str(), level.c_str(), lossy.c_str(),
                 p.description.c_str());
     for (const auto& o : p.options)
       std::printf("%-29s option %s (%s): %s\n", "", o.name.c_str(), option_summary(o).c_str(),
@@ -811,8 +818,9 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
   std::printf(
       "\nlevels: O0 runs nothing; O1 safe cleanups; O2 (default) adds fusions; O3 adds the "
       "O3 passes, lossy ones included (float16); \"name\": only when named with --passes\n"
-      "lossy passes run only at O3 or when named; their error is measured and reported, and "
-      "--max-error bounds it\noptions: --option PASS.OPTION=VALUE (repeatable)\n");
+      "lossy passes run only at O3 or when named; their error is measured, reported and held to "
+      "their gate (--max-error, --min-cosine replace it); one whose error cannot be measured is "
+      "rolled back unless --accept-unmeasured-error\noptions: --option PASS.OPTION=VALUE (repeatable)\n");
   // The cache serves a result only to the build that computed it (docs/shared-cache.md).
   const std::string who = server.empty() ? "this CLI" : "server " + server;
   std::printf("%s: graft %s, build %s\n", who.c_str(), version.c_str(), fingerprint.c_str());
@@ -899,10 +907,18 @@ int main(int argc, char** argv) {
         "folders (one input set each); single files together make one set; at most 16 sets "
         "(repeatable)"));
     cmd->add_option("--max-error", args.max_error,
-                    "roll back a lossy pass (convert_fp16, quantize_dynamic_int8) whose result has "
-                    "an output with relative error above this (worst absolute difference over the "
-                    "output's largest magnitude; default: no bound, the error is reported)")
+                    "a lossy pass (convert_fp16, quantize_dynamic_int8) is kept only if every "
+                    "float output's relative error (worst absolute difference over the output's "
+                    "largest magnitude) is at most this; default: the pass's own gate "
+                    "(`graft passes`)")
         ->check(CLI::Range(0.0, 1e300));
+    cmd->add_option("--min-cosine", args.min_cosine,
+                    "a lossy pass is kept only if every float output's cosine similarity to the "
+                    "original's is at least this; default: the pass's own gate")
+        ->check(CLI::Range(-1.0, 1.0));
+    cmd->add_flag("--accept-unmeasured-error", args.accept_unmeasured_error,
+                  "keep a lossy pass whose error cannot be measured (the evaluator cannot run the "
+                  "model); by default it is rolled back");
     one_value(cmd->add_option(
         "--explain", args.explain,
         "PASS or PASS/RULE: for each node a rule of that pass was tried on and did not rewrite "

@@ -53,11 +53,24 @@ nlohmann::json verification_json(const VerificationReport& v) {
   auto number = [](double x) {
     return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf");
   };
-  for (const auto& e : v.errors)
-    errors.push_back({{"output", e.name},
-                      {"max_abs", number(e.max_abs)},
-                      {"rel", number(e.rel)},
-                      {"cosine", e.cosine}});
+  auto error_json = [&](const eval::OutputError& e) {
+    return nlohmann::json{{"output", e.name},
+                          {"max_abs", number(e.max_abs)},
+                          {"rel", number(e.rel)},
+                          {"cosine", number(e.cosine)}};
+  };
+  for (const auto& e : v.errors) errors.push_back(error_json(e));
+  nlohmann::json trials = nlohmann::json::array();
+  for (const auto& t : v.lossy_trials) {
+    nlohmann::json measured = nlohmann::json::array();
+    for (const auto& e : t.errors) measured.push_back(error_json(e));
+    trials.push_back({{"pass", t.pass},
+                      {"kept", t.kept},
+                      {"measured", t.measured},
+                      {"gate", {{"max_rel", t.gate.max_rel}, {"min_cosine", t.gate.min_cosine}}},
+                      {"errors", std::move(measured)},
+                      {"verdict", t.verdict}});
+  }
   return {{"status", eval::verify_status_name(v.result.status)},
           {"message", v.result.message},
           {"unsupported_op", v.result.unsupported_op},
@@ -68,7 +81,8 @@ nlohmann::json verification_json(const VerificationReport& v) {
           {"seconds", v.seconds},
           {"lossy_passes", v.lossy_passes},
           {"max_error", v.max_error ? nlohmann::json(*v.max_error) : nlohmann::json(nullptr)},
-          {"errors", errors}};
+          {"errors", errors},
+          {"lossy_trials", trials}};
 }
 
 nlohmann::json memory_json(const MemoryStats& m) {
@@ -142,6 +156,8 @@ std::string format_table(const RunSummary& run) {
     for (const auto& [rule, count] : p.rules)
       if (count > 0)
         out += line("  %-20s %86s %9lld\n", rule.c_str(), "", static_cast<long long>(count));
+    if (!p.error_verdict.empty() && p.rollbacks == 0)
+      out += "  error gate: " + terminal_safe(p.error_verdict) + "\n";
     if (p.capped_runs > 0)
       out += line(
           "  stopped at the rule driver's rewrite cap in %d run(s): rules undo each "
@@ -164,14 +180,18 @@ std::string format_table(const RunSummary& run) {
   const VerificationReport& v = r.verification;
   if (v.requested) {
     out += std::string("verification: ") + eval::verify_status_name(v.result.status) + " (" +
-           v.result.message + ")" + line(", %.2f ms", v.seconds * 1e3) + "\n";
+           terminal_safe(v.result.message) + ")" + line(", %.2f ms", v.seconds * 1e3) + "\n";
     for (const auto& p : v.rolled_back) out += "verification rolled back " + p + " (see its row)\n";
     if (!v.errors.empty() && !v.lossy_passes.empty()) {
       out += line("%-30s %14s %14s %10s\n", "error per output (lossy)", "max abs", "rel", "cosine");
       for (const auto& e : v.errors)
-        out += line("%-30s %14.6g %14.6g %10.6f\n", e.name.c_str(), e.max_abs, e.rel, e.cosine);
-      if (v.max_error) out += line("max_error %g: every output within it\n", *v.max_error);
+        out += line("%-30s %14.6g %14.6g %10.6f\n", terminal_safe(e.name).c_str(), e.max_abs,
+                    e.rel, e.cosine);
     }
+    for (const auto& t : v.lossy_trials)
+      out += line("lossy %s (gate: rel <= %g, cosine >= %g): ", t.pass.c_str(), t.gate.max_rel,
+                  t.gate.min_cosine) +
+             terminal_safe(t.verdict) + "\n";
   }
   if (!run.build_fingerprint.empty())
     out += "computed by graft " + run.graft_version + ", build " + run.build_fingerprint + "\n";
@@ -202,6 +222,7 @@ nlohmann::json to_json(const RunSummary& run) {
                       {"peak_activation_bytes_before", p.peak_before},
                       {"peak_activation_bytes_after", p.peak_after},
                       {"capped_runs", p.capped_runs}});
+    if (!p.error_verdict.empty()) passes.back()["error_verdict"] = p.error_verdict;
     if (!p.explanations.empty() || p.explanations_dropped > 0) {
       nlohmann::json explained = nlohmann::json::array();
       for (const RuleExplanation& e : p.explanations)

@@ -104,6 +104,13 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
           absl::StrCat("max_error must be a finite number >= 0, got ", config.max_error()));
     out.max_error = config.max_error();
   }
+  if (config.has_min_cosine()) {
+    if (!(config.min_cosine() >= -1 && config.min_cosine() <= 1))
+      return absl::InvalidArgumentError(
+          absl::StrCat("min_cosine must be between -1 and 1, got ", config.min_cosine()));
+    out.min_cosine = config.min_cosine();
+  }
+  out.accept_unmeasured_error = config.accept_unmeasured_error();
   for (const auto& [name, size] : config.memory_dims()) {
     if (size < 0)
       return absl::InvalidArgumentError(absl::StrCat(
@@ -149,6 +156,8 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
       tensors[name] = tensor.to_proto(name).SerializeAsString();
   }
   if (config.max_error) out.set_max_error(*config.max_error);
+  if (config.min_cosine) out.set_min_cosine(*config.min_cosine);
+  out.set_accept_unmeasured_error(config.accept_unmeasured_error);
   out.mutable_memory_dims()->insert(config.memory_dims.begin(), config.memory_dims.end());
   out.set_memory_default_dim(config.memory_default_dim);
   for (const auto& e : config.explain) out.add_explain(e);
@@ -161,6 +170,10 @@ void fill_pass_info(const PassInfo& info, v1::PassInfo* out) {
   out->set_level(info.level);
   out->set_lossy(info.lossy);
   out->set_by_name_only(info.by_name_only);
+  if (info.lossy) {
+    out->set_gate_max_rel(info.gate.max_rel);
+    out->set_gate_min_cosine(info.gate.min_cosine);
+  }
   for (const auto& o : info.options) {
     auto* opt = out->add_options();
     opt->set_name(o.name);
@@ -195,6 +208,7 @@ PassInfo from_proto(const v1::PassInfo& info) {
   PassInfo out{.name = info.name(),
                .level = info.level(),
                .lossy = info.lossy(),
+               .gate = {.max_rel = info.gate_max_rel(), .min_cosine = info.gate_min_cosine()},
                .by_name_only = info.by_name_only(),
                .description = info.description(),
                .options = {},
@@ -251,10 +265,15 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
   field(absl::StrCat("rounds=", config.max_rounds));
   field(absl::StrCat("checker=", config.onnx_checker, ",shapes=", config.shape_inference));
   // Verification can roll passes back, so its settings are part of what the result means;
-  // lossy passes always verify, and max_error decides whether they stay.
+  // lossy passes always verify, and their gates (the resolved ones: defaults are part of the
+  // build) decide whether they stay.
   bool lossy = false;
-  for (const auto& spec : *specs) lossy = lossy || spec.lossy;
-  if (lossy && config.max_error) field(absl::StrCat("max_error=", *config.max_error));
+  for (const auto& spec : *specs) {
+    if (!spec.lossy) continue;
+    lossy = true;
+    field(absl::StrCat("gate:", spec.name, "=", spec.gate.max_rel, ",", spec.gate.min_cosine));
+  }
+  if (lossy && config.accept_unmeasured_error) field("accept_unmeasured_error");
   if (config.verify || lossy) {
     const eval::VerifyOptions& o = config.verify_options;
     field("verify");
@@ -313,6 +332,17 @@ MemoryStats memory_from(const v1::MemoryStats& m) {
   out.largest_tensor_bytes = m.largest_tensor_bytes();
   out.unknown_size_values = m.unknown_size_values();
   return out;
+}
+
+void fill_error(const eval::OutputError& e, v1::OutputError* out) {
+  out->set_name(e.name);
+  out->set_max_abs(e.max_abs);
+  out->set_rel(e.rel);
+  out->set_cosine(e.cosine);
+}
+
+eval::OutputError error_from(const v1::OutputError& e) {
+  return {e.name(), e.max_abs(), e.rel(), e.cosine()};
 }
 
 }  // namespace
@@ -376,6 +406,7 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
       x->set_reason(e.reason);
     }
     s->set_explanations_dropped(p.explanations_dropped);
+    s->set_error_verdict(p.error_verdict);
   }
   out->set_rounds(r.rounds);
   out->set_reached_fixed_point(r.reached_fixed_point);
@@ -413,12 +444,16 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
     o->set_seconds(v.seconds);
     for (const auto& p : v.lossy_passes) o->add_lossy_passes(p);
     if (v.max_error) o->set_max_error(*v.max_error);
-    for (const auto& e : v.errors) {
-      auto* oe = o->add_errors();
-      oe->set_name(e.name);
-      oe->set_max_abs(e.max_abs);
-      oe->set_rel(e.rel);
-      oe->set_cosine(e.cosine);
+    for (const auto& e : v.errors) fill_error(e, o->add_errors());
+    for (const auto& t : v.lossy_trials) {
+      auto* ot = o->add_lossy_trials();
+      ot->set_pass(t.pass);
+      ot->set_kept(t.kept);
+      ot->set_measured(t.measured);
+      ot->set_gate_max_rel(t.gate.max_rel);
+      ot->set_gate_min_cosine(t.gate.min_cosine);
+      for (const auto& e : t.errors) fill_error(e, ot->add_errors());
+      ot->set_verdict(t.verdict);
     }
   }
 }
@@ -445,6 +480,7 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
     for (const auto& x : s.explanations())
       p.explanations.push_back({x.rule(), x.node(), x.op(), x.graph(), x.reason()});
     p.explanations_dropped = s.explanations_dropped();
+    p.error_verdict = s.error_verdict();
     r.passes.push_back(std::move(p));
   }
   r.rounds = in.rounds();
@@ -477,9 +513,18 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
     o.seconds = v.seconds();
     o.lossy_passes.assign(v.lossy_passes().begin(), v.lossy_passes().end());
     if (v.has_max_error()) o.max_error = v.max_error();
-    for (const auto& e : v.errors())
-      o.errors.push_back({e.name(), e.max_abs(), e.rel(), e.cosine()});
+    for (const auto& e : v.errors()) o.errors.push_back(error_from(e));
     o.result.outputs = o.errors;
+    for (const auto& t : v.lossy_trials()) {
+      LossyTrial trial{.pass = t.pass(),
+                       .kept = t.kept(),
+                       .measured = t.measured(),
+                       .gate = {.max_rel = t.gate_max_rel(), .min_cosine = t.gate_min_cosine()},
+                       .errors = {},
+                       .verdict = t.verdict()};
+      for (const auto& e : t.errors()) trial.errors.push_back(error_from(e));
+      o.lossy_trials.push_back(std::move(trial));
+    }
   }
   return r;
 }

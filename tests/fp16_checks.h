@@ -13,6 +13,15 @@
 
 namespace graft::testing {
 
+// The nodes a convert_fp16 run kept float32 because of their constants (its "kept_float32"
+// findings), by name (else first output's name).
+inline std::set<std::string> kept_float32_nodes(const PassResult& result) {
+  std::set<std::string> out;
+  for (const auto& e : result.explanations)
+    if (e.rule == "kept_float32") out.insert(e.node);
+  return out;
+}
+
 // The problems, one per line ("" if none):
 //  - a Cast(to=FLOAT) of a float16 value read by a node the pass converts (anything but a
 //    kept node: an op of `block_ops`, a node named in `block_nodes`, an op outside the ONNX
@@ -23,9 +32,11 @@ namespace graft::testing {
 //  - a Cast pair that changes nothing: Cast(Cast(x, to=U), to=T) with x of type T (float16 or
 //    float32) and U at least as wide (float16 -> float32 -> float16), read by nothing but the
 //    second Cast.
-// `options` are the pass's options (block_ops and block_nodes as the run had them). Values of
+// `options` are the pass's options (block_ops and block_nodes as the run had them); `kept_nodes`
+// the nodes the run kept float32 because of their constants (kept_float32_nodes). Values of
 // unknown element type are not judged.
-inline std::string fp16_region_errors(const ir::Model& model, const PassOptions& options = {}) {
+inline std::string fp16_region_errors(const ir::Model& model, const PassOptions& options = {},
+                                      const std::set<std::string>& kept_nodes = {}) {
   constexpr int32_t kF32 = onnx::TensorProto::FLOAT;
   constexpr int32_t kF16 = onnx::TensorProto::FLOAT16;
   constexpr int32_t kF64 = onnx::TensorProto::DOUBLE;
@@ -39,6 +50,8 @@ inline std::string fp16_region_errors(const ir::Model& model, const PassOptions&
   auto kept = [&](const ir::Node& n) {
     if (!n.is_onnx_domain()) return true;
     if (block_ops.count(n.op_type()) || (!n.name().empty() && block_nodes.count(n.name())))
+      return true;
+    if (kept_nodes.count(n.name()) || (n.output(0) && kept_nodes.count(n.output(0)->name())))
       return true;
     // Schema wants float32 operands: kept whatever block_ops says.
     static const std::set<std::string> float_only = {"Resize",

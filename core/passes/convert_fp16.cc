@@ -24,10 +24,19 @@
 // (Casts around them); a function is never duplicated per precision. Values of other types
 // (int, bool, double) are untouched.
 //
-// Constants: float32 initializers and Constant values become float16 tensors; finite values
-// beyond float16's range are clamped to +-65504 (rule counter "clamped_values"), nonzero values
-// that round to zero are counted ("flushed_values"). External weights are read through the
-// model's ExternalData and become ordinary in-memory initializers.
+// Constants: float32 initializers and Constant values become float16 tensors. A constant that
+// float16 cannot hold keeps every node reading it in float32 (and itself float32), each reported
+// as a "kept_float32" finding with the reason:
+//   - finite values beyond float16's range (+-65504): clamping them changes what the node
+//     computes (a BatchNormalization variance of 1e7, a scale, a weight);
+//   - more than kMaxConstantLoss of its magnitude lost to rounding and subnormal flush (an
+//     epsilon of 1e-12 becomes 0).
+// One case is clamped, because clamping provably changes nothing: an additive mask, a constant
+// whose out-of-range values are all negative (-1e9, float32's lowest) read only by Add or Where
+// nodes whose results reach a Softmax through shape ops, Adds and Wheres; exp of -65504 is 0 like
+// exp of -1e9 (rule counter "clamped_values"). Nonzero values that round to zero are counted
+// ("flushed_values"). External weights are read through the model's ExternalData and become
+// ordinary in-memory initializers.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -40,6 +49,7 @@
 #include "core/ir/op_params.h"
 #include "core/ir/shapes.h"
 #include "core/ir/tensor.h"
+#include "core/passes/float32_view.h"
 #include "core/passes/passes.h"
 #include "core/passes/queries.h"
 #include "core/passes/rewriter.h"
@@ -51,6 +61,9 @@ constexpr int32_t kF32 = onnx::TensorProto::FLOAT;
 constexpr int32_t kF16 = onnx::TensorProto::FLOAT16;
 // Largest external weight read for conversion (one at a time, released after).
 constexpr uint64_t kMaxConvertBytes = uint64_t{4} << 30;
+// The most of a constant's magnitude (HalfLoss::lost_share) float16 may lose before its readers
+// stay float32: 1%, about 20 times what normal float16 rounding loses at worst.
+constexpr double kMaxConstantLoss = 0.01;
 
 // Ops kept in float32 (Casts around them): inputs their schema wants float (Resize/Upsample
 // scales and roi, Range, NonMaxSuppression boxes, quantization scales), random generators,
@@ -169,6 +182,7 @@ class Conversion {
 
     // 5. Casts that change nothing.
     remove_noop_casts(rw, result);
+    report_kept(result);
     // Values changed type in place: facts (libonnx's inference among them) describe the float32
     // model; they are recomputed from the new declarations and tensors.
     if (result.changed) model.refresh_shape_inference();
@@ -185,7 +199,13 @@ class Conversion {
       for (ir::Value* v : n->outputs()) note(v);
     }
     for (ir::Node* n : g.nodes()) {
-      const bool conv = role.converted && convertible(*n);
+      bool conv = role.converted && convertible(*n);
+      if (conv) {
+        if (const std::string& why = constant_risk(*n); !why.empty()) {
+          conv = false;
+          kept_[n] = why;
+        }
+      }
       converted_[n] = conv;
       for (const auto& sub : n->subgraphs()) visit(*sub.graph, {.converted = conv});
     }
@@ -211,6 +231,80 @@ class Conversion {
     for (const ir::Value* v : n.outputs())
       if (v && type_.at(v) == 0) return false;
     return true;
+  }
+
+  // Why a float32 constant `n` reads cannot become float16 without changing what `n` computes,
+  // or "" (see the file comment).
+  const std::string& constant_risk(const ir::Node& n) {
+    static const std::string kNone;
+    for (const ir::Value* v : n.inputs()) {
+      if (!v || type_.at(v) != kF32) continue;
+      auto [it, added] = risk_.try_emplace(v);
+      if (added) it->second = risk_of(v);
+      if (!it->second.empty()) return it->second;
+    }
+    return kNone;
+  }
+
+  std::string risk_of(const ir::Value* v) {
+    auto view = float32_constant(v);
+    if (!view) return "";
+    const HalfLoss loss = half_loss(*view);
+    if (loss.out_of_range > 0) {
+      if (loss.out_of_range_positive == 0 && additive_mask(v)) return "";
+      return absl::StrCat("constant '", v->name(), "' has ", loss.out_of_range, " of ",
+                          view->size(), " values beyond float16's range (largest |x| ",
+                          loss.max_abs, ")");
+    }
+    if (loss.lost_share > kMaxConstantLoss)
+      return absl::StrCat("constant '", v->name(), "' would lose ", loss.lost_share * 100,
+                          "% of its magnitude in float16 (", loss.flushed, " of ", view->size(),
+                          " values flush to zero)");
+    return "";
+  }
+
+  // Whether every reader of `v` is an Add, or a Where choosing it, whose result reaches a
+  // Softmax through ops that move or add values without scaling them.
+  static bool additive_mask(const ir::Value* v) {
+    if (v->uses().empty()) return false;
+    for (const auto& u : v->uses()) {
+      const bool add = u.node->is("Add") || (u.node->is("Where") && u.index > 0);
+      if (!add || !reaches_softmax(u.node->output(0), 8)) return false;
+    }
+    return true;
+  }
+
+  static bool reaches_softmax(const ir::Value* v, int depth) {
+    if (!v || depth == 0 || v->uses().empty() || !v->output_refs().empty()) return false;
+    static const std::set<std::string, std::less<>> through = {
+        "Add", "Where", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Cast",
+        "Identity", "Slice", "Concat"};
+    for (const auto& u : v->uses()) {
+      const ir::Node* n = u.node;
+      if (!n->is_onnx_domain()) return false;
+      if (n->is("Softmax") || n->is("LogSoftmax")) continue;
+      if (!through.count(n->op_type()) || !reaches_softmax(n->output(0), depth - 1)) return false;
+    }
+    return true;
+  }
+
+  // The nodes kept float32 because of their constants, as findings every report shows.
+  void report_kept(PassResult& result) const {
+    std::vector<std::pair<const ir::Node*, const std::string*>> kept;
+    for (const auto& [n, why] : kept_) kept.emplace_back(n, &why);
+    std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+      return a.first->output(0)->name() < b.first->output(0)->name();
+    });
+    for (const auto& [n, why] : kept) {
+      const ir::Graph* g = n->graph();
+      result.explanations.push_back(
+          {.rule = "kept_float32",
+           .node = n->name().empty() ? n->output(0)->name() : n->name(),
+           .op = n->op_type(),
+           .graph = g == &g->model()->graph() ? "" : g->name(),
+           .reason = *why});
+    }
+    result.always_explained = !kept.empty();
   }
 
   bool is_converted(const ir::Node* n) const {
@@ -425,6 +519,7 @@ class Conversion {
 
   void snapshot(ir::Model& model) {
     roles_.clear();
+    kept_.clear();
     converted_.clear();
     type_.clear();
     values_.clear();
@@ -569,6 +664,10 @@ class Conversion {
   std::vector<ir::Value*> values_;
   std::unordered_map<const ir::Value*, Want> home_;
   std::unordered_set<ir::Node*> added_, retargeted_, readers_;
+  // Constants float16 cannot hold (constant_risk, by value: the reason, "" when safe) and the
+  // nodes kept float32 because of them.
+  std::unordered_map<const ir::Value*, std::string> risk_;
+  std::map<const ir::Node*, std::string> kept_;
 };
 
 class ConvertFp16 : public Pass {
@@ -591,6 +690,9 @@ PassInfo convert_fp16_pass() {
   return {.name = "convert_fp16",
           .level = 3,
           .lossy = true,
+          // float16 rounds each value by at most 2^-11 of its magnitude; a model whose outputs
+          // move by 1% of their range or turn in direction has lost more than rounding.
+          .gate = {.max_rel = 0.01, .min_cosine = 0.9995},
           .description = "float32 weights and computation to float16 (Casts at kept ops and I/O)",
           .options = {boolean_option("keep_io_types", true,
                                      "graph inputs and outputs stay float32 (Casts at the "

@@ -4,6 +4,8 @@
 // Reads go through the shared accessor (ir::constant_proto), like every query in queries.h.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -57,6 +59,40 @@ inline std::optional<Float32View> float32_constant(const ir::Value* v) {
   view.size_ = *count;
   view.dims_ = std::move(type->dims);
   return view;
+}
+
+// What storing a float32 constant as float16 (ir::float_to_half_tensor) does to its values.
+struct HalfLoss {
+  int64_t out_of_range = 0;           // finite values beyond +-ir::kHalfMax (they are clamped)
+  int64_t out_of_range_positive = 0;  // of which positive
+  double max_abs = 0;                 // the largest finite magnitude
+  int64_t flushed = 0;                // nonzero values that become zero
+  // The share of the in-range values' total magnitude that rounding and subnormal flush lose:
+  // sum |x - half(x)| / sum |x| (0 for an all-zero tensor). Normal float16 rounding alone loses
+  // at most 2^-11 of each value.
+  double lost_share = 0;
+};
+
+inline HalfLoss half_loss(const Float32View& view) {
+  HalfLoss loss;
+  double lost = 0, total = 0;
+  for (int64_t i = 0; i < view.size(); ++i) {
+    const float f = view[i];
+    if (!std::isfinite(f)) continue;
+    const double a = std::fabs(static_cast<double>(f));
+    loss.max_abs = std::max(loss.max_abs, a);
+    if (a > ir::kHalfMax) {
+      ++loss.out_of_range;
+      if (f > 0) ++loss.out_of_range_positive;
+      continue;
+    }
+    const float h = ir::half_to_float(ir::float_to_half(f));
+    if (f != 0 && h == 0) ++loss.flushed;
+    lost += std::fabs(static_cast<double>(f) - h);
+    total += a;
+  }
+  loss.lost_share = total > 0 ? lost / total : 0;
+  return loss;
 }
 
 }  // namespace graft

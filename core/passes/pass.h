@@ -34,6 +34,9 @@ struct PassResult {
   bool capped = false;
   std::vector<RuleExplanation> explanations;  // PassContext::explain
   int64_t explanations_dropped = 0;
+  // The explanations are findings every report shows, asked for or not (convert_fp16's nodes
+  // kept in float32 and why).
+  bool always_explained = false;
   void add(int64_t n = 1) {
     rewrites += n;
     changed = changed || n > 0;
@@ -74,6 +77,15 @@ class Pass {
   virtual absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) = 0;
 };
 
+// The error a lossy pass's result may have in every float output of the model to be kept
+// (eval::OutputError): the worst absolute difference over the original output's largest
+// magnitude at most `max_rel`, and the cosine similarity of the two outputs at least
+// `min_cosine`. NaN or infinity in an error fails it.
+struct ErrorGate {
+  double max_rel = 0;
+  double min_cosine = 1;
+};
+
 // What a pass is, declared once at the end of its own file (core/passes/<name>.cc) and listed
 // in pipeline order by registry.cc.
 struct PassInfo {
@@ -83,6 +95,9 @@ struct PassInfo {
   // names it or asks for a level that includes it; the pipeline then measures the error it
   // introduced (verification) instead of holding it to the exact passes' tolerances.
   bool lossy = false;
+  // A lossy pass's default error gate (PipelineConfig::max_error and min_cosine override it):
+  // a result outside it, or whose error cannot be measured, is rolled back.
+  ErrorGate gate{};
   // Runs only when a request names it: no level includes it (`level` is then informational).
   bool by_name_only = false;
   std::string description;

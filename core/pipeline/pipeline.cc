@@ -3,6 +3,7 @@
 #include "core/eval/budget.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -88,7 +89,21 @@ absl::Status check_rounds(const PipelineConfig& config) {
   if (config.max_rounds < 1 || config.max_rounds > 1000)
     return absl::InvalidArgumentError(
         absl::StrCat("max rounds must be between 1 and 1000, got ", config.max_rounds));
+  if (config.max_error && !(*config.max_error >= 0 && std::isfinite(*config.max_error)))
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_error must be a finite number >= 0, got ", *config.max_error));
+  if (config.min_cosine && !(*config.min_cosine >= -1 && *config.min_cosine <= 1))
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_cosine must be between -1 and 1, got ", *config.min_cosine));
   return absl::OkStatus();
+}
+
+// A lossy pass's gate: its own, with the request's bounds in place of its defaults.
+ErrorGate gate_of(const PassInfo& info, const PipelineConfig& config) {
+  ErrorGate gate = info.gate;
+  if (config.max_error) gate.max_rel = *config.max_error;
+  if (config.min_cosine) gate.min_cosine = *config.min_cosine;
+  return gate;
 }
 
 }  // namespace
@@ -215,7 +230,8 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
                                               ? absl::StatusOr<OptionValues>(it->second)
                                               : parse_options(n, info->options, PassOptions{});
     if (!values.ok()) return values.status();
-    specs.push_back({n, info->create, std::move(*values), info->lossy});
+    specs.push_back({n, info->create, std::move(*values), info->lossy,
+                     info->lossy ? gate_of(*info, config) : ErrorGate{}});
   }
   return specs;
 }
@@ -474,7 +490,7 @@ class FixedPointDriver {
   // explained rules did not rewrite, kept from the pass's last run.
   void record_rules(PassStats& s, PassResult& result) {
     if (result.capped) ++s.capped_runs;
-    if (config_.explain.empty()) return;
+    if (config_.explain.empty() && !result.always_explained) return;
     s.explanations = std::move(result.explanations);
     s.explanations_dropped = result.explanations_dropped;
   }
@@ -671,70 +687,123 @@ class VerifiedPipeline {
 
   // The lossy pass at `at`, on top of the exact passes and the lossy ones kept so far, from the
   // original: its error is measured against the original (every input set), reported, and held
-  // to max_error when there is one.
+  // to its gate. It is kept only within the gate, or, when the error cannot be measured, with
+  // accept_unmeasured_error.
   absl::Status try_lossy(size_t at, std::unique_ptr<ir::Model>& model) {
     held_.erase(at);
     std::unique_ptr<ir::Model> candidate = original_->clone();
     auto run = FixedPointDriver(candidate, instances(), limits_, config_).run(nullptr);
     if (!run.ok()) return run.status();
+    LossyTrial trial{.pass = specs_[at].name, .gate = specs_[at].gate};
+    if (!changed_by(*run, trial.pass)) {
+      // Nothing to convert: the candidate is the exact result, with the pass's stats.
+      trial.kept = trial.measured = true;
+      trial.verdict = "accepted (it changed nothing)";
+      return keep_lossy(at, std::move(trial), std::move(candidate), std::move(*run), model,
+                        std::nullopt);
+    }
     const auto check_start = Clock::now();
     eval::VerifyResult measured = verifier_.measure(*candidate);
     verify_seconds_ += seconds_since(check_start);
     if (auto st = stopped(); !st.ok()) return st;
-    if (std::string reason = lossy_rejection(measured); !reason.empty()) {
+    trial.measured = measured.status == eval::VerifyStatus::kVerified;
+    trial.errors = measured.outputs;
+    trial.verdict = lossy_verdict(measured, trial.gate, &trial.kept);
+    if (!trial.kept) {
       held_.insert(at);
-      excluded_[at] = std::move(reason);
+      excluded_[at] = trial.verdict;
+      lossy_trials_.push_back(std::move(trial));
       return absl::OkStatus();
     }
+    return keep_lossy(at, std::move(trial), std::move(candidate), std::move(*run), model,
+                      std::move(measured));
+  }
+
+  static bool changed_by(const PipelineReport& report, const std::string& pass) {
+    for (const PassStats& s : report.passes)
+      if (s.name == pass && s.changed_runs > 0) return true;
+    return false;
+  }
+
+  absl::Status keep_lossy(size_t at, LossyTrial trial, std::unique_ptr<ir::Model> candidate,
+                          PipelineReport run, std::unique_ptr<ir::Model>& model,
+                          std::optional<eval::VerifyResult> measured) {
     kept_lossy_.push_back(specs_[at].name);
+    verdicts_[specs_[at].name] = trial.verdict;
+    lossy_trials_.push_back(std::move(trial));
     model = std::move(candidate);
-    report_ = std::move(*run);
-    result_ = std::move(measured);
+    report_ = std::move(run);
+    if (measured) result_ = std::move(*measured);
     return absl::OkStatus();
   }
 
-  // Why a lossy pass's measured result is not kept; empty when it is.
-  std::string lossy_rejection(const eval::VerifyResult& measured) const {
+  // What the gate decides for a measured lossy result ("accepted (...)" or "rolled back
+  // (...)"); *kept says which.
+  std::string lossy_verdict(const eval::VerifyResult& measured, const ErrorGate& gate,
+                            bool* kept) const {
+    *kept = false;
     if (measured.status == eval::VerifyStatus::kMismatch)
-      return "broke the model: " + measured.message;
-    if (!config_.max_error) return "";
-    if (measured.status == eval::VerifyStatus::kNotVerifiable)
-      return "its error could not be measured under max_error: " + measured.message;
-    for (const auto& e : measured.outputs)
-      if (!(e.rel <= *config_.max_error))
-        return absl::StrCat("error ", e.rel, " in output '", e.name, "' exceeds max_error ",
-                            *config_.max_error);
-    return "";
+      return "rolled back (it broke the model: " + measured.message + ")";
+    if (measured.status == eval::VerifyStatus::kNotVerifiable) {
+      if (config_.accept_unmeasured_error) {
+        *kept = true;
+        return "accepted with its error not measured (accept_unmeasured_error): " +
+               measured.message;
+      }
+      return "rolled back (error not measured (" + measured.message +
+             "); accept_unmeasured_error keeps it)";
+    }
+    const std::string gate_text = gate_string(gate);
+    for (const auto& e : measured.outputs) {
+      if (!(e.rel <= gate.max_rel))
+        return absl::StrCat("rolled back (error rel ", e.rel, " in output '", e.name,
+                            "' over gate ", gate_text, ")");
+      if (!(e.cosine >= gate.min_cosine))
+        return absl::StrCat("rolled back (error cosine ", e.cosine, " in output '", e.name,
+                            "' under gate ", gate_text, ")");
+    }
+    *kept = true;
+    return absl::StrCat("accepted (error ", worst_error(measured.outputs), "; gate ", gate_text,
+                        ")");
+  }
+
+  static std::string gate_string(const ErrorGate& gate) {
+    return absl::StrCat("rel <= ", gate.max_rel, ", cosine >= ", gate.min_cosine);
+  }
+
+  // "rel R in 'a', cosine C in 'b'": the worst of each over the float outputs.
+  static std::string worst_error(const std::vector<eval::OutputError>& errors) {
+    if (errors.empty()) return "none: no float output";
+    const eval::OutputError* rel = &errors[0];
+    const eval::OutputError* cos = &errors[0];
+    for (const auto& e : errors) {
+      if (e.rel > rel->rel) rel = &e;
+      if (e.cosine < cos->cosine) cos = &e;
+    }
+    return absl::StrCat("rel ", rel->rel, " in '", rel->name, "', cosine ", cos->cosine, " in '",
+                        cos->name, "'");
   }
 
   PipelineReport finish() {
     PipelineReport& report = *report_;
     if (!kept_lossy_.empty() && result_.status == eval::VerifyStatus::kVerified)
-      result_.message = lossy_summary();
+      result_.message = absl::StrCat("lossy (", absl::StrJoin(kept_lossy_, ", "),
+                                     ") within its gate: ", worst_error(result_.outputs));
     VerificationReport& v = report.verification;
     v.requested = true;
     v.errors = result_.outputs;
     v.result = std::move(result_);
     v.lossy_passes = kept_lossy_;
     v.max_error = config_.max_error;
+    v.lossy_trials = std::move(lossy_trials_);
+    for (PassStats& s : report.passes)
+      if (auto it = verdicts_.find(s.name); it != verdicts_.end()) s.error_verdict = it->second;
     add_excluded_passes(report);
     report.nodes_before = original_->total_nodes();
     report.bytes_before = original_->initializer_bytes();
     v.seconds = verify_seconds_;
     report.seconds = seconds_since(start_);  // all runs, verification included
     return std::move(report);
-  }
-
-  std::string lossy_summary() const {
-    double worst = 0;
-    std::string where;
-    for (const auto& e : result_.outputs)
-      if (e.rel > worst || where.empty()) {
-        worst = std::max(worst, e.rel);
-        where = e.name;
-      }
-    return absl::StrCat("lossy (", absl::StrJoin(kept_lossy_, ", "), "): worst relative error ",
-                        worst, " in '", where, "'");
   }
 
   // An excluded pass keeps its place in the stats, with the reason it was rolled back. Every
@@ -747,6 +816,7 @@ class VerifiedPipeline {
       stats.name = specs_[at].name;
       stats.rollbacks = 1;
       stats.rollback_reason = reason;
+      if (specs_[at].lossy) stats.error_verdict = reason;
       report.passes.insert(report.passes.begin() + static_cast<std::ptrdiff_t>(at),
                            std::move(stats));
     }
@@ -768,6 +838,8 @@ class VerifiedPipeline {
   std::optional<PipelineReport> report_;  // of the run whose model is kept
   eval::VerifyResult result_;             // of that model
   std::vector<std::string> kept_lossy_;
+  std::map<std::string, std::string> verdicts_;  // of the kept lossy passes, by name
+  std::vector<LossyTrial> lossy_trials_;
 };
 
 absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,

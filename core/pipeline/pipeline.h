@@ -35,9 +35,14 @@ struct PipelineConfig {
   eval::VerifyOptions verify_options;
   // Lossy passes (PassInfo::lossy: convert_fp16, quantize_dynamic_int8) always verify: the
   // pipeline measures the error each introduces against the original (eval::OutputError per
-  // float output) and reports it. With a bound, a lossy pass whose result has an output with
-  // OutputError::rel above it is rolled back like any other rollback. None: no bound.
+  // float output), reports it, and keeps the pass only when every output is within its gate:
+  // the pass's own (PassInfo::gate), with max_error replacing its bound on OutputError::rel and
+  // min_cosine its bound on OutputError::cosine when given. A lossy pass whose error cannot be
+  // measured (the evaluator cannot run the model or its candidate) is rolled back unless
+  // accept_unmeasured_error.
   std::optional<double> max_error;
+  std::optional<double> min_cosine;
+  bool accept_unmeasured_error = false;
   // Sizes for the memory estimates of the report (PipelineReport::memory_before/after and each
   // pass's peak): symbolic dims by name from memory_dims, else from verify_options.dims; other
   // symbolic and unknown dims memory_default_dim, else verify_options.default_dim, else 1.
@@ -84,6 +89,19 @@ struct PassStats {
   // PipelineConfig::explain: the rules' reasons in the pass's last run.
   std::vector<RuleExplanation> explanations;
   int64_t explanations_dropped = 0;
+  // A lossy pass: what its error gate decided, "accepted (error ...)" or "rolled back (...)".
+  std::string error_verdict;
+};
+
+// One lossy pass tried on top of the exact passes: its error against the original per float
+// output, the gate it was held to, and the decision.
+struct LossyTrial {
+  std::string pass;
+  bool kept = false;
+  bool measured = false;  // false: the error could not be measured (the verdict says why)
+  ErrorGate gate{};
+  std::vector<eval::OutputError> errors{};
+  std::string verdict{};  // as PassStats::error_verdict
 };
 
 struct VerificationReport {
@@ -95,7 +113,8 @@ struct VerificationReport {
   // against the original per float output (result.outputs holds the same).
   std::vector<std::string> lossy_passes;
   std::optional<double> max_error;
-  std::vector<eval::OutputError> errors;
+  std::vector<eval::OutputError> errors{};
+  std::vector<LossyTrial> lossy_trials;  // every lossy pass tried, kept or not, in order
 };
 
 struct PipelineReport {
@@ -128,7 +147,8 @@ struct PassSpec {
   std::string name;
   std::function<std::unique_ptr<Pass>()> create;
   OptionValues options;
-  bool lossy = false;  // PassInfo::lossy: measured against max_error instead of verified exact
+  bool lossy = false;  // PassInfo::lossy: measured against its gate instead of verified exact
+  ErrorGate gate{};    // PassInfo::gate with the config's overrides
 };
 
 // Validates a config and resolves it into the passes to run, in order, with their options

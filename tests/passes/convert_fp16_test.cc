@@ -242,41 +242,137 @@ TEST(ConvertFp16, AdjacentCastPairThatChangesNothingIsRemoved) {
   EXPECT_EQ(producer(g, "y")->input(0)->producer()->input(0)->producer()->op_type(), "Relu");
 }
 
-TEST(ConvertFp16, ClampsConstantsOutsideFloat16RangeAndCountsThem) {
+TEST(ConvertFp16, AConstantBeyondFloat16KeepsItsReaderInFloat32AndSaysWhy) {
+  // A BatchNormalization variance of 1e7 (ppocrv4_det has 1.05e7 to 9.8e7): clamped to 65504 it
+  // would change the normalization; the node stays float32 between Casts, its constants too,
+  // and the rest of the model is converted.
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>
-    g (float[4] x) => (float[4] y) <float[4] w = {100000.0, -70000.0, 1.5, 1e-9}> {
-      y = Mul (x, w)
+    g (float[1,2,2,2] x) => (float[1,2,2,2] y)
+      <float[2] s = {1.0, 2.0}, float[2] b = {0.5, -0.5}, float[2] m = {10.0, -20.0},
+       float[2] v = {10500000.0, 98000000.0}, float[2] w2 = {0.5, 0.25}> {
+      a = Relu (x)
+      n = BatchNormalization (a, s, b, m, v)
+      y = Mul (n, w2)
     }
   )");
+  ASSERT_TRUE(model);
+  auto original = model->clone();
   auto result = run_pass(*model, "convert_fp16");
   EXPECT_TRUE(result.changed);
-  EXPECT_EQ(result.rules["clamped_values"], 2);
-  EXPECT_EQ(result.rules["flushed_values"], 1);
-  const ir::Value* w = model->graph().find_local("w");
-  ASSERT_TRUE(w && w->initializer());
-  ASSERT_EQ(w->initializer()->data_type(), kF16);
-  auto values = ir::read_doubles(*w->initializer());
-  ASSERT_TRUE(values);
-  EXPECT_EQ(*values, (std::vector<double>{65504.0, -65504.0, 1.5, 0.0}));
+  ASSERT_EQ(result.explanations.size(), 1u);
+  const RuleExplanation& e = result.explanations[0];
+  EXPECT_EQ(e.rule, "kept_float32");
+  EXPECT_EQ(e.op, "BatchNormalization");
+  EXPECT_EQ(e.node, "n");
+  EXPECT_NE(e.reason.find("constant 'v' has 2 of 2 values beyond float16's range"),
+            std::string::npos)
+      << e.reason;
+  EXPECT_TRUE(result.always_explained);
+  const ir::Graph& g = model->graph();
+  EXPECT_EQ(g.find_local("v")->initializer()->data_type(), kF32);
+  EXPECT_EQ(g.find_local("s")->initializer()->data_type(), kF32);
+  EXPECT_EQ(g.find_local("w2")->initializer()->data_type(), kF16);
+  EXPECT_EQ(producer(g, "n")->input(0)->producer()->op_type(), "Cast");
+  EXPECT_EQ(result.rules["clamped_values"], 0);
   EXPECT_EQ(onnx_errors(*model), "");
-  EXPECT_EQ(fp16_region_errors(*model), "");
+  EXPECT_EQ(fp16_region_errors(*model, {}, kept_float32_nodes(result)), "");
+  // The numbers hold to float16's precision: with the variance clamped they were off by
+  // several times the output's magnitude.
+  eval::VerifyOptions tolerance;
+  tolerance.rtol = 1e-2;
+  tolerance.atol = 1e-3;
+  auto outcome = eval::verify(*original, *model, tolerance);
+  EXPECT_EQ(outcome.status, eval::VerifyStatus::kVerified) << outcome.message;
+}
+
+TEST(ConvertFp16, AConstantThatWouldLoseItsMagnitudeKeepsItsReaderInFloat32) {
+  // An epsilon of 1e-12 becomes 0 in float16 (a division by zero where the variance is 0); a
+  // weight with a few values that flush keeps converting (its magnitude is elsewhere).
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4] x) => (float[4] y) <float[1] eps = {1e-12}, float[4] w = {1.5, -2.0, 3.0, 1e-9}> {
+      a = Mul (x, w)
+      y = Add (a, eps)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass(*model, "convert_fp16");
+  EXPECT_TRUE(result.changed);
+  ASSERT_EQ(result.explanations.size(), 1u);
+  EXPECT_EQ(result.explanations[0].node, "y");
+  EXPECT_NE(result.explanations[0].reason.find("constant 'eps' would lose 100% of its magnitude"),
+            std::string::npos)
+      << result.explanations[0].reason;
+  EXPECT_EQ(result.rules["flushed_values"], 1);  // w's 1e-9
+  const ir::Graph& g = model->graph();
+  EXPECT_EQ(g.find_local("w")->initializer()->data_type(), kF16);
+  EXPECT_EQ(g.find_local("eps")->initializer()->data_type(), kF32);
+  EXPECT_EQ(*ir::read_doubles(*g.find_local("w")->initializer()),
+            (std::vector<double>{1.5, -2.0, 3.0, 0.0}));
+  EXPECT_EQ(fp16_region_errors(*model, {}, kept_float32_nodes(result)), "");
+}
+
+TEST(ConvertFp16, AnAdditiveMaskBeforeSoftmaxIsClampedBecauseNothingChanges) {
+  // -1e9 and float32's lowest as additive masks: exp(-65504) is 0 like exp(-1e9), so clamping
+  // them keeps the Softmax exact and the model converts whole. The same constant read by a
+  // Mul is a scale, and keeps its reader.
+  const std::string text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,4] x) => (float[2,4] y)
+      <int64[2] shape = {2, 4}, float[4] mask = {0.0, 0.0, -1e9, -3.4028234663852886e38}> {
+      s = Add (x, mask)
+      t = Reshape (s, shape)
+      y = Softmax <axis = -1> (t)
+    }
+  )";
+  auto model = convert(text, fp16_tolerance());
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->graph().find_local("mask")->initializer()->data_type(), kF16);
+  EXPECT_EQ(*ir::read_doubles(*model->graph().find_local("mask")->initializer()),
+            (std::vector<double>{0.0, 0.0, -65504.0, -65504.0}));
+  std::string scaled = text;
+  scaled.replace(scaled.find("Add (x, mask)"), 13, "Mul (x, mask)");
+  auto scale_model = parse_text(scaled);
+  ASSERT_TRUE(scale_model);
+  auto result = run_pass(*scale_model, "convert_fp16");
+  ASSERT_EQ(result.explanations.size(), 1u);
+  EXPECT_EQ(result.explanations[0].op, "Mul");
+  EXPECT_EQ(scale_model->graph().find_local("mask")->initializer()->data_type(), kF32);
 }
 
 TEST(ConvertFp16, ConstantNodeValueIsConverted) {
   auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2] x) => (float[2] y) {
-      k = Constant <value = float[2] {3.0, 1e6}> ()
+      k = Constant <value = float[2] {3.0, 1000.0}> ()
       y = Add (x, k)
     }
   )",
-                       fp16_tolerance(Outputs::kNotCompared));  // 1e6 is clamped
+                       fp16_tolerance());
   ASSERT_TRUE(model);
   const ir::Node* k = producer(model->graph(), "k");
   ASSERT_TRUE(k && k->attr("value"));
   EXPECT_EQ(k->attr("value")->t().data_type(), kF16);
-  EXPECT_EQ(*ir::read_doubles(k->attr("value")->t()), (std::vector<double>{3.0, 65504.0}));
+  EXPECT_EQ(*ir::read_doubles(k->attr("value")->t()), (std::vector<double>{3.0, 1000.0}));
+}
+
+TEST(ConvertFp16, AConstantNodeBeyondFloat16StaysFloat32WithItsReader) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2] x) => (float[2] y) {
+      a = Relu (x)
+      k = Constant <value = float[2] {3.0, 1e6}> ()
+      y = Add (a, k)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass(*model, "convert_fp16");
+  ASSERT_EQ(result.explanations.size(), 1u);
+  EXPECT_EQ(result.explanations[0].node, "y");
+  const ir::Node* k = producer(model->graph(), "k");
+  ASSERT_TRUE(k && k->attr("value"));
+  EXPECT_EQ(k->attr("value")->t().data_type(), kF32);
 }
 
 TEST(ConvertFp16, IfBranchesAreConvertedAndCapturedWeightsSeenAsFloat16) {
@@ -775,8 +871,9 @@ TEST(ConvertFp16, RealModelsConvertWithNoFloat32CastInsideAndHalfTheWeights) {
     std::string skipped;
     const bool valid = onnx_check(**model, false, &skipped).ok() && skipped.empty();
     const size_t before = weight_bytes(**model);
-    EXPECT_TRUE(run_pass(**model, "convert_fp16").changed);
-    EXPECT_EQ(fp16_region_errors(**model), "");
+    auto result = run_pass(**model, "convert_fp16");
+    EXPECT_TRUE(result.changed);
+    EXPECT_EQ(fp16_region_errors(**model, {}, kept_float32_nodes(result)), "");
     EXPECT_LT(weight_bytes(**model), before * 0.55);
     if (valid) {
       EXPECT_EQ(onnx_errors(**model), "");

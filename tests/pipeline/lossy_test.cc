@@ -66,8 +66,14 @@ TEST(Lossy, MaxErrorRollsTheLossyPassBackAndSaysSo) {
                          [](const PassStats& p) { return p.name == "convert_fp16"; });
   ASSERT_NE(it, report->passes.end());
   EXPECT_EQ(it->rollbacks, 1);
-  EXPECT_NE(it->rollback_reason.find("exceeds max_error"), std::string::npos)
+  EXPECT_NE(it->rollback_reason.find("over gate rel <= 1e-09, cosine >= 0.9995"),
+            std::string::npos)
       << it->rollback_reason;
+  EXPECT_EQ(it->error_verdict, it->rollback_reason);
+  ASSERT_EQ(v.lossy_trials.size(), 1u);
+  EXPECT_FALSE(v.lossy_trials[0].kept);
+  EXPECT_TRUE(v.lossy_trials[0].measured);
+  EXPECT_EQ(v.lossy_trials[0].gate.max_rel, 1e-9);
   // The stats keep pipeline order with the rolled-back pass in its place.
   ASSERT_EQ(report->passes.size(), 3u);
   EXPECT_EQ(report->passes[1].name, "convert_fp16");

@@ -249,6 +249,18 @@ class Result:
                             "graph": e.graph, "reason": e.reason})
         return out
 
+    def lossy_trials(self):
+        """Each lossy pass tried: a list of dicts with pass, kept, measured, gate (max_rel,
+        min_cosine), errors (output, max_abs, rel, cosine) and verdict, in order."""
+        out = []
+        for t in self.report.verification.lossy_trials:
+            out.append({"pass": getattr(t, "pass"), "kept": t.kept, "measured": t.measured,
+                        "gate": {"max_rel": t.gate_max_rel, "min_cosine": t.gate_min_cosine},
+                        "errors": [{"output": e.name, "max_abs": e.max_abs, "rel": e.rel,
+                                    "cosine": e.cosine} for e in t.errors],
+                        "verdict": t.verdict})
+        return out
+
     def report_json(self, indent=2):
         return json.dumps(self.report_dict(), indent=indent, sort_keys=True)
 
@@ -650,7 +662,8 @@ class Client:
     def optimize(self, model, level="O2", passes=None, verify=None, pass_options=None,
                  lookup_first=True, timeout=None, *, max_rounds=10, check=False,
                  external_data_dir=None, keep_external_files=True, progress=None,
-                 chunk_bytes=CHUNK_BYTES, explain=None):
+                 chunk_bytes=CHUNK_BYTES, explain=None, max_error=None, min_cosine=None,
+                 accept_unmeasured_error=False):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -664,13 +677,17 @@ class Client:
         `keep_external_files=False` received files are checked and dropped. `timeout`
         (default: the client's) bounds the whole operation. `progress(upload: bool, done,
         total)` is called per chunk. `explain` ("PASS" or "PASS/RULE", or a list) asks why those
-        rules did not rewrite: Result.explanations()."""
+        rules did not rewrite: Result.explanations(). Lossy passes are kept only within their
+        error gate (`passes()`: gate_max_rel, gate_min_cosine), which `max_error` and
+        `min_cosine` replace; one whose error cannot be measured is rolled back unless
+        `accept_unmeasured_error` (Result.lossy_trials())."""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
             raise InvalidArgumentError(f"chunk_bytes must be in (0, {MAX_MESSAGE_BYTES - 4096}]")
         deadline = self._deadline(timeout)
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
-                                 explain=explain)
+                                 explain=explain, max_error=max_error, min_cosine=min_cosine,
+                                 accept_unmeasured_error=accept_unmeasured_error)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:

@@ -127,13 +127,16 @@ def _verify_config(verify):
 
 
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
-                    max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None):
+                    max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None, max_error=None,
+                    min_cosine=None, accept_unmeasured_error=False):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
     `check` runs the ONNX checker and strict shape inference after each changing pass; `explain`
     (a list of "PASS" or "PASS/RULE", or one such string) asks why those rules did not rewrite
-    (report.passes[i].explanations)."""
+    (report.passes[i].explanations). `max_error` (>= 0) and `min_cosine` (-1..1) replace the
+    lossy passes' own error gates; `accept_unmeasured_error` keeps a lossy pass whose error
+    cannot be measured."""
     config = graft_pb2.PipelineConfig()
     config.level = normalize_level(level)
     if passes is not None:
@@ -172,4 +175,15 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
             if not isinstance(e, str) or not e:
                 raise InvalidArgumentError(f"explain entries must be 'PASS' or 'PASS/RULE', got {e!r}")
         config.explain.extend(explain)
+    if max_error is not None:
+        if isinstance(max_error, bool) or not isinstance(max_error, (int, float)) \
+                or not math.isfinite(max_error) or max_error < 0:
+            raise InvalidArgumentError(f"max_error must be a finite number >= 0, got {max_error!r}")
+        config.max_error = float(max_error)
+    if min_cosine is not None:
+        if isinstance(min_cosine, bool) or not isinstance(min_cosine, (int, float)) \
+                or not -1 <= min_cosine <= 1:
+            raise InvalidArgumentError(f"min_cosine must be a number in [-1, 1], got {min_cosine!r}")
+        config.min_cosine = float(min_cosine)
+    config.accept_unmeasured_error = bool(accept_unmeasured_error)
     return config
