@@ -179,8 +179,8 @@ struct OptimizeArgs {
   double max_error = -1;                 // < 0: each lossy pass's own gate
   double min_cosine = -2;                // < -1: each lossy pass's own gate
   bool accept_unmeasured_error = false;
-  std::vector<std::string> dims;         // NAME=N for the memory estimates
-  std::vector<std::string> explain;      // PASS or PASS/RULE
+  std::vector<std::string> dims;     // NAME=N for the memory estimates
+  std::vector<std::string> explain;  // PASS or PASS/RULE
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
   bool rehash = false;     // hash every file again instead of recalling remembered digests
@@ -820,7 +820,8 @@ int list_passes(const std::string& server_flag, const tls::ClientOptions& tls) {
       "O3 passes, lossy ones included (float16); \"name\": only when named with --passes\n"
       "lossy passes run only at O3 or when named; their error is measured, reported and held to "
       "their gate (--max-error, --min-cosine replace it); one whose error cannot be measured is "
-      "rolled back unless --accept-unmeasured-error\noptions: --option PASS.OPTION=VALUE (repeatable)\n");
+      "rolled back unless --accept-unmeasured-error\noptions: --option PASS.OPTION=VALUE "
+      "(repeatable)\n");
   // The cache serves a result only to the build that computed it (docs/shared-cache.md).
   const std::string who = server.empty() ? "this CLI" : "server " + server;
   std::printf("%s: graft %s, build %s\n", who.c_str(), version.c_str(), fingerprint.c_str());

@@ -185,8 +185,8 @@ std::string format_table(const RunSummary& run) {
     if (!v.errors.empty() && !v.lossy_passes.empty()) {
       out += line("%-30s %14s %14s %10s\n", "error per output (lossy)", "max abs", "rel", "cosine");
       for (const auto& e : v.errors)
-        out += line("%-30s %14.6g %14.6g %10.6f\n", terminal_safe(e.name).c_str(), e.max_abs,
-                    e.rel, e.cosine);
+        out += line("%-30s %14.6g %14.6g %10.6f\n", terminal_safe(e.name).c_str(), e.max_abs, e.rel,
+                    e.cosine);
     }
     for (const auto& t : v.lossy_trials)
       out += line("lossy %s (gate: rel <= %g, cosine >= %g): ", t.pass.c_str(), t.gate.max_rel,

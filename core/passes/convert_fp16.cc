@@ -277,8 +277,8 @@ class Conversion {
   static bool reaches_softmax(const ir::Value* v, int depth) {
     if (!v || depth == 0 || v->uses().empty() || !v->output_refs().empty()) return false;
     static const std::set<std::string, std::less<>> through = {
-        "Add", "Where", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Cast",
-        "Identity", "Slice", "Concat"};
+        "Add",       "Where", "Reshape",  "Unsqueeze", "Squeeze", "Expand",
+        "Transpose", "Cast",  "Identity", "Slice",     "Concat"};
     for (const auto& u : v->uses()) {
       const ir::Node* n = u.node;
       if (!n->is_onnx_domain()) return false;
@@ -297,12 +297,11 @@ class Conversion {
     });
     for (const auto& [n, why] : kept) {
       const ir::Graph* g = n->graph();
-      result.explanations.push_back(
-          {.rule = "kept_float32",
-           .node = n->name().empty() ? n->output(0)->name() : n->name(),
-           .op = n->op_type(),
-           .graph = g == &g->model()->graph() ? "" : g->name(),
-           .reason = *why});
+      result.explanations.push_back({.rule = "kept_float32",
+                                     .node = n->name().empty() ? n->output(0)->name() : n->name(),
+                                     .op = n->op_type(),
+                                     .graph = g == &g->model()->graph() ? "" : g->name(),
+                                     .reason = *why});
     }
     result.always_explained = !kept.empty();
   }

@@ -66,8 +66,7 @@ TEST(Lossy, MaxErrorRollsTheLossyPassBackAndSaysSo) {
                          [](const PassStats& p) { return p.name == "convert_fp16"; });
   ASSERT_NE(it, report->passes.end());
   EXPECT_EQ(it->rollbacks, 1);
-  EXPECT_NE(it->rollback_reason.find("over gate rel <= 1e-09, cosine >= 0.9995"),
-            std::string::npos)
+  EXPECT_NE(it->rollback_reason.find("over gate rel <= 1e-09, cosine >= 0.9995"), std::string::npos)
       << it->rollback_reason;
   EXPECT_EQ(it->error_verdict, it->rollback_reason);
   ASSERT_EQ(v.lossy_trials.size(), 1u);
