@@ -68,6 +68,8 @@ class Executor {
   Executor(const ir::Model& model, const Limits& limits, int depth)
       : model_(model), limits_(limits), depth_(depth) {}
 
+  void set_observer(const ValueObserver* observer) { observer_ = observer; }
+
   // Binds graph `g`'s inputs to `args` (nullptr or missing: an absent optional input).
   void bind_inputs(const ir::Graph& g, const std::vector<const Tensor*>& args, Env& env) {
     for (size_t i = 0; i < g.inputs().size(); ++i) {
@@ -226,6 +228,17 @@ class Executor {
     if (limits_.should_continue && *limits_.should_continue) {
       if (auto st = (*limits_.should_continue)(); !st.ok()) return st;
     }
+    absl::Status st = dispatch(n, env);
+    if (st.ok() && observer_ && *observer_) {
+      for (const ir::Value* out : n.outputs()) {
+        auto it = out ? env.find(out) : env.end();
+        if (it != env.end()) (*observer_)(*out, it->second);
+      }
+    }
+    return st;
+  }
+
+  absl::Status dispatch(const ir::Node& n, Env& env) {
     if (const ir::Function* fn = find_function(n)) return run_function(n, *fn, env);
     if (n.is("If")) return run_if(n, env);
     if (n.is("Loop")) return run_loop(n, env);
@@ -678,6 +691,7 @@ class Executor {
   int depth_;
   // Unbound optional inputs of function bodies: nodes see them as absent.
   std::unordered_set<const ir::Value*> absent_;
+  const ValueObserver* observer_ = nullptr;
   std::vector<onnx::FunctionProto> saved_functions_;
   std::map<std::string, std::unique_ptr<ir::Model>> instances_;
 };
@@ -687,6 +701,13 @@ class Executor {
 absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
                                               const std::map<std::string, Tensor>& feeds,
                                               const Limits& limits, RunStats* stats) {
+  return run_model(model, feeds, limits, stats, nullptr);
+}
+
+absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
+                                              const std::map<std::string, Tensor>& feeds,
+                                              const Limits& limits, RunStats* stats,
+                                              const ValueObserver* observer) {
   std::function<absl::Status()> poll;
   if (limits.should_continue && *limits.should_continue) poll = *limits.should_continue;
   auto budget = Budget::make(limits.max_live_bytes, limits.max_work, std::move(poll));
@@ -714,6 +735,10 @@ absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
       }
     }
     Executor exec(model, limits, 0);
+    exec.set_observer(observer);
+    if (observer && *observer)
+      for (const auto& in : g.inputs())
+        if (auto it = env.find(in.value); it != env.end()) (*observer)(*in.value, it->second);
     if (auto st = exec.run_graph(g, env); !st.ok()) return st;
     std::vector<Tensor> outputs;
     for (const auto& out : g.outputs()) {

@@ -3,6 +3,7 @@
 // what the original did.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -30,5 +31,14 @@ struct RunStats {
 absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
                                               const std::map<std::string, Tensor>& feeds,
                                               const Limits& limits = {}, RunStats* stats = nullptr);
+
+// Called with every value a run computes as it is computed: the fed graph inputs, then each
+// node's outputs (main graph, If branches, each Loop and Scan iteration; not inside function
+// calls, whose outputs are reported as the call's).
+using ValueObserver = std::function<void(const ir::Value&, const Tensor&)>;
+absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
+                                              const std::map<std::string, Tensor>& feeds,
+                                              const Limits& limits, RunStats* stats,
+                                              const ValueObserver* observer);
 
 }  // namespace graft::eval

@@ -1,14 +1,17 @@
 #include "core/eval/verify.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
 #include "core/eval/executor.h"
+#include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 
 namespace graft::eval {
@@ -21,11 +24,38 @@ std::string dims_string(const std::vector<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
 
+// How the random inputs' symbolic dims are sized in one attempt: every one default_dim, or by
+// role (VerifyOptions::representative_dims) divided by role_divisor.
+struct Sizing {
+  int64_t default_dim = 1;
+  int64_t role_divisor = 0;  // 0: default_dim for all
+};
+
+// The size of symbolic dim `index` of an input by its role: a leading (batch) dim 1, an image's
+// height and width (a rank-4 float input with 1, 3 or 4 channels, NCHW or NHWC) 224, any other
+// (sequence, time, count) 128.
+int64_t role_size(const onnx::TypeProto::Tensor& tt, int index) {
+  const int rank = tt.shape().dim_size();
+  if (index == 0 && rank >= 2) return 1;
+  if (rank == 4 && is_float_type(tt.elem_type())) {
+    auto fixed = [&](int i) {
+      const auto& d = tt.shape().dim(i);
+      return d.has_dim_value() ? d.dim_value() : -1;
+    };
+    auto channels = [&](int i) { return fixed(i) == 1 || fixed(i) == 3 || fixed(i) == 4; };
+    if (channels(1) && index >= 2) return 224;
+    if (!channels(1) && channels(3) && (index == 1 || index == 2)) return 224;
+  }
+  return 128;
+}
+
 // Dims of a main graph input: an explicit shape, else the declared dims with symbolic ones
-// resolved from the options.
+// resolved from the options, then by `sizing` (a dim_param keeps the size it first got, in
+// `params`).
 absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
                                                 const onnx::TypeProto::Tensor& tt,
-                                                const VerifyOptions& options, int64_t default_dim,
+                                                const VerifyOptions& options, Sizing sizing,
+                                                std::map<std::string, int64_t>& params,
                                                 bool* defaulted) {
   if (auto it = options.shapes.find(name); it != options.shapes.end()) {
     if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(it->second.size()))
@@ -46,17 +76,71 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
     auto it = d.has_dim_param() ? options.dims.find(d.dim_param()) : options.dims.end();
     if (it != options.dims.end()) {
       dims.push_back(it->second);
-    } else {
-      dims.push_back(default_dim);
-      *defaulted = true;
+      continue;
     }
+    *defaulted = true;
+    if (auto p = d.has_dim_param() ? params.find(d.dim_param()) : params.end(); p != params.end()) {
+      dims.push_back(p->second);
+      continue;
+    }
+    int64_t size = sizing.default_dim;
+    if (sizing.role_divisor > 0)
+      size =
+          std::max<int64_t>(1, role_size(tt, static_cast<int>(dims.size())) / sizing.role_divisor);
+    if (d.has_dim_param()) params[d.dim_param()] = size;
+    dims.push_back(size);
   }
   return dims;
 }
 
-absl::StatusOr<Tensor> make_input(const std::string& name, const onnx::TypeProto* type,
-                                  const VerifyOptions& options, int64_t default_dim,
-                                  bool* defaulted, std::mt19937& rng) {
+// The values an integer input takes by what the model does with it: indices into a constant
+// table (Gather's, along its axis) span the table; a mask (1 - m, a Where condition, a name
+// with "mask") is 0 or 1; others [0, int_max]. Followed through casts and reshapes.
+struct IntRange {
+  int64_t lo = 0, hi = 0;
+};
+
+std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
+  if (depth == 0) return std::nullopt;
+  static const std::set<std::string, std::less<>> through = {
+      "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Flatten", "Identity"};
+  for (const auto& u : v->uses()) {
+    const ir::Node* n = u.node;
+    if (!n->is_onnx_domain()) continue;
+    if (n->is("Gather") && u.index == 1 && n->input(0)) {
+      const onnx::TensorProto* table = ir::constant_header(n->input(0));
+      if (!table) continue;
+      int64_t axis = n->attr_int("axis", 0);
+      if (axis < 0) axis += table->dims_size();
+      if (axis >= 0 && axis < table->dims_size() && table->dims(static_cast<int>(axis)) > 0)
+        return IntRange{0, table->dims(static_cast<int>(axis)) - 1};
+    }
+    if (n->is("Where") && u.index == 0) return IntRange{0, 1};
+    if (n->is("Sub") && u.index == 1 && n->input(0)) {
+      auto one = ir::constant_in_memory(n->input(0));
+      auto values = one ? ir::read_doubles(*one) : std::nullopt;
+      if (values && values->size() == 1 && (*values)[0] == 1) return IntRange{0, 1};
+    }
+    if (through.count(n->op_type()) && n->output(0))
+      if (auto r = range_by_use(n->output(0), depth - 1)) return r;
+  }
+  return std::nullopt;
+}
+
+IntRange int_range(const ir::Value* input, const VerifyOptions& options) {
+  if (auto r = range_by_use(input, 8)) return *r;
+  std::string lower = input->name();
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower.find("mask") != std::string::npos) return {0, 1};
+  return {0, std::max<int64_t>(0, options.int_max)};
+}
+
+absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto* type,
+                                  const VerifyOptions& options, Sizing sizing,
+                                  std::map<std::string, int64_t>& params, bool* defaulted,
+                                  std::mt19937& rng) {
+  const std::string& name = input->name();
   if (!type || !type->has_tensor_type() || !type->tensor_type().has_elem_type())
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is not a typed tensor"));
   const auto& tt = type->tensor_type();
@@ -65,7 +149,7 @@ absl::StatusOr<Tensor> make_input(const std::string& name, const onnx::TypeProto
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has element type ",
                                                    onnx::TensorProto::DataType_Name(dtype),
                                                    " (random inputs are numeric or bool)"));
-  auto dims = input_dims(name, tt, options, default_dim, defaulted);
+  auto dims = input_dims(name, tt, options, sizing, params, defaulted);
   if (!dims.ok()) return dims.status();
   for (int64_t d : *dims)
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("input '", name, "': negative dim"));
@@ -73,8 +157,11 @@ absl::StatusOr<Tensor> make_input(const std::string& name, const onnx::TypeProto
   if (!t.ok()) return t.status();
   auto fixed = options.values.find(name);
   std::uniform_real_distribution<double> real(-options.float_range, options.float_range);
-  // Non-negative and small by default, so integer inputs also work as indices and counts.
-  std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(0, options.int_max));
+  // Non-negative and small by default, so integer inputs also work as indices and counts; by
+  // use where the model says more (int_range).
+  const IntRange range =
+      is_integer_type(dtype) ? int_range(input, options) : IntRange{0, options.int_max};
+  std::uniform_int_distribution<int64_t> integer(range.lo, std::max(range.lo, range.hi));
   std::uniform_int_distribution<int64_t> boolean(0, 1);
   for (int64_t i = 0; i < t->size(); ++i) {
     if (fixed != options.values.end()) {
@@ -395,16 +482,30 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     }
     return;
   }
-  const std::vector<int64_t> sizes = options.default_dim > 0
-                                         ? std::vector<int64_t>{options.default_dim}
-                                         : std::vector<int64_t>{1, 16, 64, 256};
+  // The sizes tried, in order, until the original runs: by role from the full sizes down
+  // (representative_dims), else the first of 1, 16, 64, 256 (a window larger than the input
+  // means the dims are too small), or default_dim alone.
+  std::vector<Sizing> attempts;
+  if (options.default_dim > 0) {
+    attempts.push_back({options.default_dim, 0});
+  } else if (options.representative_dims) {
+    for (int64_t divisor : {1, 4, 16}) attempts.push_back({1, divisor});
+    attempts.push_back({1, 0});
+  } else {
+    for (int64_t d : {1, 16, 64, 256}) attempts.push_back({d, 0});
+  }
   std::optional<VerifyResult> first_failure;
   bool stop = false;
-  for (size_t attempt = 0; attempt < sizes.size() && !stop; ++attempt) {
+  for (size_t attempt = 0; attempt < attempts.size() && !stop; ++attempt) {
     feeds_.clear();
     expected_.clear();
     bool defaulted = false;
     std::optional<VerifyResult> failure;
+    // Representative sizes may be more than the budget affords: such an attempt gets a quarter
+    // of what is left per run, so that smaller ones still can.
+    const bool shrinking = options.representative_dims && attempt + 1 < attempts.size();
+    std::map<std::string, int64_t> params;
+    std::string dims_used;
     for (int trial = 0; trial < std::max(1, options.trials) && !failure; ++trial) {
       std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
       std::map<std::string, Tensor> feeds;
@@ -413,27 +514,39 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
         // An initializer listed as an input keeps its default in both models.
         if (in.value->is_initializer()) continue;
         const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
-        auto t = make_input(in.value->name(), type, options, sizes[attempt], &defaulted, rng);
+        auto t = make_input(in.value, type, options, attempts[attempt], params, &defaulted, rng);
         if (!t.ok()) {
           failure = not_verifiable(t.status(), "inputs");
           break;
         }
         input_bytes += t->bytes();
+        if (trial == 0)
+          absl::StrAppend(&dims_used, dims_used.empty() ? "" : ", ", in.value->name(), "=",
+                          dims_string(t->dims()));
         feeds.emplace(in.value->name(), std::move(*t));
       }
       if (failure) break;
-      if (attempt > 0 && input_bytes > options.max_auto_input_bytes) {
+      if (attempt > 0 && !options.representative_dims &&
+          input_bytes > options.max_auto_input_bytes) {
         failure = first_failure;  // larger sizes only grow; report the smallest size's error
         stop = true;
         break;
       }
-      auto outputs = run(original, feeds);
+      if (options.representative_dims && input_bytes > options.max_auto_input_bytes && shrinking &&
+          defaulted) {
+        failure = not_verifiable(absl::ResourceExhaustedError(absl::StrCat(
+                                     "inputs of ", input_bytes, " bytes at ", dims_used)),
+                                 "inputs");
+        break;
+      }
+      auto outputs = run(original, feeds, shrinking ? 4 : 1);
       if (!outputs.ok()) {
         failure = not_verifiable(outputs.status(), "the original model");
-        // Unsupported ops and resource limits do not depend on the dims' sizes.
-        if (absl::IsUnimplemented(outputs.status()) ||
-            absl::IsResourceExhausted(outputs.status()) ||
-            absl::IsDeadlineExceeded(outputs.status()) || absl::IsCancelled(outputs.status()))
+        // Unsupported ops and cancellation do not depend on the dims' sizes; resource limits
+        // do only when there are smaller sizes to try.
+        if (absl::IsUnimplemented(outputs.status()) || absl::IsDeadlineExceeded(outputs.status()) ||
+            absl::IsCancelled(outputs.status()) ||
+            (absl::IsResourceExhausted(outputs.status()) && !(shrinking && defaulted)))
           stop = true;
         break;
       }
@@ -441,7 +554,9 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       expected_.push_back(std::move(*outputs));
     }
     if (!failure) {
-      default_dim_used_ = defaulted ? sizes[attempt] : 0;
+      default_dim_used_ =
+          defaulted && attempts[attempt].role_divisor == 0 ? attempts[attempt].default_dim : 0;
+      if (defaulted) dims_used_ = std::move(dims_used);
       failure_.reset();
       return;
     }
@@ -455,8 +570,9 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
 
 Verifier::~Verifier() = default;
 
-absl::StatusOr<std::vector<Tensor>> Verifier::run(
-    const ir::Model& model, const std::map<std::string, Tensor>& feeds) const {
+absl::StatusOr<std::vector<Tensor>> Verifier::run(const ir::Model& model,
+                                                  const std::map<std::string, Tensor>& feeds,
+                                                  uint64_t share) const {
   Limits limits;
   limits.max_tensor_bytes = options_.max_tensor_bytes;
   limits.max_live_bytes = options_.max_live_bytes;
@@ -466,7 +582,7 @@ absl::StatusOr<std::vector<Tensor>> Verifier::run(
     if (work_spent_ >= options_.max_work)
       return absl::ResourceExhaustedError(absl::StrCat("verification's work budget of ",
                                                        options_.max_work, " operations is spent"));
-    limits.max_work = options_.max_work - work_spent_;
+    limits.max_work = (options_.max_work - work_spent_) / std::max<uint64_t>(share, 1);
   }
   RunStats stats;
   auto outputs = run_model(model, feeds, limits, &stats);
@@ -554,6 +670,8 @@ VerifyResult Verifier::compare_runs(const ir::Model& candidate, bool lossy) cons
                    "; worst absolute difference ", r.max_abs_diff);
   if (default_dim_used_ > 0)
     absl::StrAppend(&r.message, "; symbolic dims set to ", default_dim_used_);
+  if (!dims_used_.empty() && default_dim_used_ == 0)
+    absl::StrAppend(&r.message, "; inputs ", dims_used_);
   return r;
 }
 

@@ -34,6 +34,13 @@ struct VerifyOptions {
   // inputs would exceed max_auto_input_bytes.
   int64_t default_dim = 0;
   uint64_t max_auto_input_bytes = 64ull << 20;
+  // Symbolic dims that neither `dims` nor `shapes` give take sizes by role instead: a leading
+  // (batch) dim 1, an image's height and width (rank-4 float input, 1, 3 or 4 channels) 224,
+  // any other (sequence, time) 128, one size per dim_param. When the original does not run at
+  // them (shape errors, the work budget: each such run may use a quarter of what is left), a
+  // quarter and a sixteenth of them are tried, then 1. The result's message names the dims.
+  // What the pipeline measures lossy passes with, so that their error means something.
+  bool representative_dims = false;
   // Full shapes by input name (override the declared dims).
   std::map<std::string, std::vector<int64_t>> shapes;
   // Inputs filled with one value (e.g. a sample rate) instead of random numbers.
@@ -130,6 +137,11 @@ class Verifier {
 
   // Whether the original ran; false means every check() is not verifiable.
   bool usable() const { return !failure_.has_value(); }
+  // "name=[dims], ..." of the inputs when representative_dims sized them, else "".
+  const std::string& dims_used() const { return dims_used_; }
+  // The input sets every check runs (empty when not usable).
+  const std::vector<std::map<std::string, Tensor>>& feeds() const { return feeds_; }
+  const VerifyOptions& options() const { return options_; }
   VerifyResult check(const ir::Model& candidate) const;
   // For a lossy candidate: the same runs, but differing numbers are not a mismatch (the result
   // is kVerified with each output's error in `outputs`), and a float output whose element type
@@ -138,9 +150,11 @@ class Verifier {
   VerifyResult measure(const ir::Model& candidate) const;
 
  private:
-  // One evaluator run, charged to the verification's work budget.
+  // One evaluator run, charged to the verification's work budget, of which it may use
+  // 1/`share` of what is left.
   absl::StatusOr<std::vector<Tensor>> run(const ir::Model& model,
-                                          const std::map<std::string, Tensor>& feeds) const;
+                                          const std::map<std::string, Tensor>& feeds,
+                                          uint64_t share = 1) const;
   VerifyResult compare_runs(const ir::Model& candidate, bool lossy) const;
 
   VerifyOptions options_;
@@ -149,6 +163,7 @@ class Verifier {
   std::vector<std::vector<Tensor>> expected_;         // per trial
   std::vector<std::string> output_names_;
   int64_t default_dim_used_ = 0;  // 0 when no input has a defaulted dim
+  std::string dims_used_;         // "name=[dims], ..." when dims were sized by role
   std::optional<VerifyResult> failure_;
 };
 

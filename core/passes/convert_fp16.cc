@@ -37,6 +37,15 @@
 // exp of -1e9 (rule counter "clamped_values"). Nonzero values that round to zero are counted
 // ("flushed_values"). External weights are read through the model's ExternalData and become
 // ordinary in-memory initializers.
+//
+// Activations (automatic mixed precision): when the pipeline gives the pass inputs to run the
+// model on (PassContext::calibration: the verification's input sets), the float32 model runs on
+// the reference evaluator first and each value's largest magnitude is recorded. A node with a
+// float32 input or output beyond the option max_activation (default 16384, a quarter of
+// float16's range: room for inputs larger than the calibration's) stays float32, reported as a
+// "kept_float32" finding; Casts are inserted at the borders of the float32 regions this makes.
+// Values the runs did not reach (a branch not taken) are not judged. Without calibration inputs
+// only the constants are judged.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -46,6 +55,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/eval/executor.h"
 #include "core/ir/op_params.h"
 #include "core/ir/shapes.h"
 #include "core/ir/tensor.h"
@@ -123,6 +133,7 @@ enum class Want { kAny, kHalf, kFloat };
 
 struct Settings {
   bool keep_io = true;
+  double max_activation = 16384;                   // 0: activations not judged
   std::set<std::string, std::less<>> block_ops;    // op types kept in float32 (ONNX domain)
   std::set<std::string, std::less<>> block_nodes;  // node names kept in float32
 };
@@ -146,9 +157,11 @@ class Conversion {
  public:
   explicit Conversion(Settings settings) : settings_(std::move(settings)) {}
 
-  PassResult run(ir::Model& model) {
+  PassResult run(ir::Model& model, const CalibrationInputs* calibration) {
     PassResult result;
     Rewriter rw(model);
+    if (calibration && calibration->sets && settings_.max_activation > 0)
+      measure_activations(model, *calibration);
 
     // 1. Snapshot roles, node classes and element types before any edit; functions whose
     // every call is converted are converted with float16 parameters (plan_functions).
@@ -201,9 +214,11 @@ class Conversion {
     for (ir::Node* n : g.nodes()) {
       bool conv = role.converted && convertible(*n);
       if (conv) {
-        if (const std::string& why = constant_risk(*n); !why.empty()) {
+        std::string why = constant_risk(*n);
+        if (why.empty()) why = activation_risk(*n);
+        if (!why.empty()) {
           conv = false;
-          kept_[n] = why;
+          kept_[n] = std::move(why);
         }
       }
       converted_[n] = conv;
@@ -231,6 +246,58 @@ class Conversion {
     for (const ir::Value* v : n.outputs())
       if (v && type_.at(v) == 0) return false;
     return true;
+  }
+
+  // The largest magnitude of every float32 value over the calibration runs (float32 values
+  // only: in a later round the converted part is float16 already). A run that fails leaves the
+  // ranges it recorded so far.
+  void measure_activations(const ir::Model& model, const CalibrationInputs& calibration) {
+    bool any_float = false;
+    for (const ir::Graph* g : model.all_graphs())
+      for (const ir::Node* n : g->nodes())
+        for (const ir::Value* v : n->outputs()) any_float |= v && v->elem_type() == kF32;
+    if (!any_float) return;
+    const eval::ValueObserver observe = [this](const ir::Value& v, const eval::Tensor& t) {
+      if (t.dtype() != kF32) return;
+      Range& seen = range_[&v];
+      for (int64_t i = 0; i < t.size(); ++i) {
+        const double x = t.get_double(i);
+        if (x < 0) {
+          seen.negative = std::max(seen.negative, -x);
+        } else if (!(x <= seen.positive)) {
+          seen.positive = std::isnan(x) ? HUGE_VAL : x;  // NaN counts as unbounded
+        }
+      }
+    };
+    for (const auto& feeds : *calibration.sets) {
+      auto outputs = eval::run_model(model, feeds, calibration.limits, nullptr, &observe);
+      if (!outputs.ok()) break;
+    }
+  }
+
+  // Why `n` must compute in float32 for the values the calibration runs saw, or "". Constants
+  // are constant_risk's; large negative values on their way to a Softmax are masks (see the
+  // file comment), which float16's -65504 serves as well.
+  std::string activation_risk(const ir::Node& n) const {
+    if (range_.empty()) return "";
+    auto check = [&](const ir::Value* v, const char* what) -> std::string {
+      if (!v || type_.at(v) != kF32 || v->is_constant()) return "";
+      if (v->producer() && v->producer()->is("Constant")) return "";
+      auto it = range_.find(v);
+      if (it == range_.end()) return "";
+      const double limit = settings_.max_activation;
+      double m = it->second.positive;
+      if (it->second.negative > limit && !reaches_softmax(v, 8))
+        m = std::max(m, it->second.negative);
+      if (m <= limit) return "";
+      return absl::StrCat(what, " '", v->name(), "' reaches |x| = ", m,
+                          " on the calibration inputs (max_activation ", limit, ")");
+    };
+    for (const ir::Value* v : n.outputs())
+      if (std::string why = check(v, "output"); !why.empty()) return why;
+    for (const ir::Value* v : n.inputs())
+      if (std::string why = check(v, "input"); !why.empty()) return why;
+    return "";
   }
 
   // Why a float32 constant `n` reads cannot become float16 without changing what `n` computes,
@@ -667,6 +734,11 @@ class Conversion {
   // nodes kept float32 because of them.
   std::unordered_map<const ir::Value*, std::string> risk_;
   std::map<const ir::Node*, std::string> kept_;
+  // measure_activations: the largest positive value and the largest magnitude of a negative one.
+  struct Range {
+    double positive = 0, negative = 0;
+  };
+  std::unordered_map<const ir::Value*, Range> range_;
 };
 
 class ConvertFp16 : public Pass {
@@ -677,7 +749,8 @@ class ConvertFp16 : public Pass {
     settings.keep_io = ctx.bool_option("keep_io_types");
     for (const std::string& op : ctx.list_option("block_ops")) settings.block_ops.insert(op);
     for (const std::string& n : ctx.list_option("block_nodes")) settings.block_nodes.insert(n);
-    return Conversion(std::move(settings)).run(model);
+    settings.max_activation = static_cast<double>(ctx.int_option("max_activation"));
+    return Conversion(std::move(settings)).run(model, ctx.calibration);
   }
 };
 
@@ -700,7 +773,11 @@ PassInfo convert_fp16_pass() {
                                   "op types (ONNX domain) kept in float32 with Casts around "
                                   "them; replaces the default list (empty: none kept)"),
                       list_option("block_nodes", {}, {},
-                                  "node names kept in float32 with Casts around them")},
+                                  "node names kept in float32 with Casts around them"),
+                      integer_option("max_activation", 16384, 0, 65504,
+                                     "nodes with a float32 input or output whose magnitude "
+                                     "passes this on the verification inputs stay float32 (0: "
+                                     "activations not judged)")},
           .create = make_convert_fp16};
 }
 

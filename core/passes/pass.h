@@ -12,6 +12,7 @@
 
 #include <absl/status/statusor.h>
 
+#include "core/eval/kernel.h"
 #include "core/ir/model.h"
 #include "core/passes/options.h"
 
@@ -43,6 +44,14 @@ struct PassResult {
   }
 };
 
+// Inputs a pass may run the model on (convert_fp16: the activation ranges): the pipeline's
+// verification inputs, one map of graph input name to tensor per set, with the evaluator limits
+// for a run.
+struct CalibrationInputs {
+  const std::vector<std::map<std::string, eval::Tensor>>* sets = nullptr;
+  eval::Limits limits;
+};
+
 class PassContext {
  public:
   // `options` were checked against the pass's schema when the pipeline was configured.
@@ -65,6 +74,8 @@ class PassContext {
   // Tests and fuzzing (PipelineConfig::check_unchanged): a rule that returns false must leave
   // the model as it found it, checked after every such attempt.
   bool check_transactions = false;
+  // Set by the pipeline for lossy passes when verification has inputs; nullptr otherwise.
+  const CalibrationInputs* calibration = nullptr;
 
  private:
   const OptionValues& options_;

@@ -286,6 +286,9 @@ struct RunLimits {
   std::function<absl::Status()> should_continue;
   bool check_transactions = false;   // PipelineConfig::check_transactions
   std::vector<std::string> explain;  // PipelineConfig::explain
+  // Verification's inputs for passes that run the model (PassContext::calibration); unset
+  // outside verification.
+  std::optional<CalibrationInputs> calibration;
 };
 
 uint64_t weight_limit(uint64_t input_bytes) {
@@ -359,6 +362,7 @@ absl::StatusOr<PassResult> run_one_pass(ir::Model& model, const PassInstance& in
   ctx.max_weight_bytes = limits.max_weight_bytes;
   ctx.check_transactions = limits.check_transactions;
   ctx.explain = explained_rules(limits.explain, instance.name);
+  if (limits.calibration) ctx.calibration = &*limits.calibration;
   absl::StatusOr<PassResult> result = PassResult{};
   try {
     eval::BudgetScope scope(&budget);
@@ -585,7 +589,8 @@ class VerifiedPipeline {
         start_(Clock::now()),
         original_(std::move(original)),
         limits_(run_limits(*original_, config)),
-        verifier_(*original_, verify_options(config)) {
+        verifier_(*original_, verify_options(config)),
+        probability_outputs_(probability_outputs(*original_)) {
     for (size_t i = 0; i < specs.size(); ++i)
       if (specs[i].lossy) lossy_.insert(i);
     held_ = lossy_;
@@ -597,6 +602,12 @@ class VerifiedPipeline {
     if (auto st = stopped(); !st.ok()) return st;
     verify_seconds_ = seconds_since(start_);
     if (auto st = run_exact(model); !st.ok()) return st;
+    if (!lossy_.empty()) {
+      const auto start = Clock::now();
+      make_lossy_verifier();
+      verify_seconds_ += seconds_since(start);
+      if (auto st = stopped(); !st.ok()) return st;
+    }
     for (size_t at : lossy_)
       if (auto st = try_lossy(at, model); !st.ok()) return st;
     return finish();
@@ -607,6 +618,76 @@ class VerifiedPipeline {
     eval::VerifyOptions options = config.verify_options;
     options.should_continue = config.should_continue;
     return options;
+  }
+
+  // Lossy passes are measured at sizes that mean something (VerifyOptions::representative_dims:
+  // a 224x224 image, 128 tokens) as well as at the exact verification's; the former's inputs
+  // are what passes that run the model see (PassContext::calibration).
+  void make_lossy_verifier() {
+    eval::VerifyOptions options = verify_options(config_);
+    options.representative_dims = true;
+    lossy_verifier_ = std::make_unique<eval::Verifier>(*original_, options);
+    const eval::Verifier& v = lossy_verifier_->usable() ? *lossy_verifier_ : verifier_;
+    if (!v.usable() || v.feeds().empty()) return;
+    const eval::VerifyOptions& o = v.options();
+    CalibrationInputs& c = limits_.calibration.emplace();
+    c.sets = &v.feeds();
+    c.limits.max_tensor_bytes = o.max_tensor_bytes;
+    c.limits.max_live_bytes = o.max_live_bytes;
+    c.limits.max_work = o.max_work;
+    c.limits.should_continue = &config_.should_continue;
+  }
+
+  // A lossy candidate's error at representative sizes. Its error at the exact verification's
+  // sizes (often 1: a 1x1 image, one token) is not gated, since errors there mean little (an
+  // output of near-zero magnitude); that measure stands only when the representative one cannot
+  // be taken (its message says why), and a candidate failing there is a mismatch either way.
+  eval::VerifyResult measure_lossy(const ir::Model& candidate) const {
+    eval::VerifyResult r = measure_lossy_raw(candidate);
+    // Probabilities (Sigmoid, Softmax: values in [0, 1]) are compared on their own scale: a
+    // detector's score map whose largest value is 0.04 on random inputs is off by its absolute
+    // error, not by that over 0.04.
+    for (auto& e : r.outputs)
+      if (probability_outputs_.count(e.name)) e.rel = std::min(e.rel, e.max_abs);
+    return r;
+  }
+
+  // The main graph outputs computed by Sigmoid, HardSigmoid or Softmax, through ops that only
+  // move values.
+  static std::set<std::string> probability_outputs(const ir::Model& model) {
+    std::set<std::string> out;
+    for (const auto& o : model.graph().outputs()) {
+      const ir::Value* v = o.value;
+      for (int depth = 0; v && v->producer() && depth < 8; ++depth) {
+        const ir::Node* p = v->producer();
+        if (!p->is_onnx_domain()) break;
+        if (p->is("Sigmoid") || p->is("HardSigmoid") || p->is("Softmax")) {
+          out.insert(o.value->name());
+          break;
+        }
+        if (!(p->is("Identity") || p->is("Reshape") || p->is("Transpose") || p->is("Squeeze") ||
+              p->is("Unsqueeze") || p->is("Flatten") || p->is("Slice") || p->is("Concat")))
+          break;
+        v = p->input(0);
+      }
+    }
+    return out;
+  }
+
+  eval::VerifyResult measure_lossy_raw(const ir::Model& candidate) const {
+    using eval::VerifyStatus;
+    if (!lossy_verifier_ || !lossy_verifier_->usable()) {
+      eval::VerifyResult small = verifier_.measure(candidate);
+      if (lossy_verifier_ && small.status == VerifyStatus::kVerified)
+        absl::StrAppend(&small.message, "; not measured at representative sizes: ",
+                        lossy_verifier_->measure(candidate).message);
+      return small;
+    }
+    eval::VerifyResult real = lossy_verifier_->measure(candidate);
+    if (real.status != VerifyStatus::kVerified) return real;
+    eval::VerifyResult small = verifier_.measure(candidate);
+    if (small.status == VerifyStatus::kMismatch) return small;
+    return real;
   }
 
   // The evaluator polls should_continue too, so a deadline that passes during a run ends it
@@ -703,7 +784,7 @@ class VerifiedPipeline {
                         std::nullopt);
     }
     const auto check_start = Clock::now();
-    eval::VerifyResult measured = verifier_.measure(*candidate);
+    eval::VerifyResult measured = measure_lossy(*candidate);
     verify_seconds_ += seconds_since(check_start);
     if (auto st = stopped(); !st.ok()) return st;
     trial.measured = measured.status == eval::VerifyStatus::kVerified;
@@ -712,6 +793,9 @@ class VerifiedPipeline {
     if (!trial.kept) {
       held_.insert(at);
       excluded_[at] = trial.verdict;
+      // Its findings (convert_fp16's nodes kept float32) still say what it saw.
+      for (PassStats& s : run->passes)
+        if (s.name == trial.pass) excluded_findings_[at] = std::move(s.explanations);
       lossy_trials_.push_back(std::move(trial));
       return absl::OkStatus();
     }
@@ -817,6 +901,8 @@ class VerifiedPipeline {
       stats.rollbacks = 1;
       stats.rollback_reason = reason;
       if (specs_[at].lossy) stats.error_verdict = reason;
+      if (auto it = excluded_findings_.find(at); it != excluded_findings_.end())
+        stats.explanations = it->second;
       report.passes.insert(report.passes.begin() + static_cast<std::ptrdiff_t>(at),
                            std::move(stats));
     }
@@ -826,10 +912,13 @@ class VerifiedPipeline {
   const PipelineConfig& config_;
   const Clock::time_point start_;
   const std::unique_ptr<ir::Model> original_;
-  const RunLimits limits_;  // of the original, for every run, replay and trial
+  RunLimits limits_;  // of the original, for every run, replay and trial (set in the constructor)
   const eval::Verifier verifier_;
+  std::unique_ptr<eval::Verifier> lossy_verifier_;  // make_lossy_verifier
+  const std::set<std::string> probability_outputs_;
   // Passes excluded by verification (by position in `specs_`), with the reason.
   std::map<size_t, std::string> excluded_;
+  std::map<size_t, std::vector<RuleExplanation>> excluded_findings_;
   // Lossy passes (by position) sit out the exact verification and are then tried one at a time
   // on top of the exact passes (`held_`: not run by the current instances()).
   std::set<size_t> lossy_, held_;
