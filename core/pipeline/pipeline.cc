@@ -872,7 +872,8 @@ class VerifiedPipeline {
     PipelineReport& report = *report_;
     if (!kept_lossy_.empty() && result_.status == eval::VerifyStatus::kVerified)
       result_.message = absl::StrCat("lossy (", absl::StrJoin(kept_lossy_, ", "),
-                                     ") within its gate: ", worst_error(result_.outputs));
+                                     ") within its gate: ", worst_error(result_.outputs),
+                                     "; measured on ", result_.message);
     VerificationReport& v = report.verification;
     v.requested = true;
     v.errors = result_.outputs;

@@ -359,5 +359,77 @@ TEST(PipelineVerify, FailingOptimizedModelCountsAsMismatch) {
   EXPECT_EQ(count_ops(*model, "Mul"), 1);
 }
 
+TEST(Verifier, IntegerInputsTakeTheValuesTheModelReadsThemAs) {
+  // ids index a 50-row table (Gather): they span it; the mask feeds 1 - m: 0 or 1; `count` is
+  // read by nothing that says more: [0, int_max].
+  std::string table;
+  for (int i = 0; i < 100; ++i) absl::StrAppend(&table, i ? ", " : "", "0.5");
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[1, 64] ids, int64[1, 64] attention, int64[1, 64] count) => (float[1, 64, 2] e,
+                                                                        float[1, 64] m,
+                                                                        int64[1, 64] c)
+      <float[50, 2] table = {)",
+                                       table, R"(}, float one = {1.0}> {
+      e = Gather (table, ids)
+      f = Cast <to = 1> (attention)
+      m = Sub (one, f)
+      c = Identity (count)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.trials = 1;
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable());
+  const auto& feeds = verifier.feeds().at(0);
+  auto span = [&](const std::string& name) {
+    const eval::Tensor& t = feeds.at(name);
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t i = 0; i < t.size(); ++i) {
+      lo = std::min(lo, t.get_int64(i));
+      hi = std::max(hi, t.get_int64(i));
+    }
+    return std::pair(lo, hi);
+  };
+  EXPECT_GT(span("ids").second, 10);
+  EXPECT_LE(span("ids").second, 49);
+  EXPECT_GE(span("ids").first, 0);
+  EXPECT_EQ(span("attention"), (std::pair<int64_t, int64_t>(0, 1)));
+  EXPECT_EQ(span("count").second, options.int_max);
+}
+
+TEST(Verifier, RepresentativeDimsSizeImagesAndSequencesAndShrinkToTheBudget) {
+  // A 3x3 convolution to 16 channels: 21.7M multiply-adds at 224x224, 1.35M at 56x56.
+  std::string weights;
+  for (int i = 0; i < 16 * 3 * 3 * 3; ++i) absl::StrAppend(&weights, i ? ", " : "", "0.01");
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N, 3, H, W] image, float[N, T] audio) => (float[N, 16, H, W] y, float[N, T] z)
+      <float[16, 3, 3, 3] k = {)",
+                                       weights, R"(}> {
+      y = Conv <pads = [1, 1, 1, 1]> (image, k)
+      z = Neg (audio)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.representative_dims = true;
+  options.trials = 1;
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable());
+  EXPECT_EQ(verifier.dims_used(), "image=[1,3,224,224], audio=[1,128]");
+  EXPECT_EQ(verifier.feeds().at(0).at("image").dims(), (std::vector<int64_t>{1, 3, 224, 224}));
+  // A budget too small for the full sizes (each try may use a quarter of what is left): a
+  // quarter of them.
+  options.max_work = 40'000'000;
+  eval::Verifier small(*model, options);
+  ASSERT_TRUE(small.usable());
+  EXPECT_EQ(small.dims_used(), "image=[1,3,56,56], audio=[1,32]");
+  eval::VerifyResult r = small.check(*model);
+  EXPECT_NE(r.message.find("inputs image=[1,3,56,56], audio=[1,32]"), std::string::npos)
+      << r.message;
+}
+
 }  // namespace
 }  // namespace graft::testing
