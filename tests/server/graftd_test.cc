@@ -152,6 +152,31 @@ TEST(Graftd, VerifyInputSetsAreUsedCachedByContentAndCheckedAgainstTheModel) {
   EXPECT_EQ(v.errors(0).max_abs(), 1.0);
   EXPECT_DOUBLE_EQ(v.errors(0).rel(), 1.0 / 2049);
   EXPECT_FALSE(r->report.cache_hit());
+  // The gate's decision travels with the report.
+  ASSERT_EQ(v.lossy_trials_size(), 1) << v.DebugString();
+  EXPECT_TRUE(v.lossy_trials(0).kept());
+  EXPECT_TRUE(v.lossy_trials(0).measured());
+  EXPECT_EQ(v.lossy_trials(0).gate_max_rel(), 0.01);
+  EXPECT_EQ(v.lossy_trials(0).errors_size(), 1);
+  int verdicts = 0;
+  for (const auto& p : r->report.passes())
+    if (p.name() == "convert_fp16") {
+      ++verdicts;
+      EXPECT_EQ(p.error_verdict().rfind("accepted (error rel ", 0), 0u) << p.error_verdict();
+    }
+  EXPECT_EQ(verdicts, 1);
+  // A gate the result does not meet rolls the pass back (another cache entry); a bound outside
+  // its range is INVALID_ARGUMENT.
+  auto strict = config_with(tensor({0.1f, 2049}));
+  strict.set_max_error(0);
+  auto rolled = client.optimize(bytes, strict);
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  EXPECT_FALSE(rolled->report.cache_hit());
+  ASSERT_EQ(rolled->report.verification().lossy_trials_size(), 1);
+  EXPECT_FALSE(rolled->report.verification().lossy_trials(0).kept());
+  EXPECT_EQ(rolled->report.verification().lossy_passes_size(), 0);
+  strict.set_min_cosine(1.5);
+  EXPECT_EQ(client.optimize(bytes, strict).status().code(), absl::StatusCode::kInvalidArgument);
   // The same data hits the cache; other data does not.
   auto again = client.optimize(bytes, config_with(tensor({0.1f, 2049})));
   ASSERT_TRUE(again.ok()) << again.status();
