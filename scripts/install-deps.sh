@@ -14,8 +14,9 @@ if [[ "${1:-}" == "--test" ]]; then
   # openssl: the TLS tests make throwaway certificates with it.
   packages+=(libonnx-testdata python3-yaml openssl)
   # The shared cache tier's tests start a real Redis; the Python client's tests use Debian's
-  # gRPC and protobuf for Python under pytest.
-  packages+=(redis-server python3-grpcio python3-protobuf python3-pytest)
+  # gRPC and protobuf for Python under pytest, and onnx (with numpy) to make their models.
+  packages+=(redis-server python3-grpcio python3-protobuf python3-pytest python3-onnx
+    python3-numpy)
   # Sanitizer builds and fuzzing (scripts/sanitize.sh, scripts/fuzz.sh): clang 14 with its
   # sanitizer runtimes and libFuzzer, and llvm-symbolizer for readable reports.
   packages+=(clang libclang-rt-14-dev libfuzzer-14-dev llvm-14)

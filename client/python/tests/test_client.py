@@ -248,6 +248,30 @@ def test_explain_says_why_a_rule_did_not_rewrite(client):
                         explain=["fuse_blocks/nope"], lookup_first=False)
 
 
+def test_lossy_passes_are_held_to_their_gate(client):
+    from models import conv_bn_bytes
+    result = client.optimize(conv_bn_bytes(41), passes=["convert_fp16"], lookup_first=False)
+    trials = result.lossy_trials()
+    assert len(trials) == 1, trials
+    assert trials[0]["pass"] == "convert_fp16"
+    assert trials[0]["measured"] and trials[0]["kept"], trials
+    assert trials[0]["gate"] == {"max_rel": 0.01, "min_cosine": 0.9995}
+    assert trials[0]["verdict"].startswith("accepted (error rel ")
+    assert trials[0]["errors"] and trials[0]["errors"][0]["rel"] < 0.01
+    # A bound float16 cannot meet rolls the pass back.
+    strict = client.optimize(conv_bn_bytes(41), passes=["convert_fp16"], max_error=0,
+                             lookup_first=False)
+    assert not strict.lossy_trials()[0]["kept"]
+    assert strict.lossy_trials()[0]["verdict"].startswith("rolled back (error rel ")
+    for bad in ({"max_error": -1}, {"max_error": float("nan")}, {"min_cosine": 1.5},
+                {"min_cosine": True}):
+        with pytest.raises(graft_client.InvalidArgumentError):
+            client.optimize(conv_bn_bytes(41), passes=["convert_fp16"], lookup_first=False, **bad)
+    passes = {p.name: p for p in client.passes()}
+    assert passes["convert_fp16"].gate_max_rel == 0.01
+    assert passes["quantize_dynamic_int8"].gate_min_cosine == 0.995
+
+
 def test_health_and_passes(client):
     assert client.health() == "SERVING"
     passes = {p.name: p for p in client.passes()}
