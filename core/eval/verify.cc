@@ -98,6 +98,7 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
 // with "mask") is 0 or 1; others [0, int_max]. Followed through casts and reshapes.
 struct IntRange {
   int64_t lo = 0, hi = 0;
+  bool mask() const { return lo == 0 && hi == 1; }
 };
 
 std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
@@ -163,6 +164,19 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
       is_integer_type(dtype) ? int_range(input, options) : IntRange{0, options.int_max};
   std::uniform_int_distribution<int64_t> integer(range.lo, std::max(range.lo, range.hi));
   std::uniform_int_distribution<int64_t> boolean(0, 1);
+  // A mask is what a tokenizer makes: ones, then padding zeros in at most the last half of each
+  // row (its last dim). Random 0/1 would mask whole rows of attention, which no input does and
+  // which makes a softmax NaN.
+  if (fixed == options.values.end() && is_integer_type(dtype) && range.mask()) {
+    const int64_t row = t->dims().empty() ? 1 : std::max<int64_t>(t->dims().back(), 1);
+    std::uniform_int_distribution<int64_t> padding(0, row / 2);
+    int64_t keep = row;
+    for (int64_t i = 0; i < t->size(); ++i) {
+      if (i % row == 0) keep = row - padding(rng);
+      t->set_int64(i, i % row < keep ? 1 : 0);
+    }
+    return t;
+  }
   for (int64_t i = 0; i < t->size(); ++i) {
     if (fixed != options.values.end()) {
       if (is_float_type(dtype))
@@ -501,10 +515,11 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     expected_.clear();
     bool defaulted = false;
     std::optional<VerifyResult> failure;
-    // Representative sizes may be more than the budget affords: such an attempt gets a quarter
-    // of what is left per run, so that smaller ones still can.
+    // Representative sizes may be more than the budget affords: such an attempt's runs get a
+    // share of what is left, so that smaller ones still can.
     const bool shrinking = options.representative_dims && attempt + 1 < attempts.size();
     std::map<std::string, int64_t> params;
+    const uint64_t work_before = work_spent_;
     std::string dims_used;
     for (int trial = 0; trial < std::max(1, options.trials) && !failure; ++trial) {
       std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
@@ -539,7 +554,10 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                                  "inputs");
         break;
       }
-      auto outputs = run(original, feeds, shrinking ? 4 : 1);
+      // Each try at representative sizes may use 1/(3 * trials) of what is left, so that the
+      // candidates measured against it (as many runs again each) fit in the budget too.
+      auto outputs = run(original, feeds,
+                         shrinking ? 3 * static_cast<uint64_t>(std::max(1, options.trials)) : 1);
       if (!outputs.ok()) {
         failure = not_verifiable(outputs.status(), "the original model");
         // Unsupported ops and cancellation do not depend on the dims' sizes; resource limits
@@ -553,6 +571,16 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       feeds_.push_back(std::move(feeds));
       expected_.push_back(std::move(*outputs));
     }
+    // The candidates measured against these runs cost as much again each: sizes that leave no
+    // room for two of them are too large.
+    const uint64_t used = work_spent_ - work_before;
+    if (!failure && shrinking && defaulted && options.max_work &&
+        used > (options.max_work - std::min(options.max_work, work_spent_)) / 2)
+      failure =
+          not_verifiable(absl::ResourceExhaustedError(absl::StrCat(
+                             "at ", dims_used, " one run of the original costs ", used,
+                             " operations, more than the work budget leaves for the candidates")),
+                         "the original model");
     if (!failure) {
       default_dim_used_ =
           defaulted && attempts[attempt].role_divisor == 0 ? attempts[attempt].default_dim : 0;

@@ -37,7 +37,8 @@ struct VerifyOptions {
   // Symbolic dims that neither `dims` nor `shapes` give take sizes by role instead: a leading
   // (batch) dim 1, an image's height and width (rank-4 float input, 1, 3 or 4 channels) 224,
   // any other (sequence, time) 128, one size per dim_param. When the original does not run at
-  // them (shape errors, the work budget: each such run may use a quarter of what is left), a
+  // them (shape errors, the work budget: each such run may use 1/(3 * trials) of what is left,
+  // leaving room for the candidates measured against it), a
   // quarter and a sixteenth of them are tried, then 1. The result's message names the dims.
   // What the pipeline measures lossy passes with, so that their error means something.
   bool representative_dims = false;

@@ -626,6 +626,9 @@ class VerifiedPipeline {
   void make_lossy_verifier() {
     eval::VerifyOptions options = verify_options(config_);
     options.representative_dims = true;
+    // One random input set: at these sizes it holds plenty of values, and each set costs a run
+    // of the original and of every candidate (given sets are all used).
+    if (options.input_sets.empty()) options.trials = 1;
     lossy_verifier_ = std::make_unique<eval::Verifier>(*original_, options);
     const eval::Verifier& v = lossy_verifier_->usable() ? *lossy_verifier_ : verifier_;
     if (!v.usable() || v.feeds().empty()) return;

@@ -420,7 +420,7 @@ TEST(Verifier, RepresentativeDimsSizeImagesAndSequencesAndShrinkToTheBudget) {
   ASSERT_TRUE(verifier.usable());
   EXPECT_EQ(verifier.dims_used(), "image=[1,3,224,224], audio=[1,128]");
   EXPECT_EQ(verifier.feeds().at(0).at("image").dims(), (std::vector<int64_t>{1, 3, 224, 224}));
-  // A budget too small for the full sizes (each try may use a quarter of what is left): a
+  // A budget too small for the full sizes (each try may use a third of what is left): a
   // quarter of them.
   options.max_work = 40'000'000;
   eval::Verifier small(*model, options);
