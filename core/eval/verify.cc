@@ -194,6 +194,37 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
   return t;
 }
 
+// The sizes tried, in order, until the original runs: by role from the full sizes down
+// (representative_dims), else the first of 1, 16, 64, 256 (a window larger than the input means
+// the dims are too small), or default_dim alone.
+std::vector<Sizing> sizes_to_try(const VerifyOptions& options) {
+  if (options.default_dim > 0) return {{options.default_dim, 0}};
+  if (options.representative_dims) return {{1, 1}, {1, 4}, {1, 16}, {1, 0}};
+  return {{1, 0}, {16, 0}, {64, 0}, {256, 0}};
+}
+
+// The random inputs of input set `trial` at `sizing`, into `feeds` (their bytes added to
+// `input_bytes`); `dims_used`, when given, gets "name=[dims], ...".
+absl::Status make_feeds(const ir::Model& original, const VerifyOptions& options, Sizing sizing,
+                        int trial, std::map<std::string, int64_t>& params,
+                        std::map<std::string, Tensor>& feeds, uint64_t& input_bytes,
+                        bool& defaulted, std::string* dims_used) {
+  std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
+  for (const auto& in : original.graph().inputs()) {
+    // An initializer listed as an input keeps its default in both models.
+    if (in.value->is_initializer()) continue;
+    const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
+    auto t = make_input(in.value, type, options, sizing, params, &defaulted, rng);
+    if (!t.ok()) return t.status();
+    input_bytes += t->bytes();
+    if (dims_used)
+      absl::StrAppend(dims_used, dims_used->empty() ? "" : ", ", in.value->name(), "=",
+                      dims_string(t->dims()));
+    feeds.emplace(in.value->name(), std::move(*t));
+  }
+  return absl::OkStatus();
+}
+
 VerifyResult not_verifiable(const absl::Status& status, std::string_view what) {
   VerifyResult r;
   r.status = VerifyStatus::kNotVerifiable;
@@ -496,18 +527,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     }
     return;
   }
-  // The sizes tried, in order, until the original runs: by role from the full sizes down
-  // (representative_dims), else the first of 1, 16, 64, 256 (a window larger than the input
-  // means the dims are too small), or default_dim alone.
-  std::vector<Sizing> attempts;
-  if (options.default_dim > 0) {
-    attempts.push_back({options.default_dim, 0});
-  } else if (options.representative_dims) {
-    for (int64_t divisor : {1, 4, 16}) attempts.push_back({1, divisor});
-    attempts.push_back({1, 0});
-  } else {
-    for (int64_t d : {1, 16, 64, 256}) attempts.push_back({d, 0});
-  }
+  const std::vector<Sizing> attempts = sizes_to_try(options);
   std::optional<VerifyResult> first_failure;
   bool stop = false;
   for (size_t attempt = 0; attempt < attempts.size() && !stop; ++attempt) {
@@ -522,25 +542,14 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     const uint64_t work_before = work_spent_;
     std::string dims_used;
     for (int trial = 0; trial < std::max(1, options.trials) && !failure; ++trial) {
-      std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
       std::map<std::string, Tensor> feeds;
       uint64_t input_bytes = 0;
-      for (const auto& in : original.graph().inputs()) {
-        // An initializer listed as an input keeps its default in both models.
-        if (in.value->is_initializer()) continue;
-        const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
-        auto t = make_input(in.value, type, options, attempts[attempt], params, &defaulted, rng);
-        if (!t.ok()) {
-          failure = not_verifiable(t.status(), "inputs");
-          break;
-        }
-        input_bytes += t->bytes();
-        if (trial == 0)
-          absl::StrAppend(&dims_used, dims_used.empty() ? "" : ", ", in.value->name(), "=",
-                          dims_string(t->dims()));
-        feeds.emplace(in.value->name(), std::move(*t));
+      if (auto st = make_feeds(original, options, attempts[attempt], trial, params, feeds,
+                               input_bytes, defaulted, trial == 0 ? &dims_used : nullptr);
+          !st.ok()) {
+        failure = not_verifiable(st, "inputs");
+        break;
       }
-      if (failure) break;
       if (attempt > 0 && !options.representative_dims &&
           input_bytes > options.max_auto_input_bytes) {
         failure = first_failure;  // larger sizes only grow; report the smallest size's error
@@ -578,7 +587,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
         used > (options.max_work - std::min(options.max_work, work_spent_)) / 2)
       failure =
           not_verifiable(absl::ResourceExhaustedError(absl::StrCat(
-                             "at ", dims_used, " one run of the original costs ", used,
+                             "at ", dims_used, " the original's runs cost ", used,
                              " operations, more than the work budget leaves for the candidates")),
                          "the original model");
     if (!failure) {
