@@ -812,10 +812,12 @@ class VerifiedPipeline {
     return false;
   }
 
+  // Keeps the trial's candidate and report; a pass that changed nothing is not listed among the
+  // lossy passes of the result (VerificationReport::lossy_passes), only its verdict is kept.
   absl::Status keep_lossy(size_t at, LossyTrial trial, std::unique_ptr<ir::Model> candidate,
                           PipelineReport run, std::unique_ptr<ir::Model>& model,
                           std::optional<eval::VerifyResult> measured) {
-    kept_lossy_.push_back(specs_[at].name);
+    if (measured) kept_lossy_.push_back(specs_[at].name);
     verdicts_[specs_[at].name] = trial.verdict;
     lossy_trials_.push_back(std::move(trial));
     model = std::move(candidate);

@@ -298,5 +298,25 @@ TEST(Lossy, ProbabilityOutputsAreComparedOnTheirOwnScale) {
   EXPECT_TRUE(has_float16(*model));
 }
 
+TEST(Lossy, APassThatChangesNothingIsNotListedAsLossy) {
+  // No float values: convert_fp16 has nothing to convert; nothing to measure either.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[N] x) => (int64[N] y) { y = Neg (x) }
+  )");
+  ASSERT_TRUE(model);
+  PipelineConfig config = test_pipeline_config();
+  config.passes = {"convert_fp16"};
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->verification.lossy_passes.empty());
+  const PassStats* s = stats_of(*report, "convert_fp16");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->rollbacks, 0);
+  EXPECT_EQ(s->error_verdict, "accepted (it changed nothing)");
+  EXPECT_EQ(report->verification.result.message.find("lossy"), std::string::npos)
+      << report->verification.result.message;
+}
+
 }  // namespace
 }  // namespace graft::testing
