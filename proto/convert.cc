@@ -98,18 +98,9 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
     out.verify = true;  // given inputs are only for verification
     o.trials = static_cast<int>(o.input_sets.size());
   }
-  if (config.has_max_error()) {
-    if (!(config.max_error() >= 0) || !std::isfinite(config.max_error()))
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_error must be a finite number >= 0, got ", config.max_error()));
-    out.max_error = config.max_error();
-  }
-  if (config.has_min_cosine()) {
-    if (!(config.min_cosine() >= -1 && config.min_cosine() <= 1))
-      return absl::InvalidArgumentError(
-          absl::StrCat("min_cosine must be between -1 and 1, got ", config.min_cosine()));
-    out.min_cosine = config.min_cosine();
-  }
+  // The gate's bounds are checked with the rest of the config by resolve_passes below.
+  if (config.has_max_error()) out.max_error = config.max_error();
+  if (config.has_min_cosine()) out.min_cosine = config.min_cosine();
   out.accept_unmeasured_error = config.accept_unmeasured_error();
   for (const auto& [name, size] : config.memory_dims()) {
     if (size < 0)

@@ -1,12 +1,12 @@
 #include "core/eval/verify.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <random>
-#include <set>
 
+#include <absl/strings/ascii.h>
+#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
@@ -95,7 +95,7 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
 
 // The values an integer input takes by what the model does with it: indices into a constant
 // table (Gather's, along its axis) span the table; a mask (1 - m, a Where condition, a name
-// with "mask") is 0 or 1; others [0, int_max]. Followed through casts and reshapes.
+// with "mask") is 0 or 1; others [0, int_max]. Followed through casts and ops that move values.
 struct IntRange {
   int64_t lo = 0, hi = 0;
   bool mask() const { return lo == 0 && hi == 1; }
@@ -103,8 +103,6 @@ struct IntRange {
 
 std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
   if (depth == 0) return std::nullopt;
-  static const std::set<std::string, std::less<>> through = {
-      "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Flatten", "Identity"};
   for (const auto& u : v->uses()) {
     const ir::Node* n = u.node;
     if (!n->is_onnx_domain()) continue;
@@ -118,11 +116,10 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
     }
     if (n->is("Where") && u.index == 0) return IntRange{0, 1};
     if (n->is("Sub") && u.index == 1 && n->input(0)) {
-      auto one = ir::constant_in_memory(n->input(0));
-      auto values = one ? ir::read_doubles(*one) : std::nullopt;
+      auto values = ir::constant_doubles(n->input(0));
       if (values && values->size() == 1 && (*values)[0] == 1) return IntRange{0, 1};
     }
-    if (through.count(n->op_type()) && n->output(0))
+    if ((n->is("Cast") || (ir::moves_values(*n) && u.index == 0)) && n->output(0))
       if (auto r = range_by_use(n->output(0), depth - 1)) return r;
   }
   return std::nullopt;
@@ -130,10 +127,7 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
 
 IntRange int_range(const ir::Value* input, const VerifyOptions& options) {
   if (auto r = range_by_use(input, 8)) return *r;
-  std::string lower = input->name();
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower.find("mask") != std::string::npos) return {0, 1};
+  if (absl::StrContains(absl::AsciiStrToLower(input->name()), "mask")) return {0, 1};
   return {0, std::max<int64_t>(0, options.int_max)};
 }
 

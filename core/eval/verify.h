@@ -38,9 +38,9 @@ struct VerifyOptions {
   // (batch) dim 1, an image's height and width (rank-4 float input, 1, 3 or 4 channels) 224,
   // any other (sequence, time) 128, one size per dim_param. When the original does not run at
   // them (shape errors, the work budget: each such run may use 1/(3 * trials) of what is left,
-  // leaving room for the candidates measured against it), a
-  // quarter and a sixteenth of them are tried, then 1. The result's message names the dims.
-  // What the pipeline measures lossy passes with, so that their error means something.
+  // leaving room for the candidates measured against it), a quarter and a sixteenth of them are
+  // tried, then 1. The result's message names the dims. What the pipeline measures lossy passes
+  // with, so that their error means something.
   bool representative_dims = false;
   // Full shapes by input name (override the declared dims).
   std::map<std::string, std::vector<int64_t>> shapes;

@@ -1,6 +1,8 @@
 #include "core/ir/op_params.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "core/ir/tensor.h"
 
@@ -62,6 +64,12 @@ std::optional<std::vector<int64_t>> constant_ints(const Value* v) {
   auto t = constant_proto(v, kMaxExternalParamBytes);
   if (!t) return std::nullopt;
   return read_int64s(*t);
+}
+
+bool moves_values(const Node& n) {
+  static const std::set<std::string, std::less<>> ops = {
+      "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice"};
+  return n.is_onnx_domain() && ops.count(n.op_type()) > 0;
 }
 
 std::optional<std::vector<double>> constant_doubles(const Value* v) {

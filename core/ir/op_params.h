@@ -45,6 +45,11 @@ std::optional<std::vector<int64_t>> constant_ints(const Value* v);
 // Contents of a constant FLOAT/DOUBLE/FLOAT16 tensor as doubles.
 std::optional<std::vector<double>> constant_doubles(const Value* v);
 
+// Whether `n` (ONNX domain) only moves the elements of its input 0: every output element is
+// one of them, unchanged (Identity, Reshape, Flatten, Squeeze, Unsqueeze, Expand, Transpose,
+// Slice). What analyses that follow a value through its reshapes use.
+bool moves_values(const Node& n);
+
 // `axis` in [-rank, rank) made non-negative; nullopt when out of range.
 std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank);
 // Every axis normalized; nullopt if one is out of range or repeated.

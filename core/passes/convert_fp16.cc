@@ -343,14 +343,12 @@ class Conversion {
 
   static bool reaches_softmax(const ir::Value* v, int depth) {
     if (!v || depth == 0 || v->uses().empty() || !v->output_refs().empty()) return false;
-    static const std::set<std::string, std::less<>> through = {
-        "Add",       "Where", "Reshape",  "Unsqueeze", "Squeeze", "Expand",
-        "Transpose", "Cast",  "Identity", "Slice",     "Concat"};
     for (const auto& u : v->uses()) {
       const ir::Node* n = u.node;
-      if (!n->is_onnx_domain()) return false;
       if (n->is("Softmax") || n->is("LogSoftmax")) continue;
-      if (!through.count(n->op_type()) || !reaches_softmax(n->output(0), depth - 1)) return false;
+      const bool through = ir::moves_values(*n) || n->is("Add") || n->is("Where") ||
+                           n->is("Cast") || n->is("Concat");
+      if (!through || !reaches_softmax(n->output(0), depth - 1)) return false;
     }
     return true;
   }

@@ -25,6 +25,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include "core/ir/onnx_guard.h"
+#include "core/ir/op_params.h"
 #include "core/passes/registry.h"
 #include "core/passes/rules.h"
 
@@ -621,8 +622,8 @@ class VerifiedPipeline {
   }
 
   // Lossy passes are measured at sizes that mean something (VerifyOptions::representative_dims:
-  // a 224x224 image, 128 tokens) as well as at the exact verification's; the former's inputs
-  // are what passes that run the model see (PassContext::calibration).
+  // a 224x224 image, 128 tokens; see measure_lossy), and those inputs are what passes that run
+  // the model see (PassContext::calibration).
   void make_lossy_verifier() {
     eval::VerifyOptions options = verify_options(config_);
     options.representative_dims = true;
@@ -656,21 +657,18 @@ class VerifiedPipeline {
   }
 
   // The main graph outputs computed by Sigmoid, HardSigmoid or Softmax, through ops that only
-  // move values.
+  // move values (ir::moves_values).
   static std::set<std::string> probability_outputs(const ir::Model& model) {
     std::set<std::string> out;
     for (const auto& o : model.graph().outputs()) {
       const ir::Value* v = o.value;
       for (int depth = 0; v && v->producer() && depth < 8; ++depth) {
         const ir::Node* p = v->producer();
-        if (!p->is_onnx_domain()) break;
         if (p->is("Sigmoid") || p->is("HardSigmoid") || p->is("Softmax")) {
           out.insert(o.value->name());
           break;
         }
-        if (!(p->is("Identity") || p->is("Reshape") || p->is("Transpose") || p->is("Squeeze") ||
-              p->is("Unsqueeze") || p->is("Flatten") || p->is("Slice") || p->is("Concat")))
-          break;
+        if (!ir::moves_values(*p)) break;
         v = p->input(0);
       }
     }

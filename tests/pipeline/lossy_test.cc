@@ -22,6 +22,13 @@ const char* kModel = R"(
   }
 )";
 
+// The test pipeline running convert_fp16 alone.
+PipelineConfig fp16_only() {
+  PipelineConfig config = test_pipeline_config();
+  config.passes = {"convert_fp16"};
+  return config;
+}
+
 bool has_float16(const ir::Model& model) {
   return print(model).find("float16") != std::string::npos;
 }
@@ -29,8 +36,7 @@ bool has_float16(const ir::Model& model) {
 TEST(Lossy, AConvertedModelReportsItsErrorWithoutAskingForVerification) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
-  PipelineConfig config = test_pipeline_config();
-  config.passes = {"convert_fp16"};
+  PipelineConfig config = fp16_only();
   ASSERT_FALSE(config.verify);
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -144,8 +150,7 @@ const PassStats* stats_of(const PipelineReport& r, const std::string& pass) {
 TEST(Lossy, WithinItsDefaultGateTheResultIsAcceptedAndSaysSo) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
-  PipelineConfig config = test_pipeline_config();
-  config.passes = {"convert_fp16"};
+  PipelineConfig config = fp16_only();
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
   const PassStats* s = stats_of(*report, "convert_fp16");
@@ -176,8 +181,7 @@ TEST(Lossy, ADeliberatelyBrokenResultIsRolledBackByTheDefaultGate) {
   )";
   auto model = parse_text(text);
   ASSERT_TRUE(model);
-  PipelineConfig config = test_pipeline_config();
-  config.passes = {"convert_fp16"};
+  PipelineConfig config = fp16_only();
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
   const PassStats* s = stats_of(*report, "convert_fp16");
@@ -210,8 +214,7 @@ TEST(Lossy, AnErrorThatCannotBeMeasuredRollsBackUnlessAccepted) {
   )";
   auto model = parse_text(text);
   ASSERT_TRUE(model);
-  PipelineConfig config = test_pipeline_config();
-  config.passes = {"convert_fp16"};
+  PipelineConfig config = fp16_only();
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
   const PassStats* s = stats_of(*report, "convert_fp16");
@@ -249,8 +252,7 @@ TEST(Lossy, ActivationsBeyondMaxActivationKeepTheirNodesInFloat32) {
   )";
   auto model = parse_text(text);
   ASSERT_TRUE(model);
-  PipelineConfig config = test_pipeline_config();
-  config.passes = {"convert_fp16"};
+  PipelineConfig config = fp16_only();
   config.pass_options["convert_fp16"]["max_activation"] = "500";
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -287,8 +289,7 @@ TEST(Lossy, ProbabilityOutputsAreComparedOnTheirOwnScale) {
     }
   )");
   ASSERT_TRUE(model);
-  PipelineConfig config = test_pipeline_config();
-  config.passes = {"convert_fp16"};
+  PipelineConfig config = fp16_only();
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
   const auto& errors = report->verification.errors;
@@ -305,8 +306,7 @@ TEST(Lossy, APassThatChangesNothingIsNotListedAsLossy) {
     g (int64[N] x) => (int64[N] y) { y = Neg (x) }
   )");
   ASSERT_TRUE(model);
-  PipelineConfig config = test_pipeline_config();
-  config.passes = {"convert_fp16"};
+  PipelineConfig config = fp16_only();
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->verification.lossy_passes.empty());
