@@ -128,7 +128,7 @@ def cmd_inspect(args):
     res["external_referenced_bytes"] = referenced
     res["disk_bytes"] = res["file_bytes"] + sum(x or 0 for x in res["external_files"].values())
     if args.fp16_check:
-        res["fp16_check"] = fp16_check(model, args.model)
+        res["fp16_check"] = fp16_check(model, args.model, set(args.kept))
     print(json.dumps(res))
 
 
@@ -168,11 +168,12 @@ def value_types(model, path):
     return types, notes
 
 
-def fp16_check(model, path):
+def fp16_check(model, path, kept=frozenset()):
     """Structural check of a convert_fp16 output (main graph and subgraphs).
 
     island: Cast(to=FLOAT) of a float16 value read by a node that is not kept in float32 by
-      design (block list, other domains, ops with a dtype attribute) and that touches float16
+      design (block list, other domains, ops with a dtype attribute, the nodes graft's report
+      names as kept_float32: `kept`, by node name or first output) and that touches float16
       otherwise (a float16 input or output, or an output read by a Cast to float16): a float32
       computation inside a float16 region.
     noop_cast: a Cast to its input's own type, or float16 -> float -> float16 (exact round trip).
@@ -225,6 +226,8 @@ def fp16_check(model, path):
                 continue
             for r in readers.get(n.output[0], []):
                 if r.op_type == "Cast" or r.domain not in ("", "ai.onnx") or r.op_type in BLOCKED:
+                    continue
+                if (r.name and r.name in kept) or (r.output and r.output[0] in kept):
                     continue
                 if any(a.name in ("dtype", "output_datatype") for a in r.attribute):
                     continue
@@ -354,6 +357,8 @@ def main():
     b = sub.add_parser("inspect")
     b.add_argument("model")
     b.add_argument("--fp16-check", action="store_true")
+    b.add_argument("--kept", action="append", default=[],
+                   help="a node graft kept float32 on purpose (its kept_float32 findings)")
     c = sub.add_parser("external")
     c.add_argument("model")
     c.add_argument("outdir")

@@ -425,11 +425,15 @@ async function runModel(ort, model, opts, ctx, log) {
       v.lossy_kept = ver.lossy_passes || [];
       v.rolled_back = [...(ver.rolled_back || []), ...(rep.passes || []).filter((x) => x.rollbacks).map((x) => `${x.name}: ${x.rollback_reason}`)];
       v.graft_errors = Object.fromEntries((ver.errors || []).map((e) => [e.output, e]));
+      // Nodes convert_fp16 kept float32 on purpose, with its reasons: not islands.
+      v.kept_float32 = (rep.passes || []).flatMap((x) => (x.explanations || [])
+        .filter((e) => e.rule === 'kept_float32').map((e) => e.node));
     } catch (e) {
       v.error = `graft report: ${errorText(e)}`;
     }
     try {
-      v.inspect = runPython(['inspect', v.file, ...(variant === 'fp16' ? ['--fp16-check'] : [])]);
+      const kept = (v.kept_float32 || []).flatMap((n) => ['--kept', n]);
+      v.inspect = runPython(['inspect', v.file, ...(variant === 'fp16' ? ['--fp16-check', ...kept] : [])]);
     } catch (e) {
       r.notes.push(`${variant}: inspect: ${errorText(e)}`);
     }
