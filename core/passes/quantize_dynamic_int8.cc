@@ -50,6 +50,7 @@
 #include "core/ir/tensor.h"
 #include "core/passes/float32_view.h"
 #include "core/passes/passes.h"
+#include "core/passes/quantization.h"
 #include "core/passes/rules.h"
 
 namespace graft {
@@ -65,8 +66,7 @@ constexpr char kExcludeOps[] = "exclude_ops";
 constexpr char kExcludeNodes[] = "exclude_nodes";
 
 struct Config {
-  bool per_channel = false;
-  bool uint8 = false;
+  WeightQuantization weights;
   int64_t min_elements = 4096;
   bool skip_matmul = false;
   bool skip_gemm = false;
@@ -76,75 +76,6 @@ struct Config {
   uint64_t max_weight_bytes = 0;           // 0 = no limit
   uint64_t weight_bytes = 0;               // initializer bytes so far (start + what the pass added)
 };
-
-// A weight quantized to 8 bits: values [K, N] (row-major, the MatMul layout) as the raw_data of
-// the new tensor, scale and zero point per tensor (size 1) or per column (size N).
-struct QuantizedWeight {
-  std::string bytes;  // int8 or uint8 values, as stored in raw_data
-  std::vector<float> scale;
-  std::vector<int32_t> zero_point;
-};
-
-// Quantizes the weight `at(r, c)` (r < k, c < n: the MatMul layout, whatever the stored one) read
-// in place: two passes over it and the 1-byte result are the only memory per weight (no decoded
-// or transposed copy). nullopt if a value is not finite or a scale underflows (the node is then
-// left alone). Ranges and scales are computed in double from the float values, so the result
-// does not depend on the order the values are visited in.
-// The result is [K, N] row-major, or with `column_major` [N, K] (Conv's [M, C/group * kernel]
-// layout, where the output channels are the columns).
-template <typename At>
-std::optional<QuantizedWeight> quantize_weight(const At& at, int64_t k, int64_t n,
-                                               const Config& cfg, bool column_major = false) {
-  const int64_t groups = cfg.per_channel ? n : 1;
-  std::vector<double> lo(static_cast<size_t>(groups), 0.0), hi(static_cast<size_t>(groups), 0.0);
-  for (int64_t r = 0; r < k; ++r)
-    for (int64_t c = 0; c < n; ++c) {
-      const double v = at(r, c);
-      if (!std::isfinite(v)) return std::nullopt;
-      const size_t g = cfg.per_channel ? static_cast<size_t>(c) : 0;
-      lo[g] = std::min(lo[g], v);
-      hi[g] = std::max(hi[g], v);
-    }
-  QuantizedWeight q;
-  q.scale.assign(static_cast<size_t>(groups), 1.0f);
-  q.zero_point.assign(static_cast<size_t>(groups), 0);
-  for (size_t g = 0; g < static_cast<size_t>(groups); ++g) {
-    if (lo[g] == 0 && hi[g] == 0) continue;  // all zero: scale 1 (not 0), zero point 0, values 0
-    float scale = cfg.uint8 ? static_cast<float>((hi[g] - lo[g]) / 255.0)
-                            : static_cast<float>(std::max(-lo[g], hi[g]) / 127.0);
-    // A scale below the smallest normal float loses precision or is 0 (division by zero).
-    if (!(scale >= FLT_MIN) || !std::isfinite(scale)) return std::nullopt;
-    q.scale[g] = scale;
-    if (cfg.uint8)
-      q.zero_point[g] =
-          static_cast<int32_t>(std::clamp(std::nearbyint(-lo[g] / scale), 0.0, 255.0));
-  }
-  q.bytes.resize(static_cast<size_t>(k * n));
-  for (int64_t r = 0; r < k; ++r)
-    for (int64_t c = 0; c < n; ++c) {
-      const size_t g = cfg.per_channel ? static_cast<size_t>(c) : 0;
-      const double v =
-          std::nearbyint(static_cast<double>(at(r, c)) / static_cast<double>(q.scale[g]));
-      const uint8_t b =
-          cfg.uint8 ? static_cast<uint8_t>(std::clamp(v + q.zero_point[g], 0.0, 255.0))
-                    : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.0, 127.0)));
-      q.bytes[static_cast<size_t>(column_major ? c * k + r : r * n + c)] = static_cast<char>(b);
-    }
-  return q;
-}
-
-bool excluded_node(const ir::Node& node, const Config& cfg) {
-  return !node.name().empty() &&
-         std::binary_search(cfg.exclude_nodes.begin(), cfg.exclude_nodes.end(), node.name());
-}
-
-TensorProto byte_tensor(int32_t dtype, const std::vector<int64_t>& dims, std::string bytes) {
-  TensorProto t;
-  t.set_data_type(dtype);
-  for (int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(std::move(bytes));
-  return t;
-}
 
 // The operands of a MatMul or Gemm the rule rewrites.
 struct Operands {
@@ -183,9 +114,11 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
     auto w = float32_constant(ops.w);
     if (!w || w->size() != d0 * d1) return false;
     if (ops.transpose_w)
-      q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[c * d1 + r]; }, k, n, cfg);
+      q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[c * d1 + r]; }, k, n,
+                          cfg.weights);
     else
-      q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[r * d1 + c]; }, k, n, cfg);
+      q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[r * d1 + c]; }, k, n,
+                          cfg.weights);
   }
   if (!q) return false;
   // C: beta folded into a constant C, or C as is when beta is 1; otherwise left alone.
@@ -202,13 +135,13 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
 
   ir::Graph& g = *node.graph();
   const std::string name = node.output(0)->name();
-  const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  const int32_t wtype = cfg.weights.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
   const int64_t groups = static_cast<int64_t>(q->scale.size());
   ir::Value* wq =
       rw.add_constant(g, byte_tensor(wtype, {k, n}, std::move(q->bytes)), name + "_W_quantized");
   // Zero point: per column only when it varies (uint8 per channel); int8 is symmetric (0).
   ir::Value* wzp = nullptr;
-  if (cfg.uint8 && cfg.per_channel) {
+  if (cfg.weights.uint8 && cfg.weights.per_channel) {
     std::string zp(q->zero_point.begin(), q->zero_point.end());
     wzp = rw.add_constant(g, byte_tensor(wtype, {n}, std::move(zp)), name + "_W_zero_point");
   } else {
@@ -245,7 +178,7 @@ bool quantize_node(ir::Node& node, const Operands& ops, Config& cfg, Rewriter& r
 }
 
 bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_matmul || excluded_node(node, cfg) || node.inputs().size() != 2 ||
+  if (cfg.skip_matmul || excluded_node(node, cfg.exclude_nodes) || node.inputs().size() != 2 ||
       !node.attributes().empty())
     return false;
   Operands ops{.x = node.input(0), .w = node.input(1)};
@@ -254,7 +187,7 @@ bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
 }
 
 bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_gemm || excluded_node(node, cfg) || node.inputs().size() < 2 ||
+  if (cfg.skip_gemm || excluded_node(node, cfg.exclude_nodes) || node.inputs().size() < 2 ||
       node.inputs().size() > 3 || !only_attributes(node, {"alpha", "beta", "transA", "transB"}))
     return false;
   if (node.attr_int("transA", 0) != 0) return false;  // would need a runtime Transpose of x
@@ -277,7 +210,7 @@ bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
 // after the rescale, shaped [M, 1, ...] like the per-channel scale. Per channel = per output
 // channel (W's axis 0).
 bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_conv || excluded_node(node, cfg) || node.inputs().size() < 2 ||
+  if (cfg.skip_conv || excluded_node(node, cfg.exclude_nodes) || node.inputs().size() < 2 ||
       node.inputs().size() > 3 || node.outputs().size() != 1 || !node.output(0) ||
       !only_attributes(node, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}))
     return false;
@@ -311,13 +244,14 @@ bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
     auto w = float32_constant(wv);  // read in place, released after quantizing
     if (!w || w->size() != count) return false;
     // Columns are output channels: at(r, c) is element r of channel c, written back in W's order.
-    q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[c * per_m + r]; }, per_m, m, cfg,
+    q = quantize_weight([&](int64_t r, int64_t c) { return (*w)[c * per_m + r]; }, per_m, m,
+                        cfg.weights,
                         /*column_major=*/true);
   }
   if (!q) return false;
   ir::Graph& g = *node.graph();
   const std::string name = node.output(0)->name();
-  const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  const int32_t wtype = cfg.weights.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
   const int64_t groups = static_cast<int64_t>(q->scale.size());
   // [M, 1, ..., 1]: broadcasts along the output's channel axis.
   std::vector<int64_t> channel_shape(dims.size() - 1, 1);
@@ -325,7 +259,7 @@ bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
   ir::Value* wq =
       rw.add_constant(g, byte_tensor(wtype, dims, std::move(q->bytes)), name + "_W_quantized");
   ir::Value* wzp = nullptr;
-  if (cfg.uint8 && cfg.per_channel) {
+  if (cfg.weights.uint8 && cfg.weights.per_channel) {
     std::string zp(q->zero_point.begin(), q->zero_point.end());
     wzp = rw.add_constant(g, byte_tensor(wtype, {m}, std::move(zp)), name + "_W_zero_point");
   } else {
@@ -364,8 +298,8 @@ bool quantize_conv(ir::Node& node, Config& cfg, Rewriter& rw) {
 // (the weight error only, no activation quantization): dequantization is elementwise with one
 // scale, so it commutes with the gather.
 bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (excluded_node(node, cfg) || node.inputs().size() != 2 || node.outputs().size() != 1 ||
-      !node.output(0) || !only_attributes(node, {"axis"}))
+  if (excluded_node(node, cfg.exclude_nodes) || node.inputs().size() != 2 ||
+      node.outputs().size() != 1 || !node.output(0) || !only_attributes(node, {"axis"}))
     return false;
   ir::Value* table = node.input(0);
   const auto* h = table ? constant_header(table) : nullptr;
@@ -378,7 +312,7 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   if (count < cfg.min_elements) return false;
   const uint64_t added = static_cast<uint64_t>(count) + 16;
   if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return false;
-  Config per_tensor = cfg;
+  WeightQuantization per_tensor = cfg.weights;
   per_tensor.per_channel = false;
   std::optional<QuantizedWeight> q;
   std::vector<int64_t> dims;
@@ -391,7 +325,7 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   if (!q) return false;
   ir::Graph& g = *node.graph();
   const std::string name = node.output(0)->name();
-  const int32_t wtype = cfg.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  const int32_t wtype = cfg.weights.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
   ir::Value* wq =
       rw.add_constant(g, byte_tensor(wtype, dims, std::move(q->bytes)), name + "_W_quantized");
   ir::Value* wzp = rw.add_constant(
@@ -411,8 +345,8 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
 // The rules, configured by the pass's options and limits for one run.
 std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   auto cfg = std::make_shared<Config>();
-  cfg->per_channel = ctx.bool_option(kPerChannel);
-  cfg->uint8 = ctx.enum_option(kWeightType) == "uint8";
+  cfg->weights.per_channel = ctx.bool_option(kPerChannel);
+  cfg->weights.uint8 = ctx.enum_option(kWeightType) == "uint8";
   cfg->min_elements = ctx.int_option(kMinWeightElements);
   const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
   auto excluded = [&](std::string_view op) {

@@ -1,0 +1,108 @@
+// Pieces the quantization passes share: weights quantized to 8 bits (per tensor or per output
+// channel, read in place), affine parameters for a calibrated range, and the tensors that hold
+// them.
+#pragma once
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "core/ir/model.h"
+
+namespace graft {
+
+// How weights are stored in 8 bits.
+struct WeightQuantization {
+  bool per_channel = false;  // one scale per output channel (column) instead of per tensor
+  bool uint8 = false;        // asymmetric uint8 (zero point per group) instead of symmetric int8
+  // Symmetric int8 in [-64, 63] instead of [-127, 127]: one bit less, so that integer kernels
+  // adding two u8 x s8 products in 16 bits (x86 without VNNI) cannot saturate.
+  bool reduce_range = false;
+};
+
+// A weight quantized to 8 bits: values [K, N] (row-major, the MatMul layout) as the raw_data of
+// the new tensor, scale and zero point per tensor (size 1) or per column (size N).
+struct QuantizedWeight {
+  std::string bytes;  // int8 or uint8 values, as stored in raw_data
+  std::vector<float> scale;
+  std::vector<int32_t> zero_point;
+};
+
+// Quantizes the weight `at(r, c)` (r < k, c < n: the MatMul layout, whatever the stored one) read
+// in place: two passes over it and the 1-byte result are the only memory per weight (no decoded
+// or transposed copy). nullopt if a value is not finite or a scale underflows (the node is then
+// left alone). Ranges and scales are computed in double from the float values, so the result
+// does not depend on the order the values are visited in.
+// The result is [K, N] row-major, or with `column_major` [N, K] (Conv's [M, C/group * kernel]
+// layout, where the output channels are the columns).
+template <typename At>
+std::optional<QuantizedWeight> quantize_weight(const At& at, int64_t k, int64_t n,
+                                               const WeightQuantization& wq,
+                                               bool column_major = false) {
+  const int64_t groups = wq.per_channel ? n : 1;
+  const double qmax = wq.reduce_range ? 63.0 : 127.0;
+  const double qmin = wq.reduce_range ? -64.0 : -127.0;
+  std::vector<double> lo(static_cast<size_t>(groups), 0.0), hi(static_cast<size_t>(groups), 0.0);
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const double v = at(r, c);
+      if (!std::isfinite(v)) return std::nullopt;
+      const size_t g = wq.per_channel ? static_cast<size_t>(c) : 0;
+      lo[g] = std::min(lo[g], v);
+      hi[g] = std::max(hi[g], v);
+    }
+  QuantizedWeight q;
+  q.scale.assign(static_cast<size_t>(groups), 1.0f);
+  q.zero_point.assign(static_cast<size_t>(groups), 0);
+  for (size_t g = 0; g < static_cast<size_t>(groups); ++g) {
+    if (lo[g] == 0 && hi[g] == 0) continue;  // all zero: scale 1 (not 0), zero point 0, values 0
+    float scale = wq.uint8 ? static_cast<float>((hi[g] - lo[g]) / 255.0)
+                           : static_cast<float>(std::max(-lo[g], hi[g]) / qmax);
+    // A scale below the smallest normal float loses precision or is 0 (division by zero).
+    if (!(scale >= FLT_MIN) || !std::isfinite(scale)) return std::nullopt;
+    q.scale[g] = scale;
+    if (wq.uint8)
+      q.zero_point[g] =
+          static_cast<int32_t>(std::clamp(std::nearbyint(-lo[g] / scale), 0.0, 255.0));
+  }
+  q.bytes.resize(static_cast<size_t>(k * n));
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const size_t g = wq.per_channel ? static_cast<size_t>(c) : 0;
+      const double v =
+          std::nearbyint(static_cast<double>(at(r, c)) / static_cast<double>(q.scale[g]));
+      const uint8_t b =
+          wq.uint8 ? static_cast<uint8_t>(std::clamp(v + q.zero_point[g], 0.0, 255.0))
+                   : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, qmin, qmax)));
+      q.bytes[static_cast<size_t>(column_major ? c * k + r : r * n + c)] = static_cast<char>(b);
+    }
+  return q;
+}
+
+// Affine 8-bit parameters for values in [lo, hi] (QuantizeLinear's scale and zero point): the
+// range is widened to hold 0 (exactly representable, so zero padding and ReLU stay exact);
+// uint8 is asymmetric over [0, 255], int8 symmetric over [-127, 127] with zero point 0. An
+// empty or all-zero range gets scale 1. nullopt for a range that is not finite or whose scale
+// is not a normal float.
+struct ActivationQuantization {
+  float scale = 1;
+  int32_t zero_point = 0;
+};
+std::optional<ActivationQuantization> activation_params(double lo, double hi, bool uint8);
+
+// A tensor of `dtype` with `dims` whose raw_data is `bytes`.
+onnx::TensorProto byte_tensor(int32_t dtype, const std::vector<int64_t>& dims, std::string bytes);
+
+// A scalar 8-bit zero point of `dtype` (UINT8 or INT8).
+onnx::TensorProto zero_point_tensor(int32_t dtype, int32_t value);
+
+// True when `node` has a name listed in `sorted_names` (an exclude_nodes option's value).
+bool excluded_node(const ir::Node& node, const std::vector<std::string>& sorted_names);
+
+}  // namespace graft

@@ -1,0 +1,581 @@
+// quantize_static_int8: calibrated 8-bit quantization in the QDQ format (what ONNX Runtime's
+// quantize_static writes, and what it fuses at load into QLinearConv, QLinearMatMul, QGemm,
+// QLinearAdd, QLinearMul, QLinearConcat, QLinearAveragePool and friends):
+//
+//   x --QuantizeLinear--DequantizeLinear--> Conv(., DequantizeLinear(W_q, s_w, axis 0),
+//                                               DequantizeLinear(B_q int32, s_x * s_w)) --Q--DQ-->
+//
+// Every tensor a quantized node reads or computes gets one QuantizeLinear/DequantizeLinear pair
+// (all its readers then read the dequantized value), with the scale and zero point of the range
+// the float model took on the calibration inputs (PassContext::calibration: the request's
+// calibration sets, else the verification's random inputs). Constant weights are stored in 8
+// bits: int8 symmetric per output channel (Conv, ConvTranspose-free; MatMul/Gemm per column),
+// biases in int32 with scale s_x * s_w (zero point 0) as ONNX Runtime's QDQ fusions expect, other
+// constants (an Add's operand) like activations, per tensor.
+//
+// Ranges: minmax (the smallest and largest value over all calibration runs) or percentile (per
+// run, the values at `percentile` and 100 - `percentile` percent of a strided sample of at most
+// 65536 elements, averaged over the runs: outliers no longer stretch the scale). The range always
+// holds 0, so zero padding and ReLU stay exact.
+//
+// Activations after a quantized op: a Relu (or a Clip with constant bounds) that is the only
+// reader of a quantized node's output is removed when the output's quantization (uint8, range of
+// the Relu's output, zero point 0) already saturates what it would cut: dequantized values are
+// then all >= 0, so the Relu computed nothing. That is exact, not an approximation.
+//
+// Max pools read and write the same scale and zero point (a max commutes with a monotonic
+// quantization, so the pair around it changes nothing). Ops that only move values are left as
+// they are.
+//
+// LOSSY on purpose (run by name only): activations and weights are rounded to 8 bits. The
+// pipeline measures the error at representative sizes against the pass's gate.
+//
+// Left alone: nodes whose inputs or outputs are not float32, that the calibration runs did not
+// reach (If/Loop bodies; no range), weights with a NaN or infinity or a scale that would
+// underflow, biases whose int32 values would overflow (the bias stays float), excluded op types
+// and nodes. Needs opset 13 (per-axis DequantizeLinear); the opset is never raised. Without
+// calibration inputs (the evaluator cannot run the model) the pass changes nothing and says why.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/eval/executor.h"
+#include "core/ir/tensor.h"
+#include "core/passes/float32_view.h"
+#include "core/passes/passes.h"
+#include "core/passes/quantization.h"
+#include "core/passes/rules.h"
+
+namespace graft {
+
+namespace {
+
+using onnx::TensorProto;
+
+constexpr char kOpTypes[] = "op_types";
+constexpr char kExcludeNodes[] = "exclude_nodes";
+constexpr char kActivationType[] = "activation_type";
+constexpr char kWeightType[] = "weight_type";
+constexpr char kPerChannel[] = "per_channel";
+constexpr char kReduceRange[] = "reduce_range";
+constexpr char kMethod[] = "calibration";
+constexpr char kPercentile[] = "percentile_e4";
+
+// The op types the pass can quantize (option op_types).
+const std::vector<std::string>& quantizable_ops() {
+  static const std::vector<std::string> ops = {
+      "Add",     "AveragePool", "Concat",           "Conv",    "Gemm", "GlobalAveragePool",
+      "MatMul", "MaxPool",      "GlobalMaxPool", "Mul"};
+  return ops;
+}
+
+// The range a value took over the calibration runs.
+struct Range {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  bool non_finite = false;  // a NaN or infinity: no usable range
+  int runs = 0;
+};
+using Ranges = std::unordered_map<std::string, Range>;
+
+struct Config {
+  WeightQuantization weights;
+  bool act_uint8 = true;
+  std::vector<std::string> ops;            // sorted
+  std::vector<std::string> exclude_nodes;  // sorted
+  Ranges ranges;                           // by value name (main graph)
+  uint64_t max_weight_bytes = 0;
+  uint64_t weight_bytes = 0;
+};
+
+int32_t act_type(const Config& cfg) { return cfg.act_uint8 ? TensorProto::UINT8 : TensorProto::INT8; }
+
+bool is_op(const ir::Node* n, std::string_view op) { return n != nullptr && n->is(op); }
+
+// Runs the float model on the calibration inputs and records every float32 value's range.
+// `percentile` (in 1e-4 percent units, e.g. 999900 = 99.99%) 0 means minmax.
+Ranges calibrate(const ir::Model& model, const CalibrationInputs& calibration, int64_t percentile) {
+  Ranges ranges;
+  constexpr int64_t kSample = 65536;
+  const eval::ValueObserver observe = [&](const ir::Value& v, const eval::Tensor& t) {
+    if (t.dtype() != TensorProto::FLOAT || t.size() == 0) return;
+    Range& r = ranges[v.name()];
+    const float* p = t.data<float>();
+    if (percentile == 0) {
+      for (int64_t i = 0; i < t.size(); ++i) {
+        const double x = p[i];
+        if (!std::isfinite(x)) {
+          r.non_finite = true;
+          continue;
+        }
+        r.lo = std::min(r.lo, x);
+        r.hi = std::max(r.hi, x);
+      }
+      return;
+    }
+    const int64_t stride = std::max<int64_t>(1, t.size() / kSample);
+    std::vector<float> sample;
+    sample.reserve(static_cast<size_t>(t.size() / stride + 1));
+    for (int64_t i = 0; i < t.size(); i += stride) {
+      if (!std::isfinite(p[i])) {
+        r.non_finite = true;
+        continue;
+      }
+      sample.push_back(p[i]);
+    }
+    if (sample.empty()) return;
+    const double share = static_cast<double>(percentile) / 1e6;
+    auto at = [&](double q) {
+      const size_t k = std::min(sample.size() - 1,
+                                static_cast<size_t>(q * static_cast<double>(sample.size() - 1)));
+      std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(k),
+                       sample.end());
+      return static_cast<double>(sample[k]);
+    };
+    const double lo = at(1 - share), hi = at(share);
+    // Averaged over runs (the first run sets it).
+    if (r.runs == 0) {
+      r.lo = lo;
+      r.hi = hi;
+    } else {
+      r.lo = (r.lo * r.runs + lo) / (r.runs + 1);
+      r.hi = (r.hi * r.runs + hi) / (r.runs + 1);
+    }
+    ++r.runs;
+  };
+  for (const auto& feeds : *calibration.sets) {
+    auto outputs = eval::run_model(model, feeds, calibration.limits, nullptr, &observe);
+    if (!outputs.ok()) return {};  // ranges of a partial run would be wrong for the rest
+  }
+  return ranges;
+}
+
+// The scale and zero point of the QuantizeLinear/DequantizeLinear pair `dq` (a
+// DequantizeLinear) uses, when they are constants of a per-tensor pair.
+std::optional<ActivationQuantization> pair_params(const ir::Node& dq) {
+  if (dq.inputs().size() < 2) return std::nullopt;
+  auto s = float_constant(dq.input(1));
+  if (!s || s->values.size() != 1) return std::nullopt;
+  ActivationQuantization q;
+  q.scale = static_cast<float>(s->values[0]);
+  if (dq.inputs().size() > 2 && dq.input(2)) {
+    const auto* zp = constant_header(dq.input(2));
+    auto t = constant_proto(dq.input(2), 16);
+    if (!zp || !t || t->raw_data().size() != 1) return std::nullopt;
+    q.zero_point = zp->data_type() == TensorProto::UINT8
+                       ? static_cast<uint8_t>(t->raw_data()[0])
+                       : static_cast<int8_t>(t->raw_data()[0]);
+  }
+  return q;
+}
+
+// The DequantizeLinear output an existing pair on `x` gives (x read by a QuantizeLinear whose
+// only reader is a DequantizeLinear), or nullptr.
+ir::Value* existing_pair(const ir::Value* x) {
+  for (const auto& use : x->uses()) {
+    const ir::Node* q = use.node;
+    if (!is_op(q, "QuantizeLinear") || use.index != 0 || !q->output(0)) continue;
+    const ir::Value* qo = q->output(0);
+    if (qo->uses().size() != 1 || qo->is_graph_output()) continue;
+    ir::Node* dq = qo->uses()[0].node;
+    if (is_op(dq, "DequantizeLinear") && dq->output(0)) return dq->output(0);
+  }
+  return nullptr;
+}
+
+// The quantization `x` has or would get: its pair's if it has one (or is a DequantizeLinear's
+// output), else from its calibrated range.
+std::optional<ActivationQuantization> params_of(const ir::Value* x, const Config& cfg) {
+  if (is_op(x->producer(), "DequantizeLinear")) return pair_params(*x->producer());
+  if (const ir::Value* dq = existing_pair(x)) return pair_params(*dq->producer());
+  auto it = cfg.ranges.find(x->name());
+  if (it == cfg.ranges.end() || it->second.non_finite || !(it->second.lo <= it->second.hi))
+    return std::nullopt;
+  return activation_params(it->second.lo, it->second.hi, cfg.act_uint8);
+}
+
+// `x` dequantized: `x` itself if a DequantizeLinear computes it; the pair's output if it has
+// one; else a new QuantizeLinear/DequantizeLinear pair with `q`, which every reader of `x` in
+// its graph (but the new QuantizeLinear) reads instead. Graph outputs keep the float value.
+ir::Value* dequantized(ir::Value* x, const ActivationQuantization& q, const Config& cfg,
+                       Rewriter& rw, const ir::Node& origin) {
+  if (is_op(x->producer(), "DequantizeLinear")) return x;
+  if (ir::Value* dq = existing_pair(x)) return dq;
+  ir::Graph& g = *origin.graph();
+  ir::Value* scale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q.scale)}),
+      x->name() + "_scale");
+  ir::Value* zp =
+      rw.add_constant(g, zero_point_tensor(act_type(cfg), q.zero_point), x->name() + "_zero_point");
+  const std::vector<ir::Use> readers = x->uses();
+  ir::Node* qn = rw.add_node(g, "QuantizeLinear", {x, scale, zp}, 1, &origin);
+  ir::Node* dqn = rw.add_node(g, "DequantizeLinear", {qn->output(0), scale, zp}, 1, &origin);
+  for (const auto& use : readers)
+    if (use.node->graph() == &g) rw.set_input(use.node, static_cast<size_t>(use.index), dqn->output(0));
+  return dqn->output(0);
+}
+
+// True when every float32 input of `n` is dequantized and its output has its pair (or no
+// reader: a graph output stays float): what the rules leave, so they do not run twice.
+bool already_quantized(const ir::Node& n) {
+  for (const ir::Value* in : n.inputs())
+    if (in && in->elem_type() == TensorProto::FLOAT && !is_op(in->producer(), "DequantizeLinear"))
+      return false;
+  const ir::Value* y = n.outputs().empty() ? nullptr : n.output(0);
+  return !y || y->elem_type() != TensorProto::FLOAT || y->uses().empty() || existing_pair(y);
+}
+
+// A constant float32 operand stored in 8 bits per tensor (like an activation) and dequantized.
+ir::Value* quantized_constant(ir::Value* c, const Config& cfg, Rewriter& rw, const ir::Node& origin) {
+  auto view = float32_constant(c);
+  if (!view || view->size() == 0) return nullptr;
+  double lo = 0, hi = 0;
+  for (int64_t i = 0; i < view->size(); ++i) {
+    const double v = (*view)[i];
+    if (!std::isfinite(v)) return nullptr;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  auto q = activation_params(lo, hi, cfg.act_uint8);
+  if (!q) return nullptr;
+  std::string bytes(static_cast<size_t>(view->size()), '\0');
+  const double qlo = cfg.act_uint8 ? 0 : -128, qhi = cfg.act_uint8 ? 255 : 127;
+  for (int64_t i = 0; i < view->size(); ++i) {
+    const double v = std::clamp(
+        static_cast<double>(std::nearbyint((*view)[i] / q->scale)) + q->zero_point, qlo, qhi);
+    bytes[static_cast<size_t>(i)] = static_cast<char>(
+        cfg.act_uint8 ? static_cast<uint8_t>(v) : static_cast<uint8_t>(static_cast<int8_t>(v)));
+  }
+  ir::Graph& g = *origin.graph();
+  ir::Value* data = rw.add_constant(g, byte_tensor(act_type(cfg), view->dims(), std::move(bytes)),
+                                    c->name() + "_quantized");
+  ir::Value* scale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q->scale)}),
+      c->name() + "_scale");
+  ir::Value* zp =
+      rw.add_constant(g, zero_point_tensor(act_type(cfg), q->zero_point), c->name() + "_zero_point");
+  return rw.add_node(g, "DequantizeLinear", {data, scale, zp}, 1, &origin)->output(0);
+}
+
+// The output quantization of a quantized node's output `y`. When `y`'s only reader is a Relu
+// or a Clip with constant bounds (not a graph output) and quantizing `y` with the range of that
+// activation's output makes the activation an identity, the activation is removed (the
+// pair saturates what it would cut) and `y` takes its place.
+bool quantize_output(ir::Value* y, const Config& cfg, Rewriter& rw, const ir::Node& origin) {
+  if (existing_pair(y) || y->uses().empty()) return true;  // a graph output only: float
+  if (y->uses().size() == 1 && !y->is_graph_output()) {
+    ir::Node* act = y->uses()[0].node;
+    ir::Value* a = act->outputs().empty() ? nullptr : act->output(0);
+    const bool relu = is_op(act, "Relu");
+    const bool clip = is_op(act, "Clip") && act->opset() >= 11;
+    if ((relu || clip) && a && !a->is_graph_output() && act->graph() == origin.graph()) {
+      double lo = 0, hi = std::numeric_limits<double>::infinity();
+      bool bounds = true;
+      if (clip) {
+        auto bound = [&](size_t i, double& out) {
+          if (act->inputs().size() <= i || !act->input(i)) return true;
+          auto c = float_constant(act->input(i));
+          if (!c || c->values.size() != 1) return false;
+          out = c->values[0];
+          return true;
+        };
+        lo = -std::numeric_limits<double>::infinity();
+        bounds = bound(1, lo) && bound(2, hi);
+      }
+      auto q = bounds ? params_of(a, cfg) : std::nullopt;
+      if (q) {
+        const double qmin = cfg.act_uint8 ? 0 : -128, qmax = cfg.act_uint8 ? 255 : 127;
+        const double dq_lo = (qmin - q->zero_point) * static_cast<double>(q->scale);
+        const double dq_hi = (qmax - q->zero_point) * static_cast<double>(q->scale);
+        // Float rounding of the scale: a top value 1e-6 above a Clip's bound is no change.
+        const double slack = 1e-6 * std::max(1.0, std::abs(hi));
+        if (dq_lo >= lo && dq_hi <= hi + slack) {
+          // The activation's readers read `y`'s pair.
+          ir::Value* dq = dequantized(a, *q, cfg, rw, origin);
+          rw.set_input(dq->producer()->input(0)->producer(), 0, y);
+          return rw.erase(act);
+        }
+      }
+    }
+  }
+  auto q = params_of(y, cfg);
+  if (!q) return false;
+  dequantized(y, *q, cfg, rw, origin);
+  return true;
+}
+
+// Dequantizes every float32 activation input of `n` (constants too, through
+// quantized_constant, unless `skip_constant_at` names the input a caller quantizes itself).
+bool dequantize_inputs(ir::Node& n, const Config& cfg, Rewriter& rw, int skip_from = -1) {
+  for (size_t i = 0; i < n.inputs().size(); ++i) {
+    if (skip_from >= 0 && static_cast<int>(i) >= skip_from) break;
+    ir::Value* x = n.input(i);
+    if (!x || x->elem_type() != TensorProto::FLOAT) continue;
+    if (is_op(x->producer(), "DequantizeLinear")) continue;
+    ir::Value* dq = nullptr;
+    if (x->is_constant() || is_op(x->producer(), "Constant")) {
+      dq = quantized_constant(x, cfg, rw, n);
+      if (!dq) return no_match(n, "a constant input holds a non-finite value");
+    } else {
+      auto q = params_of(x, cfg);
+      if (!q) return no_match(n, "an input has no calibrated range");
+      dq = dequantized(x, *q, cfg, rw, n);
+    }
+    rw.set_input(&n, i, dq);
+  }
+  return true;
+}
+
+bool float_output(const ir::Node& n) {
+  return n.outputs().size() == 1 && n.output(0) && n.output(0)->elem_type() == TensorProto::FLOAT;
+}
+
+bool allowed(const ir::Node& n, const Config& cfg) {
+  return std::binary_search(cfg.ops.begin(), cfg.ops.end(), n.op_type()) &&
+         !excluded_node(n, cfg.exclude_nodes);
+}
+
+// Add, Mul, Concat, AveragePool, GlobalAveragePool, and MatMul of two activations: every float
+// input and the output quantized.
+bool quantize_elementwise(ir::Node& n, Config& cfg, Rewriter& rw) {
+  if (!allowed(n, cfg)) return no_match(n, "excluded");
+  if (!float_output(n)) return no_match(n, "the output is not float32");
+  if (already_quantized(n)) return no_match(n, "already quantized");
+  if (!params_of(n.output(0), cfg)) return no_match(n, "the output has no calibrated range");
+  for (const ir::Value* x : n.inputs())
+    if (x && x->elem_type() != TensorProto::FLOAT && !n.is("Concat")) return false;
+  if (!dequantize_inputs(n, cfg, rw)) return false;
+  return quantize_output(n.output(0), cfg, rw, n);
+}
+
+// MaxPool and GlobalMaxPool: the output takes the input's scale and zero point.
+bool quantize_max_pool(ir::Node& n, Config& cfg, Rewriter& rw) {
+  if (!allowed(n, cfg)) return no_match(n, "excluded");
+  if (n.outputs().size() != 1 || !float_output(n) || n.inputs().size() != 1)
+    return no_match(n, "indices output or not float32");
+  if (already_quantized(n)) return no_match(n, "already quantized");
+  ir::Value* x = n.input(0);
+  auto q = params_of(x, cfg);
+  if (!q) return no_match(n, "the input has no calibrated range");
+  rw.set_input(&n, 0, dequantized(x, *q, cfg, rw, n));
+  ir::Value* y = n.output(0);
+  if (!existing_pair(y) && !y->uses().empty()) dequantized(y, *q, cfg, rw, n);
+  return true;
+}
+
+// The weight of a Conv (axis 0 = output channels), MatMul ([K, N], per column) or Gemm (per
+// column, or per row with transB) quantized and dequantized; its scales are returned in
+// `scales` (one per output channel, or one).
+ir::Value* quantized_weight(ir::Node& n, ir::Value* w, int64_t& channels, std::vector<float>& scales,
+                            Config& cfg, Rewriter& rw) {
+  const auto* h = constant_header(w);
+  if (!h || h->data_type() != TensorProto::FLOAT) return nullptr;
+  std::vector<int64_t> dims(h->dims().begin(), h->dims().end());
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d <= 0 || d > (int64_t{1} << 40) / count) return nullptr;
+    count *= d;
+  }
+  const bool conv = n.is("Conv");
+  const bool trans_b = n.is("Gemm") && n.attr_int("transB", 0) != 0;
+  if (!conv && dims.size() != 2) return nullptr;
+  if (conv && dims.size() < 3) return nullptr;
+  // Output channels along `axis` of W; the rest of an element's index is `per`.
+  const int64_t axis = conv || trans_b ? 0 : 1;
+  channels = dims[static_cast<size_t>(axis)];
+  const int64_t per = count / channels;
+  const uint64_t added = static_cast<uint64_t>(count) + 8 * static_cast<uint64_t>(channels) + 16;
+  if (cfg.max_weight_bytes != 0 && cfg.weight_bytes + added > cfg.max_weight_bytes) return nullptr;
+  std::optional<QuantizedWeight> q;
+  {
+    auto view = float32_constant(w);
+    if (!view || view->size() != count) return nullptr;
+    if (axis == 0)  // stored [channels, per]: column c is row c of storage
+      q = quantize_weight([&](int64_t r, int64_t c) { return (*view)[c * per + r]; }, per, channels,
+                          cfg.weights, /*column_major=*/true);
+    else  // [K, N]
+      q = quantize_weight([&](int64_t r, int64_t c) { return (*view)[r * channels + c]; }, per,
+                          channels, cfg.weights);
+  }
+  if (!q) return nullptr;
+  cfg.weight_bytes += added;
+  ir::Graph& g = *n.graph();
+  const int32_t wtype = cfg.weights.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+  const bool per_channel = q->scale.size() > 1;
+  ir::Value* data = rw.add_constant(g, byte_tensor(wtype, dims, std::move(q->bytes)),
+                                    w->name() + "_quantized");
+  std::vector<double> s(q->scale.begin(), q->scale.end());
+  ir::Value* scale = rw.add_constant(
+      g,
+      ir::make_float_tensor(TensorProto::FLOAT,
+                            per_channel ? std::vector<int64_t>{channels} : std::vector<int64_t>{},
+                            s),
+      w->name() + "_scale");
+  ir::Value* zp = nullptr;
+  if (per_channel) {
+    std::string z(q->zero_point.begin(), q->zero_point.end());
+    zp = rw.add_constant(g, byte_tensor(wtype, {channels}, std::move(z)), w->name() + "_zero_point");
+  } else {
+    zp = rw.add_constant(g, zero_point_tensor(wtype, q->zero_point[0]), w->name() + "_zero_point");
+  }
+  ir::Node* dq = rw.add_node(g, "DequantizeLinear", {data, scale, zp}, 1, &n);
+  if (per_channel) rw.set_attr(dq, int_attr("axis", axis));
+  scales = std::move(q->scale);
+  return dq->output(0);
+}
+
+// A bias [channels] as int32 with scale s_x * s_w[c], zero point 0; nullptr when a value does
+// not fit int32 (or is not finite).
+ir::Value* quantized_bias(ir::Node& n, ir::Value* b, int64_t channels, float x_scale,
+                          const std::vector<float>& w_scales, Config& cfg, Rewriter& rw) {
+  auto c = float_constant(b);
+  if (!c || c->dtype != TensorProto::FLOAT || c->dims != std::vector<int64_t>{channels})
+    return nullptr;
+  std::string bytes(static_cast<size_t>(4 * channels), '\0');
+  std::vector<double> scales(static_cast<size_t>(channels));
+  for (int64_t i = 0; i < channels; ++i) {
+    const double s = static_cast<double>(static_cast<float>(
+        x_scale * w_scales[w_scales.size() == 1 ? 0 : static_cast<size_t>(i)]));
+    if (!(s > 0) || !std::isfinite(s)) return nullptr;
+    scales[static_cast<size_t>(i)] = s;
+    const double v = std::nearbyint(c->values[static_cast<size_t>(i)] / s);
+    if (!(std::abs(v) < 2147483647.0)) return nullptr;
+    const int32_t q = static_cast<int32_t>(v);
+    std::memcpy(bytes.data() + 4 * i, &q, 4);
+  }
+  ir::Graph& g = *n.graph();
+  ir::Value* data = rw.add_constant(g, byte_tensor(TensorProto::INT32, {channels}, std::move(bytes)),
+                                    b->name() + "_quantized");
+  ir::Value* scale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {channels}, scales), b->name() + "_scale");
+  ir::Value* zp = rw.add_constant(
+      g, byte_tensor(TensorProto::INT32, {channels}, std::string(static_cast<size_t>(4 * channels), '\0')),
+      b->name() + "_zero_point");
+  ir::Node* dq = rw.add_node(g, "DequantizeLinear", {data, scale, zp}, 1, &n);
+  rw.set_attr(dq, int_attr("axis", 0));
+  cfg.weight_bytes += static_cast<uint64_t>(12 * channels);
+  return dq->output(0);
+}
+
+// Conv, Gemm and MatMul by a constant weight: activation, weight, bias (int32) and output.
+bool quantize_weighted(ir::Node& n, Config& cfg, Rewriter& rw) {
+  if (!allowed(n, cfg)) return no_match(n, "excluded");
+  if (!float_output(n)) return no_match(n, "the output is not float32");
+  if (n.inputs().size() < 2 || !n.input(0) || !n.input(1)) return false;
+  ir::Value* w = n.input(1);
+  const bool const_weight = w->is_constant() || is_op(w->producer(), "Constant");
+  if (!const_weight) return n.is("MatMul") ? quantize_elementwise(n, cfg, rw) : false;
+  if (n.is("Conv") &&
+      !only_attributes(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}))
+    return no_match(n, "unknown attributes");
+  if (n.is("Gemm")) {
+    if (!only_attributes(n, {"alpha", "beta", "transA", "transB"}) ||
+        n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f ||
+        n.attr_float("beta", 1.0f) != 1.0f)
+      return no_match(n, "Gemm with transA, alpha or beta");
+  }
+  ir::Value* x = n.input(0);
+  if (x->elem_type() != TensorProto::FLOAT) return no_match(n, "the input is not float32");
+  auto qx = params_of(x, cfg);
+  if (!qx) return no_match(n, "the input has no calibrated range");
+  if (!params_of(n.output(0), cfg)) return no_match(n, "the output has no calibrated range");
+  int64_t channels = 0;
+  std::vector<float> w_scales;
+  ir::Value* wd = quantized_weight(n, w, channels, w_scales, cfg, rw);
+  if (!wd) return no_match(n, "the weight is not a finite float32 constant it can quantize");
+  rw.set_input(&n, 1, wd);
+  rw.set_input(&n, 0, dequantized(x, *qx, cfg, rw, n));
+  if (n.inputs().size() > 2 && n.input(2)) {
+    // Conv's B, Gemm's C when it is one value per output channel: int32; else left float.
+    if (ir::Value* bd = quantized_bias(n, n.input(2), channels, qx->scale, w_scales, cfg, rw))
+      rw.set_input(&n, 2, bd);
+  }
+  return quantize_output(n.output(0), cfg, rw, n);
+}
+
+// True when some node the rules would take is not quantized yet (calibration is skipped when
+// none is: a later round of the pipeline finds its own output).
+bool has_work(const ir::Model& model, const std::vector<std::string>& ops) {
+  for (const ir::Node* n : model.graph().nodes())
+    if (n->is_onnx_domain() && std::binary_search(ops.begin(), ops.end(), n->op_type()) &&
+        !already_quantized(*n))
+      return true;
+  return false;
+}
+
+std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
+  auto cfg = std::make_shared<Config>();
+  cfg->weights.per_channel = ctx.bool_option(kPerChannel);
+  cfg->weights.uint8 = ctx.enum_option(kWeightType) == "uint8";
+  cfg->weights.reduce_range = ctx.bool_option(kReduceRange);
+  cfg->act_uint8 = ctx.enum_option(kActivationType) == "uint8";
+  cfg->ops = ctx.list_option(kOpTypes);
+  cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
+  cfg->max_weight_bytes = ctx.max_weight_bytes;
+  cfg->weight_bytes = model.initializer_bytes();
+  if (model.opset("") < 13 || !has_work(model, cfg->ops)) return {};
+  if (ctx.calibration == nullptr || ctx.calibration->sets == nullptr) return {};
+  const int64_t percentile =
+      ctx.enum_option(kMethod) == "percentile" ? ctx.int_option(kPercentile) * 100 : 0;
+  cfg->ranges = calibrate(model, *ctx.calibration, percentile);
+  if (cfg->ranges.empty()) return {};
+  auto rule = [cfg](bool (*f)(ir::Node&, Config&, Rewriter&)) {
+    return [cfg, f](ir::Node& n, Rewriter& rw) { return f(n, *cfg, rw); };
+  };
+  return {{"quantize_weighted", {"Conv", "Gemm", "MatMul"}, rule(quantize_weighted), "", 13},
+          {"quantize_max_pool", {"MaxPool", "GlobalMaxPool"}, rule(quantize_max_pool), "", 13},
+          {"quantize_elementwise",
+           {"Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool"},
+           rule(quantize_elementwise),
+           "",
+           13}};
+}
+
+std::unique_ptr<Pass> make_quantize_static_int8() {
+  return std::make_unique<RulePass>(
+      "quantize_static_int8", quantize_rules,
+      std::vector<std::string>{"quantize_weighted", "quantize_max_pool", "quantize_elementwise"});
+}
+
+}  // namespace
+
+PassInfo quantize_static_int8_pass() {
+  return {
+      .name = "quantize_static_int8",
+      .level = 3,
+      .lossy = true,
+      .gate = {.max_rel = 0.2, .min_cosine = 0.98},
+      .by_name_only = true,
+      .description =
+          "calibrated 8-bit quantization in QDQ form (QuantizeLinear/DequantizeLinear around "
+          "Conv, MatMul, Gemm, Add, Mul, Concat, pools; int8 per-channel weights, int32 biases), "
+          "which ONNX Runtime fuses into QLinearConv/QLinearMatMul (lossy; by name only)",
+      .options =
+          {list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
+                       "op types to quantize (the others stay float)"),
+           list_option(kExcludeNodes, {}, {}, "node names left in float"),
+           enum_option(kActivationType, "uint8", {"int8", "uint8"},
+                       "activations: uint8 asymmetric (a ReLU's output uses all 256 steps) or "
+                       "int8 symmetric"),
+           enum_option(kWeightType, "int8", {"int8", "uint8"},
+                       "weights: int8 symmetric or uint8 asymmetric"),
+           boolean_option(kPerChannel, true, "one weight scale per output channel"),
+           boolean_option(kReduceRange, false,
+                          "int8 weights in [-64, 63]: no saturation in the 16-bit sums of "
+                          "x86 CPUs without VNNI, at twice the weight rounding"),
+           enum_option(kMethod, "minmax", {"minmax", "percentile"},
+                       "activation ranges: the extremes seen, or percentiles (outliers clipped)"),
+           integer_option(kPercentile, 9999, 5000, 10000,
+                          "calibration=percentile: the percentile in units of 0.01% (9999 = "
+                          "99.99%)")},
+      .create = make_quantize_static_int8};
+}
+
+}  // namespace graft
