@@ -37,7 +37,8 @@ PassRef::PassRef(const std::string& name) {
 
 PassRef::PassRef(PassSpec pass) : spec(std::move(pass)) {}
 
-PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& options) {
+PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& options,
+                    const CalibrationInputs* calibration) {
   const PassSpec& spec = pass.spec;
   EXPECT_TRUE(spec.create) << "no pass '" << spec.name << "'";
   if (!spec.create) return {};
@@ -53,6 +54,7 @@ PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& op
     EXPECT_TRUE(options.empty()) << "options for a pass without a schema";
   }
   PassContext ctx(values);
+  ctx.calibration = calibration;
   // Every rule that gives up must leave the model as it found it (its edits undone).
   ctx.check_transactions = true;
   const auto before = model.clone();
@@ -151,7 +153,9 @@ std::unique_ptr<ir::Model> run_rewrite(const PassRef& pass, std::unique_ptr<ir::
                                        const RewriteOptions& options) {
   if (!model) return model;
   const auto before = model->clone();
-  PassResult result = run_pass(*model, pass, options.pass_options);
+  CalibrationInputs calibration{.sets = &options.calibration, .limits = {}};
+  PassResult result = run_pass(*model, pass, options.pass_options,
+                               options.calibration.empty() ? nullptr : &calibration);
   EXPECT_TRUE(result.changed) << "pass " << pass.spec.name << " did not rewrite\n"
                               << print(*before);
   if (options.rewrites >= 0) {
@@ -193,7 +197,9 @@ void expect_no_rewrite(const PassRef& pass, const std::string& text,
   if (!model) return;
   const auto before = model->clone();
   // run_pass fails the test if the model changed while the pass reports no change.
-  PassResult result = run_pass(*model, pass, options.pass_options);
+  CalibrationInputs calibration{.sets = &options.calibration, .limits = {}};
+  PassResult result = run_pass(*model, pass, options.pass_options,
+                               options.calibration.empty() ? nullptr : &calibration);
   EXPECT_TRUE(!result.changed && result.rewrites == 0)
       << "pass " << pass.spec.name << " rewrote what it must leave alone (changed "
       << result.changed << ", " << result.rewrites << " rewrites)\ndiff (- before, + after):\n"

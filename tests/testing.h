@@ -38,7 +38,9 @@ struct PassRef {
 // Runs one pass on the model, then finalize() and verify(); fails the test on error, and when
 // the pass reports "unchanged" but the model changed (verify_unchanged, as the pipeline checks
 // with PipelineConfig::check_unchanged). `options` are added to the spec's.
-PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& options = {});
+// `calibration`: the inputs a pass that runs the model sees (PassContext::calibration).
+PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& options = {},
+                    const CalibrationInputs* calibration = nullptr);
 // run_pass, plus a check (EXPECT) that the reference evaluator computes the same outputs before
 // and after the pass (same_outputs(...) == ""). For models the evaluator cannot run (custom
 // domains, local functions) use run_pass and say why.
@@ -61,6 +63,8 @@ struct RewriteOptions {
   // The comparison's tolerances (|a - b| <= atol + rtol * |a|): exact passes keep the defaults;
   // a lossy pass's test (convert_fp16, quantize_dynamic_int8) states the error it accepts.
   double rtol = 1e-4, atol = 1e-5;
+  // Input sets the pass may run the model on (PassContext::calibration; none when empty).
+  std::vector<std::map<std::string, eval::Tensor>> calibration;
 };
 // RewriteOptions expecting `count` rewrites (designated initializers would draw g++ 12's
 // -Wmissing-field-initializers).

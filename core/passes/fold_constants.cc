@@ -2,7 +2,9 @@
 // and its outputs become initializers. Exported models carry long chains of such nodes (shape
 // arithmetic, weight preprocessing) that otherwise run on every inference.
 //
-// Deliberately not folded: nondeterministic ops, nodes with subgraphs, ops the evaluator cannot
+// Deliberately not folded: DequantizeLinear (a quantized weight is stored that way on purpose:
+// folding would give the float weight back, and runtimes fuse the pair into integer kernels),
+// nondeterministic ops, nodes with subgraphs, ops the evaluator cannot
 // run at the node's opset, results above `max_bytes`, and results much larger than their inputs
 // (ConstantOfShape/Expand/Tile/Range would trade a tiny computation for a bloated model file).
 // Function bodies cannot hold initializers, and IR < 4 models would gain graph inputs.
@@ -74,7 +76,9 @@ class FoldConstants final : public Pass {
 
  private:
   bool foldable(const ir::Node& n) const {
-    if (!n.is_onnx_domain() || !n.subgraphs().empty() || is_nondeterministic(n)) return false;
+    if (!n.is_onnx_domain() || !n.subgraphs().empty() || is_nondeterministic(n) ||
+        n.op_type() == "DequantizeLinear")
+      return false;
     for (ir::Value* v : n.inputs())
       if (v && !v->is_constant()) return false;
     // A node whose results nobody reads is prune's business; computing it would be wasted work.

@@ -77,9 +77,9 @@ std::optional<QuantizedWeight> quantize_weight(const At& at, int64_t k, int64_t 
       const size_t g = wq.per_channel ? static_cast<size_t>(c) : 0;
       const double v =
           std::nearbyint(static_cast<double>(at(r, c)) / static_cast<double>(q.scale[g]));
-      const uint8_t b =
-          wq.uint8 ? static_cast<uint8_t>(std::clamp(v + q.zero_point[g], 0.0, 255.0))
-                   : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, qmin, qmax)));
+      const uint8_t b = wq.uint8
+                            ? static_cast<uint8_t>(std::clamp(v + q.zero_point[g], 0.0, 255.0))
+                            : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, qmin, qmax)));
       q.bytes[static_cast<size_t>(column_major ? c * k + r : r * n + c)] = static_cast<char>(b);
     }
   return q;

@@ -37,8 +37,8 @@
 // calibration inputs (the evaluator cannot run the model) the pass changes nothing and says why.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -71,8 +71,8 @@ constexpr char kPercentile[] = "percentile_e4";
 // The op types the pass can quantize (option op_types).
 const std::vector<std::string>& quantizable_ops() {
   static const std::vector<std::string> ops = {
-      "Add",     "AveragePool", "Concat",           "Conv",    "Gemm", "GlobalAveragePool",
-      "MatMul", "MaxPool",      "GlobalMaxPool", "Mul"};
+      "Add",    "AveragePool", "Concat",        "Conv", "Gemm", "GlobalAveragePool",
+      "MatMul", "MaxPool",     "GlobalMaxPool", "Mul"};
   return ops;
 }
 
@@ -95,7 +95,9 @@ struct Config {
   uint64_t weight_bytes = 0;
 };
 
-int32_t act_type(const Config& cfg) { return cfg.act_uint8 ? TensorProto::UINT8 : TensorProto::INT8; }
+int32_t act_type(const Config& cfg) {
+  return cfg.act_uint8 ? TensorProto::UINT8 : TensorProto::INT8;
+}
 
 bool is_op(const ir::Node* n, std::string_view op) { return n != nullptr && n->is(op); }
 
@@ -169,9 +171,8 @@ std::optional<ActivationQuantization> pair_params(const ir::Node& dq) {
     const auto* zp = constant_header(dq.input(2));
     auto t = constant_proto(dq.input(2), 16);
     if (!zp || !t || t->raw_data().size() != 1) return std::nullopt;
-    q.zero_point = zp->data_type() == TensorProto::UINT8
-                       ? static_cast<uint8_t>(t->raw_data()[0])
-                       : static_cast<int8_t>(t->raw_data()[0]);
+    q.zero_point = zp->data_type() == TensorProto::UINT8 ? static_cast<uint8_t>(t->raw_data()[0])
+                                                         : static_cast<int8_t>(t->raw_data()[0]);
   }
   return q;
 }
@@ -218,7 +219,8 @@ ir::Value* dequantized(ir::Value* x, const ActivationQuantization& q, const Conf
   ir::Node* qn = rw.add_node(g, "QuantizeLinear", {x, scale, zp}, 1, &origin);
   ir::Node* dqn = rw.add_node(g, "DequantizeLinear", {qn->output(0), scale, zp}, 1, &origin);
   for (const auto& use : readers)
-    if (use.node->graph() == &g) rw.set_input(use.node, static_cast<size_t>(use.index), dqn->output(0));
+    if (use.node->graph() == &g)
+      rw.set_input(use.node, static_cast<size_t>(use.index), dqn->output(0));
   return dqn->output(0);
 }
 
@@ -233,7 +235,8 @@ bool already_quantized(const ir::Node& n) {
 }
 
 // A constant float32 operand stored in 8 bits per tensor (like an activation) and dequantized.
-ir::Value* quantized_constant(ir::Value* c, const Config& cfg, Rewriter& rw, const ir::Node& origin) {
+ir::Value* quantized_constant(ir::Value* c, const Config& cfg, Rewriter& rw,
+                              const ir::Node& origin) {
   auto view = float32_constant(c);
   if (!view || view->size() == 0) return nullptr;
   double lo = 0, hi = 0;
@@ -259,8 +262,8 @@ ir::Value* quantized_constant(ir::Value* c, const Config& cfg, Rewriter& rw, con
   ir::Value* scale = rw.add_constant(
       g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q->scale)}),
       c->name() + "_scale");
-  ir::Value* zp =
-      rw.add_constant(g, zero_point_tensor(act_type(cfg), q->zero_point), c->name() + "_zero_point");
+  ir::Value* zp = rw.add_constant(g, zero_point_tensor(act_type(cfg), q->zero_point),
+                                  c->name() + "_zero_point");
   return rw.add_node(g, "DequantizeLinear", {data, scale, zp}, 1, &origin)->output(0);
 }
 
@@ -373,8 +376,8 @@ bool quantize_max_pool(ir::Node& n, Config& cfg, Rewriter& rw) {
 // The weight of a Conv (axis 0 = output channels), MatMul ([K, N], per column) or Gemm (per
 // column, or per row with transB) quantized and dequantized; its scales are returned in
 // `scales` (one per output channel, or one).
-ir::Value* quantized_weight(ir::Node& n, ir::Value* w, int64_t& channels, std::vector<float>& scales,
-                            Config& cfg, Rewriter& rw) {
+ir::Value* quantized_weight(ir::Node& n, ir::Value* w, int64_t& channels,
+                            std::vector<float>& scales, Config& cfg, Rewriter& rw) {
   const auto* h = constant_header(w);
   if (!h || h->data_type() != TensorProto::FLOAT) return nullptr;
   std::vector<int64_t> dims(h->dims().begin(), h->dims().end());
@@ -409,19 +412,20 @@ ir::Value* quantized_weight(ir::Node& n, ir::Value* w, int64_t& channels, std::v
   ir::Graph& g = *n.graph();
   const int32_t wtype = cfg.weights.uint8 ? TensorProto::UINT8 : TensorProto::INT8;
   const bool per_channel = q->scale.size() > 1;
-  ir::Value* data = rw.add_constant(g, byte_tensor(wtype, dims, std::move(q->bytes)),
-                                    w->name() + "_quantized");
+  ir::Value* data =
+      rw.add_constant(g, byte_tensor(wtype, dims, std::move(q->bytes)), w->name() + "_quantized");
   std::vector<double> s(q->scale.begin(), q->scale.end());
-  ir::Value* scale = rw.add_constant(
-      g,
-      ir::make_float_tensor(TensorProto::FLOAT,
-                            per_channel ? std::vector<int64_t>{channels} : std::vector<int64_t>{},
-                            s),
-      w->name() + "_scale");
+  ir::Value* scale =
+      rw.add_constant(g,
+                      ir::make_float_tensor(
+                          TensorProto::FLOAT,
+                          per_channel ? std::vector<int64_t>{channels} : std::vector<int64_t>{}, s),
+                      w->name() + "_scale");
   ir::Value* zp = nullptr;
   if (per_channel) {
     std::string z(q->zero_point.begin(), q->zero_point.end());
-    zp = rw.add_constant(g, byte_tensor(wtype, {channels}, std::move(z)), w->name() + "_zero_point");
+    zp =
+        rw.add_constant(g, byte_tensor(wtype, {channels}, std::move(z)), w->name() + "_zero_point");
   } else {
     zp = rw.add_constant(g, zero_point_tensor(wtype, q->zero_point[0]), w->name() + "_zero_point");
   }
@@ -441,8 +445,8 @@ ir::Value* quantized_bias(ir::Node& n, ir::Value* b, int64_t channels, float x_s
   std::string bytes(static_cast<size_t>(4 * channels), '\0');
   std::vector<double> scales(static_cast<size_t>(channels));
   for (int64_t i = 0; i < channels; ++i) {
-    const double s = static_cast<double>(static_cast<float>(
-        x_scale * w_scales[w_scales.size() == 1 ? 0 : static_cast<size_t>(i)]));
+    const double s = static_cast<double>(
+        static_cast<float>(x_scale * w_scales[w_scales.size() == 1 ? 0 : static_cast<size_t>(i)]));
     if (!(s > 0) || !std::isfinite(s)) return nullptr;
     scales[static_cast<size_t>(i)] = s;
     const double v = std::nearbyint(c->values[static_cast<size_t>(i)] / s);
@@ -451,13 +455,14 @@ ir::Value* quantized_bias(ir::Node& n, ir::Value* b, int64_t channels, float x_s
     std::memcpy(bytes.data() + 4 * i, &q, 4);
   }
   ir::Graph& g = *n.graph();
-  ir::Value* data = rw.add_constant(g, byte_tensor(TensorProto::INT32, {channels}, std::move(bytes)),
-                                    b->name() + "_quantized");
+  ir::Value* data = rw.add_constant(
+      g, byte_tensor(TensorProto::INT32, {channels}, std::move(bytes)), b->name() + "_quantized");
   ir::Value* scale = rw.add_constant(
       g, ir::make_float_tensor(TensorProto::FLOAT, {channels}, scales), b->name() + "_scale");
-  ir::Value* zp = rw.add_constant(
-      g, byte_tensor(TensorProto::INT32, {channels}, std::string(static_cast<size_t>(4 * channels), '\0')),
-      b->name() + "_zero_point");
+  ir::Value* zp = rw.add_constant(g,
+                                  byte_tensor(TensorProto::INT32, {channels},
+                                              std::string(static_cast<size_t>(4 * channels), '\0')),
+                                  b->name() + "_zero_point");
   ir::Node* dq = rw.add_node(g, "DequantizeLinear", {data, scale, zp}, 1, &n);
   rw.set_attr(dq, int_attr("axis", 0));
   cfg.weight_bytes += static_cast<uint64_t>(12 * channels);
@@ -557,24 +562,25 @@ PassInfo quantize_static_int8_pass() {
           "calibrated 8-bit quantization in QDQ form (QuantizeLinear/DequantizeLinear around "
           "Conv, MatMul, Gemm, Add, Mul, Concat, pools; int8 per-channel weights, int32 biases), "
           "which ONNX Runtime fuses into QLinearConv/QLinearMatMul (lossy; by name only)",
-      .options =
-          {list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
-                       "op types to quantize (the others stay float)"),
-           list_option(kExcludeNodes, {}, {}, "node names left in float"),
-           enum_option(kActivationType, "uint8", {"int8", "uint8"},
-                       "activations: uint8 asymmetric (a ReLU's output uses all 256 steps) or "
-                       "int8 symmetric"),
-           enum_option(kWeightType, "int8", {"int8", "uint8"},
-                       "weights: int8 symmetric or uint8 asymmetric"),
-           boolean_option(kPerChannel, true, "one weight scale per output channel"),
-           boolean_option(kReduceRange, false,
-                          "int8 weights in [-64, 63]: no saturation in the 16-bit sums of "
-                          "x86 CPUs without VNNI, at twice the weight rounding"),
-           enum_option(kMethod, "minmax", {"minmax", "percentile"},
-                       "activation ranges: the extremes seen, or percentiles (outliers clipped)"),
-           integer_option(kPercentile, 9999, 5000, 10000,
-                          "calibration=percentile: the percentile in units of 0.01% (9999 = "
-                          "99.99%)")},
+      .options = {list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
+                              "op types to quantize (the others stay float)"),
+                  list_option(kExcludeNodes, {}, {}, "node names left in float"),
+                  enum_option(
+                      kActivationType, "uint8", {"int8", "uint8"},
+                      "activations: uint8 asymmetric (a ReLU's output uses all 256 steps) or "
+                      "int8 symmetric"),
+                  enum_option(kWeightType, "int8", {"int8", "uint8"},
+                              "weights: int8 symmetric or uint8 asymmetric"),
+                  boolean_option(kPerChannel, true, "one weight scale per output channel"),
+                  boolean_option(kReduceRange, true,
+                                 "int8 weights in [-64, 63]: no saturation in the 16-bit sums of "
+                                 "x86 CPUs without VNNI, at twice the weight rounding"),
+                  enum_option(
+                      kMethod, "minmax", {"minmax", "percentile"},
+                      "activation ranges: the extremes seen, or percentiles (outliers clipped)"),
+                  integer_option(kPercentile, 9999, 5000, 10000,
+                                 "calibration=percentile: the percentile in units of 0.01% (9999 = "
+                                 "99.99%)")},
       .create = make_quantize_static_int8};
 }
 

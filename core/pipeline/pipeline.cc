@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <absl/strings/escaping.h>
 #include <absl/strings/str_cat.h>
@@ -473,9 +474,16 @@ class FixedPointDriver {
       }
     }
     s.seconds += seconds_since(start);
-    s.nodes_after += model_->total_nodes() - nodes_before;  // unsigned wrap-around is exact
-    s.bytes_after += model_->initializer_bytes() - bytes_before;
-    s.peak_after += peak_now() - peak_before;
+    // The pass's own changes, added up. They may remove more than the count it started with
+    // (what other passes added between its runs): then the count is 0, not a wrapped number.
+    auto add_delta = [](auto& total, uint64_t now, uint64_t then) {
+      const int64_t sum =
+          static_cast<int64_t>(total) + (static_cast<int64_t>(now) - static_cast<int64_t>(then));
+      total = static_cast<std::remove_reference_t<decltype(total)>>(std::max<int64_t>(0, sum));
+    };
+    add_delta(s.nodes_after, model_->total_nodes(), nodes_before);
+    add_delta(s.bytes_after, model_->initializer_bytes(), bytes_before);
+    add_delta(s.peak_after, peak_now(), peak_before);
     return absl::OkStatus();
   }
 

@@ -1,0 +1,222 @@
+// quantize_static_int8: golden QDQ rewrites with ranges from given calibration inputs, the
+// ReLU folded into the output's saturation (exact), what it leaves alone, and that a second
+// run (or a pipeline round with fold_constants) does not undo or redo it.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/passes/registry.h"
+#include "core/passes/rewriter.h"
+#include "tests/eval/kernel_testing.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+using eval::make;
+using onnx::TensorProto;
+
+constexpr char kPass[] = "quantize_static_int8";
+
+// One calibration set: input `name` of `dims` holding `values`.
+std::vector<std::map<std::string, eval::Tensor>> calibration(
+    const std::string& name, std::vector<int64_t> dims, std::vector<float> values) {
+  std::vector<std::map<std::string, eval::Tensor>> sets(1);
+  sets[0].emplace(name, make<float>(TensorProto::FLOAT, std::move(dims), std::move(values)));
+  return sets;
+}
+
+RewriteOptions quantized(std::vector<std::map<std::string, eval::Tensor>> sets,
+                         PassOptions options = {}) {
+  RewriteOptions r = rewrites(-1);
+  r.pass_options = std::move(options);
+  r.calibration = std::move(sets);
+  // Inputs in [-2, 2] (same_outputs) against a calibrated range of about [0, 2.55]: values
+  // below 0 saturate (error up to 2 * |w|), so outputs are compared loosely; a wrong scale,
+  // axis or zero point gives errors of order 1-100.
+  r.rtol = 0.05;
+  r.atol = 3.0;
+  return r;
+}
+
+// a [1, 2] in [0, 2.55] (scale 0.01, zero point 0); W columns max 1.27 and 0.635 (int8 scales
+// 0.01 and 0.005 with the full range, values 127).
+const char kMatMul[] = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[1,2] a) => (float[1,2] y)
+    <float[2,2] w = {1.27, 0, 0, 0.635}> {
+    y = MatMul (a, w)
+  }
+)";
+
+TEST(QuantizeStaticInt8, MatMulPerChannelGolden) {
+  auto m = expect_rewrite(kPass, kMatMul, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2] a) => (float[1,2] y)
+      <int8[2,2] wq = {127, 0, 0, 127}, float[2] ws = {0.01, 0.005}, int8[2] wz = {0, 0},
+       float as = {0.01}, uint8 az = {0}> {
+      aq = QuantizeLinear (a, as, az)
+      ad = DequantizeLinear (aq, as, az)
+      wd = DequantizeLinear <axis = 1> (wq, ws, wz)
+      y = MatMul (ad, wd)
+    }
+  )",
+                          quantized(calibration("a", {1, 2}, {0.0f, 2.55f}),
+                                    {{"reduce_range", "false"}}));
+  ASSERT_NE(m, nullptr);
+}
+
+TEST(QuantizeStaticInt8, ReduceRangeUsesSevenBitWeights) {
+  auto m = run_rewrite(kPass, kMatMul, quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
+  ASSERT_NE(m, nullptr);
+  bool found = false;
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (!n->is("DequantizeLinear") || !n->input(0)->is_constant()) continue;
+    const auto& t = *n->input(0)->initializer();
+    ASSERT_EQ(t.data_type(), TensorProto::INT8);
+    for (char c : t.raw_data()) {
+      EXPECT_LE(static_cast<int8_t>(c), 63);
+      EXPECT_GE(static_cast<int8_t>(c), -64);
+    }
+    found = true;
+  }
+  EXPECT_TRUE(found);
+}
+
+// Conv + bias + Relu: the bias in int32 at scale s_x * s_w, the Relu gone (its work done by the
+// output's uint8 saturation at zero point 0), the result read through the output's pair.
+const char kConvRelu[] = R"(
+  <ir_version: 8, opset_import: ["" : 13]>
+  g (float[1,1,2,2] x) => (float[1,1,2,2] z)
+    <float[1,1,1,1] w = {1.27}, float[1] b = {-0.5}, float[1,1,1,1] w2 = {1.0}> {
+    c = Conv (x, w, b)
+    r = Relu (c)
+    z = Conv (r, w2)
+  }
+)";
+
+TEST(QuantizeStaticInt8, ConvBiasReluFoldedIntoTheOutputPair) {
+  auto m = run_rewrite(kPass, kConvRelu,
+                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f})));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "Relu"), 0);
+  EXPECT_EQ(count_ops(*m, "Conv"), 2);
+  // x, c (= r) have pairs; the last Conv's output is a graph output and stays float.
+  EXPECT_EQ(count_ops(*m, "QuantizeLinear"), 2);
+  bool bias_int32 = false;
+  for (const ir::Node* n : m->graph().nodes())
+    if (n->is("DequantizeLinear") && n->input(0)->is_constant() &&
+        n->input(0)->initializer()->data_type() == TensorProto::INT32) {
+      bias_int32 = true;
+      // -0.5 / (s_x * s_w): s_x = 2.55 / 255 = 0.01, s_w = 1.27 / 63 (reduce_range).
+      int32_t q;
+      std::memcpy(&q, n->input(0)->initializer()->raw_data().data(), 4);
+      EXPECT_EQ(q, static_cast<int32_t>(std::nearbyint(-0.5 / (0.01 * (1.27 / 63)))));
+    }
+  EXPECT_TRUE(bias_int32);
+}
+
+// Removing the Relu is exact: the quantized model with and without it computes the same.
+TEST(QuantizeStaticInt8, ReluRemovalIsExact) {
+  auto with = parse_text(kConvRelu);
+  ASSERT_NE(with, nullptr);
+  auto sets = calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f});
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  run_pass(*with, kPass, {}, &c);
+  // The same model with a Relu inserted after the dequantized output again.
+  auto relu_back = with->clone();
+  {
+    ir::Node* conv2 = nullptr;
+    for (ir::Node* n : relu_back->graph().nodes())
+      if (n->is("Conv") && n->output(0)->is_graph_output()) conv2 = n;
+    ASSERT_NE(conv2, nullptr);
+    Rewriter rw(*relu_back);
+    ir::Node* relu = rw.add_node(relu_back->graph(), "Relu", {conv2->input(0)}, 1);
+    rw.set_input(conv2, 0, relu->output(0));
+    ASSERT_TRUE(relu_back->finalize().ok());
+  }
+  EXPECT_EQ(same_outputs(*with, *relu_back, 1, 0, 0), "");
+}
+
+TEST(QuantizeStaticInt8, SecondRunChangesNothing) {
+  auto m = run_rewrite(kPass, kConvRelu,
+                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f})));
+  ASSERT_NE(m, nullptr);
+  auto sets = calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f});
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  PassResult again = run_pass(*m, kPass, {}, &c);
+  EXPECT_FALSE(again.changed);
+}
+
+// fold_constants must not turn a quantized weight back into floats (it would undo the pass
+// every pipeline round, and runtimes need the pair to fuse).
+TEST(QuantizeStaticInt8, FoldConstantsKeepsDequantizedWeights) {
+  auto m = run_rewrite(kPass, kConvRelu,
+                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f})));
+  ASSERT_NE(m, nullptr);
+  const int before = count_ops(*m, "DequantizeLinear");
+  run_pass(*m, "fold_constants");
+  EXPECT_EQ(count_ops(*m, "DequantizeLinear"), before);
+}
+
+TEST(QuantizeStaticInt8, WithoutCalibrationInputsNothingChanges) {
+  expect_no_rewrite(kPass, kConvRelu);
+}
+
+TEST(QuantizeStaticInt8, ExcludedOpsAndNodesStayFloat) {
+  expect_no_rewrite(kPass, kMatMul, [] {
+    RewriteOptions r = quantized(calibration("a", {1, 2}, {0.0f, 2.55f}), {{"op_types", "Conv"}});
+    return r;
+  }());
+}
+
+TEST(QuantizeStaticInt8, NonFiniteRangeIsLeftAlone) {
+  // The calibration input holds an infinity: no range, nothing quantized.
+  expect_no_rewrite(kPass, kMatMul,
+                    quantized(calibration("a", {1, 2}, {0.0f, INFINITY})));
+}
+
+TEST(QuantizeStaticInt8, OpsetBelow13IsLeftAlone) {
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 7, opset_import: ["" : 12]>
+    g (float[1,2] a) => (float[1,2] y)
+      <float[2,2] w = {1.27, 0, 0, 0.635}> {
+      y = MatMul (a, w)
+    }
+  )",
+                    quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
+}
+
+// A residual block quantized through the pipeline: the gate accepts it, and it is reported.
+TEST(QuantizeStaticInt8, ResidualBlockThroughThePipelineIsWithinItsGate) {
+  auto m = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,8,8] x) => (float[1,2,8,8] y)
+      <float[2,2,3,3] w1 = {0.1, -0.2, 0.3, 0.05, 0.2, -0.1, 0.15, 0.0, -0.3, 0.2, 0.1, -0.05,
+                            0.25, -0.15, 0.1, 0.3, -0.2, 0.05, -0.1, 0.2, 0.1, -0.3, 0.05, 0.15,
+                            0.2, -0.25, 0.1, 0.05, 0.3, -0.1, 0.2, 0.15, -0.05, 0.1, 0.25, -0.2},
+       float[2] b1 = {0.1, -0.1}> {
+      c = Conv <pads = [1, 1, 1, 1]> (x, w1, b1)
+      r = Relu (c)
+      s = Add (r, x)
+      y = Relu (s)
+    }
+  )");
+  ASSERT_NE(m, nullptr);
+  PipelineConfig config = test_pipeline_config();
+  config.passes = {kPass};
+  auto report = run_pipeline(m, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->passes.size(), 1u);
+  EXPECT_EQ(report->passes[0].rollbacks, 0) << report->passes[0].rollback_reason;
+  EXPECT_NE(report->passes[0].error_verdict.find("accepted"), std::string::npos)
+      << report->passes[0].error_verdict;
+  // The first Relu is folded; the last computes a graph output and stays.
+  EXPECT_EQ(count_ops(*m, "Relu"), 1);
+  EXPECT_GT(count_ops(*m, "QuantizeLinear"), 0);
+  EXPECT_EQ(onnx_errors(*m), "");
+}
+
+}  // namespace
+}  // namespace graft::testing
