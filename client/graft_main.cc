@@ -175,9 +175,10 @@ struct OptimizeArgs {
   // --local: evaluator memory of the verification (graftd: its verify_max_bytes setting).
   uint64_t verify_max_bytes = eval::kDefaultVerifyMaxBytes;
   bool verify_max_bytes_given = false;
-  std::vector<std::string> verify_data;  // --verify-data: files and folders of input tensors
-  double max_error = -1;                 // < 0: each lossy pass's own gate
-  double min_cosine = -2;                // < -1: each lossy pass's own gate
+  std::vector<std::string> verify_data;       // --verify-data: files and folders of input tensors
+  std::vector<std::string> calibration_data;  // --calibration-data: the same form
+  double max_error = -1;                      // < 0: each lossy pass's own gate
+  double min_cosine = -2;                     // < -1: each lossy pass's own gate
   bool accept_unmeasured_error = false;
   std::vector<std::string> dims;     // NAME=N for the memory estimates
   std::vector<std::string> explain;  // PASS or PASS/RULE
@@ -271,33 +272,67 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   return config;
 }
 
-// --verify-data: reads the input sets into `config` (verification on, one trial per set).
-// `model_bytes` gives the model when a tensor is fed by position (it is called at most once).
-// Returns an exit code: kOk, or the failure already reported.
-int add_verify_data(const OptimizeArgs& a, PipelineConfig* config,
-                    const std::function<absl::StatusOr<std::string>()>& model_bytes) {
-  if (a.verify_data.empty()) return kOk;
-  auto data_fail = [](const absl::Status& st) {
+// --verify-data / --calibration-data (`flag`): reads `args` into input sets. `model_bytes`
+// gives the model when a tensor is fed by position (it is called at most once). Returns an exit
+// code: kOk, or the failure already reported.
+int read_input_data(const std::vector<std::string>& args, std::string_view flag,
+                    uint64_t max_tensor_bytes,
+                    const std::function<absl::StatusOr<std::string>()>& model_bytes,
+                    const std::string& model_name,
+                    std::vector<std::map<std::string, eval::Tensor>>* out) {
+  auto data_fail = [&](const absl::Status& st) {
     const bool usage = st.code() == absl::StatusCode::kInvalidArgument ||
                        st.code() == absl::StatusCode::kResourceExhausted;
-    return fail(usage ? kUsage : kIoError, std::string(st.message()));
+    std::string msg(st.message());
+    if (flag != "--verify-data" && msg.rfind("--verify-data", 0) == 0)
+      msg = std::string(flag) + msg.substr(13);
+    return fail(usage ? kUsage : kIoError, msg);
   };
-  auto sets = read_verify_data(a.verify_data, config->verify_options.max_tensor_bytes);
+  auto sets = read_verify_data(args, max_tensor_bytes);
   if (!sets.ok()) return data_fail(sets.status());
   std::vector<std::string> inputs;
   if (needs_input_names(*sets)) {
     auto bytes = model_bytes();
     if (!bytes.ok()) return data_fail(bytes.status());
     auto names = feedable_inputs(*bytes);
-    if (!names.ok()) return fail(kBadModel, a.input + ": " + std::string(names.status().message()));
+    if (!names.ok())
+      return fail(kBadModel, model_name + ": " + std::string(names.status().message()));
     inputs = std::move(*names);
   }
   auto named = name_input_sets(std::move(*sets), inputs);
   if (!named.ok()) return data_fail(named.status());
+  *out = std::move(*named);
+  return kOk;
+}
+
+// --calibration-data: the input sets lossy passes learn value ranges from.
+int add_calibration_data(const OptimizeArgs& a, PipelineConfig* config,
+                         const std::function<absl::StatusOr<std::string>()>& model_bytes) {
+  if (a.calibration_data.empty()) return kOk;
+  return read_input_data(a.calibration_data, "--calibration-data",
+                         config->verify_options.max_tensor_bytes, model_bytes, a.input,
+                         &config->calibration_sets);
+}
+
+// --verify-data: reads the input sets into `config` (verification on, one trial per set), and
+// --calibration-data's. `model_bytes` gives the model when a tensor is fed by position (called
+// at most once per option).
+// Returns an exit code: kOk, or the failure already reported.
+int add_verify_data(const OptimizeArgs& a, PipelineConfig* config,
+                    const std::function<absl::StatusOr<std::string>()>& model_bytes) {
+  if (int rc = add_calibration_data(a, config, model_bytes); rc != kOk) return rc;
+  if (a.verify_data.empty()) return kOk;
+  std::vector<std::map<std::string, eval::Tensor>> sets;
+  if (int rc =
+          read_input_data(a.verify_data, "--verify-data", config->verify_options.max_tensor_bytes,
+                          model_bytes, a.input, &sets);
+      rc != kOk)
+    return rc;
   config->verify = true;
-  config->verify_options.input_sets = std::move(*named);
+  config->verify_options.input_sets = std::move(sets);
   config->verify_options.trials = static_cast<int>(config->verify_options.input_sets.size());
-  if (auto st = eval::validate(config->verify_options); !st.ok()) return data_fail(st);
+  if (auto st = eval::validate(config->verify_options); !st.ok())
+    return fail(kUsage, std::string(st.message()));
   return kOk;
 }
 
@@ -710,9 +745,12 @@ int optimize(const OptimizeArgs& a) {
   if (!a.local) {
     if (int rc = add_verify_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
       return rc;
-    if (api::input_sets_bytes(config->verify_options.input_sets) > api::kMaxInputSetBytes)
+    if (api::input_sets_bytes(config->verify_options.input_sets) +
+            api::input_sets_bytes(config->calibration_sets) >
+        api::kMaxInputSetBytes)
       return fail(kUsage,
-                  absl::StrCat("--verify-data: a request carries at most ", api::kMaxInputSetBytes,
+                  absl::StrCat("--verify-data, --calibration-data: a request carries at most ",
+                               api::kMaxInputSetBytes,
                                " bytes of input data; use fewer or smaller sets, or "
                                "--local"));
     return optimize_remote(a, server, *config);
@@ -907,6 +945,11 @@ int main(int argc, char** argv) {
         "position), NAME=FILE.pb, or a folder of input_<N>.pb files or of test_data_set_<N> "
         "folders (one input set each); single files together make one set; at most 16 sets "
         "(repeatable)"));
+    one_value(cmd->add_option(
+        "--calibration-data", args.calibration_data,
+        "recorded inputs the lossy passes learn value ranges from (quantize_static_int8's "
+        "scales, convert_fp16's activations), in --verify-data's forms; without it they use "
+        "random inputs and the report says so (repeatable)"));
     cmd->add_option("--max-error", args.max_error,
                     "a lossy pass (convert_fp16, quantize_dynamic_int8) is kept only if every "
                     "float output's relative error (worst absolute difference over the output's "

@@ -158,6 +158,7 @@ std::string format_table(const RunSummary& run) {
         out += line("  %-20s %86s %9lld\n", rule.c_str(), "", static_cast<long long>(count));
     if (!p.error_verdict.empty() && p.rollbacks == 0)
       out += "  error gate: " + terminal_safe(p.error_verdict) + "\n";
+    if (!p.calibration.empty()) out += "  calibrated on " + terminal_safe(p.calibration) + "\n";
     if (p.capped_runs > 0)
       out += line(
           "  stopped at the rule driver's rewrite cap in %d run(s): rules undo each "
@@ -223,6 +224,7 @@ nlohmann::json to_json(const RunSummary& run) {
                       {"peak_activation_bytes_after", p.peak_after},
                       {"capped_runs", p.capped_runs}});
     if (!p.error_verdict.empty()) passes.back()["error_verdict"] = p.error_verdict;
+    if (!p.calibration.empty()) passes.back()["calibration"] = p.calibration;
     if (!p.explanations.empty() || p.explanations_dropped > 0) {
       nlohmann::json explained = nlohmann::json::array();
       for (const RuleExplanation& e : p.explanations)

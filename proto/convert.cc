@@ -20,6 +20,42 @@ uint64_t payload_bytes(const eval::Tensor& t) {
   return total;
 }
 
+// Input sets from the wire (VerifyConfig.input_sets, PipelineConfig.calibration_sets) into
+// `out`, checked for what needs no model: at most 16 sets, none empty, names, tensors that
+// parse inline, `total` payload bytes (shared by both lists) within kMaxInputSetBytes. Errors
+// name "<what> input set N" / "<what> set N" and the input.
+absl::Status parse_input_sets(const google::protobuf::RepeatedPtrField<v1::InputSet>& sets,
+                              const std::string& what, uint64_t max_tensor_bytes, uint64_t& total,
+                              std::vector<std::map<std::string, eval::Tensor>>& out) {
+  if (sets.size() > eval::kMaxInputSets)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": at most ", eval::kMaxInputSets, " input sets, got ", sets.size()));
+  const std::string label = what == "verify" ? "verify input set" : absl::StrCat(what, " set");
+  for (int s = 0; s < sets.size(); ++s) {
+    auto& set = out.emplace_back();
+    // A map's order on the wire is unspecified: sorted, so the first error is the same one.
+    std::map<std::string, const std::string*> sorted;
+    for (const auto& [name, bytes] : sets[s].tensors()) sorted.emplace(name, &bytes);
+    if (sorted.empty())
+      return absl::InvalidArgumentError(absl::StrCat(label, " ", s + 1, " is empty"));
+    for (const auto& [name, bytes] : sorted) {
+      const std::string where = absl::StrCat(label, " ", s + 1, ", input '", name.substr(0, 200),
+                                             name.size() > 200 ? "...'" : "'", ": ");
+      if (name.empty())
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, " ", s + 1, ": a tensor has an empty input name"));
+      auto t = eval::parse_input_tensor(*bytes, max_tensor_bytes);
+      if (!t.ok()) return absl::InvalidArgumentError(where + std::string(t.status().message()));
+      total += payload_bytes(*t);
+      set.emplace(name, std::move(*t));
+      if (total > kMaxInputSetBytes)
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": the input sets' data exceeds ", kMaxInputSetBytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status check_limits(const PipelineConfig& config) {
@@ -67,33 +103,15 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   if (v.trials() != 0) o.trials = v.trials();
   if (v.has_rtol()) o.rtol = v.rtol();
   if (v.has_atol()) o.atol = v.atol();
-  if (v.input_sets_size() > eval::kMaxInputSets)
-    return absl::InvalidArgumentError(absl::StrCat("verify: at most ", eval::kMaxInputSets,
-                                                   " input sets, got ", v.input_sets_size()));
   uint64_t input_bytes = 0;
-  for (int s = 0; s < v.input_sets_size(); ++s) {
-    auto& set = o.input_sets.emplace_back();
-    // A map's order on the wire is unspecified: sorted, so the first error is the same one.
-    std::map<std::string, const std::string*> sorted;
-    for (const auto& [name, bytes] : v.input_sets(s).tensors()) sorted.emplace(name, &bytes);
-    if (sorted.empty())
-      return absl::InvalidArgumentError(absl::StrCat("verify input set ", s + 1, " is empty"));
-    for (const auto& [name, bytes] : sorted) {
-      const std::string where =
-          absl::StrCat("verify input set ", s + 1, ", input '", name.substr(0, 200),
-                       name.size() > 200 ? "...'" : "'", ": ");
-      if (name.empty())
-        return absl::InvalidArgumentError(
-            absl::StrCat("verify input set ", s + 1, ": a tensor has an empty input name"));
-      auto t = eval::parse_input_tensor(*bytes, o.max_tensor_bytes);
-      if (!t.ok()) return absl::InvalidArgumentError(where + std::string(t.status().message()));
-      input_bytes += payload_bytes(*t);
-      set.emplace(name, std::move(*t));
-      if (input_bytes > kMaxInputSetBytes)
-        return absl::InvalidArgumentError(
-            absl::StrCat("verify: the input sets' data exceeds ", kMaxInputSetBytes, " bytes"));
-    }
-  }
+  if (auto st =
+          parse_input_sets(v.input_sets(), "verify", o.max_tensor_bytes, input_bytes, o.input_sets);
+      !st.ok())
+    return st;
+  if (auto st = parse_input_sets(config.calibration_sets(), "calibration", o.max_tensor_bytes,
+                                 input_bytes, out.calibration_sets);
+      !st.ok())
+    return st;
   if (!o.input_sets.empty()) {
     out.verify = true;  // given inputs are only for verification
     o.trials = static_cast<int>(o.input_sets.size());
@@ -143,6 +161,11 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   v.set_atol(o.atol);
   for (const auto& set : o.input_sets) {
     auto& tensors = *v.add_input_sets()->mutable_tensors();
+    for (const auto& [name, tensor] : set)
+      tensors[name] = tensor.to_proto(name).SerializeAsString();
+  }
+  for (const auto& set : config.calibration_sets) {
+    auto& tensors = *out.add_calibration_sets()->mutable_tensors();
     for (const auto& [name, tensor] : set)
       tensors[name] = tensor.to_proto(name).SerializeAsString();
   }
@@ -265,6 +288,10 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
     field(absl::StrCat("gate:", spec.name, "=", spec.gate.max_rel, ",", spec.gate.min_cosine));
   }
   if (lossy && config.accept_unmeasured_error) field("accept_unmeasured_error");
+  // Calibration data changes what lossy passes compute (ranges, scales); the key has it when
+  // given (a config without it keeps its old key).
+  if (lossy && !config.calibration_sets.empty())
+    field(absl::StrCat("calibration=", input_sets_digest(config.calibration_sets)));
   if (config.verify || lossy) {
     const eval::VerifyOptions& o = config.verify_options;
     field("verify");
@@ -398,6 +425,7 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
     }
     s->set_explanations_dropped(p.explanations_dropped);
     s->set_error_verdict(p.error_verdict);
+    s->set_calibration(p.calibration);
   }
   out->set_rounds(r.rounds);
   out->set_reached_fixed_point(r.reached_fixed_point);
@@ -472,6 +500,7 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
       p.explanations.push_back({x.rule(), x.node(), x.op(), x.graph(), x.reason()});
     p.explanations_dropped = s.explanations_dropped();
     p.error_verdict = s.error_verdict();
+    p.calibration = s.calibration();
     r.passes.push_back(std::move(p));
   }
   r.rounds = in.rounds();

@@ -406,13 +406,15 @@ std::string dtype_name(int32_t dtype) {
 }  // namespace
 
 absl::Status check_input_sets(const ir::Model& model,
-                              const std::vector<std::map<std::string, Tensor>>& sets) {
+                              const std::vector<std::map<std::string, Tensor>>& sets,
+                              std::string_view label) {
   if (sets.size() > static_cast<size_t>(kMaxInputSets))
-    return absl::InvalidArgumentError(
-        absl::StrCat("verify: at most ", kMaxInputSets, " input sets, got ", sets.size()));
+    return absl::InvalidArgumentError(absl::StrCat(std::string(label.substr(0, label.find(' '))),
+                                                   ": at most ", kMaxInputSets, " input sets, got ",
+                                                   sets.size()));
   const ir::Graph& g = model.graph();
   for (size_t s = 0; s < sets.size(); ++s) {
-    const std::string where = absl::StrCat("verify input set ", s + 1);
+    const std::string where = absl::StrCat(std::string(label), " ", s + 1);
     for (const auto& [name, tensor] : sets[s]) {
       bool input = false, initializer = false;
       for (const auto& in : g.inputs())

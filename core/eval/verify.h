@@ -94,9 +94,10 @@ absl::StatusOr<Tensor> parse_input_tensor(std::string_view bytes, uint64_t max_b
 // of the main graph has a tensor and nothing else does; its element type is the declared one;
 // its dims are the declared static dims, a symbolic dim taking any size but one size for one
 // dim_param across the set's inputs; at most kMaxInputSets sets. InvalidArgument naming the
-// set (from 1) and the input.
+// set (from 1, as "<label> N") and the input.
 absl::Status check_input_sets(const ir::Model& model,
-                              const std::vector<std::map<std::string, Tensor>>& sets);
+                              const std::vector<std::map<std::string, Tensor>>& sets,
+                              std::string_view label = "verify input set");
 
 enum class VerifyStatus { kVerified, kNotVerifiable, kMismatch };
 const char* verify_status_name(VerifyStatus s);  // "verified", "not_verifiable", "mismatch"

@@ -161,7 +161,7 @@ class Conversion {
     PassResult result;
     Rewriter rw(model);
     if (calibration && calibration->sets && settings_.max_activation > 0)
-      measure_activations(model, *calibration);
+      result.used_calibration = measure_activations(model, *calibration);
 
     // 1. Snapshot roles, node classes and element types before any edit; functions whose
     // every call is converted are converted with float16 parameters (plan_functions).
@@ -251,12 +251,13 @@ class Conversion {
   // The largest magnitude of every float32 value over the calibration runs (float32 values
   // only: in a later round the converted part is float16 already). A run that fails leaves the
   // ranges it recorded so far.
-  void measure_activations(const ir::Model& model, const CalibrationInputs& calibration) {
+  // True when it ran the model.
+  bool measure_activations(const ir::Model& model, const CalibrationInputs& calibration) {
     bool any_float = false;
     for (const ir::Graph* g : model.all_graphs())
       for (const ir::Node* n : g->nodes())
         for (const ir::Value* v : n->outputs()) any_float |= v && v->elem_type() == kF32;
-    if (!any_float) return;
+    if (!any_float) return false;
     const eval::ValueObserver observe = [this](const ir::Value& v, const eval::Tensor& t) {
       if (t.dtype() != kF32) return;
       Range& seen = range_[&v];
@@ -273,6 +274,7 @@ class Conversion {
       auto outputs = eval::run_model(model, feeds, calibration.limits, nullptr, &observe);
       if (!outputs.ok()) break;
     }
+    return true;
   }
 
   // Why `n` must compute in float32 for the values the calibration runs saw, or "". Constants

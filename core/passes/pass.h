@@ -38,6 +38,8 @@ struct PassResult {
   // The explanations are findings every report shows, asked for or not (convert_fp16's nodes
   // kept in float32 and why).
   bool always_explained = false;
+  // The pass ran the model on PassContext::calibration (the report says on what).
+  bool used_calibration = false;
   void add(int64_t n = 1) {
     rewrites += n;
     changed = changed || n > 0;
@@ -50,6 +52,9 @@ struct PassResult {
 struct CalibrationInputs {
   const std::vector<std::map<std::string, eval::Tensor>>* sets = nullptr;
   eval::Limits limits;
+  // The sets are the verification's random inputs, not calibration data from the request
+  // (PipelineConfig::calibration_sets): ranges learned from them may not be the real data's.
+  bool random = true;
 };
 
 class PassContext {
@@ -76,6 +81,9 @@ class PassContext {
   bool check_transactions = false;
   // Set by the pipeline for lossy passes when verification has inputs; nullptr otherwise.
   const CalibrationInputs* calibration = nullptr;
+  // Set by a pass (or its rule maker, which sees a const context) that ran the model on
+  // `calibration`; RulePass copies it into PassResult::used_calibration.
+  mutable bool used_calibration = false;
 
  private:
   const OptionValues& options_;

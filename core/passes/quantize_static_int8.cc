@@ -530,6 +530,7 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   const int64_t percentile =
       ctx.enum_option(kMethod) == "percentile" ? ctx.int_option(kPercentile) * 100 : 0;
   cfg->ranges = calibrate(model, *ctx.calibration, percentile);
+  ctx.used_calibration = true;
   if (cfg->ranges.empty()) return {};
   auto rule = [cfg](bool (*f)(ir::Node&, Config&, Rewriter&)) {
     return [cfg, f](ir::Node& n, Rewriter& rw) { return f(n, *cfg, rw); };

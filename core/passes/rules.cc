@@ -243,6 +243,7 @@ absl::StatusOr<PassResult> RulePass::run(ir::Model& model, PassContext& ctx) {
   result.capped = counts.capped;
   result.explanations = std::move(counts.explanations);
   result.explanations_dropped = counts.explanations_dropped;
+  result.used_calibration = ctx.used_calibration;
   return result;
 }
 

@@ -503,6 +503,15 @@ class FixedPointDriver {
   // explained rules did not rewrite, kept from the pass's last run.
   void record_rules(PassStats& s, PassResult& result) {
     if (result.capped) ++s.capped_runs;
+    if (result.used_calibration && limits_.calibration) {
+      const CalibrationInputs& c = *limits_.calibration;
+      const size_t n = c.sets ? c.sets->size() : 0;
+      s.calibration = c.random
+                          ? absl::StrCat("random inputs (", n, n == 1 ? " set" : " sets",
+                                         "; no calibration data given): ranges may not be the real "
+                                         "data's (--calibration-data)")
+                          : absl::StrCat(n, n == 1 ? " calibration set" : " calibration sets");
+    }
     if (config_.explain.empty() && !result.always_explained) return;
     s.explanations = std::move(result.explanations);
     s.explanations_dropped = result.explanations_dropped;
@@ -640,10 +649,12 @@ class VerifiedPipeline {
     if (options.input_sets.empty()) options.trials = 1;
     lossy_verifier_ = std::make_unique<eval::Verifier>(*original_, options);
     const eval::Verifier& v = lossy_verifier_->usable() ? *lossy_verifier_ : verifier_;
-    if (!v.usable() || v.feeds().empty()) return;
+    const bool given = !config_.calibration_sets.empty();
+    if (!given && (!v.usable() || v.feeds().empty())) return;
     const eval::VerifyOptions& o = v.options();
     CalibrationInputs& c = limits_.calibration.emplace();
-    c.sets = &v.feeds();
+    c.sets = given ? &config_.calibration_sets : &v.feeds();
+    c.random = !given;
     c.limits.max_tensor_bytes = o.max_tensor_bytes;
     c.limits.max_live_bytes = o.max_live_bytes;
     c.limits.max_work = o.max_work;
@@ -948,6 +959,9 @@ absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& mo
                                                   const PipelineConfig& config) {
   // Given input sets are the client's bytes: checked against the model before any work.
   if (auto st = eval::check_input_sets(*model, config.verify_options.input_sets); !st.ok())
+    return st;
+  if (auto st = eval::check_input_sets(*model, config.calibration_sets, "calibration set");
+      !st.ok())
     return st;
   const bool any_lossy =
       std::any_of(specs.begin(), specs.end(), [](const PassSpec& s) { return s.lossy; });

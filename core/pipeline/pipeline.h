@@ -43,6 +43,12 @@ struct PipelineConfig {
   std::optional<double> max_error;
   std::optional<double> min_cosine;
   bool accept_unmeasured_error = false;
+  // Inputs that lossy passes run the float model on to learn its value ranges (convert_fp16's
+  // activations, quantize_static_int8's scales): at most eval::kMaxInputSets sets, each as a
+  // verify input set (eval::check_input_sets, "calibration set N"). Without them those passes
+  // see the verification's random inputs, and the pass's report says so
+  // (PassStats::calibration).
+  std::vector<std::map<std::string, eval::Tensor>> calibration_sets;
   // Sizes for the memory estimates of the report (PipelineReport::memory_before/after and each
   // pass's peak): symbolic dims by name from memory_dims, else from verify_options.dims; other
   // symbolic and unknown dims memory_default_dim, else verify_options.default_dim, else 1.
@@ -91,6 +97,9 @@ struct PassStats {
   int64_t explanations_dropped = 0;
   // A lossy pass: what its error gate decided, "accepted (error ...)" or "rolled back (...)".
   std::string error_verdict;
+  // A pass that ran the model to learn its value ranges: on what ("3 calibration sets", or
+  // "random inputs (no calibration data): ..." as a warning).
+  std::string calibration;
 };
 
 // One lossy pass tried on top of the exact passes: its error against the original per float

@@ -20,8 +20,9 @@ using onnx::TensorProto;
 constexpr char kPass[] = "quantize_static_int8";
 
 // One calibration set: input `name` of `dims` holding `values`.
-std::vector<std::map<std::string, eval::Tensor>> calibration(
-    const std::string& name, std::vector<int64_t> dims, std::vector<float> values) {
+std::vector<std::map<std::string, eval::Tensor>> calibration(const std::string& name,
+                                                             std::vector<int64_t> dims,
+                                                             std::vector<float> values) {
   std::vector<std::map<std::string, eval::Tensor>> sets(1);
   sets[0].emplace(name, make<float>(TensorProto::FLOAT, std::move(dims), std::move(values)));
   return sets;
@@ -51,7 +52,8 @@ const char kMatMul[] = R"(
 )";
 
 TEST(QuantizeStaticInt8, MatMulPerChannelGolden) {
-  auto m = expect_rewrite(kPass, kMatMul, R"(
+  auto m = expect_rewrite(
+      kPass, kMatMul, R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,2] a) => (float[1,2] y)
       <int8[2,2] wq = {127, 0, 0, 127}, float[2] ws = {0.01, 0.005}, int8[2] wz = {0, 0},
@@ -62,8 +64,7 @@ TEST(QuantizeStaticInt8, MatMulPerChannelGolden) {
       y = MatMul (ad, wd)
     }
   )",
-                          quantized(calibration("a", {1, 2}, {0.0f, 2.55f}),
-                                    {{"reduce_range", "false"}}));
+      quantized(calibration("a", {1, 2}, {0.0f, 2.55f}), {{"reduce_range", "false"}}));
   ASSERT_NE(m, nullptr);
 }
 
@@ -173,8 +174,7 @@ TEST(QuantizeStaticInt8, ExcludedOpsAndNodesStayFloat) {
 
 TEST(QuantizeStaticInt8, NonFiniteRangeIsLeftAlone) {
   // The calibration input holds an infinity: no range, nothing quantized.
-  expect_no_rewrite(kPass, kMatMul,
-                    quantized(calibration("a", {1, 2}, {0.0f, INFINITY})));
+  expect_no_rewrite(kPass, kMatMul, quantized(calibration("a", {1, 2}, {0.0f, INFINITY})));
 }
 
 TEST(QuantizeStaticInt8, OpsetBelow13IsLeftAlone) {
