@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/eval/verify.h"
+#include "core/ir/op_params.h"
 #include "core/pipeline/pipeline.h"
 #include "tests/testing.h"
 
@@ -194,6 +195,60 @@ TEST(InputSets, AtMostSixteenSets) {
   eval::VerifyOptions options;
   options.input_sets.assign(17, good_set());
   expect_rejected(eval::validate(options), "at most 16 input sets");
+}
+
+// ------------------------------------------------------------------------- calibration sets
+
+TEST(CalibrationSets, ASetThatDoesNotFitIsRejectedNamingTheSetAndTheInput) {
+  auto model = parse_text(kTwoInputs);
+  ASSERT_NE(model, nullptr);
+  PipelineConfig config = test_pipeline_config();
+  config.passes = {"quantize_static_int8"};
+  InputSet bad = good_set();
+  bad["x"] = floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  config.calibration_sets = {good_set(), bad};
+  expect_rejected(run_pipeline(model, config).status(),
+                  "calibration set 2, input 'x': shape [2,3]: dim 1 is 3, the model declares 2");
+  config.calibration_sets.assign(eval::kMaxInputSets + 1, good_set());
+  expect_rejected(run_pipeline(model, config).status(), "calibration: at most 16 input sets");
+}
+
+// The ranges come from the given sets: a MatMul whose input is calibrated on [0, 2.55] gets the
+// scale 0.01 (2.55 / 255), and the report says what it was calibrated on.
+TEST(CalibrationSets, TheGivenSetsSetTheScalesAndTheReportSaysSo) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N, 2] a) => (float[N, 2] y) <float[2, 2] w = {1.27, 0, 0, 0.635}> {
+      m = MatMul (a, w)
+      y = Relu (m)
+    }
+  )";
+  auto run = [&](std::vector<InputSet> sets, PipelineReport* report) {
+    auto model = parse_text(text);
+    EXPECT_NE(model, nullptr);
+    PipelineConfig config = test_pipeline_config();
+    config.passes = {"quantize_static_int8"};
+    config.calibration_sets = std::move(sets);
+    config.accept_unmeasured_error = true;
+    config.max_error = 10;  // the scales are what is checked here
+    config.min_cosine = -1;
+    auto r = run_pipeline(model, config);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) *report = *r;
+    double scale = 0;
+    for (const ir::Node* n : model->graph().nodes())
+      if (n->is("QuantizeLinear") && n->input(0)->is_graph_input())
+        scale = ir::constant_doubles(n->input(1)).value_or(std::vector<double>{0})[0];
+    return scale;
+  };
+  PipelineReport given, random;
+  EXPECT_NEAR(run({{{"a", floats({1, 2}, {0, 2.55})}}}, &given), 0.01, 1e-7);
+  ASSERT_EQ(given.passes.size(), 1u);
+  EXPECT_EQ(given.passes[0].calibration, "1 calibration set");
+  run({}, &random);
+  ASSERT_EQ(random.passes.size(), 1u);
+  EXPECT_NE(random.passes[0].calibration.find("random inputs"), std::string::npos)
+      << random.passes[0].calibration;
 }
 
 // ------------------------------------------------------------------------- parsing client bytes
