@@ -394,8 +394,9 @@ TEST(InlineFunctions, CallsInsideIfBranchAndLoopBody) {
 }
 
 TEST(InlineFunctions, KeepFunctionsOption) {
-  expect_no_rewrite("inline_functions", kLocalFunctions,
-                    RewriteOptions{{{"keep_functions", "true"}}, -1, Outputs::kSame});
+  RewriteOptions keep = compare_outputs(Outputs::kSame);
+  keep.pass_options = {{"keep_functions", "true"}};
+  expect_no_rewrite("inline_functions", kLocalFunctions, keep);
 }
 
 TEST(InlineFunctions, UncalledFunctionsStay) {

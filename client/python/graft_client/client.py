@@ -663,7 +663,7 @@ class Client:
                  lookup_first=True, timeout=None, *, max_rounds=10, check=False,
                  external_data_dir=None, keep_external_files=True, progress=None,
                  chunk_bytes=CHUNK_BYTES, explain=None, max_error=None, min_cosine=None,
-                 accept_unmeasured_error=False):
+                 accept_unmeasured_error=False, calibration_data=None):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -680,14 +680,16 @@ class Client:
         rules did not rewrite: Result.explanations(). Lossy passes are kept only within their
         error gate (`passes()`: gate_max_rel, gate_min_cosine), which `max_error` and
         `min_cosine` replace; one whose error cannot be measured is rolled back unless
-        `accept_unmeasured_error` (Result.lossy_trials())."""
+        `accept_unmeasured_error` (Result.lossy_trials()). `calibration_data`: input sets
+        ({input name: numpy array or TensorProto} dicts) lossy passes learn value ranges from."""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
             raise InvalidArgumentError(f"chunk_bytes must be in (0, {MAX_MESSAGE_BYTES - 4096}]")
         deadline = self._deadline(timeout)
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  explain=explain, max_error=max_error, min_cosine=min_cosine,
-                                 accept_unmeasured_error=accept_unmeasured_error)
+                                 accept_unmeasured_error=accept_unmeasured_error,
+                                 calibration_data=calibration_data)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:

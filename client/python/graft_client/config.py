@@ -64,23 +64,27 @@ def _tensor_bytes(name, value):
         f"onnx.TensorProto or a numpy array, got {type(value).__name__}")
 
 
-def _add_input_sets(v, input_sets):
-    """Recorded inputs: a list of {input name: tensor} dicts, one per input set."""
+def _add_input_sets(target, input_sets, what="verify"):
+    """Recorded inputs: a list of {input name: tensor} dicts, one per input set, added to
+    `target` (a repeated InputSet field); `what` names them in errors ("verify",
+    "calibration")."""
+    label = "verify input set" if what == "verify" else f"{what} set"
     if isinstance(input_sets, dict) or not hasattr(input_sets, "__iter__"):
-        raise InvalidArgumentError("verify input_sets must be a list of {input name: tensor} dicts")
+        raise InvalidArgumentError(
+            f"{what} input sets must be a list of {{input name: tensor}} dicts")
     sets = list(input_sets)
     if len(sets) > MAX_INPUT_SETS:
         raise InvalidArgumentError(
-            f"verify: at most {MAX_INPUT_SETS} input sets, got {len(sets)}")
+            f"{what}: at most {MAX_INPUT_SETS} input sets, got {len(sets)}")
     for number, tensors in enumerate(sets, start=1):
         if not isinstance(tensors, dict) or not tensors:
             raise InvalidArgumentError(
-                f"verify input set {number} must be a non-empty dict of input name -> tensor")
-        message = v.input_sets.add()
+                f"{label} {number} must be a non-empty dict of input name -> tensor")
+        message = target.add()
         for name, value in tensors.items():
             if not isinstance(name, str) or not name:
                 raise InvalidArgumentError(
-                    f"verify input set {number}: input names must be non-empty strings")
+                    f"{label} {number}: input names must be non-empty strings")
             message.tensors[name] = _tensor_bytes(name, value)
 
 
@@ -113,7 +117,7 @@ def _verify_config(verify):
                     f"below 2^63, got {value}")
             v.values[str(name)] = value
         if verify.get("input_sets") is not None:
-            _add_input_sets(v, verify["input_sets"])
+            _add_input_sets(v.input_sets, verify["input_sets"])
     elif verify not in (None, False):
         raise InvalidArgumentError(
             "verify must be None, a bool, a dict of settings or a graft_pb2.VerifyConfig")
@@ -128,7 +132,7 @@ def _verify_config(verify):
 
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
                     max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None, max_error=None,
-                    min_cosine=None, accept_unmeasured_error=False):
+                    min_cosine=None, accept_unmeasured_error=False, calibration_data=None):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
@@ -136,7 +140,9 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     (a list of "PASS" or "PASS/RULE", or one such string) asks why those rules did not rewrite
     (report.passes[i].explanations). `max_error` (>= 0) and `min_cosine` (-1..1) replace the
     lossy passes' own error gates; `accept_unmeasured_error` keeps a lossy pass whose error
-    cannot be measured."""
+    cannot be measured. `calibration_data` (a list of {input name: tensor} dicts, as
+    verify's input_sets) is what lossy passes learn value ranges from (quantize_static_int8's
+    scales); without it they use random inputs (report.passes[i].calibration says which)."""
     config = graft_pb2.PipelineConfig()
     config.level = normalize_level(level)
     if passes is not None:
@@ -164,6 +170,8 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     config.onnx_checker = bool(check)
     config.shape_inference = bool(check)
     config.verify.CopyFrom(_verify_config(verify))
+    if calibration_data is not None:
+        _add_input_sets(config.calibration_sets, calibration_data, "calibration")
     if explain is not None:
         if isinstance(explain, str):
             explain = [explain]

@@ -333,6 +333,28 @@ def test_verify_runs_on_recorded_input_sets(client, tmp_path):
         client.optimize(a, verify={"input_sets": [{"X": x}] * 17})
 
 
+def test_calibration_data_sets_the_ranges_and_the_report_says_so(client, tmp_path):
+    """calibration_data reaches the lossy passes (the report's calibration line names the
+    sets, random inputs otherwise); it is part of the cache key; a set that does not fit the
+    model is InvalidArgumentError naming the calibration set and the input."""
+    a = tmp_path / "a.onnx"
+    a.write_bytes(conv_bn_bytes(seed=115))
+    x = numpy.random.default_rng(2).uniform(-1, 1, size=(1, 3, 16, 16)).astype(numpy.float32)
+    options = dict(passes=["quantize_static_int8"], accept_unmeasured_error=True,
+                   max_error=10, min_cosine=-1)
+    given = client.optimize(a, calibration_data=[{"X": x}, {"X": -x}], **options)
+    row = [p for p in given.report.passes if p.name == "quantize_static_int8"][0]
+    assert row.calibration == "2 calibration sets", row.calibration
+    random = client.optimize(a, **options)
+    assert not random.lookup_hit
+    row = [p for p in random.report.passes if p.name == "quantize_static_int8"][0]
+    assert row.calibration.startswith("random inputs"), row.calibration
+    with pytest.raises(graft_client.InvalidArgumentError, match="calibration set 2, input 'X'"):
+        client.optimize(a, calibration_data=[{"X": x}, {"X": x[:, :2]}], **options)
+    with pytest.raises(graft_client.InvalidArgumentError, match="calibration: at most 16"):
+        client.optimize(a, calibration_data=[{"X": x}] * 17, **options)
+
+
 # --- A fake server (fakes.py): what the client sends, and what it does with a hostile answer -
 
 
