@@ -128,7 +128,13 @@ const char* const kAttrNames[] = {"axis",
                                   "detect_positive",
                                   "center_point_box",
                                   "approximate",
-                                  "stash_type"};
+                                  "stash_type",
+                                  "align_corners",
+                                  "padding_mode",
+                                  "output_height",
+                                  "output_width",
+                                  "sampling_ratio",
+                                  "spatial_scale"};
 
 // Values of string attributes (padding and interpolation modes, activations, directions...).
 const char* const kAttrStrings[] = {"NOTSET",
@@ -173,7 +179,14 @@ const char* const kAttrStrings[] = {"NOTSET",
                                     "none",
                                     "tanh",
                                     "",
-                                    "x"};
+                                    "x",
+                                    "bicubic",
+                                    "zeros",
+                                    "border",
+                                    "reflection",
+                                    "output_half_pixel",
+                                    "avg",
+                                    "max"};
 
 const float kSpecialFloats[] = {0.0f,
                                 1.0f,

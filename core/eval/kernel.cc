@@ -36,6 +36,7 @@ void ensure_registered() {
     register_rnn_kernels();
     register_extra_kernels();
     register_quantize_dynamic_kernels();
+    register_detection_kernels();
   });
 }
 

@@ -13,5 +13,7 @@ void register_rnn_kernels();          // kernels/rnn.cc: RNN, GRU, LSTM, Dropout
 void register_extra_kernels();        // kernels/extra.cc: older opsets, simple activations, norms
 void register_quantize_dynamic_kernels();  // kernels/quantize_dynamic.cc: DynamicQuantizeLinear,
                                            // MatMulInteger
+void register_detection_kernels();         // kernels/detection.cc: NonMaxSuppression, RoiAlign,
+                                           // GridSample
 
 }  // namespace graft::eval

@@ -44,6 +44,7 @@ const Table& table() {
     add_nn_rules(*r);
     add_quantize_rules(*r);
     add_control_flow_rules(*r);
+    add_detection_rules(*r);
     return r;
   }();
   return *t;

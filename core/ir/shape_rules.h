@@ -58,6 +58,7 @@ void add_reduce_rules(Table& t);        // Reduce*, ArgMax/ArgMin
 void add_nn_rules(Table& t);            // MatMul, Gemm, Conv and pools, Resize, RNN/GRU/LSTM
 void add_quantize_rules(Table& t);      // MatMulInteger, (Dynamic)QuantizeLinear, DequantizeLinear
 void add_control_flow_rules(Table& t);  // If, Loop, Scan
+void add_detection_rules(Table& t);     // NonMaxSuppression, RoiAlign, GridSample
 
 // Helpers shared by the families.
 

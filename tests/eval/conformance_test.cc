@@ -392,8 +392,10 @@ TEST(ConformanceTest, SupportedOps) {
                                           "Tan",     "ThresholdedRelu"};
   const std::vector<std::string> quantize_dynamic = {"ConvInteger", "DynamicQuantizeLinear",
                                                      "MatMulInteger"};
+  const std::vector<std::string> detection = {"GridSample", "NonMaxSuppression", "RoiAlign"};
   std::set<std::string> expected;
-  for (const auto* group : {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic}) {
+  for (const auto* group :
+       {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic, &detection}) {
     expected.insert(group->begin(), group->end());
   }
   std::vector<std::string> ops = supported_ops();

@@ -420,5 +420,44 @@ TEST(ShapeFacts, QuantizationOpsKeepTheShape) {
     EXPECT_TRUE(ir::fact_exact(*any_value(*model, name))) << name;
 }
 
+// NonMaxSuppression selects a data-dependent number of rows of 3; RoiAlign's output is one
+// pooled map per ROI; GridSample's takes X's batch and channels and the grid's spatial dims (2-D
+// at opset 16, any rank at 20, where libonnx 1.12 knows no schema: the rules alone).
+TEST(ShapeFacts, DetectionAndSamplingOps) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 16]>
+    g (float[B,S,4] boxes, float[B,C,S] scores, float[N,3,32,32] x, float[R,4] rois,
+       int64[R] idx, int64[K] idx_k, float[N,7,9,2] grid, float[N,7,9] grid3)
+        => (int64[M,3] sel) {
+      sel = NonMaxSuppression (boxes, scores)
+      pooled = RoiAlign <output_height = 5, output_width = 6> (x, rois, idx)
+      pooled_k = RoiAlign (x, rois, idx_k)
+      sampled = GridSample <mode = "bicubic"> (x, grid)
+      bad = GridSample (x, grid3)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "sel"), "INT64[?,3]");
+  EXPECT_EQ(fact(*model, "pooled"), "FLOAT[R,3,5,6]");
+  EXPECT_EQ(fact(*model, "pooled_k"), "FLOAT[R,3,1,1]");
+  EXPECT_EQ(fact(*model, "sampled"), "FLOAT[N,3,7,9]");
+  for (const char* name : {"sel", "pooled", "pooled_k", "sampled"})
+    EXPECT_TRUE(ir::fact_exact(*any_value(*model, name))) << name;
+  EXPECT_FALSE(ir::fact_exact(*any_value(*model, "bad")));  // grid of the wrong rank
+
+  auto v20 = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 20]>
+    g (float[N,2,8,8,8] x, float[N,4,5,6,3] grid, float[N,2,8] line, float[N,3,1] at)
+        => (float[N,2,4,5,6] y) {
+      y = GridSample <mode = "cubic"> (x, grid)
+      z = GridSample (line, at)
+    }
+  )");
+  ASSERT_TRUE(v20);
+  EXPECT_EQ(fact(*v20, "y"), "FLOAT[N,2,4,5,6]");
+  EXPECT_EQ(fact(*v20, "z"), "FLOAT[N,2,3]");
+  EXPECT_TRUE(ir::fact_exact(*any_value(*v20, "y")));
+}
+
 }  // namespace
 }  // namespace graft::testing

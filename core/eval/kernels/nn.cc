@@ -23,6 +23,7 @@
 #include "core/eval/budget.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 #include "core/ir/op_params.h"
 
 namespace graft::eval {
@@ -48,63 +49,9 @@ using onnx::TensorProto;
 // can never overflow int64.
 constexpr int64_t kMaxDim = int64_t{1} << 30;
 
-absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
-absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
-
-absl::StatusOr<const Tensor*> required(const KernelContext& ctx, size_t i) {
-  const Tensor* t = ctx.input(i);
-  if (t == nullptr) return invalid(ctx, absl::StrCat("missing input ", i));
-  if (t->dtype() == TensorProto::STRING) return unimplemented(ctx, "string input");
-  return t;
-}
-
-absl::Status require_float(const KernelContext& ctx, const Tensor& t) {
-  if (!is_float_type(t.dtype())) return unimplemented(ctx, "non-float element type");
-  return absl::OkStatus();
-}
-
 // Refuses at once a kernel call whose multiply-adds the run's work budget cannot pay for (a
 // crafted model must not hang folding or verification); the loops then charge it as they go.
 absl::Status check_work(const KernelContext& ctx, double work) { return ctx.afford(work); }
-
-Scratch<double> to_doubles(const Tensor& t) {
-  Scratch<double> v(static_cast<size_t>(t.size()));
-  if (t.dtype() == TensorProto::FLOAT) {
-    const float* p = t.data<float>();
-    for (int64_t i = 0; i < t.size(); ++i) v[i] = p[i];
-  } else if (t.dtype() == TensorProto::DOUBLE) {
-    const double* p = t.data<double>();
-    std::copy(p, p + t.size(), v.begin());
-  } else {
-    for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_double(i);
-  }
-  return v;
-}
-
-Scratch<int64_t> to_ints(const Tensor& t) {
-  Scratch<int64_t> v(static_cast<size_t>(t.size()));
-  for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_int64(i);
-  return v;
-}
-
-void store(Tensor* t, int64_t i, double v) {
-  if (t->dtype() == TensorProto::FLOAT) {
-    t->data<float>()[i] = static_cast<float>(v);
-  } else if (t->dtype() == TensorProto::DOUBLE) {
-    t->data<double>()[i] = v;
-  } else {
-    t->set_double(i, v);
-  }
-}
-void store(Tensor* t, int64_t i, int64_t v) { t->set_int64(i, v); }
-
-void store_all(Tensor* t, const Scratch<double>& v) {
-  for (int64_t i = 0; i < t->size(); ++i) store(t, i, v[i]);
-}
 
 absl::StatusOr<int64_t> norm_axis(const KernelContext& ctx, int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank) {

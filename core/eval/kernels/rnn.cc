@@ -20,29 +20,12 @@
 
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 
 namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
-absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
-
-Scratch<double> to_doubles(const Tensor& t) {
-  Scratch<double> v(static_cast<size_t>(t.size()));
-  if (t.dtype() == TensorProto::FLOAT) {
-    const float* p = t.data<float>();
-    for (int64_t i = 0; i < t.size(); ++i) v[i] = p[i];
-  } else {
-    for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_double(i);
-  }
-  return v;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Activations as the RNN ops name them. Alphas and betas are consumed in list order by the

@@ -1,0 +1,81 @@
+// Helpers the kernel files share (core/eval/kernels/*.cc): errors that name the op, the checks
+// on an input every kernel starts with, and reading and writing elements as double (the type
+// floating-point kernels compute in).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+#include <absl/strings/str_cat.h>
+
+#include "core/eval/budget.h"
+#include "core/eval/kernel.h"
+#include "core/eval/tensor.h"
+
+namespace graft::eval {
+
+// InvalidArgument (a malformed node or operand) and Unimplemented (a valid one the evaluator
+// does not run), both prefixed by the op type.
+inline absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
+}
+inline absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
+  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
+}
+
+// Input `i`, present and not of type string.
+inline absl::StatusOr<const Tensor*> required(const KernelContext& ctx, size_t i) {
+  const Tensor* t = ctx.input(i);
+  if (t == nullptr) return invalid(ctx, absl::StrCat("missing input ", i));
+  if (t->dtype() == onnx::TensorProto::STRING) return unimplemented(ctx, "string input");
+  return t;
+}
+
+inline absl::Status require_float(const KernelContext& ctx, const Tensor& t) {
+  if (!is_float_type(t.dtype())) return unimplemented(ctx, "non-float element type");
+  return absl::OkStatus();
+}
+
+// `t`'s elements as doubles (float16 decoded), in scratch memory charged to the run's budget.
+inline Scratch<double> to_doubles(const Tensor& t) {
+  Scratch<double> v(static_cast<size_t>(t.size()));
+  if (t.dtype() == onnx::TensorProto::FLOAT) {
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < t.size(); ++i) v[i] = p[i];
+  } else if (t.dtype() == onnx::TensorProto::DOUBLE) {
+    const double* p = t.data<double>();
+    std::copy(p, p + t.size(), v.begin());
+  } else {
+    for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_double(i);
+  }
+  return v;
+}
+
+// `t`'s elements as int64 (any numeric or bool type), in charged scratch memory.
+inline Scratch<int64_t> to_ints(const Tensor& t) {
+  Scratch<int64_t> v(static_cast<size_t>(t.size()));
+  for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_int64(i);
+  return v;
+}
+
+// Element i of `t` set to `v`, rounded to `t`'s type.
+inline void store(Tensor* t, int64_t i, double v) {
+  if (t->dtype() == onnx::TensorProto::FLOAT) {
+    t->data<float>()[i] = static_cast<float>(v);
+  } else if (t->dtype() == onnx::TensorProto::DOUBLE) {
+    t->data<double>()[i] = v;
+  } else {
+    t->set_double(i, v);
+  }
+}
+inline void store(Tensor* t, int64_t i, int64_t v) { t->set_int64(i, v); }
+
+inline void store_all(Tensor* t, const Scratch<double>& v) {
+  for (int64_t i = 0; i < t->size(); ++i) store(t, i, v[i]);
+}
+
+}  // namespace graft::eval
