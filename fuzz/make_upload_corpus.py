@@ -36,11 +36,13 @@ def field_bytes(number, value):
 
 
 # graft.v1 messages, only the fields the seeds use.
-def pipeline_config(level="O2", input_sets=()):
+def pipeline_config(level="O2", input_sets=(), calibration_sets=()):
     body = field_bytes(1, level)
     if input_sets:
         verify = b"".join(field_bytes(10, input_set(s)) for s in input_sets)
         body += field_bytes(7, verify)  # PipelineConfig.verify: VerifyConfig.input_sets
+    for s in calibration_sets:
+        body += field_bytes(14, input_set(s))  # PipelineConfig.calibration_sets
     return body
 
 
@@ -78,8 +80,10 @@ def external_file(name, size):
     return field_bytes(1, name) + field_varint(2, size)
 
 
-def start(model_size, files=(), sha256=None, deadline_hint_ms=None, level="O2", input_sets=()):
-    body = field_bytes(1, pipeline_config(level, input_sets)) + field_varint(2, model_size)
+def start(model_size, files=(), sha256=None, deadline_hint_ms=None, level="O2", input_sets=(),
+          calibration_sets=()):
+    body = field_bytes(1, pipeline_config(level, input_sets, calibration_sets))
+    body += field_varint(2, model_size)
     if sha256 is not None:
         body += field_bytes(3, sha256)
     if deadline_hint_ms is not None:
@@ -135,6 +139,18 @@ SEEDS = {
         start(len(RELU), input_sets=[{"q": float_tensor([1, 2], [1, 2])}]), chunk(RELU)),
     "verify_input_set_huge_dims": sequence(
         start(len(RELU), input_sets=[{"x": float_tensor([10**6, 10**6], [])}]), chunk(RELU)),
+    # Calibration sets (PipelineConfig.calibration_sets): the same checks, their own label.
+    "calibration_set": sequence(
+        start(len(RELU), level="O3",
+              calibration_sets=[{"x": float_tensor([1, 2], [0.5, -1])},
+                                {"x": float_tensor([2, 2], [1, 2, 3, 4])}]),
+        chunk(RELU)),
+    "calibration_set_wrong_dim": sequence(
+        start(len(RELU), calibration_sets=[{"x": float_tensor([1, 3], [1, 2, 3])}]),
+        chunk(RELU)),
+    "calibration_and_verify_sets": sequence(
+        start(len(RELU), input_sets=[{"x": float_tensor([1, 2], [1, 2])}],
+              calibration_sets=[{"x": float_tensor([10**6, 10**6], [])}]), chunk(RELU)),
 }
 
 

@@ -12,7 +12,8 @@
 // api::from_proto as graftd's first step does (verify input sets: every tensor parsed and
 // checked, at most 16 sets within kMaxInputSetBytes, errors INVALID_ARGUMENT), and a finished
 // model that parses has the sets checked against it (eval::check_input_sets) as run_pipeline
-// does. Seeds with input sets: "verify_input_set*".
+// does; calibration sets (PipelineConfig.calibration_sets) the same way. Seeds with input
+// sets: "verify_input_set*", "calibration_*".
 #include <unistd.h>
 
 #include <cstdint>
@@ -122,11 +123,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (!sets.empty() &&
               (!c->verify || c->verify_options.trials != static_cast<int>(sets.size())))
             broken("input sets do not imply verification");
-          for (const auto& set : sets)
-            for (const auto& [name, t] : set)
-              if (t.dtype() != onnx::TensorProto::STRING &&
-                  t.bytes() != static_cast<uint64_t>(t.size()) * t.element_size())
-                broken("input tensor with inconsistent size");
+          const auto& calibration = c->calibration_sets;
+          if (calibration.size() > static_cast<size_t>(graft::eval::kMaxInputSets))
+            broken("more than 16 calibration sets accepted");
+          if (graft::api::input_sets_bytes(sets) + graft::api::input_sets_bytes(calibration) >
+              graft::api::kMaxInputSetBytes)
+            broken("input and calibration sets above kMaxInputSetBytes accepted");
+          for (const auto* list : {&sets, &calibration})
+            for (const auto& set : *list)
+              for (const auto& [name, t] : set)
+                if (t.dtype() != onnx::TensorProto::STRING &&
+                    t.bytes() != static_cast<uint64_t>(t.size()) * t.element_size())
+                  broken("input tensor with inconsistent size");
           config = std::move(*c);
         } else if (c.status().code() != absl::StatusCode::kInvalidArgument ||
                    c.status().message().empty()) {
@@ -154,14 +162,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           total += f.size;
         }
         if (total > kSpoolBytes) broken("spool.max_bytes exceeded");
-        if (config && !config->verify_options.input_sets.empty()) {
+        if (config &&
+            (!config->verify_options.input_sets.empty() || !config->calibration_sets.empty())) {
           auto parsed = graft::ir::Model::parse(model);
           if (parsed.ok()) {
-            absl::Status st =
-                graft::eval::check_input_sets(**parsed, config->verify_options.input_sets);
-            if (!st.ok() &&
-                (st.code() != absl::StatusCode::kInvalidArgument || st.message().empty()))
-              broken("check_input_sets: undocumented error code");
+            for (const auto& [sets, label] :
+                 {std::pair{&config->verify_options.input_sets, "verify input set"},
+                  std::pair{&config->calibration_sets, "calibration set"}}) {
+              absl::Status st = graft::eval::check_input_sets(**parsed, *sets, label);
+              if (!st.ok() &&
+                  (st.code() != absl::StatusCode::kInvalidArgument || st.message().empty()))
+                broken("check_input_sets: undocumented error code");
+            }
           }
         }
         // The deadline of a request with this start message, as the server computes it.

@@ -24,6 +24,7 @@ Subcommands, each printing one JSON object on stdout:
 """
 import argparse
 import json
+import collections
 import os
 import sys
 
@@ -112,6 +113,10 @@ def cmd_inspect(args):
         "ir_version": model.ir_version,
         "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
         "file_bytes": os.path.getsize(args.model),
+        # Node counts per "domain:op" over all graphs (what ONNX Runtime fused a model into).
+        "ops": dict(sorted(collections.Counter(
+            f"{n.domain or 'ai.onnx'}:{n.op_type}" for _, nodes in node_lists
+            for n in nodes).items())),
     }
     # On disk: the model file and every external data file it references (whole files, as
     # they are shipped), and how many bytes of those files the model actually references.

@@ -31,7 +31,12 @@ const DEFAULT_MODELS = [
 const PYTHON = process.env.PYTHON || '/usr/bin/python3';
 const TOOLS = path.join(__dirname, 'onnx_tools.py');
 const GRAFT_TIMEOUT_MS = 15 * 60 * 1000;
-const VARIANTS = ['fp16', 'int8'];
+const VARIANTS = ['fp16', 'int8', 'int8s'];
+// The lossy pass each variant adds to the O2 list (fp16 runs O3 instead); int8s (static, QDQ)
+// is calibrated on CALIBRATION_SETS sets generated like the verification's with other seeds.
+const VARIANT_PASS = { fp16: 'convert_fp16', int8: 'quantize_dynamic_int8', int8s: 'quantize_static_int8' };
+const CALIBRATION_SETS = 4;
+const CALIBRATION_SEED_OFFSET = 1000;
 
 const USAGE = `usage: bench/ort_precision/run [options] [MODEL_DIR_OR_FILE...]
 
@@ -45,14 +50,15 @@ options:
   --sets N            input sets per model (default 2)
   --seed N            seed of input set 0 (set K uses seed + K; default 1)
   --inputs FILE       an inputs.json consulted before the ones beside the models (repeatable)
-  --variants LIST     fp16,int8 (default both)
+  --variants LIST     fp16,int8,int8s (default all; int8s = quantize_static_int8, calibrated)
   --external NAME     also convert model NAME re-saved with external data (default
                       bert_encoder when it is among the models; 'none' to skip)
   --no-verify-data    do not give graft the input sets even if it has --verify-data
   --reuse             keep graft outputs and reports already in --out (e.g. to time again)
   --int8-option K=V   pass --option quantize_dynamic_int8.K=V to graft (repeatable)
+  --int8s-option K=V  pass --option quantize_static_int8.K=V to graft (repeatable)
   --fp16-option K=V   pass --option convert_fp16.K=V to graft (repeatable)
-  --latency LIST      variants to time against the original: int8,fp16 (default), or none
+  --latency LIST      variants to time against the original: int8,int8s,fp16 (default), or none
   --latency-models L  comma-separated model names to time (default: all)
   --baseline B        what latency compares against: original (the fp32 input, default) or o2
                       (graft's exact O2 output: isolates the lossy pass from O2's rewrites)
@@ -75,7 +81,7 @@ function fail(msg) {
 function parseArgs(argv) {
   const opts = {
     graft: null, out: '/tmp/ort_precision', sets: 2, seed: 1, inputs: [], variants: VARIANTS,
-    external: null, verifyData: true, reuse: false, baseline: 'original', int8Options: [], fp16Options: [], latency: ['int8', 'fp16'], latencyModels: null,
+    external: null, verifyData: true, reuse: false, baseline: 'original', int8Options: [], fp16Options: [], int8sOptions: [], latency: ['int8', 'int8s', 'fp16'], latencyModels: null,
     reps: 40, warmup: 5, minTimeMs: 2000, sessions: 4, targets: [],
   };
   const intArg = (name, v, min) => integerArg(name, v, min, fail);
@@ -108,6 +114,7 @@ function parseArgs(argv) {
       if (!['original', 'o2'].includes(opts.baseline)) fail(`--baseline: '${opts.baseline}' is not original or o2`);
     } else if (a === '--int8-option') opts.int8Options.push(next());
     else if (a === '--fp16-option') opts.fp16Options.push(next());
+    else if (a === '--int8s-option') opts.int8sOptions.push(next());
     else if (a === '--latency') opts.latency = listArg(a, next(), VARIANTS);
     else if (a === '--latency-models') opts.latencyModels = next().split(',').filter(Boolean);
     else if (a === '--reps') opts.reps = intArg(a, next(), 1);
@@ -399,9 +406,20 @@ async function runModel(ort, model, opts, ctx, log) {
     if (!reuse) for (const f of [v.file, v.report]) fs.rmSync(f, { force: true });
     const argv = ['optimize', '--local'];
     if (variant === 'fp16') argv.push('--level', 'O3');
-    else argv.push('--passes', [...ctx.o2, 'quantize_dynamic_int8'].join(','));
-    for (const o of variant === 'fp16' ? opts.fp16Options : opts.int8Options)
-      argv.push('--option', `${variant === 'fp16' ? 'convert_fp16' : 'quantize_dynamic_int8'}.${o}`);
+    else argv.push('--passes', [...ctx.o2, VARIANT_PASS[variant]].join(','));
+    for (const o of opts[`${variant}Options`]) argv.push('--option', `${VARIANT_PASS[variant]}.${o}`);
+    if (variant === 'int8s' && sets) {
+      // Calibration data distinct from the sets the error is measured on.
+      const calibrationDir = path.join(dir, 'calibration');
+      fs.rmSync(calibrationDir, { recursive: true, force: true });
+      try {
+        runPython(['inputs', model.file, specName, calibrationDir, '--sets', String(CALIBRATION_SETS),
+          '--seed', String(opts.seed + CALIBRATION_SEED_OFFSET), ...specFiles.flatMap((f) => ['--spec', f])]);
+        argv.push('--calibration-data', calibrationDir);
+      } catch (e) {
+        r.notes.push(`calibration inputs: ${errorText(e)} (int8s calibrated on random inputs)`);
+      }
+    }
     argv.push(model.file, '-o', v.file, '--report', v.report);
     if (sets && opts.verifyData && ctx.verifyData) {
       argv.push('--verify', '--verify-data', dataDir);
@@ -438,6 +456,20 @@ async function runModel(ort, model, opts, ctx, log) {
       r.notes.push(`${variant}: inspect: ${errorText(e)}`);
     }
     if (!reference) continue;
+    if (variant !== 'fp16') {
+      // What ONNX Runtime makes of the quantized graph at its default level: its integer
+      // kernels (QLinearConv, QLinearMatMul, QGemm, MatMulIntegerToFloat...) or not.
+      const fused = `${v.file}.ort_all.onnx`;
+      try {
+        const s = await ort.InferenceSession.create(v.file, { ...sessionOptions('all'), optimizedModelFilePath: fused });
+        await s.release();
+        const ops = runPython(['inspect', fused]).ops || {};
+        v.ort_fused = Object.fromEntries(Object.entries(ops).filter(([k]) =>
+          /QLinear|QGemm|MatMulInteger|IntegerToFloat|MatMulNBits|DynamicQuantize|QuantizeLinear|DequantizeLinear|ConvInteger/.test(k)));
+      } catch (e) {
+        r.notes.push(`${variant}: ORT optimized graph: ${errorText(e)}`);
+      }
+    }
     log(`${variant} under ORT`);
     try {
       const got = await runSets(ort, v.file, sets);
@@ -555,6 +587,10 @@ function printModel(r) {
   if (erows.length > 1) printTable(erows);
   const msgs = [...r.errors];
   for (const [name, v] of Object.entries(r.variants)) {
+    if (v.ort_fused) {
+      const ops = Object.entries(v.ort_fused).map(([k, n]) => `${k.replace(/^(ai\.onnx|com\.microsoft):/, '')} ${n}`);
+      msgs.push(`${name}: ORT (level all) runs ${ops.length ? ops.join(', ') : 'no integer kernel'}`);
+    }
     if (v.error) msgs.push(`${name}: ${v.error}`);
     if (v.ort_error) msgs.push(`${name}: ${v.ort_error}`);
     if (v.rolled_back && v.rolled_back.length) msgs.push(`${name}: graft rolled back ${v.rolled_back.join('; ')}`);
