@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "core/eval/executor.h"
+#include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 #include "core/passes/float32_view.h"
 #include "core/passes/passes.h"
@@ -345,10 +346,39 @@ bool allowed(const ir::Node& n, const Config& cfg) {
          !excluded_node(n, cfg.exclude_nodes);
 }
 
-// Add, Mul, Concat, AveragePool, GlobalAveragePool, and MatMul of two activations: every float
-// input and the output quantized.
+// True when `v` is computed in 8 bits already or will be: a DequantizeLinear's output, the
+// output of a Conv, Gemm or MatMul the pass quantizes, or of an Add, Mul, Concat or pool whose
+// own inputs are such values (through ops that only move values, and a Relu or Clip the
+// output's quantization absorbs). `depth` bounds the walk.
+bool quantized_source(const ir::Value* v, const Config& cfg, int depth = 0) {
+  for (; depth < 8 && v != nullptr; ++depth) {
+    const ir::Node* p = v->producer();
+    if (p == nullptr || !p->is_onnx_domain()) return false;
+    if (p->is("DequantizeLinear")) return true;
+    if (p->is("Relu") || p->is("Clip") || ir::moves_values(*p)) {
+      v = p->inputs().empty() ? nullptr : p->input(0);
+      continue;
+    }
+    if (!allowed(*p, cfg)) return false;
+    if (p->is("Conv") || p->is("Gemm") || p->is("MatMul")) return true;
+    for (const ir::Value* in : p->inputs())
+      if (in && !quantized_source(in, cfg, depth + 1)) return false;
+    return true;
+  }
+  return false;
+}
+
+// Add, Mul, Concat, AveragePool, GlobalAveragePool (only between values computed in 8 bits:
+// a residual Add of two convolutions, not a bias Add or a LayerNorm's arithmetic, where 8 bits
+// would cost accuracy and a runtime's float fusions), and MatMul of two activations: every
+// float input and the output quantized.
 bool quantize_elementwise(ir::Node& n, Config& cfg, Rewriter& rw) {
   if (!allowed(n, cfg)) return no_match(n, "excluded");
+  if (!n.is("MatMul"))
+    for (const ir::Value* x : n.inputs())
+      if (x && !quantized_source(x, cfg))
+        return no_match(n,
+                        "an input is not computed in 8 bits (a constant, or a float op's output)");
   if (!float_output(n)) return no_match(n, "the output is not float32");
   if (already_quantized(n)) return no_match(n, "already quantized");
   if (!params_of(n.output(0), cfg)) return no_match(n, "the output has no calibrated range");

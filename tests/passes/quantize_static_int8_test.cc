@@ -188,6 +188,46 @@ TEST(QuantizeStaticInt8, OpsetBelow13IsLeftAlone) {
                     quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
 }
 
+// An Add (or Mul, Concat, pool) is quantized only between values computed in 8 bits: a sum of
+// two convolutions is, a bias added to a MatMul's output is not (8 bits would cost accuracy and
+// a runtime's float fusions, and no integer kernel is gained).
+TEST(QuantizeStaticInt8, ElementwiseOnlyBetweenQuantizedValues) {
+  auto residual = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,2] x) => (float[1,1,2,2] y)
+      <float[1,1,1,1] w1 = {1.27}, float[1,1,1,1] w2 = {-0.5}> {
+      a = Conv (x, w1)
+      b = Conv (x, w2)
+      s = Add (a, b)
+      y = Relu (s)
+    }
+  )",
+                              quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f})));
+  ASSERT_NE(residual, nullptr);
+  bool add_quantized = false;
+  for (const ir::Node* n : residual->graph().nodes())
+    if (n->is("Add"))
+      add_quantized = n->input(0)->producer()->is("DequantizeLinear") &&
+                      n->input(1)->producer()->is("DequantizeLinear");
+  EXPECT_TRUE(add_quantized);
+
+  auto bias = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2] a) => (float[1,2] y)
+      <float[2,2] w = {1.27, 0, 0, 0.635}, float[2] b = {0.25, -0.5}> {
+      m = MatMul (a, w)
+      y = Add (m, b)
+    }
+  )",
+                          quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
+  ASSERT_NE(bias, nullptr);
+  for (const ir::Node* n : bias->graph().nodes())
+    if (n->is("Add")) {
+      EXPECT_TRUE(n->input(1)->is_constant()) << "the bias stays a float constant";
+      EXPECT_EQ(n->input(1)->elem_type(), TensorProto::FLOAT);
+    }
+}
+
 // A residual block quantized through the pipeline: the gate accepts it, and it is reported.
 TEST(QuantizeStaticInt8, ResidualBlockThroughThePipelineIsWithinItsGate) {
   auto m = parse_text(R"(
