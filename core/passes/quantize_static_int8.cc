@@ -9,9 +9,12 @@
 // (all its readers then read the dequantized value), with the scale and zero point of the range
 // the float model took on the calibration inputs (PassContext::calibration: the request's
 // calibration sets, else the verification's random inputs). Constant weights are stored in 8
-// bits: int8 symmetric per output channel (Conv, ConvTranspose-free; MatMul/Gemm per column),
-// biases in int32 with scale s_x * s_w (zero point 0) as ONNX Runtime's QDQ fusions expect, other
-// constants (an Add's operand) like activations, per tensor.
+// bits: int8 symmetric per output channel (Conv; MatMul/Gemm per column), biases in int32 with
+// scale s_x * s_w (zero point 0) as ONNX Runtime's QDQ fusions expect.
+//
+// Add, Mul, Concat and pools are quantized only between values computed in 8 bits (a residual
+// sum of two convolutions; not a bias Add, a LayerNorm's arithmetic or a mask): there 8 bits
+// cost accuracy and a runtime's float fusions and gain no integer kernel.
 //
 // Ranges: minmax (the smallest and largest value over all calibration runs) or percentile (per
 // run, the values at `percentile` and 100 - `percentile` percent of a strided sample of at most
@@ -235,39 +238,6 @@ bool already_quantized(const ir::Node& n) {
   return !y || y->elem_type() != TensorProto::FLOAT || y->uses().empty() || existing_pair(y);
 }
 
-// A constant float32 operand stored in 8 bits per tensor (like an activation) and dequantized.
-ir::Value* quantized_constant(ir::Value* c, const Config& cfg, Rewriter& rw,
-                              const ir::Node& origin) {
-  auto view = float32_constant(c);
-  if (!view || view->size() == 0) return nullptr;
-  double lo = 0, hi = 0;
-  for (int64_t i = 0; i < view->size(); ++i) {
-    const double v = (*view)[i];
-    if (!std::isfinite(v)) return nullptr;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
-  auto q = activation_params(lo, hi, cfg.act_uint8);
-  if (!q) return nullptr;
-  std::string bytes(static_cast<size_t>(view->size()), '\0');
-  const double qlo = cfg.act_uint8 ? 0 : -128, qhi = cfg.act_uint8 ? 255 : 127;
-  for (int64_t i = 0; i < view->size(); ++i) {
-    const double v = std::clamp(
-        static_cast<double>(std::nearbyint((*view)[i] / q->scale)) + q->zero_point, qlo, qhi);
-    bytes[static_cast<size_t>(i)] = static_cast<char>(
-        cfg.act_uint8 ? static_cast<uint8_t>(v) : static_cast<uint8_t>(static_cast<int8_t>(v)));
-  }
-  ir::Graph& g = *origin.graph();
-  ir::Value* data = rw.add_constant(g, byte_tensor(act_type(cfg), view->dims(), std::move(bytes)),
-                                    c->name() + "_quantized");
-  ir::Value* scale = rw.add_constant(
-      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q->scale)}),
-      c->name() + "_scale");
-  ir::Value* zp = rw.add_constant(g, zero_point_tensor(act_type(cfg), q->zero_point),
-                                  c->name() + "_zero_point");
-  return rw.add_node(g, "DequantizeLinear", {data, scale, zp}, 1, &origin)->output(0);
-}
-
 // The output quantization of a quantized node's output `y`. When `y`'s only reader is a Relu
 // or a Clip with constant bounds (not a graph output) and quantizing `y` with the range of that
 // activation's output makes the activation an identity, the activation is removed (the
@@ -315,24 +285,17 @@ bool quantize_output(ir::Value* y, const Config& cfg, Rewriter& rw, const ir::No
   return true;
 }
 
-// Dequantizes every float32 activation input of `n` (constants too, through
-// quantized_constant, unless `skip_constant_at` names the input a caller quantizes itself).
-bool dequantize_inputs(ir::Node& n, const Config& cfg, Rewriter& rw, int skip_from = -1) {
+// Dequantizes every float32 input of `n` (activations: quantized_source checked them).
+bool dequantize_inputs(ir::Node& n, const Config& cfg, Rewriter& rw) {
   for (size_t i = 0; i < n.inputs().size(); ++i) {
-    if (skip_from >= 0 && static_cast<int>(i) >= skip_from) break;
     ir::Value* x = n.input(i);
     if (!x || x->elem_type() != TensorProto::FLOAT) continue;
     if (is_op(x->producer(), "DequantizeLinear")) continue;
-    ir::Value* dq = nullptr;
-    if (x->is_constant() || is_op(x->producer(), "Constant")) {
-      dq = quantized_constant(x, cfg, rw, n);
-      if (!dq) return no_match(n, "a constant input holds a non-finite value");
-    } else {
-      auto q = params_of(x, cfg);
-      if (!q) return no_match(n, "an input has no calibrated range");
-      dq = dequantized(x, *q, cfg, rw, n);
-    }
-    rw.set_input(&n, i, dq);
+    if (x->is_constant() || is_op(x->producer(), "Constant"))
+      return no_match(n, "a constant input (only activations are quantized here)");
+    auto q = params_of(x, cfg);
+    if (!q) return no_match(n, "an input has no calibrated range");
+    rw.set_input(&n, i, dequantized(x, *q, cfg, rw, n));
   }
   return true;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/op_params.h"
 #include "core/passes/registry.h"
 #include "core/passes/rewriter.h"
 #include "tests/eval/kernel_testing.h"
@@ -83,6 +84,33 @@ TEST(QuantizeStaticInt8, ReduceRangeUsesSevenBitWeights) {
     found = true;
   }
   EXPECT_TRUE(found);
+}
+
+// The input's scale: minmax takes the outlier (100 / 255); percentile 90% of {0..9, 100} takes
+// 9 (the sample's element at 90% of its length) and widens the range to 0 (9 / 255).
+TEST(QuantizeStaticInt8, PercentileCalibrationClipsOutliers) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,11] a) => (float[1,2] y) <float[11,2] w = {1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0,
+                                                         0, 1, 1, 0, 0, 1, 1, 0}> {
+      y = MatMul (a, w)
+    }
+  )";
+  auto input_scale = [&](PassOptions options) {
+    RewriteOptions r = quantized(calibration("a", {1, 11}, {5, 0, 1, 2, 3, 100, 4, 6, 7, 8, 9}),
+                                 std::move(options));
+    r.outputs = Outputs::kNotCompared;  // the scales are what is checked here
+    auto m = run_rewrite(kPass, text, r);
+    double scale = 0;
+    if (m)
+      for (const ir::Node* n : m->graph().nodes())
+        if (n->is("QuantizeLinear") && n->input(0)->is_graph_input())
+          scale = ir::constant_doubles(n->input(1)).value_or(std::vector<double>{0})[0];
+    return scale;
+  };
+  EXPECT_NEAR(input_scale({}), 100.0 / 255, 1e-6);
+  EXPECT_NEAR(input_scale({{"calibration", "percentile"}, {"percentile_e4", "9000"}}), 9.0 / 255,
+              1e-6);
 }
 
 // Conv + bias + Relu: the bias in int32 at scale s_x * s_w, the Relu gone (its work done by the
