@@ -35,8 +35,9 @@
 //
 // Left alone: nodes whose inputs or outputs are not float32, that the calibration runs did not
 // reach (If/Loop bodies; no range), weights with a NaN or infinity or a scale that would
-// underflow, biases whose int32 values would overflow (the bias stays float), excluded op types
-// and nodes. Needs opset 13 (per-axis DequantizeLinear); the opset is never raised. Without
+// underflow, weights other nodes also read in float (a tied embedding's Gather: the model would
+// hold both copies), biases whose int32 values would overflow (the bias stays float), excluded op
+// types and nodes. Needs opset 13 (per-axis DequantizeLinear); the opset is never raised. Without
 // calibration inputs (the evaluator cannot run the model) the pass changes nothing and says why.
 #include <algorithm>
 #include <cmath>
@@ -484,6 +485,12 @@ bool quantize_weighted(ir::Node& n, Config& cfg, Rewriter& rw) {
   auto qx = params_of(x, cfg);
   if (!qx) return no_match(n, "the input has no calibrated range");
   if (!params_of(n.output(0), cfg)) return no_match(n, "the output has no calibrated range");
+  // A weight other nodes read in float (a tied embedding's Gather) would be stored twice.
+  for (const auto& use : w->uses())
+    if (use.node != &n && !(use.index == 1 && (use.node->is("MatMul") || use.node->is("Gemm") ||
+                                               use.node->is("Conv"))))
+      return no_match(n, "the weight is also read in float elsewhere (it would be stored twice)");
+  if (w->is_graph_output()) return no_match(n, "the weight is a graph output");
   int64_t channels = 0;
   std::vector<float> w_scales;
   ir::Value* wd = quantized_weight(n, w, channels, w_scales, cfg, rw);

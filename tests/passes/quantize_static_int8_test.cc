@@ -189,6 +189,23 @@ TEST(QuantizeStaticInt8, FoldConstantsKeepsDequantizedWeights) {
   EXPECT_EQ(count_ops(*m, "DequantizeLinear"), before);
 }
 
+// A tied weight (also a Gather's table) stays float: quantizing the MatMul would store it twice.
+TEST(QuantizeStaticInt8, WeightAlsoReadInFloatIsLeftAlone) {
+  auto sets = calibration("a", {1, 2}, {0.0f, 2.55f});
+  sets[0].emplace("ids", make<int64_t>(TensorProto::INT64, {1}, {1}));
+  // Without the Gather the same calibration quantizes the MatMul (the test can fail).
+  EXPECT_NE(run_rewrite(kPass, kMatMul, quantized(sets)), nullptr);
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2] a, int64[1] ids) => (float[1,2] y, float[1,2] e)
+      <float[2,2] w = {1.27, 0, 0, 0.635}> {
+      y = MatMul (a, w)
+      e = Gather (w, ids)
+    }
+  )",
+                    quantized(sets));
+}
+
 TEST(QuantizeStaticInt8, WithoutCalibrationInputsNothingChanges) {
   expect_no_rewrite(kPass, kConvRelu);
 }
