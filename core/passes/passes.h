@@ -31,6 +31,7 @@ PassInfo fuse_matmul_add_pass();
 PassInfo optimize_transposes_pass();
 PassInfo fuse_blocks_pass();
 PassInfo quantize_dynamic_int8_pass();
+PassInfo quantize_weights_int4_pass();
 PassInfo convert_fp16_pass();
 PassInfo schedule_memory_pass();
 PassInfo prune_pass();

@@ -49,8 +49,7 @@ TEST(DequantizeLinear, BlockedAlongTheLastAxisOfARank3Tensor) {
   Tensor s = make<float>(TensorProto::FLOAT, {2, 1, 2}, {1, 10, 100, 1000});
   std::vector<Tensor> out;
   ASSERT_TRUE(run(dq(21, "<axis = -1, block_size = 2>", false), {&x, &s}, &out).ok());
-  EXPECT_EQ(doubles_of(out[0]),
-            (std::vector<double>{1, 2, 30, 40, 1500, 0, 8000, 9000}));
+  EXPECT_EQ(doubles_of(out[0]), (std::vector<double>{1, 2, 30, 40, 1500, 0, 8000, 9000}));
 }
 
 TEST(DequantizeLinear, PerTensorAndPerAxisStillWorkOnFourBitTypes) {
@@ -68,8 +67,8 @@ TEST(DequantizeLinear, PerTensorAndPerAxisStillWorkOnFourBitTypes) {
 TEST(DequantizeLinear, Float16ScaleGivesAFloat16OutputAndOutputDtypeOverridesIt) {
   Tensor x = make<int8_t>(TensorProto::INT8, {2}, {3, -5});
   Tensor s = make<uint16_t>(TensorProto::FLOAT16, {}, {ir::float_to_half(0.5f)});
-  const std::string m19 = model(19, "(int8[2] x, float16 s) => (float16[2] y)",
-                                "y = DequantizeLinear (x, s)");
+  const std::string m19 =
+      model(19, "(int8[2] x, float16 s) => (float16[2] y)", "y = DequantizeLinear (x, s)");
   std::vector<Tensor> out;
   ASSERT_TRUE(run(m19, {&x, &s}, &out).ok());
   EXPECT_EQ(out[0].dtype(), TensorProto::FLOAT16);
@@ -81,8 +80,8 @@ TEST(DequantizeLinear, Float16ScaleGivesAFloat16OutputAndOutputDtypeOverridesIt)
   EXPECT_EQ(out[0].dtype(), TensorProto::FLOAT);
   EXPECT_EQ(doubles_of(out[0]), (std::vector<double>{1.5, -2.5}));
   // Before opset 19 a float16 scale is not a DequantizeLinear scale.
-  const std::string m13 = model(13, "(int8[2] x, float16 s) => (float16[2] y)",
-                                "y = DequantizeLinear (x, s)");
+  const std::string m13 =
+      model(13, "(int8[2] x, float16 s) => (float16[2] y)", "y = DequantizeLinear (x, s)");
   EXPECT_FALSE(run(m13, {&x, &s}, &out).ok());
 }
 
@@ -90,14 +89,14 @@ TEST(DequantizeLinear, SixteenBitTypesAtOpset21) {
   Tensor x = make<int16_t>(TensorProto::INT16, {2}, {-30000, 1000});
   Tensor s = make<float>(TensorProto::FLOAT, {}, {0.5f});
   Tensor z = make<int16_t>(TensorProto::INT16, {}, {1000});
-  const std::string m = model(21, "(int16[2] x, float s, int16 z) => (float[2] y)",
-                              "y = DequantizeLinear (x, s, z)");
+  const std::string m =
+      model(21, "(int16[2] x, float s, int16 z) => (float[2] y)", "y = DequantizeLinear (x, s, z)");
   std::vector<Tensor> out;
   ASSERT_TRUE(run(m, {&x, &s, &z}, &out).ok());
   EXPECT_EQ(doubles_of(out[0]), (std::vector<double>{-15500, 0}));
   // int16 is not a quantized type before opset 21.
-  const std::string m19 = model(19, "(int16[2] x, float s, int16 z) => (float[2] y)",
-                                "y = DequantizeLinear (x, s, z)");
+  const std::string m19 =
+      model(19, "(int16[2] x, float s, int16 z) => (float[2] y)", "y = DequantizeLinear (x, s, z)");
   EXPECT_FALSE(run(m19, {&x, &s, &z}, &out).ok());
 }
 
@@ -107,9 +106,9 @@ TEST(DequantizeLinear, RefusesEveryMismatchWithInvalidArgument) {
   Tensor z = int4(ir::kInt4, {2, 2}, {});
   Tensor z_u = int4(ir::kUint4, {2, 2}, {});
   Tensor z_short = int4(ir::kInt4, {2, 1}, {});
-  Tensor s_rows = make<float>(TensorProto::FLOAT, {3, 2}, {});   // ceil(4 / 2) is 2, not 3
-  Tensor s_cols = make<float>(TensorProto::FLOAT, {2, 3}, {});   // x has 2 columns
-  Tensor s_rank1 = make<float>(TensorProto::FLOAT, {2}, {});     // blocked needs x's rank
+  Tensor s_rows = make<float>(TensorProto::FLOAT, {3, 2}, {});  // ceil(4 / 2) is 2, not 3
+  Tensor s_cols = make<float>(TensorProto::FLOAT, {2, 3}, {});  // x has 2 columns
+  Tensor s_rank1 = make<float>(TensorProto::FLOAT, {2}, {});    // blocked needs x's rank
   Tensor s_rank3 = make<float>(TensorProto::FLOAT, {2, 2, 1}, {});
   std::vector<Tensor> out;
   auto invalid = [&](const std::string& attrs, std::vector<const Tensor*> in) {
@@ -132,21 +131,22 @@ TEST(DequantizeLinear, RefusesEveryMismatchWithInvalidArgument) {
   // block_size does not exist before opset 21.
   Tensor x8 = make<int8_t>(TensorProto::INT8, {4, 2}, {});
   ASSERT_TRUE(run(dq(21, "<axis = 0, block_size = 2>", false), {&x8, &s}, &out).ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      run(dq(19, "<axis = 0, block_size = 2>", false), {&x8, &s}, &out)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(run(dq(19, "<axis = 0, block_size = 2>", false), {&x8, &s}, &out)));
 }
 
 std::string q(int opset, const std::string& attrs, const std::string& zp_type,
               bool zero_point = true) {
-  return model(opset, "(float[A,B] x, float[C,D] s, " + zp_type + "[C,D] z) => (" + zp_type +
-                          "[A,B] y)",
+  return model(opset,
+               "(float[A,B] x, float[C,D] s, " + zp_type + "[C,D] z) => (" + zp_type + "[A,B] y)",
                "y = QuantizeLinear " + attrs + (zero_point ? " (x, s, z)" : " (x, s)"));
 }
 
 TEST(QuantizeLinear, BlockedInt4SaturatesAndRoundsHalfToEven) {
   // x [4, 2], block 2 along axis 0: scale [2, 2].
-  Tensor x = make<float>(TensorProto::FLOAT, {4, 2}, {1.0f, 100.0f, -3.0f, 2.5f,  // block 0
-                                                      0.5f, -100.0f, 1.5f, 3.0f});  // block 1
+  Tensor x = make<float>(TensorProto::FLOAT, {4, 2},
+                         {1.0f, 100.0f, -3.0f, 2.5f,    // block 0
+                          0.5f, -100.0f, 1.5f, 3.0f});  // block 1
   Tensor s = make<float>(TensorProto::FLOAT, {2, 2}, {1.0f, 1.0f, 1.0f, 2.0f});
   Tensor z = int4(ir::kInt4, {2, 2}, {0, 0, 1, 0});
   std::vector<Tensor> out;
@@ -185,8 +185,8 @@ TEST(QuantizeLinear, QuantizeThenDequantizeBlockedIsWithinHalfAStep) {
   Tensor x = make<float>(TensorProto::FLOAT, {2, 8}, xs);
   Tensor s = make<float>(TensorProto::FLOAT, {2, 2}, {0.5f, 0.75f, 1.0f, 0.4f});
   std::vector<Tensor> quantized, out;
-  ASSERT_TRUE(run(q(21, "<axis = 1, block_size = 4, output_dtype = 22>", "int4", false),
-                  {&x, &s}, &quantized)
+  ASSERT_TRUE(run(q(21, "<axis = 1, block_size = 4, output_dtype = 22>", "int4", false), {&x, &s},
+                  &quantized)
                   .ok());
   ASSERT_EQ(quantized[0].dtype(), ir::kInt4);
   ASSERT_TRUE(run(dq(21, "<axis = 1, block_size = 4>", false), {&quantized[0], &s}, &out).ok());
