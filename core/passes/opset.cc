@@ -125,9 +125,8 @@ bool convert_grid_sample(ir::Node& n, Rewriter& rw, const Plan&) {
 
 std::optional<std::string> check_dft(const ir::Node& n, Plan&) {
   if (n.inputs().size() > 2) return "has more than two inputs, which its opset does not define";
-  if (const auto* a = n.attr("axis");
-      a && a->type() != onnx::AttributeProto::INT &&
-      !(a->type() == onnx::AttributeProto::UNDEFINED && a->has_i()))
+  if (const auto* a = n.attr("axis"); a && a->type() != onnx::AttributeProto::INT &&
+                                      !(a->type() == onnx::AttributeProto::UNDEFINED && a->has_i()))
     return "its axis attribute is not an int";
   return std::nullopt;
 }
@@ -241,27 +240,27 @@ std::string graph_label(const ir::Model& model, const ir::Graph& g) {
 std::optional<OpsetRefusal> check(const ir::Model& model, int64_t target, Plan& plan) {
   const auto* main = default_import(model.rest().opset_import());
   if (main && main->version() < kMinRaisableOpset)
-    return OpsetRefusal{"", "", "",
-                        absl::StrCat("the model imports the default domain at opset ",
-                                     main->version(), "; opsets are raised from ",
-                                     kMinRaisableOpset, " on")};
+    return OpsetRefusal{
+        "", "", "",
+        absl::StrCat("the model imports the default domain at opset ", main->version(),
+                     "; opsets are raised from ", kMinRaisableOpset, " on")};
   for (const ir::Function& fn : model.functions()) {
     const auto* own = default_import(fn.rest.opset_import());
     if (own && own->version() < kMinRaisableOpset)
-      return OpsetRefusal{"", "", "",
-                          absl::StrCat("function '", fn.rest.name(), "' imports opset ",
-                                       own->version(), "; opsets are raised from ",
-                                       kMinRaisableOpset, " on")};
+      return OpsetRefusal{
+          "", "", "",
+          absl::StrCat("function '", fn.rest.name(), "' imports opset ", own->version(),
+                       "; opsets are raised from ", kMinRaisableOpset, " on")};
   }
   for (ir::Graph* g : model.all_graphs())
     for (ir::Node* n : g->nodes()) {
       if (!n->is_onnx_domain()) continue;
       const int64_t opset = n->opset();
       if (opset < kMinRaisableOpset)
-        return OpsetRefusal{node_label(*n), n->op_type(), graph_label(model, *g),
-                            opset == 0 ? std::string("the default domain is not imported")
-                                       : absl::StrCat("its opset ", opset, " is below ",
-                                                      kMinRaisableOpset)};
+        return OpsetRefusal{
+            node_label(*n), n->op_type(), graph_label(model, *g),
+            opset == 0 ? std::string("the default domain is not imported")
+                       : absl::StrCat("its opset ", opset, " is below ", kMinRaisableOpset)};
       for (const Conversion& c : conversions()) {
         if (c.changed_at > target || opset >= c.changed_at || !c.check ||
             std::find(c.ops.begin(), c.ops.end(), n->op_type()) == c.ops.end())
@@ -296,8 +295,8 @@ std::optional<OpsetRefusal> check_raise_opset(const ir::Model& model, int64_t ta
 absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
                                        const RuleRunOptions& options) {
   if (target < kMinRaisableOpset || target > kMaxRaisableOpset)
-    return absl::InvalidArgumentError(absl::StrCat("opsets are raised to ", kMinRaisableOpset,
-                                                   "..", kMaxRaisableOpset, ", not ", target));
+    return absl::InvalidArgumentError(absl::StrCat("opsets are raised to ", kMinRaisableOpset, "..",
+                                                   kMaxRaisableOpset, ", not ", target));
   OpsetRaise result;
   const auto* main = default_import(model.rest().opset_import());
   result.from = main ? main->version() : 0;

@@ -117,10 +117,9 @@ std::optional<std::pair<int64_t, int64_t>> weight_dims(const ir::Value* w, const
 
 // A Gather the gather rule would rewrite: a 2-D table quantized along its last axis.
 bool gather_candidate(const ir::Node& n, const Config& cfg) {
-  return !cfg.skip_gather && n.is("Gather") && !excluded_node(n, cfg) &&
-         n.inputs().size() == 2 && n.input(1) && n.outputs().size() == 1 && n.output(0) &&
-         only_attributes(n, {"axis"}) && n.attr_int("axis", 0) == 0 &&
-         weight_dims(n.input(0), cfg);
+  return !cfg.skip_gather && n.is("Gather") && !excluded_node(n, cfg) && n.inputs().size() == 2 &&
+         n.input(1) && n.outputs().size() == 1 && n.output(0) && only_attributes(n, {"axis"}) &&
+         n.attr_int("axis", 0) == 0 && weight_dims(n.input(0), cfg);
 }
 
 // `table` is also read by a Gather that will be quantized: its quantized form is kept in the
@@ -208,8 +207,8 @@ std::optional<Packed> quantize_blocks(const At& at, int64_t k, int64_t n, bool n
       if (!cfg.symmetric) p.zero_point[s] = static_cast<int8_t>(zp);
       for (int64_t r = r0; r < r1; ++r) {
         const double v = std::nearbyint(at(r, c) / static_cast<double>(scale)) + zp;
-        const int q = static_cast<int>(cfg.symmetric ? std::clamp(v, -7.0, 7.0)
-                                                     : std::clamp(v, 0.0, 15.0));
+        const int q =
+            static_cast<int>(cfg.symmetric ? std::clamp(v, -7.0, 7.0) : std::clamp(v, 0.0, 15.0));
         put(nk ? c * k + r : r * n + c, q);
       }
     }
@@ -219,8 +218,7 @@ std::optional<Packed> quantize_blocks(const At& at, int64_t k, int64_t n, bool n
 
 // The quantized form of `ref`'s source (blocks along the [K, N] matrix's K), made once per
 // source and axis. `natural`: stored in the source's layout; otherwise [K, N].
-std::optional<Quantized> quantized(const WeightRef& ref, bool natural, Config& cfg,
-                                   Rewriter& rw) {
+std::optional<Quantized> quantized(const WeightRef& ref, bool natural, Config& cfg, Rewriter& rw) {
   const int axis = ref.transposed ? 1 : 0;
   const std::pair<const ir::Value*, int> key{ref.source, axis};
   auto it = cfg.made->quantized.find(key);
@@ -283,8 +281,10 @@ ir::Value* dequantized_weight(const WeightRef& ref, ir::Node& node, Config& cfg,
   // ONNX Runtime folds). Otherwise [K, N], read as is.
   const bool natural = ref.transposed && gathered(ref.source, cfg);
   auto q = quantized(ref, natural, cfg, rw);
-  if (!q) return no_match(node, "the weight holds a NaN or an infinity, a block's scale would "
-                                "underflow, or the weight budget is spent");
+  if (!q)
+    return no_match(node,
+                    "the weight holds a NaN or an infinity, a block's scale would "
+                    "underflow, or the weight budget is spent");
   ir::Graph& g = *node.graph();
   std::vector<ir::Value*> inputs{q->q, q->scale};
   if (q->zero_point) inputs.push_back(q->zero_point);
@@ -317,8 +317,9 @@ bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
     return no_match(node, "the activation is not known to be float32");
   auto ref = matmul_weight(node.input(1), false, cfg);
   if (!ref)
-    return no_match(node, "the weight is not a constant float32 2-D tensor (or its Transpose) "
-                          "of at least min_weight_elements elements");
+    return no_match(node,
+                    "the weight is not a constant float32 2-D tensor (or its Transpose) "
+                    "of at least min_weight_elements elements");
   ir::Value* w = dequantized_weight(*ref, node, cfg, rw);
   if (!w) return false;
   rw.set_input(&node, 1, w);
@@ -351,8 +352,9 @@ bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
   }
   auto ref = matmul_weight(node.input(1), node.attr_int("transB", 0) != 0, cfg);
   if (!ref)
-    return no_match(node, "B is not a constant float32 2-D tensor of at least "
-                          "min_weight_elements elements");
+    return no_match(node,
+                    "B is not a constant float32 2-D tensor of at least "
+                    "min_weight_elements elements");
   ir::Value* w = dequantized_weight(*ref, node, cfg, rw);
   if (!w) return false;
   ir::Graph& g = *node.graph();
@@ -385,8 +387,9 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   WeightRef ref{.source = node.input(0), .transposed = true, .k = dims->second, .n = dims->first};
   auto q = quantized(ref, /*natural=*/true, cfg, rw);
   if (!q)
-    return no_match(node, "the table holds a NaN or an infinity, a block's scale would "
-                          "underflow, or the weight budget is spent");
+    return no_match(node,
+                    "the table holds a NaN or an infinity, a block's scale would "
+                    "underflow, or the weight budget is spent");
   ir::Graph& g = *node.graph();
   std::vector<ir::Value*> inputs{q->q, q->scale};
   if (q->zero_point) inputs.push_back(q->zero_point);
@@ -452,12 +455,11 @@ bool has_candidate(const ir::Model& model, const Config& cfg) {
 class QuantizeWeightsInt4 : public RulePass {
  public:
   QuantizeWeightsInt4()
-      : RulePass(
-            "quantize_weights_int4",
-            [](ir::Model& model, const PassContext& ctx) {
-              return rules_for(make_config(model, ctx));
-            },
-            {"quantize_matmul", "quantize_gemm", "quantize_gather", "raise_opset"}) {}
+      : RulePass("quantize_weights_int4",
+                 [](ir::Model& model, const PassContext& ctx) {
+                   return rules_for(make_config(model, ctx));
+                 },
+                 {"quantize_matmul", "quantize_gemm", "quantize_gather", "raise_opset"}) {}
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     PassResult result;
@@ -515,10 +517,10 @@ class QuantizeWeightsInt4 : public RulePass {
            .node = "model",
            .op = "opset_import",
            .graph = "",
-           .reason = absl::StrCat("the default-domain opset was raised from ", raised->from,
-                                  " to ", raised->to, " for DequantizeLinear's block_size",
-                                  converted.empty() ? "" : "; nodes converted: ",
-                                  absl::StrJoin(converted, ", "))});
+           .reason = absl::StrCat(
+               "the default-domain opset was raised from ", raised->from, " to ", raised->to,
+               " for DequantizeLinear's block_size",
+               converted.empty() ? "" : "; nodes converted: ", absl::StrJoin(converted, ", "))});
       result.always_explained = true;
     }
     return result;

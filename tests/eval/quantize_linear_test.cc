@@ -3,11 +3,16 @@
 // types of opset 21, float16 scales (19), output_dtype (QuantizeLinear 21, DequantizeLinear 23),
 // hand-computed, and every malformed operand refused with InvalidArgument.
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/eval/executor.h"
+#include "core/eval/verify.h"
 #include "core/ir/tensor.h"
+#include "core/pipeline/pipeline.h"
 #include "tests/eval/kernel_testing.h"
 
 namespace graft::eval {
@@ -212,6 +217,32 @@ TEST(QuantizeLinear, RefusesMismatchesLikeDequantizeLinear) {
   // A 4-bit zero point before opset 21 is not a quantized type there.
   Tensor z = int4(ir::kInt4, {2, 2}, {});
   EXPECT_FALSE(run(q(19, "<axis = 0>", "int4"), {&x, &s, &z}, &out).ok());
+}
+
+TEST(QuantizeLinear, FuzzSeedEvaluatesAndSurvivesO2WithVerification) {
+  // fuzz/seeds/quantize_int4.onnxtxt: blocked int4 and uint4 weights (with zero points) under
+  // MatMul, a blocked QuantizeLinear to int4 of a table dequantized and gathered, 4-bit
+  // Transposes, a uint4 QuantizeLinear by output_dtype.
+  auto model = testing::parse_text(testing::read_file(std::filesystem::path(GRAFT_SOURCE_DIR) /
+                                                      "fuzz" / "seeds" / "quantize_int4.onnxtxt"));
+  ASSERT_TRUE(model);
+  std::map<std::string, Tensor> feeds;
+  Tensor x = make<float>(TensorProto::FLOAT, {2, 40}, {});
+  for (int64_t i = 0; i < x.size(); ++i) x.data<float>()[i] = static_cast<float>(i % 7) - 3;
+  feeds.emplace("x", x);
+  feeds.emplace("ids", make<int64_t>(TensorProto::INT64, {3}, {4, 0, 2}));
+  auto out = run_model(*model, feeds);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 5u);
+  EXPECT_EQ((*out)[3].dtype(), ir::kUint4);
+  PipelineConfig config = testing::test_pipeline_config();
+  config.level = 2;
+  config.verify = true;
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  for (const auto& pass : report->passes) EXPECT_EQ(pass.rollbacks, 0) << pass.name;
+  EXPECT_EQ(report->verification.result.status, VerifyStatus::kVerified)
+      << report->verification.result.message;
 }
 
 }  // namespace

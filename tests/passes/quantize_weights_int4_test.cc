@@ -4,15 +4,19 @@
 // (with the opset raise undone), the opset raise and its refusal, tied embeddings, and the error
 // of a random MLP on the evaluator and through the pipeline's gate.
 #include <cmath>
-#include <limits>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 
 #include "core/eval/executor.h"
+#include "core/ir/external_data.h"
+#include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 #include "core/passes/registry.h"
+#include "core/paths/files.h"
 #include "core/pipeline/pipeline.h"
+#include "tests/external_model.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -92,17 +96,19 @@ TEST(QuantizeWeightsInt4, BlocksRunAlongKWithAShortLastBlock) {
   }
   w += "0.5, -1, 3.5, 1.5";
   q += "1, -2, 7, 3";
-  expect_rewrite(kPass, R"(
+  expect_rewrite(kPass,
+                 R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[2,20] a) => (float[2,1] y) <float[20,1] w = {)" +
-                            w + R"(}> {
+                     w + R"(}> {
       y = MatMul (a, w)
     }
   )",
                  R"(
     <ir_version: 10, opset_import: ["" : 21]>
     g (float[2,20] a) => (float[2,1] y)
-      <int4[20,1] wq = {)" + q +
+      <int4[20,1] wq = {)" +
+                     q +
                      R"(}, float[2,1] ws = {0.25, 0.5}> {
       wd = DequantizeLinear <axis = 0, block_size = 16> (wq, ws)
       y = MatMul (a, wd)
@@ -348,8 +354,7 @@ TEST(QuantizeWeightsInt4, LeavesAloneWhatItDoesNotHandleAndKeepsTheOpset) {
            "g (float[3,4] a) => (float[3,2] y) <float[4,2] w = " + w +
                "> { t = Transpose <perm = [0, 1]> (w)\n y = MatMul (a, t) }",
        }) {
-    expect_no_rewrite(kPass, "<ir_version: 8, opset_import: [\"\" : 13]>\n" + body,
-                      quantized(0));
+    expect_no_rewrite(kPass, "<ir_version: 8, opset_import: [\"\" : 13]>\n" + body, quantized(0));
   }
   // Too small for the default min_weight_elements (4096).
   RewriteOptions defaults;
@@ -424,6 +429,47 @@ TEST(QuantizeWeightsInt4, BlockSizeMustBeAPowerOfTwoFromSixteen) {
   EXPECT_TRUE(info->lossy && info->by_name_only);
   EXPECT_EQ(info->gate.max_rel, 0.3);
   EXPECT_EQ(info->gate.min_cosine, 0.97);
+}
+
+TEST(QuantizeWeightsInt4, ExternalWeightsAreReadAndTheInt4OnesSavedExternallyPacked) {
+  // W [64, 32] as external data; the int4 weight (1 KiB packed) goes to the new weights file
+  // when saved, and the reloaded model reads it back (external 4-bit payloads: ceil(n / 2)).
+  TempFolder dir;
+  std::string w;
+  for (int i = 0; i < 64 * 32; ++i) w += (i ? ", " : "") + std::to_string((i * 7 % 13 - 6) / 8.0);
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[4,64] a) => (float[4,32] y) <float[64,32] w = {)" +
+                          w + R"(}> {
+      y = MatMul (a, w)
+    }
+  )");
+  ASSERT_NE(model, nullptr);
+  const auto in_memory = model->clone();
+  externalize(*model, dir.path(), "weights.bin", {"w"});
+  PassResult r = run_pass(*model, kPass, small());
+  EXPECT_TRUE(r.changed);
+  EXPECT_GT(model->external_data()->bytes_read(), 0u);
+  run_pass(*in_memory, kPass, small());
+  EXPECT_EQ(canonical_text(*model), canonical_text(*in_memory));  // the same bits either way
+  ir::Model::ExternalWrite write;
+  write.folder = dir.path().string();
+  write.location = "new.weights";
+  write.even_without_external = true;
+  auto saved = model->serialize_with_external(write);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->new_file_tensors, 1);  // the int4 weight: 1 KiB; the scales are 512 bytes
+  ASSERT_TRUE(paths::write_file_atomic((dir.path() / "model.onnx").string(), saved->model).ok());
+  auto reloaded = ir::Model::load_file((dir.path() / "model.onnx").string());
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  const ir::Node* dq = only_node((*reloaded)->graph(), "DequantizeLinear");
+  ASSERT_NE(dq, nullptr);
+  const onnx::TensorProto* q = ir::constant_header(dq->input(0));
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(ir::is_external(*q));
+  EXPECT_EQ(q->data_type(), ir::kInt4);
+  EXPECT_EQ(ir::payload_bytes(*q), 1024u);
+  EXPECT_EQ(same_outputs(*in_memory, **reloaded), "");
 }
 
 // A 2-layer MLP at opset 17, K = N = 256: MatMul + Add + Relu + Gemm(transB), seeded weights
