@@ -50,7 +50,7 @@ constexpr int32_t kTypes[] = {
     TensorProto::FLOAT, TensorProto::DOUBLE, TensorProto::FLOAT16, TensorProto::BFLOAT16,
     TensorProto::INT8,  TensorProto::UINT8,  TensorProto::INT16,   TensorProto::UINT16,
     TensorProto::INT32, TensorProto::UINT32, TensorProto::INT64,   TensorProto::UINT64,
-    TensorProto::BOOL,  TensorProto::STRING,
+    TensorProto::BOOL,  TensorProto::STRING, graft::ir::kInt4,     graft::ir::kUint4,
 };
 
 // Attribute names kernels read, for attributes the schema does not list (or has no schema for).
@@ -98,6 +98,8 @@ const char* const kAttrNames[] = {"axis",
                                   "dtype",
                                   "scale",
                                   "coordinate_transformation_mode",
+                                  "block_size",
+                                  "output_dtype",
                                   "nearest_mode",
                                   "cubic_coeff_a",
                                   "exclude_outside",

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/eval/tensor.h"
+#include "core/ir/tensor.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -53,13 +54,7 @@ std::string number(T v) {
   return std::string(buf, res.ptr);
 }
 
-std::string dtype_name(int32_t dtype) {
-  if (!onnx::TensorProto_DataType_IsValid(dtype)) return "dtype" + std::to_string(dtype);
-  std::string name =
-      onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(dtype));
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return name;
-}
+std::string dtype_name(int32_t dtype) { return ir::dtype_name(dtype); }
 
 std::string domain_name(const std::string& domain, bool canonical) {
   return canonical && domain == "ai.onnx" ? "" : domain;

@@ -16,13 +16,14 @@
 #include "core/ir/tensor.h"
 #include "core/passes/registry.h"
 #include "core/pipeline/pipeline.h"
+#include "tests/onnx_text.h"
 
 namespace graft::testing {
 
 std::unique_ptr<ir::Model> parse_text(const std::string& text) {
   onnx::ModelProto proto;
-  auto status = onnx::OnnxParser::Parse(proto, text.c_str());
-  EXPECT_TRUE(status.IsOK()) << status.ErrorMessage() << "\n" << text;
+  const std::string error = parse_onnx_text(text, &proto);
+  EXPECT_EQ(error, "") << "\n" << text;
   auto model = ir::Model::from_proto(std::move(proto));
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? std::move(*model) : nullptr;

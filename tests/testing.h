@@ -21,6 +21,10 @@
 namespace graft::testing {
 
 // Parses a model in ONNX text syntax (onnx/defs/parser.h); fails the test on a syntax error.
+// The 4-bit types, which libonnx 1.12's parser does not know, may be written `int4` and `uint4`
+// for declared values and named tensors (`<int4[2,2] w = {1, -2, 3, 7}>`, a Constant's
+// `value = uint4[3] c {1, 2, 3}`): parsed as int8/uint8, then given back their type by name
+// (tensors stored packed in raw_data).
 std::unique_ptr<ir::Model> parse_text(const std::string& text);
 
 // ------------------------------------------------------------------------- running passes

@@ -122,7 +122,9 @@ uint64_t sat_mul(uint64_t a, uint64_t b) { return (b != 0 && a > kMax / b) ? kMa
 uint64_t value_bytes(const ir::Value& v, const SizeRule& rule, bool* known) {
   if (known) *known = false;
   const ir::TensorFact& f = v.fact();
-  uint64_t elem = f.elem_type ? ir::element_size(f.elem_type) : 0;
+  // 4-bit elements are counted one per byte, then packed two per byte (as runtimes hold them).
+  const bool four_bit = ir::is_4bit(f.elem_type);
+  uint64_t elem = four_bit ? 1 : f.elem_type ? ir::element_size(f.elem_type) : 0;
   if (elem == 0 || !f.has_rank) return 0;
   uint64_t bytes = elem;
   for (const ir::Dim& d : f.dims) {
@@ -135,6 +137,7 @@ uint64_t value_bytes(const ir::Value& v, const SizeRule& rule, bool* known) {
     }
     bytes = sat_mul(bytes, static_cast<uint64_t>(std::max<int64_t>(size, 0)));
   }
+  if (four_bit && bytes != kMax) bytes = bytes / 2 + bytes % 2;
   if (known) *known = true;
   return bytes;
 }

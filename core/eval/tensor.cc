@@ -2,6 +2,7 @@
 
 #include "core/ir/external_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -40,7 +41,7 @@ absl::StatusOr<int64_t> checked_count(int32_t dtype, const std::vector<int64_t>&
                                       uint64_t max_bytes) {
   auto count = ir::element_count(dims);
   if (!count) return absl::InvalidArgumentError("tensor has a negative or overflowing shape");
-  uint64_t es = dtype == TensorProto::STRING ? kStringOverhead : ir::element_size(dtype);
+  uint64_t es = dtype == TensorProto::STRING ? kStringOverhead : storage_size(dtype);
   if (es == 0) return absl::UnimplementedError(absl::StrCat("unsupported tensor type ", dtype));
   if (static_cast<uint64_t>(*count) > max_bytes / es) {
     return absl::ResourceExhaustedError(
@@ -155,6 +156,8 @@ double round_to_type(int32_t dtype, double v) {
 
 bool is_integer_type(int32_t dtype) {
   switch (dtype) {
+    case ir::kInt4:
+    case ir::kUint4:
     case TensorProto::INT8:
     case TensorProto::INT16:
     case TensorProto::INT32:
@@ -169,7 +172,9 @@ bool is_integer_type(int32_t dtype) {
   }
 }
 
-size_t Tensor::element_size() const { return ir::element_size(dtype_); }
+size_t storage_size(int32_t dtype) { return ir::is_4bit(dtype) ? 1 : ir::element_size(dtype); }
+
+size_t Tensor::element_size() const { return storage_size(dtype_); }
 
 absl::Status Tensor::charge(uint64_t bytes) {
   if (charge_.assign(bytes)) return absl::OkStatus();
@@ -181,7 +186,7 @@ absl::StatusOr<Tensor> Tensor::zeros(int32_t dtype, std::vector<int64_t> dims, u
   if (!count.ok()) return count.status();
   Tensor t;
   const uint64_t bytes = static_cast<uint64_t>(*count) *
-                         (dtype == TensorProto::STRING ? kStringOverhead : ir::element_size(dtype));
+                         (dtype == TensorProto::STRING ? kStringOverhead : storage_size(dtype));
   if (auto st = t.charge(bytes); !st.ok()) return st;
   t.dtype_ = dtype;
   t.dims_ = std::move(dims);
@@ -189,7 +194,7 @@ absl::StatusOr<Tensor> Tensor::zeros(int32_t dtype, std::vector<int64_t> dims, u
   if (dtype == TensorProto::STRING) {
     t.strings_.resize(*count);
   } else {
-    t.bytes_.assign(static_cast<size_t>(*count) * ir::element_size(dtype), '\0');
+    t.bytes_.assign(static_cast<size_t>(*count) * storage_size(dtype), '\0');
   }
   return t;
 }
@@ -233,15 +238,20 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
   if (ir::is_external(proto)) {
     if (!external) return absl::UnimplementedError("external tensor data");
     const int32_t dtype = proto.data_type();
-    if (ir::element_size(dtype) == 0)
+    if (storage_size(dtype) == 0)
       return absl::InvalidArgumentError("external tensor of a type without a fixed size");
     std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
     auto count = checked_count(dtype, dims, max_bytes);
     if (!count.ok()) return count.status();
-    const uint64_t nbytes = static_cast<uint64_t>(*count) * ir::element_size(dtype);
+    const uint64_t storage = static_cast<uint64_t>(*count) * storage_size(dtype);
+    const uint64_t nbytes = *ir::payload_size(dtype, *count);  // checked_count bounds it
     Tensor t;
-    // Charged before reading: the bytes go straight into the tensor's storage.
-    if (auto st = t.charge(nbytes); !st.ok()) return st;
+    // Charged before reading: the bytes go straight into the tensor's storage (a 4-bit payload
+    // into a buffer of its own, charged too while it is unpacked).
+    if (auto st = t.charge(storage); !st.ok()) return st;
+    Charge packed;
+    if (ir::is_4bit(dtype) && !packed.assign(nbytes))
+      return current_budget()->memory_exhausted(nbytes);
     auto read = external->read(proto, nbytes);
     if (!read.ok()) return read.status();
     if (read->size() != nbytes)
@@ -250,6 +260,12 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
     t.dtype_ = dtype;
     t.dims_ = std::move(dims);
     t.size_ = *count;
+    if (ir::is_4bit(dtype)) {
+      t.bytes_.assign(static_cast<size_t>(storage), '\0');
+      ir::unpack_4bit(read->bytes().data(), static_cast<size_t>(*count), dtype == ir::kInt4,
+                      t.data<int8_t>());
+      return t;
+    }
     t.bytes_ = read->release();
     if (dtype == TensorProto::BOOL)
       for (char& c : t.bytes_) c = c != 0;
@@ -279,6 +295,7 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
     t.strings_.assign(proto.string_data().begin(), proto.string_data().end());
     return t;
   }
+  if (ir::is_4bit(dtype)) return from_packed_proto(proto, std::move(t));
   const size_t es = ir::element_size(dtype);
   const size_t nbytes = static_cast<size_t>(n) * es;
   // The data the message carries must match the dims before anything is charged or allocated:
@@ -352,6 +369,35 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
   return t;
 }
 
+absl::StatusOr<Tensor> Tensor::from_packed_proto(const TensorProto& proto, Tensor t) {
+  // One element per storage byte; the message carries ceil(n / 2) packed bytes, in raw_data or
+  // one per int32_data entry (whose value is the byte: its low 8 bits, as onnx's numpy_helper
+  // reads it). Sizes are compared before anything is allocated.
+  const auto n = static_cast<uint64_t>(t.size_);
+  const uint64_t packed = n / 2 + n % 2;
+  const uint64_t given = proto.has_raw_data() ? proto.raw_data().size()
+                                              : static_cast<uint64_t>(proto.int32_data_size());
+  if (given != packed)
+    return absl::InvalidArgumentError(
+        absl::StrCat(proto.has_raw_data() ? "raw_data has " : "int32_data has ", given,
+                     proto.has_raw_data() ? " bytes" : " entries", ", expected ", packed, " for ",
+                     n, " packed 4-bit elements"));
+  if (auto st = t.charge(n); !st.ok()) return st;
+  t.bytes_.assign(static_cast<size_t>(n), '\0');
+  const bool is_signed = t.dtype_ == ir::kInt4;
+  if (proto.has_raw_data()) {
+    ir::unpack_4bit(proto.raw_data().data(), static_cast<size_t>(n), is_signed, t.data<int8_t>());
+    return t;
+  }
+  for (uint64_t i = 0; i < packed; ++i) {
+    const char byte = static_cast<char>(proto.int32_data(static_cast<int>(i)) & 0xff);
+    const size_t first = static_cast<size_t>(2 * i);
+    ir::unpack_4bit(&byte, std::min<size_t>(2, static_cast<size_t>(n) - first), is_signed,
+                    t.data<int8_t>() + first);
+  }
+  return t;
+}
+
 TensorProto Tensor::to_proto(const std::string& name) const {
   TensorProto p;
   if (!name.empty()) p.set_name(name);
@@ -359,6 +405,8 @@ TensorProto Tensor::to_proto(const std::string& name) const {
   for (int64_t d : dims_) p.add_dims(d);
   if (dtype_ == TensorProto::STRING) {
     for (const auto& s : strings_) p.add_string_data(s);
+  } else if (ir::is_4bit(dtype_)) {
+    p.set_raw_data(ir::pack_4bit(data<int8_t>(), static_cast<size_t>(size_)));
   } else {
     p.set_raw_data(bytes_);
   }
@@ -396,6 +444,7 @@ int64_t Tensor::get_int64(int64_t i) const {
     case TensorProto::INT16:
       return reinterpret_cast<const int16_t*>(p)[i];
     case TensorProto::INT8:
+    case ir::kInt4:
       return reinterpret_cast<const int8_t*>(p)[i];
     case TensorProto::UINT64:
       return static_cast<int64_t>(reinterpret_cast<const uint64_t*>(p)[i]);
@@ -405,6 +454,7 @@ int64_t Tensor::get_int64(int64_t i) const {
       return reinterpret_cast<const uint16_t*>(p)[i];
     case TensorProto::UINT8:
     case TensorProto::BOOL:
+    case ir::kUint4:
       return reinterpret_cast<const uint8_t*>(p)[i];
     default: {
       if (!is_float_type(dtype_) && dtype_ != TensorProto::COMPLEX64 &&
@@ -498,6 +548,12 @@ void Tensor::set_int64(int64_t i, int64_t v) {
       return;
     case TensorProto::BOOL:
       reinterpret_cast<uint8_t*>(p)[i] = v != 0;
+      return;
+    case ir::kInt4:  // the low 4 bits, two's complement
+      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(((v & 15) ^ 8) - 8);
+      return;
+    case ir::kUint4:
+      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v & 15);
       return;
     default:
       if (is_float_type(dtype_) || dtype_ == TensorProto::COMPLEX64 ||

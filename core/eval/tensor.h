@@ -1,5 +1,12 @@
 // A dense CPU tensor for the reference evaluator: element type (onnx::TensorProto::DataType),
 // dims, and little-endian element bytes (strings kept separately).
+//
+// The 4-bit types (ir::kInt4, ir::kUint4) are held unpacked, one byte per element (int8_t
+// sign-extended, uint8_t), so kernels index them like 8-bit tensors and copies, transposes and
+// reshapes work bytewise; from_proto unpacks (raw_data of exactly ceil(n / 2) bytes, or one
+// packed byte per int32_data entry) and to_proto packs again (low nibble first, a zero padding
+// nibble for an odd count). set_int64 wraps a value into the type's range (two's complement for
+// int4), as Cast between integer types does, so every stored element packs without loss.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +68,8 @@ class Tensor {
   bool operator==(const Tensor& other) const;
 
  private:
+  // from_proto for the 4-bit types: `t` has its type, dims and size; unpacks the payload.
+  static absl::StatusOr<Tensor> from_packed_proto(const onnx::TensorProto& proto, Tensor t);
   // Charges this tensor's bytes to the current run's budget. Declared first: a copy is charged
   // (and refused when the budget is full) before any element is copied.
   absl::Status charge(uint64_t max_bytes);
@@ -86,6 +95,9 @@ bool is_float_type(int32_t dtype);  // FLOAT, DOUBLE, FLOAT16, BFLOAT16
 // whose spec computes in steps of a given type (LayerNormalization's stash_type) round each step
 // with it, so they overflow and round where the op's definition does.
 double round_to_type(int32_t dtype, double v);
-bool is_integer_type(int32_t dtype);  // signed and unsigned integers (not bool)
+bool is_integer_type(int32_t dtype);  // signed and unsigned integers, 4-bit ones too (not bool)
+// Bytes per element in a Tensor's storage: ir::element_size, and 1 for the 4-bit types (held
+// unpacked); 0 for strings and undefined types.
+size_t storage_size(int32_t dtype);
 
 }  // namespace graft::eval

@@ -399,6 +399,7 @@ std::string quoted(const std::string& name) {
 }
 
 std::string dtype_name(int32_t dtype) {
+  if (ir::is_4bit(dtype)) return dtype == ir::kInt4 ? "INT4" : "UINT4";
   return onnx::TensorProto::DataType_IsValid(dtype) ? onnx::TensorProto::DataType_Name(dtype)
                                                     : absl::StrCat(dtype);
 }

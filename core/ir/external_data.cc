@@ -45,17 +45,12 @@ std::optional<uint64_t> parse_number(std::string_view text) {
   return v;
 }
 
-// The payload size by dims and type, for fixed-size types; nullopt for strings, undefined
-// types, negative dims or a size that overflows.
+// The payload size by dims and type, for fixed-size types (4-bit ones packed); nullopt for
+// strings, undefined types, negative dims or a size that overflows.
 std::optional<uint64_t> fixed_bytes(const TensorProto& t) {
-  const size_t es = element_size(t.data_type());
-  if (es == 0) return std::nullopt;
   auto count = element_count(t);
   if (!count) return std::nullopt;
-  uint64_t bytes = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(*count), static_cast<uint64_t>(es), &bytes))
-    return std::nullopt;
-  return bytes;
+  return payload_size(t.data_type(), *count);
 }
 
 class Fd {
@@ -152,8 +147,7 @@ uint64_t ExternalData::bytes_read() const { return read_->bytes.load(); }
 absl::StatusOr<ExternalData::Opened> ExternalData::open(const TensorProto& t) const {
   auto keys = parse_external_keys(t);
   if (!keys.ok()) return keys.status();
-  const size_t es = element_size(t.data_type());
-  if (es == 0)
+  if (element_size(t.data_type()) == 0 && !is_4bit(t.data_type()))
     return invalid(t, absl::StrCat("data type ", t.data_type(),
                                    " cannot be stored as external data (strings, undefined)"));
   Opened out;

@@ -384,9 +384,15 @@ void for_each_tensor(onnx::ModelProto* m, const std::function<void(onnx::TensorP
 std::optional<std::string> raw_payload(const onnx::TensorProto& t) {
   const size_t es = element_size(t.data_type());
   auto count = element_count(t);
-  if (es == 0 || !count) return std::nullopt;
+  if (!count) return std::nullopt;
   const uint64_t n = static_cast<uint64_t>(*count);
   std::string out;
+  if (is_4bit(t.data_type())) {  // one packed byte per int32_data entry
+    if (static_cast<uint64_t>(t.int32_data_size()) != n / 2 + n % 2) return std::nullopt;
+    for (int32_t b : t.int32_data()) out.push_back(static_cast<char>(b & 0xff));
+    return out;
+  }
+  if (es == 0) return std::nullopt;
   auto put = [&](const auto& field, auto tag, uint64_t per_element) -> bool {
     using T = decltype(tag);
     if (static_cast<uint64_t>(field.size()) != n * per_element) return false;
@@ -598,8 +604,8 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
       ++saved.moved_tensors;
       return;
     }
-    if (!dense || element_size(t->data_type()) == 0 || t->has_segment() ||
-        tensor_bytes(*t) < min_bytes)
+    if (!dense || (element_size(t->data_type()) == 0 && !is_4bit(t->data_type())) ||
+        t->has_segment() || tensor_bytes(*t) < min_bytes)
       return;
     std::optional<std::string> converted;  // a typed field's payload; raw_data is used in place
     std::string_view payload;
@@ -612,10 +618,8 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
     }
     auto count = element_count(*t);
     // A malformed tensor (payload and dims disagree) stays as it is.
-    if (payload.size() < min_bytes || !count ||
-        payload.size() / element_size(t->data_type()) != static_cast<uint64_t>(*count) ||
-        payload.size() % element_size(t->data_type()) != 0)
-      return;
+    const auto expected = count ? payload_size(t->data_type(), *count) : std::nullopt;
+    if (payload.size() < min_bytes || !expected || payload.size() != *expected) return;
     if (status = open_writer(); !status.ok()) return;
     if (status = writer->pad_to(write.alignment); !status.ok()) return;
     const uint64_t offset = writer->size();

@@ -92,7 +92,10 @@ void TensorFact::to_type(onnx::TypeProto* type) const {
 }
 
 std::string TensorFact::to_string() const {
-  std::string s = elem_type == 0 ? "?" : TensorProto::DataType_Name(elem_type);
+  std::string s = elem_type == 0        ? "?"
+                  : elem_type == kInt4  ? "INT4"
+                  : elem_type == kUint4 ? "UINT4"
+                                        : TensorProto::DataType_Name(elem_type);
   if (!has_rank) return s + "[*]";
   s += "[";
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -1,5 +1,6 @@
 #include "core/ir/tensor.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -7,6 +8,8 @@
 namespace graft::ir {
 
 using onnx::TensorProto;
+
+bool is_4bit(int32_t data_type) { return data_type == kInt4 || data_type == kUint4; }
 
 size_t element_size(int32_t data_type) {
   switch (data_type) {
@@ -43,6 +46,53 @@ size_t element_size(int32_t data_type) {
     default:
       return 0;
   }
+}
+
+std::optional<uint64_t> payload_size(int32_t data_type, int64_t count) {
+  if (count < 0) return std::nullopt;
+  const uint64_t n = static_cast<uint64_t>(count);
+  if (is_4bit(data_type)) return n / 2 + n % 2;
+  const size_t es = element_size(data_type);
+  uint64_t bytes = 0;
+  if (es == 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(es), &bytes)) return std::nullopt;
+  return bytes;
+}
+
+std::string dtype_name(int32_t data_type) {
+  if (data_type == kInt4) return "int4";
+  if (data_type == kUint4) return "uint4";
+  if (!onnx::TensorProto_DataType_IsValid(data_type)) return "dtype" + std::to_string(data_type);
+  std::string name =
+      onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(data_type));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::string pack_4bit(const int8_t* values, size_t count) {
+  std::string out(count / 2 + count % 2, '\0');
+  for (size_t i = 0; i < count; ++i) {
+    const auto nibble = static_cast<uint8_t>(static_cast<uint8_t>(values[i]) & 0x0f);
+    out[i / 2] =
+        static_cast<char>(static_cast<uint8_t>(out[i / 2]) | (i % 2 ? nibble << 4 : nibble));
+  }
+  return out;
+}
+
+void unpack_4bit(const char* packed, size_t count, bool is_signed, int8_t* out) {
+  for (size_t i = 0; i < count; ++i) {
+    const auto byte = static_cast<uint8_t>(packed[i / 2]);
+    const int nibble = i % 2 ? byte >> 4 : byte & 0x0f;
+    out[i] = static_cast<int8_t>(is_signed && nibble >= 8 ? nibble - 16 : nibble);
+  }
+}
+
+onnx::TensorProto make_4bit_tensor(int32_t data_type, const std::vector<int64_t>& dims,
+                                   const std::vector<int8_t>& values) {
+  TensorProto t;
+  t.set_data_type(data_type);
+  for (int64_t d : dims) t.add_dims(d);
+  t.set_raw_data(pack_4bit(values.data(), values.size()));
+  return t;
 }
 
 std::optional<int64_t> element_count(const std::vector<int64_t>& dims) {
@@ -103,6 +153,21 @@ std::optional<std::vector<int64_t>> read_int64s(const TensorProto& t) {
   auto count = element_count(t);
   if (!count) return std::nullopt;
   bool raw = t.has_raw_data();
+  if (is_4bit(t.data_type())) {
+    // Packed: ceil(n / 2) bytes of raw_data, or one packed byte per int32_data entry.
+    const size_t n = static_cast<size_t>(*count), bytes = n / 2 + n % 2;
+    std::string packed;
+    if (raw) {
+      if (t.raw_data().size() != bytes) return std::nullopt;
+      packed = t.raw_data();
+    } else {
+      if (static_cast<size_t>(t.int32_data_size()) != bytes) return std::nullopt;
+      for (int32_t b : t.int32_data()) packed.push_back(static_cast<char>(b & 0xff));
+    }
+    std::vector<int8_t> values(n);
+    unpack_4bit(packed.data(), n, t.data_type() == kInt4, values.data());
+    return std::vector<int64_t>(values.begin(), values.end());
+  }
   switch (t.data_type()) {
     case TensorProto::INT64:
       return raw ? raw_as<int64_t, int64_t>(t, *count) : field_as<int64_t>(t.int64_data(), *count);

@@ -11,8 +11,27 @@
 
 namespace graft::ir {
 
-// Bytes per element of a fixed-size data type, 0 for strings/undefined.
+// The 4-bit integer types (ONNX 1.16: IR version 10, opset 21). libonnx 1.12, which Graft builds
+// against, predates them (its TensorProto_DataType stops at BFLOAT16 = 16), so they are named
+// here, once. TensorProto.data_type and TypeProto.Tensor.elem_type are int32 fields, so these
+// values survive parsing and serializing unchanged. Their payload is packed two elements per byte,
+// the first in the low nibble (raw_data and external data: ceil(n / 2) bytes; int32_data: one
+// packed byte per entry), a padding nibble in the last byte of an odd count.
+inline constexpr int32_t kUint4 = 21;  // [0, 15]
+inline constexpr int32_t kInt4 = 22;   // [-8, 7], two's complement
+// kInt4 or kUint4.
+bool is_4bit(int32_t data_type);
+
+// Bytes per element of a fixed-size data type, 0 for strings/undefined and for the 4-bit types
+// (which have no whole byte per element: see payload_size).
 size_t element_size(int32_t data_type);
+// Bytes of the payload (raw_data, external data) of `count` elements of `data_type`:
+// count * element_size, or ceil(count / 2) for the 4-bit types; nullopt for strings, undefined
+// types, a negative count or an overflow.
+std::optional<uint64_t> payload_size(int32_t data_type, int64_t count);
+// A data type's name in lower case as ONNX's text syntax writes it ("float", "int4"); "dtypeN"
+// for a number that names no type.
+std::string dtype_name(int32_t data_type);
 // Product of dims (1 for a scalar); nullopt on a negative dim or overflow.
 std::optional<int64_t> element_count(const std::vector<int64_t>& dims);
 std::optional<int64_t> element_count(const onnx::TensorProto& t);
@@ -21,7 +40,17 @@ uint64_t tensor_bytes(const onnx::TensorProto& t);
 // True if the tensor's payload is stored outside the proto (ONNX external data).
 bool is_external(const onnx::TensorProto& t);
 
-// Integer contents of an INT64/INT32/INT16/INT8/UINT8/UINT16/UINT32/BOOL tensor.
+// 4-bit elements packed two per byte, the first in the low nibble: `values` (their low nibbles;
+// callers keep them in the type's range) packed into ceil(n / 2) bytes, and `count` elements
+// unpacked from `packed` (which must hold ceil(count / 2) bytes; signed types sign-extended).
+std::string pack_4bit(const int8_t* values, size_t count);
+void unpack_4bit(const char* packed, size_t count, bool is_signed, int8_t* out);
+// A kInt4 or kUint4 tensor holding `values` (each within the type's range), stored packed in
+// raw_data.
+onnx::TensorProto make_4bit_tensor(int32_t data_type, const std::vector<int64_t>& dims,
+                                   const std::vector<int8_t>& values);
+
+// Integer contents of an INT64/INT32/INT16/INT8/UINT8/UINT16/UINT32/BOOL/INT4/UINT4 tensor.
 std::optional<std::vector<int64_t>> read_int64s(const onnx::TensorProto& t);
 // Contents of a FLOAT/DOUBLE/FLOAT16 tensor as doubles.
 std::optional<std::vector<double>> read_doubles(const onnx::TensorProto& t);

@@ -17,6 +17,8 @@
 
 #include "core/eval/kernel.h"
 #include "core/eval/tensor.h"
+#include "core/ir/external_data.h"
+#include "core/ir/tensor.h"
 #include "core/passes/passes.h"
 #include "core/passes/queries.h"
 #include "core/passes/rewriter.h"
@@ -38,8 +40,10 @@ constexpr char kMaxGrowth[] = "max_growth";
 // message, which cannot exceed 2 GiB.
 constexpr int64_t kMaxFoldBytes = int64_t{1} << 31;
 
-// Approximate in-file size of a tensor: element bytes, or string lengths plus a small overhead.
+// Approximate in-file size of a tensor: element bytes (4-bit ones packed), or string lengths
+// plus a small overhead.
 uint64_t tensor_bytes(const eval::Tensor& t) {
+  if (ir::is_4bit(t.dtype())) return *ir::payload_size(t.dtype(), t.size());
   if (t.dtype() != onnx::TensorProto::STRING) return t.bytes();
   uint64_t total = 0;
   for (const auto& s : t.strings()) total += s.size() + 2;
@@ -87,6 +91,28 @@ class FoldConstants final : public Pass {
     return used;
   }
 
+  // Whether folding `n` would be refused for its size, judged before evaluating it from its
+  // outputs' shape facts (unknown: no). A reader that will not fold keeps a shared input alive,
+  // so the other readers folding it would duplicate it rather than replace it (a quantized
+  // embedding read by a DequantizeLinear, whose float result is too large, and through a
+  // Transpose by an LM head).
+  bool refused_for_size(const ir::Node& n) const {
+    uint64_t out = 0, in = 0;
+    for (const ir::Value* o : n.outputs()) {
+      if (!o || o->use_count() == 0) continue;
+      const auto shape = o->static_shape();
+      const auto count = shape ? ir::element_count(*shape) : std::nullopt;
+      const auto bytes = count ? ir::payload_size(o->elem_type(), *count) : std::nullopt;
+      if (!bytes) return false;
+      if (*bytes > limits_.max_tensor_bytes) return true;
+      out += *bytes;
+    }
+    for (const ir::Value* v : n.inputs())
+      if (v && v->initializer()) in += ir::payload_bytes(*v->initializer()).value_or(0);
+    return !n.is("Constant") && out >= kAlwaysFoldBytes &&
+           static_cast<unsigned __int128>(out) > static_cast<unsigned __int128>(max_growth_) * in;
+  }
+
   // Evaluates `n` and replaces it by initializers; false (model untouched) if it should stay.
   bool fold(ir::Node* n) {
     if (!foldable(*n)) return false;
@@ -128,9 +154,9 @@ class FoldConstants final : public Pass {
     // is freed whole. One that every reader can fold (e.g. a weight split into slices) goes
     // once all of them are folded, so each reader is credited an equal share of it: folding all
     // of them adds at most max_growth times the input. An input some runtime node also reads
-    // (a slice of a weight that a Gather still uses) stays, so nothing is credited: folding
-    // would duplicate it. A Constant's result is its own attribute, so folding it never adds
-    // bytes.
+    // (a slice of a weight that a Gather still uses), or a constant reader whose fold will be
+    // refused for its size (refused_for_size), stays, so nothing is credited: folding would
+    // duplicate it. A Constant's result is its own attribute, so folding it never adds bytes.
     uint64_t freed_bytes = 0;
     counted.clear();
     for (ir::Value* v : n->inputs()) {
@@ -139,7 +165,7 @@ class FoldConstants final : public Pass {
       bool all_fold = true;
       for (const ir::Use& u : v->uses()) {
         if (!readers.insert(u.node).second) continue;
-        all_fold = all_fold && (u.node == n || foldable(*u.node));
+        all_fold = all_fold && (u.node == n || (foldable(*u.node) && !refused_for_size(*u.node)));
       }
       if (all_fold && !readers.empty())
         freed_bytes += ir::payload_bytes(*v->initializer()).value_or(0) / readers.size();

@@ -32,6 +32,7 @@ PassInfo optimize_transposes_pass();
 PassInfo fuse_blocks_pass();
 PassInfo quantize_dynamic_int8_pass();
 PassInfo quantize_static_int8_pass();
+PassInfo quantize_weights_int4_pass();
 PassInfo convert_fp16_pass();
 PassInfo schedule_memory_pass();
 PassInfo prune_pass();

@@ -29,6 +29,7 @@ const std::vector<PassInfo>& all_passes() {
       fuse_matmul_add_pass(),
       quantize_dynamic_int8_pass(),
       quantize_static_int8_pass(),
+      quantize_weights_int4_pass(),
       convert_fp16_pass(),
       // Last but prune: orders the nodes the others left (prune only removes, never reorders).
       schedule_memory_pass(),

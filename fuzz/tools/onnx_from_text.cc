@@ -1,4 +1,5 @@
-// Converts models written in ONNX's text syntax (onnx/defs/parser.h) to binary ModelProto files.
+// Converts models written in ONNX's text syntax (onnx/defs/parser.h; int4/uint4 too, see
+// tests/onnx_text.h) to binary ModelProto files.
 // scripts/fuzz.sh turns the generated seeds (fuzz/seeds/*.onnxtxt) into corpus entries with it,
 // so the seeds stay readable in review. Each model must also load into Graft's IR, so a seed
 // that no longer loads is noticed instead of silently seeding nothing.
@@ -10,9 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include <onnx/defs/parser.h>
-
 #include "core/ir/model.h"
+#include "tests/onnx_text.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -28,9 +28,9 @@ int main(int argc, char** argv) {
     std::stringstream text;
     text << file.rdbuf();
     onnx::ModelProto proto;
-    auto parsed = onnx::OnnxParser::Parse(proto, text.str().c_str());
-    if (!file || !parsed.IsOK()) {
-      std::cerr << in.string() << ": " << (file ? parsed.ErrorMessage() : "cannot read") << "\n";
+    const std::string error = graft::testing::parse_onnx_text(text.str(), &proto);
+    if (!file || !error.empty()) {
+      std::cerr << in.string() << ": " << (file ? error : "cannot read") << "\n";
       ++failures;
       continue;
     }

@@ -52,6 +52,23 @@ TEST(Memory, ChainHoldsTwoTensorsAtOnce) {
   EXPECT_EQ(measured_peak(*model), s.peak_activation_bytes);
 }
 
+TEST(Memory, FourBitValuesCountPacked) {
+  // 15 int4 elements take 8 bytes, as runtimes hold them (the evaluator holds one per byte).
+  auto model = parse_text(R"(
+    <ir_version: 10, opset_import: ["" : 21]>
+    g (int4[5,3] x, float s) => (float[5,3] y) {
+      y = DequantizeLinear (x, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  bool known = false;
+  EXPECT_EQ(value_bytes(*model->graph().inputs()[0].value, SizeRule{}, &known), 8u);
+  EXPECT_TRUE(known);
+  MemoryStats s = estimate_memory(*model, {}, 1);
+  EXPECT_EQ(s.peak_activation_bytes, 8u + 4u + 60u);
+  EXPECT_EQ(s.unknown_size_values, 0);
+}
+
 TEST(Memory, DiamondKeepsBothBranches) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13]>

@@ -5,11 +5,13 @@
 #include <onnx/defs/parser.h>
 #include <onnx/defs/schema.h>
 
+#include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
 #include "core/eval/executor.h"
 #include "core/eval/kernel.h"
 #include "core/ir/operands.h"
+#include "core/pipeline/pipeline.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -525,6 +527,63 @@ TEST(HostileModels, IntegerPowJustPastTheRangeIsNotConvertedUndefined) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].get_int64(0), std::numeric_limits<int64_t>::min());
   EXPECT_EQ((*out)[0].get_int64(1), int64_t{1} << 62);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4-bit tensors whose payload does not match their dims (raw_data or int32_data one byte short
+// or long, the unpacked size), at the opset that defines them and at one that does not: the
+// evaluator refuses them with InvalidArgument, and the pipeline (O2, verified) neither crashes
+// nor rolls a pass back for them.
+
+TEST(HostileModels, FourBitTensorsOfTheWrongSizeAreRefusedEverywhere) {
+  for (int opset : {13, 21}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      auto model = parse_text(absl::StrCat(R"(
+        <ir_version: 10, opset_import: ["" : )",
+                                           opset, R"(]>
+        g (float[3,5] x) => (float[3,5] y, int4[5,5] i) <int4[5,5] w = {)",
+                                           absl::StrJoin(std::vector<int>(25, 1), ", "),
+                                           R"(}, float s = {0.5}> {
+          d = DequantizeLinear (w, s)
+          y = Add (x, d)
+          i = Identity (w)
+        }
+      )"));
+      ASSERT_NE(model, nullptr);
+      onnx::TensorProto w = *model->graph().find_local("w")->initializer();
+      w.clear_raw_data();
+      switch (variant) {
+        case 0:  // ceil(25 / 2) = 13 bytes expected
+          w.set_raw_data(std::string(12, '\x11'));
+          break;
+        case 1:
+          w.set_raw_data(std::string(14, '\x11'));
+          break;
+        case 2:
+          w.set_raw_data(std::string(25, '\x11'));  // one byte per element
+          break;
+        case 3:
+          for (int k = 0; k < 12; ++k) w.add_int32_data(0x11);
+          break;
+        default:
+          for (int k = 0; k < 25; ++k) w.add_int32_data(1);
+          break;
+      }
+      model->graph().find_local("w")->set_initializer(w);
+      std::map<std::string, eval::Tensor> feeds;
+      feeds.emplace("x", filled({3, 5}, 1.0f));
+      auto run = eval::run_model(*model, feeds);
+      EXPECT_TRUE(absl::IsInvalidArgument(run.status()))
+          << opset << " " << variant << ": " << run.status();
+      PipelineConfig config = test_pipeline_config();
+      config.level = 2;
+      config.verify = true;
+      std::unique_ptr<ir::Model> m = std::move(model);
+      auto report = run_pipeline(m, config);
+      ASSERT_TRUE(report.ok()) << report.status();
+      for (const auto& pass : report->passes) EXPECT_EQ(pass.rollbacks, 0) << pass.name;
+    }
+  }
 }
 
 }  // namespace

@@ -233,6 +233,119 @@ TEST(TensorTest, Conversions) {
   EXPECT_TRUE(*a == *f);  // NaNs compare by bits
 }
 
+// ---------------------------------------------------------------------------------------------
+// 4-bit types: packed two per byte in protos (low nibble first), one per byte in a Tensor.
+
+TEST(TensorTest, Int4RawDataUnpacksLowNibbleFirstAndPacksBack) {
+  TensorProto p = proto_of(ir::kInt4, {5});
+  // Elements 1, -2 | 7, -8 | 3 (and a padding nibble of 0): bytes 0xe1, 0x87, 0x03.
+  p.set_raw_data(std::string("\xe1\x87\x03", 3));
+  auto t = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->element_size(), 1u);
+  EXPECT_EQ(t->bytes(), 5u);
+  std::vector<int64_t> got;
+  for (int64_t i = 0; i < t->size(); ++i) got.push_back(t->get_int64(i));
+  EXPECT_EQ(got, (std::vector<int64_t>{1, -2, 7, -8, 3}));
+  EXPECT_EQ(t->get_double(1), -2.0);
+  TensorProto back = t->to_proto("w");
+  EXPECT_EQ(back.data_type(), ir::kInt4);
+  EXPECT_EQ(back.raw_data(), std::string("\xe1\x87\x03", 3));
+}
+
+TEST(TensorTest, Uint4Int32DataHoldsOnePackedByteAndRoundTrips) {
+  TensorProto p = proto_of(ir::kUint4, {2, 2});
+  // int32_data: one packed byte per entry (onnx >= 1.16), so 4 elements take 2 entries.
+  p.add_int32_data(0xf0);  // 0, 15
+  p.add_int32_data(0x39);  // 9, 3
+  expect_round_trip(p, {0, 15, 9, 3});
+  auto t = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->to_proto().raw_data(), std::string("\xf0\x39", 2));
+}
+
+TEST(TensorTest, FourBitSizesAreCheckedExactlyBeforeAllocating) {
+  struct Case {
+    int32_t dtype;
+    std::vector<int64_t> dims;
+    size_t raw;  // raw_data bytes given
+  };
+  // ceil(n / 2) bytes exactly: one byte short, one too many, the unpacked size, an odd count.
+  for (const Case& c : {Case{ir::kInt4, {5}, 2}, Case{ir::kInt4, {5}, 4}, Case{ir::kUint4, {4}, 4},
+                        Case{ir::kUint4, {3}, 1}, Case{ir::kInt4, {1}, 0}}) {
+    TensorProto p = proto_of(c.dtype, c.dims);
+    p.set_raw_data(std::string(c.raw, '\x11'));
+    auto t = Tensor::from_proto(p, kLimit);
+    EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << c.raw << " " << t.status();
+  }
+  // The same for int32_data entries, and for dims claiming far more than the message holds.
+  TensorProto fields = proto_of(ir::kInt4, {3});
+  fields.add_int32_data(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(Tensor::from_proto(fields, kLimit).status()));
+  TensorProto huge = proto_of(ir::kInt4, {int64_t{1} << 40});
+  huge.set_raw_data("\x01");
+  EXPECT_FALSE(Tensor::from_proto(huge, uint64_t{1} << 50).ok());
+  // Empty and odd-sized tensors that match.
+  TensorProto empty = proto_of(ir::kUint4, {0, 3});
+  empty.set_raw_data("");
+  auto e = Tensor::from_proto(empty, kLimit);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->size(), 0);
+  EXPECT_EQ(e->to_proto().raw_data(), "");
+}
+
+TEST(TensorTest, FourBitSetInt64WrapsIntoTheTypesRange) {
+  auto s = Tensor::zeros(ir::kInt4, {4}, kLimit);
+  auto u = Tensor::zeros(ir::kUint4, {4}, kLimit);
+  ASSERT_TRUE(s.ok() && u.ok());
+  const std::vector<int64_t> in{7, 8, -9, 23};
+  for (int64_t i = 0; i < 4; ++i) {
+    s->set_int64(i, in[i]);
+    u->set_int64(i, in[i]);
+  }
+  // Two's complement in 4 bits (as Cast between integer types discards high bits).
+  EXPECT_EQ(s->get_int64(0), 7);
+  EXPECT_EQ(s->get_int64(1), -8);
+  EXPECT_EQ(s->get_int64(2), 7);
+  EXPECT_EQ(s->get_int64(3), 7);
+  EXPECT_EQ(u->get_int64(1), 8);
+  EXPECT_EQ(u->get_int64(2), 7);
+  EXPECT_EQ(u->get_int64(3), 7);
+  // Every stored element packs and unpacks to itself.
+  auto back = Tensor::from_proto(s->to_proto(), kLimit);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == *s);
+  EXPECT_TRUE(is_integer_type(ir::kInt4) && is_integer_type(ir::kUint4));
+}
+
+TEST(TensorTest, FourBitPackingRoundTripsEveryValue) {
+  // All 16 values of each type, at even and odd positions, odd and even counts.
+  for (int32_t dtype : {ir::kInt4, ir::kUint4}) {
+    for (size_t n : {size_t{15}, size_t{16}, size_t{33}}) {
+      std::vector<int8_t> values(n);
+      for (size_t i = 0; i < n; ++i)
+        values[i] = static_cast<int8_t>(dtype == ir::kInt4 ? static_cast<int>(i * 7 % 16) - 8
+                                                           : static_cast<int>(i * 7 % 16));
+      TensorProto p = ir::make_4bit_tensor(dtype, {static_cast<int64_t>(n)}, values);
+      EXPECT_EQ(p.raw_data().size(), (n + 1) / 2);
+      auto t = Tensor::from_proto(p, kLimit);
+      ASSERT_TRUE(t.ok()) << t.status();
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(t->get_int64(static_cast<int64_t>(i)), values[i]);
+      EXPECT_EQ(t->to_proto().raw_data(), p.raw_data());
+      auto ints = ir::read_int64s(p);
+      ASSERT_TRUE(ints.has_value());
+      EXPECT_EQ(*ints, std::vector<int64_t>(values.begin(), values.end()));
+    }
+  }
+  EXPECT_EQ(ir::payload_size(ir::kInt4, 5), 3u);
+  EXPECT_EQ(ir::payload_size(ir::kUint4, 0), 0u);
+  EXPECT_EQ(ir::payload_size(TensorProto::FLOAT, 3), 12u);
+  EXPECT_FALSE(ir::payload_size(TensorProto::STRING, 3).has_value());
+  EXPECT_EQ(ir::dtype_name(ir::kInt4), "int4");
+  EXPECT_EQ(ir::dtype_name(ir::kUint4), "uint4");
+  EXPECT_EQ(ir::dtype_name(TensorProto::FLOAT), "float");
+}
+
 TEST(BroadcastTest, Shapes) {
   auto s = broadcast_shape({{2, 1, 4}, {3, 1}, {}});
   ASSERT_TRUE(s.ok());

@@ -457,6 +457,26 @@ TEST(ShapeFacts, DetectionAndSamplingOps) {
   EXPECT_EQ(fact(*v20, "y"), "FLOAT[N,2,4,5,6]");
   EXPECT_EQ(fact(*v20, "z"), "FLOAT[N,2,3]");
   EXPECT_TRUE(ir::fact_exact(*any_value(*v20, "y")));
+TEST(ShapeFacts, BlockedAndFourBitQuantization) {
+  // Opset 21: int4 weights dequantized by blocks keep x's shape and take the scale's type;
+  // QuantizeLinear's type is its zero point's, else output_dtype's, else uint8.
+  auto model = parse_text(R"(
+    <ir_version: 10, opset_import: ["" : 21]>
+    g (float[N,64] x, int4[64,8] w, float[2,8] s, int4[2,8] z) => (float[N,8] y) {
+      d = DequantizeLinear <axis = 0, block_size = 32> (w, s, z)
+      y = MatMul (x, d)
+      q4 = QuantizeLinear <axis = 1, block_size = 32, output_dtype = 21> (x, s)
+      qz = QuantizeLinear <axis = 0, block_size = 32> (d, s, z)
+      q8 = QuantizeLinear <axis = 1, block_size = 32> (x, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "w"), "INT4[64,8]");
+  EXPECT_EQ(fact(*model, "d"), "FLOAT[64,8]");
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[N,8]");
+  EXPECT_EQ(fact(*model, "q4"), "UINT4[N,64]");
+  EXPECT_EQ(fact(*model, "qz"), "INT4[64,8]");
+  EXPECT_EQ(fact(*model, "q8"), "UINT8[N,64]");
 }
 
 }  // namespace

@@ -369,5 +369,35 @@ TEST(FoldConstants, SlicesOfAWeightFoldOnlyWhenTheWeightGoes) {
   EXPECT_EQ(count_ops(*shared, "Slice"), 2);
 }
 
+// A weight read by a reader whose fold is refused for its size stays, so its other readers are
+// not folded either: a tied int4 embedding (quantize_weights_int4) is read by a
+// DequantizeLinear whose float result would grow the model 6.4 times, and through a Transpose by
+// the LM head's DequantizeLinear; folding that Transpose would store the table twice.
+TEST(FoldConstants, ATransposeOfAWeightAReaderKeepsStaysATranspose) {
+  // eq: int4 [512, 256], 64 KiB packed (not folded for size alone); es: scales [512, 8].
+  std::vector<std::string> q(512 * 256), scales(512 * 8, "0.125");
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::to_string(static_cast<int>(i % 15) - 7);
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 10, opset_import: ["" : 21]>
+    g (int64[2] ids, float[2,256] h) => (float[2,256] emb, float[2,512] logits)
+      <int4[512,256] eq = {)",
+                                       absl::StrJoin(q, ","), R"(}, float[512,8] es = {)",
+                                       absl::StrJoin(scales, ","), R"(}> {
+      ed = DequantizeLinear <axis = 1, block_size = 32> (eq, es)
+      emb = Gather (ed, ids)
+      eqt = Transpose <perm = [1, 0]> (eq)
+      est = Transpose <perm = [1, 0]> (es)
+      etd = DequantizeLinear <axis = 0, block_size = 32> (eqt, est)
+      logits = MatMul (h, etd)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  const uint64_t bytes_before = model->initializer_bytes();
+  EXPECT_TRUE(run_pass_checked(*model, "fold_constants").changed);
+  EXPECT_EQ(count_ops(*model, "Transpose"), 1);  // the scales' Transpose (16 KiB) folds
+  EXPECT_EQ(producer_op(model->graph(), "eqt"), "Transpose");
+  EXPECT_LE(model->initializer_bytes(), bytes_before + 16384);
+}
+
 }  // namespace
 }  // namespace graft::testing

@@ -25,6 +25,7 @@
 #include "core/eval/kernels.h"
 #include "core/eval/kernels/common.h"
 #include "core/ir/op_params.h"
+#include "core/ir/tensor.h"
 
 namespace graft::eval {
 namespace {
@@ -900,59 +901,148 @@ absl::Status global_pool(KernelContext& ctx, bool is_max) {
 
 // ---------------------------------------------------------------------------------------------
 // QuantizeLinear / DequantizeLinear
+//
+// The scale's shape sets the granularity: a scalar (or a one-element 1-D scale) is per tensor;
+// from opset 13 a 1-D scale as long as x's dim `axis` is per axis; from opset 21, with
+// `block_size` B > 0, a scale of x's rank is blocked: its dim `axis` is ceil(x.dims[axis] / B),
+// every other dim is x's, and the element at coordinate d along `axis` uses the scale at d / B.
+// The zero point has the scale's shape and the quantized type. Quantized types: int8, uint8
+// (opset 10; DequantizeLinear's x also int32), int16, uint16, int4, uint4 (21); float8 is not
+// evaluated (Unimplemented). Scales: float (10), float16 and bfloat16 (19); the float output has
+// the scale's type (DequantizeLinear's output_dtype from opset 23 overrides it). QuantizeLinear's
+// output type is its zero point's, else output_dtype (21), else uint8. Every mismatch of shape,
+// type or attribute is InvalidArgument.
 
-// Per-element index into the scale/zero-point: 0 for per-tensor, else the coordinate on `axis`.
-struct QuantParams {
-  int64_t axis_len = 1, inner = 1;  // per-axis: index = (i / inner) % axis_len
-  bool per_axis = false;
+// Element i of x -> index of its scale and zero point.
+struct QuantGrid {
+  enum Kind { kTensor, kAxis, kBlocked };
+  Kind kind = kTensor;
+  int64_t dim = 1, inner = 1;     // x's extent along `axis` and the product of the dims after it
+  int64_t blocks = 1, block = 1;  // kBlocked: the scale's extent along `axis`, block_size
+  int64_t index(int64_t i) const {
+    switch (kind) {
+      case kTensor:
+        return 0;
+      case kAxis:
+        return (i / inner) % dim;
+      case kBlocked: {
+        const int64_t outer = i / (dim * inner), d = (i / inner) % dim, in = i % inner;
+        return (outer * blocks + d / block) * inner + in;
+      }
+    }
+    return 0;
+  }
 };
 
-absl::StatusOr<QuantParams> quant_params(const KernelContext& ctx, const Tensor& x,
-                                         const Tensor& scale, const Tensor* zp) {
-  QuantParams q;
-  if (zp != nullptr && zp->dims() != scale.dims()) {
+absl::StatusOr<QuantGrid> quant_grid(const KernelContext& ctx, const Tensor& x, const Tensor& scale,
+                                     const Tensor* zp) {
+  if (zp != nullptr && zp->dims() != scale.dims())
     return invalid(ctx, "scale and zero point shapes differ");
-  }
-  if (scale.rank() == 0 || (scale.rank() == 1 && scale.dims()[0] == 1)) {
+  const onnx::AttributeProto* bs = ctx.node.attr("block_size");
+  if (bs != nullptr && ctx.opset < 21)
+    return invalid(ctx, absl::StrCat("block_size is an attribute from opset 21, not ", ctx.opset));
+  const int64_t block = ctx.node.attr_int("block_size", 0);
+  if (block < 0) return invalid(ctx, absl::StrCat("block_size must be positive, got ", block));
+  QuantGrid q;
+  if (scale.rank() == 0 || (scale.rank() == 1 && scale.dims()[0] == 1)) return q;
+  if (block == 0 && (scale.rank() != 1 || ctx.opset < 13))
+    return invalid(ctx, ctx.opset < 13 ? "scale must be a scalar before opset 13"
+                                       : "scale must be a scalar or 1-D without block_size");
+  if (block > 0 && scale.rank() != x.rank())
+    return invalid(ctx, absl::StrCat("blocked quantization needs a scale of x's rank ", x.rank(),
+                                     ", got rank ", scale.rank()));
+  NN_ASSIGN_OR_RETURN(int64_t axis, norm_axis(ctx, ctx.node.attr_int("axis", 1), x.rank()));
+  q.dim = x.dims()[axis];
+  q.inner = product(x.dims(), axis + 1, x.dims().size());
+  if (block == 0) {
+    if (scale.dims()[0] != q.dim)
+      return invalid(ctx, absl::StrCat("per-axis scale has ", scale.dims()[0], " elements, x has ",
+                                       q.dim, " along axis ", axis));
+    q.kind = QuantGrid::kAxis;
     return q;
   }
-  if (scale.rank() != 1 || ctx.opset < 13) return invalid(ctx, "scale must be a scalar");
-  NN_ASSIGN_OR_RETURN(int64_t axis, norm_axis(ctx, ctx.node.attr_int("axis", 1), x.rank()));
-  if (scale.dims()[0] != x.dims()[axis]) return invalid(ctx, "scale length != axis dim");
-  q.per_axis = true;
-  q.axis_len = x.dims()[axis];
-  q.inner = product(x.dims(), axis + 1, x.dims().size());
+  for (int64_t j = 0; j < x.rank(); ++j) {
+    const int64_t want = j == axis ? q.dim / block + (q.dim % block != 0) : x.dims()[j];
+    if (scale.dims()[j] != want)
+      return invalid(ctx, absl::StrCat("blocked scale dim ", j, " is ", scale.dims()[j],
+                                       ", expected ", want, " (x dim ", x.dims()[j],
+                                       j == axis ? absl::StrCat(", block_size ", block) : "", ")"));
+  }
+  q.kind = QuantGrid::kBlocked;
+  q.blocks = scale.dims()[axis];
+  q.block = block;
   return q;
 }
 
-int64_t qindex(const QuantParams& q, int64_t i) {
-  return q.per_axis ? (i / q.inner) % q.axis_len : 0;
+// The range of a quantized integer type usable at `opset`; nullopt for other types.
+std::optional<std::pair<int64_t, int64_t>> quantized_range(int32_t dtype, int64_t opset) {
+  switch (dtype) {
+    case TensorProto::INT8:
+      return std::pair<int64_t, int64_t>{-128, 127};
+    case TensorProto::UINT8:
+      return std::pair<int64_t, int64_t>{0, 255};
+    case TensorProto::INT16:
+      if (opset < 21) return std::nullopt;
+      return std::pair<int64_t, int64_t>{-32768, 32767};
+    case TensorProto::UINT16:
+      if (opset < 21) return std::nullopt;
+      return std::pair<int64_t, int64_t>{0, 65535};
+    case ir::kInt4:
+      if (opset < 21) return std::nullopt;
+      return std::pair<int64_t, int64_t>{-8, 7};
+    case ir::kUint4:
+      if (opset < 21) return std::nullopt;
+      return std::pair<int64_t, int64_t>{0, 15};
+    default:
+      return std::nullopt;
+  }
 }
+
+// Scales (and DequantizeLinear's output) are float, and from opset 19 float16 or bfloat16 too.
+bool scale_type_ok(int32_t dtype, int64_t opset) {
+  return dtype == TensorProto::FLOAT ||
+         (opset >= 19 && (dtype == TensorProto::FLOAT16 || dtype == TensorProto::BFLOAT16));
+}
+
+std::string type_text(int32_t dtype) { return ir::dtype_name(dtype); }
 
 absl::Status quantize(KernelContext& ctx) {
   NN_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
   NN_ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
   const Tensor* zp = ctx.input(2);
-  if (x->dtype() != TensorProto::FLOAT && x->dtype() != TensorProto::INT32) {
-    return unimplemented(ctx, "input element type");
+  const int32_t xt = x->dtype();
+  if (xt != TensorProto::INT32 && !scale_type_ok(xt, ctx.opset))
+    return unimplemented(ctx, absl::StrCat("input element type ", type_text(xt)));
+  if (!scale_type_ok(scale->dtype(), ctx.opset))
+    return unimplemented(ctx, absl::StrCat("scale element type ", type_text(scale->dtype())));
+  const onnx::AttributeProto* od = ctx.node.attr("output_dtype");
+  if (od != nullptr && ctx.opset < 21)
+    return invalid(ctx, "output_dtype is an attribute from opset 21");
+  int32_t out_type = zp != nullptr ? zp->dtype() : TensorProto::UINT8;
+  if (od != nullptr && od->i() != 0) {
+    if (zp != nullptr && od->i() != zp->dtype())
+      return invalid(ctx, absl::StrCat("output_dtype ", od->i(), " is not the zero point's type ",
+                                       type_text(zp->dtype())));
+    if (od->i() < 0 || od->i() > std::numeric_limits<int32_t>::max())
+      return invalid(ctx, absl::StrCat("output_dtype ", od->i(), " is not a data type"));
+    out_type = static_cast<int32_t>(od->i());
   }
-  if (scale->dtype() != TensorProto::FLOAT) return unimplemented(ctx, "scale element type");
-  const int32_t out_type = zp != nullptr ? zp->dtype() : TensorProto::UINT8;
-  if (out_type != TensorProto::UINT8 && out_type != TensorProto::INT8) {
-    return unimplemented(ctx, "output element type");
-  }
-  NN_ASSIGN_OR_RETURN(QuantParams q, quant_params(ctx, *x, *scale, zp));
+  const auto range = quantized_range(out_type, ctx.opset);
+  if (!range)
+    return unimplemented(
+        ctx, absl::StrCat("output element type ", type_text(out_type), " at opset ", ctx.opset));
+  NN_ASSIGN_OR_RETURN(QuantGrid q, quant_grid(ctx, *x, *scale, zp));
   NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_type, x->dims()));
-  const double lo = out_type == TensorProto::UINT8 ? 0 : -128;
-  const double hi = out_type == TensorProto::UINT8 ? 255 : 127;
-  const float* sp = scale->data<float>();
+  const auto lo = static_cast<double>(range->first), hi = static_cast<double>(range->second);
+  const int32_t st = scale->dtype();
   for (int64_t i = 0; i < x->size(); ++i) {
-    const int64_t qi = qindex(q, i);
-    // Divide in float like the ONNX reference, so ties round the same way; then round half to
-    // even (the default floating-point rounding mode).
-    const float xv = x->dtype() == TensorProto::FLOAT ? x->data<float>()[i]
-                                                      : static_cast<float>(x->data<int32_t>()[i]);
-    double r = std::nearbyint(static_cast<double>(xv / sp[qi]));
+    poll_every(i);
+    const int64_t qi = q.index(i);
+    // Divide in float like the ONNX reference (in the scale's type: a float16 quotient is
+    // rounded to float16), so ties round the same way; then round half to even.
+    const auto xv = static_cast<float>(x->get_double(i));
+    const auto sv = static_cast<float>(scale->get_double(qi));
+    double r = std::nearbyint(round_to_type(st, static_cast<double>(xv / sv)));
     if (zp != nullptr) r += static_cast<double>(zp->get_int64(qi));
     if (std::isnan(r)) r = 0;
     y->set_int64(i, static_cast<int64_t>(std::clamp(r, lo, hi)));
@@ -964,20 +1054,40 @@ absl::Status dequantize(KernelContext& ctx) {
   NN_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
   NN_ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
   const Tensor* zp = ctx.input(2);
-  if (x->dtype() != TensorProto::UINT8 && x->dtype() != TensorProto::INT8 &&
-      x->dtype() != TensorProto::INT32) {
-    return unimplemented(ctx, "input element type");
+  const int32_t xt = x->dtype();
+  if (xt != TensorProto::INT32 && !quantized_range(xt, ctx.opset))
+    return unimplemented(
+        ctx, absl::StrCat("input element type ", type_text(xt), " at opset ", ctx.opset));
+  if (!scale_type_ok(scale->dtype(), ctx.opset))
+    return unimplemented(ctx, absl::StrCat("scale element type ", type_text(scale->dtype())));
+  if (zp != nullptr && zp->dtype() != xt)
+    return invalid(ctx, absl::StrCat("zero point type ", type_text(zp->dtype()),
+                                     " is not x's type ", type_text(xt)));
+  int32_t out_type = scale->dtype();
+  if (const onnx::AttributeProto* od = ctx.node.attr("output_dtype")) {
+    if (ctx.opset < 23) return invalid(ctx, "output_dtype is an attribute from opset 23");
+    if (od->i() != 0) {
+      if (od->i() < 0 || od->i() > std::numeric_limits<int32_t>::max() ||
+          !scale_type_ok(static_cast<int32_t>(od->i()), ctx.opset))
+        return invalid(ctx, absl::StrCat("output_dtype ", od->i(), " is not a float type"));
+      out_type = static_cast<int32_t>(od->i());
+    }
   }
-  if (scale->dtype() != TensorProto::FLOAT) return unimplemented(ctx, "scale element type");
-  if (zp != nullptr && zp->dtype() != x->dtype()) return invalid(ctx, "zero point type");
-  NN_ASSIGN_OR_RETURN(QuantParams q, quant_params(ctx, *x, *scale, zp));
-  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, TensorProto::FLOAT, x->dims()));
-  const float* sp = scale->data<float>();
-  float* yp = y->data<float>();
+  NN_ASSIGN_OR_RETURN(QuantGrid q, quant_grid(ctx, *x, *scale, zp));
+  NN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_type, x->dims()));
+  const bool float_out = out_type == TensorProto::FLOAT && scale->dtype() == TensorProto::FLOAT;
+  const float* sp = float_out ? scale->data<float>() : nullptr;
   for (int64_t i = 0; i < x->size(); ++i) {
-    const int64_t qi = qindex(q, i);
+    poll_every(i);
+    const int64_t qi = q.index(i);
     const int64_t v = x->get_int64(i) - (zp != nullptr ? zp->get_int64(qi) : 0);
-    yp[i] = static_cast<float>(v) * sp[qi];
+    if (float_out) {
+      y->data<float>()[i] = static_cast<float>(v) * sp[qi];
+    } else {
+      // In float, like the reference, then rounded to the output type.
+      y->set_double(i, static_cast<double>(static_cast<float>(v) *
+                                           static_cast<float>(scale->get_double(qi))));
+    }
   }
   return absl::OkStatus();
 }

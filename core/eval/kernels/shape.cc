@@ -52,7 +52,7 @@ struct Tag {
 template <typename F>
 absl::Status by_element(int32_t dtype, F&& f) {
   if (dtype == TensorProto::STRING) return f(Tag<std::string>{});
-  switch (ir::element_size(dtype)) {
+  switch (storage_size(dtype)) {  // the 4-bit types are held one per byte
     case 1:
       return f(Tag<uint8_t>{});
     case 2:

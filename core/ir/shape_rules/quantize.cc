@@ -19,15 +19,25 @@ TensorFact dynamic_quantize_linear(const Node& n, size_t output, bool*) {
   return TensorFact::of_rank(output == 1 ? TensorProto::FLOAT : TensorProto::UINT8, {});
 }
 
-// QuantizeLinear has X's shape and its zero point's type (uint8 without one); DequantizeLinear
-// X's shape and its scale's type.
+// QuantizeLinear has X's shape and its zero point's type, else its output_dtype (opset 21),
+// else uint8; DequantizeLinear X's shape and its scale's type, or its output_dtype (opset 23).
+// The granularity (per tensor, per axis, blocked by block_size) does not change the shape.
 TensorFact quantize_linear(const Node& n, size_t, bool* partial) {
-  if (n.attr("output_dtype")) return unknown(partial);  // opset 21's, not read here
+  const bool dequantize = n.op_type() == "DequantizeLinear";
+  const onnx::AttributeProto* od = n.attr("output_dtype");
+  if (od && (!od->has_i() || n.opset() < (dequantize ? 23 : 21))) return unknown(partial);
   int32_t type = TensorProto::UINT8;
-  if (n.op_type() == "DequantizeLinear")
+  if (dequantize)
     type = input_fact(n, 1).elem_type;
   else if (n.inputs().size() > 2 && n.input(2))
     type = input_fact(n, 2).elem_type;
+  if (od && od->i() != 0) {
+    // The zero point's type and output_dtype must agree (QuantizeLinear); a mismatch is an
+    // invalid node, whose type is not claimed.
+    if (od->i() < 1 || od->i() > 64 || (!dequantize && n.input(2) && type != 0 && type != od->i()))
+      return unknown(partial);
+    type = static_cast<int32_t>(od->i());
+  }
   if (type == 0) *partial = true;
   return with_type(input_fact(n, 0), type);
 }

@@ -1,0 +1,89 @@
+// Raising a model's default-domain opset: what a pass that writes ops of a newer opset (the
+// 4-bit DequantizeLinear of opset 21) needs first, and what a convert_opset pass will expose.
+//
+// ONNX keeps old semantics reachable by opset: an op whose schema changed between the model's
+// opset and the target is converted to the new form with the same meaning, or the raise is
+// refused, naming the node and why. Changes handled (from ONNX's Changelog.md and the adapters of
+// onnx/version_converter), for nodes below the version that changed them:
+//
+//   14  BatchNormalization: the training outputs (mean, var, saved mean/var) no longer exist in
+//       inference mode: a node whose extra outputs nobody reads keeps Y only; one whose extra
+//       outputs are read is refused.
+//   16  RoiAlign: coordinate_transformation_mode appears with default half_pixel; the old
+//       behaviour is output_half_pixel, which is set.
+//   18  ReduceL1/L2/LogSum/LogSumExp/Max/Mean/Min/Prod/SumSquare: `axes` moves from an attribute
+//       to an input (a new int64 constant). Split: without a `split` input, num_outputs is set
+//       to the number of outputs (opset 18 requires one of them).
+//   20  GridSample: modes bilinear and bicubic are renamed linear and cubic. DFT: `axis` moves
+//       to input 2, and its default changes from 1 to -2, so the old value (default 1) is
+//       written.
+//   21  GroupNormalization: scale and bias are per channel instead of per group: constant ones
+//       are repeated C / num_groups times (C known from x's shape), anything else is refused;
+//       stash_type is set to x's type when it is not float.
+//
+// Every other change from opset 13 to 21 only adds types, attributes or inputs whose defaults
+// keep the old meaning (Reshape's allowzero, the RNNs' layout, LpPool's ceil_mode, Resize's
+// antialias, Pad's axes, Cast's saturate, ...), so those nodes stay as they are. Models below
+// opset 13 (Softmax's axis, Squeeze/Unsqueeze/Split/ReduceSum parameters moved at 13) are refused.
+// Other domains are left alone (ai.onnx.ml has its own versions); model-local functions that
+// import the default domain are raised with the model. The IR version is raised to the one the
+// target opset needs (10 for opset 21).
+//
+// The node conversions are rules run by the rule driver (rules.h) through the Rewriter, in every
+// graph; the checks run first and read shape facts before anything changes, so a refused raise
+// changes nothing, and facts are never read while some nodes are converted and the imports are
+// not raised yet.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+#include "core/ir/model.h"
+#include "core/passes/rules.h"
+
+namespace graft {
+
+// The opsets raise_opset converts between.
+inline constexpr int64_t kMinRaisableOpset = 13;
+inline constexpr int64_t kMaxRaisableOpset = 21;
+
+// Why a model cannot be raised: the node (empty for a model-level reason) and the reason.
+struct OpsetRefusal {
+  std::string node;   // the node's name, else its first output's name
+  std::string op;     // its op type
+  std::string graph;  // the name of the graph holding it ("" for the main graph's)
+  std::string reason;
+  // "GroupNormalization 'gn': ..." or the reason alone.
+  std::string message() const;
+};
+
+struct OpsetRaise {
+  int64_t from = 0;  // the model's default-domain opset before (0: not imported)
+  int64_t to = 0;    // after (`from` when nothing changed)
+  bool changed = false;
+  std::map<std::string, int64_t> conversions;  // nodes converted, per rule name
+  std::optional<OpsetRefusal> refused;         // set when the raise was refused
+};
+
+// The names of the conversion rules (their RuleRunOptions::explain names).
+std::vector<std::string> opset_conversion_rules();
+
+// The first reason (graphs in Model::all_graphs() order, nodes in order) `model` cannot be raised
+// to `target`; nullopt when it can. Changes nothing (it may compute shape facts).
+std::optional<OpsetRefusal> check_raise_opset(const ir::Model& model, int64_t target);
+
+// Raises the model's default-domain import (and that of every model-local function importing
+// the default domain) to `target`, converting the nodes whose schema changed; a model without a
+// default-domain import gets one. Nothing changes when the opset already is `target` or newer,
+// or when the raise is refused (OpsetRaise::refused says why). InvalidArgument for a target
+// outside [kMinRaisableOpset, kMaxRaisableOpset]; an Internal error (everything undone) when a
+// conversion rule misbehaves under `options.check_transactions`.
+absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
+                                       const RuleRunOptions& options = {});
+
+}  // namespace graft

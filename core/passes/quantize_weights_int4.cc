@@ -1,0 +1,572 @@
+// quantize_weights_int4: weight-only 4-bit quantization, block-wise round to nearest, in standard
+// ONNX ops (opset 21):
+//
+//   MatMul(x, W)            W: constant float32 [K, N]
+//     -> MatMul(x, DequantizeLinear<axis=0, block_size=B>(W_q, scale[, zero_point]))
+//   Gemm(x, B, C)           B constant, transA = 0; transB handled by reading B transposed
+//     -> MatMul(x, DequantizeLinear(...)) [* alpha] [+ beta * C]
+//   Gather(E, ids)          E: constant float32 [V, D] (embeddings), axis 0
+//     -> Gather(DequantizeLinear<axis=1, block_size=B>(E_q, scale[, zero_point]), ids)
+//
+// W_q is int4 (option symmetric, the default: zero point 0, scale max|w| / 7 per block, values in
+// [-7, 7]) or uint4 with a uint4 zero point (range [min(0, min w), max(0, max w)] over 15 steps
+// per block). Blocks of B (block_size: 16..256, a power of two) run along K, the reduction
+// axis: scale [ceil(K / B), N]. This is the form ONNX Runtime (1.30, default optimization level)
+// fuses into its MatMulNBits kernel; a Gather of int4 is not valid ONNX (Gather-13's types stop
+// at IR 4's), so the table is dequantized before the Gather (ONNX Runtime runs that
+// DequantizeLinear on the whole table per run; exclude_ops=Gather keeps tables float).
+//
+// Tied embeddings: an embedding read by a Gather and, through Transpose(perm [1, 0]), by a MatMul
+// (the LM head) is quantized once, in the table's layout (blocks along D, which is the MatMul's
+// K): the MatMul reads DequantizeLinear<axis=0>(Transpose(E_q), Transpose(scale)), which ONNX
+// Runtime folds and fuses into MatMulNBits. Any weight read by several nodes is quantized once
+// per blocking axis (DequantizeLinear nodes per reader, as MatMulNBits fusion wants them).
+//
+// LOSSY on purpose (PassInfo.lossy, by name only): every weight moves by at most half a step of
+// its block (scale / 2); activations stay float. The gate is in docs/quantization.md.
+//
+// The model's default-domain opset is raised to 21 first (core/passes/opset.h), only when some
+// weight qualifies; when it cannot be raised nothing changes and the reason is reported as a
+// finding. If nothing is quantized in the end the raise is undone too.
+//
+// Left alone: weights that are not constant float32 2-D tensors, have fewer than
+// min_weight_elements elements, hold a NaN or infinity, or have a block whose scale underflows
+// float; activations that are not float32; Gemm with transA = 1, unknown attributes, or beta != 1
+// with a C that is not constant; Gather on another axis; excluded ops and nodes.
+//
+// Memory: a weight is read in place (Float32View), block by block; the only allocations are the
+// packed result (half a byte per element) and the scales.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include "core/ir/tensor.h"
+#include "core/passes/float32_view.h"
+#include "core/passes/opset.h"
+#include "core/passes/passes.h"
+#include "core/passes/rules.h"
+
+namespace graft {
+
+namespace {
+
+using onnx::TensorProto;
+
+constexpr char kBlockSize[] = "block_size";
+constexpr char kSymmetric[] = "symmetric";
+constexpr char kMinWeightElements[] = "min_weight_elements";
+constexpr char kExcludeOps[] = "exclude_ops";
+constexpr char kExcludeNodes[] = "exclude_nodes";
+
+// DequantizeLinear's block_size and the 4-bit types exist from opset 21.
+constexpr int64_t kOpset = 21;
+
+// The quantized form of one constant: blocks along `axis` of the source [rows, cols]. Stored in
+// the source's layout, or transposed (the MatMul layout [K, N] when the source is [N, K]).
+struct Quantized {
+  ir::Value* q = nullptr;
+  ir::Value* scale = nullptr;
+  ir::Value* zero_point = nullptr;  // uint4 only
+  bool transposed = false;
+};
+
+// What a run has made so far. Edited with the model: an entry made by a rule that gives up
+// (its edits undone by the journal) is undone with them, so it never names a dead value.
+struct Made {
+  std::map<std::pair<const ir::Value*, int>, Quantized> quantized;  // (source, blocked axis)
+  uint64_t weight_bytes = 0;  // initializer bytes so far (the model's, plus what was added)
+};
+
+struct Config {
+  int64_t block = 32;
+  bool symmetric = true;
+  int64_t min_elements = 4096;
+  bool skip_matmul = false;
+  bool skip_gemm = false;
+  bool skip_gather = false;
+  std::vector<std::string> exclude_nodes;  // sorted
+  uint64_t max_weight_bytes = 0;           // 0 = no limit
+  std::shared_ptr<Made> made = std::make_shared<Made>();
+};
+
+bool excluded_node(const ir::Node& node, const Config& cfg) {
+  return !node.name().empty() &&
+         std::binary_search(cfg.exclude_nodes.begin(), cfg.exclude_nodes.end(), node.name());
+}
+
+// A constant float32 2-D weight big enough to quantize: its dims.
+std::optional<std::pair<int64_t, int64_t>> weight_dims(const ir::Value* w, const Config& cfg) {
+  const auto* h = w ? constant_header(w) : nullptr;
+  if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() != 2) return std::nullopt;
+  const int64_t rows = h->dims(0), cols = h->dims(1);
+  if (rows <= 0 || cols <= 0 || rows > (int64_t{1} << 40) / cols) return std::nullopt;
+  if (rows * cols < cfg.min_elements) return std::nullopt;
+  if (ir::is_external(*h) && !ir::external_data_of(w)) return std::nullopt;
+  return std::pair<int64_t, int64_t>{rows, cols};
+}
+
+// A Gather the gather rule would rewrite: a 2-D table quantized along its last axis.
+bool gather_candidate(const ir::Node& n, const Config& cfg) {
+  return !cfg.skip_gather && n.is("Gather") && !excluded_node(n, cfg) && n.inputs().size() == 2 &&
+         n.input(1) && n.outputs().size() == 1 && n.output(0) && only_attributes(n, {"axis"}) &&
+         n.attr_int("axis", 0) == 0 && weight_dims(n.input(0), cfg);
+}
+
+// `table` is also read by a Gather that will be quantized: its quantized form is kept in the
+// table's layout so that one copy serves both.
+bool gathered(const ir::Value* table, const Config& cfg) {
+  for (const ir::Use& u : table->uses())
+    if (u.index == 0 && gather_candidate(*u.node, cfg)) return true;
+  return false;
+}
+
+// The weight of a MatMul-like node: `source` [rows, cols] read as the [K, N] matrix either as is
+// (blocks along axis 0) or transposed (Transpose(perm [1, 0]) or Gemm's transB: blocks along
+// axis 1).
+struct WeightRef {
+  ir::Value* source = nullptr;
+  bool transposed = false;
+  ir::Node* transpose = nullptr;  // the Transpose node read, when there is one
+  int64_t k = 0, n = 0;
+};
+
+std::optional<WeightRef> matmul_weight(ir::Value* w, bool trans_b, const Config& cfg) {
+  WeightRef ref;
+  ref.source = w;
+  ref.transposed = trans_b;
+  if (ir::Node* t = producer(w, "Transpose"); t && !trans_b) {
+    auto perm = transpose_perm(*t, 2);
+    if (!perm || *perm != std::vector<int64_t>{1, 0} || !t->input(0)) return std::nullopt;
+    ref.source = t->input(0);
+    ref.transposed = true;
+    ref.transpose = t;
+  }
+  auto dims = weight_dims(ref.source, cfg);
+  if (!dims) return std::nullopt;
+  ref.k = ref.transposed ? dims->second : dims->first;
+  ref.n = ref.transposed ? dims->first : dims->second;
+  return ref;
+}
+
+// The packed values, scales and zero points of a [K, N] matrix read through `at(r, c)`, blocks of
+// cfg.block along K. Stored [K, N] (scales [ceil(K / B), N]) or, with `nk`, [N, K] (scales [N,
+// ceil(K / B)]). nullopt for a non-finite value or a block whose scale underflows.
+struct Packed {
+  std::string q;                   // ceil(K * N / 2) bytes
+  std::vector<float> scale;        // blocks * N
+  std::vector<int8_t> zero_point;  // blocks * N, uint4 only
+};
+
+template <typename At>
+std::optional<Packed> quantize_blocks(const At& at, int64_t k, int64_t n, bool nk,
+                                      const Config& cfg) {
+  const int64_t blocks = k / cfg.block + (k % cfg.block != 0);
+  Packed p;
+  p.q.assign(static_cast<size_t>((k * n + 1) / 2), '\0');
+  p.scale.assign(static_cast<size_t>(blocks * n), 1.0f);
+  if (!cfg.symmetric) p.zero_point.assign(static_cast<size_t>(blocks * n), 0);
+  std::vector<double> lo(static_cast<size_t>(n)), hi(static_cast<size_t>(n));
+  auto put = [&](int64_t index, int v) {
+    const auto nibble = static_cast<uint8_t>(v & 0x0f);
+    char& byte = p.q[static_cast<size_t>(index / 2)];
+    byte = static_cast<char>(static_cast<uint8_t>(byte) | (index % 2 ? nibble << 4 : nibble));
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t r0 = b * cfg.block, r1 = std::min(k, r0 + cfg.block);
+    std::fill(lo.begin(), lo.end(), 0.0);
+    std::fill(hi.begin(), hi.end(), 0.0);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        const double v = at(r, c);
+        if (!std::isfinite(v)) return std::nullopt;
+        lo[static_cast<size_t>(c)] = std::min(lo[static_cast<size_t>(c)], v);
+        hi[static_cast<size_t>(c)] = std::max(hi[static_cast<size_t>(c)], v);
+      }
+    for (int64_t c = 0; c < n; ++c) {
+      const double l = lo[static_cast<size_t>(c)], h = hi[static_cast<size_t>(c)];
+      const size_t s = static_cast<size_t>(nk ? c * blocks + b : b * n + c);
+      float scale = 1.0f;  // an all-zero block: scale 1, zero point 0, values 0
+      int zp = 0;
+      if (l != 0 || h != 0) {
+        scale = static_cast<float>(cfg.symmetric ? std::max(-l, h) / 7.0 : (h - l) / 15.0);
+        if (!(scale >= FLT_MIN) || !std::isfinite(scale)) return std::nullopt;
+        if (!cfg.symmetric)
+          zp = static_cast<int>(std::clamp(std::nearbyint(-l / scale), 0.0, 15.0));
+      }
+      p.scale[s] = scale;
+      if (!cfg.symmetric) p.zero_point[s] = static_cast<int8_t>(zp);
+      for (int64_t r = r0; r < r1; ++r) {
+        const double v = std::nearbyint(at(r, c) / static_cast<double>(scale)) + zp;
+        const int q =
+            static_cast<int>(cfg.symmetric ? std::clamp(v, -7.0, 7.0) : std::clamp(v, 0.0, 15.0));
+        put(nk ? c * k + r : r * n + c, q);
+      }
+    }
+  }
+  return p;
+}
+
+// The quantized form of `ref`'s source (blocks along the [K, N] matrix's K), made once per
+// source and axis. `natural`: stored in the source's layout; otherwise [K, N].
+std::optional<Quantized> quantized(const WeightRef& ref, bool natural, Config& cfg, Rewriter& rw) {
+  const int axis = ref.transposed ? 1 : 0;
+  const std::pair<const ir::Value*, int> key{ref.source, axis};
+  auto it = cfg.made->quantized.find(key);
+  if (it != cfg.made->quantized.end()) return it->second;
+  const int64_t k = ref.k, n = ref.n, blocks = k / cfg.block + (k % cfg.block != 0);
+  const uint64_t added = static_cast<uint64_t>((k * n + 1) / 2) +
+                         static_cast<uint64_t>(blocks * n) * (cfg.symmetric ? 4 : 5) + 64;
+  if (cfg.max_weight_bytes != 0 && cfg.made->weight_bytes + added > cfg.max_weight_bytes)
+    return std::nullopt;
+  // [K, N] when the source is [K, N]; a transposed source [N, K] is stored [N, K] (natural) or
+  // [K, N].
+  const bool nk = ref.transposed && natural;
+  std::optional<Packed> p;
+  {
+    auto w = float32_constant(ref.source);  // read in place, released after quantizing
+    if (!w || w->size() != k * n) return std::nullopt;
+    if (ref.transposed)
+      p = quantize_blocks([&](int64_t r, int64_t c) { return (*w)[c * k + r]; }, k, n, nk, cfg);
+    else
+      p = quantize_blocks([&](int64_t r, int64_t c) { return (*w)[r * n + c]; }, k, n, nk, cfg);
+  }
+  if (!p) return std::nullopt;
+  ir::Graph& g = *ref.source->owner();
+  const std::string name = ref.source->name();
+  const std::vector<int64_t> dims = nk ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+  const std::vector<int64_t> sdims =
+      nk ? std::vector<int64_t>{n, blocks} : std::vector<int64_t>{blocks, n};
+  Quantized out;
+  out.transposed = nk;
+  TensorProto qt;
+  qt.set_data_type(cfg.symmetric ? ir::kInt4 : ir::kUint4);
+  for (int64_t d : dims) qt.add_dims(d);
+  qt.set_raw_data(std::move(p->q));
+  out.q = rw.add_constant(g, std::move(qt), name + "_q4");
+  out.scale = rw.add_constant(g, ir::make_float32_tensor(sdims, p->scale), name + "_scale");
+  if (!cfg.symmetric)
+    out.zero_point = rw.add_constant(g, ir::make_4bit_tensor(ir::kUint4, sdims, p->zero_point),
+                                     name + "_zero_point");
+  cfg.made->quantized[key] = out;
+  cfg.made->weight_bytes += added;
+  rw.model().on_undo([made = cfg.made, key, added] {
+    made->quantized.erase(key);
+    made->weight_bytes -= added;
+  });
+  return out;
+}
+
+// DequantizeLinear of `inputs` in `g` for `reader`: blocks along `axis` of what it reads.
+ir::Value* dequantize(ir::Graph& g, const std::vector<ir::Value*>& inputs, int64_t axis,
+                      const Config& cfg, const ir::Node& reader, Rewriter& rw) {
+  ir::Node* dq = rw.add_node(g, "DequantizeLinear", inputs, 1, &reader);
+  rw.set_attr(dq, int_attr("axis", axis));
+  rw.set_attr(dq, int_attr(kBlockSize, cfg.block));
+  return dq->output(0);
+}
+
+// The dequantized [K, N] weight for a MatMul-like `node`.
+ir::Value* dequantized_weight(const WeightRef& ref, ir::Node& node, Config& cfg, Rewriter& rw) {
+  // Tied to a Gather: one copy in the table's layout, read here through Transposes (which
+  // ONNX Runtime folds). Otherwise [K, N], read as is.
+  const bool natural = ref.transposed && gathered(ref.source, cfg);
+  auto q = quantized(ref, natural, cfg, rw);
+  if (!q)
+    return no_match(node,
+                    "the weight holds a NaN or an infinity, a block's scale would "
+                    "underflow, or the weight budget is spent");
+  ir::Graph& g = *node.graph();
+  std::vector<ir::Value*> inputs{q->q, q->scale};
+  if (q->zero_point) inputs.push_back(q->zero_point);
+  if (q->transposed)
+    for (ir::Value*& v : inputs) {
+      ir::Node* t = rw.add_node(g, "Transpose", {v}, 1, &node);
+      rw.set_attr(t, ints_attr("perm", {1, 0}));
+      v = t->output(0);
+    }
+  return dequantize(g, inputs, 0, cfg, node, rw);
+}
+
+bool float32_activation(const ir::Node& node, const ir::Value* x) {
+  if (!x || x->elem_type() != TensorProto::FLOAT) return false;
+  const int32_t out = node.output(0) ? node.output(0)->elem_type() : 0;
+  return out == 0 || out == TensorProto::FLOAT;
+}
+
+// After a rewrite: the Transpose the old weight was read through goes when nothing reads it.
+void drop_transpose(const WeightRef& ref, Rewriter& rw) {
+  if (ref.transpose && !ref.transpose->dead() && ref.transpose->output(0)->use_count() == 0)
+    rw.erase(ref.transpose);
+}
+
+bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (cfg.skip_matmul || excluded_node(node, cfg) || node.inputs().size() != 2 ||
+      node.outputs().size() != 1 || !node.attributes().empty())
+    return false;
+  if (!float32_activation(node, node.input(0)))
+    return no_match(node, "the activation is not known to be float32");
+  auto ref = matmul_weight(node.input(1), false, cfg);
+  if (!ref)
+    return no_match(node,
+                    "the weight is not a constant float32 2-D tensor (or its Transpose) "
+                    "of at least min_weight_elements elements");
+  ir::Value* w = dequantized_weight(*ref, node, cfg, rw);
+  if (!w) return false;
+  rw.set_input(&node, 1, w);
+  drop_transpose(*ref, rw);
+  return true;
+}
+
+// Gemm(A, B, C) = alpha * A * B' + beta * C -> MatMul(A, dequantized B') [* alpha] [+ beta * C].
+bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (cfg.skip_gemm || excluded_node(node, cfg) || node.inputs().size() < 2 ||
+      node.inputs().size() > 3 || node.outputs().size() != 1 || !node.output(0) ||
+      !only_attributes(node, {"alpha", "beta", "transA", "transB"}))
+    return false;
+  if (node.attr_int("transA", 0) != 0) return no_match(node, "transA is set");
+  const double alpha = node.attr_float("alpha", 1.0f), beta = node.attr_float("beta", 1.0f);
+  if (!std::isfinite(alpha) || !std::isfinite(beta)) return no_match(node, "alpha or beta");
+  ir::Value* x = node.input(0);
+  if (!float32_activation(node, x)) return no_match(node, "A is not known to be float32");
+  if (const auto r = x->rank(); r && *r != 2) return no_match(node, "A is not 2-D");
+  ir::Value* c = node.input(2);
+  if (c && c->elem_type() != TensorProto::FLOAT) return no_match(node, "C is not float32");
+  std::optional<FloatConstant> scaled_c;
+  if (c && beta != 1 && beta != 0) {
+    scaled_c = float_constant(c);
+    if (!scaled_c || scaled_c->dtype != TensorProto::FLOAT)
+      return no_match(node, "beta is not 1 and C is not a constant");
+    for (double& v : scaled_c->values) v *= beta;
+    if (!ir::fits_float_type(TensorProto::FLOAT, scaled_c->values))
+      return no_match(node, "beta * C overflows float");
+  }
+  auto ref = matmul_weight(node.input(1), node.attr_int("transB", 0) != 0, cfg);
+  if (!ref)
+    return no_match(node,
+                    "B is not a constant float32 2-D tensor of at least "
+                    "min_weight_elements elements");
+  ir::Value* w = dequantized_weight(*ref, node, cfg, rw);
+  if (!w) return false;
+  ir::Graph& g = *node.graph();
+  const std::string name = node.output(0)->name();
+  ir::Value* y = rw.add_node(g, "MatMul", {x, w}, 1, &node)->output(0);
+  if (alpha != 1) {
+    ir::Value* a = rw.add_constant(g, ir::make_float32_tensor({}, {static_cast<float>(alpha)}),
+                                   name + "_alpha");
+    y = rw.add_node(g, "Mul", {y, a}, 1, &node)->output(0);
+  }
+  if (c && beta != 0) {
+    if (scaled_c)
+      c = rw.add_constant(
+          g, ir::make_float_tensor(TensorProto::FLOAT, scaled_c->dims, scaled_c->values),
+          name + "_C_scaled");
+    y = rw.add_node(g, "Add", {y, c}, 1, &node)->output(0);
+  }
+  if (!rw.replace_node(&node, {y})) return false;
+  drop_transpose(*ref, rw);
+  return true;
+}
+
+// Gather(E, ids) -> Gather(DequantizeLinear<axis=1>(E_q, scale[, zero_point]), ids).
+bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (!gather_candidate(node, cfg)) {
+    if (node.attr_int("axis", 0) != 0) return no_match(node, "axis is not 0");
+    return false;
+  }
+  auto dims = weight_dims(node.input(0), cfg);
+  WeightRef ref{.source = node.input(0), .transposed = true, .k = dims->second, .n = dims->first};
+  auto q = quantized(ref, /*natural=*/true, cfg, rw);
+  if (!q)
+    return no_match(node,
+                    "the table holds a NaN or an infinity, a block's scale would "
+                    "underflow, or the weight budget is spent");
+  ir::Graph& g = *node.graph();
+  std::vector<ir::Value*> inputs{q->q, q->scale};
+  if (q->zero_point) inputs.push_back(q->zero_point);
+  ir::Value* table = dequantize(g, inputs, 1, cfg, node, rw);
+  ir::Node* gather = rw.add_node(g, "Gather", {table, node.input(1)}, 1, &node);
+  for (const auto& a : node.attributes()) rw.set_attr(gather, a);
+  return rw.replace_node(&node, {gather->output(0)});
+}
+
+std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
+  auto cfg = std::make_shared<Config>();
+  cfg->block = std::stoll(ctx.enum_option(kBlockSize));
+  cfg->symmetric = ctx.bool_option(kSymmetric);
+  cfg->min_elements = ctx.int_option(kMinWeightElements);
+  const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
+  auto excluded = [&](std::string_view op) {
+    return std::find(exclude.begin(), exclude.end(), op) != exclude.end();
+  };
+  cfg->skip_matmul = excluded("MatMul");
+  cfg->skip_gemm = excluded("Gemm");
+  cfg->skip_gather = excluded("Gather");
+  cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
+  std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());
+  cfg->max_weight_bytes = ctx.max_weight_bytes;
+  cfg->made->weight_bytes = model.initializer_bytes();
+  return cfg;
+}
+
+std::vector<Rule> rules_for(const std::shared_ptr<Config>& cfg) {
+  return {{"quantize_matmul",
+           {"MatMul"},
+           [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); },
+           "",
+           kOpset},
+          {"quantize_gemm",
+           {"Gemm"},
+           [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); },
+           "",
+           kOpset},
+          {"quantize_gather",
+           {"Gather"},
+           [cfg](ir::Node& n, Rewriter& rw) { return quantize_gather(n, *cfg, rw); },
+           "",
+           kOpset}};
+}
+
+// Whether some node would be quantized once the opset allows it (headers and facts only).
+bool has_candidate(const ir::Model& model, const Config& cfg) {
+  for (ir::Graph* g : model.all_graphs())
+    for (ir::Node* n : g->nodes()) {
+      if (excluded_node(*n, cfg)) continue;
+      if (n->is("Gather") && gather_candidate(*n, cfg)) return true;
+      const bool mm = n->is("MatMul") && !cfg.skip_matmul && n->attributes().empty();
+      const bool gemm = n->is("Gemm") && !cfg.skip_gemm && n->attr_int("transA", 0) == 0;
+      if ((mm || gemm) && n->inputs().size() >= 2 && n->outputs().size() == 1 &&
+          float32_activation(*n, n->input(0)) &&
+          matmul_weight(n->input(1), gemm && n->attr_int("transB", 0) != 0, cfg))
+        return true;
+    }
+  return false;
+}
+
+class QuantizeWeightsInt4 : public RulePass {
+ public:
+  QuantizeWeightsInt4()
+      : RulePass("quantize_weights_int4",
+                 [](ir::Model& model, const PassContext& ctx) {
+                   return rules_for(make_config(model, ctx));
+                 },
+                 {"quantize_matmul", "quantize_gemm", "quantize_gather", "raise_opset"}) {}
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    PassResult result;
+    if (!has_candidate(model, *make_config(model, ctx))) return result;
+    // The opset imports and IR version are not journaled: kept to be put back when nothing is
+    // quantized.
+    const auto imports = model.rest().opset_import();
+    const int64_t ir_version = model.rest().ir_version();
+    std::vector<google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>> fn_imports;
+    for (const ir::Function& fn : model.functions()) fn_imports.push_back(fn.rest.opset_import());
+    auto restore = [&] {
+      *model.mutable_rest().mutable_opset_import() = imports;
+      model.mutable_rest().set_ir_version(ir_version);
+      for (size_t i = 0; i < fn_imports.size(); ++i)
+        *model.functions()[i].rest.mutable_opset_import() = fn_imports[i];
+    };
+
+    const ir::Model::Checkpoint cp = model.checkpoint();
+    RuleRunOptions options;
+    options.check_transactions = ctx.check_transactions;
+    auto raised = raise_opset(model, kOpset, options);
+    if (!raised.ok()) {
+      model.rollback(cp);
+      return raised.status();
+    }
+    if (raised->refused) {
+      model.rollback(cp);
+      const OpsetRefusal& r = *raised->refused;
+      result.explanations.push_back(
+          {.rule = "raise_opset",
+           .node = r.node.empty() ? "model" : r.node,
+           .op = r.op.empty() ? "opset_import" : r.op,
+           .graph = r.graph,
+           .reason = absl::StrCat("nothing quantized: the opset cannot be raised to ", kOpset,
+                                  " (DequantizeLinear's block_size and int4): ", r.reason)});
+      result.always_explained = true;
+      return result;
+    }
+    auto quantized = RulePass::run(model, ctx);
+    if (!quantized.ok() || quantized->rewrites == 0) {
+      model.rollback(cp);
+      if (raised->changed) restore();
+      if (!quantized.ok()) return quantized.status();
+      quantized->changed = false;
+      return quantized;
+    }
+    model.release(cp);
+    result = std::move(*quantized);
+    if (raised->changed) {
+      std::vector<std::string> converted;
+      for (const auto& [rule, count] : raised->conversions)
+        converted.push_back(absl::StrCat(rule, " ", count));
+      result.explanations.push_back(
+          {.rule = "raise_opset",
+           .node = "model",
+           .op = "opset_import",
+           .graph = "",
+           .reason = absl::StrCat(
+               "the default-domain opset was raised from ", raised->from, " to ", raised->to,
+               " for DequantizeLinear's block_size",
+               converted.empty() ? "" : "; nodes converted: ", absl::StrJoin(converted, ", "))});
+      result.always_explained = true;
+    }
+    return result;
+  }
+};
+
+std::unique_ptr<Pass> make_quantize_weights_int4() {
+  return std::make_unique<QuantizeWeightsInt4>();
+}
+
+}  // namespace
+
+PassInfo quantize_weights_int4_pass() {
+  return {
+      .name = "quantize_weights_int4",
+      .level = 3,
+      .lossy = true,
+      // Measured (docs/quantization.md), default options, on seeded random weights (the harsh
+      // case: no structure for 4 bits to keep): cosine 0.978-0.999 and rel 0.06-0.24 per output
+      // (GPT-2, BERT and LLaMA-style blocks, an MLP; Graft's evaluator and ONNX Runtime alike).
+      // 16 levels per block move each weight by up to 1/14 of its block's range, so the error
+      // is an order above int8's. Deliberately broken on the MLP: values a row off give cosine
+      // 0.37, each column read with its neighbour's scales 0.927 (rel 0.42): both rolled back.
+      .gate = {.max_rel = 0.3, .min_cosine = 0.97},
+      .by_name_only = true,
+      .description =
+          "MatMul/Gemm weights and Gather tables (constant float32 2-D) become int4 (or uint4) "
+          "block-wise, read through DequantizeLinear (opset 21; ONNX Runtime fuses it into "
+          "MatMulNBits) (lossy; by name only)",
+      .options = {enum_option(kBlockSize, "32", {"16", "32", "64", "128", "256"},
+                              "elements per scale along the reduction axis (K; a table's last "
+                              "axis); ONNX Runtime's MatMulNBits takes powers of two >= 16"),
+                  boolean_option(kSymmetric, true,
+                                 "int4 with zero point 0 (scale max|w| / 7 per block); false: "
+                                 "uint4 with a zero point per block (range over 15 steps)"),
+                  // 4096 = a 64x64 weight, as quantize_dynamic_int8: below that the bytes
+                  // saved are a few KiB.
+                  integer_option(kMinWeightElements, 4096, 0, std::numeric_limits<int64_t>::max(),
+                                 "weights with fewer elements stay float"),
+                  list_option(kExcludeOps, {}, {"MatMul", "Gemm", "Gather"},
+                              "op types left in float (Gather: constant tables such as "
+                              "embeddings, dequantized whole before the Gather)"),
+                  list_option(kExcludeNodes, {}, {},
+                              "node names left in float (in the main graph and If/Loop/Scan "
+                              "bodies)")},
+      .create = make_quantize_weights_int4};
+}
+
+}  // namespace graft
