@@ -457,6 +457,8 @@ TEST(ShapeFacts, DetectionAndSamplingOps) {
   EXPECT_EQ(fact(*v20, "y"), "FLOAT[N,2,4,5,6]");
   EXPECT_EQ(fact(*v20, "z"), "FLOAT[N,2,3]");
   EXPECT_TRUE(ir::fact_exact(*any_value(*v20, "y")));
+}
+
 TEST(ShapeFacts, BlockedAndFourBitQuantization) {
   // Opset 21: int4 weights dequantized by blocks keep x's shape and take the scale's type;
   // QuantizeLinear's type is its zero point's, else output_dtype's, else uint8.
