@@ -31,10 +31,11 @@ const DEFAULT_MODELS = [
 const PYTHON = process.env.PYTHON || '/usr/bin/python3';
 const TOOLS = path.join(__dirname, 'onnx_tools.py');
 const GRAFT_TIMEOUT_MS = 15 * 60 * 1000;
-const VARIANTS = ['fp16', 'int8', 'int8s'];
+const VARIANTS = ['fp16', 'int8', 'int8s', 'int4'];
 // The lossy pass each variant adds to the O2 list (fp16 runs O3 instead); int8s (static, QDQ)
 // is calibrated on CALIBRATION_SETS sets generated like the verification's with other seeds.
-const VARIANT_PASS = { fp16: 'convert_fp16', int8: 'quantize_dynamic_int8', int8s: 'quantize_static_int8' };
+const VARIANT_PASS = { fp16: 'convert_fp16', int8: 'quantize_dynamic_int8', int8s: 'quantize_static_int8',
+  int4: 'quantize_weights_int4' };
 const CALIBRATION_SETS = 4;
 const CALIBRATION_SEED_OFFSET = 1000;
 
@@ -50,15 +51,17 @@ options:
   --sets N            input sets per model (default 2)
   --seed N            seed of input set 0 (set K uses seed + K; default 1)
   --inputs FILE       an inputs.json consulted before the ones beside the models (repeatable)
-  --variants LIST     fp16,int8,int8s (default all; int8s = quantize_static_int8, calibrated)
+  --variants LIST     fp16,int8,int8s,int4 (default all; int8s = quantize_static_int8, calibrated;
+                      int4 = quantize_weights_int4)
   --external NAME     also convert model NAME re-saved with external data (default
                       bert_encoder when it is among the models; 'none' to skip)
   --no-verify-data    do not give graft the input sets even if it has --verify-data
   --reuse             keep graft outputs and reports already in --out (e.g. to time again)
   --int8-option K=V   pass --option quantize_dynamic_int8.K=V to graft (repeatable)
   --int8s-option K=V  pass --option quantize_static_int8.K=V to graft (repeatable)
+  --int4-option K=V   pass --option quantize_weights_int4.K=V to graft (repeatable)
   --fp16-option K=V   pass --option convert_fp16.K=V to graft (repeatable)
-  --latency LIST      variants to time against the original: int8,int8s,fp16 (default), or none
+  --latency LIST      variants to time against the original: int8,int8s,int4,fp16 (default), or none
   --latency-models L  comma-separated model names to time (default: all)
   --baseline B        what latency compares against: original (the fp32 input, default) or o2
                       (graft's exact O2 output: isolates the lossy pass from O2's rewrites)
@@ -81,7 +84,7 @@ function fail(msg) {
 function parseArgs(argv) {
   const opts = {
     graft: null, out: '/tmp/ort_precision', sets: 2, seed: 1, inputs: [], variants: VARIANTS,
-    external: null, verifyData: true, reuse: false, baseline: 'original', int8Options: [], fp16Options: [], int8sOptions: [], latency: ['int8', 'int8s', 'fp16'], latencyModels: null,
+    external: null, verifyData: true, reuse: false, baseline: 'original', int8Options: [], fp16Options: [], int8sOptions: [], int4Options: [], latency: ['int8', 'int8s', 'int4', 'fp16'], latencyModels: null,
     reps: 40, warmup: 5, minTimeMs: 2000, sessions: 4, targets: [],
   };
   const intArg = (name, v, min) => integerArg(name, v, min, fail);
@@ -115,6 +118,7 @@ function parseArgs(argv) {
     } else if (a === '--int8-option') opts.int8Options.push(next());
     else if (a === '--fp16-option') opts.fp16Options.push(next());
     else if (a === '--int8s-option') opts.int8sOptions.push(next());
+    else if (a === '--int4-option') opts.int4Options.push(next());
     else if (a === '--latency') opts.latency = listArg(a, next(), VARIANTS);
     else if (a === '--latency-models') opts.latencyModels = next().split(',').filter(Boolean);
     else if (a === '--reps') opts.reps = intArg(a, next(), 1);
