@@ -54,6 +54,7 @@
 #include "core/passes/float32_view.h"
 #include "core/passes/opset.h"
 #include "core/passes/passes.h"
+#include "core/passes/quantization.h"
 #include "core/passes/rules.h"
 
 namespace graft {
@@ -99,11 +100,6 @@ struct Config {
   std::shared_ptr<Made> made = std::make_shared<Made>();
 };
 
-bool excluded_node(const ir::Node& node, const Config& cfg) {
-  return !node.name().empty() &&
-         std::binary_search(cfg.exclude_nodes.begin(), cfg.exclude_nodes.end(), node.name());
-}
-
 // A constant float32 2-D weight big enough to quantize: its dims.
 std::optional<std::pair<int64_t, int64_t>> weight_dims(const ir::Value* w, const Config& cfg) {
   const auto* h = w ? constant_header(w) : nullptr;
@@ -117,9 +113,9 @@ std::optional<std::pair<int64_t, int64_t>> weight_dims(const ir::Value* w, const
 
 // A Gather the gather rule would rewrite: a 2-D table quantized along its last axis.
 bool gather_candidate(const ir::Node& n, const Config& cfg) {
-  return !cfg.skip_gather && n.is("Gather") && !excluded_node(n, cfg) && n.inputs().size() == 2 &&
-         n.input(1) && n.outputs().size() == 1 && n.output(0) && only_attributes(n, {"axis"}) &&
-         n.attr_int("axis", 0) == 0 && weight_dims(n.input(0), cfg);
+  return !cfg.skip_gather && n.is("Gather") && !excluded_node(n, cfg.exclude_nodes) &&
+         n.inputs().size() == 2 && n.input(1) && n.outputs().size() == 1 && n.output(0) &&
+         only_attributes(n, {"axis"}) && n.attr_int("axis", 0) == 0 && weight_dims(n.input(0), cfg);
 }
 
 // `table` is also read by a Gather that will be quantized: its quantized form is kept in the
@@ -310,7 +306,7 @@ void drop_transpose(const WeightRef& ref, Rewriter& rw) {
 }
 
 bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_matmul || excluded_node(node, cfg) || node.inputs().size() != 2 ||
+  if (cfg.skip_matmul || excluded_node(node, cfg.exclude_nodes) || node.inputs().size() != 2 ||
       node.outputs().size() != 1 || !node.attributes().empty())
     return false;
   if (!float32_activation(node, node.input(0)))
@@ -329,7 +325,7 @@ bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
 
 // Gemm(A, B, C) = alpha * A * B' + beta * C -> MatMul(A, dequantized B') [* alpha] [+ beta * C].
 bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_gemm || excluded_node(node, cfg) || node.inputs().size() < 2 ||
+  if (cfg.skip_gemm || excluded_node(node, cfg.exclude_nodes) || node.inputs().size() < 2 ||
       node.inputs().size() > 3 || node.outputs().size() != 1 || !node.output(0) ||
       !only_attributes(node, {"alpha", "beta", "transA", "transB"}))
     return false;
@@ -440,7 +436,7 @@ std::vector<Rule> rules_for(const std::shared_ptr<Config>& cfg) {
 bool has_candidate(const ir::Model& model, const Config& cfg) {
   for (ir::Graph* g : model.all_graphs())
     for (ir::Node* n : g->nodes()) {
-      if (excluded_node(*n, cfg)) continue;
+      if (excluded_node(*n, cfg.exclude_nodes)) continue;
       if (n->is("Gather") && gather_candidate(*n, cfg)) return true;
       const bool mm = n->is("MatMul") && !cfg.skip_matmul && n->attributes().empty();
       const bool gemm = n->is("Gemm") && !cfg.skip_gemm && n->attr_int("transA", 0) == 0;
