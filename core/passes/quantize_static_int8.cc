@@ -12,9 +12,10 @@
 // bits: int8 symmetric per output channel (Conv; MatMul/Gemm per column), biases in int32 with
 // scale s_x * s_w (zero point 0) as ONNX Runtime's QDQ fusions expect.
 //
-// Add, Mul, Concat and pools are quantized only between values computed in 8 bits (a residual
-// sum of two convolutions; not a bias Add, a LayerNorm's arithmetic or a mask): there 8 bits
-// cost accuracy and a runtime's float fusions and gain no integer kernel.
+// Add, Mul, Concat, pools, Sigmoid, LeakyRelu and Softmax are quantized only between values
+// computed in 8 bits (a residual sum of two convolutions, a SiLU x * Sigmoid(x) after one; not a
+// bias Add, a LayerNorm's arithmetic or a mask): elsewhere 8 bits cost accuracy and a runtime's
+// float fusions and gain no integer kernel. (ONNX Runtime runs the unary ones as lookup tables.)
 //
 // Ranges: minmax (the smallest and largest value over all calibration runs) or percentile (per
 // run, the values at `percentile` and 100 - `percentile` percent of a strided sample of at most
@@ -76,8 +77,9 @@ constexpr char kPercentile[] = "percentile_e4";
 // The op types the pass can quantize (option op_types).
 const std::vector<std::string>& quantizable_ops() {
   static const std::vector<std::string> ops = {
-      "Add",    "AveragePool", "Concat",        "Conv", "Gemm", "GlobalAveragePool",
-      "MatMul", "MaxPool",     "GlobalMaxPool", "Mul"};
+      "Add",           "AveragePool", "Concat", "Conv",    "Gemm", "GlobalAveragePool",
+      "GlobalMaxPool", "LeakyRelu",   "MatMul", "MaxPool", "Mul",  "Sigmoid",
+      "Softmax"};
   return ops;
 }
 
@@ -332,10 +334,10 @@ bool quantized_source(const ir::Value* v, const Config& cfg, int depth = 0) {
   return false;
 }
 
-// Add, Mul, Concat, AveragePool, GlobalAveragePool (only between values computed in 8 bits:
-// a residual Add of two convolutions, not a bias Add or a LayerNorm's arithmetic, where 8 bits
-// would cost accuracy and a runtime's float fusions), and MatMul of two activations: every
-// float input and the output quantized.
+// Add, Mul, Concat, average pools, Sigmoid, LeakyRelu, Softmax (only between values computed
+// in 8 bits: a residual Add of two convolutions, not a bias Add or a LayerNorm's arithmetic,
+// where 8 bits would cost accuracy and a runtime's float fusions), and MatMul of two
+// activations: every float input and the output quantized.
 bool quantize_elementwise(ir::Node& n, Config& cfg, Rewriter& rw) {
   if (!allowed(n, cfg)) return no_match(n, "excluded");
   if (!n.is("MatMul"))
@@ -538,7 +540,8 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   return {{"quantize_weighted", {"Conv", "Gemm", "MatMul"}, rule(quantize_weighted), "", 13},
           {"quantize_max_pool", {"MaxPool", "GlobalMaxPool"}, rule(quantize_max_pool), "", 13},
           {"quantize_elementwise",
-           {"Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool"},
+           {"Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "LeakyRelu", "Sigmoid",
+            "Softmax"},
            rule(quantize_elementwise),
            "",
            13}};

@@ -256,6 +256,27 @@ TEST(QuantizeStaticInt8, ElementwiseOnlyBetweenQuantizedValues) {
                       n->input(1)->producer()->is("DequantizeLinear");
   EXPECT_TRUE(add_quantized);
 
+  // SiLU after a convolution, x * Sigmoid(x): Sigmoid and Mul read dequantized values (ONNX
+  // Runtime runs them as QLinearSigmoid and QLinearMul).
+  auto silu = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,2] x) => (float[1,1,2,2] y) <float[1,1,1,1] w1 = {1.27}, float[1,1,1,1] w2 = {0.5}> {
+      a = Conv (x, w1)
+      s = Sigmoid (a)
+      m = Mul (a, s)
+      y = Conv (m, w2)
+    }
+  )",
+                          quantized(calibration("x", {1, 1, 2, 2}, {-1.0f, 0.5f, 1.0f, 2.55f})));
+  ASSERT_NE(silu, nullptr);
+  for (const ir::Node* n : silu->graph().nodes())
+    if (n->is("Sigmoid") || n->is("Mul")) {
+      for (const ir::Value* in : n->inputs())
+        EXPECT_TRUE(in->producer()->is("DequantizeLinear")) << n->op_type();
+      ASSERT_EQ(n->output(0)->uses().size(), 1u);
+      EXPECT_TRUE(n->output(0)->uses()[0].node->is("QuantizeLinear")) << n->op_type();
+    }
+
   auto bias = run_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,2] a) => (float[1,2] y)
