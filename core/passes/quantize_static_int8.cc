@@ -37,9 +37,10 @@
 // Left alone: nodes whose inputs or outputs are not float32, that the calibration runs did not
 // reach (If/Loop bodies; no range), weights with a NaN or infinity or a scale that would
 // underflow, weights other nodes also read in float (a tied embedding's Gather: the model would
-// hold both copies), biases whose int32 values would overflow (the bias stays float), excluded op
-// types and nodes. Needs opset 13 (per-axis DequantizeLinear); the opset is never raised. Without
-// calibration inputs (the evaluator cannot run the model) the pass changes nothing and says why.
+// hold both copies; option shared_weights quantizes them anyway), biases whose int32 values would
+// overflow (the bias stays float), excluded op types and nodes. Needs opset 13 (per-axis
+// DequantizeLinear); the opset is never raised. Without calibration inputs (the evaluator cannot
+// run the model) the pass changes nothing and says why.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -73,6 +74,7 @@ constexpr char kPerChannel[] = "per_channel";
 constexpr char kReduceRange[] = "reduce_range";
 constexpr char kMethod[] = "calibration";
 constexpr char kPercentile[] = "percentile_e4";
+constexpr char kSharedWeights[] = "shared_weights";
 
 // The op types the pass can quantize (option op_types).
 const std::vector<std::string>& quantizable_ops() {
@@ -95,6 +97,7 @@ using Ranges = std::unordered_map<std::string, Range>;
 struct Config {
   WeightQuantization weights;
   bool act_uint8 = true;
+  bool shared_weights = false;             // quantize weights also read in float elsewhere
   std::vector<std::string> ops;            // sorted
   std::vector<std::string> exclude_nodes;  // sorted
   Ranges ranges;                           // by value name (main graph)
@@ -489,9 +492,12 @@ bool quantize_weighted(ir::Node& n, Config& cfg, Rewriter& rw) {
   if (!params_of(n.output(0), cfg)) return no_match(n, "the output has no calibrated range");
   // A weight other nodes read in float (a tied embedding's Gather) would be stored twice.
   for (const auto& use : w->uses())
-    if (use.node != &n && !(use.index == 1 && (use.node->is("MatMul") || use.node->is("Gemm") ||
-                                               use.node->is("Conv"))))
-      return no_match(n, "the weight is also read in float elsewhere (it would be stored twice)");
+    if (!cfg.shared_weights && use.node != &n &&
+        !(use.index == 1 &&
+          (use.node->is("MatMul") || use.node->is("Gemm") || use.node->is("Conv"))))
+      return no_match(n,
+                      "the weight is also read in float elsewhere (it would be stored twice; "
+                      "option shared_weights)");
   if (w->is_graph_output()) return no_match(n, "the weight is a graph output");
   int64_t channels = 0;
   std::vector<float> w_scales;
@@ -523,6 +529,7 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   cfg->weights.uint8 = ctx.enum_option(kWeightType) == "uint8";
   cfg->weights.reduce_range = ctx.bool_option(kReduceRange);
   cfg->act_uint8 = ctx.enum_option(kActivationType) == "uint8";
+  cfg->shared_weights = ctx.bool_option(kSharedWeights);
   cfg->ops = ctx.list_option(kOpTypes);
   cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
   cfg->max_weight_bytes = ctx.max_weight_bytes;
@@ -567,25 +574,27 @@ PassInfo quantize_static_int8_pass() {
           "Conv, MatMul, Gemm, Add, Mul, Concat, pools, Sigmoid, Softmax; int8 per-channel "
           "weights, int32 biases), "
           "which ONNX Runtime fuses into QLinearConv/QLinearMatMul (lossy; by name only)",
-      .options = {list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
-                              "op types to quantize (the others stay float)"),
-                  list_option(kExcludeNodes, {}, {}, "node names left in float"),
-                  enum_option(
-                      kActivationType, "uint8", {"int8", "uint8"},
-                      "activations: uint8 asymmetric (a ReLU's output uses all 256 steps) or "
-                      "int8 symmetric"),
-                  enum_option(kWeightType, "int8", {"int8", "uint8"},
-                              "weights: int8 symmetric or uint8 asymmetric"),
-                  boolean_option(kPerChannel, true, "one weight scale per output channel"),
-                  boolean_option(kReduceRange, true,
-                                 "int8 weights in [-64, 63]: no saturation in the 16-bit sums of "
-                                 "x86 CPUs without VNNI, at twice the weight rounding"),
-                  enum_option(
-                      kMethod, "minmax", {"minmax", "percentile"},
-                      "activation ranges: the extremes seen, or percentiles (outliers clipped)"),
-                  integer_option(kPercentile, 9999, 5000, 10000,
-                                 "calibration=percentile: the percentile in units of 0.01% (9999 = "
-                                 "99.99%)")},
+      .options =
+          {list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
+                       "op types to quantize (the others stay float)"),
+           list_option(kExcludeNodes, {}, {}, "node names left in float"),
+           enum_option(kActivationType, "uint8", {"int8", "uint8"},
+                       "activations: uint8 asymmetric (a ReLU's output uses all 256 steps) or "
+                       "int8 symmetric"),
+           enum_option(kWeightType, "int8", {"int8", "uint8"},
+                       "weights: int8 symmetric or uint8 asymmetric"),
+           boolean_option(kPerChannel, true, "one weight scale per output channel"),
+           boolean_option(kSharedWeights, false,
+                          "also quantize a weight other nodes read in float (a tied embedding's "
+                          "LM head): faster, but the model holds both copies"),
+           boolean_option(kReduceRange, true,
+                          "int8 weights in [-64, 63]: no saturation in the 16-bit sums of "
+                          "x86 CPUs without VNNI, at twice the weight rounding"),
+           enum_option(kMethod, "minmax", {"minmax", "percentile"},
+                       "activation ranges: the extremes seen, or percentiles (outliers clipped)"),
+           integer_option(kPercentile, 9999, 5000, 10000,
+                          "calibration=percentile: the percentile in units of 0.01% (9999 = "
+                          "99.99%)")},
       .create = make_quantize_static_int8};
 }
 

@@ -204,6 +204,18 @@ TEST(QuantizeStaticInt8, WeightAlsoReadInFloatIsLeftAlone) {
     }
   )",
                     quantized(sets));
+  // shared_weights quantizes it anyway (the float table stays for the Gather).
+  auto both = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2] a, int64[1] ids) => (float[1,2] y, float[1,2] e)
+      <float[2,2] w = {1.27, 0, 0, 0.635}> {
+      y = MatMul (a, w)
+      e = Gather (w, ids)
+    }
+  )",
+                          quantized(sets, {{"shared_weights", "true"}}));
+  ASSERT_NE(both, nullptr);
+  EXPECT_EQ(count_ops(*both, "QuantizeLinear"), 1);
 }
 
 TEST(QuantizeStaticInt8, WithoutCalibrationInputsNothingChanges) {
