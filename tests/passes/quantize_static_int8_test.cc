@@ -195,25 +195,17 @@ TEST(QuantizeStaticInt8, WeightAlsoReadInFloatIsLeftAlone) {
   sets[0].emplace("ids", make<int64_t>(TensorProto::INT64, {1}, {1}));
   // Without the Gather the same calibration quantizes the MatMul (the test can fail).
   EXPECT_NE(run_rewrite(kPass, kMatMul, quantized(sets)), nullptr);
-  expect_no_rewrite(kPass, R"(
+  const char* tied = R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,2] a, int64[1] ids) => (float[1,2] y, float[1,2] e)
       <float[2,2] w = {1.27, 0, 0, 0.635}> {
       y = MatMul (a, w)
       e = Gather (w, ids)
     }
-  )",
-                    quantized(sets));
+  )";
+  expect_no_rewrite(kPass, tied, quantized(sets));
   // shared_weights quantizes it anyway (the float table stays for the Gather).
-  auto both = run_rewrite(kPass, R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[1,2] a, int64[1] ids) => (float[1,2] y, float[1,2] e)
-      <float[2,2] w = {1.27, 0, 0, 0.635}> {
-      y = MatMul (a, w)
-      e = Gather (w, ids)
-    }
-  )",
-                          quantized(sets, {{"shared_weights", "true"}}));
+  auto both = run_rewrite(kPass, tied, quantized(sets, {{"shared_weights", "true"}}));
   ASSERT_NE(both, nullptr);
   EXPECT_EQ(count_ops(*both, "QuantizeLinear"), 1);
 }
