@@ -52,6 +52,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <absl/status/statusor.h>
+#include <absl/strings/str_cat.h>
+
 #include "core/eval/executor.h"
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
@@ -113,7 +116,8 @@ bool is_op(const ir::Node* n, std::string_view op) { return n != nullptr && n->i
 
 // Runs the float model on the calibration inputs and records every float32 value's range.
 // `percentile` (in 1e-4 percent units, e.g. 999900 = 99.99%) 0 means minmax.
-Ranges calibrate(const ir::Model& model, const CalibrationInputs& calibration, int64_t percentile) {
+absl::StatusOr<Ranges> calibrate(const ir::Model& model, const CalibrationInputs& calibration,
+                                 int64_t percentile) {
   Ranges ranges;
   constexpr int64_t kSample = 65536;
   const eval::ValueObserver observe = [&](const ir::Value& v, const eval::Tensor& t) {
@@ -164,7 +168,8 @@ Ranges calibrate(const ir::Model& model, const CalibrationInputs& calibration, i
   };
   for (const auto& feeds : *calibration.sets) {
     auto outputs = eval::run_model(model, feeds, calibration.limits, nullptr, &observe);
-    if (!outputs.ok()) return {};  // ranges of a partial run would be wrong for the rest
+    // Ranges of a partial run would be wrong for the rest.
+    if (!outputs.ok()) return outputs.status();
   }
   return ranges;
 }
@@ -523,7 +528,8 @@ bool has_work(const ir::Model& model, const std::vector<std::string>& ops) {
   return false;
 }
 
-std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
+// The pass's configuration for one run (ranges filled by QuantizeStaticInt8::run).
+std::shared_ptr<Config> make_config(const ir::Model& model, const PassContext& ctx) {
   auto cfg = std::make_shared<Config>();
   cfg->weights.per_channel = ctx.bool_option(kPerChannel);
   cfg->weights.uint8 = ctx.enum_option(kWeightType) == "uint8";
@@ -534,13 +540,10 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
   cfg->max_weight_bytes = ctx.max_weight_bytes;
   cfg->weight_bytes = model.initializer_bytes();
-  if (model.opset("") < 13 || !has_work(model, cfg->ops)) return {};
-  if (ctx.calibration == nullptr || ctx.calibration->sets == nullptr) return {};
-  const int64_t percentile =
-      ctx.enum_option(kMethod) == "percentile" ? ctx.int_option(kPercentile) * 100 : 0;
-  cfg->ranges = calibrate(model, *ctx.calibration, percentile);
-  ctx.used_calibration = true;
-  if (cfg->ranges.empty()) return {};
+  return cfg;
+}
+
+std::vector<Rule> quantize_rules(std::shared_ptr<Config> cfg) {
   auto rule = [cfg](bool (*f)(ir::Node&, Config&, Rewriter&)) {
     return [cfg, f](ir::Node& n, Rewriter& rw) { return f(n, *cfg, rw); };
   };
@@ -554,11 +557,52 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
            13}};
 }
 
-std::unique_ptr<Pass> make_quantize_static_int8() {
-  return std::make_unique<RulePass>(
-      "quantize_static_int8", quantize_rules,
-      std::vector<std::string>{"quantize_weighted", "quantize_max_pool", "quantize_elementwise"});
-}
+// Calibrates, then runs the rules. When there is work but it cannot start (an opset below 13,
+// no calibration inputs, a float model that does not run on them) the model is left as it is
+// and a finding every report shows says why ("calibrate" at "model").
+class QuantizeStaticInt8 : public RulePass {
+ public:
+  QuantizeStaticInt8()
+      : RulePass("quantize_static_int8",
+                 [this](ir::Model&, const PassContext&) { return quantize_rules(cfg_); },
+                 {"quantize_weighted", "quantize_max_pool", "quantize_elementwise", "calibrate"}) {}
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    cfg_ = make_config(model, ctx);
+    if (!has_work(model, cfg_->ops)) return PassResult{};
+    auto refuse = [](std::string reason) {
+      PassResult r;
+      r.explanations.push_back({.rule = "calibrate",
+                                .node = "model",
+                                .op = "",
+                                .graph = "",
+                                .reason = "nothing quantized: " + std::move(reason)});
+      r.always_explained = true;
+      return r;
+    };
+    if (const int64_t opset = model.opset(""); opset < 13)
+      return refuse(
+          absl::StrCat("the model's opset is ", opset, "; per-channel DequantizeLinear needs 13"));
+    if (ctx.calibration == nullptr || ctx.calibration->sets == nullptr)
+      return refuse("no calibration inputs (the evaluator cannot run the model at any size)");
+    const int64_t percentile =
+        ctx.enum_option(kMethod) == "percentile" ? ctx.int_option(kPercentile) * 100 : 0;
+    auto ranges = calibrate(model, *ctx.calibration, percentile);
+    ctx.used_calibration = true;
+    if (!ranges.ok())
+      return refuse(absl::StrCat("the float model did not run on the calibration inputs: ",
+                                 ranges.status().message()));
+    cfg_->ranges = std::move(*ranges);
+    auto result = RulePass::run(model, ctx);
+    cfg_.reset();
+    return result;
+  }
+
+ private:
+  std::shared_ptr<Config> cfg_;
+};
+
+std::unique_ptr<Pass> make_quantize_static_int8() { return std::make_unique<QuantizeStaticInt8>(); }
 
 }  // namespace
 

@@ -210,8 +210,25 @@ TEST(QuantizeStaticInt8, WeightAlsoReadInFloatIsLeftAlone) {
   EXPECT_EQ(count_ops(*both, "QuantizeLinear"), 1);
 }
 
+// The reason a pass that had work did nothing, shown in every report.
+std::string finding(const PassResult& r) {
+  EXPECT_TRUE(r.always_explained);
+  return r.explanations.empty() ? "" : r.explanations[0].reason;
+}
+
 TEST(QuantizeStaticInt8, WithoutCalibrationInputsNothingChanges) {
   expect_no_rewrite(kPass, kConvRelu);
+  auto m = parse_text(kConvRelu);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(finding(run_pass(*m, kPass)),
+            "nothing quantized: no calibration inputs (the evaluator cannot run the model at any "
+            "size)");
+  // Inputs the model cannot run on (a missing input): the same, with the evaluator's reason.
+  auto wrong = calibration("q", {1}, {1.0f});
+  CalibrationInputs c{.sets = &wrong, .limits = {}};
+  EXPECT_NE(finding(run_pass(*m, kPass, {}, &c))
+                .find("nothing quantized: the float model did not run on the calibration inputs"),
+            std::string::npos);
 }
 
 TEST(QuantizeStaticInt8, ExcludedOpsAndNodesStayFloat) {
@@ -227,14 +244,20 @@ TEST(QuantizeStaticInt8, NonFiniteRangeIsLeftAlone) {
 }
 
 TEST(QuantizeStaticInt8, OpsetBelow13IsLeftAlone) {
-  expect_no_rewrite(kPass, R"(
+  const char* text = R"(
     <ir_version: 7, opset_import: ["" : 12]>
     g (float[1,2] a) => (float[1,2] y)
       <float[2,2] w = {1.27, 0, 0, 0.635}> {
       y = MatMul (a, w)
     }
-  )",
-                    quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
+  )";
+  expect_no_rewrite(kPass, text, quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
+  auto m = parse_text(text);
+  ASSERT_NE(m, nullptr);
+  auto sets = calibration("a", {1, 2}, {0.0f, 2.55f});
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  EXPECT_EQ(finding(run_pass(*m, kPass, {}, &c)),
+            "nothing quantized: the model's opset is 12; per-channel DequantizeLinear needs 13");
 }
 
 // An Add (or Mul, Concat, pool) is quantized only between values computed in 8 bits: a sum of
