@@ -91,11 +91,17 @@ class FoldConstants final : public Pass {
     return used;
   }
 
-  // Whether folding `n` would be refused for its size, judged before evaluating it from its
-  // outputs' shape facts (unknown: no). A reader that will not fold keeps a shared input alive,
-  // so the other readers folding it would duplicate it rather than replace it (a quantized
-  // embedding read by a DequantizeLinear, whose float result is too large, and through a
-  // Transpose by an LM head).
+  // The size rule: `n`'s results (`out` bytes) are too large to fold against the `in` bytes
+  // folding frees. A Constant's result is its own attribute, so folding it never adds bytes.
+  bool grows(const ir::Node& n, uint64_t out, uint64_t in) const {
+    return !n.is("Constant") && out >= kAlwaysFoldBytes &&
+           static_cast<unsigned __int128>(out) > static_cast<unsigned __int128>(max_growth_) * in;
+  }
+
+  // Whether folding `n` would be refused for its size (grows, or a result above max_bytes),
+  // judged before evaluating it from its outputs' shape facts (unknown: no). A reader that will
+  // not fold keeps a shared input alive, so the other readers folding it would duplicate it
+  // rather than replace it (a weight sliced by one reader and tiled far larger by another).
   bool refused_for_size(const ir::Node& n) const {
     uint64_t out = 0, in = 0;
     for (const ir::Value* o : n.outputs()) {
@@ -109,8 +115,7 @@ class FoldConstants final : public Pass {
     }
     for (const ir::Value* v : n.inputs())
       if (v && v->initializer()) in += ir::payload_bytes(*v->initializer()).value_or(0);
-    return !n.is("Constant") && out >= kAlwaysFoldBytes &&
-           static_cast<unsigned __int128>(out) > static_cast<unsigned __int128>(max_growth_) * in;
+    return grows(n, out, in);
   }
 
   // Evaluates `n` and replaces it by initializers; false (model untouched) if it should stay.
@@ -156,7 +161,7 @@ class FoldConstants final : public Pass {
     // of them adds at most max_growth times the input. An input some runtime node also reads
     // (a slice of a weight that a Gather still uses), or a constant reader whose fold will be
     // refused for its size (refused_for_size), stays, so nothing is credited: folding would
-    // duplicate it. A Constant's result is its own attribute, so folding it never adds bytes.
+    // duplicate it.
     uint64_t freed_bytes = 0;
     counted.clear();
     for (ir::Value* v : n->inputs()) {
@@ -170,10 +175,7 @@ class FoldConstants final : public Pass {
       if (all_fold && !readers.empty())
         freed_bytes += ir::payload_bytes(*v->initializer()).value_or(0) / readers.size();
     }
-    const bool grows = !n->is("Constant") && output_bytes >= kAlwaysFoldBytes &&
-                       static_cast<unsigned __int128>(output_bytes) >
-                           static_cast<unsigned __int128>(max_growth_) * freed_bytes;
-    if (grows) return false;
+    if (grows(*n, output_bytes, freed_bytes)) return false;
     // Inputs freed here may still be held until pruning, so only the additions are counted.
     if (max_weight_bytes_ && !n->is("Constant") &&
         output_bytes > max_weight_bytes_ - std::min(weight_bytes_, max_weight_bytes_))

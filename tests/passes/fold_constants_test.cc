@@ -369,10 +369,10 @@ TEST(FoldConstants, SlicesOfAWeightFoldOnlyWhenTheWeightGoes) {
   EXPECT_EQ(count_ops(*shared, "Slice"), 2);
 }
 
-// A weight read by a reader whose fold is refused for its size stays, so its other readers are
-// not folded either: a tied int4 embedding (quantize_weights_int4) is read by a
-// DequantizeLinear whose float result would grow the model 6.4 times, and through a Transpose by
-// the LM head's DequantizeLinear; folding that Transpose would store the table twice.
+// A weight read by a reader that will not fold stays, so its other readers are not folded
+// either: a tied int4 embedding (quantize_weights_int4) is read by a DequantizeLinear (never
+// folded), and through a Transpose by the LM head's DequantizeLinear; folding that Transpose
+// would store the table twice.
 TEST(FoldConstants, ATransposeOfAWeightAReaderKeepsStaysATranspose) {
   // eq: int4 [512, 256], 64 KiB packed (not folded for size alone); es: scales [512, 8].
   std::vector<std::string> q(512 * 256), scales(512 * 8, "0.125");
