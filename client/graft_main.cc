@@ -12,6 +12,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -130,8 +131,8 @@ absl::StatusOr<std::set<std::string>> external_locations(const std::string& byte
 absl::StatusOr<std::string> model_file(const std::string& path) {
   if (path.empty() || path == "-")
     return absl::InvalidArgumentError(
-        "--verify-data: a tensor without a name is fed by its position among the model's "
-        "inputs, which needs the model as a file; name it with NAME=FILE");
+        "--verify-data, --calibration-data: a tensor without a name is fed by its position among "
+        "the model's inputs, which needs the model as a file; name it with NAME=FILE");
   return paths::read_file(path);
 }
 
@@ -272,60 +273,67 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   return config;
 }
 
-// --verify-data / --calibration-data (`flag`): reads `args` into input sets. `model_bytes`
-// gives the model when a tensor is fed by position (it is called at most once). Returns an exit
-// code: kOk, or the failure already reported.
-int read_input_data(const std::vector<std::string>& args, std::string_view flag,
+// --verify-data / --calibration-data (`flag`): reads `args` into input sets. `input_names`
+// gives the model's feedable inputs when a tensor is fed by position. Returns an exit code:
+// kOk, or the failure already reported.
+int read_input_data(const std::vector<std::string>& args, const std::string& flag,
                     uint64_t max_tensor_bytes,
-                    const std::function<absl::StatusOr<std::string>()>& model_bytes,
-                    const std::string& model_name,
+                    const std::function<absl::StatusOr<std::vector<std::string>>()>& input_names,
                     std::vector<std::map<std::string, eval::Tensor>>* out) {
-  auto data_fail = [&](const absl::Status& st) {
+  // DataLoss: the model itself does not parse (add_input_data), a bad model.
+  auto data_fail = [](const absl::Status& st) {
     const bool usage = st.code() == absl::StatusCode::kInvalidArgument ||
                        st.code() == absl::StatusCode::kResourceExhausted;
-    std::string msg(st.message());
-    if (flag != "--verify-data" && msg.rfind("--verify-data", 0) == 0)
-      msg = std::string(flag) + msg.substr(13);
-    return fail(usage ? kUsage : kIoError, msg);
+    const int code = st.code() == absl::StatusCode::kDataLoss ? kBadModel
+                     : usage                                  ? kUsage
+                                                              : kIoError;
+    return fail(code, std::string(st.message()));
   };
-  auto sets = read_verify_data(args, max_tensor_bytes);
+  auto sets = read_verify_data(args, max_tensor_bytes, flag);
   if (!sets.ok()) return data_fail(sets.status());
   std::vector<std::string> inputs;
   if (needs_input_names(*sets)) {
-    auto bytes = model_bytes();
-    if (!bytes.ok()) return data_fail(bytes.status());
-    auto names = feedable_inputs(*bytes);
-    if (!names.ok())
-      return fail(kBadModel, model_name + ": " + std::string(names.status().message()));
+    auto names = input_names();
+    if (!names.ok()) return data_fail(names.status());
     inputs = std::move(*names);
   }
-  auto named = name_input_sets(std::move(*sets), inputs);
+  auto named = name_input_sets(std::move(*sets), inputs, flag);
   if (!named.ok()) return data_fail(named.status());
   *out = std::move(*named);
   return kOk;
 }
 
-// --calibration-data: the input sets lossy passes learn value ranges from.
-int add_calibration_data(const OptimizeArgs& a, PipelineConfig* config,
-                         const std::function<absl::StatusOr<std::string>()>& model_bytes) {
-  if (a.calibration_data.empty()) return kOk;
-  return read_input_data(a.calibration_data, "--calibration-data",
-                         config->verify_options.max_tensor_bytes, model_bytes, a.input,
-                         &config->calibration_sets);
-}
-
-// --verify-data: reads the input sets into `config` (verification on, one trial per set), and
-// --calibration-data's. `model_bytes` gives the model when a tensor is fed by position (called
-// at most once per option).
-// Returns an exit code: kOk, or the failure already reported.
-int add_verify_data(const OptimizeArgs& a, PipelineConfig* config,
-                    const std::function<absl::StatusOr<std::string>()>& model_bytes) {
-  if (int rc = add_calibration_data(a, config, model_bytes); rc != kOk) return rc;
+// --verify-data (verification on, one trial per set) and --calibration-data: reads their input
+// sets into `config`. `model_bytes` gives the model when a tensor is fed by position; it is
+// called at most once, for both options. Returns an exit code: kOk, or the failure already
+// reported.
+int add_input_data(const OptimizeArgs& a, PipelineConfig* config,
+                   const std::function<absl::StatusOr<std::string>()>& model_bytes) {
+  std::optional<absl::StatusOr<std::vector<std::string>>> names;
+  auto input_names = [&]() -> absl::StatusOr<std::vector<std::string>> {
+    if (!names) {
+      auto bytes = model_bytes();
+      if (!bytes.ok()) {
+        names = bytes.status();
+      } else if (auto found = feedable_inputs(*bytes); found.ok()) {
+        names = std::move(found);
+      } else {
+        // A model that does not parse: exit 3, as for the model itself (DataLoss marks it).
+        names = absl::DataLossError(a.input + ": " + std::string(found.status().message()));
+      }
+    }
+    return *names;
+  };
+  const uint64_t max_bytes = config->verify_options.max_tensor_bytes;
+  if (!a.calibration_data.empty()) {
+    if (int rc = read_input_data(a.calibration_data, "--calibration-data", max_bytes, input_names,
+                                 &config->calibration_sets);
+        rc != kOk)
+      return rc;
+  }
   if (a.verify_data.empty()) return kOk;
   std::vector<std::map<std::string, eval::Tensor>> sets;
-  if (int rc =
-          read_input_data(a.verify_data, "--verify-data", config->verify_options.max_tensor_bytes,
-                          model_bytes, a.input, &sets);
+  if (int rc = read_input_data(a.verify_data, "--verify-data", max_bytes, input_names, &sets);
       rc != kOk)
     return rc;
   config->verify = true;
@@ -743,7 +751,7 @@ int optimize(const OptimizeArgs& a) {
       return fail(kUsage, std::string(names.status().message()));
   }
   if (!a.local) {
-    if (int rc = add_verify_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
+    if (int rc = add_input_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
       return rc;
     if (api::input_sets_bytes(config->verify_options.input_sets) +
             api::input_sets_bytes(config->calibration_sets) >
@@ -757,7 +765,7 @@ int optimize(const OptimizeArgs& a) {
   }
   std::string bytes, error;
   if (!read_input(a.input, &bytes, &error)) return fail(kIoError, error);
-  if (int rc = add_verify_data(a, &*config, [&] { return absl::StatusOr<std::string>(bytes); });
+  if (int rc = add_input_data(a, &*config, [&] { return absl::StatusOr<std::string>(bytes); });
       rc != kOk)
     return rc;
   return optimize_local(a, *config, std::move(bytes));
@@ -768,7 +776,7 @@ int lookup(const OptimizeArgs& a) {
   if (!config.ok()) return fail(kUsage, std::string(config.status().message()));
   std::string server = resolve_server(a.server);
   if (server.empty()) return fail(kUsage, "lookup needs --server HOST:PORT (or GRAFT_SERVER)");
-  if (int rc = add_verify_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
+  if (int rc = add_input_data(a, &*config, [&] { return model_file(a.input); }); rc != kOk)
     return rc;
   std::string digest = a.sha256;
   client::ExternalSources sources;

@@ -51,7 +51,7 @@ absl::StatusOr<std::vector<fs::path>> numbered_entries(const fs::path& dir, std:
 }
 
 absl::StatusOr<DataTensor> read_tensor(const fs::path& path, std::string name,
-                                       uint64_t max_tensor_bytes) {
+                                       uint64_t max_tensor_bytes, const std::string& flag) {
   // A TensorProto's encoding is never much larger than its data: the cap bounds the read.
   auto bytes = paths::read_file(path.string(), max_tensor_bytes + (1u << 20));
   if (!bytes.ok()) return bytes.status();
@@ -59,20 +59,20 @@ absl::StatusOr<DataTensor> read_tensor(const fs::path& path, std::string name,
   auto t = eval::parse_input_tensor(*bytes, max_tensor_bytes, &own_name);
   if (!t.ok())
     return absl::InvalidArgumentError(
-        absl::StrCat("--verify-data '", path.string(), "': ", t.status().message()));
+        absl::StrCat(flag, " '", path.string(), "': ", t.status().message()));
   return DataTensor{name.empty() ? own_name : std::move(name), std::move(*t), path.string()};
 }
 
-absl::StatusOr<DataSet> read_folder_set(const fs::path& dir, uint64_t max_tensor_bytes) {
+absl::StatusOr<DataSet> read_folder_set(const fs::path& dir, uint64_t max_tensor_bytes,
+                                        const std::string& flag) {
   auto files = numbered_entries(dir, "input_", ".pb", /*folders=*/false);
   if (!files.ok()) return files.status();
   if (files->empty())
-    return absl::InvalidArgumentError(
-        absl::StrCat("--verify-data '", dir.string(),
-                     "': no input_<N>.pb files and no test_data_set_<N> folders"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " '", dir.string(), "': no input_<N>.pb files and no test_data_set_<N> folders"));
   DataSet set;
   for (const auto& f : *files) {
-    auto t = read_tensor(f, "", max_tensor_bytes);
+    auto t = read_tensor(f, "", max_tensor_bytes, flag);
     if (!t.ok()) return t.status();
     set.push_back(std::move(*t));
   }
@@ -82,7 +82,8 @@ absl::StatusOr<DataSet> read_folder_set(const fs::path& dir, uint64_t max_tensor
 }  // namespace
 
 absl::StatusOr<std::vector<DataSet>> read_verify_data(const std::vector<std::string>& args,
-                                                      uint64_t max_tensor_bytes) {
+                                                      uint64_t max_tensor_bytes,
+                                                      const std::string& flag) {
   std::vector<DataSet> sets;
   DataSet loose;
   size_t loose_at = 0;  // where the set of single files goes: at its first file
@@ -100,17 +101,17 @@ absl::StatusOr<std::vector<DataSet>> read_verify_data(const std::vector<std::str
       if (!subsets.ok()) return subsets.status();
       if (subsets->empty()) subsets->push_back(path);
       for (const auto& dir : *subsets) {
-        auto set = read_folder_set(dir, max_tensor_bytes);
+        auto set = read_folder_set(dir, max_tensor_bytes, flag);
         if (!set.ok()) return set.status();
         sets.push_back(std::move(*set));
         if (sets.size() > static_cast<size_t>(eval::kMaxInputSets))
           return absl::InvalidArgumentError(
-              absl::StrCat("--verify-data: more than ", eval::kMaxInputSets, " input sets"));
+              absl::StrCat(flag, ": more than ", eval::kMaxInputSets, " input sets"));
       }
       continue;
     }
     if (loose.empty()) loose_at = sets.size();
-    auto t = read_tensor(path, name, max_tensor_bytes);
+    auto t = read_tensor(path, name, max_tensor_bytes, flag);
     if (!t.ok()) return t.status();
     loose.push_back(std::move(*t));
   }
@@ -118,7 +119,7 @@ absl::StatusOr<std::vector<DataSet>> read_verify_data(const std::vector<std::str
     sets.insert(sets.begin() + static_cast<std::ptrdiff_t>(loose_at), std::move(loose));
     if (sets.size() > static_cast<size_t>(eval::kMaxInputSets))
       return absl::InvalidArgumentError(
-          absl::StrCat("--verify-data: more than ", eval::kMaxInputSets, " input sets"));
+          absl::StrCat(flag, ": more than ", eval::kMaxInputSets, " input sets"));
   }
   return sets;
 }
@@ -131,7 +132,7 @@ bool needs_input_names(const std::vector<DataSet>& sets) {
 }
 
 absl::StatusOr<std::vector<std::map<std::string, eval::Tensor>>> name_input_sets(
-    std::vector<DataSet> sets, const std::vector<std::string>& inputs) {
+    std::vector<DataSet> sets, const std::vector<std::string>& inputs, const std::string& flag) {
   std::vector<std::map<std::string, eval::Tensor>> out;
   for (size_t s = 0; s < sets.size(); ++s) {
     auto& named = out.emplace_back();
@@ -140,14 +141,14 @@ absl::StatusOr<std::vector<std::map<std::string, eval::Tensor>>> name_input_sets
       if (t.name.empty()) {
         if (i >= inputs.size())
           return absl::InvalidArgumentError(absl::StrCat(
-              "--verify-data '", t.source, "': the tensor has no name and its position ", i,
+              flag, " '", t.source, "': the tensor has no name and its position ", i,
               " is past the model's ", inputs.size(), " inputs; name it with NAME=FILE"));
         t.name = inputs[i];
       }
       if (!named.emplace(t.name, std::move(t.tensor)).second)
-        return absl::InvalidArgumentError(absl::StrCat("--verify-data '", t.source, "': input set ",
-                                                       s + 1, " has two tensors for input '",
-                                                       t.name, "'"));
+        return absl::InvalidArgumentError(absl::StrCat(flag, " '", t.source, "': input set ", s + 1,
+                                                       " has two tensors for input '", t.name,
+                                                       "'"));
     }
   }
   return out;

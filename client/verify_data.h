@@ -33,9 +33,11 @@ using DataSet = std::vector<DataTensor>;  // in position order
 
 // Reads every argument's files. NotFound/PermissionDenied for files that cannot be read,
 // InvalidArgument (naming the file) for anything else: a folder without input files, a file that
-// is not a valid inline TensorProto (eval::parse_input_tensor), more than 16 sets.
+// is not a valid inline TensorProto (eval::parse_input_tensor), more than 16 sets. Messages
+// start with `flag`, the option the arguments came with (--verify-data, --calibration-data).
 absl::StatusOr<std::vector<DataSet>> read_verify_data(const std::vector<std::string>& args,
-                                                      uint64_t max_tensor_bytes);
+                                                      uint64_t max_tensor_bytes,
+                                                      const std::string& flag = "--verify-data");
 
 // Whether some tensor needs the model's input names (it has neither NAME= nor a name of its own).
 bool needs_input_names(const std::vector<DataSet>& sets);
@@ -43,7 +45,8 @@ bool needs_input_names(const std::vector<DataSet>& sets);
 // The input sets by input name; an unnamed tensor at position i of its set takes inputs[i].
 // InvalidArgument for a position past the inputs or two tensors for one input of a set.
 absl::StatusOr<std::vector<std::map<std::string, eval::Tensor>>> name_input_sets(
-    std::vector<DataSet> sets, const std::vector<std::string>& inputs);
+    std::vector<DataSet> sets, const std::vector<std::string>& inputs,
+    const std::string& flag = "--verify-data");
 
 // The names of a serialized model's main-graph inputs that are not initializers, in order.
 absl::StatusOr<std::vector<std::string>> feedable_inputs(std::string_view model_bytes);

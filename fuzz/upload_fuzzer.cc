@@ -166,10 +166,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             (!config->verify_options.input_sets.empty() || !config->calibration_sets.empty())) {
           auto parsed = graft::ir::Model::parse(model);
           if (parsed.ok()) {
-            for (const auto& [sets, label] :
-                 {std::pair{&config->verify_options.input_sets, "verify input set"},
-                  std::pair{&config->calibration_sets, "calibration set"}}) {
-              absl::Status st = graft::eval::check_input_sets(**parsed, *sets, label);
+            for (const auto& [sets, what] :
+                 {std::pair{&config->verify_options.input_sets, "verify"},
+                  std::pair{&config->calibration_sets, "calibration"}}) {
+              absl::Status st = graft::eval::check_input_sets(**parsed, *sets, what);
               if (!st.ok() &&
                   (st.code() != absl::StatusCode::kInvalidArgument || st.message().empty()))
                 broken("check_input_sets: undocumented error code");

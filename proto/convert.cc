@@ -30,7 +30,7 @@ absl::Status parse_input_sets(const google::protobuf::RepeatedPtrField<v1::Input
   if (sets.size() > eval::kMaxInputSets)
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": at most ", eval::kMaxInputSets, " input sets, got ", sets.size()));
-  const std::string label = what == "verify" ? "verify input set" : absl::StrCat(what, " set");
+  const std::string label = eval::input_set_label(what);
   for (int s = 0; s < sets.size(); ++s) {
     auto& set = out.emplace_back();
     // A map's order on the wire is unspecified: sorted, so the first error is the same one.

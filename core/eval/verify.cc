@@ -406,16 +406,19 @@ std::string dtype_name(int32_t dtype) {
 
 }  // namespace
 
+std::string input_set_label(const std::string& what) {
+  return what == "verify" ? "verify input set" : absl::StrCat(what, " set");
+}
+
 absl::Status check_input_sets(const ir::Model& model,
                               const std::vector<std::map<std::string, Tensor>>& sets,
-                              std::string_view label) {
+                              const std::string& what) {
   if (sets.size() > static_cast<size_t>(kMaxInputSets))
-    return absl::InvalidArgumentError(absl::StrCat(std::string(label.substr(0, label.find(' '))),
-                                                   ": at most ", kMaxInputSets, " input sets, got ",
-                                                   sets.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": at most ", kMaxInputSets, " input sets, got ", sets.size()));
   const ir::Graph& g = model.graph();
   for (size_t s = 0; s < sets.size(); ++s) {
-    const std::string where = absl::StrCat(std::string(label), " ", s + 1);
+    const std::string where = absl::StrCat(input_set_label(what), " ", s + 1);
     for (const auto& [name, tensor] : sets[s]) {
       bool input = false, initializer = false;
       for (const auto& in : g.inputs())

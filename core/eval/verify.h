@@ -94,10 +94,13 @@ absl::StatusOr<Tensor> parse_input_tensor(std::string_view bytes, uint64_t max_b
 // of the main graph has a tensor and nothing else does; its element type is the declared one;
 // its dims are the declared static dims, a symbolic dim taking any size but one size for one
 // dim_param across the set's inputs; at most kMaxInputSets sets. InvalidArgument naming the
-// set (from 1, as "<label> N") and the input.
+// set (from 1, as input_set_label(what) N) and the input; `what` is "verify" (the sets of
+// VerifyOptions::input_sets) or "calibration" (PipelineConfig::calibration_sets).
 absl::Status check_input_sets(const ir::Model& model,
                               const std::vector<std::map<std::string, Tensor>>& sets,
-                              std::string_view label = "verify input set");
+                              const std::string& what = "verify");
+// How errors name a set of the kind `what`: "verify input set", "calibration set".
+std::string input_set_label(const std::string& what);
 
 enum class VerifyStatus { kVerified, kNotVerifiable, kMismatch };
 const char* verify_status_name(VerifyStatus s);  // "verified", "not_verifiable", "mismatch"

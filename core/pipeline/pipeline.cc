@@ -960,8 +960,7 @@ absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& mo
   // Given input sets are the client's bytes: checked against the model before any work.
   if (auto st = eval::check_input_sets(*model, config.verify_options.input_sets); !st.ok())
     return st;
-  if (auto st = eval::check_input_sets(*model, config.calibration_sets, "calibration set");
-      !st.ok())
+  if (auto st = eval::check_input_sets(*model, config.calibration_sets, "calibration"); !st.ok())
     return st;
   const bool any_lossy =
       std::any_of(specs.begin(), specs.end(), [](const PassSpec& s) { return s.lossy; });

@@ -238,6 +238,22 @@ TEST(Cli, VerifyDataThatDoesNotFitIsAUsageError) {
     EXPECT_EQ(r.code, c.code) << c.args << ": " << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
   }
+  // --calibration-data takes the same forms and its errors name it and its sets.
+  for (const Case& c : std::vector<Case>{
+           {(dir / "wide.pb").string(), 2,
+            "calibration set 1, input 'x': shape [3]: dim 0 is 3, the model declares 2"},
+           {(dir / "garbage.pb").string(), 2,
+            "--calibration-data '" + (dir / "garbage.pb").string() +
+                "': not a serialized onnx.TensorProto"},
+           {(dir / "empty").string(), 2, "--calibration-data '"},
+           {(dir / "second.pb").string() + " --calibration-data " + (dir / "second.pb").string(), 2,
+            "--calibration-data '"},
+       }) {
+    CliRun r = graft("optimize --local --passes quantize_static_int8 --calibration-data " + c.args +
+                     " " + model.string());
+    EXPECT_EQ(r.code, c.code) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
+  }
 }
 
 // --explain on a near-miss LayerNormalization (epsilon is a graph input): the table says why,
