@@ -183,11 +183,9 @@ std::optional<ActivationQuantization> pair_params(const ir::Node& dq) {
   ActivationQuantization q;
   q.scale = static_cast<float>(s->values[0]);
   if (dq.inputs().size() > 2 && dq.input(2)) {
-    const auto* zp = constant_header(dq.input(2));
-    auto t = constant_proto(dq.input(2), 16);
-    if (!zp || !t || t->raw_data().size() != 1) return std::nullopt;
-    q.zero_point = zp->data_type() == TensorProto::UINT8 ? static_cast<uint8_t>(t->raw_data()[0])
-                                                         : static_cast<int8_t>(t->raw_data()[0]);
+    auto zp = ir::constant_ints(dq.input(2));
+    if (!zp || zp->size() != 1) return std::nullopt;
+    q.zero_point = static_cast<int32_t>((*zp)[0]);
   }
   return q;
 }
