@@ -45,7 +45,8 @@ double since(Clock::time_point t) {
 }
 
 int fail(int code, const std::string& msg) {
-  std::cerr << "graft: " << msg << "\n";
+  // Messages may quote the model's names or a server's text: no terminal escapes get through.
+  std::cerr << "graft: " << terminal_safe(msg, /*keep_newlines=*/true) << "\n";
   return code;
 }
 
@@ -162,6 +163,8 @@ struct OptimizeArgs {
   std::string server;  // HOST:PORT; GRAFT_SERVER by default
   double timeout_seconds = 0;
   std::string level = "O2";
+  std::string target = "onnx";
+  int target_opset = 0;
   std::vector<std::string> passes;
   std::vector<std::string> options;  // pass.key=value
   int max_rounds = 10;
@@ -197,6 +200,11 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   config.level = level_from_string(a.level);
   if (config.level < 0 || config.level > kMaxLevel)
     return absl::InvalidArgumentError("level must be O0, O1, O2 or O3, got '" + a.level + "'");
+  auto target = parse_target(a.target);
+  if (!target.ok())
+    return absl::InvalidArgumentError("--target: " + std::string(target.status().message()));
+  config.target = *target;
+  config.target_opset = a.target_opset;
   config.passes = a.passes;
   config.max_rounds = a.max_rounds;
   config.onnx_checker = config.shape_inference = a.check;
@@ -903,6 +911,16 @@ int main(int argc, char** argv) {
   auto add_pipeline_options = [&](CLI::App* cmd) {
     auto* level =
         cmd->add_option("--level", args.level, "optimization level O0..O3")->capture_default_str();
+    cmd->add_option("--target", args.target,
+                    "the runtime the result is for: onnx (standard ops, any runtime), "
+                    "onnxruntime or onnxruntime:MAJOR.MINOR (also ONNX Runtime's com.microsoft "
+                    "fused ops that version's CPU provider has; default version 1.18)")
+        ->capture_default_str();
+    cmd->add_option("--target-opset", args.target_opset,
+                    "raise the model's opset to N (13..21) first, converting the nodes whose "
+                    "schema changed, so newer fused ops may be written (e.g. 17: "
+                    "LayerNormalization); never lowers; 0 keeps it")
+        ->capture_default_str();
     // A repeatable option takes one value per occurrence: CLI11 would otherwise let a list
     // option swallow the arguments after it (`--option a.b=1 in.onnx` losing the input).
     auto one_value = [](CLI::Option* o) { return o->allow_extra_args(false); };

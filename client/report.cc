@@ -7,6 +7,22 @@
 
 namespace graft::cli {
 
+std::string terminal_safe(std::string_view text, bool keep_newlines) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && !(keep_newlines && c == '\n')) || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 namespace {
 
 std::string human_bytes(uint64_t b) {
@@ -20,24 +36,6 @@ std::string human_bytes(uint64_t b) {
   else
     std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
   return buf;
-}
-
-// Names and reasons come from the model: control characters (terminal escapes) are shown as
-// \xNN instead of reaching the terminal.
-std::string terminal_safe(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 std::string line(const char* fmt, auto... args) {
@@ -177,6 +175,8 @@ std::string format_table(const RunSummary& run) {
               human_bytes(run.output_bytes).c_str(),
               r.reached_fixed_point ? "" : ", stopped at max rounds before a fixed point");
   out += memory_lines(r);
+  // Only a runtime-specific target is worth a line: the default result runs anywhere.
+  if (!r.target.empty() && r.target != "onnx") out += "target: " + terminal_safe(r.target) + "\n";
   if (!r.checker_note.empty()) out += "onnx check skipped: " + r.checker_note + "\n";
   const VerificationReport& v = r.verification;
   if (v.requested) {
@@ -251,6 +251,7 @@ nlohmann::json to_json(const RunSummary& run) {
           {"initializer_bytes_after", r.bytes_after},
           {"checker_note", r.checker_note},
           {"value_info_refined", r.value_info_refined},
+          {"target", r.target},
           {"verification", verification_json(r.verification)},
           {"memory",
            {{"before", memory_json(r.memory_before)},

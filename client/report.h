@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,10 @@ struct RunSummary {
 };
 
 std::string format_table(const RunSummary& run);
+// `text` with control characters (terminal escapes) shown as \xNN: names, reasons and messages
+// come from the model or a server and must not reach a terminal as they are. With
+// keep_newlines, '\n' passes (a multi-line message).
+std::string terminal_safe(std::string_view text, bool keep_newlines = false);
 nlohmann::json to_json(const RunSummary& run);
 
 }  // namespace graft::cli

@@ -54,7 +54,12 @@ constexpr int32_t kTypes[] = {
 };
 
 // Attribute names kernels read, for attributes the schema does not list (or has no schema for).
-const char* const kAttrNames[] = {"axis",
+const char* const kAttrNames[] = {"num_heads",
+                                  "unidirectional",
+                                  "qkv_hidden_sizes",
+                                  "mask_filter_value",
+                                  "transBatchA",
+                                  "axis",
                                   "axes",
                                   "keepdims",
                                   "perm",
@@ -204,8 +209,15 @@ const float kSpecialFloats[] = {0.0f,
                                 std::numeric_limits<float>::infinity(),
                                 -std::numeric_limits<float>::infinity()};
 
+// The default domain's ops, then other domains' as "DOMAIN:OP" (com.microsoft:Attention),
+// sorted together.
 const std::vector<std::string>& supported_ops() {
-  static const auto* ops = new std::vector<std::string>(graft::eval::supported_ops());
+  static const auto* ops = [] {
+    auto* v = new std::vector<std::string>(graft::eval::supported_ops());
+    for (const std::string& op : graft::eval::supported_domain_ops()) v->push_back(op);
+    std::sort(v->begin(), v->end());
+    return v;
+  }();
   return *ops;
 }
 
@@ -397,15 +409,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Tensors are capped at 1 MiB and 8 MiB live; kernel scratch must stay in proportion.
   graft::fuzz::HeapLimit heap_limit(64ll << 20);
   std::string_view rest(reinterpret_cast<const char*>(data), size);
-  const std::string op(take_op(rest));
+  std::string op(take_op(rest));
   if (skipped_ops().count(op)) return 0;
+  // "DOMAIN:OP": a node of that domain (no ONNX schema: inputs and attributes at random).
+  std::string domain;
+  if (const size_t colon = op.find(':'); colon != std::string::npos) {
+    domain = op.substr(0, colon);
+    op = op.substr(colon + 1);
+  }
   FuzzedDataProvider in(reinterpret_cast<const uint8_t*>(rest.data()), rest.size());
   Decoder dec(in);
 
   // An opset the evaluator has a kernel for: the one asked for, else the nearest above, else
   // the nearest below.
   int opset = in.ConsumeIntegralInRange(1, kMaxOpset);
-  auto has_kernel = [&](int v) { return graft::eval::find_kernel(op, "", v) != nullptr; };
+  auto has_kernel = [&](int v) { return graft::eval::find_kernel(op, domain, v) != nullptr; };
   int found = 0;
   for (int v = opset; v <= kMaxOpset && !found; ++v)
     if (has_kernel(v)) found = v;
@@ -413,18 +431,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (has_kernel(v)) found = v;
   if (!found) return 0;
   opset = found;
-  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(op, opset, "");
+  const onnx::OpSchema* schema =
+      domain.empty() ? onnx::OpSchemaRegistry::Schema(op, opset, "") : nullptr;
   const bool follow_schema = schema != nullptr && in.ConsumeIntegralInRange(0, 15) != 0;
 
   onnx::ModelProto model;
   model.set_ir_version(8);
   auto* opset_import = model.add_opset_import();
-  opset_import->set_domain("");
+  opset_import->set_domain(domain);
   opset_import->set_version(opset);
   onnx::GraphProto* graph = model.mutable_graph();
   graph->set_name("kernel_fuzz");
   onnx::NodeProto* node = graph->add_node();
   node->set_op_type(op);
+  node->set_domain(domain);
   node->set_name("n");
   std::map<std::string, graft::eval::Tensor> feeds;
 

@@ -84,6 +84,10 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("level must be O0..O", kMaxLevel, ", got '", level, "'"));
   }
+  auto target = parse_target(config.target());
+  if (!target.ok()) return target.status();
+  out.target = *target;
+  out.target_opset = config.target_opset();
   out.passes.assign(config.passes().begin(), config.passes().end());
   for (const auto& [pass, options] : config.pass_options())
     for (const auto& [key, value] : options.values()) out.pass_options[pass][key] = value;
@@ -139,6 +143,8 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
 v1::PipelineConfig to_proto(const PipelineConfig& config) {
   v1::PipelineConfig out;
   out.set_level(absl::StrCat("O", config.level));
+  if (config.target.onnxruntime()) out.set_target(config.target.str());
+  out.set_target_opset(static_cast<int32_t>(config.target_opset));
   for (const auto& p : config.passes) out.add_passes(p);
   for (const auto& [pass, options] : config.pass_options) {
     auto& values = *(*out.mutable_pass_options())[pass].mutable_values();
@@ -277,6 +283,8 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
       field(absl::StrCat(key, "=", format_value(value)));
   }
   field(absl::StrCat("rounds=", config.max_rounds));
+  // The default target adds nothing, so keys made before targets existed hold.
+  if (config.target.onnxruntime()) field(absl::StrCat("target=", config.target.str()));
   field(absl::StrCat("checker=", config.onnx_checker, ",shapes=", config.shape_inference));
   // Verification can roll passes back, so its settings are part of what the result means;
   // lossy passes always verify, and their gates (the resolved ones: defaults are part of the
@@ -435,6 +443,7 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
   out->set_initializer_bytes_after(r.bytes_after);
   out->set_checker_note(r.checker_note);
   out->set_value_info_refined(r.value_info_refined);
+  out->set_target(r.target);
   out->set_pipeline_seconds(r.seconds);
   fill_memory(r.memory_before, out->mutable_memory_before());
   fill_memory(r.memory_after, out->mutable_memory_after());
@@ -511,6 +520,7 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
   r.bytes_after = in.initializer_bytes_after();
   r.checker_note = in.checker_note();
   r.value_info_refined = in.value_info_refined();
+  r.target = in.target();
   r.seconds = in.pipeline_seconds();
   r.memory_before = memory_from(in.memory_before());
   r.memory_after = memory_from(in.memory_after());

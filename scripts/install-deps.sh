@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config ninja-build
+  build-essential cmake pkg-config ninja-build lld
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libonnx-dev prometheus-cpp-dev libspdlog-dev libboost-dev libssl-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libhiredis-dev

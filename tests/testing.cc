@@ -33,7 +33,19 @@ PassRef::PassRef(const char* name) : PassRef(std::string(name)) {}
 
 PassRef::PassRef(const std::string& name) {
   spec.name = name;
-  if (const PassInfo* info = find_pass(name)) spec.create = info->create;
+  if (const PassInfo* info = find_pass(name)) {
+    spec.create = info->create;
+    // A pass for one runtime runs for that runtime's default version.
+    if (info->target) target = Target{*info->target, kDefaultOrtVersion};
+  }
+}
+
+PassRef PassRef::for_target(std::string_view text) const {
+  PassRef ref = *this;
+  auto parsed = parse_target(text);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (parsed.ok()) ref.target = *parsed;
+  return ref;
 }
 
 PassRef::PassRef(PassSpec pass) : spec(std::move(pass)) {}
@@ -56,6 +68,7 @@ PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& op
   }
   PassContext ctx(values);
   ctx.calibration = calibration;
+  ctx.target = pass.target;
   // Every rule that gives up must leave the model as it found it (its edits undone).
   ctx.check_transactions = true;
   const auto before = model.clone();

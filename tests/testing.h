@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -36,7 +37,12 @@ struct PassRef {
   PassRef(const char* name);  // NOLINT(google-explicit-constructor): tests pass names
   PassRef(const std::string& name);
   PassRef(PassSpec spec);
+  // The same pass run for another target ("onnxruntime:1.10").
+  PassRef for_target(std::string_view text) const;
   PassSpec spec;  // `create` is empty when the name is unknown (the test fails when run)
+  // PassContext::target: the default ("onnx"), or for a pass that runs for one runtime only
+  // (PassInfo::target) that runtime at its default version.
+  Target target;
 };
 
 // Runs one pass on the model, then finalize() and verify(); fails the test on error, and when

@@ -20,9 +20,27 @@ struct Entry {
   Kernel kernel;
 };
 
-std::map<std::string, std::vector<Entry>, std::less<>>& registry() {
-  static auto* r = new std::map<std::string, std::vector<Entry>, std::less<>>();
+using Registry = std::map<std::string, std::vector<Entry>, std::less<>>;
+
+// The default ONNX domain's kernels by op type.
+Registry& registry() {
+  static auto* r = new Registry();
   return *r;
+}
+
+// Other domains' kernels (com.microsoft: kernels/contrib.cc) by domain, then op type.
+std::map<std::string, Registry, std::less<>>& domain_registry() {
+  static auto* r = new std::map<std::string, Registry, std::less<>>();
+  return *r;
+}
+
+const Kernel* find_in(const Registry& r, std::string_view op, int64_t opset) {
+  auto it = r.find(op);
+  if (it == r.end()) return nullptr;
+  for (const Entry& e : it->second) {
+    if (opset >= e.since && (e.until == 0 || opset <= e.until)) return &e.kernel;
+  }
+  return nullptr;
 }
 
 // The groups register through register_kernel, which must not re-enter this once-guard.
@@ -37,6 +55,7 @@ void ensure_registered() {
     register_extra_kernels();
     register_quantize_dynamic_kernels();
     register_detection_kernels();
+    register_contrib_kernels();
   });
 }
 
@@ -64,15 +83,17 @@ void register_kernel(std::string op, int since_version, int until_version, Kerne
   registry()[std::move(op)].push_back({since_version, until_version, std::move(kernel)});
 }
 
+void register_kernel(std::string domain, std::string op, int since_version, int until_version,
+                     Kernel kernel) {
+  domain_registry()[std::move(domain)][std::move(op)].push_back(
+      {since_version, until_version, std::move(kernel)});
+}
+
 const Kernel* find_kernel(std::string_view op, std::string_view domain, int64_t opset) {
-  if (!ir::is_onnx_domain(domain)) return nullptr;
   ensure_registered();
-  auto it = registry().find(op);
-  if (it == registry().end()) return nullptr;
-  for (const Entry& e : it->second) {
-    if (opset >= e.since && (e.until == 0 || opset <= e.until)) return &e.kernel;
-  }
-  return nullptr;
+  if (ir::is_onnx_domain(domain)) return find_in(registry(), op, opset);
+  auto it = domain_registry().find(domain);
+  return it == domain_registry().end() ? nullptr : find_in(it->second, op, opset);
 }
 
 std::vector<std::pair<int, int>> kernel_versions(std::string_view op) {
@@ -122,6 +143,14 @@ std::vector<std::string> supported_ops() {
   ensure_registered();
   std::vector<std::string> ops;
   for (const auto& [name, entries] : registry()) ops.push_back(name);
+  return ops;
+}
+
+std::vector<std::string> supported_domain_ops() {
+  ensure_registered();
+  std::vector<std::string> ops;
+  for (const auto& [domain, r] : domain_registry())
+    for (const auto& [name, entries] : r) ops.push_back(absl::StrCat(domain, ":", name));
   return ops;
 }
 

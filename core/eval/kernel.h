@@ -52,10 +52,15 @@ using Kernel = std::function<absl::Status(KernelContext&)>;
 // Registers `kernel` for `op` in the default ONNX domain for opset versions in
 // [since_version, until_version] (until_version 0 = any later version).
 void register_kernel(std::string op, int since_version, int until_version, Kernel kernel);
+// The same for `op` of another domain (com.microsoft), by that domain's opset version.
+void register_kernel(std::string domain, std::string op, int since_version, int until_version,
+                     Kernel kernel);
 // The kernel for a node, or nullptr if the op (at that opset) is not supported.
 const Kernel* find_kernel(std::string_view op, std::string_view domain, int64_t opset);
-// Names of all supported ops (for reports and the conformance test).
+// Names of all supported ops of the default domain (for reports and the conformance test).
 std::vector<std::string> supported_ops();
+// The supported ops of other domains, as "DOMAIN:OP" (com.microsoft:Attention), sorted.
+std::vector<std::string> supported_domain_ops();
 // The opset ranges [since, until] registered for `op` (until 0 = open-ended).
 std::vector<std::pair<int, int>> kernel_versions(std::string_view op);
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <absl/strings/str_cat.h>
+
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 
@@ -45,6 +47,7 @@ const Table& table() {
     add_quantize_rules(*r);
     add_control_flow_rules(*r);
     add_detection_rules(*r);
+    add_contrib_rules(*r);
     return r;
   }();
   return *t;
@@ -155,6 +158,11 @@ std::optional<int64_t> product(const std::vector<Dim>& dims, size_t begin, size_
 }  // namespace shape_rules
 
 ShapeRule find_shape_rule(std::string_view op) { return shape_rules::table().find(op); }
+
+ShapeRule find_shape_rule(std::string_view domain, std::string_view op) {
+  if (is_onnx_domain(domain)) return find_shape_rule(op);
+  return shape_rules::table().find(absl::StrCat(std::string(domain), ":", std::string(op)));
+}
 
 std::vector<std::string> shape_rule_ops() { return shape_rules::table().ops(); }
 

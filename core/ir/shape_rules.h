@@ -33,6 +33,9 @@ using ShapeRule = TensorFact (*)(const Node& n, size_t output, bool* partial);
 
 // The rule for `op` in the default ONNX domain, nullptr if Graft has none.
 ShapeRule find_shape_rule(std::string_view op);
+// The rule for `op` of `domain` (the default domain as "" or "ai.onnx"; others, e.g.
+// com.microsoft, registered as "DOMAIN:OP").
+ShapeRule find_shape_rule(std::string_view domain, std::string_view op);
 // Every op with a rule, sorted.
 std::vector<std::string> shape_rule_ops();
 
@@ -59,6 +62,8 @@ void add_nn_rules(Table& t);            // MatMul, Gemm, Conv and pools, Resize,
 void add_quantize_rules(Table& t);      // MatMulInteger, (Dynamic)QuantizeLinear, DequantizeLinear
 void add_control_flow_rules(Table& t);  // If, Loop, Scan
 void add_detection_rules(Table& t);     // NonMaxSuppression, RoiAlign, GridSample
+// ONNX Runtime's com.microsoft ops Graft emits, registered as "com.microsoft:OP".
+void add_contrib_rules(Table& t);
 
 // Helpers shared by the families.
 

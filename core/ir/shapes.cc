@@ -6,6 +6,8 @@
 #include <exception>
 #include <map>
 
+#include <absl/strings/str_cat.h>
+
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -86,7 +88,7 @@ void TensorFact::to_type(onnx::TypeProto* type) const {
     auto* out = shape->add_dim();
     if (d.known())
       out->set_dim_value(d.value);
-    else if (d.is_symbol())
+    else if (d.is_named())
       out->set_dim_param(d.symbol);
   }
 }
@@ -101,7 +103,7 @@ std::string TensorFact::to_string() const {
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) s += ",";
     s += dims[i].known() ? std::to_string(dims[i].value)
-                         : (dims[i].is_symbol() ? dims[i].symbol : std::string("?"));
+                         : (dims[i].is_named() ? dims[i].symbol : std::string("?"));
   }
   return s + "]";
 }
@@ -126,8 +128,9 @@ TensorFact merge_facts(const TensorFact& a, const TensorFact& b, bool* conflict)
           bad = true;  // left unknown
         } else if (x.known() || y.known()) {
           out.dims[i] = x.known() ? x : y;
-        } else if (x.is_symbol()) {
-          out.dims[i] = x;  // two different names for one dim: either is true
+        } else if (x.is_named() || (x.is_symbol() && !y.is_named())) {
+          out.dims[i] = x;  // two different names for one dim: either is true (a dim_param
+                            // rather than an anonymous one)
         } else {
           out.dims[i] = y;
         }
@@ -183,6 +186,19 @@ TensorFact inferred_fact(const onnx::TypeProto& t) {
   for (Dim& d : f.dims)
     if (d.is_symbol() && d.symbol.rfind("unk__", 0) == 0) d = Dim{};
   return f;
+}
+
+// Gives each unknown dim of `v`'s fact an anonymous symbol of its own (Dim::anon): the size of
+// that dim of that value, which rules copy to every value that has it too. Keyed by the value's
+// address: unique among live values, and facts holding it are recomputed when the model changes
+// (a fact with an anonymous dim is never complete).
+static void name_unknown_dims(const Value* v, TensorFact* f) {
+  if (!f->has_rank) return;
+  for (size_t i = 0; i < f->dims.size(); ++i) {
+    Dim& d = f->dims[i];
+    if (d.known() || d.is_symbol()) continue;
+    d = Dim::anon(absl::StrCat(reinterpret_cast<uintptr_t>(v), ":", i));
+  }
 }
 
 class FactEngine {
@@ -385,6 +401,7 @@ const TensorFact& FactEngine::get(const Value* v) {
       compute(*p, gen);
     } else {
       t->fact_ = source_fact(t);
+      name_unknown_dims(t, &t->fact_);
       t->fact_exact_ = true;  // a source: nothing but its declaration tells more
     }
     t->fact_gen_ = gen;
@@ -433,7 +450,7 @@ namespace {
 // The fact of output `output` of `n` from Graft's rules (shape_rules.h). Sets *partial where the
 // rule could not tell all that libonnx might.
 TensorFact rule_fact(const Node& n, size_t output, bool* partial) {
-  const ShapeRule rule = n.is_onnx_domain() ? find_shape_rule(n.op_type()) : nullptr;
+  const ShapeRule rule = find_shape_rule(n.domain(), n.op_type());
   return rule ? rule(n, output, partial) : shape_rules::unknown(partial);
 }
 
@@ -467,6 +484,7 @@ void FactEngine::compute(const Node& n, uint64_t gen) {
     // what it adds beyond Graft's rules and libonnx's inference (which starts from the operators
     // alone) is exactly what nobody checked — a batch size fixed at export, a dim of an op whose
     // output size depends on data. Only graph inputs (the interface) and constants are sources.
+    name_unknown_dims(o, &inferred);
     o->fact_ = std::move(inferred);
     o->fact_gen_ = gen;
   }
@@ -487,8 +505,12 @@ int refine_value_info(Model& model) {
         const onnx::ValueInfoProto* info = v ? v->value_info() : nullptr;
         if (!info || !info->has_type() || !info->type().has_tensor_type()) continue;
         const TensorFact declared = TensorFact::from_type(info->type());
+        // Anonymous dims say nothing a declaration can hold.
+        TensorFact fact = v->fact();
+        for (Dim& d : fact.dims)
+          if (d.anonymous) d = Dim{};
         bool conflict = false;
-        const TensorFact merged = merge_facts(declared, v->fact(), &conflict);
+        const TensorFact merged = merge_facts(declared, fact, &conflict);
         if (conflict || merged == declared) continue;
         onnx::TypeProto type = info->type();  // keeps denotations and the like
         merged.to_type(&type);

@@ -38,14 +38,24 @@ namespace graft::ir {
 struct Dim {
   int64_t value = -1;  // >= 0 when known
   std::string symbol;  // ONNX dim_param, when the size is unknown but named
+  // An unknown size Graft named itself: the size of one dim of one value (where the fact engine
+  // first met it unknown), so that every value sharing it (copied through MatMul, Reshape's 0,
+  // Transpose, elementwise ops...) is known to have the same size there, as values sharing a
+  // dim_param are. Never written into a model (to_type) and never equal to a dim_param, whatever
+  // its spelling.
+  bool anonymous = false;
 
   static Dim of(int64_t v) { return Dim{v, {}}; }
   static Dim named(std::string s) { return Dim{-1, std::move(s)}; }
+  static Dim anon(std::string key) { return Dim{-1, std::move(key), true}; }
   bool known() const { return value >= 0; }
   bool is_symbol() const { return value < 0 && !symbol.empty(); }
+  // A dim_param from the model (or libonnx), not an anonymous one.
+  bool is_named() const { return is_symbol() && !anonymous; }
   // Same size for sure: equal known values or the same symbol.
   bool same_as(const Dim& o) const {
-    return known() ? o.value == value : (is_symbol() && o.symbol == symbol);
+    return known() ? o.value == value
+                   : (is_symbol() && o.symbol == symbol && o.anonymous == anonymous);
   }
   bool operator==(const Dim&) const = default;
 };

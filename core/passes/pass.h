@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "core/eval/kernel.h"
 #include "core/ir/model.h"
 #include "core/passes/options.h"
+#include "core/passes/target.h"
 
 namespace graft {
 
@@ -84,6 +86,8 @@ class PassContext {
   // Set by a pass (or its rule maker, which sees a const context) that ran the model on
   // `calibration`; RulePass copies it into PassResult::used_calibration.
   mutable bool used_calibration = false;
+  // The runtime the result is for (PipelineConfig::target).
+  Target target;
 
  private:
   const OptionValues& options_;
@@ -119,6 +123,9 @@ struct PassInfo {
   ErrorGate gate{};
   // Runs only when a request names it: no level includes it (`level` is then informational).
   bool by_name_only = false;
+  // Emits ops of one runtime only (fuse_onnxruntime): levels run it for that target only, and
+  // naming it for another target is an error.
+  std::optional<Target::Kind> target = std::nullopt;
   std::string description;
   std::vector<OptionSpec> options;
   std::function<std::unique_ptr<Pass>()> create;

@@ -30,6 +30,8 @@ PassInfo fuse_conv_batchnorm_pass();
 PassInfo fuse_matmul_add_pass();
 PassInfo optimize_transposes_pass();
 PassInfo fuse_blocks_pass();
+PassInfo convert_opset_pass();
+PassInfo fuse_onnxruntime_pass();
 PassInfo quantize_dynamic_int8_pass();
 PassInfo quantize_static_int8_pass();
 PassInfo quantize_weights_int4_pass();

@@ -10,6 +10,8 @@ const std::vector<PassInfo>& all_passes() {
   // expose fusions; prune runs last to drop what the others left unused.
   // clang-format off
   static const std::vector<PassInfo> passes = {
+      // Put first by the pipeline when a request gives a target opset (by name only).
+      convert_opset_pass(),
       inline_functions_pass(),
       extract_constants_pass(),
       fold_shapes_pass(),
@@ -25,6 +27,9 @@ const std::vector<PassInfo>& all_passes() {
       dedup_initializers_pass(),
       cse_pass(),
       fuse_blocks_pass(),
+      // After fuse_blocks (its LayerNormalizations), before fuse_matmul_add turns the
+      // projections it matches into Gemms.
+      fuse_onnxruntime_pass(),
       fuse_conv_batchnorm_pass(),
       fuse_matmul_add_pass(),
       quantize_dynamic_int8_pass(),
@@ -45,10 +50,11 @@ const PassInfo* find_pass(std::string_view name) {
   return nullptr;
 }
 
-std::vector<std::string> passes_for_level(int level) {
+std::vector<std::string> passes_for_level(int level, const Target& target) {
   std::vector<std::string> out;
   for (const auto& p : all_passes())
-    if (p.level <= level && !p.by_name_only) out.push_back(p.name);
+    if (p.level <= level && !p.by_name_only && (!p.target || *p.target == target.kind))
+      out.push_back(p.name);
   return out;
 }
 

@@ -13,8 +13,8 @@ namespace graft {
 // Every built-in pass in pipeline order.
 const std::vector<PassInfo>& all_passes();
 const PassInfo* find_pass(std::string_view name);
-// Pass names run at `level` (0..3), in pipeline order.
-std::vector<std::string> passes_for_level(int level);
+// Pass names run at `level` (0..3) for `target`, in pipeline order.
+std::vector<std::string> passes_for_level(int level, const Target& target = {});
 constexpr int kMaxLevel = 3;
 
 }  // namespace graft

@@ -27,6 +27,7 @@
 
 #include "core/ir/onnx_guard.h"
 #include "core/ir/op_params.h"
+#include "core/passes/opset.h"
 #include "core/passes/registry.h"
 #include "core/passes/rules.h"
 
@@ -200,16 +201,23 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
     if (config.level < 0 || config.level > kMaxLevel)
       return absl::InvalidArgumentError(
           absl::StrCat("level must be O0..O", kMaxLevel, ", got O", config.level));
-    names = passes_for_level(config.level);
+    names = passes_for_level(config.level, config.target);
   } else {
     names = config.passes;
   }
   std::vector<std::string> valid;
   for (const auto& p : all_passes()) valid.push_back(p.name);
-  for (const auto& n : names)
-    if (!find_pass(n))
+  for (const auto& n : names) {
+    const PassInfo* info = find_pass(n);
+    if (!info)
       return absl::InvalidArgumentError(
           absl::StrCat("unknown pass '", n, "'; valid passes: ", absl::StrJoin(valid, ", ")));
+    if (info->target && *info->target != config.target.kind)
+      return absl::InvalidArgumentError(
+          absl::StrCat("pass '", n, "' emits ", target_kind_name(*info->target),
+                       " ops: it runs only with target ", target_kind_name(*info->target),
+                       " (the request's target is ", config.target.str(), ")"));
+  }
   // Options of passes the list does not run are checked too: a misspelt or malformed option
   // is a mistake whichever passes run.
   std::map<std::string, OptionValues> given;
@@ -222,6 +230,18 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
     auto values = parse_options(pass, info->options, options);
     if (!values.ok()) return values.status();
     given.emplace(pass, std::move(*values));
+  }
+  if (config.target_opset != 0) {
+    if (config.target_opset < kMinRaisableOpset || config.target_opset > kMaxRaisableOpset)
+      return absl::InvalidArgumentError(
+          absl::StrCat("target_opset must be ", kMinRaisableOpset, "..", kMaxRaisableOpset,
+                       " (the opsets Graft converts between), got ", config.target_opset));
+    // First, so that every pass sees the raised opset; its option is the target.
+    names.erase(std::remove(names.begin(), names.end(), "convert_opset"), names.end());
+    names.insert(names.begin(), "convert_opset");
+    given["convert_opset"] =
+        *parse_options("convert_opset", find_pass("convert_opset")->options,
+                       PassOptions{{"opset", std::to_string(config.target_opset)}});
   }
   if (auto st = check_explain(config, names); !st.ok()) return st;
   std::vector<PassSpec> specs;
@@ -250,6 +270,17 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config) {
   auto specs = resolve_pipeline(config);
   if (!specs.ok()) return specs.status();
+  if (config.target_opset != 0) {
+    // A raise that cannot be done is the request's error, found before any work.
+    const int64_t opset = model->opset("");
+    if (opset > config.target_opset)
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model's opset ", opset, " is above the target opset ",
+                       config.target_opset, ": Graft raises opsets, it does not lower them"));
+    if (auto refusal = check_raise_opset(*model, config.target_opset))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the opset cannot be raised to ", config.target_opset, ": ", refusal->message()));
+  }
   return run_specs(model, *specs, config);
 }
 
@@ -288,6 +319,7 @@ struct RunLimits {
   std::function<absl::Status()> should_continue;
   bool check_transactions = false;   // PipelineConfig::check_transactions
   std::vector<std::string> explain;  // PipelineConfig::explain
+  Target target;                     // PipelineConfig::target
   // Verification's inputs for passes that run the model (PassContext::calibration); unset
   // outside verification.
   std::optional<CalibrationInputs> calibration;
@@ -307,6 +339,7 @@ RunLimits run_limits(const ir::Model& input, const PipelineConfig& config) {
   limits.should_continue = config.should_continue;
   limits.check_transactions = config.check_transactions;
   limits.explain = config.explain;
+  limits.target = config.target;
   if (!config.onnx_checker && !config.shape_inference) return limits;
   std::string skipped;
   absl::Status input_ok = onnx_check(input, config.shape_inference, &skipped);
@@ -364,6 +397,7 @@ absl::StatusOr<PassResult> run_one_pass(ir::Model& model, const PassInstance& in
   ctx.max_weight_bytes = limits.max_weight_bytes;
   ctx.check_transactions = limits.check_transactions;
   ctx.explain = explained_rules(limits.explain, instance.name);
+  ctx.target = limits.target;
   if (limits.calibration) ctx.calibration = &*limits.calibration;
   absl::StatusOr<PassResult> result = PassResult{};
   try {
@@ -413,6 +447,7 @@ class FixedPointDriver {
     report_.nodes_before = model_->total_nodes();
     report_.bytes_before = model_->initializer_bytes();
     report_.checker_note = limits_.checker_note;
+    report_.target = limits_.target.str();
     for (int round = 1; round <= config_.max_rounds; ++round) {
       auto changed = run_round(round);
       if (!changed.ok()) return changed.status();

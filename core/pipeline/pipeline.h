@@ -17,11 +17,18 @@
 #include "core/ir/fingerprint.h"
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
+#include "core/passes/target.h"
 
 namespace graft {
 
 struct PipelineConfig {
-  int level = 2;                    // used when `passes` is empty
+  int level = 2;  // used when `passes` is empty
+  // The runtime the result is for (core/passes/target.h): passes that emit runtime-specific ops
+  // (fuse_onnxruntime) run only for their target, and every pass may ask it.
+  Target target;
+  // The default-domain opset to raise the model to first (0: keep it): convert_opset runs first
+  // with it. 13..21; a model above it, or one raise_opset refuses, is InvalidArgument.
+  int64_t target_opset = 0;
   std::vector<std::string> passes;  // explicit ordered pass list
   // Per pass name, as text; checked against each pass's option schema by resolve_pipeline.
   std::map<std::string, PassOptions> pass_options;
@@ -136,6 +143,7 @@ struct PipelineReport {
   std::string checker_note;  // why ONNX checking was skipped, if it was asked for and skipped
   // value_info entries given an element type or dims they lacked (ir::refine_value_info).
   int value_info_refined = 0;
+  std::string target;  // Target::str() of the config's target
   VerificationReport verification;
   // Memory of the input and of the result (estimate_memory with the sizes below).
   MemoryStats memory_before, memory_after;

@@ -88,6 +88,31 @@ TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
   }
 }
 
+// --target and --target-opset: checked before any work (exit 2 naming the flag), shown in the
+// table and the JSON report.
+TEST(Cli, TargetAndTargetOpset) {
+  fs::path report = temp_dir() / "target.json";
+  CliRun r = graft("optimize --local --target onnxruntime:1.17 " + kExample.string() +
+                   " --report " + report.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("target: onnxruntime:1.17"), std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(report))["target"], "onnxruntime:1.17");
+  CliRun plain = graft("optimize --local " + kExample.string() + " --report " + report.string());
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.err.find("target:"), std::string::npos) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(report))["target"], "onnx");
+  for (const std::string bad :
+       {"--target tensorrt", "--target onnxruntime:1", "--passes fuse_onnxruntime",
+        "--target-opset 9", "--target-opset 99"}) {
+    CliRun b = graft("optimize --local " + bad + " " + kExample.string());
+    EXPECT_EQ(b.code, 2) << bad << ": " << b.err;
+  }
+  // The example is opset 11: raising it is refused with the reason, exit 2.
+  CliRun raise = graft("optimize --local --target-opset 17 " + kExample.string());
+  EXPECT_EQ(raise.code, 2) << raise.err;
+  EXPECT_NE(raise.err.find("opsets are raised from 13 on"), std::string::npos) << raise.err;
+}
+
 TEST(Cli, ReportsMemoryEstimatesWithTheDimsGiven) {
   fs::path report = temp_dir() / "memory.json";
   CliRun r = graft("optimize --local " + kExample.string() + " --report " + report.string());

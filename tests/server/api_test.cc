@@ -66,6 +66,48 @@ TEST(Api, CanonicalConfigComparesParsedValuesWithDefaults) {
 }
 
 // ListPasses carries each option's type, range and default; the client reads them back.
+// The target: checked where the config is built, part of the key when not the default, and a
+// default spelt out ("onnx") keeps the default's key; the report carries it back.
+TEST(Api, TargetIsCheckedAndKeyed) {
+  const std::string o2 = canonical(v1::PipelineConfig{});
+  v1::PipelineConfig c;
+  c.set_target("onnx");
+  EXPECT_EQ(canonical(c), o2);
+  c.set_target("onnxruntime");
+  const std::string ort = canonical(c);
+  EXPECT_NE(ort, o2);
+  EXPECT_NE(ort.find("fuse_onnxruntime"), std::string::npos);
+  c.set_target("onnxruntime:1.18");
+  EXPECT_EQ(canonical(c), ort);  // the default version spelt out
+  c.set_target("onnxruntime:1.16");
+  EXPECT_NE(canonical(c), ort);
+  for (const char* bad : {"tensorrt", "onnxruntime:1", "onnxruntime:1.2", "onnxruntime:x.y"}) {
+    c.set_target(bad);
+    auto config = api::from_proto(c);
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  // Naming the runtime's pass without its target.
+  v1::PipelineConfig named;
+  named.add_passes("fuse_onnxruntime");
+  auto config = api::from_proto(named);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(config.status().message().find("runs only with target onnxruntime"), std::string::npos);
+  // Round trip through the proto.
+  PipelineConfig core;
+  core.target = *parse_target("onnxruntime:1.17");
+  auto back = api::from_proto(api::to_proto(core));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->target.str(), "onnxruntime:1.17");
+  PipelineReport report;
+  report.target = "onnxruntime:1.17";
+  v1::OptimizeReport wire;
+  api::fill_report(report, &wire);
+  EXPECT_EQ(wire.target(), "onnxruntime:1.17");
+  EXPECT_EQ(api::to_pipeline_report(wire).target, "onnxruntime:1.17");
+}
+
 TEST(Api, PassDescriptorsRoundTrip) {
   for (const PassInfo& p : all_passes()) {
     v1::PassInfo proto;

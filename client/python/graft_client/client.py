@@ -663,7 +663,8 @@ class Client:
                  lookup_first=True, timeout=None, *, max_rounds=10, check=False,
                  external_data_dir=None, keep_external_files=True, progress=None,
                  chunk_bytes=CHUNK_BYTES, explain=None, max_error=None, min_cosine=None,
-                 accept_unmeasured_error=False, calibration_data=None):
+                 accept_unmeasured_error=False, calibration_data=None, target=None,
+                 target_opset=None):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -681,7 +682,10 @@ class Client:
         error gate (`passes()`: gate_max_rel, gate_min_cosine), which `max_error` and
         `min_cosine` replace; one whose error cannot be measured is rolled back unless
         `accept_unmeasured_error` (Result.lossy_trials()). `calibration_data`: input sets
-        ({input name: numpy array or TensorProto} dicts) lossy passes learn value ranges from."""
+        ({input name: numpy array or TensorProto} dicts) lossy passes learn value ranges from.
+        `target`: the runtime the result is for, "onnx" (default) or "onnxruntime[:X.Y]"
+        (report.target says which it was optimized for). `target_opset` (13..21): raise the
+        model's opset first, converting what changed (e.g. 17 for LayerNormalization)."""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
             raise InvalidArgumentError(f"chunk_bytes must be in (0, {MAX_MESSAGE_BYTES - 4096}]")
         deadline = self._deadline(timeout)
@@ -689,7 +693,8 @@ class Client:
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  explain=explain, max_error=max_error, min_cosine=min_cosine,
                                  accept_unmeasured_error=accept_unmeasured_error,
-                                 calibration_data=calibration_data)
+                                 calibration_data=calibration_data, target=target,
+                                 target_opset=target_opset)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:
@@ -787,24 +792,26 @@ class Client:
 
     def lookup(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                timeout=None, *, sha256=None, max_rounds=10, check=False, external_data_dir=None,
-               keep_external_files=True):
+               keep_external_files=True, target=None):
         """The cached Result for `model` (path or bytes; its external-data files are hashed from
         its folder or `external_data_dir`) or for an input digest `sha256=` under this
         configuration, downloaded without an upload; None when the server has none. A Result
         found by `sha256=` knows no input files: its from_input files cannot be saved."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
-                                 verify=verify, max_rounds=max_rounds, check=check)
+                                 verify=verify, max_rounds=max_rounds, check=check,
+                                 target=target)
         digest, source = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, True, self._deadline(timeout), source,
                             keep_external_files)
 
     def is_cached(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                   timeout=None, *, sha256=None, max_rounds=10, check=False,
-                  external_data_dir=None):
+                  external_data_dir=None, target=None):
         """Whether the server has a cached result for the model (or input digest) and
         configuration."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
-                                 verify=verify, max_rounds=max_rounds, check=check)
+                                 verify=verify, max_rounds=max_rounds, check=check,
+                                 target=target)
         digest, _ = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, False, self._deadline(timeout))
 

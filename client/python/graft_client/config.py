@@ -132,7 +132,8 @@ def _verify_config(verify):
 
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
                     max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None, max_error=None,
-                    min_cosine=None, accept_unmeasured_error=False, calibration_data=None):
+                    min_cosine=None, accept_unmeasured_error=False, calibration_data=None,
+                    target=None, target_opset=None):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
@@ -142,9 +143,21 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     lossy passes' own error gates; `accept_unmeasured_error` keeps a lossy pass whose error
     cannot be measured. `calibration_data` (a list of {input name: tensor} dicts, as
     verify's input_sets) is what lossy passes learn value ranges from (quantize_static_int8's
-    scales); without it they use random inputs (report.passes[i].calibration says which)."""
+    scales); without it they use random inputs (report.passes[i].calibration says which).
+    `target` is the runtime the result is for: "onnx" (the default: standard ops only),
+    "onnxruntime" or "onnxruntime:MAJOR.MINOR" (ONNX Runtime's com.microsoft fused ops too);
+    the server checks it. `target_opset` (13..21) raises the model's opset first."""
     config = graft_pb2.PipelineConfig()
     config.level = normalize_level(level)
+    if target is not None:
+        if not isinstance(target, str) or len(target) > 64:
+            raise InvalidArgumentError(f"target must be a string such as 'onnxruntime', got {target!r}")
+        config.target = target
+    if target_opset is not None:
+        if isinstance(target_opset, bool) or not isinstance(target_opset, int) \
+                or not 0 <= target_opset < 2**31:
+            raise InvalidArgumentError(f"target_opset must be an int (13..21, 0: keep), got {target_opset!r}")
+        config.target_opset = target_opset
     if passes is not None:
         if isinstance(passes, str):
             passes = [p for p in passes.split(",") if p]

@@ -139,6 +139,26 @@ def test_unknown_pass_and_option_are_clear_errors(client):
             nowhere.optimize(model, level="O9")
 
 
+def test_target_reaches_the_server_and_its_report(client):
+    """target and target_opset travel in the config; the report names the target; bad values
+    are the server's INVALID_ARGUMENT (or refused here, before any call, for wrong types)."""
+    model = conv_bn_bytes(seed=109)
+    result = client.optimize(model, target="onnxruntime:1.17", lookup_first=False)
+    assert result.report.target == "onnxruntime:1.17"
+    assert client.optimize(model, lookup_first=False).report.target == "onnx"
+    with pytest.raises(graft_client.InvalidArgumentError) as e:
+        client.optimize(model, target="tensorrt", lookup_first=False)
+    assert "unknown target 'tensorrt'" in e.value.details
+    with pytest.raises(graft_client.InvalidArgumentError) as e:
+        client.optimize(model, target_opset=99, lookup_first=False)
+    assert "target_opset must be 13..21" in e.value.details
+    with graft_client.Client(UNREACHABLE) as nowhere:
+        with pytest.raises(ValueError, match="target must be"):
+            nowhere.optimize(model, target=17)
+        with pytest.raises(ValueError, match="target_opset must be"):
+            nowhere.optimize(model, target_opset="17")
+
+
 def test_deadline_exceeded_maps_to_its_exception(client):
     model = conv_bn_bytes(seed=108)
 

@@ -16,6 +16,21 @@
 #include "core/eval/kernel.h"
 #include "core/eval/tensor.h"
 
+// Early returns on a non-OK absl::Status / StatusOr inside a kernel.
+#define KERNEL_CONCAT_INNER(a, b) a##b
+#define KERNEL_CONCAT(a, b) KERNEL_CONCAT_INNER(a, b)
+#define KERNEL_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    absl::Status kernel_status_ = (expr);            \
+    if (!kernel_status_.ok()) return kernel_status_; \
+  } while (0)
+#define KERNEL_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) return tmp.status();                \
+  lhs = std::move(*tmp)
+#define KERNEL_ASSIGN_OR_RETURN(lhs, expr) \
+  KERNEL_ASSIGN_OR_RETURN_IMPL(KERNEL_CONCAT(kernel_statusor_, __LINE__), lhs, expr)
+
 namespace graft::eval {
 
 // InvalidArgument (a malformed node or operand) and Unimplemented (a valid one the evaluator

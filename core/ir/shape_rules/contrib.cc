@@ -1,0 +1,87 @@
+// Shape rules of ONNX Runtime's com.microsoft ops that Graft emits for `--target onnxruntime`
+// (kernels in core/eval/kernels/contrib.cc). libonnx has no schemas for them, so these rules are
+// all that is known of their outputs; each says "partial" where its inputs leave a dim open.
+#include "core/ir/shape_rules.h"
+
+namespace graft::ir::shape_rules {
+
+namespace {
+
+using onnx::TensorProto;
+
+// Output 0 has input 0's type and dims (the GELUs, and the normalizations' output and
+// input_skip_bias_sum).
+TensorFact same_as_input(const Node& n, size_t, bool*) { return input_fact(n, 0); }
+
+// SkipLayerNormalization / SkipSimplifiedLayerNormalization: output and input_skip_bias_sum
+// (outputs 0 and 3) as input; mean and inv_std_var (1, 2) float with the last dim 1.
+TensorFact skip_norm(const Node& n, size_t output, bool*) {
+  const TensorFact& x = input_fact(n, 0);
+  if (output == 0 || output == 3) return x;
+  if (!x.has_rank || x.dims.empty()) return TensorFact{TensorProto::FLOAT, false, {}};
+  TensorFact stat = x;
+  stat.elem_type = TensorProto::FLOAT;
+  stat.dims.back() = Dim::of(1);
+  return stat;
+}
+
+// FusedMatMul: MatMul's fact of the operands with their last two axes swapped where transA /
+// transB say; transBatch forms are left unknown.
+TensorFact fused_matmul(const Node& n, size_t, bool* partial) {
+  TensorFact a = input_fact(n, 0), b = input_fact(n, 1);
+  if (n.attr_int("transBatchA", 0) != 0 || n.attr_int("transBatchB", 0) != 0)
+    return with_type(unknown(partial), a.elem_type);
+  auto swap_last = [](TensorFact& f) {
+    if (f.has_rank && f.dims.size() >= 2) std::swap(f.dims[f.dims.size() - 1], f.dims[f.dims.size() - 2]);
+  };
+  if (n.attr_int("transA", 0) != 0) swap_last(a);
+  if (n.attr_int("transB", 0) != 0) swap_last(b);
+  if ((a.has_rank && a.dims.size() < 2) || (b.has_rank && b.dims.size() < 2))
+    return with_type(unknown(partial), a.elem_type);
+  return matmul_fact(a, b);
+}
+
+// Attention: output (B, S, Dv) with Dv from qkv_hidden_sizes or a third of the weights'
+// columns; present (2, B, N, P + S, H).
+TensorFact attention(const Node& n, size_t output, bool* partial) {
+  const TensorFact& x = input_fact(n, 0);
+  const TensorFact& w = input_fact(n, 1);
+  const int32_t type = x.elem_type;
+  if (!x.has_rank || x.dims.size() != 3) return with_type(unknown(partial), type);
+  const int64_t heads = n.attr_int("num_heads", 0);
+  std::optional<int64_t> dq, dv;
+  if (auto sizes = n.attr_ints("qkv_hidden_sizes"); sizes && sizes->size() == 3) {
+    dq = (*sizes)[0];
+    dv = (*sizes)[2];
+  } else if (auto cols = w.dim(1); cols && *cols % 3 == 0) {
+    dq = dv = *cols / 3;
+  }
+  if (output == 0)
+    return TensorFact::of_rank(type, {x.dims[0], x.dims[1], dv ? Dim::of(*dv) : Dim{}});
+  if (output != 1 || heads <= 0) return with_type(unknown(partial), type);
+  Dim total;
+  const TensorFact& past = input_fact(n, 4);
+  if (n.input(4) == nullptr) {
+    total = x.dims[1];
+  } else if (past.has_rank && past.dims.size() == 5 && past.dims[3].known() && x.dims[1].known()) {
+    total = checked_add(past.dims[3].value, x.dims[1].value);
+  } else {
+    *partial = true;
+  }
+  return TensorFact::of_rank(type, {Dim::of(2), x.dims[0], Dim::of(heads), total,
+                                    dq && *dq % heads == 0 ? Dim::of(*dq / heads) : Dim{}});
+}
+
+}  // namespace
+
+void add_contrib_rules(Table& t) {
+  t.add({"com.microsoft:Gelu", "com.microsoft:BiasGelu", "com.microsoft:FastGelu",
+         "com.microsoft:QuickGelu"},
+        same_as_input);
+  t.add({"com.microsoft:SkipLayerNormalization", "com.microsoft:SkipSimplifiedLayerNormalization"},
+        skip_norm);
+  t.add({"com.microsoft:FusedMatMul"}, fused_matmul);
+  t.add({"com.microsoft:Attention"}, attention);
+}
+
+}  // namespace graft::ir::shape_rules

@@ -1,0 +1,446 @@
+// Fusions into ONNX Runtime's com.microsoft ops, for `--target onnxruntime` only (PassInfo::target):
+// blocks that ONNX Runtime's own graph transformers leave decomposed at its default level on
+// the models exporters write, measured faster as one kernel (docs/performance.md):
+//
+//  - attention: self-attention written out as three projections (MatMul by a constant, + bias)
+//    split into heads (Reshape [.., N, H], Transpose), scores Q K^T (the K Transpose as
+//    perm [0, 2, 3, 1]), scaled by a constant (Mul, or Div), an optional additive mask
+//    (Add of a tensor of rank 4 broadcasting over heads), Softmax over the last axis, times V,
+//    and the heads merged (Transpose [0, 2, 1, 3], Reshape [.., N * H])
+//      -> Attention(x, [Wq Wk Wv], [bq bk bv], attention_bias = the mask, num_heads = N,
+//                   scale = the constant).
+//    ONNX Runtime's Attention takes an attention_bias of (B or 1, N or 1, S, T) exactly, so a
+//    mask of (B, 1, 1, T) (a padding mask) is expanded over the query axis first (Expand by
+//    [1, 1, T, 1], T read from the mask's own shape, so one Expand serves every layer). The mask
+//    is added as the model adds it, so any mask values give the same scores; ONNX Runtime's own
+//    fusion instead turns a 0/1 mask into its mask_index, which is only equal for masks of 0 and
+//    1. Where the model would broadcast a mask of another length than the keys' (only a length
+//    of 1 is valid there), ONNX Runtime rejects the fused node's attention_bias: an error, never
+//    a different result.
+//  - skip_layer_norm: LayerNormalization(a + b) over the last axis of a 2-D or 3-D input, with
+//    a 1-D scale and bias, a and b of the same shape (or b (S, H) / (1, S, H) for a 3-D a)
+//      -> SkipLayerNormalization(a, b, gamma, beta); when a (or b) is itself MatMul + 1-D
+//    constant bias read only here, the bias moves into the op's bias input. The sum, when read
+//    elsewhere too (a pre-LN residual stream), is the op's fourth output.
+//
+// Each emitted op is asked of the target's kernel table (Target::has_kernel) for its element
+// type first: nothing is emitted that the target's CPU provider cannot run.
+//
+// Exactness. The fused kernels compute the same formulas with their own summation order and
+// intermediate precision (ONNX Runtime's Attention accumulates Q K^T and the softmax in float
+// and multiplies by the scale instead of dividing), so results differ in the last bits, as they
+// do between ONNX Runtime's own fused and unfused forms. The concatenated weights and biases are
+// the same numbers.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+
+#include "core/ir/tensor.h"
+#include "core/passes/passes.h"
+#include "core/passes/queries.h"
+#include "core/passes/rules.h"
+#include "core/passes/target.h"
+
+namespace graft {
+
+namespace {
+
+using onnx::TensorProto;
+
+// The matched nodes of a pattern, root first: erased in that order once the root is replaced.
+using Block = std::vector<ir::Node*>;
+
+// The producer of `v` if it is `op` in `root`'s graph and `v` is read only inside the pattern
+// (single use), else nullptr.
+ir::Node* inner(const ir::Value* v, std::string_view op, const ir::Node& root) {
+  ir::Node* n = producer(v, op);
+  if (!n || n->graph() != root.graph() || !single_use(v) || n->outputs().size() != 1)
+    return nullptr;
+  return n;
+}
+
+bool has_perm(const ir::Node& transpose, const std::vector<int64_t>& perm) {
+  auto p = ir::transpose_perm(transpose);
+  return p && *p == perm;
+}
+
+// One projection of attention: x @ W (+ b) with W a 2-D float constant [D_in, D] and b a 1-D
+// constant [D] (either operand order of the Add).
+struct Projection {
+  ir::Value* x = nullptr;
+  ir::Value* weight = nullptr;
+  ir::Value* bias = nullptr;  // nullptr: none
+  int64_t rows = 0, cols = 0;
+  Block nodes;
+};
+
+std::optional<Projection> projection(ir::Value* v, const ir::Node& root) {
+  Projection p;
+  ir::Value* product = v;
+  if (ir::Node* add = inner(v, "Add", root)) {
+    for (int side = 0; side < 2; ++side) {
+      ir::Node* mm = inner(add->input(side), "MatMul", root);
+      const auto b = float_constant_type(add->input(1 - side));
+      if (!mm || !b || b->dims.size() != 1) continue;
+      p.bias = add->input(1 - side);
+      product = add->input(side);
+      p.nodes.push_back(add);
+      break;
+    }
+    if (!p.bias) return std::nullopt;
+  }
+  ir::Node* mm = inner(product, "MatMul", root);
+  if (!mm || mm->inputs().size() != 2) return std::nullopt;
+  const auto w = float_constant_type(mm->input(1));
+  if (!w || w->dims.size() != 2) return std::nullopt;
+  p.x = mm->input(0);
+  p.weight = mm->input(1);
+  p.rows = w->dims[0];
+  p.cols = w->dims[1];
+  if (p.bias && float_constant_type(p.bias)->dims[0] != p.cols) return std::nullopt;
+  p.nodes.push_back(mm);
+  return p;
+}
+
+// Heads split: Reshape(projection, [B?, S?, N, H]) with N * H the projection's width and the
+// first two dims kept (0, or the same size as the input's by facts).
+struct Split {
+  Projection proj;
+  int64_t heads = 0, head = 0;
+  Block nodes;  // the Reshape, then the projection's nodes
+};
+
+std::optional<Split> split_heads(ir::Value* v, const ir::Node& root) {
+  ir::Node* reshape = inner(v, "Reshape", root);
+  if (!reshape || reshape->inputs().size() != 2 || reshape->attr_int("allowzero", 0) != 0)
+    return std::nullopt;
+  auto shape = constant_ints(reshape->input(1));
+  if (!shape || shape->size() != 4 || (*shape)[2] <= 0 || (*shape)[3] <= 0) return std::nullopt;
+  auto proj = projection(reshape->input(0), root);
+  if (!proj || (*shape)[2] * (*shape)[3] != proj->cols) return std::nullopt;
+  // The leading dims: copied (0) or equal to the input's by facts.
+  const ir::TensorFact& in = reshape->input(0)->fact();
+  if (!in.has_rank || in.dims.size() != 3) return std::nullopt;
+  for (int d = 0; d < 2; ++d) {
+    if ((*shape)[d] == 0) continue;
+    if (!in.dims[d].known() || in.dims[d].value != (*shape)[d]) return std::nullopt;
+  }
+  Split s{*proj, (*shape)[2], (*shape)[3], {reshape}};
+  s.nodes.insert(s.nodes.end(), proj->nodes.begin(), proj->nodes.end());
+  return s;
+}
+
+// The additive mask's fit as Attention's attention_bias (B or 1, N or 1, S, T): rank 4 with a
+// head axis of 1, and a query axis that is 1 (a padding mask, expanded over the queries by its
+// own key length: *expand) or known to be as long as its key axis.
+bool fits_attention_bias(const ir::Value* mask, bool* expand) {
+  const ir::TensorFact& m = mask->fact();
+  if (!m.has_rank || m.dims.size() != 4) return false;
+  auto one = [](const ir::Dim& d) { return d.known() && d.value == 1; };
+  if (!one(m.dims[1])) return false;
+  *expand = one(m.dims[2]) && !one(m.dims[3]);
+  return *expand || m.dims[2].same_as(m.dims[3]);
+}
+
+// A float constant's values; nullopt when unreadable.
+std::optional<FloatConstant> values_of(const ir::Value* v) { return float_constant(v); }
+
+bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
+  if (root.graph()->opset(kMicrosoftDomain) != 1) return false;  // a function body
+  // root: Reshape(Transpose(MatMul(Softmax(..), V), [0, 2, 1, 3]), [.., N * H]).
+  if (root.inputs().size() != 2 || root.attr_int("allowzero", 0) != 0) return false;
+  ir::Node* merge = inner(root.input(0), "Transpose", root);
+  if (!merge || !has_perm(*merge, {0, 2, 1, 3})) return false;
+  ir::Node* context = inner(merge->input(0), "MatMul", root);
+  if (!context || context->inputs().size() != 2) return false;
+  ir::Node* softmax = inner(context->input(0), "Softmax", root);
+  if (!softmax) return false;
+  // From here the node looks like attention's output: reasons are worth giving.
+  const int64_t rank = 4;
+  if (softmax->attr_int("axis", -1) != -1 && softmax->attr_int("axis", -1) != rank - 1)
+    return no_match(root, "the Softmax is not over the last axis");
+  if (softmax->opset() < 13) return no_match(root, "Softmax before opset 13 flattens its input");
+  ir::Value* scores = softmax->input(0);
+  Block block = {&root, merge, context, softmax};
+  ir::Value* mask = nullptr;
+  if (ir::Node* add = inner(scores, "Add", root)) {
+    for (int side = 0; side < 2; ++side) {
+      ir::Node* scaled = producer(add->input(side), "Mul");
+      if (!scaled) scaled = producer(add->input(side), "Div");
+      if (!scaled) scaled = producer(add->input(side), "MatMul");
+      if (!scaled || !single_use(add->input(side))) continue;
+      mask = add->input(1 - side);
+      scores = add->input(side);
+      block.push_back(add);
+      break;
+    }
+    if (!mask) return no_match(root, "the scores' Add has no scaled Q K^T operand");
+  }
+  double scale = 1.0;
+  ir::Node* qk = inner(scores, "MatMul", root);
+  if (!qk) {
+    ir::Node* scaled = inner(scores, "Mul", root);
+    const bool divide = !scaled;
+    if (divide) scaled = inner(scores, "Div", root);
+    if (!scaled) return no_match(root, "the scores are not Q K^T, scaled by a constant");
+    for (int side = divide ? 0 : 1; side >= 0; --side) {
+      std::optional<double> c = constant_scalar(scaled->input(1 - side));
+      ir::Node* mm = inner(scaled->input(side), "MatMul", root);
+      if (!c || !mm || *c == 0 || !std::isfinite(*c)) continue;
+      scale = divide ? 1.0 / *c : *c;
+      qk = mm;
+      break;
+    }
+    if (!qk) return no_match(root, "the scale is not a constant scalar times Q K^T");
+    block.push_back(scaled);
+  }
+  block.push_back(qk);
+  // Q: Transpose(split, [0, 2, 1, 3]); K^T: Transpose(split, [0, 2, 3, 1]); V as Q.
+  ir::Node* tq = inner(qk->input(0), "Transpose", root);
+  ir::Node* tk = inner(qk->input(1), "Transpose", root);
+  ir::Node* tv = inner(context->input(1), "Transpose", root);
+  if (!tq || !tk || !tv || !has_perm(*tq, {0, 2, 1, 3}) || !has_perm(*tk, {0, 2, 3, 1}) ||
+      !has_perm(*tv, {0, 2, 1, 3}))
+    return no_match(root, "Q, K and V are not heads transposed as [0,2,1,3] (K: [0,2,3,1])");
+  auto q = split_heads(tq->input(0), root);
+  auto k = split_heads(tk->input(0), root);
+  auto v = split_heads(tv->input(0), root);
+  if (!q || !k || !v)
+    return no_match(root, "Q, K or V is not a Reshape into heads of x @ W (+ b) by constants");
+  if (q->proj.x != k->proj.x || q->proj.x != v->proj.x)
+    return no_match(root, "Q, K and V are not projections of one input (cross-attention)");
+  if (q->heads != k->heads || q->heads != v->heads || q->head != k->head ||
+      q->proj.rows != k->proj.rows || q->proj.rows != v->proj.rows)
+    return no_match(root, "Q, K and V differ in heads, head size or input width");
+  ir::Value* x = q->proj.x;
+  const ir::TensorFact& xf = x->fact();
+  const int32_t dtype = xf.elem_type;
+  if (!xf.has_rank || xf.dims.size() != 3) return no_match(root, "the input's rank is not 3");
+  if (!target.has_kernel(kMicrosoftDomain, "Attention", dtype))
+    return no_match_with(root, [&] {
+      return absl::StrCat("target ", target.str(), " has no Attention kernel for element type ",
+                          TensorProto::DataType_Name(static_cast<TensorProto::DataType>(dtype)));
+    });
+  // The merged output: Reshape to [.., .., N * Hv].
+  auto out_shape = constant_ints(root.input(1));
+  if (!out_shape || out_shape->size() != 3 || (*out_shape)[2] != v->heads * v->head ||
+      ((*out_shape)[0] != 0 && !xf.dims[0].known()) ||
+      ((*out_shape)[1] != 0 && !xf.dims[1].known()))
+    return no_match(root, "the heads are not merged back to [B, S, N * H]");
+  for (int d = 0; d < 2; ++d)
+    if ((*out_shape)[d] != 0 && (*out_shape)[d] != xf.dims[d].value)
+      return no_match(root, "the merged shape's leading dims are not the input's");
+  bool expand = false;
+  if (mask) {
+    if (mask->elem_type() != dtype || !fits_attention_bias(mask, &expand))
+      return no_match(root, "the mask is not a (B or 1, 1, 1 or T, T) tensor of x's type");
+  }
+  // Constants: [Wq Wk Wv] along columns and [bq bk bv] (zeros where absent).
+  auto wq = values_of(q->proj.weight), wk = values_of(k->proj.weight), wv = values_of(v->proj.weight);
+  if (!wq || !wk || !wv || wq->dtype != dtype || wk->dtype != dtype || wv->dtype != dtype)
+    return no_match(root, "the projection weights are not readable constants of x's type");
+  const int64_t rows = q->proj.rows, cq = q->proj.cols, ck = k->proj.cols, cv = v->proj.cols;
+  const int64_t cols = cq + ck + cv;
+  std::vector<double> w(static_cast<size_t>(rows * cols)), b(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(wq->values.begin() + r * cq, cq, w.begin() + r * cols);
+    std::copy_n(wk->values.begin() + r * ck, ck, w.begin() + r * cols + cq);
+    std::copy_n(wv->values.begin() + r * cv, cv, w.begin() + r * cols + cq + ck);
+  }
+  const Projection* parts[3] = {&q->proj, &k->proj, &v->proj};
+  int64_t offset = 0;
+  for (const Projection* p : parts) {
+    if (p->bias) {
+      auto bv = values_of(p->bias);
+      if (!bv || bv->dtype != dtype) return no_match(root, "a bias is not a readable constant");
+      std::copy(bv->values.begin(), bv->values.end(), b.begin() + offset);
+    }
+    offset += p->cols;
+  }
+  ir::Graph& g = *root.graph();
+  ir::Value* weights =
+      rw.add_constant(g, ir::make_float_tensor(dtype, {rows, cols}, w), "attention_qkv_weight");
+  ir::Value* bias = rw.add_constant(g, ir::make_float_tensor(dtype, {cols}, b), "attention_qkv_bias");
+  ir::Value* attention_bias = mask;
+  if (mask && expand) {
+    // [1, 1, T, 1] with T = the mask's dim 3, read at run time.
+    // (Shape's start and end need opset 15: Gather picks the dim at any opset.)
+    ir::Node* shape = rw.add_node(g, "Shape", {mask}, 1, &root);
+    ir::Value* three = rw.add_constant(g, ir::make_int64_tensor({1}, {3}), "attention_key_axis");
+    ir::Node* length = rw.add_node(g, "Gather", {shape->output(0), three}, 1, &root);
+    rw.set_attr(length, int_attr("axis", 0));
+    ir::Value* ones = rw.add_constant(g, ir::make_int64_tensor({2}, {1, 1}), "attention_ones");
+    ir::Value* one = rw.add_constant(g, ir::make_int64_tensor({1}, {1}), "attention_one");
+    ir::Node* target_shape = rw.add_node(g, "Concat", {ones, length->output(0), one}, 1, &root);
+    rw.set_attr(target_shape, int_attr("axis", 0));
+    ir::Node* expanded = rw.add_node(g, "Expand", {mask, target_shape->output(0)}, 1, &root);
+    attention_bias = expanded->output(0);
+  }
+  std::vector<ir::Value*> inputs = {x, weights, bias};
+  if (attention_bias) inputs.insert(inputs.end(), {nullptr, nullptr, attention_bias});
+  ir::Node* fused = rw.add_node(g, "Attention", inputs, 1, &root, kMicrosoftDomain);
+  rw.set_attr(fused, int_attr("num_heads", q->heads));
+  rw.set_attr(fused, float_attr("scale", scale));
+  if (cq != cv) rw.set_attr(fused, ints_attr("qkv_hidden_sizes", {cq, ck, cv}));
+  if (!rw.replace_node(&root, {fused->output(0)})) return false;
+  for (size_t i = 1; i < block.size(); ++i) rw.erase(block[i]);
+  for (ir::Node* t : {tq, tk, tv}) rw.erase(t);
+  for (const Split* s : {&*q, &*k, &*v})
+    for (ir::Node* n : s->nodes) rw.erase(n);
+  return true;
+}
+
+// ------------------------------------------------------------------------------ skip_layer_norm
+
+bool skip_layer_norm(ir::Node& ln, Rewriter& rw, const Target& target) {
+  if (ln.graph()->opset(kMicrosoftDomain) != 1) return false;  // a function body
+  if (ln.inputs().size() < 2 || ln.outputs().size() != 1 ||
+      !only_attributes(ln, {"axis", "epsilon", "stash_type"}))
+    return false;
+  ir::Node* add = producer(ln.input(0), "Add");
+  if (!add || add->inputs().size() != 2 || add->graph() != ln.graph()) return false;
+  // From here on the LayerNormalization normalizes a sum: reasons are worth giving.
+  const ir::TensorFact& xf = ln.input(0)->fact();
+  const int32_t dtype = xf.elem_type;
+  if (!xf.has_rank || (xf.dims.size() != 2 && xf.dims.size() != 3))
+    return no_match(ln, "the input's rank is not known to be 2 or 3");
+  const int64_t axis = ln.attr_int("axis", -1);
+  if (axis != -1 && axis != static_cast<int64_t>(xf.dims.size()) - 1)
+    return no_match(ln, "not over the last axis only");
+  if (ln.attr_int("stash_type", 1) != TensorProto::FLOAT)
+    return no_match(ln, "stash_type is not float");
+  const std::optional<int64_t> hidden = known_dim(ln.input(0), -1);
+  if (!hidden) return no_match(ln, "the hidden size is not known");
+  auto vector_of_hidden = [&](const ir::Value* v) {
+    auto t = float_constant_type(v);
+    return t && t->dtype == dtype && t->dims.size() == 1 && t->dims[0] == *hidden;
+  };
+  if (!vector_of_hidden(ln.input(1)) || (ln.input(2) && !vector_of_hidden(ln.input(2))))
+    return no_match(ln, "scale or bias is not a 1-D constant of the hidden size");
+  if (!target.has_kernel(kMicrosoftDomain, "SkipLayerNormalization", dtype))
+    return no_match_with(ln, [&] {
+      return absl::StrCat("target ", target.str(),
+                          " has no SkipLayerNormalization kernel for element type ",
+                          TensorProto::DataType_Name(static_cast<TensorProto::DataType>(dtype)));
+    });
+  // input: the operand of the sum's shape; skip: the other, of the same shape or (S, H) /
+  // (1, S, H) for a 3-D input.
+  ir::Value* a = add->input(0);
+  ir::Value* b = add->input(1);
+  auto same = [](const ir::TensorFact& p, const ir::TensorFact& q) {
+    if (!p.has_rank || !q.has_rank || p.dims.size() != q.dims.size()) return false;
+    for (size_t i = 0; i < p.dims.size(); ++i)
+      if (!p.dims[i].same_as(q.dims[i])) return false;
+    return true;
+  };
+  auto skip_fits = [&](const ir::TensorFact& s) {
+    if (same(s, xf)) return true;
+    if (xf.dims.size() != 3 || !s.has_rank) return false;
+    if (s.dims.size() == 3)
+      return s.dims[0].known() && s.dims[0].value == 1 && s.dims[1].same_as(xf.dims[1]) &&
+             s.dims[2].same_as(xf.dims[2]);
+    return s.dims.size() == 2 && s.dims[0].same_as(xf.dims[1]) && s.dims[1].same_as(xf.dims[2]);
+  };
+  if (!same(a->fact(), xf)) std::swap(a, b);
+  if (!same(a->fact(), xf) || !skip_fits(b->fact()) || a->elem_type() != dtype ||
+      b->elem_type() != dtype)
+    return no_match(ln, "the sum's operands are not the input's shape and a skip that fits it");
+  // A bias added to either operand by a 1-D constant moves into the op (read only here).
+  ir::Value* bias = nullptr;
+  ir::Node* bias_add = nullptr;
+  for (ir::Value** operand : {&a, &b}) {
+    ir::Node* inner_add = producer(*operand, "Add");
+    if (!inner_add || !single_use(*operand) || inner_add->inputs().size() != 2 ||
+        inner_add->graph() != ln.graph())
+      continue;
+    for (int side = 0; side < 2; ++side) {
+      ir::Value* c = inner_add->input(1 - side);
+      if (!vector_of_hidden(c) || !same(inner_add->input(side)->fact(), (*operand)->fact()))
+        continue;
+      bias = c;
+      bias_add = inner_add;
+      *operand = inner_add->input(side);
+      break;
+    }
+    if (bias) break;
+  }
+  std::vector<ir::Value*> inputs = {a, b, ln.input(1), ln.input(2), bias};
+  while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
+  // The sum, when something besides the LayerNormalization reads it, is output 3.
+  const bool sum_read = !single_use(add->output(0));
+  ir::Node* fused = rw.add_node(*ln.graph(), "SkipLayerNormalization", inputs, sum_read ? 4 : 1,
+                                &ln, kMicrosoftDomain);
+  rw.set_attr(fused, float_attr("epsilon", ln.attr_float("epsilon", 1e-5f)));
+  if (!rw.replace_node(&ln, {fused->output(0)})) return false;
+  if (sum_read && !rw.replace_all_uses(add->output(0), fused->output(3))) return false;
+  rw.erase(add);
+  if (bias_add) rw.erase(bias_add);
+  return true;
+}
+
+// -------------------------------------------------------------------------------------- pass
+
+const std::vector<std::string> kRuleNames = {"attention", "skip_layer_norm"};
+constexpr char kFusions[] = "fusions";
+
+std::vector<Rule> make_rules(ir::Model&, const PassContext& ctx) {
+  const Target target = ctx.target;
+  if (!target.onnxruntime()) return {};
+  const std::vector<std::string>& chosen = ctx.list_option(kFusions);
+  auto on = [&](const char* name) {
+    return std::find(chosen.begin(), chosen.end(), name) != chosen.end();
+  };
+  std::vector<Rule> rules;
+  if (on("attention"))
+    rules.push_back({"attention", {"Reshape"},
+                     [target](ir::Node& n, Rewriter& rw) { return attention(n, rw, target); }, "",
+                     13});
+  if (on("skip_layer_norm"))
+    rules.push_back({"skip_layer_norm", {"LayerNormalization"},
+                     [target](ir::Node& n, Rewriter& rw) { return skip_layer_norm(n, rw, target); },
+                     "", 17});
+  return rules;
+}
+
+// The rules run where com.microsoft is imported at version 1: the pass imports it into the
+// model (graphs of the main graph's scope) for the run and takes the import back when nothing
+// was fused. Function bodies have their own imports and are left alone.
+class FuseOnnxRuntime : public RulePass {
+ public:
+  FuseOnnxRuntime() : RulePass("fuse_onnxruntime", make_rules, kRuleNames) {}
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    if (!ctx.target.onnxruntime()) return PassResult{};
+    const int64_t imported = model.graph().opset(kMicrosoftDomain);
+    if (imported != 0 && imported != 1) return PassResult{};  // a version the rules were not written for
+    auto* imports = model.mutable_rest().mutable_opset_import();
+    if (imported == 0) {
+      auto* op = imports->Add();
+      op->set_domain(kMicrosoftDomain);
+      op->set_version(1);
+    }
+    absl::StatusOr<PassResult> result = RulePass::run(model, ctx);
+    if (imported == 0 && (!result.ok() || !result->changed)) imports->RemoveLast();
+    return result;
+  }
+};
+
+std::unique_ptr<Pass> make_fuse_onnxruntime() { return std::make_unique<FuseOnnxRuntime>(); }
+
+}  // namespace
+
+PassInfo fuse_onnxruntime_pass() {
+  return {.name = "fuse_onnxruntime",
+          .level = 2,
+          .target = Target::Kind::kOnnxRuntime,
+          .description = "ONNX Runtime's fused kernels (com.microsoft Attention, "
+                         "SkipLayerNormalization) for blocks its own optimizer leaves apart; "
+                         "target onnxruntime only",
+          .options = {list_option(kFusions, kRuleNames, kRuleNames,
+                                  "the fusions to make (each a rule of this pass)")},
+          .create = make_fuse_onnxruntime};
+}
+
+}  // namespace graft

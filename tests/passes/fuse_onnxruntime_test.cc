@@ -1,0 +1,244 @@
+// fuse_onnxruntime: attention and skip-LayerNorm blocks become ONNX Runtime's com.microsoft ops,
+// for target onnxruntime only and only where the target's kernel table has the op for the
+// element type.
+//
+// Every positive case is compared on the reference evaluator before and after (run_rewrite /
+// expect_rewrite), which runs the decomposition op by op and the fused op with its kernel
+// (core/eval/kernels/contrib.cc, itself checked against decompositions in
+// tests/eval/contrib_kernels_test.cc). The ONNX checker accepts the results: nodes of a custom
+// domain are checked for their domain's import only.
+#include <string>
+
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+// Self-attention over x [2, 3, 4] with 2 heads of 2, as exporters write it: three projections
+// with biases, heads split by Reshape + Transpose, Q K^T scaled by a constant, an additive mask
+// (`mask_line` computes s2 from s1), Softmax, times V, heads merged.
+std::string attention_model(const std::string& inputs, const std::string& mask_line,
+                            const std::string& type = "float", const std::string& extra = "") {
+  return R"(<ir_version: 8, opset_import: ["" : 17]>
+    g ()" + inputs + ") => (" + type + R"([2,3,4] y)
+      <)" + type + R"([4,4] wq = {0.1, -0.2, 0.3, 0.4, -0.5, 0.6, 0.7, -0.8, 0.9, 1.0, -1.1, 1.2, 0.2, 0.1, -0.4, 0.3},
+       )" + type + R"([4,4] wk = {0.6, -0.5, 0.8, 0.7, -1.0, 0.9, 1.2, -1.1, -0.3, 0.4, 0.1, -0.2, 0.7, 0.8, -0.5, 0.6},
+       )" + type + R"([4,4] wv = {1.1, -1.2, 0.9, 1.0, 0.4, 0.3, -0.2, 0.1, -0.8, 0.7, 0.6, -0.5, 1.2, 1.1, -1.0, 0.9},
+       )" + type + R"([4] bq = {0.01, 0.02, 0.03, 0.04}, )" + type + R"([4] bk = {-0.01, -0.02, -0.03, -0.04},
+       )" + type + R"([4] bv = {0.1, 0.2, 0.3, 0.4}, )" + type + R"( scale = {0.7071067811865476},
+       int64[4] split = {0, 0, 2, 2}, int64[3] merge = {0, 0, 4})" + extra + R"(> {
+      q0 = MatMul (x, wq)
+      q1 = Add (q0, bq)
+      q2 = Reshape (q1, split)
+      q = Transpose <perm = [0, 2, 1, 3]> (q2)
+      k0 = MatMul (x, wk)
+      k1 = Add (bk, k0)
+      k2 = Reshape (k1, split)
+      kt = Transpose <perm = [0, 2, 3, 1]> (k2)
+      v0 = MatMul (x, wv)
+      v1 = Add (v0, bv)
+      v2 = Reshape (v1, split)
+      v = Transpose <perm = [0, 2, 1, 3]> (v2)
+      s0 = MatMul (q, kt)
+      s1 = Mul (s0, scale)
+      )" + mask_line + R"(
+      p = Softmax <axis = -1> (s2)
+      c0 = MatMul (p, v)
+      c1 = Transpose <perm = [0, 2, 1, 3]> (c0)
+      y = Reshape (c1, merge)
+    })";
+}
+
+// `text` (float16 graph inputs and outputs, float initializers: ONNX 1.12's text parser cannot
+// write float16 literals) with every float initializer made float16.
+std::unique_ptr<ir::Model> float16_weights(const std::string& text) {
+  auto model = parse_text(text);
+  if (!model) return nullptr;
+  for (ir::Value* v : model->graph().initializers()) {
+    if (v->initializer()->data_type() != onnx::TensorProto::FLOAT) continue;
+    auto values = ir::read_doubles(*v->initializer());
+    EXPECT_TRUE(values);
+    std::vector<int64_t> dims(v->initializer()->dims().begin(), v->initializer()->dims().end());
+    v->set_initializer(ir::make_float_tensor(onnx::TensorProto::FLOAT16, dims, *values));
+  }
+  EXPECT_EQ(onnx_errors(*model), "");
+  return model;
+}
+
+TEST(FuseOnnxRuntime, AttentionWithPaddingMaskBecomesAttention) {
+  // A (B, 1, 1, T) padding mask: expanded over the query axis into attention_bias.
+  auto m = run_rewrite("fuse_onnxruntime",
+                       attention_model("float[2,3,4] x, float[2,1,1,3] mask", "s2 = Add (s1, mask)"),
+                       rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "Attention"), 1);
+  EXPECT_EQ(count_ops(*m, "Expand"), 1);
+  EXPECT_EQ(count_ops(*m, "Softmax"), 0);
+  EXPECT_EQ(count_ops(*m, "MatMul"), 0);
+  EXPECT_EQ(m->opset("com.microsoft"), 1);
+}
+
+TEST(FuseOnnxRuntime, AttentionWithoutMaskAndDivByScale) {
+  // Scores divided by sqrt(H) instead of multiplied: scale = 1 / 1.4142...
+  std::string text = attention_model("float[2,3,4] x", "s2 = Identity (s1)", "float",
+                                     ", float root = {1.4142135623730951}");
+  text.replace(text.find("s1 = Mul (s0, scale)"), 20, "s1 = Div (s0, root) ");
+  text.replace(text.find("s2 = Identity (s1)"), 18, "");
+  text.replace(text.find("Softmax <axis = -1> (s2)"), 24, "Softmax <axis = -1> (s1)");
+  auto m = run_rewrite("fuse_onnxruntime", text, rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "Attention"), 1);
+  EXPECT_EQ(count_ops(*m, "Expand"), 0);
+  // The one node left computes y.
+  EXPECT_EQ(m->graph().num_nodes(), 1u);
+}
+
+TEST(FuseOnnxRuntime, AttentionWithFullMaskNeedsNoExpand) {
+  auto m = run_rewrite("fuse_onnxruntime",
+                       attention_model("float[2,3,4] x, float[2,1,3,3] mask", "s2 = Add (mask, s1)"),
+                       rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "Attention"), 1);
+  EXPECT_EQ(count_ops(*m, "Expand"), 0);
+}
+
+TEST(FuseOnnxRuntime, AttentionLookAlikesStay) {
+  // Target onnx (the default): nothing is emitted.
+  expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnx"),
+                    attention_model("float[2,3,4] x", "s2 = Identity (s1)"));
+  // A per-head mask (B, N, S, T): not an attention_bias this rule writes.
+  expect_no_rewrite("fuse_onnxruntime",
+                    attention_model("float[2,3,4] x, float[2,2,3,3] mask", "s2 = Add (s1, mask)"));
+  // Cross-attention: K and V from another input.
+  {
+    std::string text = attention_model("float[2,3,4] x, float[2,3,4] z", "s2 = Identity (s1)");
+    text.replace(text.find("k0 = MatMul (x, wk)"), 19, "k0 = MatMul (z, wk)");
+    expect_no_rewrite("fuse_onnxruntime", text);
+  }
+  // Softmax over another axis.
+  {
+    std::string text = attention_model("float[2,3,4] x", "s2 = Identity (s1)");
+    text.replace(text.find("Softmax <axis = -1>"), 19, "Softmax <axis = 2> ");
+    expect_no_rewrite("fuse_onnxruntime", text);
+  }
+  // The scores are also a graph output: they cannot be absorbed.
+  {
+    std::string text = attention_model("float[2,3,4] x", "s2 = Identity (s1)");
+    text.replace(text.find("=> (float[2,3,4] y)"), 19, "=> (float[2,3,4] y, float[2,2,3,3] s1)");
+    expect_no_rewrite("fuse_onnxruntime", text);
+  }
+  // float16: Attention has no float16 kernel on ONNX Runtime's CPU provider.
+  {
+    std::string text = attention_model("float16[2,3,4] x", "s2 = Identity (s1)");
+    text.replace(text.find("(float[2,3,4] y)"), 16, "(float16[2,3,4] y)");
+    auto model = float16_weights(text);
+    ASSERT_TRUE(model);
+    EXPECT_EQ(run_pass(*model, "fuse_onnxruntime").rewrites, 0);
+    EXPECT_EQ(count_ops(*model, "Attention"), 0);
+  }
+}
+
+// ------------------------------------------------------------------------------ skip_layer_norm
+
+TEST(FuseOnnxRuntime, PostNormResidualBecomesSkipLayerNormalization) {
+  expect_rewrite("fuse_onnxruntime", R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float[2,3,4] r) => (float[2,3,4] y)
+      <float[4] gamma = {0.5, 1.0, -2.0, 3.0}, float[4] beta = {0.1, 0.2, 0.3, -0.4}> {
+      a = Add (x, r)
+      y = LayerNormalization <axis = -1, epsilon = 1e-5> (a, gamma, beta)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+    g (float[2,3,4] x, float[2,3,4] r) => (float[2,3,4] y)
+      <float[4] gamma = {0.5, 1.0, -2.0, 3.0}, float[4] beta = {0.1, 0.2, 0.3, -0.4}> {
+      y = com.microsoft.SkipLayerNormalization <epsilon = 1e-5> (x, r, gamma, beta)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(FuseOnnxRuntime, ProjectionBiasMovesIntoSkipLayerNormalization) {
+  expect_rewrite("fuse_onnxruntime", R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float[2,3,4] r) => (float[2,3,4] y)
+      <float[4,4] w = {1, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 1},
+       float[4] b = {0.5, -0.5, 0.25, 0}, float[4] gamma = {0.5, 1.0, -2.0, 3.0}> {
+      p = MatMul (x, w)
+      pb = Add (b, p)
+      a = Add (r, pb)
+      y = LayerNormalization <axis = -1, epsilon = 1e-5> (a, gamma)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+    g (float[2,3,4] x, float[2,3,4] r) => (float[2,3,4] y)
+      <float[4,4] w = {1, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 1},
+       float[4] b = {0.5, -0.5, 0.25, 0}, float[4] gamma = {0.5, 1.0, -2.0, 3.0}> {
+      p = MatMul (x, w)
+      y = com.microsoft.SkipLayerNormalization <epsilon = 1e-5> (r, p, gamma, , b)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(FuseOnnxRuntime, PreNormResidualKeepsTheSumAsFourthOutput) {
+  // The sum feeds the next residual Add too (a pre-LN stream): output 3 carries it.
+  auto m = run_rewrite("fuse_onnxruntime", R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float[2,3,4] r) => (float[2,3,4] y, float[2,3,4] z)
+      <float[4] gamma = {0.5, 1.0, -2.0, 3.0}> {
+      a = Add (x, r)
+      y = LayerNormalization <axis = -1, epsilon = 1e-5> (a, gamma)
+      z = Mul (a, a)
+    }
+  )",
+                       rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "SkipLayerNormalization"), 1);
+  EXPECT_EQ(count_ops(*m, "Add"), 0);
+}
+
+TEST(FuseOnnxRuntime, SkipLayerNormLookAlikesStay) {
+  const std::string over_two_axes = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float[2,3,4] r) => (float[2,3,4] y)
+      <float[3,4] gamma = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}> {
+      a = Add (x, r)
+      y = LayerNormalization <axis = -2> (a, gamma)
+    }
+  )";
+  expect_no_rewrite("fuse_onnxruntime", over_two_axes);
+  // A skip broadcast over the sequence (B, 1, H) is not a form the op takes.
+  expect_no_rewrite("fuse_onnxruntime", R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x, float[2,1,4] r) => (float[2,3,4] y)
+      <float[4] gamma = {0.5, 1.0, -2.0, 3.0}> {
+      a = Add (x, r)
+      y = LayerNormalization <axis = -1> (a, gamma)
+    }
+  )");
+  const std::string fp16 = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float16[2,3,4] x, float16[2,3,4] r) => (float16[2,3,4] y)
+      <float[4] gamma = {0.5, 1.0, -2.0, 3.0}> {
+      a = Add (x, r)
+      y = LayerNormalization <axis = -1> (a, gamma)
+    }
+  )";
+  // float16 SkipLayerNormalization is in the CPU provider from 1.18 by the kernel table, so
+  // an older target gets nothing and the default one gets the fusion.
+  auto old = float16_weights(fp16);
+  ASSERT_TRUE(old);
+  EXPECT_EQ(run_pass(*old, PassRef("fuse_onnxruntime").for_target("onnxruntime:1.17")).rewrites, 0);
+  auto m = float16_weights(fp16);
+  ASSERT_TRUE(m);
+  auto before = m->clone();
+  EXPECT_EQ(run_pass(*m, "fuse_onnxruntime").rewrites, 1);
+  EXPECT_EQ(count_ops(*m, "SkipLayerNormalization"), 1);
+  EXPECT_EQ(same_outputs(*before, *m, 1, 1e-2, 1e-2), "");
+}
+
+}  // namespace
+}  // namespace graft::testing
