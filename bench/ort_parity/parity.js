@@ -10,20 +10,26 @@ const fs = require('fs');
 const path = require('path');
 const { spawnSync } = require('child_process');
 const {
+  DEFAULT_GRAFT,
+  ATOL,
+  RTOL,
   countNodes,
-  float32ToFloat16Bits,
-  float16BitsToNumber,
+  findModels,
+  inputSpec,
+  makeFeeds,
+  feedsFor,
+  compareOutputs,
   timeInterleaved,
   moreSessions,
   median,
   errorText,
   integerArg,
+  fmtErr,
+  fmtMs,
+  printTable,
 } = require('./ort_common');
 
-const REPO_ROOT = path.resolve(__dirname, '..', '..');
-const DEFAULT_GRAFT = ['build-rel', 'build', 'build-prof'].map((d) => path.join(REPO_ROOT, d, 'client', 'graft'));
-const ATOL = 1e-4; // equal when |got - expected| <= ATOL + RTOL * |expected|
-const RTOL = 1e-3;
+const TAG = 'ort_parity';
 const GRAFT_TIMEOUT_MS = 10 * 60 * 1000;
 
 const USAGE = `usage: bench/ort_parity/run [options] MODEL_DIR_OR_FILE...
@@ -119,238 +125,6 @@ function fail(msg) {
   process.exit(2);
 }
 
-// ---------------------------------------------------------------- model discovery
-
-// Returns [{name, file, specDirs}] where specDirs are the directories whose
-// inputs.json may describe the model (its own first).
-function findModels(targets, recursive) {
-  const models = [];
-  // DIR/model.onnx is named after DIR (ONNX test data), other files after themselves.
-  const nameOf = (file) =>
-    path.basename(file) === 'model.onnx' ? path.basename(path.dirname(file)) : path.basename(file, '.onnx');
-  const onnxIn = (dir) =>
-    fs.readdirSync(dir).filter((f) => f.endsWith('.onnx') && fs.statSync(path.join(dir, f)).isFile()).sort();
-  for (const t of targets) {
-    const st = fs.statSync(t, { throwIfNoEntry: false });
-    if (!st) {
-      console.error(`ort_parity: ${t}: no such file or directory (skipped)`);
-      continue;
-    }
-    if (st.isFile()) {
-      const file = path.resolve(t);
-      models.push({ name: nameOf(file), file, specDirs: [path.dirname(file)] });
-      continue;
-    }
-    const dir = path.resolve(t);
-    const own = onnxIn(dir);
-    for (const f of own) models.push({ name: nameOf(path.join(dir, f)), file: path.join(dir, f), specDirs: [dir] });
-    if (own.length === 0 || recursive) {
-      // ONNX test-data layout: DIR/test_x/model.onnx, named after test_x.
-      const subdirs = fs
-        .readdirSync(dir, { withFileTypes: true })
-        .filter((e) => e.isDirectory())
-        .map((e) => e.name)
-        .sort();
-      for (const sub of subdirs) {
-        const file = path.join(dir, sub, 'model.onnx');
-        if (fs.existsSync(file)) models.push({ name: sub, file, specDirs: [path.join(dir, sub), dir] });
-      }
-    }
-    if (!models.some((m) => m.file.startsWith(dir + path.sep)))
-      console.error(`ort_parity: ${t}: no *.onnx (nor */model.onnx) found`);
-  }
-  // Output files are named after the model: make names unique.
-  const seen = new Map();
-  for (const m of models) {
-    const n = (seen.get(m.name) || 0) + 1;
-    seen.set(m.name, n);
-    if (n > 1) m.name = `${m.name}-${n}`;
-  }
-  return models;
-}
-
-// ---------------------------------------------------------------- inputs
-
-// mulberry32: small deterministic PRNG, uniform in [0, 1).
-function mulberry32(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const specCache = new Map();
-function readSpecFile(file) {
-  if (!specCache.has(file)) {
-    let spec = null;
-    if (fs.existsSync(file)) {
-      try {
-        spec = JSON.parse(fs.readFileSync(file, 'utf8'));
-      } catch (e) {
-        console.error(`ort_parity: ${file}: ${e.message} (ignored)`);
-      }
-    }
-    specCache.set(file, spec);
-  }
-  return specCache.get(file);
-}
-
-// The model's entry of the first inputs.json naming it: --inputs, then those
-// in model.specDirs.
-function inputSpec(model, inputsFile) {
-  const files = model.specDirs.map((d) => path.join(d, 'inputs.json'));
-  if (inputsFile) files.unshift(inputsFile);
-  for (const file of files) {
-    const spec = readSpecFile(file);
-    if (spec && spec[model.name]) return spec[model.name];
-  }
-  return {};
-}
-
-
-const FLOAT_TYPES = new Set(['float32', 'float64', 'float16']);
-const ARRAY_OF = {
-  float32: Float32Array,
-  float64: Float64Array,
-  float16: Uint16Array, // raw IEEE half bits
-  int8: Int8Array,
-  uint8: Uint8Array,
-  int16: Int16Array,
-  uint16: Uint16Array,
-  int32: Int32Array,
-  uint32: Uint32Array,
-  int64: BigInt64Array,
-  uint64: BigUint64Array,
-  bool: Uint8Array,
-};
-
-// Stores the number v in element i of data (typed for type).
-function store(data, type, i, v) {
-  if (type === 'int64' || type === 'uint64') data[i] = BigInt(Math.trunc(v));
-  else if (type === 'float16') data[i] = float32ToFloat16Bits(v);
-  else if (type === 'bool') data[i] = v ? 1 : 0;
-  else data[i] = v;
-}
-
-// Builds the ORT feeds for the original model's inputs. Random values:
-// floats uniform in [-1, 1), integers in [0, 100), bools fair; inputs.json's
-// "range": {"input": [lo, hi]} overrides the interval, "values" fixes them.
-function makeFeeds(ort, inputMetadata, spec, seed, notes, randomInts) {
-  const rand = mulberry32(seed);
-  const shapes = spec.shapes || {};
-  const values = spec.values || {};
-  const ranges = spec.range || {};
-  for (const key of new Set([...Object.keys(shapes), ...Object.keys(values), ...Object.keys(ranges)]))
-    if (!inputMetadata.some((m) => m.name === key)) notes.push(`inputs.json names '${key}', which is not a model input`);
-
-  const feeds = {};
-  for (const m of inputMetadata) {
-    if (!m.isTensor) throw new Error(`input '${m.name}' is not a tensor (sequence/map inputs are not supported)`);
-    const given = values[m.name];
-    const flat = Array.isArray(given) ? given.flat(Infinity) : null;
-    let dims;
-    if (shapes[m.name]) dims = shapes[m.name].map(Number);
-    else if (flat && m.shape.length === 1) dims = [flat.length]; // a list for a vector input sets its length
-    else
-      dims = m.shape.map((d, i) => {
-        if (typeof d === 'number' && d >= 0) return d;
-        notes.push(`input '${m.name}' dim ${i} (${d === '' ? 'unnamed' : `'${d}'`}) is symbolic: using 1`);
-        return 1;
-      });
-    const size = dims.reduce((a, b) => a * b, 1);
-
-    if (m.type === 'string') {
-      const data = flat ? flat.map(String) : Array.from({ length: size }, () => 'a');
-      feeds[m.name] = new ort.Tensor('string', data, dims);
-      continue;
-    }
-    const Ctor = ARRAY_OF[m.type];
-    if (!Ctor) throw new Error(`input '${m.name}' has unsupported type ${m.type}`);
-    const data = new Ctor(size);
-    if (flat) {
-      if (flat.length !== size) throw new Error(`inputs.json: '${m.name}' has ${flat.length} values for dims [${dims}]`);
-      flat.forEach((v, i) => store(data, m.type, i, v));
-    } else if (given !== undefined) {
-      for (let i = 0; i < size; i++) store(data, m.type, i, given);
-    } else if (m.type === 'bool') {
-      for (let i = 0; i < size; i++) data[i] = rand() < 0.5 ? 1 : 0;
-    } else {
-      const isFloat = FLOAT_TYPES.has(m.type);
-      if (!isFloat && !ranges[m.name]) randomInts.push(m.name);
-      const [lo, hi] = ranges[m.name] || (isFloat ? [-1, 1] : [0, 100]);
-      for (let i = 0; i < size; i++) {
-        const v = lo + (hi - lo) * rand();
-        store(data, m.type, i, isFloat ? v : Math.floor(v));
-      }
-    }
-    feeds[m.name] = new ort.Tensor(m.type, data, dims);
-  }
-  return feeds;
-}
-
-// ---------------------------------------------------------------- output comparison
-
-function elementAsNumber(tensor, i) {
-  const v = tensor.data[i];
-  if (typeof v === 'bigint') return Number(v);
-  if (tensor.type === 'float16' && typeof v === 'number' && tensor.data instanceof Uint16Array)
-    return float16BitsToNumber(v);
-  return Number(v);
-}
-
-// Compares one output: {ok, maxErr, kind, reason}. maxErr is the largest
-// |got - expected| (Infinity where exactly one side is NaN or the infinities
-// differ); it is null, and kind/reason say why, when values cannot be compared.
-function compareTensor(expected, got) {
-  const unlike = (kind, reason) => ({ ok: false, maxErr: null, kind, reason });
-  if (expected.type !== got.type) return unlike('type', `type ${expected.type} vs ${got.type}`);
-  if (expected.dims.length !== got.dims.length || expected.dims.some((d, i) => d !== got.dims[i]))
-    return unlike('dims', `dims [${expected.dims}] vs [${got.dims}]`);
-  const n = expected.data.length;
-  if (expected.type === 'string') {
-    for (let i = 0; i < n; i++) if (expected.data[i] !== got.data[i]) return unlike('strings', `string element ${i} differs`);
-    return { ok: true, maxErr: 0 };
-  }
-  let ok = true;
-  let maxErr = 0;
-  for (let i = 0; i < n; i++) {
-    const e = elementAsNumber(expected, i);
-    const g = elementAsNumber(got, i);
-    let err;
-    if (e === g || (Number.isNaN(e) && Number.isNaN(g))) err = 0;
-    else {
-      err = Math.abs(g - e);
-      if (Number.isNaN(err)) err = Infinity;
-    }
-    if (err > maxErr) maxErr = err;
-    // err 0 covers two NaNs (whose tolerance would be NaN) and equal infinities.
-    if (!(err === 0 || err <= ATOL + RTOL * Math.abs(e))) ok = false;
-  }
-  return { ok, maxErr };
-}
-
-// Compares all outputs of the reference run with another run of the same
-// feeds: {ok, maxErr, kind, outputs: {name: {ok, maxErr, kind, reason}}};
-// maxErr is over the outputs whose values could be compared, kind is the
-// first output's that could not (dims, type, missing, strings).
-function compareOutputs(expected, got) {
-  const result = { ok: true, maxErr: 0, kind: null, outputs: {} };
-  for (const name of Object.keys(expected)) {
-    const r = got[name]
-      ? compareTensor(expected[name], got[name])
-      : { ok: false, maxErr: null, kind: 'missing', reason: 'output missing' };
-    result.outputs[name] = r;
-    if (!r.ok) result.ok = false;
-    if (r.maxErr === null) result.kind = result.kind || r.kind;
-    else if (r.maxErr > result.maxErr) result.maxErr = r.maxErr;
-  }
-  return result;
-}
-
 // ---------------------------------------------------------------- ORT helpers
 
 // Sessions used for running: ORT's own graph optimizations off and one
@@ -362,18 +136,6 @@ const RUN_OPTIONS = {
   executionMode: 'sequential',
   logSeverityLevel: 4, // fatal only: errors are caught and reported per model
 };
-
-// Feeds restricted to the session's inputs (a model whose inputs differ is noted).
-function feedsFor(session, feeds, who, notes) {
-  const out = {};
-  for (const name of session.inputNames) {
-    if (!(name in feeds)) throw new Error(`${who} has input '${name}' that the original does not have`);
-    out[name] = feeds[name];
-  }
-  for (const name of Object.keys(feeds))
-    if (!session.inputNames.includes(name)) notes.push(`${who} has no input '${name}' (not fed)`);
-  return out;
-}
 
 // ---------------------------------------------------------------- one model
 
@@ -490,7 +252,7 @@ async function runModel(ort, model, opts, log) {
     log('outputs');
     const orig = await ort.InferenceSession.create(model.file, RUN_OPTIONS);
     try {
-      feeds = makeFeeds(ort, orig.inputMetadata, inputSpec(model, opts.inputs), opts.seed, r.notes, randomInts);
+      feeds = makeFeeds(ort, orig.inputMetadata, inputSpec(model, opts.inputs, TAG), opts.seed, r.notes, randomInts);
       reference = await orig.run(feeds);
     } finally {
       await orig.release();
@@ -565,14 +327,6 @@ async function runModel(ort, model, opts, log) {
 
 // ---------------------------------------------------------------- report
 
-function fmtErr(x) {
-  if (x === null || x === undefined) return '-';
-  if (!Number.isFinite(x)) return String(x);
-  return x === 0 ? '0' : x.toExponential(1);
-}
-
-const fmtMs = (x) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(2) : x.toFixed(3));
-
 // A model passes when Graft's outputs were compared and found equal and
 // nothing failed; every other model counts as a mismatch in the last line.
 const passed = (r) => r.equal === true && r.failure === null;
@@ -608,15 +362,6 @@ function tableRows(results) {
   return [header, ...rows];
 }
 
-function printTable(rows) {
-  const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => row[c].length)));
-  // Model names left-aligned, numbers right-aligned.
-  const line = (row) => row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join('  ');
-  console.log(line(rows[0]));
-  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
-  for (const row of rows.slice(1)) console.log(line(row));
-}
-
 function summarize(results) {
   // Only models whose outputs are equal: the speed of a wrong graph says nothing.
   const ratios = results.filter((r) => r.latency && r.equal).map((r) => ({ name: r.name, ratio: r.latency.ratio }));
@@ -650,7 +395,7 @@ async function main() {
   ort.env.logLevel = 'fatal'; // failures are reported by this script, with context
   const ortVersion = require('onnxruntime-node/package.json').version;
 
-  const models = findModels(opts.targets, opts.recursive);
+  const models = findModels(opts.targets, opts.recursive, TAG);
   if (models.length === 0) fail('no models found');
   fs.mkdirSync(opts.out, { recursive: true });
   console.error(`ort_parity: ${models.length} model(s), graft ${opts.graft}, onnxruntime-node ${ortVersion}, out ${opts.out}`);
