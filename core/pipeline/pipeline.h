@@ -144,7 +144,8 @@ struct PipelineReport {
   // value_info entries given an element type or dims they lacked (ir::refine_value_info).
   int value_info_refined = 0;
   VerificationReport verification;
-  // Memory of the input and of the result (estimate_memory with the sizes below).
+  // Memory of the input (with the input dims fix_dims/fix_shapes fixed) and of the result
+  // (estimate_memory with the sizes below).
   MemoryStats memory_before, memory_after;
   DimBindings memory_dims;         // the symbolic dims bound (config's, then verification's)
   int64_t memory_default_dim = 1;  // the size of every other symbolic or unknown dim
