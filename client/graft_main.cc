@@ -32,6 +32,7 @@
 #include "core/passes/registry.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
+#include "core/pipeline/fix_dims.h"
 #include "core/pipeline/pipeline.h"
 #include "proto/convert.h"
 
@@ -184,8 +185,9 @@ struct OptimizeArgs {
   double max_error = -1;                      // < 0: each lossy pass's own gate
   double min_cosine = -2;                     // < -1: each lossy pass's own gate
   bool accept_unmeasured_error = false;
-  std::vector<std::string> dims;     // NAME=N for the memory estimates
-  std::vector<std::string> explain;  // PASS or PASS/RULE
+  std::vector<std::string> dims;                  // NAME=N for the memory estimates
+  std::vector<std::string> fix_dims, fix_shapes;  // NAME=N, INPUT=D,D,...: made static first
+  std::vector<std::string> explain;               // PASS or PASS/RULE
   bool quiet = false;
   bool no_lookup = false;  // remote: send the model without asking Lookup first
   bool rehash = false;     // hash every file again instead of recalling remembered digests
@@ -265,6 +267,38 @@ absl::StatusOr<PipelineConfig> pipeline_config(const OptimizeArgs& a) {
   for (const auto& val : a.verify_values) {
     if (auto st = split("--verify-value", val, &name, &value); !st.ok()) return st;
     if (auto st = number("--verify-value", value, &v.values[name]); !st.ok()) return st;
+  }
+  // Sizes the model's inputs are fixed to: checked here to name the flag, then with the rest of
+  // the config (resolve_pipeline: check_fix_config) like a request's.
+  auto fixed_size = [&](const std::string& flag, const std::string& text,
+                        int64_t* size) -> absl::Status {
+    if (auto st = number(flag, text, size); !st.ok()) return st;
+    if (*size < kMinFixedDim || *size > kMaxFixedDim)
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", text, "' must be ", kMinFixedDim, "..", kMaxFixedDim));
+    return absl::OkStatus();
+  };
+  for (const auto& d : a.fix_dims) {
+    if (auto st = split("--fix-dim", d, &name, &value); !st.ok()) return st;
+    int64_t size = 0;
+    if (auto st = fixed_size("--fix-dim", value, &size); !st.ok()) return st;
+    auto [it, added] = config.fix_dims.emplace(name, size);
+    if (!added && it->second != size)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fix-dim: '", name, "' is given twice, as ", it->second, " and ", size));
+  }
+  for (const auto& sh : a.fix_shapes) {
+    if (auto st = split("--fix-shape", sh, &name, &value); !st.ok()) return st;
+    std::vector<int64_t> dims;
+    for (absl::string_view part : absl::StrSplit(value, ',')) {
+      int64_t d = 0;
+      if (auto st = fixed_size("--fix-shape", std::string(part), &d); !st.ok()) return st;
+      dims.push_back(d);
+    }
+    auto [it, added] = config.fix_shapes.emplace(name, dims);
+    if (!added && it->second != dims)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fix-shape: input '", name, "' is given two shapes"));
   }
   for (const auto& d : a.dims) {
     if (auto st = split("--dim", d, &name, &value); !st.ok()) return st;
@@ -994,6 +1028,15 @@ int main(int argc, char** argv) {
         "PASS or PASS/RULE: for each node a rule of that pass was tried on and did not rewrite "
         "(in the pass's last run), print why, e.g. 'fuse_blocks/layer_norm at /ln/Div (Div): "
         "epsilon is not a constant'; rules are listed per pass in the report (repeatable)"));
+    one_value(cmd->add_option(
+        "--fix-dim", args.fix_dims,
+        "make a symbolic input dim static before optimizing, NAME=N (N >= 1): every input dim "
+        "named NAME becomes N, so what follows from it (shape arithmetic, Reshape targets) "
+        "folds; the output accepts only that size (repeatable)"));
+    one_value(cmd->add_option(
+        "--fix-shape", args.fix_shapes,
+        "give an input static dims before optimizing, INPUT=D,D,... (each >= 1; dims the model "
+        "declares static must be equal) (repeatable)"));
     one_value(cmd->add_option(
         "--dim", args.dims,
         "size of a symbolic dim for the memory estimates of the report, NAME=N; *=N for every "

@@ -141,6 +141,8 @@ std::string explanation_lines(const PipelineReport& r) {
 std::string format_table(const RunSummary& run) {
   const PipelineReport& r = run.pipeline;
   std::string out;
+  // --fix-dim, --fix-shape: the inputs made static before the passes ran.
+  for (const auto& fixed : r.fixed_inputs) out += "fixed input " + terminal_safe(fixed) + "\n";
   out += line("%-22s %5s %10s %17s %25s %25s %9s  %s\n", "pass", "runs", "time ms", "nodes",
               "initializer bytes", "peak activations", "rewrites", "rolled back");
   for (const PassStats& p : r.passes) {
@@ -252,6 +254,7 @@ nlohmann::json to_json(const RunSummary& run) {
           {"checker_note", r.checker_note},
           {"value_info_refined", r.value_info_refined},
           {"target", r.target},
+          {"fixed_inputs", r.fixed_inputs},
           {"verification", verification_json(r.verification)},
           {"memory",
            {{"before", memory_json(r.memory_before)},

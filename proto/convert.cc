@@ -134,6 +134,11 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("memory_default_dim must be >= 0, got ", config.memory_default_dim()));
   out.memory_default_dim = config.memory_default_dim();
+  // Sizes and counts are checked with the rest of the config by resolve_passes below
+  // (check_fix_config); the map's size is bounded by the message's.
+  out.fix_dims.insert(config.fix_dims().begin(), config.fix_dims().end());
+  for (const auto& [name, shape] : config.fix_shapes())
+    out.fix_shapes[name].assign(shape.dims().begin(), shape.dims().end());
   if (auto st = check_limits(out); !st.ok()) return st;
   if (auto st = eval::validate(o); !st.ok()) return st;
   if (auto names = resolve_passes(out); !names.ok()) return names.status();
@@ -181,6 +186,9 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   out.mutable_memory_dims()->insert(config.memory_dims.begin(), config.memory_dims.end());
   out.set_memory_default_dim(config.memory_default_dim);
   for (const auto& e : config.explain) out.add_explain(e);
+  out.mutable_fix_dims()->insert(config.fix_dims.begin(), config.fix_dims.end());
+  for (const auto& [name, shape] : config.fix_shapes)
+    (*out.mutable_fix_shapes())[name].mutable_dims()->Add(shape.begin(), shape.end());
   return out;
 }
 
@@ -318,6 +326,22 @@ absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
     field(absl::StrCat("rtol=", o.rtol, ",atol=", o.atol, ",max_bytes=", o.max_tensor_bytes,
                        ",max_live=", o.max_live_bytes, ",max_work=", o.max_work));
   }
+  // Fixed input dims change the model itself; none (the old configs) adds nothing, so keys made
+  // before they existed hold.
+  if (!config.fix_dims.empty()) {
+    field("fix_dims");
+    for (const auto& [name, size] : config.fix_dims) {
+      field(name);
+      field(absl::StrCat(size));
+    }
+  }
+  if (!config.fix_shapes.empty()) {
+    field("fix_shapes");
+    for (const auto& [name, shape] : config.fix_shapes) {
+      field(name);
+      field(absl::StrJoin(shape, ","));
+    }
+  }
   // Explanations are part of the report a result is cached with.
   if (!config.explain.empty()) {
     std::vector<std::string> explain = config.explain;
@@ -449,6 +473,7 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
   fill_memory(r.memory_after, out->mutable_memory_after());
   out->mutable_memory_dims()->insert(r.memory_dims.begin(), r.memory_dims.end());
   out->set_memory_default_dim(r.memory_default_dim);
+  for (const auto& line : r.fixed_inputs) out->add_fixed_inputs(line);
   const VerificationReport& v = r.verification;
   if (v.requested) {
     auto* o = out->mutable_verification();
@@ -526,6 +551,7 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
   r.memory_after = memory_from(in.memory_after());
   r.memory_dims.insert(in.memory_dims().begin(), in.memory_dims().end());
   r.memory_default_dim = in.memory_default_dim();
+  r.fixed_inputs.assign(in.fixed_inputs().begin(), in.fixed_inputs().end());
   const v1::Verification& v = in.verification();
   if (v.status() != v1::Verification::NOT_REQUESTED) {
     VerificationReport& o = r.verification;

@@ -36,7 +36,7 @@ v1::PipelineConfig to_proto(const PipelineConfig& config);
 // value (defaults included), rounds and checks. Equal for configs that run the same pipeline
 // (e.g. "O2" and O2's explicit list, or an option left out and given as its default). Given
 // verify input sets enter as the sha256 of their contents (input_sets_digest), in place of the
-// random-input settings they make irrelevant.
+// random-input settings they make irrelevant. fix_dims and fix_shapes enter when not empty.
 absl::StatusOr<std::string> canonical_config(const PipelineConfig& config);
 
 // Lowercase hex sha256 of input sets' contents: per set, per input name in order, the name,

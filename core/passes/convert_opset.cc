@@ -38,8 +38,8 @@ class ConvertOpset : public Pass {
     }
     if (raised->refused) {
       model.rollback(cp);
-      return absl::InvalidArgumentError(absl::StrCat("the opset cannot be raised to ", target,
-                                                     ": ", raised->refused->message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the opset cannot be raised to ", target, ": ", raised->refused->message()));
     }
     model.release(cp);
     if (!raised->changed) return result;
@@ -56,9 +56,9 @@ class ConvertOpset : public Pass {
          .node = "model",
          .op = "opset_import",
          .graph = "",
-         .reason = absl::StrCat("the default-domain opset was raised from ", raised->from, " to ",
-                                raised->to, converted.empty() ? "" : "; nodes converted: ",
-                                absl::StrJoin(converted, ", "))});
+         .reason = absl::StrCat(
+             "the default-domain opset was raised from ", raised->from, " to ", raised->to,
+             converted.empty() ? "" : "; nodes converted: ", absl::StrJoin(converted, ", "))});
     result.always_explained = true;
     return result;
   }
@@ -72,8 +72,9 @@ PassInfo convert_opset_pass() {
   return {.name = "convert_opset",
           .level = 1,
           .by_name_only = true,
-          .description = "raises the default-domain opset to `opset`, converting the nodes "
-                         "whose schema changed (--target-opset N puts it first; by name only)",
+          .description =
+              "raises the default-domain opset to `opset`, converting the nodes "
+              "whose schema changed (--target-opset N puts it first; by name only)",
           .options = {integer_option(kOpset, 0, 0, kMaxRaisableOpset,
                                      "the opset to raise to (0: none; 13..21)")},
           .create = make_convert_opset};

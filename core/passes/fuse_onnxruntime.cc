@@ -1,6 +1,6 @@
-// Fusions into ONNX Runtime's com.microsoft ops, for `--target onnxruntime` only (PassInfo::target):
-// blocks that ONNX Runtime's own graph transformers leave decomposed at its default level on
-// the models exporters write, measured faster as one kernel (docs/performance.md):
+// Fusions into ONNX Runtime's com.microsoft ops, for `--target onnxruntime` only
+// (PassInfo::target): blocks that ONNX Runtime's own graph transformers leave decomposed at its
+// default level on the models exporters write, measured faster as one kernel (docs/performance.md):
 //
 //  - attention: self-attention written out as three projections (MatMul by a constant, + bias)
 //    split into heads (Reshape [.., N, H], Transpose), scores Q K^T (the K Transpose as
@@ -239,7 +239,8 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
       return no_match(root, "the mask is not a (B or 1, 1, 1 or T, T) tensor of x's type");
   }
   // Constants: [Wq Wk Wv] along columns and [bq bk bv] (zeros where absent).
-  auto wq = values_of(q->proj.weight), wk = values_of(k->proj.weight), wv = values_of(v->proj.weight);
+  auto wq = values_of(q->proj.weight), wk = values_of(k->proj.weight),
+       wv = values_of(v->proj.weight);
   if (!wq || !wk || !wv || wq->dtype != dtype || wk->dtype != dtype || wv->dtype != dtype)
     return no_match(root, "the projection weights are not readable constants of x's type");
   const int64_t rows = q->proj.rows, cq = q->proj.cols, ck = k->proj.cols, cv = v->proj.cols;
@@ -263,7 +264,8 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   ir::Graph& g = *root.graph();
   ir::Value* weights =
       rw.add_constant(g, ir::make_float_tensor(dtype, {rows, cols}, w), "attention_qkv_weight");
-  ir::Value* bias = rw.add_constant(g, ir::make_float_tensor(dtype, {cols}, b), "attention_qkv_bias");
+  ir::Value* bias =
+      rw.add_constant(g, ir::make_float_tensor(dtype, {cols}, b), "attention_qkv_bias");
   ir::Value* attention_bias = mask;
   if (mask && expand) {
     // [1, 1, T, 1] with T = the mask's dim 3, read at run time.
@@ -395,13 +397,17 @@ std::vector<Rule> make_rules(ir::Model&, const PassContext& ctx) {
   };
   std::vector<Rule> rules;
   if (on("attention"))
-    rules.push_back({"attention", {"Reshape"},
-                     [target](ir::Node& n, Rewriter& rw) { return attention(n, rw, target); }, "",
+    rules.push_back({"attention",
+                     {"Reshape"},
+                     [target](ir::Node& n, Rewriter& rw) { return attention(n, rw, target); },
+                     "",
                      13});
   if (on("skip_layer_norm"))
-    rules.push_back({"skip_layer_norm", {"LayerNormalization"},
+    rules.push_back({"skip_layer_norm",
+                     {"LayerNormalization"},
                      [target](ir::Node& n, Rewriter& rw) { return skip_layer_norm(n, rw, target); },
-                     "", 17});
+                     "",
+                     17});
   return rules;
 }
 
@@ -414,7 +420,8 @@ class FuseOnnxRuntime : public RulePass {
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     if (!ctx.target.onnxruntime()) return PassResult{};
     const int64_t imported = model.graph().opset(kMicrosoftDomain);
-    if (imported != 0 && imported != 1) return PassResult{};  // a version the rules were not written for
+    if (imported != 0 && imported != 1)
+      return PassResult{};  // a version the rules were not written for
     auto* imports = model.mutable_rest().mutable_opset_import();
     if (imported == 0) {
       auto* op = imports->Add();
@@ -435,9 +442,10 @@ PassInfo fuse_onnxruntime_pass() {
   return {.name = "fuse_onnxruntime",
           .level = 2,
           .target = Target::Kind::kOnnxRuntime,
-          .description = "ONNX Runtime's fused kernels (com.microsoft Attention, "
-                         "SkipLayerNormalization) for blocks its own optimizer leaves apart; "
-                         "target onnxruntime only",
+          .description =
+              "ONNX Runtime's fused kernels (com.microsoft Attention, "
+              "SkipLayerNormalization) for blocks its own optimizer leaves apart; "
+              "target onnxruntime only",
           .options = {list_option(kFusions, kRuleNames, kRuleNames,
                                   "the fusions to make (each a rule of this pass)")},
           .create = make_fuse_onnxruntime};

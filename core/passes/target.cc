@@ -14,7 +14,8 @@ constexpr int32_t kFloat = onnx::TensorProto::FLOAT;
 constexpr int32_t kFloat16 = onnx::TensorProto::FLOAT16;
 constexpr int32_t kDouble = onnx::TensorProto::DOUBLE;
 
-constexpr char kForms[] = "'onnx', 'onnxruntime' or 'onnxruntime:MAJOR.MINOR' (e.g. onnxruntime:1.18)";
+constexpr char kForms[] =
+    "'onnx', 'onnxruntime' or 'onnxruntime:MAJOR.MINOR' (e.g. onnxruntime:1.18)";
 
 // A number of at most 3 digits, the whole of `s`.
 bool small_number(std::string_view s, int* out) {
@@ -74,8 +75,8 @@ absl::StatusOr<Target> parse_target(std::string_view text) {
   if (text.empty() || text == "onnx") return t;
   constexpr std::string_view kOrt = "onnxruntime";
   if (text.substr(0, kOrt.size()) != kOrt)
-    return absl::InvalidArgumentError(absl::StrCat("unknown target '", std::string(text.substr(0, 64)),
-                                                   "'; valid targets: ", kForms));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown target '", std::string(text.substr(0, 64)), "'; valid targets: ", kForms));
   t.kind = Target::Kind::kOnnxRuntime;
   t.ort = kDefaultOrtVersion;
   std::string_view rest = text.substr(kOrt.size());
@@ -84,8 +85,8 @@ absl::StatusOr<Target> parse_target(std::string_view text) {
   if (rest[0] != ':' || dot == std::string_view::npos ||
       !small_number(rest.substr(1, dot - 1), &t.ort.major) ||
       !small_number(rest.substr(dot + 1), &t.ort.minor))
-    return absl::InvalidArgumentError(absl::StrCat("malformed target '", std::string(text.substr(0, 64)),
-                                                   "'; valid targets: ", kForms));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "malformed target '", std::string(text.substr(0, 64)), "'; valid targets: ", kForms));
   if (t.ort < kOldestOrtVersion)
     return absl::InvalidArgumentError(
         absl::StrCat("target ", t.str(), " is older than the oldest ONNX Runtime Graft knows (",

@@ -62,8 +62,8 @@ absl::StatusOr<Target> parse_target(std::string_view text);
 struct OrtKernel {
   const char* domain;
   const char* op;
-  OrtVersion since;             // first release whose CPU provider has the kernel
-  std::vector<int32_t> types;   // element types it takes
+  OrtVersion since;            // first release whose CPU provider has the kernel
+  std::vector<int32_t> types;  // element types it takes
 };
 const std::vector<OrtKernel>& ort_kernel_table();
 

@@ -30,6 +30,7 @@
 #include "core/passes/opset.h"
 #include "core/passes/registry.h"
 #include "core/passes/rules.h"
+#include "core/pipeline/fix_dims.h"
 
 namespace graft {
 
@@ -196,6 +197,7 @@ absl::Status check_explain(const PipelineConfig& config, const std::vector<std::
 
 absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& config) {
   if (auto st = check_rounds(config); !st.ok()) return st;
+  if (auto st = check_fix_config(config.fix_dims, config.fix_shapes); !st.ok()) return st;
   std::vector<std::string> names;
   if (config.passes.empty()) {
     if (config.level < 0 || config.level > kMaxLevel)
@@ -989,17 +991,21 @@ class VerifiedPipeline {
   std::vector<LossyTrial> lossy_trials_;
 };
 
+bool any_lossy(const std::vector<PassSpec>& specs) {
+  return std::any_of(specs.begin(), specs.end(), [](const PassSpec& s) { return s.lossy; });
+}
+
 absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& model,
                                                   const std::vector<PassSpec>& specs,
                                                   const PipelineConfig& config) {
-  // Given input sets are the client's bytes: checked against the model before any work.
+  // Given input sets are the client's bytes: checked against the model (as fixed) before any
+  // work.
   if (auto st = eval::check_input_sets(*model, config.verify_options.input_sets); !st.ok())
     return st;
   if (auto st = eval::check_input_sets(*model, config.calibration_sets, "calibration"); !st.ok())
     return st;
-  const bool any_lossy =
-      std::any_of(specs.begin(), specs.end(), [](const PassSpec& s) { return s.lossy; });
-  if (config.verify || any_lossy) return VerifiedPipeline(specs, config, model->clone()).run(model);
+  if (config.verify || any_lossy(specs))
+    return VerifiedPipeline(specs, config, model->clone()).run(model);
   std::vector<PassInstance> passes;
   for (const PassSpec& s : specs) passes.push_back({s.name, s.create(), s.options});
   return run_passes(model, std::move(passes), config);
@@ -1012,6 +1018,15 @@ absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& mo
 absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
                                          const std::vector<PassSpec>& specs,
                                          const PipelineConfig& config) {
+  // Fixing input dims changes the interface, so it comes before anything records it
+  // (run_limits) or runs the model: the passes keep the fixed interface, and verification's
+  // original is the fixed model (fixing narrows the inputs accepted; it computes nothing).
+  std::vector<std::string> fixed_inputs;
+  const bool verifies = config.verify || any_lossy(specs);
+  if (auto st = fix_input_dims(*model, config.fix_dims, config.fix_shapes, &fixed_inputs,
+                               verifies ? &config.verify_options : nullptr);
+      !st.ok())
+    return st;
   DimBindings dims;
   const SizeRule rule = memory_size_rule(config, &dims);
   MemoryStats before = estimate_memory(*model, dims, rule.default_dim);
@@ -1021,6 +1036,7 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
   report->memory_after = estimate_memory(*model, dims, rule.default_dim);
   report->memory_dims = std::move(dims);
   report->memory_default_dim = rule.default_dim;
+  report->fixed_inputs = std::move(fixed_inputs);
   return report;
 }
 

@@ -75,6 +75,13 @@ struct PipelineConfig {
   // tried on and did not rewrite in the pass's last run is reported with the reason
   // (PassStats::explanations). Names are checked by resolve_pipeline.
   std::vector<std::string> explain;
+  // Symbolic input dims made static before anything else (core/pipeline/fix_dims.h): by
+  // dim_param name (every main-graph input dim of that name), and whole shapes by input name.
+  // This changes the model's interface: the passes are held to the fixed one and verified
+  // against the fixed model. Sizes 1..2^31, checked by resolve_pipeline; against the model by
+  // run_specs (InvalidArgument).
+  std::map<std::string, int64_t> fix_dims;
+  std::map<std::string, std::vector<int64_t>> fix_shapes;
 };
 
 // The most PipelineConfig::explain entries a request may give.
@@ -145,18 +152,23 @@ struct PipelineReport {
   int value_info_refined = 0;
   std::string target;  // Target::str() of the config's target
   VerificationReport verification;
-  // Memory of the input and of the result (estimate_memory with the sizes below).
+  // Memory of the input (with the input dims fix_dims/fix_shapes fixed) and of the result
+  // (estimate_memory with the sizes below).
   MemoryStats memory_before, memory_after;
   DimBindings memory_dims;         // the symbolic dims bound (config's, then verification's)
   int64_t memory_default_dim = 1;  // the size of every other symbolic or unknown dim
+  // PipelineConfig::fix_dims/fix_shapes: per input whose declaration changed, in input order,
+  // "'x': [batch,3,H,W] -> [1,3,224,224]" (names from the model, cut to 200 bytes).
+  std::vector<std::string> fixed_inputs;
 };
 
 // The sizes the report's memory estimates use for `config` (see PipelineConfig::memory_dims).
 SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage);
 
 // Optimizes `model` in place (it may be replaced by a snapshot on rollback).
-// Errors: InvalidArgument for a bad config or given verify input sets that do not fit the model
-// (eval::check_input_sets); the should_continue status when stopped.
+// Errors: InvalidArgument for a bad config, fix_dims/fix_shapes that do not fit the model
+// (fix_input_dims) or given verify input sets that do not (eval::check_input_sets); the
+// should_continue status when stopped.
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config);
 
@@ -176,7 +188,9 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
 absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config);
 
 // The pipeline over given passes (config.passes/level are ignored); honours config.verify, for
-// which passes are re-created to replay a prefix of the run.
+// which passes are re-created to replay a prefix of the run. config.fix_dims/fix_shapes are
+// applied to `model` first (fix_input_dims), so everything after, the interface the passes must
+// keep and the original verification compares with included, sees the fixed model.
 absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
                                          const std::vector<PassSpec>& specs,
                                          const PipelineConfig& config);

@@ -311,6 +311,109 @@ TEST(Cli, ExplainPrintsWhyARuleDidNotRewrite) {
   EXPECT_NE(r.err.find("its rules: layer_norm"), std::string::npos) << r.err;
 }
 
+// ------------------------------------------------------------------------- --fix-dim, --fix-shape
+
+// x: [N,3,H,W] through a 1x1 Conv, flattened by a Reshape whose target [N*4, H*W] is computed
+// from Shape(r): it folds only when the dims are fixed. The batch dim's name carries a terminal
+// escape, which the table must not pass on.
+fs::path flatten_model() {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,3,H,W] x) => (float[A,B] y) {
+      w = Constant <value = float[4,3,1,1] {0.5, -1, 0.25, 1, 0.5, -0.5, -0.25, 2, 1, 0.75, -1, 0.5}> ()
+      r = Conv (x, w)
+      s = Shape (r)
+      i0 = Constant <value = int64 {0}> ()
+      i1 = Constant <value = int64 {1}> ()
+      i2 = Constant <value = int64 {2}> ()
+      i3 = Constant <value = int64 {3}> ()
+      ax = Constant <value = int64[1] {0}> ()
+      n = Gather (s, i0)
+      c = Gather (s, i1)
+      h = Gather (s, i2)
+      v = Gather (s, i3)
+      nc = Mul (n, c)
+      hw = Mul (h, v)
+      u0 = Unsqueeze (nc, ax)
+      u1 = Unsqueeze (hw, ax)
+      shape = Concat <axis = 0> (u0, u1)
+      y = Reshape (r, shape)
+    }
+  )");
+  onnx::ModelProto proto = model->to_proto();
+  proto.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_param("N\x1b[31m");
+  fs::path path = temp_dir() / "fix" / "flatten.onnx";
+  write_bytes(path, proto.SerializeAsString());
+  return path;
+}
+
+TEST(Cli, FixDimAndFixShapeMakeInputsStaticSoTheirArithmeticFolds) {
+  const fs::path in = flatten_model();
+  const fs::path out = temp_dir() / "fix" / "fixed.onnx", report = temp_dir() / "fix" / "r.json";
+  CliRun r = graft("optimize --local --verify --fix-dim H=4 --fix-shape x=2,3,4,5 " + in.string() +
+                   " -o " + out.string() + " --report " + report.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("fixed input 'x': [N\\x1b[31m,3,H,W] -> [2,3,4,5]"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos);
+  EXPECT_NE(r.err.find("verification: verified"), std::string::npos) << r.err;
+  auto json = nlohmann::json::parse(read_file(report));
+  ASSERT_EQ(json["fixed_inputs"].size(), 1u) << json.dump(2);
+  EXPECT_EQ(json["fixed_inputs"][0], "'x': [N\x1b[31m,3,H,W] -> [2,3,4,5]");
+  auto model = ir::Model::parse(read_file(out));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto& dims = (*model)->graph().inputs()[0].info.type().tensor_type().shape();
+  ASSERT_EQ(dims.dim_size(), 4);
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(dims.dim(k).dim_value(), (std::vector<int64_t>{2, 3, 4, 5}[k]));
+  EXPECT_EQ(count_ops(**model, "Shape"), 0);
+  EXPECT_EQ(count_ops(**model, "Gather"), 0);
+  EXPECT_EQ(count_ops(**model, "Concat"), 0);
+
+  // Without fixing, the chain stays and no input is reported fixed.
+  r = graft("optimize --local " + in.string() + " -o " + out.string() + " --report " +
+            report.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("fixed input"), std::string::npos) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(read_file(report))["fixed_inputs"].empty());
+  model = ir::Model::parse(read_file(out));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_GT(count_ops(**model, "Shape"), 0);
+}
+
+TEST(Cli, FixDimsThatDoNotFitAreUsageErrors) {
+  const fs::path in = flatten_model();
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--fix-dim batch=1", "no input dim is named 'batch'; the inputs' dim names: 'H', "},
+           {"--fix-dim H=0", "--fix-dim: '0' must be 1..2147483648"},
+           {"--fix-dim H=2147483649", "--fix-dim: '2147483649' must be 1..2147483648"},
+           {"--fix-dim H", "--fix-dim must look like NAME=VALUE, got 'H'"},
+           {"--fix-dim H=four", "--fix-dim: 'four' is not a number"},
+           {"--fix-dim H=1 --fix-dim H=2", "--fix-dim: 'H' is given twice, as 1 and 2"},
+           {"--fix-shape x=1,three", "--fix-shape: 'three' is not a number"},
+           {"--fix-shape x=1,,3,4", "--fix-shape: '' is not a number"},
+           {"--fix-shape x=2,4,4,5", "input 'x': dim 1 is 4, the model declares 3"},
+           {"--fix-shape x=2,3,4", "input 'x' has rank 4"},
+           {"--fix-shape y=1", "'y' is not an input of the model; its inputs: 'x'"},
+           {"--fix-dim H=4 --fix-shape x=1,3,5,5", "fix_dims makes 'H' 4, but fix_shapes gives"},
+       }) {
+    CliRun r = graft("optimize --local " + c.args + " " + in.string());
+    EXPECT_EQ(r.code, 2) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
+  }
+  // A malformed size is a usage error before the input is read.
+  EXPECT_EQ(graft("optimize --local --fix-dim H=0 /no/such/file.onnx").code, 2);
+}
+
 TEST(Cli, StdinToStdoutGivesTheSameBytesAsFiles) {
   fs::path out = temp_dir() / "file.onnx";
   ASSERT_EQ(graft("optimize --local -q " + kExample.string() + " -o " + out.string()).code, 0);

@@ -24,7 +24,8 @@ void expect_same(const std::string& fused, const std::string& reference, double 
 }
 
 TEST(ContribKernels, SkipLayerNormalizationIsAddThenLayerNorm) {
-  const std::string sig = R"(g (float[2,3,4] x, float[2,3,4] s) => (float[2,3,4] y, float[2,3,4] sum)
+  const std::string sig =
+      R"(g (float[2,3,4] x, float[2,3,4] s) => (float[2,3,4] y, float[2,3,4] sum)
       <float[4] gamma = {0.5, 1.0, -2.0, 3.0}, float[4] beta = {0.1, 0.2, 0.3, -0.4},
        float[4] bias = {1, -1, 0.5, 0}>)";
   expect_same(std::string(kImports) + sig + R"( {
@@ -143,7 +144,8 @@ std::string attention_reference(const std::string& sig, const std::string& mask_
       v = Transpose <perm = [0, 2, 1, 3]> (v2)
       s0 = MatMul (q, kt)
       s1 = Mul (s0, scale)
-)" + mask_add + R"(
+)" + mask_add +
+         R"(
       pr = Softmax <axis = -1> (s2)
       c0 = MatMul (pr, v)
       c1 = Transpose <perm = [0, 2, 1, 3]> (c0)
@@ -169,17 +171,18 @@ TEST(ContribKernels, AttentionAddsAttentionBias) {
 TEST(ContribKernels, AttentionUnidirectionalMasksTheFuture) {
   const std::string sig = "g (float[2,3,4] x) => (float[2,3,4] y)";
   // The causal mask as an additive constant: -10000 above the diagonal (mask_filter_value).
-  expect_same(std::string(kImports) + sig + kAttentionWeights +
-                  " { y = com.microsoft.Attention <num_heads = 2, unidirectional = 1> (x, w, bias) }",
-              attention_reference(sig, R"(
+  expect_same(
+      std::string(kImports) + sig + kAttentionWeights +
+          " { y = com.microsoft.Attention <num_heads = 2, unidirectional = 1> (x, w, bias) }",
+      attention_reference(sig, R"(
       causal = Constant <value = float[3,3] {0, -10000, -10000, 0, 0, -10000, 0, 0, 0}> ()
       s2 = Add (s1, causal))"));
 }
 
 TEST(ContribKernels, AttentionRawMaskFiltersPaddedKeys) {
   // mask_index (batch, total) int32: 0 marks a padded key, which gets mask_filter_value.
-  const std::string fused = std::string(kImports) +
-                            "g (float[2,3,4] x) => (float[2,3,4] y)" + kAttentionWeights + R"( {
+  const std::string fused =
+      std::string(kImports) + "g (float[2,3,4] x) => (float[2,3,4] y)" + kAttentionWeights + R"( {
       m = Constant <value = int32[2,3] {1, 1, 0, 1, 1, 1}> ()
       y = com.microsoft.Attention <num_heads = 2, mask_filter_value = -10000.0> (x, w, bias, m)
     })";
@@ -194,8 +197,9 @@ TEST(ContribKernels, AttentionWithPastConcatenatesKeysAndValues) {
   // all P + S positions. Checked against the same attention over [past ; new] written out.
   const std::string sig =
       "g (float[2,3,4] x, float[2,2,2,1,2] past) => (float[2,3,4] y, float[2,2,2,4,2] present)";
-  const std::string fused = std::string(kImports) + sig + kAttentionWeights +
-                            " { y, present = com.microsoft.Attention <num_heads = 2> (x, w, bias, , past) }";
+  const std::string fused =
+      std::string(kImports) + sig + kAttentionWeights +
+      " { y, present = com.microsoft.Attention <num_heads = 2> (x, w, bias, , past) }";
   const std::string reference = std::string(kImports) + sig + kAttentionWeights + R"( {
       p = MatMul (x, w)
       pb = Add (p, bias)
@@ -239,19 +243,24 @@ TEST(ContribKernels, MalformedOperandsAreErrors) {
   auto x3 = make<float>(f, {2, 3, 4}, {});
   std::vector<Case> cases = {
       {"skip of another shape",
-       std::string(kImports) + R"(g (float[2,3,4] x, float[2,2,4] s, float[4] g) => (float[2,3,4] y) {
+       std::string(kImports) +
+           R"(g (float[2,3,4] x, float[2,2,4] s, float[4] g) => (float[2,3,4] y) {
          y = com.microsoft.SkipLayerNormalization (x, s, g) })",
        {x3, make<float>(f, {2, 2, 4}, {}), make<float>(f, {4}, {})}},
       {"gamma of another size",
-       std::string(kImports) + R"(g (float[2,3,4] x, float[2,3,4] s, float[3] g) => (float[2,3,4] y) {
+       std::string(kImports) +
+           R"(g (float[2,3,4] x, float[2,3,4] s, float[3] g) => (float[2,3,4] y) {
          y = com.microsoft.SkipLayerNormalization (x, s, g) })",
        {x3, x3, make<float>(f, {3}, {})}},
       {"4-D input",
-       std::string(kImports) + R"(g (float[1,2,3,4] x, float[1,2,3,4] s, float[4] g) => (float[1,2,3,4] y) {
+       std::string(kImports) +
+           R"(g (float[1,2,3,4] x, float[1,2,3,4] s, float[4] g) => (float[1,2,3,4] y) {
          y = com.microsoft.SkipLayerNormalization (x, s, g) })",
-       {make<float>(f, {1, 2, 3, 4}, {}), make<float>(f, {1, 2, 3, 4}, {}), make<float>(f, {4}, {})}},
+       {make<float>(f, {1, 2, 3, 4}, {}), make<float>(f, {1, 2, 3, 4}, {}),
+        make<float>(f, {4}, {})}},
       {"BiasGelu without bias",
-       std::string(kImports) + R"(g (float[2,3,4] x) => (float[2,3,4] y) { y = com.microsoft.BiasGelu (x) })",
+       std::string(kImports) +
+           R"(g (float[2,3,4] x) => (float[2,3,4] y) { y = com.microsoft.BiasGelu (x) })",
        {x3}},
       {"Attention without num_heads",
        std::string(kImports) + R"(g (float[2,3,4] x, float[4,12] w) => (float[2,3,4] y) {
@@ -266,13 +275,16 @@ TEST(ContribKernels, MalformedOperandsAreErrors) {
          y = com.microsoft.Attention <num_heads = 3> (x, w) })",
        {x3, make<float>(f, {4, 12}, {})}},
       {"Attention past of the wrong shape",
-       std::string(kImports) + R"(g (float[2,3,4] x, float[4,12] w, float[2,2,2,1,3] past) => (float[2,3,4] y) {
+       std::string(kImports) +
+           R"(g (float[2,3,4] x, float[4,12] w, float[2,2,2,1,3] past) => (float[2,3,4] y) {
          y = com.microsoft.Attention <num_heads = 2> (x, w, , , past) })",
        {x3, make<float>(f, {4, 12}, {}), make<float>(f, {2, 2, 2, 1, 3}, {})}},
       {"Attention mask of another form",
-       std::string(kImports) + R"(g (float[2,3,4] x, float[4,12] w, int32[2,1,3,3] m) => (float[2,3,4] y) {
+       std::string(kImports) +
+           R"(g (float[2,3,4] x, float[4,12] w, int32[2,1,3,3] m) => (float[2,3,4] y) {
          y = com.microsoft.Attention <num_heads = 2> (x, w, , m) })",
-       {x3, make<float>(f, {4, 12}, {}), make<int32_t>(onnx::TensorProto::INT32, {2, 1, 3, 3}, {})}},
+       {x3, make<float>(f, {4, 12}, {}),
+        make<int32_t>(onnx::TensorProto::INT32, {2, 1, 3, 3}, {})}},
       {"Attention weights with a zero row count and huge width",
        std::string(kImports) + R"(g (float[2,3,0] x, float[0,3000000000] w) => (float[2,3,4] y) {
          y = com.microsoft.Attention <num_heads = 1> (x, w) })",

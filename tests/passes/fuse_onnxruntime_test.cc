@@ -20,13 +20,24 @@ namespace {
 std::string attention_model(const std::string& inputs, const std::string& mask_line,
                             const std::string& type = "float", const std::string& extra = "") {
   return R"(<ir_version: 8, opset_import: ["" : 17]>
-    g ()" + inputs + ") => (" + type + R"([2,3,4] y)
-      <)" + type + R"([4,4] wq = {0.1, -0.2, 0.3, 0.4, -0.5, 0.6, 0.7, -0.8, 0.9, 1.0, -1.1, 1.2, 0.2, 0.1, -0.4, 0.3},
-       )" + type + R"([4,4] wk = {0.6, -0.5, 0.8, 0.7, -1.0, 0.9, 1.2, -1.1, -0.3, 0.4, 0.1, -0.2, 0.7, 0.8, -0.5, 0.6},
-       )" + type + R"([4,4] wv = {1.1, -1.2, 0.9, 1.0, 0.4, 0.3, -0.2, 0.1, -0.8, 0.7, 0.6, -0.5, 1.2, 1.1, -1.0, 0.9},
-       )" + type + R"([4] bq = {0.01, 0.02, 0.03, 0.04}, )" + type + R"([4] bk = {-0.01, -0.02, -0.03, -0.04},
-       )" + type + R"([4] bv = {0.1, 0.2, 0.3, 0.4}, )" + type + R"( scale = {0.7071067811865476},
-       int64[4] split = {0, 0, 2, 2}, int64[3] merge = {0, 0, 4})" + extra + R"(> {
+    g ()" +
+         inputs + ") => (" + type + R"([2,3,4] y)
+      <)" +
+         type +
+         R"([4,4] wq = {0.1, -0.2, 0.3, 0.4, -0.5, 0.6, 0.7, -0.8, 0.9, 1.0, -1.1, 1.2, 0.2, 0.1, -0.4, 0.3},
+       )" +
+         type +
+         R"([4,4] wk = {0.6, -0.5, 0.8, 0.7, -1.0, 0.9, 1.2, -1.1, -0.3, 0.4, 0.1, -0.2, 0.7, 0.8, -0.5, 0.6},
+       )" +
+         type +
+         R"([4,4] wv = {1.1, -1.2, 0.9, 1.0, 0.4, 0.3, -0.2, 0.1, -0.8, 0.7, 0.6, -0.5, 1.2, 1.1, -1.0, 0.9},
+       )" +
+         type + R"([4] bq = {0.01, 0.02, 0.03, 0.04}, )" + type +
+         R"([4] bk = {-0.01, -0.02, -0.03, -0.04},
+       )" +
+         type + R"([4] bv = {0.1, 0.2, 0.3, 0.4}, )" + type + R"( scale = {0.7071067811865476},
+       int64[4] split = {0, 0, 2, 2}, int64[3] merge = {0, 0, 4})" +
+         extra + R"(> {
       q0 = MatMul (x, wq)
       q1 = Add (q0, bq)
       q2 = Reshape (q1, split)
@@ -41,7 +52,8 @@ std::string attention_model(const std::string& inputs, const std::string& mask_l
       v = Transpose <perm = [0, 2, 1, 3]> (v2)
       s0 = MatMul (q, kt)
       s1 = Mul (s0, scale)
-      )" + mask_line + R"(
+      )" +
+         mask_line + R"(
       p = Softmax <axis = -1> (s2)
       c0 = MatMul (p, v)
       c1 = Transpose <perm = [0, 2, 1, 3]> (c0)
@@ -67,9 +79,9 @@ std::unique_ptr<ir::Model> float16_weights(const std::string& text) {
 
 TEST(FuseOnnxRuntime, AttentionWithPaddingMaskBecomesAttention) {
   // A (B, 1, 1, T) padding mask: expanded over the query axis into attention_bias.
-  auto m = run_rewrite("fuse_onnxruntime",
-                       attention_model("float[2,3,4] x, float[2,1,1,3] mask", "s2 = Add (s1, mask)"),
-                       rewrites(1));
+  auto m = run_rewrite(
+      "fuse_onnxruntime",
+      attention_model("float[2,3,4] x, float[2,1,1,3] mask", "s2 = Add (s1, mask)"), rewrites(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Attention"), 1);
   EXPECT_EQ(count_ops(*m, "Expand"), 1);
@@ -94,9 +106,9 @@ TEST(FuseOnnxRuntime, AttentionWithoutMaskAndDivByScale) {
 }
 
 TEST(FuseOnnxRuntime, AttentionWithFullMaskNeedsNoExpand) {
-  auto m = run_rewrite("fuse_onnxruntime",
-                       attention_model("float[2,3,4] x, float[2,1,3,3] mask", "s2 = Add (mask, s1)"),
-                       rewrites(1));
+  auto m = run_rewrite(
+      "fuse_onnxruntime",
+      attention_model("float[2,3,4] x, float[2,1,3,3] mask", "s2 = Add (mask, s1)"), rewrites(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Attention"), 1);
   EXPECT_EQ(count_ops(*m, "Expand"), 0);

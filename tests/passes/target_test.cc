@@ -34,10 +34,10 @@ TEST(Target, ParsesTheThreeForms) {
 }
 
 TEST(Target, RefusesWhatItDoesNotKnow) {
-  for (const char* bad : {"tensorrt", "ONNX", "onnxruntime:", "onnxruntime:1", "onnxruntime:1.",
-                          "onnxruntime:.5", "onnxruntime:1.x", "onnxruntime:1.18.1",
-                          "onnxruntime1.18", "onnxruntime:-1.2", "onnxruntime:1234.1",
-                          "onnxruntime:1.9", "onnxruntime:0.99"}) {
+  for (const char* bad :
+       {"tensorrt", "ONNX", "onnxruntime:", "onnxruntime:1", "onnxruntime:1.", "onnxruntime:.5",
+        "onnxruntime:1.x", "onnxruntime:1.18.1", "onnxruntime1.18", "onnxruntime:-1.2",
+        "onnxruntime:1234.1", "onnxruntime:1.9", "onnxruntime:0.99"}) {
     auto t = parse_target(bad);
     EXPECT_FALSE(t.ok()) << bad;
     EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << bad << ": " << t.status();

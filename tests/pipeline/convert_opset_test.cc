@@ -63,9 +63,9 @@ TEST(ConvertOpset, WhatCannotBeRaisedIsInvalidArgumentAndChangesNothing) {
     int64_t target;
     const char* message;
   };
-  for (const Case& c : {Case{17, 13, "does not lower"}, Case{11, 17, "opsets are raised from 13 on"},
-                        Case{13, 12, "target_opset must be 13..21"},
-                        Case{13, 22, "target_opset must be 13..21"}}) {
+  for (const Case& c :
+       {Case{17, 13, "does not lower"}, Case{11, 17, "opsets are raised from 13 on"},
+        Case{13, 12, "target_opset must be 13..21"}, Case{13, 22, "target_opset must be 13..21"}}) {
     auto model = parse_text(layer_norm_model(c.model_opset));
     ASSERT_TRUE(model);
     const std::string before = canonical_text(*model);

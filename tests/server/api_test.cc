@@ -211,6 +211,83 @@ TEST(Api, MemoryStatisticsRoundTrip) {
   EXPECT_EQ(back.passes[0].peak_after, 500u);
 }
 
+// ------------------------------------------------------------------------- fixed input dims
+
+v1::PipelineConfig with_fixed(const std::map<std::string, int64_t>& dims,
+                              const std::map<std::string, std::vector<int64_t>>& shapes) {
+  v1::PipelineConfig c;
+  c.mutable_fix_dims()->insert(dims.begin(), dims.end());
+  for (const auto& [name, shape] : shapes)
+    (*c.mutable_fix_shapes())[name].mutable_dims()->Add(shape.begin(), shape.end());
+  return c;
+}
+
+TEST(Api, FixDimsAndShapesRoundTrip) {
+  const std::map<std::string, int64_t> dims = {{"batch", 1}, {"H", 224}};
+  const std::map<std::string, std::vector<int64_t>> shapes = {{"x", {1, 3, 224, 224}}};
+  auto config = api::from_proto(with_fixed(dims, shapes));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->fix_dims, dims);
+  EXPECT_EQ(config->fix_shapes, shapes);
+  const v1::PipelineConfig proto = api::to_proto(*config);
+  EXPECT_EQ(proto.fix_dims().size(), 2);
+  EXPECT_EQ(proto.fix_dims().at("H"), 224);
+  ASSERT_EQ(proto.fix_shapes().count("x"), 1u);
+  EXPECT_EQ(std::vector<int64_t>(proto.fix_shapes().at("x").dims().begin(),
+                                 proto.fix_shapes().at("x").dims().end()),
+            shapes.at("x"));
+  auto back = api::from_proto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->fix_dims, dims);
+  EXPECT_EQ(back->fix_shapes, shapes);
+
+  // The report's lines too.
+  PipelineReport r;
+  r.fixed_inputs = {"'x': [batch,3,H,W] -> [1,3,224,224]", "'mask': [batch] -> [1]"};
+  v1::OptimizeReport report;
+  api::fill_report(r, &report);
+  EXPECT_EQ(report.fixed_inputs_size(), 2);
+  EXPECT_EQ(api::to_pipeline_report(report).fixed_inputs, r.fixed_inputs);
+}
+
+TEST(Api, FixedDimsAreInTheKeyOnlyWhenSet) {
+  const std::string o2 = canonical(v1::PipelineConfig{});
+  EXPECT_EQ(o2.find("fix_"), std::string::npos);
+  // Empty maps add nothing, so keys made before fix_dims existed hold.
+  EXPECT_EQ(canonical(with_fixed({}, {})), o2);
+  const auto batch1 = with_fixed({{"batch", 1}}, {});
+  EXPECT_NE(canonical(batch1), o2);
+  EXPECT_EQ(canonical(batch1), canonical(with_fixed({{"batch", 1}}, {})));
+  EXPECT_NE(canonical(batch1), canonical(with_fixed({{"batch", 2}}, {})));
+  EXPECT_NE(canonical(batch1), canonical(with_fixed({{"seq", 1}}, {})));
+  const auto shape = with_fixed({}, {{"x", {1, 3}}});
+  EXPECT_NE(canonical(shape), o2);
+  EXPECT_EQ(canonical(shape), canonical(with_fixed({}, {{"x", {1, 3}}})));
+  EXPECT_NE(canonical(shape), canonical(with_fixed({}, {{"x", {1, 4}}})));
+  EXPECT_NE(canonical(shape), canonical(with_fixed({}, {{"x", {13}}})));
+  // A dim name and an input name that read alike are different requests.
+  EXPECT_NE(canonical(with_fixed({{"x", 1}}, {})), canonical(with_fixed({}, {{"x", {1}}})));
+  EXPECT_EQ(canonical(with_fixed({{"batch", 1}}, {{"x", {1, 3}}})),
+            canonical(with_fixed({{"batch", 1}}, {{"x", {1, 3}}})));
+}
+
+TEST(Api, FixedSizesOutOfRangeAreInvalidArgumentWhenTheConfigIsBuilt) {
+  for (int64_t bad : {int64_t{0}, int64_t{-3}, (int64_t{1} << 31) + 1}) {
+    auto config = api::from_proto(with_fixed({{"batch", bad}}, {}));
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(config.status().message().find("fix_dims: the size of 'batch' must be 1..2147483648"),
+              std::string::npos)
+        << config.status();
+    config = api::from_proto(with_fixed({}, {{"x", {1, bad}}}));
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_NE(config.status().message().find("fix_shapes: dim 1 of 'x' must be 1..2147483648"),
+              std::string::npos)
+        << config.status();
+  }
+  EXPECT_TRUE(api::from_proto(with_fixed({{"batch", int64_t{1} << 31}}, {})).ok());
+}
+
 // ------------------------------------------------------------------------- verify input sets
 
 // A serialized float tensor with `values` and `dims`.

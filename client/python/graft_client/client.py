@@ -249,6 +249,11 @@ class Result:
                             "graph": e.graph, "reason": e.reason})
         return out
 
+    def fixed_inputs(self):
+        """The inputs fix_dims/fix_shapes made static: a list of lines
+        "'x': [batch,3,H,W] -> [1,3,224,224]", in input order."""
+        return list(self.report.fixed_inputs)
+
     def lossy_trials(self):
         """Each lossy pass tried: a list of dicts with pass, kept, measured, gate (max_rel,
         min_cosine), errors (output, max_abs, rel, cosine) and verdict, in order."""
@@ -664,7 +669,7 @@ class Client:
                  external_data_dir=None, keep_external_files=True, progress=None,
                  chunk_bytes=CHUNK_BYTES, explain=None, max_error=None, min_cosine=None,
                  accept_unmeasured_error=False, calibration_data=None, target=None,
-                 target_opset=None):
+                 target_opset=None, fix_dims=None, fix_shapes=None):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -685,7 +690,10 @@ class Client:
         ({input name: numpy array or TensorProto} dicts) lossy passes learn value ranges from.
         `target`: the runtime the result is for, "onnx" (default) or "onnxruntime[:X.Y]"
         (report.target says which it was optimized for). `target_opset` (13..21): raise the
-        model's opset first, converting what changed (e.g. 17 for LayerNormalization)."""
+        model's opset first, converting what changed (e.g. 17 for LayerNormalization).
+        `fix_dims` ({"batch": 1}) and `fix_shapes` ({"x": [1, 3, 224, 224]}) make symbolic input
+        dims static before the passes run, so the shape arithmetic that follows folds
+        (Result.fixed_inputs())."""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
             raise InvalidArgumentError(f"chunk_bytes must be in (0, {MAX_MESSAGE_BYTES - 4096}]")
         deadline = self._deadline(timeout)
@@ -694,7 +702,7 @@ class Client:
                                  explain=explain, max_error=max_error, min_cosine=min_cosine,
                                  accept_unmeasured_error=accept_unmeasured_error,
                                  calibration_data=calibration_data, target=target,
-                                 target_opset=target_opset)
+                                 target_opset=target_opset, fix_dims=fix_dims, fix_shapes=fix_shapes)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:
@@ -792,26 +800,27 @@ class Client:
 
     def lookup(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                timeout=None, *, sha256=None, max_rounds=10, check=False, external_data_dir=None,
-               keep_external_files=True, target=None):
+               keep_external_files=True, target=None, fix_dims=None, fix_shapes=None):
         """The cached Result for `model` (path or bytes; its external-data files are hashed from
         its folder or `external_data_dir`) or for an input digest `sha256=` under this
-        configuration, downloaded without an upload; None when the server has none. A Result
-        found by `sha256=` knows no input files: its from_input files cannot be saved."""
+        configuration (fix_dims and fix_shapes as optimize's), downloaded without an upload;
+        None when the server has none. A Result found by `sha256=` knows no input files: its
+        from_input files cannot be saved."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
-                                 target=target)
+                                 target=target, fix_dims=fix_dims, fix_shapes=fix_shapes)
         digest, source = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, True, self._deadline(timeout), source,
                             keep_external_files)
 
     def is_cached(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                   timeout=None, *, sha256=None, max_rounds=10, check=False,
-                  external_data_dir=None, target=None):
+                  external_data_dir=None, target=None, fix_dims=None, fix_shapes=None):
         """Whether the server has a cached result for the model (or input digest) and
-        configuration."""
+        configuration (fix_dims and fix_shapes as optimize's)."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
-                                 target=target)
+                                 target=target, fix_dims=fix_dims, fix_shapes=fix_shapes)
         digest, _ = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, False, self._deadline(timeout))
 

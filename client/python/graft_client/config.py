@@ -8,6 +8,7 @@ client produced the entry.
 """
 
 import math
+import numbers
 
 from ._stubs import graft_pb2
 from .errors import InvalidArgumentError
@@ -22,6 +23,12 @@ MAX_INPUT_SETS = 16
 MAX_PASS_LIST = 256
 # The most rules a request may ask to explain (PipelineConfig.explain).
 MAX_EXPLAIN = 64
+# core/pipeline/fix_dims.h: the sizes an input dim may be fixed to, the most entries each of
+# fix_dims and fix_shapes may hold, and the longest shape.
+MIN_FIXED_DIM = 1
+MAX_FIXED_DIM = 2**31
+MAX_FIX_ENTRIES = 4096
+MAX_FIX_RANK = 1024
 
 
 def normalize_level(level):
@@ -88,6 +95,56 @@ def _add_input_sets(target, input_sets, what="verify"):
             message.tensors[name] = _tensor_bytes(name, value)
 
 
+def _fixed_size(what, value):
+    """An int in [MIN_FIXED_DIM, MAX_FIXED_DIM] (not a bool), else InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
+    value = int(value)  # numpy integers too
+    if not MIN_FIXED_DIM <= value <= MAX_FIXED_DIM:
+        raise InvalidArgumentError(
+            f"{what} must be {MIN_FIXED_DIM}..{MAX_FIXED_DIM}, got {value}")
+    return value
+
+
+def _add_fixed(config, fix_dims, fix_shapes):
+    """fix_dims ({dim name: size}) and fix_shapes ({input name: [sizes]}) into `config`."""
+    if fix_dims is not None:
+        if not isinstance(fix_dims, dict):
+            raise InvalidArgumentError(
+                f"fix_dims must be a dict of dim name -> size, got {type(fix_dims).__name__}")
+        if len(fix_dims) > MAX_FIX_ENTRIES:
+            raise InvalidArgumentError(
+                f"fix_dims: at most {MAX_FIX_ENTRIES} names, got {len(fix_dims)}")
+        for name, size in fix_dims.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError(f"fix_dims: names must be non-empty strings, got {name!r}")
+            config.fix_dims[name] = _fixed_size(f"fix_dims: the size of '{name[:200]}'", size)
+    if fix_shapes is not None:
+        if not isinstance(fix_shapes, dict):
+            raise InvalidArgumentError(
+                f"fix_shapes must be a dict of input name -> list of sizes, got "
+                f"{type(fix_shapes).__name__}")
+        if len(fix_shapes) > MAX_FIX_ENTRIES:
+            raise InvalidArgumentError(
+                f"fix_shapes: at most {MAX_FIX_ENTRIES} inputs, got {len(fix_shapes)}")
+        for name, dims in fix_shapes.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError(
+                    f"fix_shapes: input names must be non-empty strings, got {name!r}")
+            if isinstance(dims, (str, bytes, dict)) or not hasattr(dims, "__iter__"):
+                raise InvalidArgumentError(
+                    f"fix_shapes: the shape of '{name[:200]}' must be a list of ints, got "
+                    f"{type(dims).__name__}")
+            dims = list(dims)
+            if len(dims) > MAX_FIX_RANK:
+                raise InvalidArgumentError(
+                    f"fix_shapes: the shape of '{name[:200]}' has {len(dims)} dims, at most "
+                    f"{MAX_FIX_RANK}")
+            shape = config.fix_shapes[name]
+            for k, d in enumerate(dims):
+                shape.dims.append(_fixed_size(f"fix_shapes: dim {k} of '{name[:200]}'", d))
+
+
 def _verify_config(verify):
     """A VerifyConfig from None/False (off), True (defaults), a dict or a VerifyConfig."""
     v = graft_pb2.VerifyConfig()
@@ -133,7 +190,7 @@ def _verify_config(verify):
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
                     max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None, max_error=None,
                     min_cosine=None, accept_unmeasured_error=False, calibration_data=None,
-                    target=None, target_opset=None):
+                    target=None, target_opset=None, fix_dims=None, fix_shapes=None):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
@@ -146,7 +203,11 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     scales); without it they use random inputs (report.passes[i].calibration says which).
     `target` is the runtime the result is for: "onnx" (the default: standard ops only),
     "onnxruntime" or "onnxruntime:MAJOR.MINOR" (ONNX Runtime's com.microsoft fused ops too);
-    the server checks it. `target_opset` (13..21) raises the model's opset first."""
+    the server checks it. `target_opset` (13..21) raises the model's opset first.
+    `fix_dims` ({dim name: size}, e.g. {"batch": 1}) and `fix_shapes` ({input name: [sizes]},
+    e.g. {"x": [1, 3, 224, 224]}) make symbolic input dims static before the passes run, so what
+    follows from them folds (report.fixed_inputs lists the inputs changed); sizes are ints in
+    1..2^31."""
     config = graft_pb2.PipelineConfig()
     config.level = normalize_level(level)
     if target is not None:
@@ -207,4 +268,5 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
             raise InvalidArgumentError(f"min_cosine must be a number in [-1, 1], got {min_cosine!r}")
         config.min_cosine = float(min_cosine)
     config.accept_unmeasured_error = bool(accept_unmeasured_error)
+    _add_fixed(config, fix_dims, fix_shapes)
     return config

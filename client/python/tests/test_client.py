@@ -375,6 +375,73 @@ def test_calibration_data_sets_the_ranges_and_the_report_says_so(client, tmp_pat
         client.optimize(a, calibration_data=[{"X": x}] * 17, **options)
 
 
+def symbolic_conv_bn_bytes(seed):
+    """conv_bn_model with X declared [batch, 3, H, W] and Y [batch, 8, H, W]."""
+    model = conv_bn_model(seed)
+    for value in (model.graph.input[0], model.graph.output[0]):
+        dims = value.type.tensor_type.shape.dim
+        for k, name in ((0, "batch"), (2, "H"), (3, "W")):
+            dims[k].dim_param = name
+    return model.SerializeToString()
+
+
+def test_fix_dims_make_inputs_static_and_are_part_of_the_key(client, tmp_path):
+    """fix_dims and fix_shapes reach the server (the result's input is static, the report lists
+    it), they key the cache as the C++ CLI's --fix-dim does, and a name the model does not have
+    is InvalidArgumentError from the server."""
+    a = tmp_path / "a.onnx"
+    a.write_bytes(symbolic_conv_bn_bytes(seed=116))
+    result = client.optimize(a, fix_dims={"batch": 1}, fix_shapes={"X": [1, 3, 16, 16]},
+                             verify=True)
+    assert result.fixed_inputs() == ["'X': [batch,3,H,W] -> [1,3,16,16]"]
+    assert result.report.verification.status == graft_pb2.Verification.VERIFIED
+    dims = onnx.load_from_string(result.model_bytes).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [1, 3, 16, 16]
+    # The same request is a hit; without fixing it is another entry.
+    assert client.is_cached(a, fix_dims={"batch": 1}, fix_shapes={"X": [1, 3, 16, 16]},
+                            verify=True)
+    assert not client.is_cached(a, verify=True)
+    plain = client.optimize(a, fix_dims={"batch": numpy.int64(1)})
+    assert not plain.lookup_hit
+    assert plain.fixed_inputs() == ["'X': [batch,3,H,W] -> [1,3,H,W]"]
+    assert client.lookup(a, fix_dims={"batch": 1}) is not None
+    cli = os.environ.get("GRAFT_CLI", str(Path(__file__).resolve().parents[3] / "build" / "client" / "graft"))
+    if os.access(cli, os.X_OK):
+        run = subprocess.run([cli, "lookup", str(a), "--fix-dim", "batch=1", "--server",
+                              client.target], capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+    with pytest.raises(graft_client.InvalidArgumentError,
+                       match="no input dim is named 'seq'; the inputs' dim names: 'H', 'W', "
+                             "'batch'"):
+        client.optimize(a, fix_dims={"seq": 1}, lookup_first=False)
+    with pytest.raises(graft_client.InvalidArgumentError, match="dim 1 is 4, the model declares 3"):
+        client.optimize(a, fix_shapes={"X": [1, 4, 16, 16]})
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    ({"fix_dims": {"batch": 0}}, "fix_dims: the size of 'batch' must be 1..2147483648, got 0"),
+    ({"fix_dims": {"batch": 2**31 + 1}}, "must be 1..2147483648"),
+    ({"fix_dims": {"batch": "1"}}, "fix_dims: the size of 'batch' must be an int"),
+    ({"fix_dims": {"batch": True}}, "must be an int"),
+    ({"fix_dims": {"batch": 1.0}}, "must be an int"),
+    ({"fix_dims": {"": 1}}, "names must be non-empty strings"),
+    ({"fix_dims": [("batch", 1)]}, "fix_dims must be a dict"),
+    ({"fix_shapes": {"X": "1,3"}}, "the shape of 'X' must be a list of ints"),
+    ({"fix_shapes": {"X": 3}}, "the shape of 'X' must be a list of ints"),
+    ({"fix_shapes": {"X": [1, -3]}}, "fix_shapes: dim 1 of 'X' must be 1..2147483648"),
+    ({"fix_shapes": {"X": [1] * 1025}}, "at most 1024"),
+    ({"fix_shapes": [1, 3]}, "fix_shapes must be a dict"),
+])
+def test_fixed_sizes_are_checked_before_any_call(kwargs, text):
+    """Bad fix_dims/fix_shapes are InvalidArgumentError from the client itself: the server
+    (unreachable here) is never asked."""
+    with graft_client.Client(UNREACHABLE, timeout=10) as nowhere:
+        for call in (nowhere.optimize, nowhere.lookup, nowhere.is_cached):
+            with pytest.raises(graft_client.InvalidArgumentError) as error:
+                call(conv_bn_bytes(seed=117), **kwargs)
+            assert text in str(error.value), str(error.value)
+
+
 # --- A fake server (fakes.py): what the client sends, and what it does with a hostile answer -
 
 

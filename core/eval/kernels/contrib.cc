@@ -64,8 +64,8 @@ absl::Status gelu_family(KernelContext& ctx, double (*f)(double), int bias_input
   if (bias_required && bias == nullptr) return invalid(ctx, "missing input 1 (bias)");
   if (bias != nullptr) {
     if (x->rank() == 0) return invalid(ctx, "a bias needs an input of rank >= 1");
-    KERNEL_ASSIGN_OR_RETURN(bias, optional_vector(ctx, bias_input, x->dims().back(), x->dtype(),
-                                                  "bias"));
+    KERNEL_ASSIGN_OR_RETURN(bias,
+                            optional_vector(ctx, bias_input, x->dims().back(), x->dtype(), "bias"));
   }
   KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
   const Scratch<double> v = to_doubles(*x);
@@ -184,8 +184,7 @@ absl::Status fused_matmul(KernelContext& ctx) {
   const bool ta = ctx.node.attr_int("transA", 0) != 0, tb = ctx.node.attr_int("transB", 0) != 0;
   const double alpha = ctx.node.attr_float("alpha", 1.0f);
   if (!std::isfinite(alpha)) return invalid(ctx, "alpha is not finite");
-  if (a->rank() < 2 || b->rank() < 2)
-    return unimplemented(ctx, "inputs of rank below 2");
+  if (a->rank() < 2 || b->rank() < 2) return unimplemented(ctx, "inputs of rank below 2");
   const auto& ad = a->dims();
   const auto& bd = b->dims();
   const int64_t m = ta ? ad[ad.size() - 1] : ad[ad.size() - 2];
@@ -273,10 +272,14 @@ struct KeyMask {
   int64_t seq = 0, total = 0;
   double at(int64_t b, int64_t i, int64_t j) const {
     switch (form) {
-      case 1: return j < v[b] ? 0.0 : filter;
-      case 2: return v[b * total + j] > 0 ? 0.0 : filter;
-      case 3: return v[(b * seq + i) * total + j] > 0 ? 0.0 : filter;
-      default: return 0.0;
+      case 1:
+        return j < v[b] ? 0.0 : filter;
+      case 2:
+        return v[b * total + j] > 0 ? 0.0 : filter;
+      case 3:
+        return v[(b * seq + i) * total + j] > 0 ? 0.0 : filter;
+      default:
+        return 0.0;
     }
   }
 };
@@ -298,16 +301,17 @@ absl::StatusOr<KeyMask> key_mask(const KernelContext& ctx, size_t input, const H
   } else if (d.size() == 3 && d[0] == h.batch && d[1] == h.seq && d[2] == h.total) {
     m.form = 3;
   } else {
-    return unimplemented(ctx, "mask forms other than (batch), (batch, total) and (batch, seq, "
-                              "total)");
+    return unimplemented(ctx,
+                         "mask forms other than (batch), (batch, total) and (batch, seq, "
+                         "total)");
   }
   m.v = to_ints(*m.t);
   return m;
 }
 
 // attention_bias (B or 1, N or 1, S, T), float of x's type; nullptr when absent.
-absl::StatusOr<const Tensor*> attention_bias(const KernelContext& ctx, size_t input,
-                                             const Heads& h, int32_t dtype) {
+absl::StatusOr<const Tensor*> attention_bias(const KernelContext& ctx, size_t input, const Heads& h,
+                                             int32_t dtype) {
   const Tensor* t = ctx.input(input);
   if (t == nullptr) return t;
   if (t->dtype() != dtype) return invalid(ctx, "attention_bias is not of the input's type");
@@ -353,8 +357,9 @@ absl::Status attention(KernelContext& ctx) {
   if (auto sizes = ctx.node.attr_ints("qkv_hidden_sizes")) {
     if (sizes->size() != 3 || (*sizes)[0] != (*sizes)[1] || (*sizes)[0] <= 0 || (*sizes)[2] <= 0 ||
         (*sizes)[0] > qkv || (*sizes)[2] > qkv || 2 * (*sizes)[0] + (*sizes)[2] != qkv)
-      return invalid(ctx, "qkv_hidden_sizes must be three sizes q = k and v summing to the "
-                          "weights' columns");
+      return invalid(ctx,
+                     "qkv_hidden_sizes must be three sizes q = k and v summing to the "
+                     "weights' columns");
     dq = (*sizes)[0];
     dv = (*sizes)[2];
   } else {
@@ -363,8 +368,7 @@ absl::Status attention(KernelContext& ctx) {
   }
   if (dq % heads != 0 || dv % heads != 0)
     return invalid(ctx, "the hidden sizes are not divisible by num_heads");
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* bias,
-                          optional_vector(ctx, 2, qkv, x->dtype(), "bias"));
+  KERNEL_ASSIGN_OR_RETURN(const Tensor* bias, optional_vector(ctx, 2, qkv, x->dtype(), "bias"));
   const int64_t batch = x->dims()[0], seq = x->dims()[1], din = x->dims()[2];
   const Tensor* past = ctx.input(4);
   int64_t past_len = 0;
@@ -378,8 +382,8 @@ absl::Status attention(KernelContext& ctx) {
     past_len = p[3];
   }
   const Heads h{batch, heads, seq, past_len + seq, head, vhead};
-  KERNEL_ASSIGN_OR_RETURN(
-      KeyMask mask, key_mask(ctx, 3, h, ctx.node.attr_float("mask_filter_value", -10000.0f)));
+  KERNEL_ASSIGN_OR_RETURN(KeyMask mask,
+                          key_mask(ctx, 3, h, ctx.node.attr_float("mask_filter_value", -10000.0f)));
   KERNEL_ASSIGN_OR_RETURN(const Tensor* ab, attention_bias(ctx, 5, h, x->dtype()));
   const bool causal = ctx.node.attr_int("unidirectional", 0) != 0;
   double scale = ctx.node.attr_float("scale", 0.0f);
@@ -388,8 +392,8 @@ absl::Status attention(KernelContext& ctx) {
 
   // Projection: (B*S, D_in) x (D_in, qkv) + bias, then split into heads. Sizes are checked in
   // double first: zero-sized operands may carry dims whose products overflow int64.
-  const double elements = static_cast<double>(batch) * (seq * static_cast<double>(dq) +
-                                                        h.total * static_cast<double>(dq + dv));
+  const double elements = static_cast<double>(batch) *
+                          (seq * static_cast<double>(dq) + h.total * static_cast<double>(dq + dv));
   if (elements > static_cast<double>(ctx.limits.max_tensor_bytes))
     return absl::ResourceExhaustedError(
         absl::StrCat(ctx.node.op_type(), ": Q, K and V would exceed the tensor size limit"));

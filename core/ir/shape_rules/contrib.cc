@@ -32,7 +32,8 @@ TensorFact fused_matmul(const Node& n, size_t, bool* partial) {
   if (n.attr_int("transBatchA", 0) != 0 || n.attr_int("transBatchB", 0) != 0)
     return with_type(unknown(partial), a.elem_type);
   auto swap_last = [](TensorFact& f) {
-    if (f.has_rank && f.dims.size() >= 2) std::swap(f.dims[f.dims.size() - 1], f.dims[f.dims.size() - 2]);
+    if (f.has_rank && f.dims.size() >= 2)
+      std::swap(f.dims[f.dims.size() - 1], f.dims[f.dims.size() - 2]);
   };
   if (n.attr_int("transA", 0) != 0) swap_last(a);
   if (n.attr_int("transB", 0) != 0) swap_last(b);
