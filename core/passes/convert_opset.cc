@@ -10,7 +10,6 @@
 // model already at or above the target is left as it is. Rules of the conversion are reported
 // per rule name, as the rule driver counts them.
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
 
 #include "core/passes/opset.h"
 #include "core/passes/passes.h"
@@ -48,17 +47,11 @@ class ConvertOpset : public Pass {
     // The raise itself counts as one rewrite even where no node needed converting.
     result.rewrites = 1;
     for (const auto& [rule, count] : raised->conversions) result.rewrites += count;
-    std::vector<std::string> converted;
-    for (const auto& [rule, count] : raised->conversions)
-      converted.push_back(absl::StrCat(rule, " ", count));
-    result.explanations.push_back(
-        {.rule = "raise_opset",
-         .node = "model",
-         .op = "opset_import",
-         .graph = "",
-         .reason = absl::StrCat(
-             "the default-domain opset was raised from ", raised->from, " to ", raised->to,
-             converted.empty() ? "" : "; nodes converted: ", absl::StrJoin(converted, ", "))});
+    result.explanations.push_back({.rule = "raise_opset",
+                                   .node = "model",
+                                   .op = "opset_import",
+                                   .graph = "",
+                                   .reason = raised->summary()});
     result.always_explained = true;
     return result;
   }

@@ -17,7 +17,9 @@
 //    1. Where the model would broadcast a mask of another length than the keys' (only a length
 //    of 1 is valid there), ONNX Runtime rejects the fused node's attention_bias: an error, never
 //    a different result.
-//  - skip_layer_norm: LayerNormalization(a + b) over the last axis of a 2-D or 3-D input, with
+//  - skip_layer_norm (off by default: ONNX Runtime 1.30's CPU kernel ran slower than
+//    LayerNormalization + Add on the BERT models of docs/performance.md; the option `fusions`
+//    turns it on): LayerNormalization(a + b) over the last axis of a 2-D or 3-D input, with
 //    a 1-D scale and bias, a and b of the same shape (or b (S, H) / (1, S, H) for a 3-D a)
 //      -> SkipLayerNormalization(a, b, gamma, beta); when a (or b) is itself MatMul + 1-D
 //    constant bias read only here, the bias moves into the op's bias input. The sum, when read
@@ -443,11 +445,14 @@ PassInfo fuse_onnxruntime_pass() {
           .level = 2,
           .target = Target::Kind::kOnnxRuntime,
           .description =
-              "ONNX Runtime's fused kernels (com.microsoft Attention, "
-              "SkipLayerNormalization) for blocks its own optimizer leaves apart; "
+              "ONNX Runtime's fused kernels (com.microsoft Attention; "
+              "SkipLayerNormalization by option) for blocks its own optimizer leaves apart; "
               "target onnxruntime only",
-          .options = {list_option(kFusions, kRuleNames, kRuleNames,
-                                  "the fusions to make (each a rule of this pass)")},
+          .options = {list_option(kFusions, {"attention"}, kRuleNames,
+                                  "the fusions to make (each a rule of this pass); "
+                                  "skip_layer_norm is off by default: measured slower than "
+                                  "LayerNormalization + Add under ONNX Runtime 1.30 on CPU "
+                                  "(docs/performance.md)")},
           .create = make_fuse_onnxruntime};
 }
 

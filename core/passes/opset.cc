@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include "core/ir/tensor.h"
 #include "core/passes/queries.h"
@@ -285,6 +286,15 @@ std::vector<std::string> opset_conversion_rules() {
   std::vector<std::string> names;
   for (const Conversion& c : conversions()) names.push_back(c.rule);
   return names;
+}
+
+std::string OpsetRaise::summary(std::string_view why) const {
+  std::vector<std::string> converted;
+  for (const auto& [rule, count] : conversions) converted.push_back(absl::StrCat(rule, " ", count));
+  return absl::StrCat("the default-domain opset was raised from ", from, " to ", to,
+                      why.empty() ? "" : " for ", std::string(why),
+                      converted.empty() ? "" : "; nodes converted: ",
+                      absl::StrJoin(converted, ", "));
 }
 
 std::optional<OpsetRefusal> check_raise_opset(const ir::Model& model, int64_t target) {

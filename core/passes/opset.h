@@ -39,6 +39,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <absl/status/statusor.h>
@@ -68,6 +69,9 @@ struct OpsetRaise {
   bool changed = false;
   std::map<std::string, int64_t> conversions;  // nodes converted, per rule name
   std::optional<OpsetRefusal> refused;         // set when the raise was refused
+  // "the default-domain opset was raised from 13 to 21[ for WHY][; nodes converted: RULE N, ...]",
+  // for reports.
+  std::string summary(std::string_view why = "") const;
 };
 
 // The names of the conversion rules (their RuleRunOptions::explain names).

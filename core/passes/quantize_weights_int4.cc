@@ -505,18 +505,11 @@ class QuantizeWeightsInt4 : public RulePass {
     model.release(cp);
     result = std::move(*quantized);
     if (raised->changed) {
-      std::vector<std::string> converted;
-      for (const auto& [rule, count] : raised->conversions)
-        converted.push_back(absl::StrCat(rule, " ", count));
-      result.explanations.push_back(
-          {.rule = "raise_opset",
-           .node = "model",
-           .op = "opset_import",
-           .graph = "",
-           .reason = absl::StrCat(
-               "the default-domain opset was raised from ", raised->from, " to ", raised->to,
-               " for DequantizeLinear's block_size",
-               converted.empty() ? "" : "; nodes converted: ", absl::StrJoin(converted, ", "))});
+      result.explanations.push_back({.rule = "raise_opset",
+                                     .node = "model",
+                                     .op = "opset_import",
+                                     .graph = "",
+                                     .reason = raised->summary("DequantizeLinear's block_size")});
       result.always_explained = true;
     }
     return result;
