@@ -291,10 +291,10 @@ std::vector<std::string> opset_conversion_rules() {
 std::string OpsetRaise::summary(std::string_view why) const {
   std::vector<std::string> converted;
   for (const auto& [rule, count] : conversions) converted.push_back(absl::StrCat(rule, " ", count));
-  return absl::StrCat("the default-domain opset was raised from ", from, " to ", to,
-                      why.empty() ? "" : " for ", std::string(why),
-                      converted.empty() ? "" : "; nodes converted: ",
-                      absl::StrJoin(converted, ", "));
+  return absl::StrCat(
+      "the default-domain opset was raised from ", from, " to ", to, why.empty() ? "" : " for ",
+      std::string(why),
+      converted.empty() ? "" : "; nodes converted: ", absl::StrJoin(converted, ", "));
 }
 
 std::optional<OpsetRefusal> check_raise_opset(const ir::Model& model, int64_t target) {

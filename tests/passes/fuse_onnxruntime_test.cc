@@ -176,7 +176,6 @@ TEST(FuseOnnxRuntime, SkipLayerNormIsNotADefaultFusion) {
   expect_no_rewrite("fuse_onnxruntime", kPostNorm);
 }
 
-
 TEST(FuseOnnxRuntime, PostNormResidualBecomesSkipLayerNormalization) {
   expect_rewrite("fuse_onnxruntime", R"(
     <ir_version: 8, opset_import: ["" : 17]>
@@ -269,7 +268,9 @@ TEST(FuseOnnxRuntime, SkipLayerNormLookAlikesStay) {
   // an older target gets nothing and the default one gets the fusion.
   auto old = float16_weights(fp16);
   ASSERT_TRUE(old);
-  EXPECT_EQ(run_pass(*old, PassRef("fuse_onnxruntime").for_target("onnxruntime:1.17"), kSkip).rewrites, 0);
+  EXPECT_EQ(
+      run_pass(*old, PassRef("fuse_onnxruntime").for_target("onnxruntime:1.17"), kSkip).rewrites,
+      0);
   auto m = float16_weights(fp16);
   ASSERT_TRUE(m);
   auto before = m->clone();

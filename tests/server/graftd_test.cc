@@ -85,6 +85,46 @@ TEST(Graftd, RemoteResultEqualsLocalAndSecondRequestIsACacheHit) {
   EXPECT_FALSE(missing->cached);
 }
 
+// Target, target opset and fixed dims through the real API: a result made for a target says so
+// and is cached apart from the default's; what cannot be done is INVALID_ARGUMENT before any
+// work, with the reason.
+TEST(Graftd, TargetTargetOpsetAndFixedDimsAreCheckedAndKeyed) {
+  Graftd server;
+  client::GraftClient client(server.address());
+  const std::string bytes = read_file(kExample);  // opset 9, input x [?, 3, 48, 192]
+  auto plain = client.optimize(bytes, o2());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->report.target(), "onnx");
+  auto ort = o2();
+  ort.set_target("onnxruntime");
+  auto for_ort = client.optimize(bytes, ort);
+  ASSERT_TRUE(for_ort.ok()) << for_ort.status();
+  EXPECT_EQ(for_ort->report.target(), "onnxruntime:1.18");
+  EXPECT_FALSE(for_ort->report.cache_hit());
+
+  auto fixed = o2();
+  for (int64_t d : {1, 3, 48, 192}) (*fixed.mutable_fix_shapes())["x"].add_dims(d);
+  auto with_fixed = client.optimize(bytes, fixed);
+  ASSERT_TRUE(with_fixed.ok()) << with_fixed.status();
+  EXPECT_FALSE(with_fixed->report.cache_hit());
+  ASSERT_EQ(with_fixed->report.fixed_inputs_size(), 1);
+
+  auto bad_target = o2();
+  bad_target.set_target("onnxruntime:0.1");
+  auto unknown_dim = o2();
+  (*unknown_dim.mutable_fix_dims())["no_such_dim"] = 4;
+  auto raise = o2();
+  raise.set_target_opset(17);
+  for (const auto& [config, message] : std::vector<std::pair<v1::PipelineConfig, std::string>>{
+           {bad_target, "older than the oldest ONNX Runtime"},
+           {unknown_dim, "no_such_dim"},
+           {raise, "opsets are raised from 13 on"}}) {
+    auto bad = client.optimize(bytes, config);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+    EXPECT_NE(bad.status().message().find(message), absl::string_view::npos) << bad.status();
+  }
+}
+
 TEST(Graftd, VerificationIsReportedCachedSeparatelyAndCounted) {
   Graftd server;
   client::GraftClient client(server.address());
