@@ -169,11 +169,18 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   Block block = {&root, merge, context, softmax};
   ir::Value* mask = nullptr;
   if (ir::Node* add = inner(scores, "Add", root)) {
+    // The scores' operand is Q K^T (a MatMul), scaled or not; the mask may itself be a Mul
+    // ((1 - m) * c), so a Mul counts only when one of its operands is a MatMul.
+    auto scaled_scores = [&](const ir::Value* v) {
+      if (!single_use(v)) return false;
+      if (producer(v, "MatMul")) return true;
+      ir::Node* s = producer(v, "Mul");
+      if (!s) s = producer(v, "Div");
+      return s && s->inputs().size() == 2 &&
+             (producer(s->input(0), "MatMul") || producer(s->input(1), "MatMul"));
+    };
     for (int side = 0; side < 2; ++side) {
-      ir::Node* scaled = producer(add->input(side), "Mul");
-      if (!scaled) scaled = producer(add->input(side), "Div");
-      if (!scaled) scaled = producer(add->input(side), "MatMul");
-      if (!scaled || !single_use(add->input(side))) continue;
+      if (!scaled_scores(add->input(side))) continue;
       mask = add->input(1 - side);
       scores = add->input(side);
       block.push_back(add);

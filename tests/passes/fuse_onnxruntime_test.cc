@@ -114,6 +114,19 @@ TEST(FuseOnnxRuntime, AttentionWithFullMaskNeedsNoExpand) {
   EXPECT_EQ(count_ops(*m, "Expand"), 0);
 }
 
+TEST(FuseOnnxRuntime, AttentionMaskComputedByAMulOnTheFirstSide) {
+  // A one-layer model: the padding mask (1 - m) * -10000 is a Mul read only by the scores' Add,
+  // written first; the scores (a Mul of Q K^T) are the other operand.
+  std::string text = attention_model("float[2,3,4] x, float[2,1,1,3] m",
+                                     "d = Sub (one, m)\n      mask = Mul (d, big)\n"
+                                     "      s2 = Add (mask, s1)",
+                                     "float", ", float one = {1.0}, float big = {-10000.0}");
+  auto model = run_rewrite("fuse_onnxruntime", text, rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "Attention"), 1);
+  EXPECT_EQ(count_ops(*model, "Sub"), 1);  // the mask's arithmetic stays, as attention_bias
+}
+
 TEST(FuseOnnxRuntime, AttentionLookAlikesStay) {
   // Target onnx (the default): nothing is emitted.
   expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnx"),
