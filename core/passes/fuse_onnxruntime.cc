@@ -147,9 +147,6 @@ bool fits_attention_bias(const ir::Value* mask, bool* expand) {
   return *expand || m.dims[2].same_as(m.dims[3]);
 }
 
-// A float constant's values; nullopt when unreadable.
-std::optional<FloatConstant> values_of(const ir::Value* v) { return float_constant(v); }
-
 bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   if (root.graph()->opset(kMicrosoftDomain) != 1) return false;  // a function body
   // root: Reshape(Transpose(MatMul(Softmax(..), V), [0, 2, 1, 3]), [.., N * H]).
@@ -248,8 +245,8 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
       return no_match(root, "the mask is not a (B or 1, 1, 1 or T, T) tensor of x's type");
   }
   // Constants: [Wq Wk Wv] along columns and [bq bk bv] (zeros where absent).
-  auto wq = values_of(q->proj.weight), wk = values_of(k->proj.weight),
-       wv = values_of(v->proj.weight);
+  auto wq = float_constant(q->proj.weight), wk = float_constant(k->proj.weight),
+       wv = float_constant(v->proj.weight);
   if (!wq || !wk || !wv || wq->dtype != dtype || wk->dtype != dtype || wv->dtype != dtype)
     return no_match(root, "the projection weights are not readable constants of x's type");
   const int64_t rows = q->proj.rows, cq = q->proj.cols, ck = k->proj.cols, cv = v->proj.cols;
@@ -264,7 +261,7 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   int64_t offset = 0;
   for (const Projection* p : parts) {
     if (p->bias) {
-      auto bv = values_of(p->bias);
+      auto bv = float_constant(p->bias);
       if (!bv || bv->dtype != dtype) return no_match(root, "a bias is not a readable constant");
       std::copy(bv->values.begin(), bv->values.end(), b.begin() + offset);
     }

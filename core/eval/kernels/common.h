@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -88,6 +89,14 @@ inline void store(Tensor* t, int64_t i, double v) {
   }
 }
 inline void store(Tensor* t, int64_t i, int64_t v) { t->set_int64(i, v); }
+
+// GELU as ONNX's Gelu defines it (opset 20), exact (erf) and approximate (tanh); ONNX Runtime's
+// Gelu/BiasGelu and FastGelu compute the same formulas.
+inline double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+inline double gelu_tanh(double x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
 
 inline void store_all(Tensor* t, const Scratch<double>& v) {
   for (int64_t i = 0; i < t->size(); ++i) store(t, i, v[i]);

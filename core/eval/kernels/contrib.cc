@@ -25,14 +25,6 @@ namespace {
 
 using onnx::TensorProto;
 
-constexpr double kInvSqrt2 = 0.70710678118654752440;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-
-double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2)); }
-double gelu_tanh(double x) {
-  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
-}
-
 // A float input that is present (float32 only where ONNX Runtime's CPU kernel is float only).
 absl::StatusOr<const Tensor*> float_input(const KernelContext& ctx, size_t i) {
   KERNEL_ASSIGN_OR_RETURN(const Tensor* t, required(ctx, i));

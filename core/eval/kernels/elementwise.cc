@@ -12,6 +12,7 @@
 #include "core/eval/broadcast.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 #include "core/ir/tensor.h"
 
 namespace graft::eval {
@@ -591,16 +592,8 @@ void register_activations() {
   });
   register_kernel("Gelu", 20, 0, [](KernelContext& ctx) -> absl::Status {
     const std::string approximate = ctx.node.attr_string("approximate", "none");
-    if (approximate == "none") {
-      return unary(ctx, kFloats,
-                   [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); });
-    }
-    if (approximate == "tanh") {
-      return unary(ctx, kFloats, [](double x) {
-        const double c = std::sqrt(2.0 / M_PI);
-        return 0.5 * x * (1 + std::tanh(c * (x + 0.044715 * x * x * x)));
-      });
-    }
+    if (approximate == "none") return unary(ctx, kFloats, gelu_erf);
+    if (approximate == "tanh") return unary(ctx, kFloats, gelu_tanh);
     return absl::InvalidArgumentError("Gelu: bad approximate attribute " + approximate);
   });
   register_kernel("Clip", 6, 0, [](KernelContext& ctx) -> absl::Status {
