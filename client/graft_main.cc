@@ -951,7 +951,7 @@ int main(int argc, char** argv) {
                     "fused ops that version's CPU provider has; default version 1.18)")
         ->capture_default_str();
     cmd->add_option("--target-opset", args.target_opset,
-                    "raise the model's opset to N (13..21) first, converting the nodes whose "
+                    "raise the model's opset to N (13..23) first, converting the nodes whose "
                     "schema changed, so newer fused ops may be written (e.g. 17: "
                     "LayerNormalization); never lowers; 0 keeps it")
         ->capture_default_str();

@@ -512,6 +512,90 @@ def llama_block():
     )
 
 
+# --- Whisper-style audio encoder: convolution stem, pre-LayerNorm blocks, scaled queries ---
+
+
+class WhisperAttention(nn.Module):
+    """Self-attention as Whisper's encoder writes it: the query projection scaled by
+    head_dim^-0.5 right after it, a key projection without bias, heads split with view/transpose
+    on the input's size."""
+
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.scaling = self.head_dim ** -0.5
+        self.q_proj = nn.Linear(hidden, hidden)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden)
+        self.out_proj = nn.Linear(hidden, hidden)
+
+    def split_heads(self, x, batch, seq):
+        return x.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x):
+        batch, seq, hidden = x.size()
+        q = self.split_heads(self.q_proj(x) * self.scaling, batch, seq)
+        k = self.split_heads(self.k_proj(x), batch, seq)
+        v = self.split_heads(self.v_proj(x), batch, seq)
+        w = F.softmax(torch.matmul(q, k.transpose(2, 3)), dim=-1)
+        out = torch.matmul(w, v).transpose(1, 2).reshape(batch, seq, hidden)
+        return self.out_proj(out)
+
+
+class WhisperLayer(nn.Module):
+    def __init__(self, hidden, heads, intermediate):
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(hidden)
+        self.self_attn = WhisperAttention(hidden, heads)
+        self.final_layer_norm = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, intermediate)
+        self.fc2 = nn.Linear(intermediate, hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.self_attn_layer_norm(x))
+        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+
+
+class WhisperEncoder(nn.Module):
+    """Log-mel frames [batch, mels, frames] -> [batch, frames / 2, hidden]."""
+
+    def __init__(self, mels=80, hidden=256, heads=4, layers=4, intermediate=1024,
+                 max_positions=1500):
+        super().__init__()
+        self.conv1 = nn.Conv1d(mels, hidden, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(hidden, hidden, kernel_size=3, stride=2, padding=1)
+        # Sinusoidal positions, sliced to the input's length.
+        position = torch.arange(max_positions).float()[:, None]
+        inv = torch.exp(-math.log(10000.0) * torch.arange(hidden // 2).float() / (hidden // 2 - 1))
+        table = torch.cat((torch.sin(position * inv), torch.cos(position * inv)), dim=1)
+        self.register_buffer("embed_positions", table, persistent=False)
+        self.layers = nn.ModuleList(WhisperLayer(hidden, heads, intermediate)
+                                    for _ in range(layers))
+        self.layer_norm = nn.LayerNorm(hidden)
+
+    def forward(self, features):
+        x = F.gelu(self.conv1(features))
+        x = F.gelu(self.conv2(x)).permute(0, 2, 1)
+        x = x + self.embed_positions[: x.size(1)]
+        for layer in self.layers:
+            x = layer(x)
+        return self.layer_norm(x)
+
+
+@model("whisper_encoder")
+def whisper_encoder():
+    # 3 s of audio at Whisper's 100 frames per second: 300 frames, 150 positions after the stem.
+    batch, mels, frames = 1, 80, 300
+    return Export(
+        perturb_norms(WhisperEncoder(mels=mels)),
+        inputs={"input_features": torch.randn(batch, mels, frames)},
+        outputs=["last_hidden_state"],
+        dynamic_axes={"input_features": {0: "batch", 2: "frames"},
+                      "last_hidden_state": {0: "batch", 1: "positions"}},
+    )
+
+
 # --- torchvision models ---
 
 

@@ -15,6 +15,7 @@ void register_quantize_dynamic_kernels();  // kernels/quantize_dynamic.cc: Dynam
                                            // MatMulInteger
 void register_detection_kernels();         // kernels/detection.cc: NonMaxSuppression, RoiAlign,
                                            // GridSample
-void register_contrib_kernels();  // kernels/contrib.cc: ONNX Runtime's com.microsoft fused ops
+void register_contrib_kernels();    // kernels/contrib.cc: ONNX Runtime's com.microsoft fused ops
+void register_attention_kernels();  // kernels/attention.cc: Attention (opset 23)
 
 }  // namespace graft::eval

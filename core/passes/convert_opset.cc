@@ -69,7 +69,7 @@ PassInfo convert_opset_pass() {
               "raises the default-domain opset to `opset`, converting the nodes "
               "whose schema changed (--target-opset N puts it first; by name only)",
           .options = {integer_option(kOpset, 0, 0, kMaxRaisableOpset,
-                                     "the opset to raise to (0: none; 13..21)")},
+                                     "the opset to raise to (0: none; 13..23)")},
           .create = make_convert_opset};
 }
 

@@ -34,6 +34,7 @@
 // do between ONNX Runtime's own fused and unfused forms. The concatenated weights and biases are
 // the same numbers.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/ir/tensor.h"
+#include "core/passes/attention_pattern.h"
 #include "core/passes/passes.h"
 #include "core/passes/queries.h"
 #include "core/passes/rules.h"
@@ -55,36 +57,40 @@ using onnx::TensorProto;
 // The matched nodes of a pattern, root first: erased in that order once the root is replaced.
 using Block = std::vector<ir::Node*>;
 
-// The producer of `v` if it is `op` in `root`'s graph and `v` is read only inside the pattern
-// (single use), else nullptr.
-ir::Node* inner(const ir::Value* v, std::string_view op, const ir::Node& root) {
-  ir::Node* n = producer(v, op);
-  if (!n || n->graph() != root.graph() || !single_use(v) || n->outputs().size() != 1)
-    return nullptr;
-  return n;
-}
-
 bool has_perm(const ir::Node& transpose, const std::vector<int64_t>& perm) {
   auto p = ir::transpose_perm(transpose);
   return p && *p == perm;
 }
 
 // One projection of attention: x @ W (+ b) with W a 2-D float constant [D_in, D] and b a 1-D
-// constant [D] (either operand order of the Add).
+// constant [D] (either operand order of the Add), optionally times a constant scalar (a query
+// scaled right after its projection, as Whisper's encoder writes it), which scales the scores.
 struct Projection {
   ir::Value* x = nullptr;
   ir::Value* weight = nullptr;
   ir::Value* bias = nullptr;  // nullptr: none
+  double scale = 1.0;
   int64_t rows = 0, cols = 0;
   Block nodes;
 };
 
 std::optional<Projection> projection(ir::Value* v, const ir::Node& root) {
   Projection p;
+  if (ir::Node* mul = absorbed_producer(v, "Mul", root)) {
+    for (int side = 0; side < 2 && p.nodes.empty(); ++side) {
+      const std::optional<double> c = constant_scalar(mul->input(1 - side));
+      if (!c || !std::isfinite(*c) || !broadcasts_into(mul->input(1 - side), mul->input(side)))
+        continue;
+      p.scale = *c;
+      v = mul->input(side);
+      p.nodes.push_back(mul);
+    }
+    if (p.nodes.empty()) return std::nullopt;
+  }
   ir::Value* product = v;
-  if (ir::Node* add = inner(v, "Add", root)) {
+  if (ir::Node* add = absorbed_producer(v, "Add", root)) {
     for (int side = 0; side < 2; ++side) {
-      ir::Node* mm = inner(add->input(side), "MatMul", root);
+      ir::Node* mm = absorbed_producer(add->input(side), "MatMul", root);
       const auto b = float_constant_type(add->input(1 - side));
       if (!mm || !b || b->dims.size() != 1) continue;
       p.bias = add->input(1 - side);
@@ -94,7 +100,7 @@ std::optional<Projection> projection(ir::Value* v, const ir::Node& root) {
     }
     if (!p.bias) return std::nullopt;
   }
-  ir::Node* mm = inner(product, "MatMul", root);
+  ir::Node* mm = absorbed_producer(product, "MatMul", root);
   if (!mm || mm->inputs().size() != 2) return std::nullopt;
   const auto w = float_constant_type(mm->input(1));
   if (!w || w->dims.size() != 2) return std::nullopt;
@@ -116,7 +122,7 @@ struct Split {
 };
 
 std::optional<Split> split_heads(ir::Value* v, const ir::Node& root) {
-  ir::Node* reshape = inner(v, "Reshape", root);
+  ir::Node* reshape = absorbed_producer(v, "Reshape", root);
   if (!reshape || reshape->inputs().size() != 2 || reshape->attr_int("allowzero", 0) != 0)
     return std::nullopt;
   auto shape = constant_ints(reshape->input(1));
@@ -151,63 +157,22 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   if (root.graph()->opset(kMicrosoftDomain) != 1) return false;  // a function body
   // root: Reshape(Transpose(MatMul(Softmax(..), V), [0, 2, 1, 3]), [.., N * H]).
   if (root.inputs().size() != 2 || root.attr_int("allowzero", 0) != 0) return false;
-  ir::Node* merge = inner(root.input(0), "Transpose", root);
+  ir::Node* merge = absorbed_producer(root.input(0), "Transpose", root);
   if (!merge || !has_perm(*merge, {0, 2, 1, 3})) return false;
-  ir::Node* context = inner(merge->input(0), "MatMul", root);
-  if (!context || context->inputs().size() != 2) return false;
-  ir::Node* softmax = inner(context->input(0), "Softmax", root);
-  if (!softmax) return false;
-  // From here the node looks like attention's output: reasons are worth giving.
-  const int64_t rank = 4;
-  if (softmax->attr_int("axis", -1) != -1 && softmax->attr_int("axis", -1) != rank - 1)
-    return no_match(root, "the Softmax is not over the last axis");
-  if (softmax->opset() < 13) return no_match(root, "Softmax before opset 13 flattens its input");
-  ir::Value* scores = softmax->input(0);
-  Block block = {&root, merge, context, softmax};
-  ir::Value* mask = nullptr;
-  if (ir::Node* add = inner(scores, "Add", root)) {
-    // The scores' operand is Q K^T (a MatMul), scaled or not; the mask may itself be a Mul
-    // ((1 - m) * c), so a Mul counts only when one of its operands is a MatMul.
-    auto scaled_scores = [&](const ir::Value* v) {
-      if (!single_use(v)) return false;
-      if (producer(v, "MatMul")) return true;
-      ir::Node* s = producer(v, "Mul");
-      if (!s) s = producer(v, "Div");
-      return s && s->inputs().size() == 2 &&
-             (producer(s->input(0), "MatMul") || producer(s->input(1), "MatMul"));
-    };
-    for (int side = 0; side < 2; ++side) {
-      if (!scaled_scores(add->input(side))) continue;
-      mask = add->input(1 - side);
-      scores = add->input(side);
-      block.push_back(add);
-      break;
-    }
-    if (!mask) return no_match(root, "the scores' Add has no scaled Q K^T operand");
-  }
-  double scale = 1.0;
-  ir::Node* qk = inner(scores, "MatMul", root);
-  if (!qk) {
-    ir::Node* scaled = inner(scores, "Mul", root);
-    const bool divide = !scaled;
-    if (divide) scaled = inner(scores, "Div", root);
-    if (!scaled) return no_match(root, "the scores are not Q K^T, scaled by a constant");
-    for (int side = divide ? 0 : 1; side >= 0; --side) {
-      std::optional<double> c = constant_scalar(scaled->input(1 - side));
-      ir::Node* mm = inner(scaled->input(side), "MatMul", root);
-      if (!c || !mm || *c == 0 || !std::isfinite(*c)) continue;
-      scale = divide ? 1.0 / *c : *c;
-      qk = mm;
-      break;
-    }
-    if (!qk) return no_match(root, "the scale is not a constant scalar times Q K^T");
-    block.push_back(scaled);
-  }
-  block.push_back(qk);
+  ir::Node* context = absorbed_producer(merge->input(0), "MatMul", root);
+  if (!context) return false;
+  std::optional<ScaledDotProduct> sdp = match_scaled_dot_product(*context);
+  if (!sdp) return false;
+  if (sdp->select) return no_match(root, "a boolean mask (Where) is not fused into Attention");
+  ir::Value* mask = sdp->mask;
+  const double scale = sdp->scale;
+  ir::Node* qk = sdp->qk;
+  Block block = {&root, merge};
+  for (ir::Node* n : sdp->nodes()) block.push_back(n);
   // Q: Transpose(split, [0, 2, 1, 3]); K^T: Transpose(split, [0, 2, 3, 1]); V as Q.
-  ir::Node* tq = inner(qk->input(0), "Transpose", root);
-  ir::Node* tk = inner(qk->input(1), "Transpose", root);
-  ir::Node* tv = inner(context->input(1), "Transpose", root);
+  ir::Node* tq = absorbed_producer(qk->input(0), "Transpose", root);
+  ir::Node* tk = absorbed_producer(qk->input(1), "Transpose", root);
+  ir::Node* tv = absorbed_producer(context->input(1), "Transpose", root);
   if (!tq || !tk || !tv || !has_perm(*tq, {0, 2, 1, 3}) || !has_perm(*tk, {0, 2, 3, 1}) ||
       !has_perm(*tv, {0, 2, 1, 3}))
     return no_match(root, "Q, K and V are not heads transposed as [0,2,1,3] (K: [0,2,3,1])");
@@ -221,6 +186,9 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   if (q->heads != k->heads || q->heads != v->heads || q->head != k->head ||
       q->proj.rows != k->proj.rows || q->proj.rows != v->proj.rows)
     return no_match(root, "Q, K and V differ in heads, head size or input width");
+  if (v->proj.scale != 1.0) return no_match(root, "V is scaled after its projection");
+  const double qk_scale = scale * q->proj.scale * k->proj.scale;
+  if (qk_scale == 0 || !std::isfinite(qk_scale)) return no_match(root, "the scale is zero");
   ir::Value* x = q->proj.x;
   const ir::TensorFact& xf = x->fact();
   const int32_t dtype = xf.elem_type;
@@ -291,7 +259,7 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   if (attention_bias) inputs.insert(inputs.end(), {nullptr, nullptr, attention_bias});
   ir::Node* fused = rw.add_node(g, "Attention", inputs, 1, &root, kMicrosoftDomain);
   rw.set_attr(fused, int_attr("num_heads", q->heads));
-  rw.set_attr(fused, float_attr("scale", scale));
+  rw.set_attr(fused, float_attr("scale", qk_scale));
   if (cq != cv) rw.set_attr(fused, ints_attr("qkv_hidden_sizes", {cq, ck, cv}));
   if (!rw.replace_node(&root, {fused->output(0)})) return false;
   for (size_t i = 1; i < block.size(); ++i) rw.erase(block[i]);

@@ -21,13 +21,14 @@
 //       are repeated C / num_groups times (C known from x's shape), anything else is refused;
 //       stash_type is set to x's type when it is not float.
 //
-// Every other change from opset 13 to 21 only adds types, attributes or inputs whose defaults
+// Every other change from opset 13 to 23 only adds types, attributes or inputs whose defaults
 // keep the old meaning (Reshape's allowzero, the RNNs' layout, LpPool's ceil_mode, Resize's
-// antialias, Pad's axes, Cast's saturate, ...), so those nodes stay as they are. Models below
+// antialias, Pad's axes, Cast's saturate, ...; 22 and 23 add only types, bfloat16 and the
+// 4-bit floats, to ops that exist before them), so those nodes stay as they are. Models below
 // opset 13 (Softmax's axis, Squeeze/Unsqueeze/Split/ReduceSum parameters moved at 13) are refused.
 // Other domains are left alone (ai.onnx.ml has its own versions); model-local functions that
 // import the default domain are raised with the model. The IR version is raised to the one the
-// target opset needs (10 for opset 21).
+// target opset needs (10 for opset 21, 11 for 23).
 //
 // The node conversions are rules run by the rule driver (rules.h) through the Rewriter, in every
 // graph; the checks run first and read shape facts before anything changes, so a refused raise
@@ -51,7 +52,7 @@ namespace graft {
 
 // The opsets raise_opset converts between.
 inline constexpr int64_t kMinRaisableOpset = 13;
-inline constexpr int64_t kMaxRaisableOpset = 21;
+inline constexpr int64_t kMaxRaisableOpset = 23;
 
 // Why a model cannot be raised: the node (empty for a model-level reason) and the reason.
 struct OpsetRefusal {

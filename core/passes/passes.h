@@ -32,6 +32,7 @@ PassInfo optimize_transposes_pass();
 PassInfo fuse_blocks_pass();
 PassInfo convert_opset_pass();
 PassInfo fuse_onnxruntime_pass();
+PassInfo fuse_attention_pass();
 PassInfo quantize_dynamic_int8_pass();
 PassInfo quantize_static_int8_pass();
 PassInfo quantize_weights_int4_pass();

@@ -88,6 +88,13 @@ ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node
   return p;
 }
 
+ir::Node* absorbed_producer(const ir::Value* v, std::string_view op, const ir::Node& root) {
+  ir::Node* p = producer(v, op);
+  if (!p || p->graph() != root.graph() || !single_use(v) || p->outputs().size() != 1)
+    return nullptr;
+  return p;
+}
+
 ir::Node* only_reader(const ir::Value* v) { return single_use(v) ? v->uses()[0].node : nullptr; }
 
 bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> readers) {

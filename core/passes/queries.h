@@ -77,6 +77,10 @@ ir::Node* producer(const ir::Value* v, std::string_view op);
 // The producer of `v` if it is op `op` at the same opset as `n`, with one output, in n's graph:
 // the inner node of a chain n(op(x)) that folds into one node.
 ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node& n);
+// The producer of `v` if it is op `op` with one output in `root`'s graph and `v` is read by that
+// one reader only (single_use): an inner node of a pattern rooted at `root`, which a rewrite
+// replacing the pattern absorbs.
+ir::Node* absorbed_producer(const ir::Value* v, std::string_view op, const ir::Node& root);
 // The only node reading `v` (nullptr unless single_use).
 ir::Node* only_reader(const ir::Value* v);
 // Every reader of `v` is one of `readers` (a node may read it through several inputs) and `v` is

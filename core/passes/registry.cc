@@ -30,6 +30,9 @@ const std::vector<PassInfo>& all_passes() {
       // After fuse_blocks (its LayerNormalizations), before fuse_matmul_add turns the
       // projections it matches into Gemms.
       fuse_onnxruntime_pass(),
+      // After fuse_onnxruntime: where ONNX Runtime's Attention takes the projections too, that
+      // one is made; the standard op takes what is left.
+      fuse_attention_pass(),
       fuse_conv_batchnorm_pass(),
       fuse_matmul_add_pass(),
       quantize_dynamic_int8_pass(),

@@ -90,6 +90,29 @@ TEST(FuseOnnxRuntime, AttentionWithPaddingMaskBecomesAttention) {
   EXPECT_EQ(m->opset("com.microsoft"), 1);
 }
 
+TEST(FuseOnnxRuntime, AttentionWithTheQueryScaledAfterItsProjection) {
+  // Whisper's encoder: q = (x Wq + bq) * head_dim^-0.5, and no scale on the scores; the key
+  // projection without bias. The scale moves into the op's scale.
+  std::string text =
+      attention_model("float[2,3,4] x", "s2 = Identity (s1)", "float", ", float qscale = {0.5}");
+  text.replace(text.find("q2 = Reshape (q1, split)"), 24,
+               "qs = Mul (qscale, q1)\n      q2 = Reshape (qs, split)");
+  text.replace(text.find("k1 = Add (bk, k0)"), 17, "");
+  text.replace(text.find("k2 = Reshape (k1, split)"), 24, "k2 = Reshape (k0, split)");
+  text.replace(text.find("s1 = Mul (s0, scale)"), 20, "");
+  text.replace(text.find("s2 = Identity (s1)"), 18, "");
+  text.replace(text.find("Softmax <axis = -1> (s2)"), 24, "Softmax <axis = -1> (s0)");
+  auto m = run_rewrite("fuse_onnxruntime", text, rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "Attention"), 1);
+  EXPECT_EQ(count_ops(*m, "Mul"), 0);
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (n->op_type() == "Attention") {
+      EXPECT_FLOAT_EQ(n->attr_float("scale", 0.0f), 0.5f);
+    }
+  }
+}
+
 TEST(FuseOnnxRuntime, AttentionWithoutMaskAndDivByScale) {
   // Scores divided by sqrt(H) instead of multiplied: scale = 1 / 1.4142...
   std::string text = attention_model("float[2,3,4] x", "s2 = Identity (s1)", "float",

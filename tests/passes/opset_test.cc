@@ -13,11 +13,12 @@ namespace {
 // raise_opset(model, 21) as a pass, for expect_rewrite: a refusal is an error the test shows.
 class RaiseOpsetPass : public Pass {
  public:
+  explicit RaiseOpsetPass(int64_t target = 21) : target_(target) {}
   std::string_view name() const override { return "raise_opset"; }
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     RuleRunOptions options;
     options.check_transactions = ctx.check_transactions;
-    auto raised = raise_opset(model, 21, options);
+    auto raised = raise_opset(model, target_, options);
     if (!raised.ok()) return raised.status();
     if (raised->refused) return absl::FailedPreconditionError(raised->refused->message());
     PassResult result;
@@ -26,14 +27,19 @@ class RaiseOpsetPass : public Pass {
     result.rewrites = raised->changed ? 1 : 0;
     return result;
   }
+
+ private:
+  int64_t target_;
 };
 
-PassRef raise21() {
+PassRef raise_to(int64_t target) {
   PassSpec spec;
   spec.name = "raise_opset";
-  spec.create = [] { return std::make_unique<RaiseOpsetPass>(); };
+  spec.create = [target] { return std::make_unique<RaiseOpsetPass>(target); };
   return PassRef(std::move(spec));
 }
+
+PassRef raise21() { return raise_to(21); }
 
 // The refusal of raising `text` to 21 (fails the test when it is not refused).
 std::string refusal(const std::string& text) {
@@ -331,6 +337,25 @@ TEST(RaiseOpset, ConvertedModelsComputeWhatTheOriginalsDid) {
     for (ir::Node* n : g->nodes()) EXPECT_EQ(n->attr("axes"), nullptr) << n->op_type();
 }
 
+TEST(RaiseOpset, ToTwentyThreeConvertsAsToTwentyOneAndRaisesTheIrVersion) {
+  // Opsets 22 and 23 add only types to ops that exist before them: the opset-21 conversions
+  // still apply and nothing else changes; opset 23 needs IR version 11.
+  expect_rewrite(raise_to(23), R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,4,6] x) => (float[2,1,6] y, float[2,4,6] z) {
+      y = ReduceMean <axes = [1]> (x)
+      z = Transpose <perm = [0, 1, 2]> (x)
+    }
+  )",
+                 R"(
+    <ir_version: 11, opset_import: ["" : 23]>
+    g (float[2,4,6] x) => (float[2,1,6] y, float[2,4,6] z) <int64[1] ya = {1}> {
+      y = ReduceMean (x, ya)
+      z = Transpose <perm = [0, 1, 2]> (x)
+    }
+  )");
+}
+
 TEST(RaiseOpset, NothingToDoAtOrAboveTheTarget) {
   expect_no_rewrite(raise21(), R"(
     <ir_version: 10, opset_import: ["" : 21]>
@@ -370,7 +395,7 @@ TEST(RaiseOpset, RefusesOldOpsetsAndBadTargets) {
     g (float[2] x) => (float[2] y) { y = Relu (x) }
   )");
   ASSERT_TRUE(model);
-  EXPECT_TRUE(absl::IsInvalidArgument(raise_opset(*model, 22).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(raise_opset(*model, 24).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(raise_opset(*model, 12).status()));
   auto r = raise_opset(*model, 18);
   ASSERT_TRUE(r.ok());

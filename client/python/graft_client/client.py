@@ -689,7 +689,7 @@ class Client:
         `accept_unmeasured_error` (Result.lossy_trials()). `calibration_data`: input sets
         ({input name: numpy array or TensorProto} dicts) lossy passes learn value ranges from.
         `target`: the runtime the result is for, "onnx" (default) or "onnxruntime[:X.Y]"
-        (report.target says which it was optimized for). `target_opset` (13..21): raise the
+        (report.target says which it was optimized for). `target_opset` (13..23): raise the
         model's opset first, converting what changed (e.g. 17 for LayerNormalization).
         `fix_dims` ({"batch": 1}) and `fix_shapes` ({"x": [1, 3, 224, 224]}) make symbolic input
         dims static before the passes run, so the shape arithmetic that follows folds

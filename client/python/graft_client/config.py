@@ -203,7 +203,7 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     scales); without it they use random inputs (report.passes[i].calibration says which).
     `target` is the runtime the result is for: "onnx" (the default: standard ops only),
     "onnxruntime" or "onnxruntime:MAJOR.MINOR" (ONNX Runtime's com.microsoft fused ops too);
-    the server checks it. `target_opset` (13..21) raises the model's opset first.
+    the server checks it. `target_opset` (13..23) raises the model's opset first.
     `fix_dims` ({dim name: size}, e.g. {"batch": 1}) and `fix_shapes` ({input name: [sizes]},
     e.g. {"x": [1, 3, 224, 224]}) make symbolic input dims static before the passes run, so what
     follows from them folds (report.fixed_inputs lists the inputs changed); sizes are ints in
@@ -217,7 +217,7 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     if target_opset is not None:
         if isinstance(target_opset, bool) or not isinstance(target_opset, int) \
                 or not 0 <= target_opset < 2**31:
-            raise InvalidArgumentError(f"target_opset must be an int (13..21, 0: keep), got {target_opset!r}")
+            raise InvalidArgumentError(f"target_opset must be an int (13..23, 0: keep), got {target_opset!r}")
         config.target_opset = target_opset
     if passes is not None:
         if isinstance(passes, str):

@@ -151,7 +151,7 @@ def test_target_reaches_the_server_and_its_report(client):
     assert "unknown target 'tensorrt'" in e.value.details
     with pytest.raises(graft_client.InvalidArgumentError) as e:
         client.optimize(model, target_opset=99, lookup_first=False)
-    assert "target_opset must be 13..21" in e.value.details
+    assert "target_opset must be 13..23" in e.value.details
     with graft_client.Client(UNREACHABLE) as nowhere:
         with pytest.raises(ValueError, match="target must be"):
             nowhere.optimize(model, target=17)

@@ -102,4 +102,66 @@ inline void store_all(Tensor* t, const Scratch<double>& v) {
   for (int64_t i = 0; i < t->size(); ++i) store(t, i, v[i]);
 }
 
+// ---------------------------------------------------------------------------------- attention
+
+// Scaled dot-product attention over heads, shared by ONNX's Attention (opset 23) and ONNX
+// Runtime's Attention: q (B, N, S, H), k (B, Nkv, T, H), v (B, Nkv, T, Hv) as doubles, query head
+// n reading key/value head n / (N / Nkv); scores scale * q k^T, softcapped (c * tanh(s / c)) when
+// `softcap` > 0, plus the additive `bias_at(b, n, i, j)` (masks as additive values), softmax over
+// the keys, times v. out is (B, S, N * Hv), or (B, N, S, Hv) when `heads_first`. A query row
+// whose every score is -inf is a row of zeros when `zero_masked_rows` (ONNX's Attention), NaN
+// otherwise (what the softmax gives).
+struct Heads {
+  int64_t batch, heads, kv_heads, seq, total, head, vhead;
+};
+
+struct AttendOptions {
+  double scale = 1.0;
+  double softcap = 0.0;
+  bool heads_first = false;
+  bool zero_masked_rows = false;
+};
+
+template <typename BiasAt>
+absl::Status attend(KernelContext& ctx, const Heads& h, const Scratch<double>& q,
+                    const Scratch<double>& k, const Scratch<double>& v, const AttendOptions& o,
+                    BiasAt bias_at, Tensor* out) {
+  KERNEL_RETURN_IF_ERROR(ctx.afford(static_cast<double>(h.batch) * h.heads * h.seq * h.total *
+                                    (h.head + h.vhead + 4)));
+  const int64_t group = h.heads / h.kv_heads;
+  Scratch<double> scores(h.total);
+  for (int64_t b = 0; b < h.batch; ++b)
+    for (int64_t n = 0; n < h.heads; ++n) {
+      const int64_t kvn = n / group;
+      const double* qb = q.data() + (b * h.heads + n) * h.seq * h.head;
+      const double* kb = k.data() + (b * h.kv_heads + kvn) * h.total * h.head;
+      const double* vb = v.data() + (b * h.kv_heads + kvn) * h.total * h.vhead;
+      for (int64_t i = 0; i < h.seq; ++i) {
+        double top = -INFINITY;
+        for (int64_t j = 0; j < h.total; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < h.head; ++e) dot += qb[i * h.head + e] * kb[j * h.head + e];
+          double s = o.scale * dot;
+          if (o.softcap > 0) s = o.softcap * std::tanh(s / o.softcap);
+          scores[j] = s + bias_at(b, n, i, j);
+          top = std::max(top, scores[j]);
+        }
+        const bool masked = o.zero_masked_rows && top == -INFINITY;
+        double sum = 0;
+        if (!masked)
+          for (int64_t j = 0; j < h.total; ++j) sum += (scores[j] = std::exp(scores[j] - top));
+        for (int64_t e = 0; e < h.vhead; ++e) {
+          double acc = 0;
+          if (!masked)
+            for (int64_t j = 0; j < h.total; ++j) acc += scores[j] * vb[j * h.vhead + e];
+          const int64_t at = o.heads_first ? ((b * h.heads + n) * h.seq + i) * h.vhead + e
+                                           : ((b * h.seq + i) * h.heads + n) * h.vhead + e;
+          store(out, at, masked ? 0.0 : acc / sum);
+        }
+      }
+      spend_work(static_cast<uint64_t>(h.seq * h.total * (h.head + h.vhead)));
+    }
+  return absl::OkStatus();
+}
+
 }  // namespace graft::eval

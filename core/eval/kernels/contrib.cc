@@ -214,46 +214,6 @@ absl::Status fused_matmul(KernelContext& ctx) {
 
 // ---------------------------------------------------------------------------------- attention
 
-// Scaled dot-product attention over heads, shared by Attention and MultiHeadAttention:
-// q (B, N, S, H), k (B, N, T, H), v (B, N, T, Hv) as doubles; additive `bias_at(b, n, i, j)`
-// (attention_bias and the mask as additive values); out (B, S, N * Hv).
-struct Heads {
-  int64_t batch, heads, seq, total, head, vhead;
-};
-
-template <typename BiasAt>
-absl::Status attend(KernelContext& ctx, const Heads& h, const Scratch<double>& q,
-                    const Scratch<double>& k, const Scratch<double>& v, double scale,
-                    BiasAt bias_at, Tensor* out) {
-  KERNEL_RETURN_IF_ERROR(ctx.afford(static_cast<double>(h.batch) * h.heads * h.seq * h.total *
-                                    (h.head + h.vhead + 4)));
-  Scratch<double> scores(h.total);
-  for (int64_t b = 0; b < h.batch; ++b)
-    for (int64_t n = 0; n < h.heads; ++n) {
-      const double* qb = q.data() + (b * h.heads + n) * h.seq * h.head;
-      const double* kb = k.data() + (b * h.heads + n) * h.total * h.head;
-      const double* vb = v.data() + (b * h.heads + n) * h.total * h.vhead;
-      for (int64_t i = 0; i < h.seq; ++i) {
-        double top = -INFINITY;
-        for (int64_t j = 0; j < h.total; ++j) {
-          double dot = 0;
-          for (int64_t e = 0; e < h.head; ++e) dot += qb[i * h.head + e] * kb[j * h.head + e];
-          scores[j] = scale * dot + bias_at(b, n, i, j);
-          top = std::max(top, scores[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < h.total; ++j) sum += (scores[j] = std::exp(scores[j] - top));
-        for (int64_t e = 0; e < h.vhead; ++e) {
-          double acc = 0;
-          for (int64_t j = 0; j < h.total; ++j) acc += scores[j] * vb[j * h.vhead + e];
-          store(out, ((b * h.seq + i) * h.heads + n) * h.vhead + e, acc / sum);
-        }
-      }
-      spend_work(static_cast<uint64_t>(h.seq * h.total * (h.head + h.vhead)));
-    }
-  return absl::OkStatus();
-}
-
 // The additive mask of a raw 2-D (batch, total) or 3-D (batch, seq, total) key mask, or of 1-D
 // right-padding lengths (batch): 0 where attention is allowed, `filter` where not.
 struct KeyMask {
@@ -373,7 +333,7 @@ absl::Status attention(KernelContext& ctx) {
       return invalid(ctx, "past must be (2, batch, num_heads, past_sequence, head_size)");
     past_len = p[3];
   }
-  const Heads h{batch, heads, seq, past_len + seq, head, vhead};
+  const Heads h{batch, heads, heads, seq, past_len + seq, head, vhead};
   KERNEL_ASSIGN_OR_RETURN(KeyMask mask,
                           key_mask(ctx, 3, h, ctx.node.attr_float("mask_filter_value", -10000.0f)));
   KERNEL_ASSIGN_OR_RETURN(const Tensor* ab, attention_bias(ctx, 5, h, x->dtype()));
@@ -440,7 +400,7 @@ absl::Status attention(KernelContext& ctx) {
   KERNEL_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x->dtype(), {batch, seq, dv}));
   const double filter = mask.filter;
   return attend(
-      ctx, h, q, k, v, scale,
+      ctx, h, q, k, v, AttendOptions{.scale = scale},
       [&](int64_t b, int64_t n, int64_t i, int64_t j) {
         double m = mask.at(b, i, j);
         if (causal && j > past_len + i) m = filter;

@@ -166,9 +166,46 @@ TensorFact recurrent(const Node& n, size_t output, bool* partial) {
   return TensorFact::of_rank(x.elem_type, std::move(dims));
 }
 
+// Attention (opset 23): Y (B, N, S, Hv) for 4-D Q, K, V, (B, S, N * Hv) for 3-D ones (N and Nkv
+// from q_num_heads / kv_num_heads); present_key / present_value (B, Nkv, P + T, H / Hv).
+TensorFact attention(const Node& n, size_t output, bool* partial) {
+  const TensorFact &q = input_fact(n, 0), &k = input_fact(n, 1), &v = input_fact(n, 2);
+  const int32_t type = q.elem_type;
+  if (!q.has_rank || !k.has_rank || !v.has_rank || q.dims.size() != k.dims.size() ||
+      q.dims.size() != v.dims.size() || (q.dims.size() != 3 && q.dims.size() != 4) || output > 2)
+    return with_type(unknown(partial), type);
+  const bool four = q.dims.size() == 4;
+  const int64_t heads = n.attr_int("q_num_heads", 0), kv_heads = n.attr_int("kv_num_heads", 0);
+  if (!four && (heads <= 0 || kv_heads <= 0)) return with_type(unknown(partial), type);
+  // Per-head sizes of K (H) and V (Hv), and the key/value head count.
+  auto per_head = [&](const Dim& d) {
+    if (four) return d;
+    return d.known() && d.value % kv_heads == 0 ? Dim::of(d.value / kv_heads) : Dim{};
+  };
+  const Dim head = per_head(k.dims.back()), vhead = per_head(v.dims.back());
+  const Dim kvh = four ? k.dims[1] : Dim::of(kv_heads);
+  if (output == 0) {
+    if (four) return TensorFact::of_rank(type, {q.dims[0], q.dims[1], q.dims[2], vhead});
+    return TensorFact::of_rank(
+        type, {q.dims[0], q.dims[1], vhead.known() ? checked_mul(heads, vhead.value) : Dim{}});
+  }
+  // The total length: T, plus P with a past.
+  const Dim len = k.dims[four ? 2 : 1];
+  Dim total = len;
+  if (n.input(4) != nullptr) {
+    const TensorFact& past = input_fact(n, 4);
+    total = past.has_rank && past.dims.size() == 4 && past.dims[2].known() && len.known()
+                ? checked_add(past.dims[2].value, len.value)
+                : Dim{};
+    if (!total.known()) *partial = true;
+  }
+  return TensorFact::of_rank(type, {q.dims[0], kvh, total, output == 1 ? head : vhead});
+}
+
 }  // namespace
 
 void add_nn_rules(Table& t) {
+  t.add({"Attention"}, attention);
   t.add({"MatMul"}, matmul);
   t.add({"Gemm"}, gemm);
   t.add({"Conv", "ConvInteger", "ConvTranspose", "MaxPool", "AveragePool", "LpPool",

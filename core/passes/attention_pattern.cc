@@ -1,0 +1,130 @@
+#include "core/passes/attention_pattern.h"
+
+#include "core/ir/tensor.h"
+
+#include <cmath>
+
+#include "core/passes/queries.h"
+#include "core/passes/rules.h"
+
+namespace graft {
+
+std::vector<ir::Node*> ScaledDotProduct::nodes() const {
+  std::vector<ir::Node*> all = {out, softmax};
+  if (mask_add) all.push_back(mask_add);
+  if (select) all.push_back(select);
+  if (scaling) all.push_back(scaling);
+  all.push_back(qk);
+  return all;
+}
+
+bool fits_scores(const ir::Value* mask, const ir::Value* scores) {
+  const ir::TensorFact& m = mask->fact();
+  const ir::TensorFact& s = scores->fact();
+  if (!m.has_rank || !s.has_rank || m.dims.size() > s.dims.size()) return false;
+  auto one = [](const ir::Dim& d) { return d.known() && d.value == 1; };
+  const size_t offset = s.dims.size() - m.dims.size();
+  for (size_t i = 0; i < m.dims.size(); ++i)
+    if (one(s.dims[offset + i]) && !one(m.dims[i])) return false;
+  return true;
+}
+
+std::optional<ScaledDotProduct> match_scaled_dot_product(ir::Node& out) {
+  if (!out.is("MatMul") || out.inputs().size() != 2 || out.outputs().size() != 1)
+    return std::nullopt;
+  ScaledDotProduct m;
+  m.out = &out;
+  m.softmax = absorbed_producer(out.input(0), "Softmax", out);
+  if (!m.softmax) return std::nullopt;
+  // From here the node looks like attention's output: reasons are worth giving.
+  const ir::TensorFact& probs = m.softmax->output(0)->fact();
+  const int64_t axis = m.softmax->attr_int("axis", -1);
+  if (m.softmax->opset() < 13) {
+    no_match(out, "Softmax before opset 13 flattens its input");
+    return std::nullopt;
+  }
+  if (axis != -1 && !(probs.has_rank && axis == static_cast<int64_t>(probs.dims.size()) - 1)) {
+    no_match(out, "the Softmax is not over the last axis");
+    return std::nullopt;
+  }
+  ir::Value* scores = m.softmax->input(0);
+  if (ir::Node* add = absorbed_producer(scores, "Add", out)) {
+    // The scores' operand is Q K^T (a MatMul), scaled or not; the mask may itself be a Mul.
+    auto scaled_scores = [&](const ir::Value* v) {
+      if (!single_use(v)) return false;
+      if (producer(v, "MatMul")) return true;
+      if (ir::Node* w = producer(v, "Where"); w && w->inputs().size() == 3) v = w->input(1);
+      ir::Node* s = producer(v, "Mul");
+      if (!s) s = producer(v, "Div");
+      return s && s->inputs().size() == 2 &&
+             (producer(s->input(0), "MatMul") || producer(s->input(1), "MatMul"));
+    };
+    for (int side = 0; side < 2 && !m.mask; ++side) {
+      if (!scaled_scores(add->input(side))) continue;
+      m.mask = add->input(1 - side);
+      scores = add->input(side);
+      m.mask_add = add;
+    }
+    if (!m.mask) {
+      no_match(out, "the scores' Add has no scaled Q K^T operand");
+      return std::nullopt;
+    }
+  }
+  if (ir::Node* where = absorbed_producer(scores, "Where", out)) {
+    const std::optional<double> fill = constant_scalar(where->input(2));
+    if (where->inputs().size() != 3 || where->input(0)->elem_type() != onnx::TensorProto::BOOL ||
+        !fill || !(*fill <= kMaskedScore) ||
+        where->input(2)->elem_type() != where->input(1)->elem_type() ||
+        !fits_scores(where->input(0), where->input(1)) ||
+        !broadcasts_into(where->input(2), where->input(1))) {
+      no_match(out, "the scores' Where is not a boolean mask filling a constant <= -1e30");
+      return std::nullopt;
+    }
+    m.select = where;
+    m.allowed = where->input(0);
+    m.fill = where->input(2);
+    scores = where->input(1);
+  }
+  m.qk = absorbed_producer(scores, "MatMul", out);
+  if (!m.qk) {
+    ir::Node* scaled = absorbed_producer(scores, "Mul", out);
+    const bool divide = !scaled;
+    if (divide) scaled = absorbed_producer(scores, "Div", out);
+    if (!scaled || scaled->inputs().size() != 2) {
+      no_match(out, "the scores are not Q K^T, scaled by a constant");
+      return std::nullopt;
+    }
+    for (int side = divide ? 0 : 1; side >= 0 && !m.qk; --side) {
+      std::optional<double> c = constant_scalar(scaled->input(1 - side));
+      ir::Node* mm = absorbed_producer(scaled->input(side), "MatMul", out);
+      if (!c || !mm || *c == 0 || !std::isfinite(*c) ||
+          !broadcasts_into(scaled->input(1 - side), mm->output(0)))
+        continue;
+      m.scale = divide ? 1.0 / *c : *c;
+      m.qk = mm;
+    }
+    if (!m.qk) {
+      no_match(out, "the scale is not a constant scalar times Q K^T");
+      return std::nullopt;
+    }
+    m.scaling = scaled;
+  }
+  if (m.qk->inputs().size() != 2) return std::nullopt;
+  return m;
+}
+
+ir::Value* additive_mask(const ScaledDotProduct& m, Rewriter& rw, ir::Node* at) {
+  if (!m.select) return m.mask;
+  ir::Graph& g = *at->graph();
+  ir::Value* allowed_value = m.mask;
+  ir::Value* masked_value = m.fill;
+  if (m.mask) {
+    masked_value = rw.add_node(g, "Add", {m.fill, m.mask}, 1, at)->output(0);
+  } else {
+    const int32_t type = m.scores()->elem_type();
+    allowed_value = rw.add_constant(g, ir::make_float_tensor(type, {}, {0.0}), "attention_allowed");
+  }
+  return rw.add_node(g, "Where", {m.allowed, allowed_value, masked_value}, 1, at)->output(0);
+}
+
+}  // namespace graft
