@@ -6,8 +6,8 @@
 //      out = MatMul(Softmax(MatMul(Q, K^T) * scale [+ mask]), V)
 //    with Q (B, N, S, H), K^T (B, Nkv, H, T), V (B, Nkv, T, Hv), Nkv = N or 1 (what MatMul
 //    broadcasts), and the mask a float tensor of Q's type that broadcasts into the scores
-//    (B, N, S, T) without changing their shape (fits_scores); a boolean mask (Where) and an additive one
-//    become one additive mask (additive_mask, exact: see attention_pattern.h)
+//    (B, N, S, T) without changing their shape (fits_scores); a boolean mask (Where) and an
+//    additive one become one additive mask (additive_mask, exact: see attention_pattern.h)
 //      -> Attention(Q, K, V, mask, scale = scale), with K (B, Nkv, T, H):
 //         K^T = Transpose(K, [0, 1, 3, 2])  -> that K (the Transpose is absorbed);
 //         K^T = Transpose(X, [0, 2, 3, 1]) of X (B, T, Nkv, H), K split into heads
@@ -66,14 +66,14 @@ bool attention(ir::Node& out, Rewriter& rw) {
   if (!q.has_rank || !kt.has_rank || !v.has_rank || q.dims.size() != 4 || kt.dims.size() != 4 ||
       v.dims.size() != 4)
     return no_match(out, "Q, K^T and V are not known to be 4-D (batch, heads, length, size)");
-  if ((dtype != TensorProto::FLOAT && dtype != TensorProto::FLOAT16) ||
-      kt.elem_type != dtype || v.elem_type != dtype)
+  if ((dtype != TensorProto::FLOAT && dtype != TensorProto::FLOAT16) || kt.elem_type != dtype ||
+      v.elem_type != dtype)
     return no_match(out, "Q, K and V are not all float or all float16");
   // Batch equal; key/value heads equal to the query's or 1; the head size and the key length
   // shared as the products need.
   const bool kv_heads_fit = same_dim(kt, 1, q, 1) || is_one(kt.dims[1]);
-  if (!same_dim(kt, 0, q, 0) || !same_dim(v, 0, q, 0) || !kv_heads_fit ||
-      !same_dim(v, 1, kt, 1) || !same_dim(kt, 2, q, 3) || !same_dim(v, 2, kt, 3))
+  if (!same_dim(kt, 0, q, 0) || !same_dim(v, 0, q, 0) || !kv_heads_fit || !same_dim(v, 1, kt, 1) ||
+      !same_dim(kt, 2, q, 3) || !same_dim(v, 2, kt, 3))
     return no_match(out,
                     "Q (B, N, S, H), K^T (B, Nkv, H, T) and V (B, Nkv, T, Hv) do not fit "
                     "together by facts");
@@ -131,7 +131,8 @@ bool attention(ir::Node& out, Rewriter& rw) {
       if (q.dims[2].known()) {
         std::vector<int64_t> dims(mask_rank, 1);
         dims[mask_rank - 2] = q.dims[2].value;
-        target = rw.add_constant(g, ir::make_int64_tensor({mask_rank}, dims), "attention_mask_shape");
+        target =
+            rw.add_constant(g, ir::make_int64_tensor({mask_rank}, dims), "attention_mask_shape");
       } else {
         ir::Node* shape = rw.add_node(g, "Shape", {sdp->q()}, 1, &out);
         rw.set_attr(shape, int_attr("start", 2));

@@ -49,10 +49,11 @@ TEST(AttentionKernel, DefaultScaleIsOneOverTheSquareRootOfTheHeadSize) {
 
 TEST(AttentionKernel, ThreeDimensionalWithGroupedKeyValueHeads) {
   // 4 query heads of 2 sharing 2 key/value heads (heads 0, 1 read kv head 0; 2, 3 read 1).
-  expect_same("g (float[2,3,8] q, float[2,5,4] k, float[2,5,6] v) => (float[2,3,12] y) "
-              "<int64[4] qs = {2, 3, 4, 2}, int64[4] ks = {2, 5, 2, 2}, int64[4] vs = {2, 5, 2, 3},"
-              " int64[3] out = {2, 3, 12}, float s = {0.7071067811865476}>",
-              " y = Attention <q_num_heads = 4, kv_num_heads = 2> (q, k, v) ", R"(
+  expect_same(
+      "g (float[2,3,8] q, float[2,5,4] k, float[2,5,6] v) => (float[2,3,12] y) "
+      "<int64[4] qs = {2, 3, 4, 2}, int64[4] ks = {2, 5, 2, 2}, int64[4] vs = {2, 5, 2, 3},"
+      " int64[3] out = {2, 3, 12}, float s = {0.7071067811865476}>",
+      " y = Attention <q_num_heads = 4, kv_num_heads = 2> (q, k, v) ", R"(
       q4 = Reshape (q, qs)
       qh = Transpose <perm = [0, 2, 1, 3]> (q4)
       k4 = Reshape (k, ks)
@@ -82,7 +83,8 @@ TEST(AttentionKernel, PastKeysAndValuesComeFirstAndArePresent) {
   expect_same(
       "g (float[1,2,3,4] q, float[1,2,3,4] k, float[1,2,3,4] v, float[1,2,2,4] pk, "
       "float[1,2,2,4] pv) => (float[1,2,3,4] y, float[1,2,5,4] kk, float[1,2,5,4] vv) "
-      "<float s = {0.5}, float[3,5] causal = {0, 0, 0, -1e30, -1e30, 0, 0, 0, 0, -1e30, 0, 0, 0, 0, "
+      "<float s = {0.5}, float[3,5] causal = {0, 0, 0, -1e30, -1e30, 0, 0, 0, 0, -1e30, 0, 0, 0, "
+      "0, "
       "0}>",
       " y, kk, vv = Attention <is_causal = 1> (q, k, v, , pk, pv) ", R"(
       kk = Concat <axis = 2> (pk, k)
@@ -96,10 +98,11 @@ TEST(AttentionKernel, PastKeysAndValuesComeFirstAndArePresent) {
 }
 
 TEST(AttentionKernel, BooleanMaskAllowsWhereTrueAndSoftcapBoundsTheScores) {
-  expect_same("g (float[2,2,3,4] q, float[2,2,3,4] k, float[2,2,3,4] v) => (float[2,2,3,4] y) "
-              "<bool[3,3] m = {1, 0, 1, 1, 1, 0, 0, 1, 1}, float[3,3] add = {0, -1e30, 0, 0, 0, "
-              "-1e30, -1e30, 0, 0}, float s = {0.5}, float cap = {2.0}>",
-              " y = Attention <softcap = 2.0> (q, k, v, m) ", R"(
+  expect_same(
+      "g (float[2,2,3,4] q, float[2,2,3,4] k, float[2,2,3,4] v) => (float[2,2,3,4] y) "
+      "<bool[3,3] m = {1, 0, 1, 1, 1, 0, 0, 1, 1}, float[3,3] add = {0, -1e30, 0, 0, 0, "
+      "-1e30, -1e30, 0, 0}, float s = {0.5}, float cap = {2.0}>",
+      " y = Attention <softcap = 2.0> (q, k, v, m) ", R"(
       kt = Transpose <perm = [0, 1, 3, 2]> (k)
       p = MatMul (q, kt)
       ps = Mul (p, s)

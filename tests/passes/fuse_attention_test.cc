@@ -28,10 +28,11 @@ std::string sdpa(const std::string& inputs, const std::string& kt_line,
     last = "s2";
   }
   return R"(<ir_version: 10, opset_import: ["" : )" + opset + R"(]>
-    g ()" + inputs +
+    g ()" +
+         inputs +
          R"() => (float[2,2,3,3] y) <float c = {0.5}, float r = {2.0}, float fill = {-3.4028234663852886e38}> {
-      )" + body +
-         "      p = Softmax <axis = -1> (" + last + R"()
+      )" +
+         body + "      p = Softmax <axis = -1> (" + last + R"()
       y = MatMul (p, v)
     })";
 }
@@ -41,27 +42,27 @@ const char* kQkv = "float[2,2,3,4] q, float[2,2,5,4] k, float[2,2,5,3] v";
 TEST(FuseAttention, ScaledMaskedAttentionBecomesAttention) {
   // A padding mask (B, 1, 1, T) is expanded over the queries: ONNX Runtime's kernel wants the
   // mask's last two dims to be exactly (S, T).
-  expect_rewrite("fuse_attention",
-                 sdpa(std::string(kQkv) + ", float[2,1,1,5] m",
-                      "kt = Transpose <perm = [0, 1, 3, 2]> (k)", "s1 = Div (s0, r)",
-                      "s2 = Add (s1, m)"),
-                 R"(<ir_version: 10, opset_import: ["" : 23]>
+  expect_rewrite(
+      "fuse_attention",
+      sdpa(std::string(kQkv) + ", float[2,1,1,5] m", "kt = Transpose <perm = [0, 1, 3, 2]> (k)",
+           "s1 = Div (s0, r)", "s2 = Add (s1, m)"),
+      R"(<ir_version: 10, opset_import: ["" : 23]>
     g (float[2,2,3,4] q, float[2,2,5,4] k, float[2,2,5,3] v, float[2,1,1,5] m)
         => (float[2,2,3,3] y)
       <float c = {0.5}, float fill = {-3.4028234663852886e38}, int64[4] shape = {1, 1, 3, 1}> {
       queries = Expand (m, shape)
       y = Attention <scale = 0.5> (q, k, v, queries)
     })",
-                 rewrites(1));
+      rewrites(1));
 }
 
 TEST(FuseAttention, KeysSplitIntoHeadsAreTransposedOnceAndTheMaskMayComeFirst) {
   // K^T = Transpose(X, [0, 2, 3, 1]) of X (B, T, N, H): K is Transpose(X, [0, 2, 1, 3]).
-  auto m = run_rewrite("fuse_attention",
-                       sdpa("float[2,2,3,4] q, float[2,5,2,4] x, float[2,2,5,3] v, float[2,2,3,5] m",
-                            "kt = Transpose <perm = [0, 2, 3, 1]> (x)", "s1 = Mul (c, s0)",
-                            "s2 = Add (m, s1)"),
-                       rewrites(1));
+  auto m = run_rewrite(
+      "fuse_attention",
+      sdpa("float[2,2,3,4] q, float[2,5,2,4] x, float[2,2,5,3] v, float[2,2,3,5] m",
+           "kt = Transpose <perm = [0, 2, 3, 1]> (x)", "s1 = Mul (c, s0)", "s2 = Add (m, s1)"),
+      rewrites(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Attention"), 1);
   EXPECT_EQ(count_ops(*m, "Transpose"), 1);
@@ -72,10 +73,9 @@ TEST(FuseAttention, KeysSplitIntoHeadsAreTransposedOnceAndTheMaskMayComeFirst) {
 TEST(FuseAttention, UnscaledUnmaskedWithAnyKeyTransposeAndOneSharedKeyValueHead) {
   // K^T is a graph input: K = Transpose(K^T, [0, 1, 3, 2]) is added. One key/value head that
   // MatMul broadcasts over the two query heads: Attention's kv heads = 1.
-  auto m = run_rewrite(
-      "fuse_attention",
-      sdpa("float[2,2,3,4] q, float[2,1,4,5] kt, float[2,1,5,3] v", "", "", ""),
-      rewrites(1));
+  auto m = run_rewrite("fuse_attention",
+                       sdpa("float[2,2,3,4] q, float[2,1,4,5] kt, float[2,1,5,3] v", "", "", ""),
+                       rewrites(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Attention"), 1);
   EXPECT_EQ(count_ops(*m, "Transpose"), 1);
@@ -94,33 +94,33 @@ TEST(FuseAttention, CausalWhereAndPaddingMaskBecomeOneAdditiveMask) {
   EXPECT_EQ(count_ops(*m, "Where"), 1);
   EXPECT_EQ(count_ops(*m, "Softmax"), 0);
   // Without the padding mask: Where(causal, 0, lowest).
-  m = run_rewrite("fuse_attention",
-                  sdpa(std::string(kQkv) + ", bool[3,5] allowed",
-                       "kt = Transpose <perm = [0, 1, 3, 2]> (k)", "s1 = Div (s0, r)",
-                       "s2 = Where (allowed, s1, fill)"),
-                  rewrites(1));
+  m = run_rewrite(
+      "fuse_attention",
+      sdpa(std::string(kQkv) + ", bool[3,5] allowed", "kt = Transpose <perm = [0, 1, 3, 2]> (k)",
+           "s1 = Div (s0, r)", "s2 = Where (allowed, s1, fill)"),
+      rewrites(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Attention"), 1);
   EXPECT_EQ(count_ops(*m, "Add"), 0);
   // A fill that a score could be near (-10000 is above -1e30), or not a constant: left alone.
-  std::string near = sdpa(std::string(kQkv) + ", bool[3,5] allowed",
-                          "kt = Transpose <perm = [0, 1, 3, 2]> (k)", "s1 = Div (s0, r)",
-                          "s2 = Where (allowed, s1, fill)");
+  std::string near =
+      sdpa(std::string(kQkv) + ", bool[3,5] allowed", "kt = Transpose <perm = [0, 1, 3, 2]> (k)",
+           "s1 = Div (s0, r)", "s2 = Where (allowed, s1, fill)");
   near.replace(near.find("-3.4028234663852886e38"), 22, "-10000");
   expect_no_rewrite("fuse_attention", near);
-  expect_no_rewrite("fuse_attention",
-                    sdpa(std::string(kQkv) + ", bool[3,5] allowed, float low",
-                         "kt = Transpose <perm = [0, 1, 3, 2]> (k)", "s1 = Div (s0, r)",
-                         "s2 = Where (allowed, s1, low)"));
+  expect_no_rewrite("fuse_attention", sdpa(std::string(kQkv) + ", bool[3,5] allowed, float low",
+                                           "kt = Transpose <perm = [0, 1, 3, 2]> (k)",
+                                           "s1 = Div (s0, r)", "s2 = Where (allowed, s1, low)"));
 }
 
 TEST(FuseAttention, MasksAreShapedForOnnxRuntimesKernel) {
   const std::string kt = "kt = Transpose <perm = [0, 1, 3, 2]> (k)";
   // A symbolic query length: the padding mask is expanded by Q's dim 2 read at run time.
-  auto m = run_rewrite("fuse_attention",
-                       sdpa("float[2,2,S,4] q, float[2,2,5,4] k, float[2,2,5,3] v, float[2,1,1,5] m",
-                            kt, "s1 = Mul (s0, c)", "s2 = Add (s1, m)"),
-                       rewrites(1));
+  auto m =
+      run_rewrite("fuse_attention",
+                  sdpa("float[2,2,S,4] q, float[2,2,5,4] k, float[2,2,5,3] v, float[2,1,1,5] m", kt,
+                       "s1 = Mul (s0, c)", "s2 = Add (s1, m)"),
+                  rewrites(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Expand"), 1);
   EXPECT_EQ(count_ops(*m, "Shape"), 1);
@@ -147,8 +147,7 @@ TEST(FuseAttention, MasksAreShapedForOnnxRuntimesKernel) {
 TEST(FuseAttention, LookAlikesAreLeftAlone) {
   const std::string kt = "kt = Transpose <perm = [0, 1, 3, 2]> (k)";
   // Opset 22 has no Attention.
-  expect_no_rewrite("fuse_attention", sdpa(kQkv, kt, "s1 = Mul (s0, c)", "",
-                                           "22"));
+  expect_no_rewrite("fuse_attention", sdpa(kQkv, kt, "s1 = Mul (s0, c)", "", "22"));
   // Softmax over another axis.
   std::string other_axis = sdpa(kQkv, kt, "s1 = Mul (s0, c)", "");
   other_axis.replace(other_axis.find("axis = -1"), 9, "axis = 2 ");
@@ -159,19 +158,18 @@ TEST(FuseAttention, LookAlikesAreLeftAlone) {
                      "(float[2,2,3,3] y, float[2,2,3,5] s1)");
   expect_no_rewrite("fuse_attention", read_twice);
   // A mask that broadcasts the scores to more batches than Q has.
+  expect_no_rewrite("fuse_attention",
+                    sdpa("float[1,2,3,4] q, float[1,2,5,4] k, float[1,2,5,3] v, float[2,1,1,5] m",
+                         kt, "s1 = Mul (s0, c)", "s2 = Add (s1, m)"),
+                    compare_outputs(Outputs::kNotCompared));
+  // Q's batch of 1 broadcast against K's batch of 2 by MatMul: Attention does not broadcast.
   expect_no_rewrite(
       "fuse_attention",
-      sdpa("float[1,2,3,4] q, float[1,2,5,4] k, float[1,2,5,3] v, float[2,1,1,5] m", kt,
-           "s1 = Mul (s0, c)", "s2 = Add (s1, m)"),
+      sdpa("float[1,2,3,4] q, float[2,2,5,4] k, float[2,2,5,3] v", kt, "s1 = Mul (s0, c)", ""),
       compare_outputs(Outputs::kNotCompared));
-  // Q's batch of 1 broadcast against K's batch of 2 by MatMul: Attention does not broadcast.
-  expect_no_rewrite("fuse_attention",
-                    sdpa("float[1,2,3,4] q, float[2,2,5,4] k, float[2,2,5,3] v", kt,
-                         "s1 = Mul (s0, c)", ""),
-                    compare_outputs(Outputs::kNotCompared));
   // A scale that is not a constant.
-  expect_no_rewrite("fuse_attention", sdpa(std::string(kQkv) + ", float w", kt,
-                                           "s1 = Mul (s0, w)", ""));
+  expect_no_rewrite("fuse_attention",
+                    sdpa(std::string(kQkv) + ", float w", kt, "s1 = Mul (s0, w)", ""));
   // Double: ONNX Runtime's CPU kernel takes float and float16.
   std::string dbl = sdpa(kQkv, kt, "", "");
   for (size_t at; (at = dbl.find("float[")) != std::string::npos;) dbl.replace(at, 5, "double");

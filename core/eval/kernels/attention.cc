@@ -24,8 +24,8 @@ using onnx::TensorProto;
 absl::StatusOr<int64_t> heads_attr(const KernelContext& ctx, const char* name) {
   const int64_t v = ctx.node.attr_int(name, 0);
   if (v <= 0 || v > (int64_t{1} << 20))
-    return invalid(ctx, absl::StrCat(name, " must be in 1..", int64_t{1} << 20,
-                                     " for 3-D Q, K and V"));
+    return invalid(ctx,
+                   absl::StrCat(name, " must be in 1..", int64_t{1} << 20, " for 3-D Q, K and V"));
   return v;
 }
 
@@ -91,8 +91,7 @@ absl::Status attention(KernelContext& ctx) {
   if (kd[0] != batch || vd[0] != batch) return invalid(ctx, "Q, K and V differ in batch size");
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
     return invalid(ctx, "q heads must be a positive multiple of kv heads");
-  if (head <= 0 && seq > 0 && len > 0)
-    return invalid(ctx, "the head size must be positive");
+  if (head <= 0 && seq > 0 && len > 0) return invalid(ctx, "the head size must be positive");
   const Tensor* past_key = ctx.input(4);
   const Tensor* past_value = ctx.input(5);
   if ((past_key == nullptr) != (past_value == nullptr))
@@ -113,9 +112,8 @@ absl::Status attention(KernelContext& ctx) {
   // Every buffer below is at most this many doubles: checked in double first (dims of
   // zero-sized operands may have products that overflow int64).
   const double elements =
-      static_cast<double>(batch) *
-      (static_cast<double>(heads) * seq * (head + vhead) +
-       static_cast<double>(kv_heads) * total * (head + vhead) * 2);
+      static_cast<double>(batch) * (static_cast<double>(heads) * seq * (head + vhead) +
+                                    static_cast<double>(kv_heads) * total * (head + vhead) * 2);
   if (elements * sizeof(double) > static_cast<double>(ctx.limits.max_tensor_bytes))
     return absl::ResourceExhaustedError(
         absl::StrCat(ctx.node.op_type(), ": Q, K and V would exceed the tensor size limit"));
