@@ -2,12 +2,12 @@
 // one kernel (ONNX Runtime from 1.23 on CPU) instead of two MatMuls, a scale, a mask Add and a
 // Softmax per layer:
 //
-//  - attention (opset >= 23): the pattern of attention_pattern.h over 4-D heads,
+//  - attention (opset >= 23): the pattern of patterns/attention.h over 4-D heads,
 //      out = MatMul(Softmax(MatMul(Q, K^T) * scale [+ mask]), V)
 //    with Q (B, N, S, H), K^T (B, Nkv, H, T), V (B, Nkv, T, Hv), Nkv = N or 1 (what MatMul
 //    broadcasts), and the mask a float tensor of Q's type that broadcasts into the scores
 //    (B, N, S, T) without changing their shape (fits_scores); a boolean mask (Where) and an
-//    additive one become one additive mask (additive_mask, exact: see attention_pattern.h)
+//    additive one become one additive mask (additive_mask, exact: see patterns/attention.h)
 //      -> Attention(Q, K, V, mask, scale = scale), with K (B, Nkv, T, H):
 //         K^T = Transpose(K, [0, 1, 3, 2])  -> that K (the Transpose is absorbed);
 //         K^T = Transpose(X, [0, 2, 3, 1]) of X (B, T, Nkv, H), K split into heads
@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "core/ir/tensor.h"
-#include "core/passes/attention_pattern.h"
 #include "core/passes/passes.h"
+#include "core/passes/patterns/attention.h"
 #include "core/passes/queries.h"
 #include "core/passes/rules.h"
 

@@ -42,8 +42,8 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/ir/tensor.h"
-#include "core/passes/attention_pattern.h"
 #include "core/passes/passes.h"
+#include "core/passes/patterns/attention.h"
 #include "core/passes/queries.h"
 #include "core/passes/rules.h"
 #include "core/passes/target.h"

@@ -1,4 +1,4 @@
-#include "core/passes/attention_pattern.h"
+#include "core/passes/patterns/attention.h"
 
 #include "core/ir/tensor.h"
 
