@@ -42,7 +42,7 @@ namespace {
 using onnx::AttributeProto;
 using onnx::TensorProto;
 
-constexpr int kMaxOpset = 23;  // RMSNormalization
+constexpr int kMaxOpset = 23;  // RMSNormalization, RotaryEmbedding
 constexpr uint64_t kMaxTensorBytes = 1 << 20;
 constexpr uint64_t kMaxLiveBytes = 8 << 20;
 
@@ -55,6 +55,9 @@ constexpr int32_t kTypes[] = {
 
 // Attribute names kernels read, for attributes the schema does not list (or has no schema for).
 const char* const kAttrNames[] = {"num_heads",
+                                  "interleaved",
+                                  "rotary_embedding_dim",
+                                  "is_packed_batching",
                                   "unidirectional",
                                   "qkv_hidden_sizes",
                                   "mask_filter_value",

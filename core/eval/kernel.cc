@@ -56,6 +56,7 @@ void ensure_registered() {
     register_quantize_dynamic_kernels();
     register_detection_kernels();
     register_contrib_kernels();
+    register_rotary_kernels();
   });
 }
 

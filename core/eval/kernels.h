@@ -16,5 +16,6 @@ void register_quantize_dynamic_kernels();  // kernels/quantize_dynamic.cc: Dynam
 void register_detection_kernels();         // kernels/detection.cc: NonMaxSuppression, RoiAlign,
                                            // GridSample
 void register_contrib_kernels();  // kernels/contrib.cc: ONNX Runtime's com.microsoft fused ops
+void register_rotary_kernels();   // kernels/rotary.cc: RotaryEmbedding (standard, com.microsoft)
 
 }  // namespace graft::eval

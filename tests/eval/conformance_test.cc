@@ -393,9 +393,10 @@ TEST(ConformanceTest, SupportedOps) {
   const std::vector<std::string> quantize_dynamic = {"ConvInteger", "DynamicQuantizeLinear",
                                                      "MatMulInteger"};
   const std::vector<std::string> detection = {"GridSample", "NonMaxSuppression", "RoiAlign"};
+  const std::vector<std::string> rotary = {"RotaryEmbedding"};
   std::set<std::string> expected;
   for (const auto* group :
-       {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic, &detection}) {
+       {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic, &detection, &rotary}) {
     expected.insert(group->begin(), group->end());
   }
   std::vector<std::string> ops = supported_ops();
