@@ -132,8 +132,8 @@ TEST(RotaryKernels, StandardForms) {
     for (bool interleaved : {false, true})
       for (int64_t rot : {H, int64_t{4}})
         for (bool ids : {true, false}) {
-          SCOPED_TRACE(testing::Message() << "heads_first " << heads_first << " interleaved "
-                                          << interleaved << " rot " << rot << " ids " << ids);
+          SCOPED_TRACE(::testing::Message() << "heads_first " << heads_first << " interleaved "
+                                            << interleaved << " rot " << rot << " ids " << ids);
           expect_same(standard(Case{heads_first, interleaved, rot, ids}));
         }
 }
@@ -158,8 +158,8 @@ TEST(RotaryKernels, MicrosoftForms) {
   for (bool heads_first : {true, false})
     for (bool interleaved : {false, true})
       for (int64_t rot : {H, int64_t{4}}) {
-        SCOPED_TRACE(testing::Message() << "heads_first " << heads_first << " interleaved "
-                                        << interleaved << " rot " << rot);
+        SCOPED_TRACE(::testing::Message() << "heads_first " << heads_first << " interleaved "
+                                          << interleaved << " rot " << rot);
         expect_same(microsoft(Case{heads_first, interleaved, rot, true}));
       }
   expect_same(microsoft(Case{true, false, H, true, "float16"}), 4e-3);
@@ -177,13 +177,14 @@ TEST(RotaryKernels, MicrosoftHeadSizeFromTheCachesWithoutNumHeads) {
 TEST(RotaryKernels, MicrosoftOffsetPositionIds) {
   // One position p: token s of every batch takes row p + s (caches of 8 rows for p in [0, 3]).
   Case c;
-  const std::string sig = "<ir_version: 10, opset_import: [\"\" : 23, \"com.microsoft\" : 1]>\n"
-                          "g (float[2,3,4,8] x, int64[1] p) => (float[2,3,4,8] y)\n"
-                          "  <float[8,4] c = {" +
-                          cache_values(32, 0.3) + "}, float[8,4] s = {" + cache_values(32, 0.5) +
-                          "}, int64[1] zero = {0}, int64[1] one = {1}, int64[1] minus1 = {-1}, "
-                          "int64[1] rot = {8}, int64[1] half = {4}, int64[1] head = {8}, "
-                          "int64 start = {0}, int64 limit = {4}, int64 step = {1}> {\n";
+  const std::string sig =
+      "<ir_version: 10, opset_import: [\"\" : 23, \"com.microsoft\" : 1]>\n"
+      "g (float[2,3,4,8] x, int64[1] p) => (float[2,3,4,8] y)\n"
+      "  <float[8,4] c = {" +
+      cache_values(32, 0.3) + "}, float[8,4] s = {" + cache_values(32, 0.5) +
+      "}, int64[1] zero = {0}, int64[1] one = {1}, int64[1] minus1 = {-1}, "
+      "int64[1] rot = {8}, int64[1] half = {4}, int64[1] head = {8}, "
+      "int64 start = {0}, int64 limit = {4}, int64 step = {1}> {\n";
   std::string fused = sig + "y = com.microsoft.RotaryEmbedding (x, p, c, s)\n}";
   std::string rows =
       "r = Range (start, limit, step)\nr2 = Unsqueeze (r, zero)\nids = Add (r2, p)\n"
@@ -199,7 +200,7 @@ struct Operands {
   std::vector<int64_t> x = {B, N, S, H}, cos = {P, H / 2}, ids = {B, S};
   int32_t x_type = TensorProto::FLOAT, cache_type = TensorProto::FLOAT,
           ids_type = TensorProto::INT64;
-  std::vector<int64_t> sin;       // empty: cos's dims
+  std::vector<int64_t> sin;        // empty: cos's dims
   std::vector<int64_t> id_values;  // empty: all 0
 };
 
@@ -220,8 +221,9 @@ absl::Status run_rotary(bool microsoft, const std::string& attributes, const Ope
   for (size_t i = 0; i < o.id_values.size() && static_cast<int64_t>(i) < ids.size(); ++i)
     ids.set_int64(static_cast<int64_t>(i), o.id_values[i]);
   const std::string node =
-      microsoft ? "y = com.microsoft.RotaryEmbedding " + attributes + " (x, ids, c, s)"
-                : "y = RotaryEmbedding " + attributes + (with_ids ? " (x, c, s, ids)" : " (x, c, s)");
+      microsoft
+          ? "y = com.microsoft.RotaryEmbedding " + attributes + " (x, ids, c, s)"
+          : "y = RotaryEmbedding " + attributes + (with_ids ? " (x, c, s, ids)" : " (x, c, s)");
   const std::string text =
       "<ir_version: 10, opset_import: [\"\" : 23, \"com.microsoft\" : 1]>\ng (float x, float c, "
       "float s, int64 ids) => (float y) { " +

@@ -792,8 +792,7 @@ TEST(FuseBlocks, RotaryOfQueriesAndKeysShareTheCaches) {
   text = with(text, "g (float[2,2,3,4] x, int64[2,3] ids) => (float[2,2,3,4] y)",
               "g (float[2,2,3,4] x, float[2,2,3,4] k, int64[2,3] ids) => (float[2,2,3,4] y, "
               "float[2,2,3,4] yk)");
-  text = with(text, "      y = Add (xc, rs)
-", R"(      y = Add (xc, rs)
+  text = with(text, "      y = Add (xc, rs)\n", R"(      y = Add (xc, rs)
       kc = Mul (cos, k)
       k2 = Slice (k, two, big, last)
       kneg = Neg (k2)
@@ -816,12 +815,9 @@ TEST(FuseBlocks, RotaryOfQueriesAndKeysShareTheCaches) {
 TEST(FuseBlocks, RotaryWithSplitHalves) {
   // rotate_half as Split into two halves (opset 18's num_outputs), operands in the other order.
   std::string text = rotary_block();
-  text = with(text, "      x2 = Slice (x, two, big, last)
-", "");
-  text = with(text, "      x1 = Slice (x, zero, two, last)
-",
-              "      x1, x2 = Split <axis = 3, num_outputs = 2> (x)
-");
+  text = with(text, "      x2 = Slice (x, two, big, last)\n", "");
+  text = with(text, "      x1 = Slice (x, zero, two, last)\n",
+              "      x1, x2 = Split <axis = 3, num_outputs = 2> (x)\n");
   text = with(text, "xc = Mul (x, cos)", "xc = Mul (cos, x)");
   text = with(text, "rs = Mul (rot, sin)", "rs = Mul (sin, rot)");
   text = with(text, "y = Add (xc, rs)", "y = Add (rs, xc)");
@@ -836,18 +832,17 @@ TEST(FuseBlocks, RotaryInsideIfBranch) {
   text = with(text, "      gc = Gather (cos_table, ids)", R"(      y = If (cond) <
         then_branch = then_g () => (float[2,2,3,4] t) {
       gc = Gather (cos_table, ids))");
-  text = with(text, "      y = Add (xc, rs)
-", R"(      t = Add (xc, rs)
+  text = with(text, "      y = Add (xc, rs)\n", R"(      t = Add (xc, rs)
 },
         else_branch = else_g () => (float[2,2,3,4] e) {
           e = Identity (x)
         }>
 )");
   auto model = run_rewrite("fuse_blocks", text, rewrites(1));
-ASSERT_TRUE(model);
-EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
-EXPECT_EQ(count_ops(*model, "Gather"), 0);
-EXPECT_EQ(count_ops(*model, "Concat"), 0);
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
+  EXPECT_EQ(count_ops(*model, "Gather"), 0);
+  EXPECT_EQ(count_ops(*model, "Concat"), 0);
 }
 
 TEST(FuseBlocks, RotaryLookAlikesStay) {

@@ -80,11 +80,12 @@ absl::StatusOr<int64_t> count_attr(const KernelContext& ctx, const char* name) {
 absl::Status set_rotated_width(const KernelContext& ctx, int64_t dim, Rotation& r) {
   r.rot = dim > 0 ? dim : r.head;
   if (r.rot > r.head)
-    return invalid(ctx, absl::StrCat("rotary_embedding_dim ", r.rot, " exceeds the head size ",
-                                     r.head));
+    return invalid(ctx,
+                   absl::StrCat("rotary_embedding_dim ", r.rot, " exceeds the head size ", r.head));
   if (r.rot % 2 != 0)
-    return invalid(ctx, absl::StrCat("the rotated width ", r.rot, " (rotary_embedding_dim, else "
-                                                                  "the head size) is odd"));
+    return invalid(ctx, absl::StrCat("the rotated width ", r.rot,
+                                     " (rotary_embedding_dim, else "
+                                     "the head size) is odd"));
   return absl::OkStatus();
 }
 
@@ -102,13 +103,13 @@ absl::StatusOr<Scratch<int64_t>> rows_of_ids(const KernelContext& ctx, const Ten
                                              const Rotation& r, int64_t rows) {
   if (ids.dtype() != TensorProto::INT64) return invalid(ctx, "position_ids must be int64");
   if (ids.rank() != 2 || ids.dims()[0] != r.batch || ids.dims()[1] != r.seq)
-    return invalid(ctx, absl::StrCat("position_ids must be (batch, sequence) = (", r.batch, ", ",
-                                     r.seq, ")"));
+    return invalid(
+        ctx, absl::StrCat("position_ids must be (batch, sequence) = (", r.batch, ", ", r.seq, ")"));
   Scratch<int64_t> v = to_ints(ids);
   for (int64_t i = 0; i < ids.size(); ++i)
     if (v[i] < 0 || v[i] >= rows)
-      return invalid(ctx, absl::StrCat("position id ", v[i], " is outside the caches' ", rows,
-                                       " rows"));
+      return invalid(ctx,
+                     absl::StrCat("position id ", v[i], " is outside the caches' ", rows, " rows"));
   return v;
 }
 
@@ -141,16 +142,17 @@ absl::Status rotary_embedding(KernelContext& ctx) {
                                        num_heads));
     r = {d[0], num_heads, d[1], d[2] / num_heads, false, 0, r.interleaved};
   } else {
-    return invalid(ctx, "X must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, sequence, "
-                        "head)");
+    return invalid(ctx,
+                   "X must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, sequence, "
+                   "head)");
   }
   KERNEL_RETURN_IF_ERROR(set_rotated_width(ctx, dim, r));
   const int64_t half = r.rot / 2;
   Scratch<int64_t> rows;
   if (ids != nullptr) {
     if (cos->rank() != 2 || cos->dims()[1] != half)
-      return invalid(ctx, absl::StrCat("with position_ids the caches must be (positions, ", half,
-                                       ")"));
+      return invalid(ctx,
+                     absl::StrCat("with position_ids the caches must be (positions, ", half, ")"));
     KERNEL_ASSIGN_OR_RETURN(rows, rows_of_ids(ctx, *ids, r, cos->dims()[0]));
   } else {
     if (cos->rank() != 3 || cos->dims()[0] != r.batch || cos->dims()[1] != r.seq ||
@@ -198,20 +200,22 @@ absl::Status ms_rotary_embedding(KernelContext& ctx) {
   } else if (d.size() == 3) {
     const int64_t head = num_heads > 0 ? d[2] / num_heads : 2 * width;
     if (head == 0 || d[2] % head != 0 || (num_heads > 0 && d[2] % num_heads != 0))
-      return invalid(ctx, absl::StrCat("the hidden size ", d[2],
-                                       " is not a whole number of heads of ", head));
+      return invalid(
+          ctx, absl::StrCat("the hidden size ", d[2], " is not a whole number of heads of ", head));
     r = {d[0], d[2] / head, d[1], head, false, 0, r.interleaved};
   } else {
-    return invalid(ctx, "input must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, "
-                        "sequence, head)");
+    return invalid(ctx,
+                   "input must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, "
+                   "sequence, head)");
   }
   KERNEL_RETURN_IF_ERROR(set_rotated_width(ctx, dim, r));
   if (width != r.rot / 2)
-    return invalid(ctx, absl::StrCat("the caches' width ", width, " is not half the rotated width ",
-                                     r.rot));
+    return invalid(
+        ctx, absl::StrCat("the caches' width ", width, " is not half the rotated width ", r.rot));
   if (r.seq > positions)
-    return unimplemented(ctx, "caches with fewer rows than the sequence (ONNX Runtime would "
-                              "extend them)");
+    return unimplemented(ctx,
+                         "caches with fewer rows than the sequence (ONNX Runtime would "
+                         "extend them)");
   Scratch<int64_t> rows;
   if (ids->dtype() == TensorProto::INT64 && ids->size() == 1 && ids->rank() <= 1) {
     const int64_t first = ids->get_int64(0);

@@ -18,12 +18,13 @@ using onnx::TensorProto;
 // Largest head size matched: slice_indices lists the indices a Slice takes.
 constexpr int64_t kMaxHead = int64_t{1} << 16;
 
-// The producer of `v` if it is `op` in `root`'s graph and opset, with one output, and `v` has no
-// reader but the pattern's.
-ir::Node* inner(ir::Value* v, std::string_view op, const ir::Node& root) {
+// The producer of `v` if it is `op` in `root`'s graph and opset, with one output and no attribute
+// but `attrs`, and `v` has no reader but the pattern's.
+ir::Node* inner(ir::Value* v, std::string_view op, const ir::Node& root,
+                std::initializer_list<std::string_view> attrs = {}) {
   if (!single_use(v)) return nullptr;
   ir::Node* p = chain_producer(v, op, root);
-  return p && only_attributes(*p, {}) ? p : nullptr;
+  return p && only_attributes(*p, attrs) ? p : nullptr;
 }
 
 // The other operand of the binary node `n` when one of its inputs is `v`, else nullptr.
@@ -64,8 +65,9 @@ bool rotate_half(ir::Node& concat, const ir::Node& root, ir::Value** x,
       second->graph() != root.graph() || second->opset() != root.opset() ||
       !only_attributes(*first, {"starts", "ends", "axes", "axis", "split", "num_outputs"}) ||
       !only_attributes(*second, {"starts", "ends", "axes", "axis", "split", "num_outputs"}))
-    return no_match(concat, "x's halves are not two Slices (or a Split) of one value in "
-                            "rotate_half's graph");
+    return no_match(concat,
+                    "x's halves are not two Slices (or a Split) of one value in "
+                    "rotate_half's graph");
   *x = first->input(0);
   const ir::TensorFact& xf = (*x)->fact();
   if (!xf.has_rank || xf.dims.size() != 4) return no_match(concat, "x's rank is not known to be 4");
@@ -78,14 +80,15 @@ bool rotate_half(ir::Node& concat, const ir::Node& root, ir::Value** x,
     return no_match(concat, "rotate_half does not concatenate along the last axis");
   if (first->is("Split")) {
     std::optional<ir::SplitParams> p = ir::split_params(*first);
-    if (!p || first->outputs().size() != 2 || x1 != first->output(0) ||
-        x2 != first->output(1) || ir::normalize_axis(p->axis, rank) != rank - 1 ||
+    if (!p || first->outputs().size() != 2 || x1 != first->output(0) || x2 != first->output(1) ||
+        ir::normalize_axis(p->axis, rank) != rank - 1 ||
         (p->sizes ? *p->sizes != std::vector<int64_t>{half, half} : p->parts != 2))
       return no_match(*first, "the Split does not cut x's last axis into two equal halves");
     block.insert(block.end(), {&concat, neg, first});
     return true;
   }
-  if (!slices_last_axis(*first, rank, *d, 0, half) || !slices_last_axis(*second, rank, *d, half, half))
+  if (!slices_last_axis(*first, rank, *d, 0, half) ||
+      !slices_last_axis(*second, rank, *d, half, half))
     return no_match(concat, "the Slices do not take the two halves of x's last axis");
   block.insert(block.end(), {&concat, neg, first, second});
   return true;
@@ -111,13 +114,15 @@ std::optional<GatheredTable> gathered_table(ir::Value* v, const ir::Node& root, 
   t.gather = producer(t.unsqueeze->input(0), "Gather");
   if (!t.gather || t.gather->inputs().size() != 2 || t.gather->attr_int("axis", 0) != 0 ||
       !only_attributes(*t.gather, {"axis"}))
-    return no_match_with(
-        root, [&] { return absl::StrCat(what, " is not gathered by position (Gather on axis 0)"); });
+    return no_match_with(root, [&] {
+      return absl::StrCat(what, " is not gathered by position (Gather on axis 0)");
+    });
   t.table = t.gather->input(0);
   t.ids = t.gather->input(1);
   const TensorProto* c = constant_header(t.table);
   if (!c || c->dims_size() != 2)
-    return no_match_with(root, [&] { return absl::StrCat(what, "'s table is not a 2-D constant"); });
+    return no_match_with(root,
+                         [&] { return absl::StrCat(what, "'s table is not a 2-D constant"); });
   return t;
 }
 
@@ -134,7 +139,7 @@ std::optional<RotaryMatch> match_rotary(ir::Node& add) {
     ir::Node* mul = inner(add.input(side), "Mul", add);
     if (!mul || mul->inputs().size() != 2) continue;
     for (int k = 0; k < 2; ++k) {
-      if (ir::Node* c = inner(mul->input(k), "Concat", add); c && c->attr("axis")) {
+      if (ir::Node* c = inner(mul->input(k), "Concat", add, {"axis"}); c && c->attr("axis")) {
         rotated = mul;
         concat = c;
         direct = inner(add.input(1 - side), "Mul", add);
@@ -151,7 +156,8 @@ std::optional<RotaryMatch> match_rotary(ir::Node& add) {
   if (!rotate_half(*concat, add, &m.x, m.block)) return std::nullopt;
   ir::Value* cos = other_operand(*direct, m.x);
   ir::Value* sin = other_operand(*rotated, concat->output(0));
-  if (!cos || cos == m.x) return no_match(add, "the other product is not of x (rotate_half's input)");
+  if (!cos || cos == m.x)
+    return no_match(add, "the other product is not of x (rotate_half's input)");
   std::optional<GatheredTable> c = gathered_table(cos, add, "cos");
   if (!c) return std::nullopt;
   std::optional<GatheredTable> s = gathered_table(sin, add, "sin");
@@ -224,8 +230,9 @@ std::optional<RotaryCaches> rotary_caches(Rewriter& rw, ir::Node& add, const Rot
   std::optional<eval::Tensor> sin =
       m.sin_table == m.cos_table ? cos : first_half(m.sin_table, m.head);
   if (!cos || !sin)
-    return no_match(add, "a table's two halves differ (or it cannot be read): the rotation does "
-                         "not repeat its angles");
+    return no_match(add,
+                    "a table's two halves differ (or it cannot be read): the rotation does "
+                    "not repeat its angles");
   ir::Graph& g = *add.graph();
   RotaryCaches caches;
   caches.cos = cache_constant(rw, g, m.cos_table, *cos);

@@ -76,7 +76,8 @@ TEST(RotaryPattern, EitherOperandOrderAndSplitHalves) {
 
 TEST(RotaryPattern, SaysWhyALookAlikeIsNoRotary) {
   const std::string base = rotary_block();
-  auto model = parse_text(with(base, "x1 = Slice (x, zero, two, last)", "x1 = Slice (x, zero, one, last)"));
+  auto model =
+      parse_text(with(base, "x1 = Slice (x, zero, two, last)", "x1 = Slice (x, zero, one, last)"));
   ASSERT_TRUE(model);
   EXPECT_EQ(reasons(*model),
             std::vector<std::string>{"the Slices do not take the two halves of x's last axis"});
