@@ -12,7 +12,8 @@
 //    then optionally y * gamma -> RMSNormalization(x, gamma, axis = -K, epsilon = eps).
 //  - rotary_embedding (opset >= 23): x * cos + rotate_half(x) * sin with cos and sin gathered
 //    from constant tables by position ids (core/passes/patterns/rotary.h) -> RotaryEmbedding(x,
-//    cos_cache, sin_cache, position_ids), the caches the tables' first halves.
+//    cos_cache, sin_cache, position_ids), the caches the tables' first halves (the ids expanded
+//    to x's batch and sequence where facts do not show them equal).
 //
 // Only at or above the opset that defines the fused op, in the graph's own opset (a model's opset
 // is never raised). Every intermediate value must have no reader outside the block (d's two
@@ -525,8 +526,9 @@ bool rotary_embedding(ir::Node& add, Rewriter& rw) {
   if (!m) return false;
   std::optional<RotaryCaches> caches = rotary_caches(rw, add, *m);
   if (!caches) return false;
-  ir::Node* fused = rw.add_node(*add.graph(), "RotaryEmbedding",
-                                {m->x, caches->cos, caches->sin, m->position_ids}, 1, &add);
+  ir::Value* ids = rotary_position_ids(rw, add, *m);
+  ir::Node* fused =
+      rw.add_node(*add.graph(), "RotaryEmbedding", {m->x, caches->cos, caches->sin, ids}, 1, &add);
   return replace_rotary(rw, *m, fused->output(0));
 }
 

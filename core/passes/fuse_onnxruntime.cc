@@ -28,8 +28,9 @@
 //    tables by position ids (core/passes/patterns/rotary.h, shared with fuse_blocks, which emits
 //    the standard op at opset 23)
 //      -> RotaryEmbedding(x, position_ids, cos_cache, sin_cache), the caches the tables' first
-//    halves. ONNX Runtime's kernel rejects position ids outside [0, P) (Gather accepts negative
-//    ones) and caches shorter than the sequence: errors, never another result.
+//    halves (the ids expanded to x's batch and sequence where facts do not show them equal). ONNX
+//    Runtime's kernel rejects position ids outside [0, P) (Gather accepts negative ones) and caches
+//    shorter than the sequence: errors, never another result.
 //
 // Each emitted op is asked of the target's kernel table (Target::has_kernel) for its element
 // type first: nothing is emitted that the target's CPU provider cannot run.
@@ -410,9 +411,9 @@ bool rotary_embedding(ir::Node& add, Rewriter& rw, const Target& target) {
     });
   std::optional<RotaryCaches> caches = rotary_caches(rw, add, *m);
   if (!caches) return false;
-  ir::Node* fused =
-      rw.add_node(*add.graph(), "RotaryEmbedding",
-                  {m->x, m->position_ids, caches->cos, caches->sin}, 1, &add, kMicrosoftDomain);
+  ir::Value* ids = rotary_position_ids(rw, add, *m);
+  ir::Node* fused = rw.add_node(*add.graph(), "RotaryEmbedding",
+                                {m->x, ids, caches->cos, caches->sin}, 1, &add, kMicrosoftDomain);
   return replace_rotary(rw, *m, fused->output(0));
 }
 

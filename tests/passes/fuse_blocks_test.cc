@@ -812,6 +812,22 @@ TEST(FuseBlocks, RotaryOfQueriesAndKeysShareTheCaches) {
                  rewrites(2));
 }
 
+TEST(FuseBlocks, RotaryExpandsPositionIdsTheDecompositionBroadcasts) {
+  // Position ids (1, S) broadcast over the batch; RotaryEmbedding wants x's (B, S), so it reads
+  // them expanded to that, at run time.
+  expect_rewrite("fuse_blocks", with(rotary_block(), "int64[2,3] ids", "int64[1,3] ids"),
+                 absl::StrCat(R"(<ir_version: 8, opset_import: ["" : 23]>
+    g (float[2,2,3,4] x, int64[1,3] ids) => (float[2,2,3,4] y)
+      <int64[2] axes = {0, 2}, )",
+                              rotary_caches_decl(), R"(> {
+      shape = Shape (x)
+      bs = Gather <axis = 0> (shape, axes)
+      e = Expand (ids, bs)
+      y = RotaryEmbedding (x, cos_cache, sin_cache, e)
+    })"),
+                 rewrites(1));
+}
+
 TEST(FuseBlocks, RotaryWithSplitHalves) {
   // rotate_half as Split into two halves (opset 18's num_outputs), operands in the other order.
   std::string text = rotary_block();
@@ -876,8 +892,6 @@ TEST(FuseBlocks, RotaryLookAlikesStay) {
   sequence_first = with(sequence_first, "g (float[2,2,3,4] x", "g (float[2,3,2,4] x");
   sequence_first = with(sequence_first, "=> (float[2,2,3,4] y)", "=> (float[2,3,2,4] y)");
   expect_no_rewrite("fuse_blocks", sequence_first);
-  // Position ids (1, S), broadcast over the batch by the decomposition: the op wants (B, S).
-  expect_no_rewrite("fuse_blocks", with(base, "int64[2,3] ids", "int64[1,3] ids"));
   // A product read elsewhere too.
   expect_no_rewrite("fuse_blocks", with(base, "=> (float[2,2,3,4] y)",
                                         "=> (float[2,2,3,4] y, float[2,2,3,4] xc)"));

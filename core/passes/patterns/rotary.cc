@@ -6,6 +6,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/eval/tensor.h"
+#include "core/ir/tensor.h"
 #include "core/passes/queries.h"
 #include "core/passes/rules.h"
 
@@ -183,9 +184,9 @@ std::optional<RotaryMatch> match_rotary(ir::Node& add) {
   const ir::TensorFact& xf = m.x->fact();
   if (ids.elem_type != TensorProto::INT64)
     return no_match(add, "the position ids are not known to be int64");
-  if (!ids.has_rank || ids.dims.size() != 2 || !ids.dims[0].same_as(xf.dims[0]) ||
-      !ids.dims[1].same_as(xf.dims[2]))
-    return no_match(add, "the position ids are not known to be (B, S) of x (B, N, S, D)");
+  if (!ids.has_rank || ids.dims.size() != 2)
+    return no_match(add, "the position ids are not known to be 2-D");
+  m.ids_fit = ids.dims[0].same_as(xf.dims[0]) && ids.dims[1].same_as(xf.dims[2]);
   return m;
 }
 
@@ -238,6 +239,17 @@ std::optional<RotaryCaches> rotary_caches(Rewriter& rw, ir::Node& add, const Rot
   caches.cos = cache_constant(rw, g, m.cos_table, *cos);
   caches.sin = m.sin_table == m.cos_table ? caches.cos : cache_constant(rw, g, m.sin_table, *sin);
   return caches;
+}
+
+ir::Value* rotary_position_ids(Rewriter& rw, ir::Node& add, const RotaryMatch& m) {
+  if (m.ids_fit) return m.position_ids;
+  // Expand(ids, Gather(Shape(x), [0, 2])): Gather picks the dims at any opset.
+  ir::Graph& g = *add.graph();
+  ir::Node* shape = rw.add_node(g, "Shape", {m.x}, 1, &add);
+  ir::Value* axes = rw.add_constant(g, ir::make_int64_tensor({2}, {0, 2}), "rotary_batch_sequence");
+  ir::Node* dims = rw.add_node(g, "Gather", {shape->output(0), axes}, 1, &add);
+  rw.set_attr(dims, int_attr("axis", 0));
+  return rw.add_node(g, "Expand", {m.position_ids, dims->output(0)}, 1, &add)->output(0);
 }
 
 bool replace_rotary(Rewriter& rw, const RotaryMatch& m, ir::Value* y) {
