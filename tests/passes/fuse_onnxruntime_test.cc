@@ -323,6 +323,12 @@ TEST(FuseOnnxRuntime, RotaryBecomesRotaryEmbedding) {
                  rotary_options(1));
 }
 
+TEST(FuseOnnxRuntime, RotaryIsADefaultFusion) {
+  auto model = run_rewrite("fuse_onnxruntime", rotary_at17(), rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
+}
+
 TEST(FuseOnnxRuntime, RotaryLookAlikesStay) {
   // Target onnx: nothing is emitted.
   expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnx"), rotary_at17(),
