@@ -843,18 +843,7 @@ TEST(FuseBlocks, RotaryWithSplitHalves) {
 }
 
 TEST(FuseBlocks, RotaryInsideIfBranch) {
-  std::string text = rotary_block();
-  text = with(text, "g (float[2,2,3,4] x,", "g (bool cond, float[2,2,3,4] x,");
-  text = with(text, "      gc = Gather (cos_table, ids)", R"(      y = If (cond) <
-        then_branch = then_g () => (float[2,2,3,4] t) {
-      gc = Gather (cos_table, ids))");
-  text = with(text, "      y = Add (xc, rs)\n", R"(      t = Add (xc, rs)
-},
-        else_branch = else_g () => (float[2,2,3,4] e) {
-          e = Identity (x)
-        }>
-)");
-  auto model = run_rewrite("fuse_blocks", text, rewrites(1));
+  auto model = run_rewrite("fuse_blocks", rotary_inside_if(rotary_block()), rewrites(1));
   ASSERT_TRUE(model);
   EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
   EXPECT_EQ(count_ops(*model, "Gather"), 0);

@@ -323,6 +323,13 @@ TEST(FuseOnnxRuntime, RotaryBecomesRotaryEmbedding) {
                  rotary_options(1));
 }
 
+TEST(FuseOnnxRuntime, RotaryInsideIfBranch) {
+  auto model = run_rewrite("fuse_onnxruntime", rotary_inside_if(rotary_at17()), rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
+  EXPECT_EQ(count_ops(*model, "Concat"), 0);
+}
+
 TEST(FuseOnnxRuntime, RotaryIsADefaultFusion) {
   auto model = run_rewrite("fuse_onnxruntime", rotary_at17(), rewrites(1));
   ASSERT_TRUE(model);

@@ -72,4 +72,19 @@ inline std::string with(std::string text, const std::string& from, const std::st
   return text;
 }
 
+// rotary_block's `text` with the rotary inside the then-branch of an If on a new input `cond`
+// (the else-branch passes x through), reading x, the ids and the tables from the main graph.
+inline std::string rotary_inside_if(std::string text) {
+  text = with(text, "g (float[2,2,3,4] x,", "g (bool cond, float[2,2,3,4] x,");
+  text = with(text, "      gc = Gather (cos_table, ids)", R"(      y = If (cond) <
+        then_branch = then_g () => (float[2,2,3,4] t) {
+      gc = Gather (cos_table, ids))");
+  return with(text, "      y = Add (xc, rs)\n", R"(      t = Add (xc, rs)
+        },
+        else_branch = else_g () => (float[2,2,3,4] e) {
+          e = Identity (x)
+        }>
+)");
+}
+
 }  // namespace graft::testing

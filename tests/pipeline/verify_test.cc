@@ -406,8 +406,8 @@ TEST(Verifier, RotaryPositionIdsSpanTheCaches) {
   for (int i = 0; i < 80; ++i) absl::StrAppend(&cache40, i ? ", " : "", "0.5");
   auto model = parse_text(absl::StrCat(R"(
     <ir_version: 10, opset_import: ["" : 23, "com.microsoft" : 1]>
-    g (float[1, 2, 64, 4] x, int64[1, 64] ids, int64[1, 64] ms_ids) => (float[1, 2, 64, 4] y,
-                                                                         float[1, 2, 64, 4] z)
+    g (float[1, 2, 32, 4] x, int64[1, 32] ids, int64[1, 32] ms_ids) => (float[1, 2, 32, 4] y,
+                                                                         float[1, 2, 32, 4] z)
       <float[50, 2] c50 = {)",
                                        cache50, R"(}, float[40, 2] c40 = {)", cache40, R"(}> {
       y = RotaryEmbedding (x, c50, c50, ids)
