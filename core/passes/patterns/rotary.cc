@@ -255,7 +255,9 @@ ir::Value* rotary_position_ids(Rewriter& rw, ir::Node& add, const RotaryMatch& m
 bool replace_rotary(Rewriter& rw, const RotaryMatch& m, ir::Value* y) {
   if (!rw.replace_node(m.block.front(), {y})) return false;
   for (size_t i = 1; i < m.block.size(); ++i) rw.erase(m.block[i]);
-  for (ir::Node* n : m.shared) rw.erase(n);  // kept while another rotary reads them
+  // Kept while another rotary reads them (a Gather may appear twice: cos and sin of one table).
+  for (ir::Node* n : m.shared)
+    if (!n->dead()) rw.erase(n);
   return true;
 }
 
