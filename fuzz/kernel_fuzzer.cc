@@ -42,7 +42,7 @@ namespace {
 using onnx::AttributeProto;
 using onnx::TensorProto;
 
-constexpr int kMaxOpset = 23;  // RMSNormalization, Attention
+constexpr int kMaxOpset = 23;  // RMSNormalization, Attention, RotaryEmbedding
 constexpr uint64_t kMaxTensorBytes = 1 << 20;
 constexpr uint64_t kMaxLiveBytes = 8 << 20;
 
@@ -59,6 +59,9 @@ const char* const kAttrNames[] = {"num_heads",
                                   "kv_num_heads",
                                   "is_causal",
                                   "softcap",
+                                  "interleaved",
+                                  "rotary_embedding_dim",
+                                  "is_packed_batching",
                                   "unidirectional",
                                   "qkv_hidden_sizes",
                                   "mask_filter_value",

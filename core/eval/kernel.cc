@@ -57,6 +57,7 @@ void ensure_registered() {
     register_detection_kernels();
     register_contrib_kernels();
     register_attention_kernels();
+    register_rotary_kernels();
   });
 }
 

@@ -17,5 +17,6 @@ void register_detection_kernels();         // kernels/detection.cc: NonMaxSuppre
                                            // GridSample
 void register_contrib_kernels();    // kernels/contrib.cc: ONNX Runtime's com.microsoft fused ops
 void register_attention_kernels();  // kernels/attention.cc: Attention (opset 23)
+void register_rotary_kernels();     // kernels/rotary.cc: RotaryEmbedding (standard, com.microsoft)
 
 }  // namespace graft::eval

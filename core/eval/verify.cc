@@ -94,7 +94,8 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
 }
 
 // The values an integer input takes by what the model does with it: indices into a constant
-// table (Gather's, along its axis) span the table; a mask (1 - m, a Where condition, a name
+// table (Gather's, along its axis; RotaryEmbedding's position ids, the caches' rows) span the
+// table; a mask (1 - m, a Where condition, a name
 // with "mask") is 0 or 1; others [0, int_max]. Followed through casts and ops that move values.
 struct IntRange {
   int64_t lo = 0, hi = 0;
@@ -105,6 +106,15 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
   if (depth == 0) return std::nullopt;
   for (const auto& u : v->uses()) {
     const ir::Node* n = u.node;
+    // Position ids: standard RotaryEmbedding's input 3 (caches at 1), com.microsoft's input 1
+    // (caches at 2), with 2-D caches (positions, width).
+    const bool ms = n->domain() == "com.microsoft";
+    if (n->op_type() == "RotaryEmbedding" && (n->is_onnx_domain() || ms) &&
+        u.index == (ms ? 1 : 3)) {
+      const onnx::TensorProto* cache = ir::constant_header(n->input(ms ? 2 : 1));
+      if (cache && cache->dims_size() == 2 && cache->dims(0) > 0)
+        return IntRange{0, cache->dims(0) - 1};
+    }
     if (!n->is_onnx_domain()) continue;
     if (n->is("Gather") && u.index == 1 && n->input(0)) {
       const onnx::TensorProto* table = ir::constant_header(n->input(0));

@@ -10,6 +10,10 @@
 //    * (x + 0.044715 * x^3))) with x^3 as Pow(x, 3) or x * x * x -> Gelu approximate = "tanh";
 //  - rms_norm (opset >= 23): y = x / Sqrt(ReduceMean(x^2 or x * x) + eps) or x * Reciprocal(..),
 //    then optionally y * gamma -> RMSNormalization(x, gamma, axis = -K, epsilon = eps).
+//  - rotary_embedding (opset >= 23): x * cos + rotate_half(x) * sin with cos and sin gathered
+//    from constant tables by position ids (core/passes/patterns/rotary.h) -> RotaryEmbedding(x,
+//    cos_cache, sin_cache, position_ids), the caches the tables' first halves (the ids expanded
+//    to x's batch and sequence where facts do not show them equal).
 //
 // Only at or above the opset that defines the fused op, in the graph's own opset (a model's opset
 // is never raised). Every intermediate value must have no reader outside the block (d's two
@@ -33,7 +37,10 @@
 // than the float16 decomposition, which ONNX Runtime's fusions accept too. Double inputs are not
 // normalized (LayerNormalization-17 has no double stash type, and a float stash would lose
 // precision beyond rounding differences); Gelu, which has no stash, is fused for double too.
-// bfloat16 blocks are left alone.
+// bfloat16 blocks are left alone. RotaryEmbedding computes each output element as one
+// product-sum, rounded once where the decomposition rounds the products first; ONNX Runtime's
+// kernel rejects position ids outside [0, P) (Gather accepts negative ones) and caches shorter
+// than the sequence: errors on inputs the exporter's model would not get, never another result.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -45,6 +52,7 @@
 
 #include "core/ir/tensor.h"
 #include "core/passes/passes.h"
+#include "core/passes/patterns/rotary.h"
 #include "core/passes/rules.h"
 
 namespace graft {
@@ -510,13 +518,28 @@ bool rms_norm(ir::Node& y, Rewriter& rw) {
   return fuse_normalization(rw, y, *n, "RMSNormalization", a.last, a.scale, nullptr);
 }
 
+// ---------------------------------------------------------------------------------------------
+// RotaryEmbedding
+
+bool rotary_embedding(ir::Node& add, Rewriter& rw) {
+  std::optional<RotaryMatch> m = match_rotary(add);
+  if (!m) return false;
+  std::optional<RotaryCaches> caches = rotary_caches(rw, add, *m);
+  if (!caches) return false;
+  ir::Value* ids = rotary_position_ids(rw, add, *m);
+  ir::Node* fused =
+      rw.add_node(*add.graph(), "RotaryEmbedding", {m->x, caches->cos, caches->sin, ids}, 1, &add);
+  return replace_rotary(rw, *m, fused->output(0));
+}
+
 std::vector<Rule> block_rules() {
   // layer_norm before rms_norm: a LayerNormalization's d / Sqrt(mean(d^2) + eps) is also an RMS
   // normalization of d.
   return {{"layer_norm", {"Div", "Mul"}, layer_norm, "", 17},
           {"rms_norm", {"Div", "Mul"}, rms_norm, "", 23},
           {"gelu_erf", {"Mul"}, gelu_erf, "", 20},
-          {"gelu_tanh", {"Mul"}, gelu_tanh, "", 20}};
+          {"gelu_tanh", {"Mul"}, gelu_tanh, "", 20},
+          {"rotary_embedding", {"Add"}, rotary_embedding, "", 23}};
 }
 
 }  // namespace
@@ -526,13 +549,14 @@ static std::unique_ptr<Pass> make_fuse_blocks() {
 }
 
 PassInfo fuse_blocks_pass() {
-  return {.name = "fuse_blocks",
-          .level = 2,
-          .description =
-              "decomposed LayerNormalization (opset >= 17), Gelu (erf and tanh forms, opset >= 20) "
-              "and RMSNormalization (opset >= 23) blocks become the standard op",
-          .options = {},
-          .create = make_fuse_blocks};
+  return {
+      .name = "fuse_blocks",
+      .level = 2,
+      .description =
+          "decomposed LayerNormalization (opset >= 17), Gelu (erf and tanh forms, opset >= 20), "
+          "RMSNormalization and RotaryEmbedding (opset >= 23) blocks become the standard op",
+      .options = {},
+      .create = make_fuse_blocks};
 }
 
 }  // namespace graft

@@ -46,8 +46,11 @@ const std::vector<OrtKernel>& ort_kernel_table() {
       {kMicrosoftDomain, "MultiHeadAttention", {1, 15}, {kFloat}},
       {kMicrosoftDomain, "GroupQueryAttention", {1, 18}, {kFloat}},
       {kMicrosoftDomain, "GroupQueryAttention", {1, 19}, {kFloat16}},
+      // 1.16's kernel took 3-D inputs only, without num_heads and rotary_embedding_dim; the
+      // (batch, heads, sequence, head) form fuse_onnxruntime emits runs from 1.17. Releases
+      // before 1.20 have no float16 kernel (ONNX Runtime casts such a node to float around it).
       {kMicrosoftDomain, "RotaryEmbedding", {1, 17}, {kFloat}},
-      {kMicrosoftDomain, "RotaryEmbedding", {1, 18}, {kFloat16}},
+      {kMicrosoftDomain, "RotaryEmbedding", {1, 20}, {kFloat16}},
       {kMicrosoftDomain, "SkipLayerNormalization", {1, 10}, {kFloat, kDouble}},
       {kMicrosoftDomain, "SkipLayerNormalization", {1, 18}, {kFloat16}},
       {kMicrosoftDomain, "SkipSimplifiedLayerNormalization", {1, 16}, {kFloat, kDouble}},

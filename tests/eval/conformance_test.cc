@@ -394,9 +394,10 @@ TEST(ConformanceTest, SupportedOps) {
                                                      "MatMulInteger"};
   const std::vector<std::string> detection = {"GridSample", "NonMaxSuppression", "RoiAlign"};
   const std::vector<std::string> attention = {"Attention"};
+  const std::vector<std::string> rotary = {"RotaryEmbedding"};
   std::set<std::string> expected;
   for (const auto* group : {&elementwise, &shape, &reduce, &nn, &rnn, &extra, &quantize_dynamic,
-                            &detection, &attention}) {
+                            &detection, &attention, &rotary}) {
     expected.insert(group->begin(), group->end());
   }
   std::vector<std::string> ops = supported_ops();

@@ -276,7 +276,8 @@ TEST(HostileModels, EveryRegisteredOpRejectsEachMissingRequiredInput) {
   }
   EXPECT_GT(cases, 200);
   // Pinned so that a new kernel without a schema is a deliberate choice.
-  EXPECT_EQ(absl::StrJoin(without_schema, " "), "Attention-23 Gelu-20 RMSNormalization-23")
+  EXPECT_EQ(absl::StrJoin(without_schema, " "),
+            "Attention-23 Gelu-20 RMSNormalization-23 RotaryEmbedding-23")
       << "ops checked only by their kernels";
 }
 

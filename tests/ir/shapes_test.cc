@@ -99,6 +99,23 @@ TEST(ShapeFacts, NormalizationAndGeluKeepTheShape) {
   EXPECT_EQ(fact(*model, "l"), "FLOAT[N,3,4]");
 }
 
+// RotaryEmbedding (opset 23, libonnx does not know it) and ONNX Runtime's com.microsoft op (no
+// schema in libonnx): Y is X, from Graft's rules, exact.
+TEST(ShapeFacts, RotaryEmbeddingKeepsTheShape) {
+  auto model = parse_text(R"(
+    <ir_version: 10, opset_import: ["" : 23, "com.microsoft" : 1]>
+    g (float[N,4,S,8] x, int64[N,S] ids, float[16,4] c) => (float[N,4,S,8] z) {
+      y = RotaryEmbedding (x, c, c, ids)
+      z = com.microsoft.RotaryEmbedding (y, ids, c, c)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[N,4,S,8]");
+  EXPECT_EQ(fact(*model, "z"), "FLOAT[N,4,S,8]");
+  EXPECT_TRUE(ir::fact_exact(*any_value(*model, "y")));
+  EXPECT_TRUE(ir::fact_exact(*any_value(*model, "z")));
+}
+
 // The ops that made real models need libonnx's inference: sliding windows, Resize, recurrent
 // ops. With a symbolic batch no fact is complete; they are exact, so libonnx is not asked.
 TEST(ShapeFacts, WindowsResizeAndRecurrentOpsAreExact) {

@@ -12,6 +12,7 @@
 // and the graph inputs' declarations (rank facts, known_dim), which these models give.
 #include <string>
 
+#include "tests/passes/rotary_model.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -767,6 +768,128 @@ TEST(FuseBlocks, RmsNormLookAlikesStay) {
       y = Div (x, s)
     }
   )");
+}
+
+// ---------------------------------------------------------------------------------------------
+// RotaryEmbedding (opset 23: the checker is skipped, see the top of the file). The matcher's own
+// cases are in tests/passes/patterns/rotary_test.cc; the kernels are checked against the same
+// decomposition in tests/eval/rotary_kernels_test.cc.
+
+TEST(FuseBlocks, RotaryAsLlamaExportsIt) {
+  expect_rewrite("fuse_blocks", rotary_block(),
+                 absl::StrCat(R"(<ir_version: 8, opset_import: ["" : 23]>
+    g (float[2,2,3,4] x, int64[2,3] ids) => (float[2,2,3,4] y) <)",
+                              rotary_caches_decl(), R"(> {
+      y = RotaryEmbedding (x, cos_cache, sin_cache, ids)
+    })"),
+                 rewrites(1));
+}
+
+TEST(FuseBlocks, RotaryOfQueriesAndKeysShareTheCaches) {
+  // Q and K rotated by the same gathered tables: two fused ops, one pair of caches, the Gathers
+  // gone with the second.
+  std::string text = rotary_block();
+  text = with(text, "g (float[2,2,3,4] x, int64[2,3] ids) => (float[2,2,3,4] y)",
+              "g (float[2,2,3,4] x, float[2,2,3,4] k, int64[2,3] ids) => (float[2,2,3,4] y, "
+              "float[2,2,3,4] yk)");
+  text = with(text, "      y = Add (xc, rs)\n", R"(      y = Add (xc, rs)
+      kc = Mul (cos, k)
+      k2 = Slice (k, two, big, last)
+      kneg = Neg (k2)
+      k1 = Slice (k, zero, two, last)
+      krot = Concat <axis = -1> (kneg, k1)
+      ks = Mul (sin, krot)
+      yk = Add (ks, kc)
+)");
+  expect_rewrite("fuse_blocks", text,
+                 absl::StrCat(R"(<ir_version: 8, opset_import: ["" : 23]>
+    g (float[2,2,3,4] x, float[2,2,3,4] k, int64[2,3] ids) => (float[2,2,3,4] y,
+                                                               float[2,2,3,4] yk) <)",
+                              rotary_caches_decl(), R"(> {
+      y = RotaryEmbedding (x, cos_cache, sin_cache, ids)
+      yk = RotaryEmbedding (k, cos_cache, sin_cache, ids)
+    })"),
+                 rewrites(2));
+}
+
+TEST(FuseBlocks, RotaryExpandsPositionIdsTheDecompositionBroadcasts) {
+  // Position ids (1, S) broadcast over the batch; RotaryEmbedding wants x's (B, S), so it reads
+  // them expanded to that, at run time.
+  expect_rewrite("fuse_blocks", with(rotary_block(), "int64[2,3] ids", "int64[1,3] ids"),
+                 absl::StrCat(R"(<ir_version: 8, opset_import: ["" : 23]>
+    g (float[2,2,3,4] x, int64[1,3] ids) => (float[2,2,3,4] y)
+      <int64[2] axes = {0, 2}, )",
+                              rotary_caches_decl(), R"(> {
+      shape = Shape (x)
+      bs = Gather <axis = 0> (shape, axes)
+      e = Expand (ids, bs)
+      y = RotaryEmbedding (x, cos_cache, sin_cache, e)
+    })"),
+                 rewrites(1));
+}
+
+TEST(FuseBlocks, RotaryWithSplitHalves) {
+  // rotate_half as Split into two halves (opset 18's num_outputs), operands in the other order.
+  std::string text = rotary_block();
+  text = with(text, "      x2 = Slice (x, two, big, last)\n", "");
+  text = with(text, "      x1 = Slice (x, zero, two, last)\n",
+              "      x1, x2 = Split <axis = 3, num_outputs = 2> (x)\n");
+  text = with(text, "xc = Mul (x, cos)", "xc = Mul (cos, x)");
+  text = with(text, "rs = Mul (rot, sin)", "rs = Mul (sin, rot)");
+  text = with(text, "y = Add (xc, rs)", "y = Add (rs, xc)");
+  auto model = run_rewrite("fuse_blocks", text, rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(op_types(model->graph()), std::vector<std::string>{"RotaryEmbedding"});
+}
+
+TEST(FuseBlocks, RotaryInsideIfBranch) {
+  auto model = run_rewrite("fuse_blocks", rotary_inside_if(rotary_block()), rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
+  EXPECT_EQ(count_ops(*model, "Gather"), 0);
+  EXPECT_EQ(count_ops(*model, "Concat"), 0);
+}
+
+TEST(FuseBlocks, RotaryLookAlikesStay) {
+  RotaryBlock at22, unequal, int32_ids;
+  at22.opset = 22;
+  unequal.equal_halves = false;
+  int32_ids.ids_type = "int32";
+  // Opset 22: no RotaryEmbedding yet.
+  expect_no_rewrite("fuse_blocks", rotary_block(at22));
+  // Tables whose halves differ: the decomposition rotates by other angles in each half.
+  expect_no_rewrite("fuse_blocks", rotary_block(unequal));
+  // int32 position ids (RotaryEmbedding takes int64).
+  expect_no_rewrite("fuse_blocks", rotary_block(int32_ids));
+  const std::string base = rotary_block();
+  // The halves are cut at 1 (x[1:], x[:1]), not at D/2.
+  expect_no_rewrite(
+      "fuse_blocks",
+      with(with(base, "x2 = Slice (x, two, big, last)", "x2 = Slice (x, one, big, last)"),
+           "x1 = Slice (x, zero, two, last)", "x1 = Slice (x, zero, one, last)"));
+  // rotate_half along the heads' axis.
+  expect_no_rewrite(
+      "fuse_blocks",
+      with(with(with(base, "x2 = Slice (x, two, big, last)", "x2 = Slice (x, one, big, one)"),
+                "x1 = Slice (x, zero, two, last)", "x1 = Slice (x, zero, one, one)"),
+           "Concat <axis = -1>", "Concat <axis = 1>"));
+  // x (B, S, N, D) = (2, 3, 2, 4) with the tables broadcast over axis 2: the heads are not
+  // before the sequence, which RotaryEmbedding's 4-D form wants.
+  std::string sequence_first =
+      with(with(base, "cos = Unsqueeze (gc, one)", "cos = Unsqueeze (gc, two)"),
+           "sin = Unsqueeze (gs, one)", "sin = Unsqueeze (gs, two)");
+  sequence_first = with(sequence_first, "g (float[2,2,3,4] x", "g (float[2,3,2,4] x");
+  sequence_first = with(sequence_first, "=> (float[2,2,3,4] y)", "=> (float[2,3,2,4] y)");
+  expect_no_rewrite("fuse_blocks", sequence_first);
+  // A product read elsewhere too.
+  expect_no_rewrite("fuse_blocks", with(base, "=> (float[2,2,3,4] y)",
+                                        "=> (float[2,2,3,4] y, float[2,2,3,4] xc)"));
+  // sin gathered by other ids than cos.
+  expect_no_rewrite("fuse_blocks",
+                    with(with(base, "int64[2,3] ids)", "int64[2,3] ids, int64[2,3] ids2)"),
+                         "gs = Gather (sin_table, ids)", "gs = Gather (sin_table, ids2)"));
+  // A Sub instead of the Add.
+  expect_no_rewrite("fuse_blocks", with(base, "y = Add (xc, rs)", "y = Sub (xc, rs)"));
 }
 
 // --explain: a near-miss LayerNormalization (its epsilon a graph input, not a constant) stays,

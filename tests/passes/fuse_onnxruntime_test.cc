@@ -9,6 +9,7 @@
 // domain are checked for their domain's import only.
 #include <string>
 
+#include "tests/passes/rotary_model.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -312,6 +313,88 @@ TEST(FuseOnnxRuntime, SkipLayerNormLookAlikesStay) {
   auto before = m->clone();
   EXPECT_EQ(run_pass(*m, "fuse_onnxruntime", kSkip).rewrites, 1);
   EXPECT_EQ(count_ops(*m, "SkipLayerNormalization"), 1);
+  EXPECT_EQ(same_outputs(*before, *m, 1, 1e-2, 1e-2), "");
+}
+
+// ---------------------------------------------------------------------------- rotary_embedding
+// The rotary block of tests/passes/rotary_model.h (its matcher's cases are in
+// tests/passes/patterns/rotary_test.cc; fuse_blocks' rule, which shares it, has the look-alikes).
+
+const PassOptions kRotary = {{"fusions", "rotary_embedding"}};
+
+RewriteOptions rotary_options(int64_t count) {
+  RewriteOptions o;
+  o.pass_options = kRotary;
+  o.rewrites = count;
+  return o;
+}
+
+std::string rotary_at17(bool equal_halves = true) {
+  RotaryBlock b;
+  b.opset = 17;
+  b.equal_halves = equal_halves;
+  return rotary_block(b);
+}
+
+TEST(FuseOnnxRuntime, RotaryBecomesRotaryEmbedding) {
+  expect_rewrite("fuse_onnxruntime", rotary_at17(),
+                 absl::StrCat(R"(<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+    g (float[2,2,3,4] x, int64[2,3] ids) => (float[2,2,3,4] y) <)",
+                              rotary_caches_decl(), R"(> {
+      y = com.microsoft.RotaryEmbedding (x, ids, cos_cache, sin_cache)
+    })"),
+                 rotary_options(1));
+}
+
+TEST(FuseOnnxRuntime, RotaryInsideIfBranch) {
+  auto model = run_rewrite("fuse_onnxruntime", rotary_inside_if(rotary_at17()), rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
+  EXPECT_EQ(count_ops(*model, "Concat"), 0);
+}
+
+TEST(FuseOnnxRuntime, RotaryIsADefaultFusion) {
+  auto model = run_rewrite("fuse_onnxruntime", rotary_at17(), rewrites(1));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(count_ops(*model, "RotaryEmbedding"), 1);
+}
+
+TEST(FuseOnnxRuntime, RotaryLookAlikesStay) {
+  // Target onnx: nothing is emitted.
+  expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnx"), rotary_at17(),
+                    rotary_options(-1));
+  // Tables whose halves differ.
+  expect_no_rewrite("fuse_onnxruntime", rotary_at17(false), rotary_options(-1));
+  // Not asked for.
+  RewriteOptions attention_only;
+  attention_only.pass_options = {{"fusions", "attention"}};
+  expect_no_rewrite("fuse_onnxruntime", rotary_at17(), attention_only);
+}
+
+TEST(FuseOnnxRuntime, RotaryAsksTheKernelTable) {
+  // ONNX Runtime 1.16's kernel takes 3-D inputs only: the 4-D form waits for 1.17.
+  expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnxruntime:1.16"), rotary_at17(),
+                    rotary_options(-1));
+  auto model = parse_text(rotary_at17());
+  ASSERT_TRUE(model);
+  EXPECT_EQ(run_pass(*model, PassRef("fuse_onnxruntime").for_target("onnxruntime:1.17"), kRotary)
+                .rewrites,
+            1);
+  // float16 from 1.20.
+  const std::string fp16 = with(with(rotary_at17(), "g (float[2,2,3,4] x", "g (float16[2,2,3,4] x"),
+                                "=> (float[2,2,3,4] y)", "=> (float16[2,2,3,4] y)");
+  auto old = float16_weights(fp16);
+  ASSERT_TRUE(old);
+  EXPECT_EQ(
+      run_pass(*old, PassRef("fuse_onnxruntime").for_target("onnxruntime:1.19"), kRotary).rewrites,
+      0);
+  auto m = float16_weights(fp16);
+  ASSERT_TRUE(m);
+  auto before = m->clone();
+  EXPECT_EQ(
+      run_pass(*m, PassRef("fuse_onnxruntime").for_target("onnxruntime:1.20"), kRotary).rewrites,
+      1);
+  EXPECT_EQ(count_ops(*m, "RotaryEmbedding"), 1);
   EXPECT_EQ(same_outputs(*before, *m, 1, 1e-2, 1e-2), "");
 }
 

@@ -399,6 +399,40 @@ TEST(Verifier, IntegerInputsTakeTheValuesTheModelReadsThemAs) {
   EXPECT_EQ(span("count").second, options.int_max);
 }
 
+TEST(Verifier, RotaryPositionIdsSpanTheCaches) {
+  // The standard op reads ids as input 3 (caches of 50 rows), com.microsoft's as input 1 (40).
+  std::string cache50, cache40;
+  for (int i = 0; i < 100; ++i) absl::StrAppend(&cache50, i ? ", " : "", "0.5");
+  for (int i = 0; i < 80; ++i) absl::StrAppend(&cache40, i ? ", " : "", "0.5");
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 10, opset_import: ["" : 23, "com.microsoft" : 1]>
+    g (float[1, 2, 32, 4] x, int64[1, 32] ids, int64[1, 32] ms_ids) => (float[1, 2, 32, 4] y,
+                                                                         float[1, 2, 32, 4] z)
+      <float[50, 2] c50 = {)",
+                                       cache50, R"(}, float[40, 2] c40 = {)", cache40, R"(}> {
+      y = RotaryEmbedding (x, c50, c50, ids)
+      z = com.microsoft.RotaryEmbedding (x, ms_ids, c40, c40)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.trials = 1;
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable());
+  const auto& feeds = verifier.feeds().at(0);
+  for (const auto& [name, rows] : {std::pair<std::string, int64_t>("ids", 50), {"ms_ids", 40}}) {
+    const eval::Tensor& t = feeds.at(name);
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t i = 0; i < t.size(); ++i) {
+      lo = std::min(lo, t.get_int64(i));
+      hi = std::max(hi, t.get_int64(i));
+    }
+    EXPECT_GE(lo, 0) << name;
+    EXPECT_GT(hi, 10) << name;
+    EXPECT_LT(hi, rows) << name;
+  }
+}
+
 TEST(Verifier, RepresentativeDimsSizeImagesAndSequencesAndShrinkToTheBudget) {
   // A 3x3 convolution to 16 channels: 21.7M multiply-adds at 224x224, 1.35M at 56x56.
   std::string weights;

@@ -4,6 +4,7 @@
 // CPU kernels where the schema is silent; forms Graft never emits and ONNX Runtime's CPU kernels
 // treat specially (packed or 4-D masks, shared past/present buffers, rotary inside Attention,
 // batched transposes in FusedMatMul) are Unimplemented, never guessed.
+// RotaryEmbedding is in kernels/rotary.cc, with the standard op whose arithmetic it shares.
 //
 // A model from a client may hold these ops already, so every input is checked like any other
 // kernel's: ranks, dims, attribute values, the work they cost.

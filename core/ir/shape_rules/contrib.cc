@@ -9,8 +9,8 @@ namespace {
 
 using onnx::TensorProto;
 
-// Output 0 has input 0's type and dims (the GELUs, and the normalizations' output and
-// input_skip_bias_sum).
+// Output 0 has input 0's type and dims (the GELUs, RotaryEmbedding, and the normalizations'
+// output and input_skip_bias_sum).
 TensorFact same_as_input(const Node& n, size_t, bool*) { return input_fact(n, 0); }
 
 // SkipLayerNormalization / SkipSimplifiedLayerNormalization: output and input_skip_bias_sum
@@ -83,6 +83,7 @@ void add_contrib_rules(Table& t) {
         skip_norm);
   t.add({"com.microsoft:FusedMatMul"}, fused_matmul);
   t.add({"com.microsoft:Attention"}, attention);
+  t.add({"com.microsoft:RotaryEmbedding"}, same_as_input);
 }
 
 }  // namespace graft::ir::shape_rules

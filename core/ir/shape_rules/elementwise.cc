@@ -91,6 +91,8 @@ void add_elementwise_rules(Table& t) {
   t.add({"Dropout"}, dropout);
   t.add({"BatchNormalization", "LayerNormalization"}, normalization);
   t.add({"RMSNormalization"}, rms_normalization);
+  // Y is X (RotaryEmbedding rotates pairs of elements in place).
+  t.add({"RotaryEmbedding"}, same_as_input);
   t.add({"Cast"}, cast);
   t.add({"CastLike"}, cast_like);
   t.add({"Not", "IsNaN", "IsInf"}, bool_of_input);
