@@ -11,8 +11,8 @@ fixed value for attention masks, in the format of ../shared/models/inputs.json. 
 defaults to /tmp/graft-corpus (about 350 MB).
 
 The transformers are small stand-ins written here in the style of the Hugging Face
-implementations (the graph patterns, not the code, are the point); the CNNs and the detector
-come from torchvision. Weights are random and seeded; nothing is downloaded. Each model is
+implementations (the graph patterns, not the code, are the point); the CNNs, the detector and
+the optical-flow network come from torchvision. Weights are random and seeded; nothing is downloaded. Each model is
 checked with onnx.checker and, when onnxruntime is importable, run and compared with PyTorch.
 A model that fails is reported and skipped; the exit status is non-zero only if all fail.
 """
@@ -631,6 +631,35 @@ def ssdlite320_mobilenet_v3_large():
         args=([image],),
         outputs=["boxes", "scores", "labels"],
         ranges={"image": (0, 1)},
+    )
+
+
+class FlowUpdates(nn.Module):
+    """An optical-flow network called with a fixed number of refinement steps, since export
+    traces the Python loop: returns the upsampled flow after each step."""
+
+    def __init__(self, net, updates):
+        super().__init__()
+        self.net = net
+        self.updates = updates
+
+    def forward(self, image1, image2):
+        return self.net(image1, image2, num_flow_updates=self.updates)
+
+
+@model("raft_small")
+def raft_small():
+    # RAFT's coordinate arithmetic: a pixel grid built in the graph, shifted by the flow,
+    # normalized to [-1, 1] and sampled with GridSample (opset 16 and later) from a pyramid of
+    # correlation volumes. The first step starts from the constant grid, so its sampling
+    # coordinates (and the flow encoder's input, zero) are constant subexpressions.
+    updates = 2
+    net = torchvision.models.optical_flow.raft_small(weights=None)
+    images = {name: torch.rand(1, 3, 128, 128) * 2 - 1 for name in ("image1", "image2")}
+    return Export(
+        FlowUpdates(net, updates),
+        inputs=images,
+        outputs=[f"flow_{i + 1}" for i in range(updates)],
     )
 
 

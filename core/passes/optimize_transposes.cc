@@ -7,8 +7,12 @@
 // One rule, rooted at a Transpose T = Transpose(x, p): starting from T's result, it follows the
 // readers of every value that would carry a transpose. A reader joins the moved region when the
 // op is one below (opset and attributes understood), all its other data operands are constants,
-// scalars, values of the region carrying the same permutation, or Transposes by that same
-// permutation (absorbed). Each op of the region is rebuilt on untransposed operands with its
+// scalars, values of the region carrying the same permutation, Transposes by that same
+// permutation (absorbed; one that other nodes read stays for them), or values that movable ops
+// compute from such Transposes, which join the region with their producers (so the branches
+// of residual blocks that each end in Transpose(p) move down together: Add(Transpose(a),
+// Mul(Transpose(b), c)) becomes Transpose(Add(a, Mul(b, c'))) along the whole stream, until it
+// meets the Transpose back). Each op of the region is rebuilt on untransposed operands with its
 // axes remapped, and a value leaving the region gets Transpose(new value, q) back: for a reader
 // outside the region, a graph output, or a reader in another graph. A Transpose reading a
 // region value merges with it (the identity vanishes). The rewrite is made only when it strictly
@@ -48,6 +52,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -211,8 +216,8 @@ struct Moved {
 class Plan {
  public:
   Plan(ir::Node& root, Perm p) : root_(root), g_(*root.graph()) {
-    perm_of_.emplace(root.output(0), std::move(p));
-    values_.push_back(root.output(0));
+    s_.perm_of.emplace(root.output(0), std::move(p));
+    s_.values.push_back(root.output(0));
   }
 
   bool build();
@@ -229,69 +234,88 @@ class Plan {
     std::vector<std::pair<Slot, ir::Node*>> absorbed;
   };
   bool plan_node(ir::Node& n, const Perm& q);
+  // Plans the producer of `v`, a data operand of a node joining the region that is not yet a
+  // region value, so that `v` carries q too: a movable op whose own data operands are region
+  // values, same-permutation Transposes (at least one of these), constants, scalars, or such
+  // producers in turn. Another Transpose's way down then joins this one's (the residual stream
+  // of a block whose branch ends in a Transpose). False, with nothing planned, if it cannot.
+  bool plan_upstream(ir::Value* v, const Perm& q);
   // Checks a data operand of `n` at `slot` that is not a region value.
   bool plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast, Operands* ops);
   std::optional<Edit> plan_params(ir::Node& n, Kind kind, const Perm& q,
                                   std::vector<Perm>* out_perms);
-  bool in_region(const ir::Node* n) const { return region_.count(n) > 0; }
+  bool in_region(const ir::Node* n) const { return s_.region.count(n) > 0; }
   // A region value read outside the region (or a graph output) gets a Transpose back.
   bool needs_transpose(const ir::Value* v) const;
 
   ir::Node& root_;
   ir::Graph& g_;
-  std::unordered_map<const ir::Value*, Perm> perm_of_;  // region values (old)
-  std::vector<const ir::Value*> values_;                // in order of discovery
-  std::vector<Moved> moved_;                            // in topological order
-  std::unordered_set<const ir::Node*> region_;
-  std::unordered_set<const ir::Node*> decided_;  // readers in the region or merged
-  std::vector<ir::Node*> merged_;                // Transposes reading a region value
-  std::vector<Perm> merged_perms_;               // theirs composed with the value's
   struct NewConstant {
     std::vector<int64_t> dims;  // the constant's dims with leading 1s up to the rank
     Perm perm;                  // inverse of the permutation its reader's operand carries
     onnx::TensorProto tensor;   // computed by prepare()
   };
-  std::map<Slot, NewConstant> new_constants_;
-  std::map<Slot, ir::Node*> absorbed_;     // operand Transposes
-  std::vector<ir::Node*> absorbed_nodes_;  // each once, in order (edits stay deterministic)
+  // Everything planned so far: copied before a tentative step (plan_upstream) and restored when
+  // the node that needed it is refused after all.
+  struct State {
+    std::unordered_map<const ir::Value*, Perm> perm_of;  // region values (old)
+    std::vector<const ir::Value*> values;                // in order of discovery
+    std::vector<Moved> moved;                            // in topological order
+    std::unordered_set<const ir::Node*> region;
+    std::unordered_set<const ir::Node*> decided;  // readers in the region or merged
+    std::vector<ir::Node*> merged;                // Transposes reading a region value
+    std::vector<Perm> merged_perms;               // theirs composed with the value's
+    std::map<Slot, NewConstant> new_constants;
+    std::map<Slot, ir::Node*> absorbed;     // operand Transposes
+    std::vector<ir::Node*> absorbed_nodes;  // each once, in order (edits stay deterministic)
+  };
+  State s_;
+  // Puts back the plan saved in `saved`, if any, when it goes out of scope.
+  struct Restore {
+    State& state;
+    std::optional<State>& saved;
+    ~Restore() {
+      if (saved) state = std::move(*saved);
+    }
+  };
 };
 
 bool Plan::build() {
   size_t visited = 0;
-  for (size_t i = 0; i < values_.size(); ++i) {
-    const ir::Value* v = values_[i];
-    const Perm q = perm_of_.at(v);
+  for (size_t i = 0; i < s_.values.size(); ++i) {
+    const ir::Value* v = s_.values[i];
+    const Perm q = s_.perm_of.at(v);
     if (is_identity(q)) continue;  // its readers read the new value as it is
     const std::vector<ir::Use> uses = v->uses();
     for (const ir::Use& u : uses) {
       if (++visited > kMaxVisitedUses) return false;
       ir::Node* r = u.node;
-      if (decided_.count(r) || r->graph() != &g_) continue;
+      if (s_.decided.count(r) || r->graph() != &g_) continue;
       if (r->is("Transpose")) {
-        decided_.insert(r);
+        s_.decided.insert(r);
         auto p2 = ir::transpose_perm(*r, static_cast<int64_t>(q.size()));
         if (!p2 || p2->size() != q.size() || r->outputs().size() != 1 || !r->output(0)) continue;
         Perm combined(q.size());
         for (size_t j = 0; j < q.size(); ++j) combined[j] = q[static_cast<size_t>((*p2)[j])];
-        merged_.push_back(r);
-        merged_perms_.push_back(std::move(combined));
+        s_.merged.push_back(r);
+        s_.merged_perms.push_back(std::move(combined));
         continue;
       }
       // A node refused now may join later, from another operand found in the region since
       // (a join: Where(m, f(t), t) is reached from t before f(t) is planned).
-      if (region_.size() >= kMaxRegionNodes || !plan_node(*r, q)) continue;
-      decided_.insert(r);
-      region_.insert(r);
-      const Moved& m = moved_.back();
+      if (s_.region.size() >= kMaxRegionNodes || !plan_node(*r, q)) continue;
+      s_.decided.insert(r);
+      s_.region.insert(r);
+      const Moved& m = s_.moved.back();
       for (size_t k = 0; k < r->outputs().size(); ++k) {
         ir::Value* out = r->output(k);
         if (!out) continue;
-        perm_of_.emplace(out, m.out_perms[k]);
-        values_.push_back(out);
+        s_.perm_of.emplace(out, m.out_perms[k]);
+        s_.values.push_back(out);
       }
     }
   }
-  return !moved_.empty() || !merged_.empty();
+  return !s_.moved.empty() || !s_.merged.empty();
 }
 
 bool Plan::plan_node(ir::Node& n, const Perm& q) {
@@ -309,32 +333,69 @@ bool Plan::plan_node(ir::Node& n, const Perm& q) {
       data.push_back(0);
   }
   Operands operands;
+  // The plan before the first operand planned upstream, restored if `n` is refused after all.
+  std::optional<State> saved;
+  Restore restore(s_, saved);
   for (size_t s = 0; s < n.inputs().size(); ++s) {
     ir::Value* in = n.input(s);
     const bool is_data = std::find(data.begin(), data.end(), s) != data.end();
     if (!is_data) {
       // Parameters must not come from the region (they are read as they are).
-      if (in && perm_of_.count(in)) return false;
+      if (in && s_.perm_of.count(in)) return false;
       continue;
     }
     if (!in) return false;
-    if (auto it = perm_of_.find(in); it != perm_of_.end()) {
+    if (auto it = s_.perm_of.find(in); it != s_.perm_of.end()) {
       if (it->second != q) return false;
       continue;
     }
-    if (!plan_operand(n, s, q, info->kind == Kind::kBroadcast, &operands)) return false;
+    if (plan_operand(n, s, q, info->kind == Kind::kBroadcast, &operands)) continue;
+    if (!saved) saved = s_;
+    if (!plan_upstream(in, q)) return false;
   }
   if (r == 0) return false;
   std::vector<Perm> out_perms;
   auto edit = plan_params(n, info->kind, q, &out_perms);
   if (!edit || out_perms.size() != n.outputs().size()) return false;
-  moved_.push_back(Moved{&n, std::move(out_perms), std::move(*edit)});
+  s_.moved.push_back(Moved{&n, std::move(out_perms), std::move(*edit)});
   for (auto& [slot, dims] : operands.constants)
-    new_constants_.emplace(slot, NewConstant{std::move(dims), inverse(q), {}});
+    s_.new_constants.emplace(slot, NewConstant{std::move(dims), inverse(q), {}});
   for (auto& [slot, t] : operands.absorbed) {
-    absorbed_.emplace(slot, t);
-    if (std::find(absorbed_nodes_.begin(), absorbed_nodes_.end(), t) == absorbed_nodes_.end())
-      absorbed_nodes_.push_back(t);
+    s_.absorbed.emplace(slot, t);
+    if (std::find(s_.absorbed_nodes.begin(), s_.absorbed_nodes.end(), t) == s_.absorbed_nodes.end())
+      s_.absorbed_nodes.push_back(t);
+  }
+  saved.reset();
+  return true;
+}
+
+bool Plan::plan_upstream(ir::Value* v, const Perm& q) {
+  ir::Node* p = v->producer();
+  if (!p || p->dead() || p->graph() != &g_ || p == &root_ || s_.decided.count(p) ||
+      s_.region.size() >= kMaxRegionNodes)
+    return false;
+  // The root reads its input as it is: a producer of it cannot take a transpose.
+  for (ir::Value* out : p->outputs())
+    if (out && out == root_.input(0)) return false;
+  if (!plan_node(*p, q)) return false;
+  const Moved& m = s_.moved.back();
+  // Anchored: something it reads carries q (else it would only move constants around).
+  bool anchored = false;
+  for (size_t s = 0; s < p->inputs().size(); ++s) {
+    const ir::Value* in = p->input(s);
+    anchored = anchored || (in && s_.perm_of.count(in)) || s_.absorbed.count(Slot(p, s));
+  }
+  bool carries_q = false;
+  for (size_t k = 0; k < p->outputs().size(); ++k)
+    if (p->output(k) == v) carries_q = m.out_perms[k] == q;
+  if (!anchored || !carries_q) return false;  // plan_node's caller restores the plan
+  s_.decided.insert(p);
+  s_.region.insert(p);
+  for (size_t k = 0; k < p->outputs().size(); ++k) {
+    ir::Value* out = p->output(k);
+    if (!out) continue;
+    s_.perm_of.emplace(out, m.out_perms[k]);
+    s_.values.push_back(out);
   }
   return true;
 }
@@ -344,7 +405,7 @@ bool Plan::plan_operand(ir::Node& n, size_t slot, const Perm& q, bool broadcast,
   const int64_t r = static_cast<int64_t>(q.size());
   // A Transpose by the same permutation: its input is read directly.
   if (ir::Node* t = producer(in, "Transpose");
-      t && t->graph() == &g_ && !perm_of_.count(t->input(0))) {
+      t && t->graph() == &g_ && !s_.perm_of.count(t->input(0))) {
     ir::Value* x = t->input(0);
     auto p = ir::transpose_perm(*t, r);
     if (p && *p == q && x->rank() == r) {
@@ -517,14 +578,15 @@ std::optional<Edit> Plan::plan_params(ir::Node& n, Kind kind, const Perm& q,
 bool Plan::needs_transpose(const ir::Value* v) const {
   if (v->is_graph_output()) return true;
   for (const ir::Use& u : v->uses())
-    if (!in_region(u.node) && std::find(merged_.begin(), merged_.end(), u.node) == merged_.end())
+    if (!in_region(u.node) &&
+        std::find(s_.merged.begin(), s_.merged.end(), u.node) == s_.merged.end())
       return true;
   return false;
 }
 
 bool Plan::worth_it() const {
   // Before: the root, the merged Transposes and absorbed ones only the region reads.
-  int64_t before = 1 + static_cast<int64_t>(merged_.size());
+  int64_t before = 1 + static_cast<int64_t>(s_.merged.size());
   int64_t after = 0;
   uint64_t before_elems = 0, after_elems = 0;
   bool sizes_known = true;
@@ -536,7 +598,7 @@ bool Plan::worth_it() const {
       *total += static_cast<uint64_t>(*n);
   };
   add(&before_elems, root_.output(0));
-  for (const ir::Node* t : absorbed_nodes_) {
+  for (const ir::Node* t : s_.absorbed_nodes) {
     bool only_region = !t->output(0)->is_graph_output();
     for (const ir::Use& u : t->output(0)->uses()) only_region = only_region && in_region(u.node);
     if (only_region) {
@@ -544,15 +606,15 @@ bool Plan::worth_it() const {
       add(&before_elems, t->output(0));
     }
   }
-  for (size_t i = 0; i < merged_.size(); ++i) {
-    add(&before_elems, merged_[i]->output(0));
-    if (!is_identity(merged_perms_[i])) {
+  for (size_t i = 0; i < s_.merged.size(); ++i) {
+    add(&before_elems, s_.merged[i]->output(0));
+    if (!is_identity(s_.merged_perms[i])) {
       ++after;
-      add(&after_elems, merged_[i]->output(0));
+      add(&after_elems, s_.merged[i]->output(0));
     }
   }
-  for (const ir::Value* v : values_) {
-    if (is_identity(perm_of_.at(v)) || !needs_transpose(v)) continue;
+  for (const ir::Value* v : s_.values) {
+    if (is_identity(s_.perm_of.at(v)) || !needs_transpose(v)) continue;
     ++after;
     add(&after_elems, v);
   }
@@ -561,7 +623,7 @@ bool Plan::worth_it() const {
 }
 
 bool Plan::prepare() {
-  for (auto& [slot, c] : new_constants_) {
+  for (auto& [slot, c] : s_.new_constants) {
     auto t = constant_tensor(slot.first->input(slot.second));
     if (!t) return false;
     auto moved = eval::transposed(*t, c.dims, c.perm, kMaxConstantBytes);
@@ -574,7 +636,9 @@ bool Plan::prepare() {
 bool Plan::apply(Rewriter& rw) {
   std::unordered_map<const ir::Value*, ir::Value*> new_of;
   new_of[root_.output(0)] = root_.input(0);
-  for (Moved& m : moved_) {
+  // One new constant for every reader of the same constant read the same way.
+  std::map<std::tuple<const ir::Value*, std::vector<int64_t>, Perm>, ir::Value*> transposed;
+  for (Moved& m : s_.moved) {
     ir::Node& old = *m.node;
     std::vector<ir::Value*> inputs;
     for (size_t s = 0; s < old.inputs().size(); ++s) {
@@ -582,10 +646,12 @@ bool Plan::apply(Rewriter& rw) {
       const auto key = std::make_pair(static_cast<const ir::Node*>(&old), s);
       if (auto it = new_of.find(in); in && it != new_of.end()) {
         inputs.push_back(it->second);
-      } else if (auto c = new_constants_.find(key); c != new_constants_.end()) {
-        inputs.push_back(
-            rw.add_constant(g_, std::move(c->second.tensor), in->name() + "_transposed"));
-      } else if (auto t = absorbed_.find(key); t != absorbed_.end()) {
+      } else if (auto c = s_.new_constants.find(key); c != s_.new_constants.end()) {
+        ir::Value*& made = transposed[{in, c->second.dims, c->second.perm}];
+        if (!made)
+          made = rw.add_constant(g_, std::move(c->second.tensor), in->name() + "_transposed");
+        inputs.push_back(made);
+      } else if (auto t = s_.absorbed.find(key); t != s_.absorbed.end()) {
         inputs.push_back(t->second->input(0));
       } else {
         inputs.push_back(in);
@@ -597,19 +663,19 @@ bool Plan::apply(Rewriter& rw) {
     for (size_t k = 0; k < old.outputs().size(); ++k)
       if (old.output(k)) new_of[old.output(k)] = rebuilt->output(k);
   }
-  for (size_t i = 0; i < merged_.size(); ++i) {
-    ir::Node* t = merged_[i];
+  for (size_t i = 0; i < s_.merged.size(); ++i) {
+    ir::Node* t = s_.merged[i];
     ir::Value* v = new_of.at(t->input(0));
-    if (is_identity(merged_perms_[i]) && rw.replace_node(t, {v}, /*allow_identity=*/false))
+    if (is_identity(s_.merged_perms[i]) && rw.replace_node(t, {v}, /*allow_identity=*/false))
       continue;
     rw.set_input(t, 0, v);
-    rw.set_attr(t, ints_attr("perm", merged_perms_[i]));
+    rw.set_attr(t, ints_attr("perm", s_.merged_perms[i]));
   }
-  for (const ir::Value* cv : values_) {
+  for (const ir::Value* cv : s_.values) {
     if (cv == root_.output(0)) continue;  // the root stays for readers outside the region
     ir::Value* v = const_cast<ir::Value*>(cv);
     if (v->dead() || !needs_transpose(v)) continue;
-    const Perm& q = perm_of_.at(v);
+    const Perm& q = s_.perm_of.at(v);
     ir::Value* nv = new_of.at(v);
     if (is_identity(q)) {
       rw.replace_all_uses(v, nv);
@@ -619,8 +685,8 @@ bool Plan::apply(Rewriter& rw) {
     rw.set_attr(back, ints_attr("perm", q));
     rw.replace_all_uses(v, back->output(0));
   }
-  for (auto it = moved_.rbegin(); it != moved_.rend(); ++it) rw.erase(it->node);
-  for (ir::Node* t : absorbed_nodes_) rw.erase(t);
+  for (auto it = s_.moved.rbegin(); it != s_.moved.rend(); ++it) rw.erase(it->node);
+  for (ir::Node* t : s_.absorbed_nodes) rw.erase(t);
   rw.erase(&root_);
   return true;
 }

@@ -399,5 +399,181 @@ TEST(FoldConstants, ATransposeOfAWeightAReaderKeepsStaysATranspose) {
   EXPECT_LE(model->initializer_bytes(), bytes_before + 16384);
 }
 
+// --- Constant cones: a node whose result alone grows too much, judged with the nodes it makes
+// constant (what they leave in the model, up to 64 KiB per node folded).
+
+std::string joined(const std::vector<double>& values) { return absl::StrJoin(values, ", "); }
+
+// RAFT's first refinement step: pixel centroids [points, 1, 1, 2] plus a 7x7 neighbourhood of
+// offsets [1, 7, 7, 2] (a [points, 7, 7, 2] grid), split into x and y, scaled to [-1, 1] and
+// concatenated again for GridSample; the centroids are constant in the first step.
+std::string sampling_grid_model(int points, std::vector<double>* expected) {
+  std::vector<double> centroids, offsets;
+  for (int i = 0; i < points; ++i) {
+    centroids.push_back(i % 16);
+    centroids.push_back(i / 16);
+  }
+  for (int i = -3; i <= 3; ++i)
+    for (int j = -3; j <= 3; ++j) {
+      offsets.push_back(j);
+      offsets.push_back(i);
+    }
+  expected->clear();
+  for (int p = 0; p < points; ++p)
+    for (int k = 0; k < 49; ++k)
+      for (int c = 0; c < 2; ++c)
+        expected->push_back(2.0 * (centroids[2 * p + c] + offsets[2 * k + c]) / 15.0 - 1.0);
+  const std::string n = std::to_string(points);
+  return absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[)",
+                      n, R"(,7,7,2] x) => (float[)", n, R"(,7,7,2] y)
+      <float[)",
+                      n, R"(,1,1,2] centroids = {)", joined(centroids), R"(},
+       float[1,7,7,2] offsets = {)",
+                      joined(offsets), R"(},
+       int64[2] halves = {1, 1}, float two = {2.0}, float w = {15.0}, float one = {1.0}> {
+      s = Add (centroids, offsets)
+      sx, sy = Split <axis = -1> (s, halves)
+      mx = Mul (sx, two)
+      dx = Div (mx, w)
+      nx = Sub (dx, one)
+      my = Mul (sy, two)
+      dy = Div (my, w)
+      ny = Sub (dy, one)
+      grid = Concat <axis = -1> (nx, ny)
+      y = Add (x, grid)
+    }
+  )");
+}
+
+TEST(FoldConstants, ABroadcastFoldsWithTheArithmeticItFeeds) {
+  // 256 points: the Add's 100,352 bytes grow 41 times over its inputs, and so does the grid it
+  // leaves, but that is under 64 KiB for each of the nine nodes that no longer run.
+  std::vector<double> expected;
+  auto model = parse_text(sampling_grid_model(256, &expected));
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 9);
+  EXPECT_EQ(model->graph().num_nodes(), 1u);
+  EXPECT_EQ(dims_of(*model, "grid"), (std::vector<int64_t>{256, 7, 7, 2}));
+  expect_near(initializer_values(*model, "grid"), expected, 1e-5);
+  for (const char* gone : {"s", "sx", "sy", "mx", "dx", "nx", "my", "dy", "ny", "centroids"})
+    EXPECT_EQ(model->graph().find_local(gone), nullptr) << gone;
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, AConeLeavingTooMuchStays) {
+  // 2048 points: an 802,816-byte grid is more than 64 KiB for each of the nine nodes.
+  std::vector<double> expected;
+  auto model = parse_text(sampling_grid_model(2048, &expected));
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass(*model, "fold_constants").changed);
+  EXPECT_EQ(model->graph().num_nodes(), 10u);
+  // A larger growth cap lets it fold (the cone's result against the constants it frees).
+  EXPECT_EQ(run_pass(*model, "fold_constants", {{"max_growth", "1000"}}).rewrites, 9);
+}
+
+TEST(FoldConstants, AConeIsJudgedByWhatItLeaves) {
+  // The Tile's 80 KB would stay alone (ResultsUnder64KiBFoldWhateverTheirGrowth); the sum over
+  // its rows that is all the model reads is 400 bytes.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,100] x) => (float[1,100] y)
+      <float[2,2] a = {1, 2, 3, 4}, int64[2] r = {100, 50}, int64[1] rows = {0}> {
+      t = Tile (a, r)
+      s = ReduceSum <keepdims = 1> (t, rows)
+      y = Add (x, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 2);
+  EXPECT_EQ(count_ops(*model, "Tile"), 0);
+  EXPECT_EQ(dims_of(*model, "s"), (std::vector<int64_t>{1, 100}));
+  std::vector<double> sums;
+  for (int j = 0; j < 100; ++j) sums.push_back(j % 2 == 0 ? 400.0 : 600.0);
+  EXPECT_EQ(initializer_values(*model, "s"), sums);
+  EXPECT_EQ(model->graph().find_local("t"), nullptr);
+}
+
+TEST(FoldConstants, AConvOfAConstantWithSharedWeightsFoldsWithWhatFollows) {
+  // RAFT's first flow-encoder call: the flow is constant (zero), the convolutions' weights are
+  // shared with the later calls, so nothing is freed and the first Conv's 64 KiB stays alone;
+  // the 32 KiB the two Conv+Relu pairs leave is under 64 KiB per node.
+  std::vector<double> w1(64 * 2 * 7 * 7), w2(32 * 64 * 3 * 3), b1(64), b2(32), f(2 * 16 * 16);
+  for (size_t i = 0; i < w1.size(); ++i) w1[i] = static_cast<double>(i % 13) / 13.0 - 0.4;
+  for (size_t i = 0; i < w2.size(); ++i) w2[i] = static_cast<double>(i % 11) / 22.0 - 0.2;
+  for (size_t i = 0; i < b1.size(); ++i) b1[i] = static_cast<double>(i % 5) / 10.0 - 0.2;
+  for (size_t i = 0; i < b2.size(); ++i) b2[i] = static_cast<double>(i % 3) / 10.0;
+  for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<double>(i % 7) - 3.0;
+  auto model = parse_text(absl::StrCat(
+      R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,16,16] flow, float[1,32,16,16] x) => (float[1,32,16,16] y, float[1,32,16,16] z)
+      <float[1,2,16,16] f0 = {)",
+      joined(f), R"(}, float[64,2,7,7] w1 = {)", joined(w1), R"(}, float[64] b1 = {)", joined(b1),
+      R"(}, float[32,64,3,3] w2 = {)", joined(w2), R"(}, float[32] b2 = {)", joined(b2), R"(}> {
+      c1 = Conv <pads = [3, 3, 3, 3]> (f0, w1, b1)
+      r1 = Relu (c1)
+      c2 = Conv <pads = [1, 1, 1, 1]> (r1, w2, b2)
+      r2 = Relu (c2)
+      y = Add (x, r2)
+      d1 = Conv <pads = [3, 3, 3, 3]> (flow, w1, b1)
+      e1 = Relu (d1)
+      d2 = Conv <pads = [1, 1, 1, 1]> (e1, w2, b2)
+      z = Relu (d2)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 4);
+  EXPECT_EQ(count_ops(*model, "Conv"), 2);
+  EXPECT_EQ(count_ops(*model, "Relu"), 2);
+  EXPECT_EQ(dims_of(*model, "r2"), (std::vector<int64_t>{1, 32, 16, 16}));
+  EXPECT_EQ(model->graph().find_local("c1"), nullptr);
+  EXPECT_EQ(onnx_errors(*model), "");
+}
+
+TEST(FoldConstants, AConeFoldsWhollyOrNotAtAll) {
+  // The Reshape is invalid (25,088 elements into 4): the cone cannot be computed to its end, and
+  // folding only the Add would leave its 100 KB in the model for nothing.
+  std::vector<double> expected;
+  std::string text = sampling_grid_model(256, &expected);
+  text.replace(text.find("y = Add (x, grid)"), std::string("y = Add (x, grid)").size(),
+               "bad = Reshape (grid, four)\n      y = Add (x4, bad)");
+  text.replace(text.find("int64[2] halves"), std::string("int64[2] halves").size(),
+               "int64[1] four = {4}, int64[2] halves");
+  text.replace(text.find(") => (float[256,7,7,2] y)"),
+               std::string(") => (float[256,7,7,2] y)").size(), ", float[4] x4) => (float[4] y)");
+  auto model = parse_text(text);
+  ASSERT_TRUE(model);
+  EXPECT_FALSE(run_pass(*model, "fold_constants").changed);
+  EXPECT_EQ(model->graph().num_nodes(), 11u);
+}
+
+TEST(FoldConstants, ConesFoldInsideSubgraphs) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[1,100] x) => (float[1,100] y)
+      <float[2,2] a = {1, 2, 3, 4}, int64[2] r = {100, 50}, int64[1] rows = {0}> {
+      y = If (cond) <
+        then_branch = then_g () => (float[1,100] p) {
+          t = Tile (a, r)
+          s = ReduceSum <keepdims = 1> (t, rows)
+          p = Add (x, s)
+        },
+        else_branch = else_g () => (float[1,100] q) {
+          q = Neg (x)
+        }>
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto result = run_pass_checked(*model, "fold_constants");
+  EXPECT_EQ(result.rewrites, 2);
+  EXPECT_EQ(count_ops(*model, "Tile"), 0);
+  EXPECT_EQ(count_ops(*model, "ReduceSum"), 0);
+  EXPECT_EQ(onnx_errors(*model), "");
+}
 }  // namespace
 }  // namespace graft::testing

@@ -368,6 +368,120 @@ TEST(OptimizeTransposes, StaysWhenNothingIsGained) {
   )");
 }
 
+TEST(OptimizeTransposes, BranchesEndingInTheSameTransposeMoveTogether) {
+  // Neither Transpose can move alone (the Add's other operand is computed at run time), but the
+  // Mul that reads tb joins ta's region with tb, and the Add's result meets the Transpose back.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] a, float[2,3] b) => (float[2,3] y) <float[3,1] c = {1.0, 2.0, 3.0}> {
+      ta = Transpose <perm = [1, 0]> (a)
+      tb = Transpose <perm = [1, 0]> (b)
+      ma = Mul (ta, c)
+      mb = Mul (tb, c)
+      nb = Relu (mb)
+      s = Add (ma, nb)
+      y = Transpose <perm = [1, 0]> (s)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] a, float[2,3] b) => (float[2,3] y) <float[1,3] ct = {1.0, 2.0, 3.0}> {
+      ma = Mul (a, ct)
+      mb = Mul (b, ct)
+      nb = Relu (mb)
+      y = Add (ma, nb)
+    }
+  )",
+                 rewrites(1));
+}
+
+// The stage of a ConvNeXt: a residual stream in NCHW read by each block's depthwise Conv, whose
+// branch runs in NHWC (LayerNormalization and the MLP, here a MatMul) and ends in
+// Transpose(0, 3, 1, 2), a layer-scale Mul and the residual Add. The stage starts from a
+// Transpose (the stem's LayerNormalization went back to NCHW) and ends in Transpose(0, 2, 3, 1)
+// (the downsampling LayerNormalization). The whole stream moves to NHWC: each Conv reads it
+// through a Transpose, and the branches' and the end's Transposes go (6 -> 4).
+constexpr char kResidualStage[] = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[1,4,4,3] h, float[3,1,3,3] w, float[3,3] k) => (float[1,4,4,3] y)
+      <float[3,1,1] g1 = {0.5, -1.0, 2.0}, float[3,1,1] g2 = {1.5, 0.25, -0.75}> {
+      x = Transpose <perm = [0, 3, 1, 2]> (h)
+      d1 = Conv <group = 3, pads = [1, 1, 1, 1]> (x, w)
+      e1 = Transpose <perm = [0, 2, 3, 1]> (d1)
+      f1 = MatMul (e1, k)
+      t1 = Transpose <perm = [0, 3, 1, 2]> (f1)
+      l1 = Mul (g1, t1)
+      x1 = Add (l1, x)
+      d2 = Conv <group = 3, pads = [1, 1, 1, 1]> (x1, w)
+      e2 = Transpose <perm = [0, 2, 3, 1]> (d2)
+      f2 = MatMul (e2, k)
+      t2 = Transpose <perm = [0, 3, 1, 2]> (f2)
+      l2 = Mul (g2, t2)
+      x2 = Add (l2, x1)
+      y = Transpose <perm = [0, 2, 3, 1]> (x2)
+    }
+  )";
+
+TEST(OptimizeTransposes, ResidualStreamOfTransposedBranchesMovesToTheirLayout) {
+  expect_rewrite(kPass, kResidualStage, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[1,4,4,3] h, float[3,1,3,3] w, float[3,3] k) => (float[1,4,4,3] y)
+      <float[1,1,1,3] g1t = {0.5, -1.0, 2.0}, float[1,1,1,3] g2t = {1.5, 0.25, -0.75}> {
+      x = Transpose <perm = [0, 3, 1, 2]> (h)
+      d1 = Conv <group = 3, pads = [1, 1, 1, 1]> (x, w)
+      e1 = Transpose <perm = [0, 2, 3, 1]> (d1)
+      f1 = MatMul (e1, k)
+      l1 = Mul (g1t, f1)
+      x1 = Add (l1, h)
+      x1t = Transpose <perm = [0, 3, 1, 2]> (x1)
+      d2 = Conv <group = 3, pads = [1, 1, 1, 1]> (x1t, w)
+      e2 = Transpose <perm = [0, 2, 3, 1]> (d2)
+      f2 = MatMul (e2, k)
+      l2 = Mul (g2t, f2)
+      y = Add (l2, x1)
+    }
+  )",
+                 rewrites(1));
+}
+
+TEST(OptimizeTransposes, ResidualStreamFromAConvStays) {
+  // The same stage after a strided Conv (ConvNeXt's later stages): the stream starts in NCHW,
+  // so moving it would cost a Transpose at its start for each one it saves.
+  std::string text = kResidualStage;
+  text.replace(text.find("x = Transpose <perm = [0, 3, 1, 2]> (h)"),
+               std::string("x = Transpose <perm = [0, 3, 1, 2]> (h)").size(),
+               "x = Conv <group = 3, pads = [1, 1, 1, 1]> (hc, w)");
+  text.replace(text.find("float[1,4,4,3] h,"), std::string("float[1,4,4,3] h,").size(),
+               "float[1,3,4,4] hc,");
+  expect_no_rewrite(kPass, text);
+  // A branch whose other operand is computed at run time without a Transpose does not join.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] a, float[2,3] b, float[3,2] z) => (float[2,3] y) {
+      ta = Transpose <perm = [1, 0]> (a)
+      tb = Transpose <perm = [1, 0]> (b)
+      mb = Mul (tb, z)
+      s = Add (ta, mb)
+      y = Transpose <perm = [1, 0]> (s)
+    }
+  )");
+}
+
+TEST(OptimizeTransposes, ARootsOwnInputDoesNotJoin) {
+  // t reads m as it is, so m cannot be planned to carry t's permutation for the Add that reads
+  // both; and tb alone would leave as many Transposes (t merges into one by [2, 0, 1]).
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,2,2] b) => (float[2,2,2] y) <float[2,1,1] c = {1.0, 2.0}> {
+      tb = Transpose <perm = [1, 2, 0]> (b)
+      m = Mul (tb, c)
+      t = Transpose <perm = [1, 2, 0]> (m)
+      s = Add (t, m)
+      y = Transpose <perm = [2, 0, 1]> (s)
+    }
+  )");
+}
+
 TEST(OptimizeTransposes, RegionValueReadElsewhereKeepsATranspose) {
   // r is a graph output: it gets a Transpose back, and the pair around Exp still cancels.
   auto model = run_rewrite(kPass, R"(
@@ -480,6 +594,27 @@ TEST(OptimizeTransposes, InsideIfBranches) {
         },
         else_branch = else_g () => (float[2,3] b) {
           b = Relu (x)
+        }>
+    }
+  )"),
+            0);
+}
+
+TEST(OptimizeTransposes, BranchesMoveTogetherInsideIfBranches) {
+  EXPECT_EQ(transposes_after(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (bool cond, float[2,3] a, float[2,3] b) => (float[2,3] y) <float[3,1] c = {1, 2, 3}> {
+      y = If (cond) <
+        then_branch = then_g () => (float[2,3] r) {
+          ta = Transpose <perm = [1, 0]> (a)
+          tb = Transpose <perm = [1, 0]> (b)
+          ma = Mul (ta, c)
+          mb = Mul (tb, c)
+          s = Add (ma, mb)
+          r = Transpose <perm = [1, 0]> (s)
+        },
+        else_branch = else_g () => (float[2,3] q) {
+          q = Relu (a)
         }>
     }
   )"),
