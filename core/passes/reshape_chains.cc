@@ -216,6 +216,7 @@ bool reshape_of_shape_chain(ir::Node& n, Rewriter& rw) {
   onnx::TensorProto t = ir::make_int64_tensor({static_cast<int64_t>(shape.size())}, shape);
   ir::Value* c = rw.add_constant(*n.graph(), std::move(t), n.output(0)->name() + "_shape");
   rw.set_input(&n, 1, c);
+  rw.erase_unread_producers(target);
   return true;
 }
 

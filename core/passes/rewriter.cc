@@ -123,6 +123,27 @@ void Rewriter::lost_reader(ir::Value* v) {
   if (!v->dead()) touch(v->producer());
 }
 
+void Rewriter::erase_unread_producers(ir::Value* v) {
+  std::vector<ir::Value*> work = {v};
+  while (!work.empty()) {
+    ir::Value* value = work.back();
+    work.pop_back();
+    if (!value || value->dead() || value->use_count() > 0 || value->is_graph_output()) continue;
+    ir::Node* p = value->producer();
+    if (!p || p->dead()) {
+      erase_if_unused(value);
+      continue;
+    }
+    bool unread = true;
+    for (const ir::Value* out : p->outputs())
+      if (out && (out->use_count() > 0 || out->is_graph_output())) unread = false;
+    if (!unread) continue;
+    const std::vector<ir::Value*> inputs(p->inputs().begin(), p->inputs().end());
+    if (!erase(p)) continue;
+    work.insert(work.end(), inputs.begin(), inputs.end());
+  }
+}
+
 void Rewriter::erase_if_unused(ir::Value* v) {
   if (!v || v->dead() || v->use_count() > 0 || v->is_graph_input()) return;
   if (v->is_initializer()) {

@@ -81,6 +81,11 @@ class Rewriter {
   bool erase(ir::Node* node);
   // Removes an initializer or Constant-produced value nobody reads (and its Constant node).
   void erase_if_unused(ir::Value* v);
+  // After a rewrite stopped reading `v`: erases v's producer if none of its outputs is read any
+  // more (nor a graph output), then likewise the producers of its inputs, recursively. What
+  // would otherwise stay until prune, and meanwhile count as readers of the values it reads
+  // (single_use), hiding them from the fusions that run before prune.
+  void erase_unread_producers(ir::Value* v);
 
   // A node in graph `g` computing `op` from `inputs`, with `outputs` fresh outputs. Names derive
   // from `origin` (the node being replaced) when given.
