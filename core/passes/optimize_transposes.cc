@@ -335,7 +335,7 @@ bool Plan::plan_node(ir::Node& n, const Perm& q) {
   Operands operands;
   // The plan before the first operand planned upstream, restored if `n` is refused after all.
   std::optional<State> saved;
-  Restore restore(s_, saved);
+  Restore restore{s_, saved};
   for (size_t s = 0; s < n.inputs().size(); ++s) {
     ir::Value* in = n.input(s);
     const bool is_data = std::find(data.begin(), data.end(), s) != data.end();
