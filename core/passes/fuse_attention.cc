@@ -78,8 +78,7 @@ bool attention(ir::Node& out, Rewriter& rw) {
                     "Q (B, N, S, H), K^T (B, Nkv, H, T) and V (B, Nkv, T, Hv) do not fit "
                     "together by facts");
   if (sdp->mask) {
-    const ir::Value* scores = sdp->mask_add->input(sdp->mask_add->input(0) == sdp->mask ? 1 : 0);
-    if (sdp->mask->elem_type() != dtype || !fits_scores(sdp->mask, scores))
+    if (sdp->mask->elem_type() != dtype || !fits_scores(sdp->mask, sdp->scores()))
       return no_match(out, "the mask is not of Q's type, or it would broadcast the scores");
   }
   // ONNX Runtime's kernel takes a mask of rank 2 to 4 whose last two dims are exactly
@@ -95,9 +94,9 @@ bool attention(ir::Node& out, Rewriter& rw) {
     if (!f.has_rank || r < 2)
       return no_match(out, "a mask's rank is unknown or below 2 (ONNX Runtime takes 2 to 4)");
     mask_rank = std::max(mask_rank, r);
-    if (r >= 1 && is_one(f.dims[r - 1]) && !is_one(kt.dims[3]))
+    if (is_one(f.dims[r - 1]) && !is_one(kt.dims[3]))
       return no_match(out, "the mask has one key where the scores have more");
-    if (r >= 2 && !is_one(f.dims[r - 2])) expand_queries = false;
+    if (!is_one(f.dims[r - 2])) expand_queries = false;
     if (r >= 3 && !is_one(f.dims[r - 3]) && !same_dim(f, r - 3, kt, 1))
       return no_match(out, "the mask is per query head where key/value heads are shared");
   }
@@ -125,31 +124,7 @@ bool attention(ir::Node& out, Rewriter& rw) {
   }
   std::vector<ir::Value*> inputs = {sdp->q(), k, sdp->v()};
   if (ir::Value* mask = additive_mask(*sdp, rw, &out)) {
-    if (expand_queries) {
-      // Expand(mask, [1, .., 1, S, 1]) with S = Q's dim 2 (read at run time unless known).
-      ir::Value* target = nullptr;
-      if (q.dims[2].known()) {
-        std::vector<int64_t> dims(mask_rank, 1);
-        dims[mask_rank - 2] = q.dims[2].value;
-        target =
-            rw.add_constant(g, ir::make_int64_tensor({mask_rank}, dims), "attention_mask_shape");
-      } else {
-        ir::Node* shape = rw.add_node(g, "Shape", {sdp->q()}, 1, &out);
-        rw.set_attr(shape, int_attr("start", 2));
-        rw.set_attr(shape, int_attr("end", 3));
-        std::vector<ir::Value*> parts;
-        if (mask_rank > 2)
-          parts.push_back(rw.add_constant(
-              g, ir::make_int64_tensor({mask_rank - 2}, std::vector<int64_t>(mask_rank - 2, 1)),
-              "attention_mask_ones"));
-        parts.push_back(shape->output(0));
-        parts.push_back(rw.add_constant(g, ir::make_int64_tensor({1}, {1}), "attention_mask_one"));
-        ir::Node* concat = rw.add_node(g, "Concat", parts, 1, &out);
-        rw.set_attr(concat, int_attr("axis", 0));
-        target = concat->output(0);
-      }
-      mask = rw.add_node(g, "Expand", {mask, target}, 1, &out)->output(0);
-    }
+    if (expand_queries) mask = expand_mask_queries(rw, &out, mask, mask_rank, sdp->q(), 2);
     inputs.push_back(mask);
   }
   ir::Node* fused = rw.add_node(g, "Attention", inputs, 1, &out);

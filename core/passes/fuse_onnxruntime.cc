@@ -11,7 +11,7 @@
 //                   scale = the constant).
 //    ONNX Runtime's Attention takes an attention_bias of (B or 1, N or 1, S, T) exactly, so a
 //    mask of (B, 1, 1, T) (a padding mask) is expanded over the query axis first (Expand by
-//    [1, 1, T, 1], T read from the mask's own shape, so one Expand serves every layer). The mask
+//    [1, 1, T, 1], T from the mask's own shape, so one Expand serves every layer). The mask
 //    is added as the model adds it, so any mask values give the same scores; ONNX Runtime's own
 //    fusion instead turns a 0/1 mask into its mask_index, which is only equal for masks of 0 and
 //    1. Where the model would broadcast a mask of another length than the keys' (only a length
@@ -250,20 +250,8 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   ir::Value* bias =
       rw.add_constant(g, ir::make_float_tensor(dtype, {cols}, b), "attention_qkv_bias");
   ir::Value* attention_bias = mask;
-  if (mask && expand) {
-    // [1, 1, T, 1] with T = the mask's dim 3, read at run time.
-    // (Shape's start and end need opset 15: Gather picks the dim at any opset.)
-    ir::Node* shape = rw.add_node(g, "Shape", {mask}, 1, &root);
-    ir::Value* three = rw.add_constant(g, ir::make_int64_tensor({1}, {3}), "attention_key_axis");
-    ir::Node* length = rw.add_node(g, "Gather", {shape->output(0), three}, 1, &root);
-    rw.set_attr(length, int_attr("axis", 0));
-    ir::Value* ones = rw.add_constant(g, ir::make_int64_tensor({2}, {1, 1}), "attention_ones");
-    ir::Value* one = rw.add_constant(g, ir::make_int64_tensor({1}, {1}), "attention_one");
-    ir::Node* target_shape = rw.add_node(g, "Concat", {ones, length->output(0), one}, 1, &root);
-    rw.set_attr(target_shape, int_attr("axis", 0));
-    ir::Node* expanded = rw.add_node(g, "Expand", {mask, target_shape->output(0)}, 1, &root);
-    attention_bias = expanded->output(0);
-  }
+  // [1, 1, T, 1] with T the mask's own key length, so one Expand serves every layer.
+  if (mask && expand) attention_bias = expand_mask_queries(rw, &root, mask, 4, mask, 3);
   std::vector<ir::Value*> inputs = {x, weights, bias};
   if (attention_bias) inputs.insert(inputs.end(), {nullptr, nullptr, attention_bias});
   ir::Node* fused = rw.add_node(g, "Attention", inputs, 1, &root, kMicrosoftDomain);

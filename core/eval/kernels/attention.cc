@@ -21,14 +21,6 @@ namespace {
 
 using onnx::TensorProto;
 
-absl::StatusOr<int64_t> heads_attr(const KernelContext& ctx, const char* name) {
-  const int64_t v = ctx.node.attr_int(name, 0);
-  if (v <= 0 || v > (int64_t{1} << 20))
-    return invalid(ctx,
-                   absl::StrCat(name, " must be in 1..", int64_t{1} << 20, " for 3-D Q, K and V"));
-  return v;
-}
-
 // `t` (3-D (B, L, heads * size) or 4-D (B, heads, L, size)) as doubles in (B, heads, L, size).
 Scratch<double> heads_first(const Tensor& t, int64_t heads, int64_t size) {
   Scratch<double> v = to_doubles(t);
@@ -77,8 +69,8 @@ absl::Status attention(KernelContext& ctx) {
     if (kd[3] != head || vd[1] != kv_heads || vd[2] != len)
       return invalid(ctx, "K must be (B, kv_heads, T, head_size) and V (B, kv_heads, T, v_size)");
   } else {
-    KERNEL_ASSIGN_OR_RETURN(heads, heads_attr(ctx, "q_num_heads"));
-    KERNEL_ASSIGN_OR_RETURN(kv_heads, heads_attr(ctx, "kv_num_heads"));
+    KERNEL_ASSIGN_OR_RETURN(heads, positive_attr(ctx, "q_num_heads"));
+    KERNEL_ASSIGN_OR_RETURN(kv_heads, positive_attr(ctx, "kv_num_heads"));
     seq = qd[1];
     len = kd[1];
     if (qd[2] % heads != 0 || vd[2] % kv_heads != 0)

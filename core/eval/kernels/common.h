@@ -51,6 +51,14 @@ inline absl::StatusOr<const Tensor*> required(const KernelContext& ctx, size_t i
   return t;
 }
 
+// A positive INT attribute of at most `max` (absent: 0, refused), e.g. a head count.
+inline absl::StatusOr<int64_t> positive_attr(const KernelContext& ctx, const char* name,
+                                             int64_t max = int64_t{1} << 20) {
+  const int64_t v = ctx.node.attr_int(name, 0);
+  if (v <= 0 || v > max) return invalid(ctx, absl::StrCat(name, " must be in 1..", max));
+  return v;
+}
+
 inline absl::Status require_float(const KernelContext& ctx, const Tensor& t) {
   if (!is_float_type(t.dtype())) return unimplemented(ctx, "non-float element type");
   return absl::OkStatus();

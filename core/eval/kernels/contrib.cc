@@ -283,13 +283,6 @@ double bias_value(const Tensor* t, const Scratch<double>& v, const Heads& h, int
   return v[((bb * d[1] + nn) * h.seq + i) * h.total + j];
 }
 
-absl::StatusOr<int64_t> positive_attr(const KernelContext& ctx, const char* name,
-                                      int64_t max = int64_t{1} << 20) {
-  const int64_t v = ctx.node.attr_int(name, 0);
-  if (v <= 0 || v > max) return invalid(ctx, absl::StrCat(name, " must be in 1..", max));
-  return v;
-}
-
 // com.microsoft Attention(input, weights, bias?, mask_index?, past?, attention_bias?,
 // past_sequence_length?) -> output, present?. input (B, S, D_in); weights (D_in, Dq + Dk + Dv)
 // with Dq = Dk (qkv_hidden_sizes, else three equal parts); past (2, B, N, P, H) and present

@@ -127,4 +127,32 @@ ir::Value* additive_mask(const ScaledDotProduct& m, Rewriter& rw, ir::Node* at) 
   return rw.add_node(g, "Where", {m.allowed, allowed_value, masked_value}, 1, at)->output(0);
 }
 
+ir::Value* expand_mask_queries(Rewriter& rw, ir::Node* at, ir::Value* mask, int64_t rank,
+                               ir::Value* length_of, int64_t axis) {
+  ir::Graph& g = *at->graph();
+  ir::Value* target = nullptr;
+  if (const std::optional<int64_t> known = known_dim(length_of, axis)) {
+    std::vector<int64_t> dims(static_cast<size_t>(rank), 1);
+    dims[static_cast<size_t>(rank - 2)] = *known;
+    target = rw.add_constant(g, ir::make_int64_tensor({rank}, dims), "attention_mask_shape");
+  } else {
+    ir::Node* shape = rw.add_node(g, "Shape", {length_of}, 1, at);
+    ir::Value* index = rw.add_constant(g, ir::make_int64_tensor({1}, {axis}), "attention_axis");
+    ir::Node* length = rw.add_node(g, "Gather", {shape->output(0), index}, 1, at);
+    rw.set_attr(length, int_attr("axis", 0));
+    std::vector<ir::Value*> parts;
+    if (rank > 2)
+      parts.push_back(rw.add_constant(
+          g,
+          ir::make_int64_tensor({rank - 2}, std::vector<int64_t>(static_cast<size_t>(rank - 2), 1)),
+          "attention_mask_ones"));
+    parts.push_back(length->output(0));
+    parts.push_back(rw.add_constant(g, ir::make_int64_tensor({1}, {1}), "attention_mask_one"));
+    ir::Node* concat = rw.add_node(g, "Concat", parts, 1, at);
+    rw.set_attr(concat, int_attr("axis", 0));
+    target = concat->output(0);
+  }
+  return rw.add_node(g, "Expand", {mask, target}, 1, at)->output(0);
+}
+
 }  // namespace graft

@@ -68,4 +68,11 @@ std::optional<ScaledDotProduct> match_scaled_dot_product(ir::Node& out);
 // before `at` when there is a Where; nullptr when the pattern has no mask.
 ir::Value* additive_mask(const ScaledDotProduct& m, Rewriter& rw, ir::Node* at);
 
+// `mask` (rank `rank` >= 2) expanded over its query axis (rank - 2) to the length of dim `axis`
+// of `length_of`: Expand(mask, [1, .., 1, L, 1]), for fused ops whose kernels take a mask of
+// exactly (.., S, T). L is a constant where `length_of`'s fact knows it, else read at run time
+// (Shape, then Gather: valid at any opset).
+ir::Value* expand_mask_queries(Rewriter& rw, ir::Node* at, ir::Value* mask, int64_t rank,
+                               ir::Value* length_of, int64_t axis);
+
 }  // namespace graft

@@ -19,12 +19,10 @@ using onnx::TensorProto;
 // Largest head size matched: slice_indices lists the indices a Slice takes.
 constexpr int64_t kMaxHead = int64_t{1} << 16;
 
-// The producer of `v` if it is `op` in `root`'s graph and opset, with one output and no attribute
-// but `attrs`, and `v` has no reader but the pattern's.
+// absorbed_producer(v, op, root) with no attribute but `attrs`.
 ir::Node* inner(ir::Value* v, std::string_view op, const ir::Node& root,
                 std::initializer_list<std::string_view> attrs = {}) {
-  if (!single_use(v)) return nullptr;
-  ir::Node* p = chain_producer(v, op, root);
+  ir::Node* p = absorbed_producer(v, op, root);
   return p && only_attributes(*p, attrs) ? p : nullptr;
 }
 
