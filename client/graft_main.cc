@@ -18,6 +18,7 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpc/support/log.h>
 #include <CLI/CLI.hpp>
 
@@ -170,6 +171,7 @@ struct OptimizeArgs {
   std::vector<std::string> options;  // pass.key=value
   int max_rounds = 10;
   std::string report_path;
+  std::string report_html;  // --report-html: the report as a self-contained page
   std::string dump_dir;
   bool check = false;
   bool verify = false;
@@ -449,12 +451,47 @@ int fail_connect(const absl::Status& st) {
   return fail(unreadable ? kIoError : kUsage, std::string(st.message()));
 }
 
+bool wants_report(const OptimizeArgs& a) {
+  return !a.report_path.empty() || !a.report_html.empty();
+}
+
+// The configuration for the report: graft.v1.PipelineConfig as JSON with proto field names, the
+// tensors of input and calibration sets replaced by how many sets there are.
+nlohmann::json config_json(const PipelineConfig& config) {
+  v1::PipelineConfig proto = api::to_proto(config);
+  const int input_sets = proto.verify().input_sets_size();
+  const int calibration_sets = proto.calibration_sets_size();
+  proto.mutable_verify()->clear_input_sets();
+  proto.clear_calibration_sets();
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(proto, &text, options).ok()) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return nullptr;
+  if (input_sets > 0) j["verify"]["input_sets"] = input_sets;
+  if (calibration_sets > 0) j["calibration_sets"] = calibration_sets;
+  return j;
+}
+
+// The profile of the model in `bytes` for the report, sized as the report's memory estimates;
+// nullopt (the report goes without) when it does not parse.
+std::optional<ModelProfile> profile_bytes(const std::string& bytes, const PipelineConfig& config) {
+  auto model = ir::Model::parse(bytes);
+  if (!model.ok()) return std::nullopt;
+  DimBindings dims;
+  return profile_model(**model, memory_size_rule(config, &dims));
+}
+
 // Writes the model (and report); external-data files first: `files` (bytes in hand), then
 // `kept` (files of the input the result still references), copied from `input_folder` when the
 // output goes to another folder.
-int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& model,
+// With `config` and a report asked for, a run without a result profile gets it from the model
+// (read back from the output file when it was streamed there).
+int finish_run(const OptimizeArgs& a, RunSummary run, const std::string& model,
                const client::ExternalFiles& files = {}, const std::vector<std::string>& kept = {},
-               const std::string& input_folder = {}, paths::AtomicFileWriter* streamed = nullptr) {
+               const std::string& input_folder = {}, paths::AtomicFileWriter* streamed = nullptr,
+               const PipelineConfig* config = nullptr) {
   std::string error;
   if (!a.output.empty() && (!files.empty() || !kept.empty())) {
     if (a.output == "-")
@@ -492,12 +529,23 @@ int finish_run(const OptimizeArgs& a, const RunSummary& run, const std::string& 
   } else if (!a.output.empty() && !write_output(a.output, model, &error)) {
     return fail(kIoError, error);
   }
+  if (config != nullptr && wants_report(a)) {
+    if (run.config.is_null()) run.config = config_json(*config);
+    if (!run.profile_after && !model.empty()) {
+      run.profile_after = profile_bytes(model, *config);
+    } else if (!run.profile_after && streamed != nullptr) {
+      if (auto bytes = paths::read_file(a.output); bytes.ok())
+        run.profile_after = profile_bytes(*bytes, *config);
+    }
+  }
   if (!a.report_path.empty()) {
     // Names from the model need not be UTF-8: invalid bytes are written as U+FFFD.
     std::string json =
         to_json(run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
   }
+  if (!a.report_html.empty() && !write_output(a.report_html, render_html(to_json(run)), &error))
+    return fail(kIoError, error);
   if (!a.quiet) std::cerr << format_table(run);
   return kOk;
 }
@@ -520,6 +568,11 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   const std::filesystem::path input_folder = folder_of(a.input);
   (*model)->set_external_data(ir::ExternalData::beneath(input_folder.string()));
   run.load_seconds = since(t);
+  DimBindings memory_dims;
+  if (wants_report(a)) {
+    run.config = config_json(config);
+    run.profile_before = profile_model(**model, memory_size_rule(config, &memory_dims));
+  }
 
   auto report = run_pipeline(*model, config);
   // InvalidArgument: --verify-data that does not fit the model (the config was checked before).
@@ -527,6 +580,8 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
     return fail(absl::IsInvalidArgument(report.status()) ? kUsage : kInternal,
                 std::string(report.status().message()));
   run.pipeline = std::move(*report);
+  if (wants_report(a))
+    run.profile_after = profile_model(**model, memory_size_rule(config, &memory_dims));
 
   t = Clock::now();
   const bool to_file = !a.output.empty() && a.output != "-";
@@ -574,7 +629,7 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
     if (auto st = paths::check_location(name); !st.ok())
       return fail(kBadModel, a.input + ": " + std::string(st.message()));
   // Copied beside the output by finish_run, as a remote run's.
-  return finish_run(a, run, out, {}, to_file ? locations : std::vector<std::string>{},
+  return finish_run(a, std::move(run), out, {}, to_file ? locations : std::vector<std::string>{},
                     input_folder.string());
 }
 
@@ -623,8 +678,12 @@ absl::StatusOr<ModelDigest> digest_model(const std::string& path, bool rehash) {
 
 int report_remote(const OptimizeArgs& a, const std::string& server, client::OptimizeResult result,
                   uint64_t input_bytes, const std::string& lookup,
-                  paths::AtomicFileWriter* streamed) {
+                  paths::AtomicFileWriter* streamed, const PipelineConfig& config) {
   RunSummary run;
+  // The input's profile, for a report: the model is read again (a lookup hit never read it).
+  if (wants_report(a) && a.input != "-")
+    if (auto bytes = paths::read_file(a.input); bytes.ok())
+      run.profile_before = profile_bytes(*bytes, config);
   run.input = a.input;
   run.input_bytes = input_bytes;
   run.output_bytes = result.report.output_bytes();  // the Receiver checked what arrived
@@ -640,8 +699,9 @@ int report_remote(const OptimizeArgs& a, const std::string& server, client::Opti
   run.lookup = lookup;
   run.bytes_sent = result.bytes_sent;
   run.bytes_received = result.bytes_received;
-  return finish_run(a, run, result.model, result.external_files, result.kept_files,
-                    a.input == "-" ? std::string() : folder_of(a.input).string(), streamed);
+  return finish_run(a, std::move(run), result.model, result.external_files, result.kept_files,
+                    a.input == "-" ? std::string() : folder_of(a.input).string(), streamed,
+                    &config);
 }
 
 // The output file a remote result is streamed to as it arrives (nullopt for standard output or
@@ -755,7 +815,7 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
     if (!cached.ok()) return fail_remote(cached.status());
     if (*cached) {
       if (auto st = client::check_kept_files(**cached, sources); !st.ok()) return fail_remote(st);
-      return report_remote(a, server, std::move(**cached), d->size, "hit", output.get());
+      return report_remote(a, server, std::move(**cached), d->size, "hit", output.get(), config);
     }
     looked_up = true;
   }
@@ -777,7 +837,7 @@ int optimize_remote(const OptimizeArgs& a, const std::string& server,
   std::string lookup;
   if (looked_up) lookup = "miss";
   if (send.lookup_first) lookup = result->from_lookup ? "hit" : "miss";
-  return report_remote(a, server, std::move(*result), bytes.size(), lookup, output.get());
+  return report_remote(a, server, std::move(*result), bytes.size(), lookup, output.get(), config);
 }
 
 int optimize(const OptimizeArgs& a) {
@@ -868,9 +928,14 @@ int lookup(const OptimizeArgs& a) {
     run.output_sha256 = result->result->report.output_sha256();
     if (auto st = client::check_kept_files(*result->result, sources); !st.ok())
       return fail_remote(st);
+    if (wants_report(a) && !a.input.empty() && a.input != "-")
+      if (auto bytes = paths::read_file(a.input); bytes.ok())
+        run.profile_before = profile_bytes(*bytes, *config);
     return finish_run(
-        a, run, result->result->model, result->result->external_files, result->result->kept_files,
-        a.input.empty() || a.input == "-" ? std::string() : folder_of(a.input).string());
+        a, std::move(run), result->result->model, result->result->external_files,
+        result->result->kept_files,
+        a.input.empty() || a.input == "-" ? std::string() : folder_of(a.input).string(), nullptr,
+        &*config);
   }
   return kOk;
 }
@@ -925,6 +990,42 @@ int health(const std::string& server_flag, const tls::ClientOptions& tls) {
   if (!serving.ok()) return fail_remote(serving.status());
   std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
   return *serving ? kOk : kServer;
+}
+
+// The largest JSON report `graft report` reads (reports of large models with --explain are a few
+// MiB).
+constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
+
+// graft report: a saved JSON report as an HTML page. Takes the CLI's --report JSON, and a
+// graft.v1.OptimizeReport as JSON (graftd's, the Python client's report_json()).
+int render_report(const OptimizeArgs& a) {
+  auto text =
+      a.input == "-" ? paths::read_all(STDIN_FILENO, "standard input") : paths::read_file(a.input);
+  if (!text.ok()) return fail(path_exit_code(text.status()), std::string(text.status().message()));
+  if (text->size() > kMaxReportBytes)
+    return fail(kUsage, a.input + ": larger than " + std::to_string(kMaxReportBytes >> 20) +
+                            " MiB: not a report");
+  nlohmann::json report = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (report.is_discarded() || !report.is_object())
+    return fail(kUsage, a.input + ": not a JSON report (expected an object)");
+  const bool cli = report.contains("pipeline_seconds") && report.contains("passes");
+  const bool proto = report.contains("memoryBefore") || report.contains("memory_before") ||
+                     report.contains("outputSha256") || report.contains("output_sha256");
+  if (!cli && !(report.contains("format") && report.contains("report"))) {
+    if (!proto)
+      return fail(kUsage, a.input +
+                              ": not a Graft report (neither graft optimize --report's JSON nor "
+                              "a graft.v1.OptimizeReport)");
+    report = {{"format", "graft.v1.OptimizeReport"}, {"report", std::move(report)}};
+  }
+  std::string out = a.output;
+  if (out.empty()) {
+    if (a.input == "-") return fail(kUsage, "give -o FILE (or -) for a report on standard input");
+    out = std::filesystem::path(a.input).replace_extension(".html").string();
+  }
+  std::string error;
+  if (!write_output(out, render_html(report), &error)) return fail(kIoError, error);
+  return kOk;
 }
 
 }  // namespace
@@ -1073,6 +1174,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e9));
   add_pipeline_options(opt);
   opt->add_option("--report", args.report_path, "write the per-pass report as JSON here");
+  opt->add_option("--report-html", args.report_html,
+                  "write the report as a self-contained HTML page here (summary, passes, op "
+                  "types, memory, verification; opens offline)");
   opt->add_option("--dump-dir", args.dump_dir,
                   "local: write the graph as ONNX text after each pass that changed it");
   opt->add_option("--verify-max-bytes", args.verify_max_bytes,
@@ -1091,6 +1195,13 @@ int main(int argc, char** argv) {
       "modification time and inode stay the same)";
   opt->add_flag("--rehash", args.rehash, rehash_help);
 
+  auto* report_cmd = app.add_subcommand(
+      "report", "render a saved JSON report (graft optimize --report, or graftd's) as HTML");
+  report_cmd->add_option("report", args.input, "the JSON report, - for standard input")->required();
+  report_cmd->add_option("-o,--output", args.output,
+                         "the HTML page to write, - for standard output (default: the report's "
+                         "name with .html)");
+
   auto* passes = app.add_subcommand("passes", "list every pass with its level and description");
   add_server(passes);
 
@@ -1103,6 +1214,8 @@ int main(int argc, char** argv) {
   lookup_cmd->add_option("--sha256", args.sha256, "the model's sha256 instead of the file");
   lookup_cmd->add_option("-o,--output", args.output, "fetch the cached optimized model here");
   lookup_cmd->add_option("--report", args.report_path, "write the cached report as JSON here");
+  lookup_cmd->add_option("--report-html", args.report_html,
+                         "write the cached report as an HTML page here");
   lookup_cmd->add_flag("--rehash", args.rehash, rehash_help);
   lookup_cmd->add_flag("-q,--quiet", args.quiet, "do not print the per-pass table");
   add_server(lookup_cmd);
@@ -1123,6 +1236,7 @@ int main(int argc, char** argv) {
   // message (GRPC_VERBOSITY set: gRPC's logs are wanted).
   if (!std::getenv("GRPC_VERBOSITY")) gpr_set_log_function([](gpr_log_func_args*) {});
   try {
+    if (app.got_subcommand("report")) return render_report(args);
     if (app.got_subcommand("passes")) return list_passes(args.server, args.tls);
     if (app.got_subcommand("health")) return health(args.server, args.tls);
     if (app.got_subcommand("lookup")) return lookup(args);

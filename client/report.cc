@@ -1,9 +1,16 @@
 #include "client/report.h"
 
+#include <algorithm>
 #include <cmath>
-
 #include <cstdio>
 #include <string_view>
+
+#include "core/ir/tensor.h"
+#include "core/pipeline/fix_dims.h"
+
+// The page template with its one marker (client/report_template.html, embedded by the build:
+// cmake/embed_file.cmake).
+extern "C" const char graft_report_template[];
 
 namespace graft::cli {
 
@@ -239,38 +246,126 @@ nlohmann::json to_json(const RunSummary& run) {
       passes.back()["explanations_dropped"] = p.explanations_dropped;
     }
   }
-  return {{"input", run.input},
-          {"input_bytes", run.input_bytes},
-          {"output_bytes", run.output_bytes},
-          {"load_seconds", run.load_seconds},
-          {"save_seconds", run.save_seconds},
-          {"pipeline_seconds", r.seconds},
-          {"rounds", r.rounds},
-          {"reached_fixed_point", r.reached_fixed_point},
-          {"nodes_before", r.nodes_before},
-          {"nodes_after", r.nodes_after},
-          {"initializer_bytes_before", r.bytes_before},
-          {"initializer_bytes_after", r.bytes_after},
-          {"checker_note", r.checker_note},
-          {"value_info_refined", r.value_info_refined},
-          {"target", r.target},
-          {"fixed_inputs", r.fixed_inputs},
-          {"verification", verification_json(r.verification)},
-          {"memory",
-           {{"before", memory_json(r.memory_before)},
-            {"after", memory_json(r.memory_after)},
-            {"dims", r.memory_dims},
-            {"default_dim", r.memory_default_dim}}},
-          {"graft_version", run.graft_version},
-          {"build_fingerprint", run.build_fingerprint},
-          {"server", run.server},
-          {"cache_hit", run.cache_hit},
-          {"input_sha256", run.input_sha256},
-          {"output_sha256", run.output_sha256},
-          {"lookup", run.lookup},
-          {"bytes_sent", run.bytes_sent},
-          {"bytes_received", run.bytes_received},
-          {"passes", passes}};
+  nlohmann::json out = {{"input", run.input},
+                        {"input_bytes", run.input_bytes},
+                        {"output_bytes", run.output_bytes},
+                        {"load_seconds", run.load_seconds},
+                        {"save_seconds", run.save_seconds},
+                        {"pipeline_seconds", r.seconds},
+                        {"rounds", r.rounds},
+                        {"reached_fixed_point", r.reached_fixed_point},
+                        {"nodes_before", r.nodes_before},
+                        {"nodes_after", r.nodes_after},
+                        {"initializer_bytes_before", r.bytes_before},
+                        {"initializer_bytes_after", r.bytes_after},
+                        {"checker_note", r.checker_note},
+                        {"value_info_refined", r.value_info_refined},
+                        {"target", r.target},
+                        {"fixed_inputs", r.fixed_inputs},
+                        {"verification", verification_json(r.verification)},
+                        {"memory",
+                         {{"before", memory_json(r.memory_before)},
+                          {"after", memory_json(r.memory_after)},
+                          {"dims", r.memory_dims},
+                          {"default_dim", r.memory_default_dim}}},
+                        {"graft_version", run.graft_version},
+                        {"build_fingerprint", run.build_fingerprint},
+                        {"server", run.server},
+                        {"cache_hit", run.cache_hit},
+                        {"input_sha256", run.input_sha256},
+                        {"output_sha256", run.output_sha256},
+                        {"lookup", run.lookup},
+                        {"bytes_sent", run.bytes_sent},
+                        {"bytes_received", run.bytes_received},
+                        {"passes", passes}};
+  if (!run.config.is_null()) out["config"] = run.config;
+  if (run.profile_before || run.profile_after) {
+    nlohmann::json profile = nlohmann::json::object();
+    if (run.profile_before) profile["before"] = profile_json(*run.profile_before);
+    if (run.profile_after) profile["after"] = profile_json(*run.profile_after);
+    out["profile"] = std::move(profile);
+  }
+  return out;
+}
+
+ModelProfile profile_model(const ir::Model& model, const SizeRule& rule) {
+  ModelProfile p;
+  for (const ir::Graph* g : model.all_graphs())
+    for (const ir::Node* n : g->nodes()) {
+      if (n->dead()) continue;
+      ++p.ops[n->is_onnx_domain() ? n->op_type() : n->domain() + ":" + n->op_type()];
+    }
+  auto port = [&](const onnx::ValueInfoProto& info, std::vector<ModelProfile::Port>* out) {
+    if (out->size() + (out == &p.inputs ? p.outputs.size() : p.inputs.size()) >= kMaxProfilePorts) {
+      ++p.ports_dropped;
+      return;
+    }
+    const auto& t = info.type();
+    std::string type = t.has_tensor_type()     ? ir::dtype_name(t.tensor_type().elem_type())
+                       : t.has_sequence_type() ? "sequence"
+                       : t.has_map_type()      ? "map"
+                       : t.has_optional_type() ? "optional"
+                                               : "?";
+    out->push_back({info.name(), std::move(type), dims_text(t)});
+  };
+  for (const auto& in : model.graph().inputs())
+    if (!in.value->is_initializer()) port(in.info, &p.inputs);
+  for (const auto& out : model.graph().outputs()) {
+    onnx::ValueInfoProto info = out.info;
+    info.set_name(out.value->name());
+    port(info, &p.outputs);
+  }
+  const std::vector<uint64_t> in_use = activation_timeline(model, rule);
+  p.nodes = in_use.size();
+  const size_t points = std::min(in_use.size(), kProfilePoints);
+  for (size_t k = 0; k < points; ++k) {
+    const size_t from = k * in_use.size() / points, to = (k + 1) * in_use.size() / points;
+    p.memory.push_back(*std::max_element(in_use.begin() + from, in_use.begin() + to));
+  }
+  return p;
+}
+
+nlohmann::json profile_json(const ModelProfile& p) {
+  auto ports = [](const std::vector<ModelProfile::Port>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& x : list)
+      out.push_back({{"name", x.name}, {"type", x.type}, {"dims", x.dims}});
+    return out;
+  };
+  return {{"ops", p.ops},
+          {"inputs", ports(p.inputs)},
+          {"outputs", ports(p.outputs)},
+          {"ports_dropped", p.ports_dropped},
+          {"nodes", p.nodes},
+          {"memory", p.memory}};
+}
+
+std::string render_html(const nlohmann::json& report) {
+  // ASCII only (\uXXXX for the rest, U+2028/U+2029 included); invalid UTF-8 from a model
+  // becomes U+FFFD. Then '<', '>' and '&', which JSON has only inside strings, become escapes.
+  const std::string json =
+      report.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+  std::string safe;
+  safe.reserve(json.size() + json.size() / 16);
+  for (char c : json) {
+    if (c == '<')
+      safe += "\\u003c";
+    else if (c == '>')
+      safe += "\\u003e";
+    else if (c == '&')
+      safe += "\\u0026";
+    else
+      safe += c;
+  }
+  static constexpr std::string_view kMarker = "@GRAFT_REPORT_JSON@";
+  const std::string_view page = graft_report_template;
+  const size_t at = page.find(kMarker);
+  std::string out;
+  out.reserve(page.size() + safe.size());
+  out.append(page.substr(0, at));
+  out.append(safe);
+  out.append(page.substr(at + kMarker.size()));
+  return out;
 }
 
 }  // namespace graft::cli

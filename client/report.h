@@ -1,14 +1,41 @@
 // Human (table) and machine (JSON) renderings of a pipeline report.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/analysis/memory.h"
+#include "core/ir/model.h"
 #include "core/pipeline/pipeline.h"
 
 namespace graft::cli {
+
+// What a report shows of a model beyond the pipeline's counts: its op types, its interface and
+// its estimated activation memory over the node schedule.
+struct ModelProfile {
+  std::map<std::string, int64_t> ops;  // op type ("domain:Op" outside ONNX) -> nodes, all graphs
+  struct Port {
+    std::string name, type, dims;  // type "float32", dims "[batch,3,224,224]"
+  };
+  std::vector<Port> inputs, outputs;  // the main graph's (initializer-backed inputs left out)
+  size_t ports_dropped = 0;           // beyond kMaxProfilePorts
+  uint64_t nodes = 0;                 // of the main graph: the schedule's length
+  // Activation bytes in use over the schedule (activation_timeline), at most kProfilePoints
+  // values: each the largest over its share of consecutive nodes.
+  std::vector<uint64_t> memory;
+};
+inline constexpr size_t kProfilePoints = 400;
+inline constexpr size_t kMaxProfilePorts = 1000;
+
+// `model`'s profile, its memory sized by `rule` (the report's memory_size_rule).
+ModelProfile profile_model(const ir::Model& model, const SizeRule& rule);
+nlohmann::json profile_json(const ModelProfile& profile);
 
 struct RunSummary {
   std::string input;  // path or "-"
@@ -24,6 +51,11 @@ struct RunSummary {
   std::string input_sha256, output_sha256;
   std::string lookup;  // "hit" (fetched without uploading), "miss", or "" when not asked
   uint64_t bytes_sent = 0, bytes_received = 0;  // model and external-data bytes on the wire
+  // For --report-json/--report-html: the models' profiles (either may be missing: a remote run
+  // on standard input) and the configuration asked for (graft.v1.PipelineConfig as JSON, input
+  // and calibration tensors left out).
+  std::optional<ModelProfile> profile_before, profile_after;
+  nlohmann::json config;
 };
 
 std::string format_table(const RunSummary& run);
@@ -32,5 +64,12 @@ std::string format_table(const RunSummary& run);
 // keep_newlines, '\n' passes (a multi-line message).
 std::string terminal_safe(std::string_view text, bool keep_newlines = false);
 nlohmann::json to_json(const RunSummary& run);
+
+// The self-contained HTML page (client/report_template.html: inline CSS and script, no network)
+// showing `report`: a to_json() report, or {"format": "graft.v1.OptimizeReport", "report":
+// <an OptimizeReport as JSON>, "profile": {...}} as graftd and the Python client make. The JSON
+// is embedded with '<', '>', '&', U+2028 and U+2029 escaped, so no string from the model can end
+// the script element; the page's script shows every string as text.
+std::string render_html(const nlohmann::json& report);
 
 }  // namespace graft::cli

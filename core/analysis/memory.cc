@@ -40,8 +40,11 @@ bool is_weight_node(const ir::Node& n) { return n.is("Constant") && n.inputs().e
 
 // The peak of running `order`; *end_live (may be null): the bytes still held at the end (the
 // graph's outputs and unread inputs).
+// *in_use (may be null): the bytes in use while each node of `order` runs (Constants that are
+// weights: the bytes live across them).
 uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const SizeRule& rule,
-                 Tally& tally, int64_t* peak_node, uint64_t* end_live) {
+                 Tally& tally, int64_t* peak_node, uint64_t* end_live,
+                 std::vector<uint64_t>* in_use = nullptr) {
   std::unordered_map<const ir::Node*, size_t> pos;
   pos.reserve(order.size());
   for (size_t i = 0; i < order.size(); ++i) pos.emplace(order[i], i);
@@ -74,11 +77,14 @@ uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const 
   }
   uint64_t peak = live;
   if (peak_node) *peak_node = -1;
+  if (in_use) in_use->assign(order.size(), 0);
   for (size_t i = 0; i < order.size(); ++i) {
     const ir::Node& n = *order[i];
     if (is_weight_node(n) && n.outputs().size() == 1 && n.outputs()[0] &&
-        !n.outputs()[0]->is_output_of(g))
+        !n.outputs()[0]->is_output_of(g)) {
+      if (in_use) (*in_use)[i] = live;
       continue;
+    }
     uint64_t out = 0;
     for (size_t k = 0; k < n.outputs().size(); ++k) {
       const ir::Value* v = n.outputs()[k];
@@ -102,6 +108,7 @@ uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const 
       extra = std::max(extra, std::max(body, sat_add(body_end, out)));
     }
     uint64_t during = sat_add(live, extra);
+    if (in_use) (*in_use)[i] = during;
     if (during > peak) {
       peak = during;
       if (peak_node) *peak_node = static_cast<int64_t>(i);
@@ -175,6 +182,14 @@ uint64_t graph_peak_bytes(const ir::Graph& g, const std::vector<ir::Node*>& orde
     stats->peak_node = peak_node;
   }
   return peak;
+}
+
+std::vector<uint64_t> activation_timeline(const ir::Model& model, const SizeRule& rule) {
+  Tally tally;
+  std::vector<uint64_t> in_use;
+  SizeRule clamped{rule.dims, std::max<int64_t>(rule.default_dim, 0)};
+  peak_of(model.graph(), model.graph().nodes(), clamped, tally, nullptr, nullptr, &in_use);
+  return in_use;
 }
 
 MemoryStats estimate_memory(const ir::Model& model, const DimBindings& dims, int64_t default_dim) {

@@ -81,4 +81,9 @@ std::vector<ir::Node*> readers_in_graph(const ir::Graph& g, const ir::Value& v);
 uint64_t graph_peak_bytes(const ir::Graph& g, const std::vector<ir::Node*>& order,
                           const SizeRule& rule, MemoryStats* stats = nullptr);
 
+// The estimated activation bytes in use while each node of the main graph runs, in its saved
+// order (the walk estimate_memory does; the largest entry is its peak unless the peak is before
+// any node). For reports: the memory over the schedule.
+std::vector<uint64_t> activation_timeline(const ir::Model& model, const SizeRule& rule);
+
 }  // namespace graft

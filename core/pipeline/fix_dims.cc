@@ -46,22 +46,6 @@ bool is_symbol(const onnx::TensorShapeProto::Dimension& d) {
 // Dims a text shows at most (a model may declare any rank).
 constexpr int kMaxShownDims = 64;
 
-// "[batch,3,?,224]" ("?" an unknown dim), or "(no shape)".
-std::string dims_text(const onnx::TypeProto& type) {
-  if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return "(no shape)";
-  const auto& shape = type.tensor_type().shape();
-  std::vector<std::string> parts;
-  for (int k = 0; k < shape.dim_size() && k < kMaxShownDims; ++k) {
-    const auto& d = shape.dim(k);
-    parts.push_back(is_static(d)   ? std::to_string(d.dim_value())
-                    : is_symbol(d) ? cut(d.dim_param())
-                                   : "?");
-  }
-  if (shape.dim_size() > kMaxShownDims)
-    parts.push_back(absl::StrCat("... ", shape.dim_size(), " dims"));
-  return "[" + absl::StrJoin(parts, ",") + "]";
-}
-
 // A dim_param bound to a size, and by what: fix_dims (input null), or fix_shapes' dim `dim` of
 // `input`.
 struct Binding {
@@ -105,6 +89,21 @@ absl::Status check_verify(const std::string& name, const onnx::TypeProto& before
 }
 
 }  // namespace
+
+std::string dims_text(const onnx::TypeProto& type) {
+  if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return "(no shape)";
+  const auto& shape = type.tensor_type().shape();
+  std::vector<std::string> parts;
+  for (int k = 0; k < shape.dim_size() && k < kMaxShownDims; ++k) {
+    const auto& d = shape.dim(k);
+    parts.push_back(is_static(d)   ? std::to_string(d.dim_value())
+                    : is_symbol(d) ? cut(d.dim_param())
+                                   : "?");
+  }
+  if (shape.dim_size() > kMaxShownDims)
+    parts.push_back(absl::StrCat("... ", shape.dim_size(), " dims"));
+  return "[" + absl::StrJoin(parts, ",") + "]";
+}
 
 absl::Status check_fix_config(const std::map<std::string, int64_t>& dims,
                               const std::map<std::string, std::vector<int64_t>>& shapes) {
