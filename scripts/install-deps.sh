@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config ninja-build lld
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libonnx-dev prometheus-cpp-dev libspdlog-dev libboost-dev libssl-dev
-  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libhiredis-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libhiredis-dev libcivetweb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if [[ "${1:-}" == "--test" ]]; then

@@ -42,6 +42,18 @@ absl::Status parse_number(const std::string& text, T* out, const char* key) {
   return absl::OkStatus();
 }
 
+absl::Status parse_bool(const std::string& text, bool* out, const char* key) {
+  if (text == "true" || text == "1") {
+    *out = true;
+  } else if (text == "false" || text == "0") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": expected true or false, not '", text.substr(0, 64), "'"));
+  }
+  return absl::OkStatus();
+}
+
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = {
       {"listen", "gRPC address HOST:PORT",
@@ -53,6 +65,12 @@ const std::vector<Key>& keys() {
        [](ServerConfig& c, const std::string& v) {
          c.metrics_listen = v;
          return absl::OkStatus();
+       }},
+      {"serve_reports",
+       "also serve /reports/<result sha256>.html (the HTML report of a cached result) on "
+       "metrics_listen (true or false)",
+       [](ServerConfig& c, const std::string& v) {
+         return parse_bool(v, &c.serve_reports, "serve_reports");
        }},
       {"workers", "pipeline worker threads (0 = cores)",
        [](ServerConfig& c, const std::string& v) {

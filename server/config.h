@@ -13,6 +13,9 @@ namespace graft::server {
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";
+  // Serve the HTML reports of cached results on metrics_listen (docs/security.md: they show
+  // names from the models).
+  bool serve_reports = false;
   int workers = 0;  // 0 = number of cores
   int queue_length = 64;
   uint64_t cache_bytes = 1ull << 30;

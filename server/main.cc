@@ -121,6 +121,13 @@ int main(int argc, char** argv) {
                                                   " bytes left by graftd processes that are gone"));
   }
   GraftService service(*config, metrics.get(), std::move(spool));
+  if (config->serve_reports)
+    metrics->serve_reports([&service](const std::string& sha) { return service.report_page(sha); });
+  // Destroyed before `service`: no page is being made from it once it goes.
+  struct StopReports {
+    Metrics* metrics;
+    ~StopReports() { metrics->stop_reports(); }
+  } stop_reports{metrics.get()};
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -1,6 +1,10 @@
 #include "server/metrics.h"
 
 #include <mutex>
+#include <regex>
+
+#include <CivetServer.h>
+#include <prometheus/text_serializer.h>
 
 #include "core/build_info.h"
 #include "core/memory/allocator.h"
@@ -45,7 +49,111 @@ class HeapCollector final : public Collectable {
   }
 };
 
+void respond(mg_connection* conn, int status, const char* reason, const std::string& type,
+             const std::string& body, const char* extra_headers = "") {
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n%sConnection: close"
+            "\r\n\r\n",
+            status, reason, type.c_str(), body.size(), extra_headers);
+  mg_write(conn, body.data(), body.size());
+}
+
+// GET /metrics: the collectables' families in Prometheus' text format.
+class MetricsHandler final : public CivetHandler {
+ public:
+  explicit MetricsHandler(std::vector<std::shared_ptr<Collectable>> collectables)
+      : collectables_(std::move(collectables)) {}
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    std::vector<MetricFamily> families;
+    for (const auto& c : collectables_) {
+      auto more = c->Collect();
+      families.insert(families.end(), std::make_move_iterator(more.begin()),
+                      std::make_move_iterator(more.end()));
+    }
+    respond(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8",
+            TextSerializer().Serialize(families));
+    return true;
+  }
+
+ private:
+  std::vector<std::shared_ptr<Collectable>> collectables_;
+};
+
 }  // namespace
+
+// The page function of serve_reports, guarded so that stop_reports can take it away.
+struct ReportSource {
+  std::mutex mu;
+  Metrics::ReportPage page;  // empty once stopped
+};
+
+namespace {
+
+// GET /reports/<sha256>.html. The page's own Content-Security-Policy is repeated as a header.
+class ReportsHandler final : public CivetHandler {
+ public:
+  explicit ReportsHandler(std::shared_ptr<ReportSource> reports) : reports_(std::move(reports)) {}
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    static const std::regex kName("/reports/([0-9a-f]{64})\\.html");
+    const mg_request_info* info = mg_get_request_info(conn);
+    std::cmatch m;
+    std::optional<std::string> page;
+    if (info && info->local_uri && std::regex_match(info->local_uri, m, kName)) {
+      std::lock_guard lock(reports_->mu);
+      if (reports_->page) page = reports_->page(m[1].str());
+    }
+    if (!page) {
+      respond(conn, 404, "Not Found", "text/plain; charset=utf-8",
+              "no such report: reports are served for results this server holds in its cache, "
+              "as /reports/<result sha256>.html\n");
+      return true;
+    }
+    respond(conn, 200, "OK", "text/html; charset=utf-8", *page,
+            "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; img-src "
+            "data:; script-src 'unsafe-inline'; frame-ancestors 'none'\r\n");
+    return true;
+  }
+
+ private:
+  std::shared_ptr<ReportSource> reports_;
+};
+
+}  // namespace
+
+// The listener: civetweb with a handler per path.
+class HttpServer {
+ public:
+  explicit HttpServer(const std::string& listen)
+      : server_(std::vector<std::string>{"listening_ports", listen, "num_threads", "2"}) {}
+  ~HttpServer() { server_.close(); }
+  void add(const std::string& uri, std::unique_ptr<CivetHandler> handler) {
+    server_.addHandler(uri, handler.get());
+    handlers_.push_back(std::move(handler));
+  }
+  int port() {
+    auto ports = server_.getListeningPorts();
+    return ports.empty() ? 0 : ports.front();
+  }
+
+ private:
+  std::vector<std::unique_ptr<CivetHandler>> handlers_;  // outlive server_ (declared first)
+  CivetServer server_;
+};
+
+Metrics::~Metrics() = default;
+
+void Metrics::serve_reports(ReportPage page) {
+  reports_ = std::make_shared<ReportSource>();
+  reports_->page = std::move(page);
+  http_->add("/reports", std::make_unique<ReportsHandler>(reports_));
+}
+
+void Metrics::stop_reports() {
+  if (!reports_) return;
+  std::lock_guard lock(reports_->mu);
+  reports_->page = nullptr;
+}
 
 Metrics::Metrics(const std::string& listen) : registry_(std::make_shared<Registry>()) {
   requests_ = &BuildCounter()
@@ -147,15 +255,12 @@ Metrics::Metrics(const std::string& listen) : registry_(std::make_shared<Registr
       .Add({{"version", graft_version()}, {"fingerprint", build_fingerprint()}})
       .Set(1);
   heap_ = std::make_shared<HeapCollector>();
-  exposer_ = std::make_unique<Exposer>(listen);
-  exposer_->RegisterCollectable(registry_);
-  exposer_->RegisterCollectable(heap_);
+  http_ = std::make_unique<HttpServer>(listen);
+  http_->add("/metrics", std::make_unique<MetricsHandler>(
+                             std::vector<std::shared_ptr<Collectable>>{registry_, heap_}));
 }
 
-int Metrics::port() const {
-  auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
-}
+int Metrics::port() const { return http_->port(); }
 
 void Metrics::request_done(const std::string& method, const std::string& code, double seconds) {
   requests_->Add({{"method", method}, {"code", code}}).Increment();

@@ -1,12 +1,14 @@
-// graftd's Prometheus metrics (prometheus-cpp), served on their own HTTP port. Labels are low
-// cardinality only: method, gRPC code, pass name; never a digest.
+// graftd's Prometheus metrics (prometheus-cpp), served on their own HTTP port (civetweb) with,
+// optionally, the HTML reports of cached results. Labels are low cardinality only: method, gRPC
+// code, pass name; never a digest.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -16,10 +18,24 @@
 
 namespace graft::server {
 
+class HttpServer;
+struct ReportSource;
+
 class Metrics {
  public:
-  // Starts the HTTP exposer on `listen` (HOST:PORT); throws if the port cannot be bound.
+  // Starts the HTTP listener on `listen` (HOST:PORT) serving GET /metrics; throws if the port
+  // cannot be bound.
   explicit Metrics(const std::string& listen);
+  ~Metrics();
+
+  // The page of a result by its sha256 (64 lowercase hex digits), nullopt if not held.
+  using ReportPage = std::function<std::optional<std::string>(const std::string& sha256)>;
+  // Serves GET /reports/<sha256>.html from `page` on the same listener (graftd's serve_reports):
+  // 404 for any other name or a result not held. Call once, before requests arrive.
+  void serve_reports(ReportPage page);
+  // From now on /reports/ answers 404 without calling the page function; returns after a page
+  // being made has been sent (so what the function uses may go).
+  void stop_reports();
 
   void request_done(const std::string& method, const std::string& code, double seconds);
   void pipeline_done(const PipelineReport& report);
@@ -47,7 +63,8 @@ class Metrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpServer> http_;
+  std::shared_ptr<struct ReportSource> reports_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* request_seconds_;
   prometheus::Family<prometheus::Histogram>* pass_seconds_;

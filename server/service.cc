@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "client/report.h"
+#include "core/analysis/memory.h"
 #include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/ir/external_data.h"
@@ -371,7 +373,8 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
       proto.set_load_seconds(load_seconds);
       proto.set_save_seconds(save_seconds);
       proto.set_input_sha256(input->digest);
-      proto.set_output_sha256(cache::sha256_hex(result->optimized_model));
+      result->output_sha256 = cache::sha256_hex(result->optimized_model);
+      proto.set_output_sha256(result->output_sha256);
       proto.set_input_bytes(model.size());
       proto.set_output_bytes(result->optimized_model.size());
       proto.set_graft_version(graft_version());
@@ -643,6 +646,31 @@ grpc::Status GraftService::ListPasses(grpc::ServerContext*, const v1::ListPasses
   response->set_build_fingerprint(build_fingerprint());
   metrics_->request_done("ListPasses", "OK", seconds_since(start));
   return grpc::Status::OK;
+}
+
+std::optional<std::string> GraftService::report_page(const std::string& output_sha256) const {
+  std::shared_ptr<const cache::CachedResult> result = cache_.find_output(output_sha256);
+  if (!result) return std::nullopt;
+  nlohmann::json report = nlohmann::json::parse(result->report_json, nullptr, false);
+  if (report.is_discarded() || !report.is_object()) return std::nullopt;
+  nlohmann::json page = {{"format", "graft.v1.OptimizeReport"}};
+  // The result's op types, interface and memory over its schedule, sized as its report's
+  // estimates were (the dims are in the report).
+  if (auto model = ir::Model::parse(result->optimized_model); model.ok()) {
+    DimBindings dims;
+    if (report.contains("memoryDims") && report["memoryDims"].is_object())
+      for (const auto& [name, size] : report["memoryDims"].items())
+        if (size.is_string())
+          dims[name] = std::strtoll(size.get<std::string>().c_str(), nullptr, 10);
+    int64_t default_dim = 1;
+    if (report.contains("memoryDefaultDim") && report["memoryDefaultDim"].is_string())
+      default_dim =
+          std::strtoll(report["memoryDefaultDim"].get<std::string>().c_str(), nullptr, 10);
+    page["profile"] = {
+        {"after", cli::profile_json(cli::profile_model(**model, SizeRule{&dims, default_dim}))}};
+  }
+  page["report"] = std::move(report);
+  return cli::render_html(page);
 }
 
 }  // namespace graft::server

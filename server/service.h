@@ -51,6 +51,9 @@ class GraftService final : public v1::Graft::Service {
   // Waits for queued and running pipeline jobs.
   void join_workers() { pool_.join(); }
   const cache::ResultCache& cache() const { return cache_; }
+  // The HTML report of a result this server holds, by the result's sha256 (serve_reports): its
+  // report and the result model's profile (the input is not kept). nullopt if not held.
+  std::optional<std::string> report_page(const std::string& output_sha256) const;
   // The shared (Redis) tier behind cache(), or null when shared_cache_url is empty.
   SharedCache* shared_cache() const { return shared_.get(); }
   const InflightBudget& upload_budget() const { return upload_budget_; }

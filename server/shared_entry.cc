@@ -174,6 +174,7 @@ absl::StatusOr<cache::CachedResult> EntryAssembler::finish() && {
     return corrupt("model bytes do not match their sha256");
   if (cache::sha256_hex(result.report_json) != manifest_.report_sha256)
     return corrupt("report bytes do not match their sha256");
+  result.output_sha256 = manifest_.model_sha256;
   return result;
 }
 

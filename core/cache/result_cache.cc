@@ -98,6 +98,14 @@ std::shared_ptr<const CachedResult> ResultCache::lookup(const CacheKey& key) {
   return result;
 }
 
+std::shared_ptr<const CachedResult> ResultCache::find_output(std::string_view sha256) const {
+  if (sha256.empty()) return nullptr;
+  std::lock_guard lock(mu_);
+  for (const Entry& e : lru_)
+    if (e.result->output_sha256 == sha256) return e.result;
+  return nullptr;
+}
+
 void ResultCache::insert(const CacheKey& key, std::shared_ptr<const CachedResult> result) {
   if (result == nullptr) return;
   std::string k = key.str();

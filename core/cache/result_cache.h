@@ -44,6 +44,8 @@ struct CachedFile {
 struct CachedResult {
   std::string optimized_model;
   std::string report_json;
+  // sha256_hex(optimized_model), when the maker knew it (graftd's results): find_output's key.
+  std::string output_sha256 = {};
   // Files the result wrote; those it shares with the input are listed in the report only.
   std::vector<CachedFile> files;
   // Keeps `files` on disk for as long as the result lives (their folder is removed with it).
@@ -101,6 +103,11 @@ class ResultCache {
   // until it fits both budgets. A result whose charge (or disk_bytes) exceeds a whole budget is
   // not stored, and nothing is evicted for it. A null result is ignored.
   void insert(const CacheKey& key, std::shared_ptr<const CachedResult> result);
+
+  // A held result whose output_sha256 is `sha256` (the first found when inputs share a result),
+  // null if none. Not a use: the entry's recency and the hit/miss counts stay as they are.
+  // Scans the entries (for reports a person asks for, not for requests).
+  std::shared_ptr<const CachedResult> find_output(std::string_view sha256) const;
 
   // Returns the cached result if present (kHit). Otherwise, if another call is already computing
   // the same key, waits for it and returns its result or its error (kShared). Otherwise runs

@@ -55,8 +55,8 @@ TEST(ReportProfile, CountsOpsListsPortsAndFollowsTheMemoryEstimate) {
   ASSERT_TRUE(model);
   const DimBindings dims{{"N", 4}};
   const ModelProfile p = cli::profile_model(*model, SizeRule{&dims, 1});
-  EXPECT_EQ(p.ops, (std::map<std::string, int64_t>{{"Add", 1}, {"Relu", 2},
-                                                   {"com.microsoft:FastGelu", 1}}));
+  EXPECT_EQ(p.ops, (std::map<std::string, int64_t>{
+                       {"Add", 1}, {"Relu", 2}, {"com.microsoft:FastGelu", 1}}));
   ASSERT_EQ(p.inputs.size(), 2u);
   EXPECT_EQ(p.inputs[0].name, "x");
   EXPECT_EQ(p.inputs[0].type, "float");
@@ -79,8 +79,9 @@ TEST(ReportProfile, ALongScheduleIsSampledByItsLargestValues) {
     body += next + " = Relu (" + prev + ")\n";
     prev = next;
   }
-  auto model = parse_text("<ir_version: 8, opset_import: [\"\" : 13]>\ng (float[10] x) => (float[10] " +
-                          prev + ") {\n" + body + "}\n");
+  auto model =
+      parse_text("<ir_version: 8, opset_import: [\"\" : 13]>\ng (float[10] x) => (float[10] " +
+                 prev + ") {\n" + body + "}\n");
   ASSERT_TRUE(model);
   const ModelProfile p = cli::profile_model(*model, SizeRule{});
   EXPECT_EQ(p.nodes, 1000u);

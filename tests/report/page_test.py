@@ -9,25 +9,32 @@
 2. `graft report` renders the same run's saved JSON to the same kind of page.
 3. A model whose node, input and output names hold markup and script renders them as text: the
    names are in the page's text, no element they spell exists, their script never ran.
-4. The checks can fail: a copy of the page whose script does not match its Content-Security-Policy
+4. graftd's page (serve_reports): a result it holds, fetched from /reports/<sha256>.html on its
+   metrics listener, renders the same way from the OptimizeReport JSON it keeps.
+5. The checks can fail: a copy of the page whose script does not match its Content-Security-Policy
    hash is reported (the browser refuses the script) and is not marked rendered.
 
-Environment: GRAFT_CLI (the graft binary), GRAFT_REPORT_PAGES (output folder), GRAFT_SHARED_MODELS
+Environment: GRAFT_CLI (the graft binary), GRAFTD (graftd; its part is skipped without it), GRAFT_REPORT_PAGES (output folder), GRAFT_SHARED_MODELS
 (default ../shared/models beside the source tree). Exit 77 (skipped) when Chromium is missing.
 """
+import json
 import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 import onnx
 from onnx import TensorProto, helper
 
 SOURCE = pathlib.Path(__file__).resolve().parents[2]
 CLI = os.environ.get("GRAFT_CLI", str(SOURCE / "build/client/graft"))
+GRAFTD = os.environ.get("GRAFTD")
 OUT = pathlib.Path(os.environ.get("GRAFT_REPORT_PAGES", SOURCE / "build/report-pages"))
 SHARED = pathlib.Path(os.environ.get("GRAFT_SHARED_MODELS", SOURCE.parent / "shared/models"))
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -149,7 +156,47 @@ def main():
             check(escaped in dom, f"the name {name!r} is shown as text")
         chromium(page, profile, "--window-size=1300,2400", f"--screenshot={OUT / 'hostile_names.png'}")
 
-        # 4. The detector works: a page whose script does not match its policy's hash.
+        # 4. graftd's page of a result it holds.
+        if GRAFTD:
+            ports = []
+            for _ in range(2):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    ports.append(sock.getsockname()[1])
+            server = subprocess.Popen(
+                [GRAFTD, "--listen", f"127.0.0.1:{ports[0]}", "--metrics-listen",
+                 f"127.0.0.1:{ports[1]}", "--serve-reports", "true", "--spool-dir",
+                 str(tmp / "spool")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                example = SOURCE / "models" / "ppocr_mobile_v2_cls.onnx"
+                report = tmp / "remote.json"
+                for _ in range(100):
+                    if graft("health", "--server", f"127.0.0.1:{ports[0]}") == 0:
+                        break
+                    time.sleep(0.1)
+                check(graft("optimize", "--server", f"127.0.0.1:{ports[0]}", "--verify",
+                            str(example), "-o", str(tmp / "remote.onnx"), "--report", str(report),
+                            "-q") == 0, "graft optimize against graftd --serve-reports true")
+                sha = json.loads(report.read_text())["output_sha256"]
+                url = f"http://127.0.0.1:{ports[1]}/reports/{sha}.html"
+                served = OUT / "graftd_report.html"
+                served.write_bytes(urllib.request.urlopen(url, timeout=30).read())
+                dom, problems = chromium(served, profile, "--dump-dom")
+                check(rendered(dom) and not problems, "graftd's page renders without a console "
+                      "message: " + "; ".join(problems[:5]))
+                for chart in charts:
+                    check(re.search(r'data-chart="%s".*?<(rect|polyline)' % chart, dom, flags=re.S)
+                          is not None, f"graftd's page draws the {chart} chart")
+                check("verified" in dom and sha in dom, "graftd's page shows the verdict and the sha256")
+                chromium(served, profile, "--window-size=1300,3000",
+                         f"--screenshot={OUT / 'graftd_report.png'}")
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+        else:
+            print("skipped: GRAFTD not set (graftd's page)")
+
+        # 5. The detector works: a page whose script does not match its policy's hash.
         broken = tmp / "broken.html"
         broken.write_text(raw.replace('"use strict";', '"use strict"; ', 1), encoding="utf-8")
         dom, problems = chromium(broken, profile, "--dump-dom")

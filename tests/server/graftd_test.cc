@@ -16,6 +16,7 @@
 #include <regex>
 #include <thread>
 
+#include <absl/strings/ascii.h>
 #include <onnx/defs/parser.h>
 #include <nlohmann/json.hpp>
 
@@ -88,6 +89,58 @@ TEST(Graftd, RemoteResultEqualsLocalAndSecondRequestIsACacheHit) {
 // Target, target opset and fixed dims through the real API: a result made for a target says so
 // and is cached apart from the default's; what cannot be done is INVALID_ARGUMENT before any
 // work, with the reason.
+// serve_reports: /reports/<result sha256>.html on the metrics listener, for held results only.
+TEST(Graftd, ServesTheHtmlReportOfACachedResultOnlyWhenAskedTo) {
+  const std::string bytes = read_file(kExample);
+  const std::string sha = cache::sha256_hex(local_result(bytes));
+  const std::string path = "/reports/" + sha + ".html";
+  // The status code of a GET.
+  auto status = [](int port, const std::string& p) {
+    const std::string r = http_response(port, p);
+    const size_t space = r.find(' ');
+    return space == std::string::npos ? std::string() : r.substr(space + 1, 3);
+  };
+  {
+    Graftd server;  // off by default
+    client::GraftClient client(server.address());
+    auto r = client.optimize(bytes, o2());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->report.output_sha256(), sha);
+    EXPECT_EQ(status(server.metrics_port(), path), "404");
+  }
+  Graftd server({"--serve-reports", "true"});
+  EXPECT_EQ(status(server.metrics_port(), path), "404");  // not held
+  client::GraftClient client(server.address());
+  auto r = client.optimize(bytes, o2());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string response = http_response(server.metrics_port(), path);
+  ASSERT_EQ(status(server.metrics_port(), path), "200") << response.substr(0, 300);
+  const std::string headers = response.substr(0, response.find("\r\n\r\n"));
+  EXPECT_NE(headers.find("Content-Type: text/html"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Content-Security-Policy: default-src 'none'"), std::string::npos);
+  EXPECT_NE(headers.find("X-Content-Type-Options: nosniff"), std::string::npos);
+  // The page carries the cached report and the result's profile.
+  const std::string page = http_get(server.metrics_port(), path);
+  const std::string open = "<script id=\"graft-report\" type=\"application/json\">";
+  const size_t from = page.find(open);
+  ASSERT_NE(from, std::string::npos);
+  const size_t start = from + open.size();
+  auto json = nlohmann::json::parse(page.substr(start, page.find("</script>", start) - start));
+  EXPECT_EQ(json["format"], "graft.v1.OptimizeReport");
+  EXPECT_EQ(json["report"]["outputSha256"], sha);
+  EXPECT_EQ(json["report"]["nodesBefore"], "471");
+  EXPECT_EQ(json["profile"]["after"]["nodes"].get<uint64_t>(), r->report.nodes_after());
+  EXPECT_GT(json["profile"]["after"]["ops"]["Conv"].get<int>(), 0);
+  // Anything but /reports/<held sha256>.html is not found.
+  for (const std::string& other : std::vector<std::string>{
+           "/reports/", "/reports/" + sha, "/reports/" + sha + ".html/x",
+           "/reports/" + std::string(64, 'a') + ".html", "/reports/" + sha + ".htm",
+           "/reports/" + absl::AsciiStrToUpper(sha) + ".html"})
+    EXPECT_EQ(status(server.metrics_port(), other), "404") << other;
+  EXPECT_NE(http_get(server.metrics_port(), "/metrics").find("graft_requests_total"),
+            std::string::npos);
+}
+
 TEST(Graftd, TargetTargetOpsetAndFixedDimsAreCheckedAndKeyed) {
   Graftd server;
   client::GraftClient client(server.address());

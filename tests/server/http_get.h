@@ -1,5 +1,5 @@
 // The body of an HTTP/1.0 GET to a loopback port ("" when nothing answers or the request cannot
-// be sent): how server tests and the benchmarks scrape graftd's /metrics.
+// be sent): how server tests and the benchmarks scrape graftd's /metrics and read its reports.
 #pragma once
 
 #include <arpa/inet.h>
@@ -12,7 +12,8 @@
 
 namespace graft::testing {
 
-inline std::string http_get(int port, const std::string& path) {
+// The whole response (status line, headers, body) of an HTTP/1.0 GET; "" as http_get.
+inline std::string http_response(int port, const std::string& path) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -32,6 +33,11 @@ inline std::string http_get(int port, const std::string& path) {
   char buf[65536];
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) response.append(buf, n);
   ::close(fd);
+  return response;
+}
+
+inline std::string http_get(int port, const std::string& path) {
+  const std::string response = http_response(port, path);
   auto body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
