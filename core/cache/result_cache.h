@@ -44,12 +44,12 @@ struct CachedFile {
 struct CachedResult {
   std::string optimized_model;
   std::string report_json;
-  // sha256_hex(optimized_model), when the maker knew it (graftd's results): find_output's key.
-  std::string output_sha256 = {};
   // Files the result wrote; those it shares with the input are listed in the report only.
   std::vector<CachedFile> files;
   // Keeps `files` on disk for as long as the result lives (their folder is removed with it).
   std::shared_ptr<const void> storage;
+  // sha256_hex(optimized_model), when the maker knew it (graftd's results): find_output's key.
+  std::string output_sha256 = {};
   // Bytes of `files` together: what the entry counts against the disk budget.
   uint64_t disk_bytes() const;
 };

@@ -163,6 +163,29 @@ TEST(ResultCacheTest, ChargeCountsBothStringsTheKeyAndTheOverhead) {
   EXPECT_EQ(cache.stats().bytes, ResultCache::charge(key, result));
 }
 
+TEST(ResultCacheTest, FindsAHeldResultByItsOutputDigestWithoutUsingIt) {
+  const size_t c = expected_charge(1000);
+  ResultCache cache(2 * c);
+  auto with_sha = [](const std::string& sha) {
+    auto r = std::make_shared<CachedResult>(*make_result(1000));
+    r->output_sha256 = sha;
+    return std::shared_ptr<const CachedResult>(std::move(r));
+  };
+  Result a = with_sha("aaaa"), b = with_sha("bbbb");
+  cache.insert(key_for("A"), a);
+  cache.insert(key_for("B"), b);
+  EXPECT_EQ(cache.find_output("aaaa").get(), a.get());
+  EXPECT_EQ(cache.find_output("bbbb").get(), b.get());
+  EXPECT_EQ(cache.find_output("cccc"), nullptr);
+  EXPECT_EQ(cache.find_output(""), nullptr);  // results made without a digest are never found
+  EXPECT_EQ(cache.stats().hits, 0u);
+  EXPECT_EQ(cache.stats().misses, 0u);
+  // Not a use: A stays the least recently used and goes first.
+  cache.insert(key_for("C"), with_sha("cccc"));
+  EXPECT_EQ(cache.find_output("aaaa"), nullptr);
+  EXPECT_NE(cache.find_output("bbbb"), nullptr);
+}
+
 TEST(ResultCacheTest, HitReturnsTheStoredObjectNotACopy) {
   ResultCache cache(1 << 20);
   Result stored = make_result(4096);
