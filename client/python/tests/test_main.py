@@ -46,10 +46,12 @@ def test_help_and_version():
     assert b"python3 -m graft_client" in r.stdout
     r = run_module("--version")
     assert r.returncode == 0 and r.stdout.decode().strip() == f"graft_client {graft_client.__version__}"
-    r = run_module("optimize", "--help")
-    assert r.returncode == 0 and b"--report-html" in r.stdout and b"--tls-ca" in r.stdout
-    r = run_module()
-    assert r.returncode == 2 and b"usage:" in r.stderr
+
+def test_subcommand_help_and_usage(capsys):
+    code, out, _ = run_main(capsys, "optimize", "--help")
+    assert code == 0 and "--report-html" in out and "--tls-ca" in out and "exit codes:" in out
+    code, _, err = run_main(capsys)
+    assert code == 2 and "usage:" in err
 
 
 def test_optimize_writes_model_and_reports(graftd, model, tmp_path):
@@ -86,7 +88,17 @@ def test_standard_input_and_output(graftd):
     assert json.loads(r.stdout)["output_bytes"] != "0"
 
 
-def test_exit_codes(graftd, model, tmp_path):
+def run_main(capsys, *args):
+    """cli.main in this process (faster than a child): (exit code, stdout, stderr)."""
+    try:
+        code = cli.main([str(a) for a in args])
+    except SystemExit as e:  # argparse
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_exit_codes(graftd, model, tmp_path, capsys):
     source = model(8203)
     out = tmp_path / "never.onnx"
     cases = [
@@ -99,26 +111,29 @@ def test_exit_codes(graftd, model, tmp_path):
          "graft_client: --passes replaces --level"),
         (["--server", graftd.address, "--option", "nodot=1"], 2, "graft_client: --option must"),
         (["--server", graftd.address, "--fix-dim", "batch=x"], 2, "graft_client: --fix-dim: "),
-        ([], 2, "graft_client: say which server"),
+        (["--server", ""], 2, "graft_client: say which server"),
         (["--server", graftd.address, "--tls-ca", tmp_path / "missing.pem"], 4,
          "graft_client: '"),
         (["--server", graftd.address, "--timeout", "0"], 2, "usage: "),
     ]
     for args, code, start in cases:
-        r = run_module("optimize", source, "-o", out, *args)
-        assert r.returncode == code, (args, r.stderr)
-        assert r.stderr.decode().startswith(start), (args, r.stderr)
+        got, _, err = run_main(capsys, "optimize", source, "-o", out, *args)
+        assert got == code, (args, err)
+        assert err.startswith(start), (args, err)
         assert not out.exists()
-    r = run_module("optimize", tmp_path / "missing.onnx", "--server", graftd.address)
-    assert r.returncode == 4 and b"No such file or directory" in r.stderr
+    code, _, err = run_main(capsys, "optimize", tmp_path / "missing.onnx", "--server",
+                            graftd.address)
+    assert code == 4 and "No such file or directory" in err
+    code, _, err = run_main(capsys, "optimize", source, "-o", tmp_path / "no" / "such" / "f.onnx",
+                            "--server", graftd.address)
+    assert code == 4, err
+    # The real module too: a bad model is exit 3, the server's message on one line.
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08\x07not an ONNX model\xff")
     r = run_module("optimize", bad, "-o", out, "--server", graftd.address)
     assert r.returncode == 3, r.stderr
     assert r.stderr.startswith(b"graft_client: INVALID_ARGUMENT: invalid model")
-    r = run_module("optimize", source, "-o", tmp_path / "no" / "such" / "folder.onnx",
-                   "--server", graftd.address)
-    assert r.returncode == 4, r.stderr
+    assert r.stderr.count(b"\n") == 1
 
 
 def test_health(graftd):
@@ -126,6 +141,15 @@ def test_health(graftd):
     assert r.returncode == 0 and r.stdout == b"SERVING\n"
     r = run_module("health", "--server", f"127.0.0.1:{free_port()}", "--timeout", "5")
     assert r.returncode == 6 and r.stderr.startswith(b"graft_client: UNAVAILABLE: ")
+
+
+def test_server_from_the_environment(graftd, model, capsys, monkeypatch):
+    monkeypatch.setenv("GRAFT_SERVER", graftd.address)
+    code, out, err = run_main(capsys, "health")
+    assert (code, out, err) == (0, "SERVING\n", "")
+    monkeypatch.delenv("GRAFT_SERVER")
+    code, _, err = run_main(capsys, "optimize", model(8206))
+    assert code == 2 and err.startswith("graft_client: say which server")
 
 
 @pytest.mark.parametrize("code, expected", [
@@ -175,8 +199,8 @@ def test_a_servers_message_is_one_escaped_line(tmp_path):
 
 def test_main_returns_the_code_in_process(graftd, model, tmp_path, capsys):
     out = tmp_path / "o.onnx"
-    assert cli.main(["optimize", str(model(8205)), "-o", str(out), "--server", graftd.address,
-                     "-q"]) == 0
+    assert run_main(capsys, "optimize", model(8205), "-o", out, "--server", graftd.address,
+                    "-q") == (0, "", "")
     onnx.checker.check_model(onnx.load(str(out)))
     with pytest.raises(SystemExit) as e:
         cli.main(["optimize"])
