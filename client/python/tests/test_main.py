@@ -45,7 +45,8 @@ def test_help_and_version():
     assert r.returncode == 0 and b"optimize" in r.stdout and b"exit codes:" in r.stdout
     assert b"python3 -m graft_client" in r.stdout
     r = run_module("--version")
-    assert r.returncode == 0 and r.stdout.decode().strip() == f"graft_client {graft_client.__version__}"
+    assert r.returncode == 0
+    assert r.stdout.decode().strip() == f"graft_client {graft_client.__version__}"
 
 def test_subcommand_help_and_usage(capsys):
     code, out, _ = run_main(capsys, "optimize", "--help")
@@ -170,7 +171,8 @@ def test_model_errors_are_exit_3():
 
 def test_terminal_safe():
     assert cli.terminal_safe("plain text, é 中") == "plain text, é 中"
-    assert cli.terminal_safe("a\x1b[31mb\nc\rd\x7f\x9b\x00") == "a\\x1b[31mb\\x0ac\\x0dd\\x7f\\x9b\\x00"
+    assert (cli.terminal_safe("a\x1b[31mb\nc\rd\x7f\x9b\x00")
+            == "a\\x1b[31mb\\x0ac\\x0dd\\x7f\\x9b\\x00")
     assert cli.terminal_safe("x\u2028y\u202ez\udcff") == "x\\u2028y\\u202ez\\udcff"
 
 

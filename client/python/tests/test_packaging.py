@@ -70,9 +70,9 @@ def test_shipped_stubs_match_proto(tmp_path):
                         str(tmp_path)], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     fresh = tmp_path / "graft_client" / "_gen"
+    version = subprocess.run([protoc, "--version"], capture_output=True, text=True).stdout
     fix = ("client/python/graft_client/_gen is stale (proto/ changed?): run "
-           "scripts/gen-python-stubs.sh and commit the result; "
-           f"{subprocess.run([protoc, '--version'], capture_output=True, text=True).stdout}")
+           f"scripts/gen-python-stubs.sh and commit the result ({version.strip()})")
     assert tree(fresh) == tree(SHIPPED_GEN), fix
     differ = [name for name in tree(fresh)
               if not filecmp.cmp(fresh / name, SHIPPED_GEN / name, shallow=False)]
