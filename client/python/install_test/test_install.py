@@ -47,8 +47,10 @@ def venv_env(**extra):
 
 
 def source_files():
-    """Every file below client/python, to check that building there writes nothing into it."""
-    return sorted(str(p.relative_to(PACKAGE_DIR)) for p in PACKAGE_DIR.rglob("*"))
+    """Every file below client/python, to check that building there writes nothing into it
+    (build/, dist/, *.egg-info; bytecode caches, which other runs may write, aside)."""
+    return sorted(str(p.relative_to(PACKAGE_DIR)) for p in PACKAGE_DIR.rglob("*")
+                  if not {"__pycache__", ".pytest_cache"} & set(p.parts))
 
 
 def cmake_version():
