@@ -6,10 +6,12 @@
         result.save("model.optimized.onnx")
         print(result.cache_hit, result.uploaded_bytes, result.report_json())
 
+From a hook without a shell: python3 -m graft_client optimize IN -o OUT --server HOST:PORT.
 See docs/python-client.md.
 """
 
 from ._stubs import graft_pb2
+from ._version import __version__
 from .client import (CHUNK_BYTES, SHA256_METADATA, Client, Result, ResultFile, input_digest,
                      model_digest, sha256_hex, write_atomically)
 from .config import pipeline_config
@@ -19,9 +21,11 @@ from .errors import (CancelledError, DataLossError, DeadlineExceededError, Exter
                      ResourceExhaustedError, UnauthenticatedError, UnavailableError,
                      UnimplementedError)
 from .external import check_location, external_locations
+from .report import embedded_report, report_html
 from .tls import TlsConfig
 
 __all__ = [
+    "report_html", "embedded_report",
     "CHUNK_BYTES", "SHA256_METADATA", "Client", "Result", "ResultFile", "TlsConfig", "graft_pb2",
     "pipeline_config", "sha256_hex", "input_digest", "model_digest", "write_atomically",
     "check_location", "external_locations",

@@ -9,7 +9,6 @@ import threading
 import time
 
 import grpc
-from google.protobuf import json_format
 
 from ._stubs import graft_pb2, graft_pb2_grpc, health_pb2, health_pb2_grpc
 from .config import pipeline_config
@@ -17,6 +16,7 @@ from .errors import (DataLossError, DeadlineExceededError, ExternalDataError, Gr
                      InvalidArgumentError, from_rpc_error)
 from .external import (check_location, copy_fd, external_locations, open_beneath,
                        write_beneath)
+from .report import report_html, report_to_dict
 from .tls import TlsConfig, channel_credentials
 
 # The C++ client's chunk size (GraftClient::optimize's default) and message limits
@@ -236,8 +236,12 @@ class Result:
 
     def report_dict(self):
         """The report as a dict of JSON types (proto field names, defaults included)."""
-        return json_format.MessageToDict(self.report, preserving_proto_field_name=True,
-                                         including_default_value_fields=True)
+        return report_to_dict(self.report)
+
+    def report_html(self):
+        """The report as a self-contained HTML page (str): the package's report_template.html
+        with the report embedded as JSON (graft_client.report)."""
+        return report_html(self.report_dict())
 
     def explanations(self):
         """Why the explained rules did not rewrite (optimize(explain=...)): a list of dicts with

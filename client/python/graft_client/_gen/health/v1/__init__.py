@@ -1,0 +1,1 @@
+# Generated from proto/ by scripts/gen-python-stubs.sh; do not edit.
