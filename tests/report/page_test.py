@@ -10,7 +10,8 @@
 3. A model whose node, input and output names hold markup and script renders them as text: the
    names are in the page's text, no element they spell exists, their script never ran.
 4. graftd's page (serve_reports): a result it holds, fetched from /reports/<sha256>.html on its
-   metrics listener, renders the same way from the OptimizeReport JSON it keeps.
+   metrics listener, renders the same way from the OptimizeReport JSON it keeps; so does the
+   Python client's Result.report_html() of the same model.
 5. The checks can fail: a copy of the page whose script does not match its Content-Security-Policy
    hash is reported (the browser refuses the script) and is not marked rendered.
 
@@ -190,6 +191,19 @@ def main():
                 check("verified" in dom and sha in dom, "graftd's page shows the verdict and the sha256")
                 chromium(served, profile, "--window-size=1300,3000",
                          f"--screenshot={OUT / 'graftd_report.png'}")
+
+                # The Python client's page (proto field names, enums as names) of the same run.
+                sys.path.insert(0, str(SOURCE / "client" / "python"))
+                import graft_client
+                with graft_client.Client(f"127.0.0.1:{ports[0]}") as client:
+                    result = client.optimize(example.read_bytes(), verify=True)
+                    python_page = OUT / "python_report.html"
+                    python_page.write_text(result.report_html(), encoding="utf-8")
+                dom, problems = chromium(python_page, profile, "--dump-dom")
+                check(rendered(dom) and not problems and 'data-chart="passes"' in dom
+                      and "verified" in dom and "179" in dom,
+                      "the Python client's page renders its passes, verdict and node count: "
+                      + "; ".join(problems[:5]))
             finally:
                 server.terminate()
                 server.wait(timeout=60)
