@@ -995,6 +995,7 @@ int health(const std::string& server_flag, const tls::ClientOptions& tls) {
 // The largest JSON report `graft report` reads (reports of large models with --explain are a few
 // MiB).
 constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
+constexpr int kMaxReportDepth = 32;
 
 // graft report: a saved JSON report as an HTML page. Takes the CLI's --report JSON, and a
 // graft.v1.OptimizeReport as JSON (graftd's, the Python client's report_json()).
@@ -1005,7 +1006,16 @@ int render_report(const OptimizeArgs& a) {
   if (text->size() > kMaxReportBytes)
     return fail(kUsage, a.input + ": larger than " + std::to_string(kMaxReportBytes >> 20) +
                             " MiB: not a report");
-  nlohmann::json report = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  // Reports nest a few levels; deeper input is refused before anything recurses over it.
+  bool too_deep = false;
+  auto depth_limit = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    too_deep = too_deep || depth > kMaxReportDepth;
+    return !too_deep;
+  };
+  nlohmann::json report = nlohmann::json::parse(*text, depth_limit, /*allow_exceptions=*/false);
+  if (too_deep)
+    return fail(kUsage, a.input + ": nested deeper than " + std::to_string(kMaxReportDepth) +
+                            " levels: not a report");
   if (report.is_discarded() || !report.is_object())
     return fail(kUsage, a.input + ": not a JSON report (expected an object)");
   const bool cli = report.contains("pipeline_seconds") && report.contains("passes");

@@ -64,6 +64,52 @@ TEST(Cli, OptimizesWritesModelReportAndTable) {
       << r.err;
 }
 
+TEST(Cli, ReportHtmlAndGraftReportRenderTheSameReport) {
+  const fs::path dir = temp_dir();
+  const fs::path json = dir / "r.json", html = dir / "r.html", again = dir / "again.html";
+  CliRun r = graft("optimize --local -q " + kExample.string() + " --report " + json.string() +
+                   " --report-html " + html.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto report = nlohmann::json::parse(read_file(json));
+  // The models' profiles ride along when a report is asked for.
+  EXPECT_EQ(report["profile"]["before"]["nodes"], 471);
+  EXPECT_EQ(report["profile"]["after"]["nodes"], report["nodes_after"]);
+  EXPECT_EQ(report["profile"]["before"]["inputs"][0]["name"], "x");
+  EXPECT_EQ(report["config"]["level"], "O2");
+  const std::string page = read_file(html);
+  EXPECT_NE(page.find("<script id=\"graft-report\" type=\"application/json\">{"),
+            std::string::npos);
+  EXPECT_EQ(page.find("@GRAFT_REPORT_JSON@"), std::string::npos);
+  ASSERT_EQ(graft("report " + json.string() + " -o " + again.string()).code, 0);
+  EXPECT_EQ(read_file(again), page);  // the same JSON, the same page
+  // Default output: the report's name with .html.
+  ASSERT_EQ(graft("report " + json.string()).code, 0);
+  EXPECT_EQ(read_file(dir / "r.html"), page);
+
+  // An OptimizeReport as JSON (graftd's, the Python client's) is wrapped for the page.
+  const fs::path proto = dir / "proto.json";
+  std::ofstream(proto) << R"({"nodesBefore": "3", "nodesAfter": "2", "memoryBefore": {}})";
+  ASSERT_EQ(graft("report " + proto.string() + " -o -").code, 0);
+  EXPECT_NE(graft("report " + proto.string() + " -o -").out.find("graft.v1.OptimizeReport"),
+            std::string::npos);
+
+  // Anything else is a usage error with a reason, never a crash.
+  const fs::path bad = dir / "bad.json";
+  for (const std::string& text : {std::string("not json"), std::string("[1, 2]"),
+                                  std::string(R"({"a": 1})"), std::string(100000, '[')}) {
+    std::ofstream(bad, std::ios::trunc) << text;
+    CliRun b = graft("report " + bad.string() + " -o " + (dir / "bad.html").string());
+    EXPECT_EQ(b.code, 2) << text.substr(0, 20) << b.err;
+    EXPECT_NE(b.err.find("bad.json"), std::string::npos) << b.err;
+  }
+  const fs::path deep = dir / "deep.json";
+  std::ofstream(deep) << "{\"passes\": " + std::string(100, '[') + std::string(100, ']') + "}";
+  CliRun d = graft("report " + deep.string() + " -o " + (dir / "deep.html").string());
+  EXPECT_EQ(d.code, 2);
+  EXPECT_NE(d.err.find("nested deeper"), std::string::npos) << d.err;
+  EXPECT_EQ(graft("report " + (dir / "missing.json").string()).code, 4);
+}
+
 TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
   fs::path report = temp_dir() / "verify.json";
   CliRun r = graft("optimize --local --verify --verify-shape x=1,3,48,192 --verify-trials 1 " +
