@@ -27,8 +27,8 @@
 # A failed check prints the reason and graftd's log and exits 1. Containers and the temporary
 # folder go on exit; the images stay (the next run reuses the bases).
 #
-# Needs root, podman (with buildah's runc), debootstrap, openssl, strip, /usr/bin/python3 with grpcio
-# (scripts/install-deps.sh --test installs them all).
+# Needs root, podman (with buildah's runc), debootstrap, openssl, strip, and /usr/bin/python3
+# with grpcio (scripts/install-deps.sh --test installs them all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One block to the end, so that bash has read the whole script before it runs any of it: a source
@@ -315,8 +315,7 @@ make_base_images() {
   apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::Proxy) ' \
     >"$apt/host.conf" || true
   key=$(cat "$apt/summary" "$apt/host.conf" | sha256sum | cut -c1-16)
-  have_full=$(podman image inspect --format "{{index .Labels \"$mirror_label\"}}" "$base_full" 2>/dev/null || true)
-  have_slim=$(podman image inspect --format "{{index .Labels \"$mirror_label\"}}" "$base_slim" 2>/dev/null || true)
+  have_full=$(base_label "$base_full") have_slim=$(base_label "$base_slim")
   if ((!rebuild_base)) && [[ $have_full == "$key" && $have_slim == "$key" ]]; then
     echo "image-check: base images $base_full and $base_slim exist for this mirror ($mirror): reused"
     return
@@ -350,14 +349,16 @@ Dir::Cache::srcpkgcache "";
 EOF
   echo 'Acquire::Languages "none";' >"$rootfs/etc/apt/apt.conf.d/docker-no-languages"
   echo 'Acquire::GzipIndexes "true";' >"$rootfs/etc/apt/apt.conf.d/docker-gzip-indexes"
-  echo 'Apt::AutoRemove::SuggestsImportant "false";' >"$rootfs/etc/apt/apt.conf.d/docker-autoremove-suggests"
+  echo 'Apt::AutoRemove::SuggestsImportant "false";' \
+    >"$rootfs/etc/apt/apt.conf.d/docker-autoremove-suggests"
   echo 'force-unsafe-io' >"$rootfs/etc/dpkg/dpkg.cfg.d/docker-apt-speedup"
   printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
   chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
   # The updates and security suites, which debootstrap does not read.
   cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
   mount -t proc proc "$rootfs/proc"
-  if ! chroot "$rootfs" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -y -qq upgrade' \
+  if ! chroot "$rootfs" sh -c \
+    'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -y -qq upgrade' \
     >"$tmp/upgrade.log" 2>&1; then
     tail -30 "$tmp/upgrade.log" >&2
     die "apt-get upgrade in the new rootfs failed (above: the end of its log)"
@@ -390,6 +391,7 @@ EOF
   time_base=$((SECONDS - t0))
   echo "image-check: base images made in $time_base s (debootstrap $t_debootstrap s)"
 }
+base_label() { podman image inspect --format "{{index .Labels \"$mirror_label\"}}" "$1" 2>/dev/null || true; }
 # Images left untagged by this script's new ones (base images made again, an image built again
 # under its tag) go, once nothing uses them: the dangling images that carry the base images'
 # label, which every image built on them inherits.
@@ -405,13 +407,14 @@ import_rootfs() {  # NAME KEY MIRROR
 exec 9>/run/lock/graft-image-check.lock
 flock 9
 make_base_images
-flock -u 9
+exec 9>&-
 
 # --- the image ------------------------------------------------------------------------------------
 t0=$SECONDS
 old_id=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 # --layers=false: no intermediate images (the source build's stage is gigabytes) are kept.
-build_args=(--pull=never --network host "${ulimits[@]}" --layers=false -f "$PWD/Dockerfile" -t "$tag")
+build_args=(--pull=never --network host "${ulimits[@]}" --layers=false -f "$PWD/Dockerfile"
+  -t "$tag")
 if [[ -n $prebuilt ]]; then
   for b in server/graftd client/graft; do
     [[ -x $prebuilt/$b ]] || die "$prebuilt/$b does not exist (build it first: scripts/build.sh)"
@@ -504,7 +507,7 @@ cli optimize /io/chain.onnx -o /io/chain.opt.onnx --server "$addr" --timeout 600
   --report /io/report3.json -q >"$tmp/drain-client.log" 2>&1 &
 client=$!
 helper wait-metric "http://127.0.0.1:$metrics_port/metrics" graft_inflight_requests 1 120 ||
-  fail "sigterm: the request never reached graftd"
+  fail "sigterm: the request never reached graftd; the client said: $(cat "$tmp/drain-client.log")"
 t_term=$SECONDS
 kill -0 "$client" 2>/dev/null || fail "sigterm: the request ended before SIGTERM was sent"
 podman kill --signal TERM "$server" >/dev/null
@@ -519,7 +522,7 @@ answered=$(podman logs "$server" 2>&1 | awk '/received signal 15/ {t = 1}
   t && /method=Optimize/ && /status=OK/ {sub(/.*duration_ms=/, ""); sub(/ .*/, ""); print; exit}')
 [[ -n $answered ]] || fail "sigterm: graftd's log shows no Optimize answered after the signal"
 [[ -s $io/chain.opt.onnx ]] || fail "sigterm: no optimized model written"
-ok "sigterm: a request in flight (chain of $((2 * pairs)) nodes, $((${answered%.*} / 1000)) s in graftd) succeeded ${after_term} s after SIGTERM; graftd drained and exited 0"
+ok "sigterm: SIGTERM with a request in flight (chain of $((2 * pairs)) nodes, $((${answered%.*} / 1000)) s in graftd): it succeeded (client done ${after_term} s after the signal), graftd drained and exited 0"
 
 # TLS with client certificates (mTLS, as deploy/overlays/production): a throwaway CA signs
 # graftd's certificate (for 127.0.0.1 and localhost) and a client's; the config file is the
