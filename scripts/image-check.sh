@@ -369,6 +369,8 @@ EOF
     "$rootfs"/var/cache/debconf/*-old "$rootfs"/var/lib/dpkg/*-old
   rm -f "$rootfs"/var/log/*.log "$rootfs/etc/resolv.conf" "$rootfs/etc/hostname"
 
+  local old_ids
+  old_ids=$(podman image inspect --format '{{.Id}}' "$base_full" "$base_slim" 2>/dev/null || true)
   import_rootfs "$base_full" "$key" "$mirror"
   # slim: what debuerreotype's slimify leaves out, now and in later installs.
   cat >"$rootfs/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
@@ -387,15 +389,17 @@ EOF
   rm -rf "$rootfs"/usr/share/{groff,info,linda,lintian/overrides,locale,man}/*
   import_rootfs "$base_slim" "$key" "$mirror"
   rm -rf --one-file-system "$rootfs"
-  prune_ours
+  remove_images $old_ids
   time_base=$((SECONDS - t0))
   echo "image-check: base images made in $time_base s (debootstrap $t_debootstrap s)"
 }
 base_label() { podman image inspect --format "{{index .Labels \"$mirror_label\"}}" "$1" 2>/dev/null || true; }
-# Images left untagged by this script's new ones (base images made again, an image built again
-# under its tag) go, once nothing uses them: the dangling images that carry the base images'
-# label, which every image built on them inherits.
-prune_ours() { podman image prune -f --filter "label=$mirror_label" >/dev/null || true; }
+# The images that this run's new ones untagged (base images made again, an image built again
+# under its tag) go, unless a container uses them (images built on them keep their layers).
+remove_images() {
+  local id
+  for id; do podman rmi "$id" >/dev/null 2>&1 || true; done
+}
 import_rootfs() {  # NAME KEY MIRROR
   tar -C "$tmp/rootfs" --numeric-owner --xattrs --xattrs-include='*' \
     --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -cf - . |
@@ -439,9 +443,7 @@ echo "image-check: building $tag ($what)"
 podman build "${build_args[@]}" "$context" || die "podman build failed"
 time_build=$((SECONDS - t0))
 new_id=$(podman image inspect --format '{{.Id}}' "$tag")
-# The image this tag named before is left untagged: remove it (if no container uses it).
-[[ -n $old_id && $old_id != "$new_id" ]] && podman rmi "$old_id" >/dev/null 2>&1 || true
-prune_ours
+[[ -n $old_id && $old_id != "$new_id" ]] && remove_images "$old_id"
 size=$(podman image inspect --format '{{.Size}}' "$tag")
 echo "image-check: built $tag in $time_build s: $(numfmt --to=si --suffix=B "$size") ($size bytes)"
 
