@@ -3,9 +3,20 @@
 #   docker run --rm -p 50051:50051 -p 9464:9464 graftd:0.1.0
 # graftd drains for grace_period_seconds (25) after SIGTERM, longer than docker stop's default
 # 10 s: stop it with `docker stop -t 30` (compose: stop_grace_period: 30s).
+# scripts/image-check.sh builds this file with podman and smoke-tests the image.
 
-# --- build: the same dependency script and CMake build as a developer machine --------------
-FROM debian:bookworm AS build
+# Where graftd and graft come from: "source" (the default) builds them in build-source below;
+# "prebuilt" takes binaries already built on Debian 12 from the context's
+# prebuilt/server/graftd and prebuilt/client/graft (build/'s layout), as they are: strip them
+# first (`strip --strip-debug`; scripts/image-check.sh --prebuilt does). The runtime stage is
+# the same for both.
+#   docker build --build-arg GRAFT_BINARIES=prebuilt -t graftd:0.1.0 .
+# No default here but `:-source` where it is used: buildah 1.28 (Debian 12's podman) does not
+# find a stage named through an ARG's default value.
+ARG GRAFT_BINARIES
+
+# --- build-source: the same dependency script and CMake build as a developer machine --------
+FROM debian:bookworm AS build-source
 # Only the install script first, so the dependency layer survives source changes.
 COPY scripts/install-deps.sh /src/scripts/install-deps.sh
 RUN /src/scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
@@ -14,6 +25,19 @@ WORKDIR /src
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DGRAFT_BUILD_TESTS=OFF -DGRAFT_BUILD_BENCH=OFF \
  && cmake --build build --target graftd graft
+
+# --- build-prebuilt: binaries from the context, where build-source would have left them -----
+# prebuil[t] next to a file that always exists: Docker's legacy builder (docker build without
+# BuildKit, as Debian 12's docker.io) builds every stage, whichever is used, and there a pattern
+# that matches nothing is no error when another source exists. The folder's contents land in
+# /src/build.
+FROM scratch AS build-prebuilt
+COPY deploy/docker/graftd.yaml prebuil[t] /src/build/
+
+FROM build-${GRAFT_BINARIES:-source} AS build
+# An instruction, so that this stage is an image of its own: without one, buildah 1.28's
+# --layers=false build fails at the end ("identifier is not an image").
+WORKDIR /src
 
 # --- runtime: shared libraries only, no compiler, no headers ---------------------------------
 FROM debian:bookworm-slim

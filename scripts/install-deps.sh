@@ -22,6 +22,11 @@ if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev libfuzzer-14-dev llvm-14)
   # scripts/check-format.sh: the sources must be formatted as .clang-format says.
   packages+=(clang-format git)
+  # scripts/image-check.sh (test.sh's image phase): podman with buildah and runc builds and runs
+  # the Dockerfile's image, debootstrap makes its Debian base images.
+  packages+=(podman buildah runc debootstrap)
+  # The browser test of the HTML report: a headless chromium, and a font for it to render with.
+  packages+=(chromium fonts-dejavu-core)
   # tests/deploy needs a kubectl; an installed one (e.g. the Cloud SDK's) owns /usr/bin/kubectl.
   command -v kubectl >/dev/null || packages+=(kubernetes-client)
 fi
