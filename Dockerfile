@@ -43,11 +43,12 @@ WORKDIR /src
 FROM debian:bookworm-slim
 ARG DEBIAN_FRONTEND=noninteractive
 # The runtime halves of the -dev packages in scripts/install-deps.sh (their dependencies, such
-# as libgrpc29, libfmt9 and libcivetweb1, come along). Boost.Asio, CLI11 and nlohmann-json are
-# header-only.
+# as libgrpc29 and libfmt9, come along; libcivetweb1 is named as graftd links it itself: its
+# HTTP listener). Boost.Asio, CLI11 and nlohmann-json are header-only.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libabsl20220623 \
+      libcivetweb1 \
       libgrpc++1.51 \
       libhiredis0.14 \
       libonnx1 \
