@@ -13,11 +13,9 @@ import hashlib
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,9 +27,9 @@ SOURCE_DIR = Path(os.environ.get("GRAFT_SOURCE_DIR", HERE.parents[2]))
 PACKAGE_DIR = SOURCE_DIR / "client" / "python"
 sys.path.insert(0, str(PACKAGE_DIR / "tests"))  # the models helper (numpy and onnx only)
 
+from graftd_process import GraftdProcess  # noqa: E402
 from models import conv_bn_model  # noqa: E402
 
-READY = re.compile(r"serving grpc=([0-9.]+:[0-9]+)")
 RUN_TIMEOUT = 60
 
 
@@ -81,28 +79,9 @@ def run(venv, *args, cwd=None, stdin=None):
                           capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=stdin)
 
 
-class Graftd:
+class Graftd(GraftdProcess):
     def __init__(self, venv):
-        binary = os.environ.get("GRAFTD", str(SOURCE_DIR / "build" / "server" / "graftd"))
-        if not os.access(binary, os.X_OK):
-            pytest.fail(f"graftd not found at {binary}: build it or set GRAFTD")
-        self.log = tempfile.NamedTemporaryFile(prefix="graftd_install_", suffix=".log")
-        self.process = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             "--workers", "2"],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
-        self.address = None
-        for _ in range(400):
-            match = READY.search(self.log_text())
-            if match:
-                self.address = match.group(1)
-                break
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        if self.address is None:
-            self.stop()
-            pytest.fail(f"graftd did not start:\n{self.log_text()}")
+        super().__init__(SOURCE_DIR, "--workers", "2")
         # The installed CLI's health command: exit 0 once the server is serving.
         for _ in range(50):
             if run(venv, "-m", "graft_client", "health", "--server", self.address,
@@ -111,16 +90,6 @@ class Graftd:
             time.sleep(0.1)
         self.stop()
         pytest.fail(f"graftd never reported SERVING:\n{self.log_text()}")
-
-    def log_text(self):
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

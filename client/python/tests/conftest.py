@@ -3,11 +3,7 @@ tests/server/ does), killed afterwards. GRAFTD names the binary (ctest sets it t
 by default build/server/graftd of this checkout."""
 
 import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,36 +14,12 @@ SOURCE_DIR = Path(os.environ.get("GRAFT_SOURCE_DIR", HERE.parents[2]))
 sys.path.insert(0, str(HERE))  # the models helper
 
 import graft_client  # noqa: E402  (needs PYTHONPATH=<build>/client/python)
+from graftd_process import GraftdProcess  # noqa: E402
 
-READY = re.compile(r"serving grpc=([0-9.]+:[0-9]+)")
 
-
-class Graftd:
+class Graftd(GraftdProcess):
     def __init__(self, *args):
-        binary = os.environ.get("GRAFTD", str(SOURCE_DIR / "build" / "server" / "graftd"))
-        if not os.access(binary, os.X_OK):
-            pytest.fail(f"graftd not found at {binary}: build it or set GRAFTD")
-        self.log = tempfile.NamedTemporaryFile(prefix="graftd_pytest_", suffix=".log",
-                                               delete=False)
-        self.process = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", *args],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
-        self.address = None
-        for _ in range(400):  # the start-up line names the bound port
-            match = READY.search(self.log_text())
-            if match:
-                self.address = match.group(1)
-                break
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        if self.address is None:
-            self.stop()
-            pytest.fail(f"graftd did not start:\n{self.log_text()}")
-
-    def log_text(self):
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        super().__init__(SOURCE_DIR, *args)
 
     def wait_serving(self, client):
         for _ in range(200):
@@ -58,13 +30,6 @@ class Graftd:
                 pass
             time.sleep(0.05)
         pytest.fail(f"graftd never reported SERVING:\n{self.log_text()}")
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-        self.log.close()
-        os.unlink(self.log.name)
 
 
 @pytest.fixture(scope="session")
