@@ -486,8 +486,9 @@ std::optional<ModelProfile> profile_bytes(const std::string& bytes, const Pipeli
 // Writes the model (and report); external-data files first: `files` (bytes in hand), then
 // `kept` (files of the input the result still references), copied from `input_folder` when the
 // output goes to another folder.
-// With `config` and a report asked for, a run without a result profile gets it from the model
-// (read back from the output file when it was streamed there).
+// With `config` and a report asked for, the report gets the configuration and the profiles the
+// run lacks: the input's read from its file, the result's from `model` (read back from the
+// output file when it was streamed there).
 int finish_run(const OptimizeArgs& a, RunSummary run, const std::string& model,
                const client::ExternalFiles& files = {}, const std::vector<std::string>& kept = {},
                const std::string& input_folder = {}, paths::AtomicFileWriter* streamed = nullptr,
@@ -530,7 +531,11 @@ int finish_run(const OptimizeArgs& a, RunSummary run, const std::string& model,
     return fail(kIoError, error);
   }
   if (config != nullptr && wants_report(a)) {
-    if (run.config.is_null()) run.config = config_json(*config);
+    run.config = config_json(*config);
+    // A lookup hit never read the input; a lookup by --sha256 has none.
+    if (!run.profile_before && !a.input.empty() && a.input != "-")
+      if (auto bytes = paths::read_file(a.input); bytes.ok())
+        run.profile_before = profile_bytes(*bytes, *config);
     if (!run.profile_after && !model.empty()) {
       run.profile_after = profile_bytes(model, *config);
     } else if (!run.profile_after && streamed != nullptr) {
@@ -538,13 +543,13 @@ int finish_run(const OptimizeArgs& a, RunSummary run, const std::string& model,
         run.profile_after = profile_bytes(*bytes, *config);
     }
   }
+  const nlohmann::json report = wants_report(a) ? to_json(run) : nlohmann::json();
   if (!a.report_path.empty()) {
     // Names from the model need not be UTF-8: invalid bytes are written as U+FFFD.
-    std::string json =
-        to_json(run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::string json = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     if (!write_output(a.report_path, json, &error)) return fail(kIoError, error);
   }
-  if (!a.report_html.empty() && !write_output(a.report_html, render_html(to_json(run)), &error))
+  if (!a.report_html.empty() && !write_output(a.report_html, render_html(report), &error))
     return fail(kIoError, error);
   if (!a.quiet) std::cerr << format_table(run);
   return kOk;
@@ -569,10 +574,8 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
   (*model)->set_external_data(ir::ExternalData::beneath(input_folder.string()));
   run.load_seconds = since(t);
   DimBindings memory_dims;
-  if (wants_report(a)) {
-    run.config = config_json(config);
+  if (wants_report(a))
     run.profile_before = profile_model(**model, memory_size_rule(config, &memory_dims));
-  }
 
   auto report = run_pipeline(*model, config);
   // InvalidArgument: --verify-data that does not fit the model (the config was checked before).
@@ -630,7 +633,7 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
       return fail(kBadModel, a.input + ": " + std::string(st.message()));
   // Copied beside the output by finish_run, as a remote run's.
   return finish_run(a, std::move(run), out, {}, to_file ? locations : std::vector<std::string>{},
-                    input_folder.string());
+                    input_folder.string(), nullptr, &config);
 }
 
 // The sha256 of the file at `path` (client::digest_file: hashed in pieces, or recalled from the
@@ -680,10 +683,6 @@ int report_remote(const OptimizeArgs& a, const std::string& server, client::Opti
                   uint64_t input_bytes, const std::string& lookup,
                   paths::AtomicFileWriter* streamed, const PipelineConfig& config) {
   RunSummary run;
-  // The input's profile, for a report: the model is read again (a lookup hit never read it).
-  if (wants_report(a) && a.input != "-")
-    if (auto bytes = paths::read_file(a.input); bytes.ok())
-      run.profile_before = profile_bytes(*bytes, config);
   run.input = a.input;
   run.input_bytes = input_bytes;
   run.output_bytes = result.report.output_bytes();  // the Receiver checked what arrived
@@ -928,9 +927,6 @@ int lookup(const OptimizeArgs& a) {
     run.output_sha256 = result->result->report.output_sha256();
     if (auto st = client::check_kept_files(*result->result, sources); !st.ok())
       return fail_remote(st);
-    if (wants_report(a) && !a.input.empty() && a.input != "-")
-      if (auto bytes = paths::read_file(a.input); bytes.ok())
-        run.profile_before = profile_bytes(*bytes, *config);
     return finish_run(
         a, std::move(run), result->result->model, result->result->external_files,
         result->result->kept_files,

@@ -655,19 +655,14 @@ std::optional<std::string> GraftService::report_page(const std::string& output_s
   if (report.is_discarded() || !report.is_object()) return std::nullopt;
   nlohmann::json page = {{"format", "graft.v1.OptimizeReport"}};
   // The result's op types, interface and memory over its schedule, sized as its report's
-  // estimates were (the dims are in the report).
+  // estimates were (the dims are in the report, read as every cached report is read).
+  v1::OptimizeReport proto;
+  if (!google::protobuf::util::JsonStringToMessage(result->report_json, &proto).ok())
+    return std::nullopt;
   if (auto model = ir::Model::parse(result->optimized_model); model.ok()) {
-    DimBindings dims;
-    if (report.contains("memoryDims") && report["memoryDims"].is_object())
-      for (const auto& [name, size] : report["memoryDims"].items())
-        if (size.is_string())
-          dims[name] = std::strtoll(size.get<std::string>().c_str(), nullptr, 10);
-    int64_t default_dim = 1;
-    if (report.contains("memoryDefaultDim") && report["memoryDefaultDim"].is_string())
-      default_dim =
-          std::strtoll(report["memoryDefaultDim"].get<std::string>().c_str(), nullptr, 10);
-    page["profile"] = {
-        {"after", cli::profile_json(cli::profile_model(**model, SizeRule{&dims, default_dim}))}};
+    const DimBindings dims(proto.memory_dims().begin(), proto.memory_dims().end());
+    page["profile"] = {{"after", cli::profile_json(cli::profile_model(
+                                     **model, SizeRule{&dims, proto.memory_default_dim()}))}};
   }
   page["report"] = std::move(report);
   return cli::render_html(page);

@@ -27,7 +27,7 @@ inline constexpr size_t kMaxFixEntries = 4096;
 inline constexpr size_t kMaxFixRank = 1024;
 
 // A declared tensor type's dims as text: "[batch,3,?,224]" ("?" an unknown dim; dim names cut
-// to 64 bytes, at most 64 dims shown), or "(no shape)".
+// to 200 bytes, at most 64 dims shown), or "(no shape)".
 std::string dims_text(const onnx::TypeProto& type);
 
 // The checks that need no model: names not empty, every size in [1, 2^31], at most
