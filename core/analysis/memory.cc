@@ -123,9 +123,6 @@ uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const 
 
 }  // namespace
 
-uint64_t sat_add(uint64_t a, uint64_t b) { return a > kMax - b ? kMax : a + b; }
-uint64_t sat_mul(uint64_t a, uint64_t b) { return (b != 0 && a > kMax / b) ? kMax : a * b; }
-
 uint64_t value_bytes(const ir::Value& v, const SizeRule& rule, bool* known) {
   if (known) *known = false;
   const ir::TensorFact& f = v.fact();

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/ir/model.h"
+#include "core/ir/saturating.h"
 
 namespace graft {
 
@@ -60,10 +61,6 @@ struct SizeRule {
 
 // The estimated bytes of `v` (see above); false in *known when its size is unknown (0 returned).
 uint64_t value_bytes(const ir::Value& v, const SizeRule& rule, bool* known = nullptr);
-
-// Saturating arithmetic for byte counts.
-uint64_t sat_add(uint64_t a, uint64_t b);
-uint64_t sat_mul(uint64_t a, uint64_t b);
 
 // The node of `g` that holds `n` (n itself, or the If/Loop/Scan of `g` whose subgraph, at any
 // depth, holds it); nullptr if `n` is not inside `g`.

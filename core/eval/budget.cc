@@ -28,9 +28,7 @@ absl::Status Budget::afford(double units) const {
 }
 
 void Budget::poll() {
-  next_poll_ = work_ > std::numeric_limits<uint64_t>::max() - kPollUnits
-                   ? std::numeric_limits<uint64_t>::max()
-                   : work_ + kPollUnits;
+  next_poll_ = sat_add(work_, kPollUnits);
   if (max_work_ && work_ > max_work_)
     throw Stop(absl::ResourceExhaustedError(
         absl::StrCat("the evaluator's work budget of ", max_work_, " operations is exhausted")));

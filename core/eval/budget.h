@@ -24,6 +24,8 @@
 
 #include <absl/status/status.h>
 
+#include "core/ir/saturating.h"
+
 namespace graft::eval {
 
 // Unwinds an evaluator run; carries the status the run ends with.
@@ -67,9 +69,7 @@ class Budget : public std::enable_shared_from_this<Budget> {
 
   // Adds `units` of work; throws Stop when the work limit is passed or a poll says stop.
   void spend(uint64_t units) {
-    work_ = units > std::numeric_limits<uint64_t>::max() - work_
-                ? std::numeric_limits<uint64_t>::max()
-                : work_ + units;
+    work_ = sat_add(work_, units);
     if (work_ >= next_poll_) poll();
   }
   // Fails (ResourceExhausted) at once if `units` more work would pass the limit: a kernel that

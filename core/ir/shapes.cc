@@ -14,6 +14,7 @@
 #include "core/ir/model.h"
 #include "core/ir/onnx_guard.h"
 #include "core/ir/op_params.h"
+#include "core/ir/saturating.h"
 #include "core/ir/shape_rules.h"
 #include "core/ir/tensor.h"
 
@@ -261,7 +262,6 @@ bool has_huge_shape_tensor(const Model& m) {
 bool has_deep_function_calls(const Model& m) {
   constexpr size_t kMaxDepth = 64;
   constexpr uint64_t kMaxExpandedNodes = uint64_t{1} << 20;
-  auto sat_add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
   const auto& fns = m.functions();
   if (fns.empty()) return false;
   std::map<std::pair<std::string, std::string>, size_t> index;

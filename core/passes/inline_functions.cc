@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/ir/operands.h"
+#include "core/ir/saturating.h"
 #include "core/passes/passes.h"
 #include "core/passes/rewriter.h"
 
@@ -76,8 +77,6 @@ std::vector<ir::Graph*> graph_tree(ir::Graph* root) {
 // What a node costs to hold: a fixed share plus its proto's bytes (attribute tensors, strings).
 uint64_t node_size(const ir::Node& n) { return 64 + n.proto().ByteSizeLong(); }
 
-uint64_t saturating_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-
 struct FunctionInfo {
   ir::Function* fn = nullptr;
   bool eligible = false;        // may be inlined somewhere (not counting opsets and the budget)
@@ -106,13 +105,12 @@ class InlineFunctions final : public Pass {
     // never grow by max_growth once per round.
     uint64_t now = 0, expanded = expanded_size(&model.graph());
     for (ir::Graph* g : model.all_graphs())
-      for (const ir::Node* n : g->nodes()) now = saturating_add(now, node_size(*n));
+      for (const ir::Node* n : g->nodes()) now = sat_add(now, node_size(*n));
     for (const FunctionInfo& info : infos_)
       if (!info.eligible || !info.called_before)
-        expanded = saturating_add(expanded, expanded_size(info.fn->body.get()));
+        expanded = sat_add(expanded, expanded_size(info.fn->body.get()));
     const uint64_t growth = static_cast<uint64_t>(ctx.int_option(kMaxGrowth));
-    const uint64_t budget = std::max<uint64_t>(
-        kAlwaysAllowedSize, now > UINT64_MAX / growth ? UINT64_MAX : now * growth);
+    const uint64_t budget = std::max<uint64_t>(kAlwaysAllowedSize, sat_mul(now, growth));
     if (expanded > budget) return result;
 
     // Bodies first, callees before callers, so each body is flat before it is copied anywhere;
@@ -206,7 +204,7 @@ class InlineFunctions final : public Pass {
     for (ir::Graph* g : graph_tree(root))
       for (const ir::Node* n : g->nodes()) {
         auto f = find(*n);
-        size = saturating_add(size, f && infos_[*f].eligible ? infos_[*f].expanded : node_size(*n));
+        size = sat_add(size, f && infos_[*f].eligible ? infos_[*f].expanded : node_size(*n));
       }
     return size;
   }

@@ -35,12 +35,6 @@ namespace {
 constexpr char kDefaultDim[] = "default_dim";
 constexpr size_t kWindow = 64;
 
-int64_t clamp_i64(uint64_t v) {
-  return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
-             ? std::numeric_limits<int64_t>::max()
-             : static_cast<int64_t>(v);
-}
-
 // A greedy schedule of g's nodes (positions in `nodes`); empty if it could not place them all.
 std::vector<ir::Node*> greedy_order(const ir::Graph& g, const std::vector<ir::Node*>& nodes,
                                     const SizeRule& rule, bool depth_first) {
@@ -166,8 +160,8 @@ class ScheduleMemory final : public Pass {
     int64_t moved = 0;
     for (size_t i = 0; i < nodes.size(); ++i) moved += nodes[i] != order[i];
     result.add(moved);
-    result.rules["peak_bytes_before"] = clamp_i64(before);
-    result.rules["peak_bytes_after"] = clamp_i64(after);
+    result.rules["peak_bytes_before"] = clamp_to_i64(before);
+    result.rules["peak_bytes_after"] = clamp_to_i64(after);
     return result;
   }
 };

@@ -27,6 +27,7 @@
 
 #include "core/ir/onnx_guard.h"
 #include "core/ir/op_params.h"
+#include "core/ir/saturating.h"
 #include "core/passes/opset.h"
 #include "core/passes/registry.h"
 #include "core/passes/rules.h"
@@ -328,9 +329,7 @@ struct RunLimits {
 };
 
 uint64_t weight_limit(uint64_t input_bytes) {
-  return input_bytes > (UINT64_MAX - kWeightGrowthAllowance) / kMaxWeightGrowth
-             ? UINT64_MAX
-             : input_bytes * kMaxWeightGrowth + kWeightGrowthAllowance;
+  return sat_add(sat_mul(input_bytes, kMaxWeightGrowth), kWeightGrowthAllowance);
 }
 
 RunLimits run_limits(const ir::Model& input, const PipelineConfig& config) {
@@ -513,14 +512,10 @@ class FixedPointDriver {
     s.seconds += seconds_since(start);
     // The pass's own changes, added up. They may remove more than the count it started with
     // (what other passes added between its runs): then the count is 0, not a wrapped number.
-    auto add_delta = [](auto& total, uint64_t now, uint64_t then) {
-      const int64_t sum =
-          static_cast<int64_t>(total) + (static_cast<int64_t>(now) - static_cast<int64_t>(then));
-      total = static_cast<std::remove_reference_t<decltype(total)>>(std::max<int64_t>(0, sum));
-    };
-    add_delta(s.nodes_after, model_->total_nodes(), nodes_before);
-    add_delta(s.bytes_after, model_->initializer_bytes(), bytes_before);
-    add_delta(s.peak_after, peak_now(), peak_before);
+    // Byte counts reach UINT64_MAX (saturated estimates of hostile dims), so no signed math.
+    s.nodes_after = sat_add_change(s.nodes_after, model_->total_nodes(), nodes_before);
+    s.bytes_after = sat_add_change(s.bytes_after, model_->initializer_bytes(), bytes_before);
+    s.peak_after = sat_add_change(s.peak_after, peak_now(), peak_before);
     return absl::OkStatus();
   }
 

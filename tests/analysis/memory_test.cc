@@ -290,5 +290,59 @@ TEST(MemoryReport, SymbolicDimsComeFromTheConfigThenVerification) {
   EXPECT_EQ(run(verify).memory_before.peak_activation_bytes, 2u * 2 * 4);
 }
 
+// The saturating helpers every byte count goes through (core/ir/saturating.h).
+TEST(Saturating, CountsNeverWrapOrGoNegative) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  constexpr uint64_t kHalf = uint64_t{1} << 63;  // INT64_MAX + 1
+  EXPECT_EQ(sat_add(kMax - 1, 5), kMax);
+  EXPECT_EQ(sat_add(3, 4), 7u);
+  EXPECT_EQ(sat_mul(kHalf, 2), kMax);
+  EXPECT_EQ(sat_mul(kHalf, 0), 0u);
+  EXPECT_EQ(sat_sub(3, 5), 0u);
+  EXPECT_EQ(sat_sub(5, 3), 2u);
+  // A running count moved by one step's change, at sizes past INT64_MAX.
+  EXPECT_EQ(sat_add_change(kHalf + 10, kHalf - 5, kHalf + 10), kHalf - 5);
+  EXPECT_EQ(sat_add_change(kMax, kHalf + 1, kMax), kHalf + 1);
+  EXPECT_EQ(sat_add_change(kHalf, kMax, 0), kMax);
+  EXPECT_EQ(sat_add_change(5, 1, kMax), 0u);  // removed more than the count held
+  EXPECT_EQ(clamp_to_i64(kMax), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(clamp_to_i64(42), 42);
+}
+
+// Per-pass peaks at estimates past INT64_MAX (hostile dims, short of saturation): the pass's
+// row ends at the estimate of what it left, before as after the change crosses INT64_MAX.
+// (Signed arithmetic on these counts overflowed, or clamped a huge peak to 0.)
+TEST(MemoryReport, PerPassPeaksPastInt64Max) {
+  // x, a and b alive at Add before cse; x or a and c after: 3 and 2 tensors of n floats.
+  for (const char* n : {"1000000000000000000", "1200000000000000000"}) {
+    SCOPED_TRACE(n);
+    const std::string text = std::string(R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      g (float[)") + n + R"(] x) => (float[)" +
+                             n + R"(] y) {
+        a = Neg (x)
+        b = Neg (x)
+        y = Add (a, b)
+      }
+    )";
+    auto model = parse_text(text.c_str());
+    ASSERT_TRUE(model);
+    PipelineConfig config;
+    config.passes = {"cse"};
+    auto report = run_pipeline(model, config);
+    ASSERT_TRUE(report.ok()) << report.status();
+    const uint64_t before = report->memory_before.peak_activation_bytes;
+    const uint64_t after = report->memory_after.peak_activation_bytes;
+    ASSERT_GT(before, uint64_t{1} << 63);
+    ASSERT_LT(before, std::numeric_limits<uint64_t>::max());
+    ASSERT_LT(after, before);
+    ASSERT_EQ(report->passes.size(), 1u);
+    EXPECT_EQ(report->passes[0].peak_before, before);
+    EXPECT_EQ(report->passes[0].peak_after, after);
+    EXPECT_EQ(report->passes[0].nodes_before, 3u);
+    EXPECT_EQ(report->passes[0].nodes_after, 2u);
+  }
+}
+
 }  // namespace
 }  // namespace graft::testing
