@@ -988,49 +988,26 @@ int health(const std::string& server_flag, const tls::ClientOptions& tls) {
   return *serving ? kOk : kServer;
 }
 
-// The largest JSON report `graft report` reads (reports of large models with --explain are a few
-// MiB).
-constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
-constexpr int kMaxReportDepth = 32;
-
 // graft report: a saved JSON report as an HTML page. Takes the CLI's --report JSON, and a
 // graft.v1.OptimizeReport as JSON (graftd's, the Python client's report_json()).
 int render_report(const OptimizeArgs& a) {
-  auto text =
-      a.input == "-" ? paths::read_all(STDIN_FILENO, "standard input") : paths::read_file(a.input);
+  // Never more than the largest report is read: a bigger input is a usage error, as it is not a
+  // report.
+  auto text = a.input == "-"
+                  ? paths::read_all(STDIN_FILENO, "standard input", 0, kMaxSavedReportBytes)
+                  : paths::read_file(a.input, kMaxSavedReportBytes);
+  if (!text.ok() && text.status().code() == absl::StatusCode::kResourceExhausted)
+    return fail(kUsage, std::string(text.status().message()) + ": not a report");
   if (!text.ok()) return fail(path_exit_code(text.status()), std::string(text.status().message()));
-  if (text->size() > kMaxReportBytes)
-    return fail(kUsage, a.input + ": larger than " + std::to_string(kMaxReportBytes >> 20) +
-                            " MiB: not a report");
-  // Reports nest a few levels; deeper input is refused before anything recurses over it.
-  bool too_deep = false;
-  auto depth_limit = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-    too_deep = too_deep || depth > kMaxReportDepth;
-    return !too_deep;
-  };
-  nlohmann::json report = nlohmann::json::parse(*text, depth_limit, /*allow_exceptions=*/false);
-  if (too_deep)
-    return fail(kUsage, a.input + ": nested deeper than " + std::to_string(kMaxReportDepth) +
-                            " levels: not a report");
-  if (report.is_discarded() || !report.is_object())
-    return fail(kUsage, a.input + ": not a JSON report (expected an object)");
-  const bool cli = report.contains("pipeline_seconds") && report.contains("passes");
-  const bool proto = report.contains("memoryBefore") || report.contains("memory_before") ||
-                     report.contains("outputSha256") || report.contains("output_sha256");
-  if (!cli && !(report.contains("format") && report.contains("report"))) {
-    if (!proto)
-      return fail(kUsage, a.input +
-                              ": not a Graft report (neither graft optimize --report's JSON nor "
-                              "a graft.v1.OptimizeReport)");
-    report = {{"format", "graft.v1.OptimizeReport"}, {"report", std::move(report)}};
-  }
+  std::string error;
+  std::optional<nlohmann::json> report = parse_saved_report(*text, &error);
+  if (!report) return fail(kUsage, a.input + ": " + error);
   std::string out = a.output;
   if (out.empty()) {
     if (a.input == "-") return fail(kUsage, "give -o FILE (or -) for a report on standard input");
     out = std::filesystem::path(a.input).replace_extension(".html").string();
   }
-  std::string error;
-  if (!write_output(out, render_html(report), &error)) return fail(kIoError, error);
+  if (!write_output(out, render_html(*report), &error)) return fail(kIoError, error);
   return kOk;
 }
 

@@ -340,6 +340,38 @@ nlohmann::json profile_json(const ModelProfile& p) {
           {"memory", p.memory}};
 }
 
+std::optional<nlohmann::json> parse_saved_report(std::string_view text, std::string* error) {
+  if (text.size() > kMaxSavedReportBytes) {
+    *error = "larger than " + std::to_string(kMaxSavedReportBytes >> 20) + " MiB: not a report";
+    return std::nullopt;
+  }
+  bool too_deep = false;
+  auto depth_limit = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    too_deep = too_deep || depth > kMaxSavedReportDepth;
+    return !too_deep;
+  };
+  nlohmann::json report = nlohmann::json::parse(text, depth_limit, /*allow_exceptions=*/false);
+  if (too_deep) {
+    *error = "nested deeper than " + std::to_string(kMaxSavedReportDepth) + " levels: not a report";
+    return std::nullopt;
+  }
+  if (report.is_discarded() || !report.is_object()) {
+    *error = "not a JSON report (expected an object)";
+    return std::nullopt;
+  }
+  const bool cli = report.contains("pipeline_seconds") && report.contains("passes");
+  const bool proto = report.contains("memoryBefore") || report.contains("memory_before") ||
+                     report.contains("outputSha256") || report.contains("output_sha256");
+  if (cli || (report.contains("format") && report.contains("report"))) return report;
+  if (!proto) {
+    *error =
+        "not a Graft report (neither graft optimize --report's JSON nor a "
+        "graft.v1.OptimizeReport)";
+    return std::nullopt;
+  }
+  return nlohmann::json{{"format", "graft.v1.OptimizeReport"}, {"report", std::move(report)}};
+}
+
 std::string render_html(const nlohmann::json& report) {
   // ASCII only (\uXXXX for the rest, U+2028/U+2029 included); invalid UTF-8 from a model
   // becomes U+FFFD. Then '<', '>' and '&', which JSON has only inside strings, become escapes.

@@ -72,4 +72,15 @@ nlohmann::json to_json(const RunSummary& run);
 // the script element; the page's script shows every string as text.
 std::string render_html(const nlohmann::json& report);
 
+// The largest saved report parse_saved_report reads (reports of large models with --explain are
+// a few MiB), and the deepest nesting (reports nest a few levels).
+inline constexpr uint64_t kMaxSavedReportBytes = uint64_t{256} << 20;
+inline constexpr int kMaxSavedReportDepth = 32;
+
+// A saved JSON report (the CLI's --report JSON, or a graft.v1.OptimizeReport as JSON: graftd's,
+// the Python client's report_json()) ready for render_html; std::nullopt and why in *error
+// (what the text is not: too large, too deep, not JSON, not a Graft report) otherwise. The text
+// is hostile: its size and depth are checked before anything recurses over it.
+std::optional<nlohmann::json> parse_saved_report(std::string_view text, std::string* error);
+
 }  // namespace graft::cli

@@ -10,7 +10,9 @@ namespace graft {
 
 inline constexpr uint64_t kSaturated = std::numeric_limits<uint64_t>::max();
 
-constexpr uint64_t sat_add(uint64_t a, uint64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
+constexpr uint64_t sat_add(uint64_t a, uint64_t b) {
+  return a > kSaturated - b ? kSaturated : a + b;
+}
 constexpr uint64_t sat_mul(uint64_t a, uint64_t b) {
   return (b != 0 && a > kSaturated / b) ? kSaturated : a * b;
 }

@@ -107,6 +107,14 @@ TEST(Cli, ReportHtmlAndGraftReportRenderTheSameReport) {
   CliRun d = graft("report " + deep.string() + " -o " + (dir / "deep.html").string());
   EXPECT_EQ(d.code, 2);
   EXPECT_NE(d.err.find("nested deeper"), std::string::npos) << d.err;
+  // Larger than any report (a sparse file): refused before it is read.
+  const fs::path huge = dir / "huge.json";
+  std::ofstream(huge) << "{";
+  fs::resize_file(huge, (uint64_t{256} << 20) + 1);
+  CliRun h = graft("report " + huge.string() + " -o " + (dir / "huge.html").string());
+  EXPECT_EQ(h.code, 2) << h.err;
+  EXPECT_NE(h.err.find("larger than"), std::string::npos) << h.err;
+  EXPECT_FALSE(fs::exists(dir / "huge.html"));
   EXPECT_EQ(graft("report " + (dir / "missing.json").string()).code, 4);
 }
 
