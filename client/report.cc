@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <string_view>
 
 #include "core/ir/tensor.h"
@@ -30,20 +31,26 @@ std::string terminal_safe(std::string_view text, bool keep_newlines) {
   return out;
 }
 
-namespace {
-
 std::string human_bytes(uint64_t b) {
+  // A saturated count (core/ir/saturating.h) is a lower bound: the estimate overflowed.
+  if (b == kSaturated) return "at least 16 EiB";
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   char buf[32];
-  if (b >= (1ull << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= (1ull << 10))
-    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else
+  if (b < 1024) {
     std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+    return buf;
+  }
+  double v = static_cast<double>(b) / 1024;
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++unit;
+  }
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.1f %s" : "%.2f %s", v, kUnits[unit]);
   return buf;
 }
+
+namespace {
 
 std::string line(const char* fmt, auto... args) {
   char buf[512];

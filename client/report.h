@@ -59,6 +59,9 @@ struct RunSummary {
 };
 
 std::string format_table(const RunSummary& run);
+// `b` bytes for a person: "512 B", "1.5 KiB", "3.20 MiB" ... "2.00 EiB"; a saturated count
+// (UINT64_MAX: the estimate overflowed) is "at least 16 EiB".
+std::string human_bytes(uint64_t b);
 // `text` with control characters (terminal escapes) shown as \xNN: names, reasons and messages
 // come from the model or a server and must not reach a terminal as they are. With
 // keep_newlines, '\n' passes (a multi-line message).

@@ -1,5 +1,7 @@
 // The HTML report's renderer and the model profile it shows (client/report.h); the page itself
 // is checked in a browser by tests/report/page_test.py.
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "client/report.h"
@@ -40,6 +42,19 @@ TEST(ReportHtml, InvalidUtf8FromAModelBecomesReplacementCharacters) {
   nlohmann::json report = {{"input", std::string("bad\xff\xfe name")}};
   const std::string json = embedded(cli::render_html(report));
   EXPECT_EQ(nlohmann::json::parse(json)["input"], "bad\xef\xbf\xbd\xef\xbf\xbd name");
+}
+
+// Sizes for a person, up to the largest estimate: a saturated one (the memory estimate of
+// hostile dims) is a lower bound, not a number of GiB.
+TEST(ReportText, HumanBytesUpToASaturatedEstimate) {
+  EXPECT_EQ(cli::human_bytes(0), "0 B");
+  EXPECT_EQ(cli::human_bytes(1023), "1023 B");
+  EXPECT_EQ(cli::human_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(cli::human_bytes(uint64_t{5} << 20), "5.00 MiB");
+  EXPECT_EQ(cli::human_bytes(uint64_t{3} << 40), "3.00 TiB");
+  EXPECT_EQ(cli::human_bytes(uint64_t{15} << 60), "15.00 EiB");
+  EXPECT_EQ(cli::human_bytes(std::numeric_limits<uint64_t>::max()), "at least 16 EiB");
+  EXPECT_EQ(cli::human_bytes(std::numeric_limits<uint64_t>::max() - 1), "16.00 EiB");
 }
 
 TEST(ReportProfile, CountsOpsListsPortsAndFollowsTheMemoryEstimate) {

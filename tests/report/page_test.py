@@ -157,6 +157,17 @@ def main():
             check(escaped in dom, f"the name {name!r} is shown as text")
         chromium(page, profile, "--window-size=1300,2400", f"--screenshot={OUT / 'hostile_names.png'}")
 
+        # 3b. An OptimizeReport JSON (as graftd and the Python client write it; the report fuzz
+        # target's seed) with hostile names and a saturated peak estimate.
+        seed = SOURCE / "fuzz" / "corpus" / "report" / "optimize_report_proto.json"
+        page = OUT / "optimize_report_proto.html"
+        check(graft("report", str(seed), "-o", str(page)) == 0, "graft report of an OptimizeReport JSON")
+        dom, problems = chromium(page, profile, "--dump-dom")
+        check(rendered(dom) and not problems, "the OptimizeReport page renders: " + "; ".join(problems[:5]))
+        check("at least 16 EiB" in dom, "a saturated peak reads 'at least 16 EiB'")
+        check("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in dom and not re.search(r"<img\b", dom),
+              "its hostile peak node and largest tensor are text")
+
         # 4. graftd's page of a result it holds.
         if GRAFTD:
             ports = []
