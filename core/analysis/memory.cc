@@ -1,7 +1,6 @@
 #include "core/analysis/memory.h"
 
 #include <algorithm>
-#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -11,8 +10,6 @@
 namespace graft {
 
 namespace {
-
-constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 // What a walk over a graph and its bodies finds besides the peak.
 struct Tally {
@@ -115,7 +112,7 @@ uint64_t peak_of(const ir::Graph& g, const std::vector<ir::Node*>& order, const 
     }
     live = sat_add(live, out);
     // Saturated sums can not be undone exactly; stay saturated once there.
-    if (live != kMax) live -= std::min(live, freed[i]);
+    if (live != kSaturated) live = sat_sub(live, freed[i]);
   }
   if (end_live) *end_live = live;
   return peak;
@@ -141,7 +138,7 @@ uint64_t value_bytes(const ir::Value& v, const SizeRule& rule, bool* known) {
     }
     bytes = sat_mul(bytes, static_cast<uint64_t>(std::max<int64_t>(size, 0)));
   }
-  if (four_bit && bytes != kMax) bytes = bytes / 2 + bytes % 2;
+  if (four_bit && bytes != kSaturated) bytes = bytes / 2 + bytes % 2;
   if (known) *known = true;
   return bytes;
 }

@@ -63,9 +63,7 @@ class Budget : public std::enable_shared_from_this<Budget> {
   void charge(uint64_t bytes) {
     if (!try_charge(bytes)) throw Stop(memory_exhausted(bytes));
   }
-  void release(uint64_t bytes) noexcept {
-    live_bytes_ -= bytes < live_bytes_ ? bytes : live_bytes_;
-  }
+  void release(uint64_t bytes) noexcept { live_bytes_ = sat_sub(live_bytes_, bytes); }
 
   // Adds `units` of work; throws Stop when the work limit is passed or a poll says stop.
   void spend(uint64_t units) {

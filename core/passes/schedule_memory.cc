@@ -21,7 +21,6 @@
 // Reported (PassResult::rules, when the order changed): peak_bytes_before, peak_bytes_after;
 // rewrites = the number of nodes whose position changed.
 #include <algorithm>
-#include <limits>
 #include <set>
 #include <unordered_map>
 

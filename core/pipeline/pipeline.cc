@@ -13,7 +13,6 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <type_traits>
 
 #include <absl/strings/escaping.h>
 #include <absl/strings/str_cat.h>
