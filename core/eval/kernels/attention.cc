@@ -47,10 +47,10 @@ Scratch<double> concat_sequence(const Scratch<double>& past, const Scratch<doubl
 }
 
 absl::Status attention(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* q, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* k, required(ctx, 1));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* v, required(ctx, 2));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *q));
+  ASSIGN_OR_RETURN(const Tensor* q, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* k, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* v, required(ctx, 2));
+  RETURN_IF_ERROR(require_float(ctx, *q));
   if (k->dtype() != q->dtype() || v->dtype() != q->dtype())
     return unimplemented(ctx, "Q, K and V of different element types");
   if (ctx.node.output(3) != nullptr) return unimplemented(ctx, "qk_matmul_output");
@@ -69,8 +69,8 @@ absl::Status attention(KernelContext& ctx) {
     if (kd[3] != head || vd[1] != kv_heads || vd[2] != len)
       return invalid(ctx, "K must be (B, kv_heads, T, head_size) and V (B, kv_heads, T, v_size)");
   } else {
-    KERNEL_ASSIGN_OR_RETURN(heads, positive_attr(ctx, "q_num_heads"));
-    KERNEL_ASSIGN_OR_RETURN(kv_heads, positive_attr(ctx, "kv_num_heads"));
+    ASSIGN_OR_RETURN(heads, positive_attr(ctx, "q_num_heads"));
+    ASSIGN_OR_RETURN(kv_heads, positive_attr(ctx, "kv_num_heads"));
     seq = qd[1];
     len = kd[1];
     if (qd[2] % heads != 0 || vd[2] % kv_heads != 0)
@@ -109,7 +109,7 @@ absl::Status attention(KernelContext& ctx) {
   if (elements * sizeof(double) > static_cast<double>(ctx.limits.max_tensor_bytes))
     return absl::ResourceExhaustedError(
         absl::StrCat(ctx.node.op_type(), ": Q, K and V would exceed the tensor size limit"));
-  KERNEL_RETURN_IF_ERROR(ctx.afford(elements));
+  RETURN_IF_ERROR(ctx.afford(elements));
 
   // The mask: broadcast to (B, N, S, total).
   const Tensor* mask = ctx.input(3);
@@ -151,18 +151,18 @@ absl::Status attention(KernelContext& ctx) {
     vv = concat_sequence(to_doubles(*past_value), vv, batch, kv_heads, past, len, vhead);
   }
   if (ctx.node.output(1) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(Tensor * present,
-                            ctx.make_output(1, q->dtype(), {batch, kv_heads, total, head}));
+    ASSIGN_OR_RETURN(Tensor * present,
+                     ctx.make_output(1, q->dtype(), {batch, kv_heads, total, head}));
     store_all(present, kv);
   }
   if (ctx.node.output(2) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(Tensor * present,
-                            ctx.make_output(2, q->dtype(), {batch, kv_heads, total, vhead}));
+    ASSIGN_OR_RETURN(Tensor * present,
+                     ctx.make_output(2, q->dtype(), {batch, kv_heads, total, vhead}));
     store_all(present, vv);
   }
   const std::vector<int64_t> out_dims = rank == 4 ? std::vector<int64_t>{batch, heads, seq, vhead}
                                                   : std::vector<int64_t>{batch, seq, heads * vhead};
-  KERNEL_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, q->dtype(), out_dims));
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, q->dtype(), out_dims));
   return attend(
       ctx, h, qv, kv, vv, o,
       [&](int64_t b, int64_t n, int64_t i, int64_t j) {

@@ -13,24 +13,10 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/eval/budget.h"
 #include "core/eval/kernel.h"
 #include "core/eval/tensor.h"
-
-// Early returns on a non-OK absl::Status / StatusOr inside a kernel.
-#define KERNEL_CONCAT_INNER(a, b) a##b
-#define KERNEL_CONCAT(a, b) KERNEL_CONCAT_INNER(a, b)
-#define KERNEL_RETURN_IF_ERROR(expr)                 \
-  do {                                               \
-    absl::Status kernel_status_ = (expr);            \
-    if (!kernel_status_.ok()) return kernel_status_; \
-  } while (0)
-#define KERNEL_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                 \
-  if (!tmp.ok()) return tmp.status();                \
-  lhs = std::move(*tmp)
-#define KERNEL_ASSIGN_OR_RETURN(lhs, expr) \
-  KERNEL_ASSIGN_OR_RETURN_IMPL(KERNEL_CONCAT(kernel_statusor_, __LINE__), lhs, expr)
 
 namespace graft::eval {
 
@@ -134,8 +120,8 @@ template <typename BiasAt>
 absl::Status attend(KernelContext& ctx, const Heads& h, const Scratch<double>& q,
                     const Scratch<double>& k, const Scratch<double>& v, const AttendOptions& o,
                     BiasAt bias_at, Tensor* out) {
-  KERNEL_RETURN_IF_ERROR(ctx.afford(static_cast<double>(h.batch) * h.heads * h.seq * h.total *
-                                    (h.head + h.vhead + 4)));
+  RETURN_IF_ERROR(ctx.afford(static_cast<double>(h.batch) * h.heads * h.seq * h.total *
+                             (h.head + h.vhead + 4)));
   const int64_t group = h.heads / h.kv_heads;
   Scratch<double> scores(h.total);
   for (int64_t b = 0; b < h.batch; ++b)

@@ -28,8 +28,8 @@ using onnx::TensorProto;
 
 // A float input that is present (float32 only where ONNX Runtime's CPU kernel is float only).
 absl::StatusOr<const Tensor*> float_input(const KernelContext& ctx, size_t i) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* t, required(ctx, i));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *t));
+  ASSIGN_OR_RETURN(const Tensor* t, required(ctx, i));
+  RETURN_IF_ERROR(require_float(ctx, *t));
   return t;
 }
 
@@ -50,17 +50,16 @@ absl::StatusOr<const Tensor*> optional_vector(const KernelContext& ctx, size_t i
 // x's last axis (required for BiasGelu, optional for FastGelu, absent for Gelu).
 absl::Status gelu_family(KernelContext& ctx, double (*f)(double), int bias_input,
                          bool bias_required) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
   if (x->dtype() != TensorProto::FLOAT && x->dtype() != TensorProto::FLOAT16)
     return unimplemented(ctx, "element type other than float and float16");
   const Tensor* bias = bias_input >= 0 ? ctx.input(bias_input) : nullptr;
   if (bias_required && bias == nullptr) return invalid(ctx, "missing input 1 (bias)");
   if (bias != nullptr) {
     if (x->rank() == 0) return invalid(ctx, "a bias needs an input of rank >= 1");
-    KERNEL_ASSIGN_OR_RETURN(bias,
-                            optional_vector(ctx, bias_input, x->dims().back(), x->dtype(), "bias"));
+    ASSIGN_OR_RETURN(bias, optional_vector(ctx, bias_input, x->dims().back(), x->dtype(), "bias"));
   }
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
   const Scratch<double> v = to_doubles(*x);
   const Scratch<double> b = bias ? to_doubles(*bias) : Scratch<double>(0);
   const int64_t last = bias ? x->dims().back() : 1;
@@ -74,10 +73,10 @@ absl::Status fast_gelu(KernelContext& ctx) { return gelu_family(ctx, gelu_tanh, 
 
 // QuickGelu: y = x * sigmoid(alpha * x), alpha default 1.702.
 absl::Status quick_gelu(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
   const double alpha = ctx.node.attr_float("alpha", 1.702f);
   if (!std::isfinite(alpha)) return invalid(ctx, "alpha is not finite");
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
   const Scratch<double> v = to_doubles(*x);
   for (int64_t i = 0; i < x->size(); ++i) store(y, i, v[i] / (1.0 + std::exp(-alpha * v[i])));
   return absl::OkStatus();
@@ -92,9 +91,9 @@ absl::Status quick_gelu(KernelContext& ctx) {
 // input_skip_bias_sum (s). input is 2-D or 3-D; skip has input's shape, or (1, S, H) / (S, H)
 // for a 3-D input (broadcast over the batch); gamma, beta and bias are 1-D of the hidden size.
 absl::Status skip_norm(KernelContext& ctx, bool simplified) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* skip, float_input(ctx, 1));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* gamma, float_input(ctx, 2));
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* skip, float_input(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* gamma, float_input(ctx, 2));
   const auto& d = x->dims();
   if (d.size() != 2 && d.size() != 3) return invalid(ctx, "input must be 2-D or 3-D");
   const int64_t hidden = d.back();
@@ -112,28 +111,28 @@ absl::Status skip_norm(KernelContext& ctx, bool simplified) {
     return invalid(ctx, "gamma must be 1-D of the hidden size");
   const Tensor* beta = nullptr;
   if (!simplified) {
-    KERNEL_ASSIGN_OR_RETURN(beta, optional_vector(ctx, 3, hidden, x->dtype(), "beta"));
+    ASSIGN_OR_RETURN(beta, optional_vector(ctx, 3, hidden, x->dtype(), "beta"));
   }
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* bias,
-                          optional_vector(ctx, simplified ? 3 : 4, hidden, x->dtype(), "bias"));
+  ASSIGN_OR_RETURN(const Tensor* bias,
+                   optional_vector(ctx, simplified ? 3 : 4, hidden, x->dtype(), "bias"));
   const float eps_attr = ctx.node.attr_float("epsilon", 1e-12f);
   if (!std::isfinite(eps_attr) || eps_attr < 0) return invalid(ctx, "epsilon must be >= 0");
   const double eps = eps_attr;
 
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), d));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), d));
   std::vector<int64_t> stat_dims(d.begin(), d.end() - 1);
   stat_dims.push_back(1);
   Tensor* mean_out = nullptr;
   Tensor* inv_out = nullptr;
   Tensor* sum_out = nullptr;
   if (!simplified && ctx.node.output(1) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(mean_out, ctx.make_output(1, TensorProto::FLOAT, stat_dims));
+    ASSIGN_OR_RETURN(mean_out, ctx.make_output(1, TensorProto::FLOAT, stat_dims));
   }
   if (ctx.node.output(2) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(inv_out, ctx.make_output(2, TensorProto::FLOAT, stat_dims));
+    ASSIGN_OR_RETURN(inv_out, ctx.make_output(2, TensorProto::FLOAT, stat_dims));
   }
   if (ctx.node.output(3) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(sum_out, ctx.make_output(3, x->dtype(), d));
+    ASSIGN_OR_RETURN(sum_out, ctx.make_output(3, x->dtype(), d));
   }
   const Scratch<double> xv = to_doubles(*x), sv = to_doubles(*skip), g = to_doubles(*gamma);
   const Scratch<double> bt = beta ? to_doubles(*beta) : Scratch<double>(0);
@@ -169,8 +168,8 @@ absl::Status skip_simplified_layer_norm(KernelContext& ctx) { return skip_norm(c
 // transB, with MatMul's broadcasting of the batch axes. transBatchA/B (other axis orders) are
 // Unimplemented.
 absl::Status fused_matmul(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* a, float_input(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* b, float_input(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* a, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* b, float_input(ctx, 1));
   if (a->dtype() != b->dtype()) return invalid(ctx, "A and B have different types");
   if (ctx.node.attr_int("transBatchA", 0) != 0 || ctx.node.attr_int("transBatchB", 0) != 0)
     return unimplemented(ctx, "transBatchA / transBatchB");
@@ -186,14 +185,14 @@ absl::Status fused_matmul(KernelContext& ctx) {
   const int64_t n = tb ? bd[bd.size() - 2] : bd[bd.size() - 1];
   if (k != kb) return invalid(ctx, "the inner dims of A and B differ");
   std::vector<int64_t> abatch(ad.begin(), ad.end() - 2), bbatch(bd.begin(), bd.end() - 2);
-  KERNEL_ASSIGN_OR_RETURN(std::vector<int64_t> batch, broadcast_shape({abatch, bbatch}));
+  ASSIGN_OR_RETURN(std::vector<int64_t> batch, broadcast_shape({abatch, bbatch}));
   std::vector<int64_t> out_dims = batch;
   out_dims.push_back(m);
   out_dims.push_back(n);
   int64_t batches = 1;
   for (int64_t v : batch) batches *= v;
-  KERNEL_RETURN_IF_ERROR(ctx.afford(static_cast<double>(batches) * m * n * (k + 1)));
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a->dtype(), out_dims));
+  RETURN_IF_ERROR(ctx.afford(static_cast<double>(batches) * m * n * (k + 1)));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a->dtype(), out_dims));
   const Scratch<double> av = to_doubles(*a), bv = to_doubles(*b);
   BroadcastIterator it(batch, {abatch, bbatch});
   const int64_t amat = ad[ad.size() - 1] * ad[ad.size() - 2];
@@ -288,13 +287,13 @@ double bias_value(const Tensor* t, const Scratch<double>& v, const Heads& h, int
 // with Dq = Dk (qkv_hidden_sizes, else three equal parts); past (2, B, N, P, H) and present
 // (2, B, N, P + S, H) when given; unidirectional masks j > P + i.
 absl::Status attention(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* w, float_input(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* w, float_input(ctx, 1));
   if (ctx.node.attr_int("do_rotary", 0) != 0) return unimplemented(ctx, "do_rotary");
   if (ctx.node.attr_int("past_present_share_buffer", 0) != 0)
     return unimplemented(ctx, "past_present_share_buffer");
   if (ctx.input(6) != nullptr) return unimplemented(ctx, "past_sequence_length");
-  KERNEL_ASSIGN_OR_RETURN(const int64_t heads, positive_attr(ctx, "num_heads"));
+  ASSIGN_OR_RETURN(const int64_t heads, positive_attr(ctx, "num_heads"));
   if (x->rank() != 3) return invalid(ctx, "input must be 3-D (batch, sequence, hidden)");
   if (w->rank() != 2 || w->dims()[0] != x->dims()[2] || w->dtype() != x->dtype())
     return invalid(ctx, "weights must be (input_hidden_size, Q+K+V hidden) of input's type");
@@ -314,7 +313,7 @@ absl::Status attention(KernelContext& ctx) {
   }
   if (dq % heads != 0 || dv % heads != 0)
     return invalid(ctx, "the hidden sizes are not divisible by num_heads");
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* bias, optional_vector(ctx, 2, qkv, x->dtype(), "bias"));
+  ASSIGN_OR_RETURN(const Tensor* bias, optional_vector(ctx, 2, qkv, x->dtype(), "bias"));
   const int64_t batch = x->dims()[0], seq = x->dims()[1], din = x->dims()[2];
   const Tensor* past = ctx.input(4);
   int64_t past_len = 0;
@@ -328,9 +327,9 @@ absl::Status attention(KernelContext& ctx) {
     past_len = p[3];
   }
   const Heads h{batch, heads, heads, seq, past_len + seq, head, vhead};
-  KERNEL_ASSIGN_OR_RETURN(KeyMask mask,
-                          key_mask(ctx, 3, h, ctx.node.attr_float("mask_filter_value", -10000.0f)));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* ab, attention_bias(ctx, 5, h, x->dtype()));
+  ASSIGN_OR_RETURN(KeyMask mask,
+                   key_mask(ctx, 3, h, ctx.node.attr_float("mask_filter_value", -10000.0f)));
+  ASSIGN_OR_RETURN(const Tensor* ab, attention_bias(ctx, 5, h, x->dtype()));
   const bool causal = ctx.node.attr_int("unidirectional", 0) != 0;
   double scale = ctx.node.attr_float("scale", 0.0f);
   if (!std::isfinite(scale)) return invalid(ctx, "scale is not finite");
@@ -343,7 +342,7 @@ absl::Status attention(KernelContext& ctx) {
   if (elements > static_cast<double>(ctx.limits.max_tensor_bytes))
     return absl::ResourceExhaustedError(
         absl::StrCat(ctx.node.op_type(), ": Q, K and V would exceed the tensor size limit"));
-  KERNEL_RETURN_IF_ERROR(ctx.afford(elements + static_cast<double>(batch) * seq * din * qkv));
+  RETURN_IF_ERROR(ctx.afford(elements + static_cast<double>(batch) * seq * din * qkv));
   const Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
   const Scratch<double> bv = bias ? to_doubles(*bias) : Scratch<double>(0);
   Scratch<double> q(batch * heads * seq * head), k(batch * heads * h.total * head),
@@ -382,8 +381,8 @@ absl::Status attention(KernelContext& ctx) {
   if (ctx.node.output(1) != nullptr) {
     if (past == nullptr && ctx.input(4) == nullptr && dq != dv)
       return invalid(ctx, "present needs equal Q, K and V hidden sizes");
-    KERNEL_ASSIGN_OR_RETURN(Tensor * present,
-                            ctx.make_output(1, x->dtype(), {2, batch, heads, h.total, head}));
+    ASSIGN_OR_RETURN(Tensor * present,
+                     ctx.make_output(1, x->dtype(), {2, batch, heads, h.total, head}));
     const int64_t half = batch * heads * h.total * head;
     for (int64_t i = 0; i < half; ++i) {
       store(present, i, k[i]);
@@ -391,7 +390,7 @@ absl::Status attention(KernelContext& ctx) {
     }
   }
   const Scratch<double> abv = ab ? to_doubles(*ab) : Scratch<double>(0);
-  KERNEL_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x->dtype(), {batch, seq, dv}));
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x->dtype(), {batch, seq, dv}));
   const double filter = mask.filter;
   return attend(
       ctx, h, q, k, v, AttendOptions{.scale = scale},

@@ -86,13 +86,13 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
   const int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
   if (bd[bd.size() - 2] != k) return invalid(ctx, "inner dimensions differ");
   std::vector<int64_t> abatch(ad.begin(), ad.end() - 2), bbatch(bd.begin(), bd.end() - 2);
-  KERNEL_ASSIGN_OR_RETURN(std::vector<int64_t> batch, broadcast_shape({abatch, bbatch}));
+  ASSIGN_OR_RETURN(std::vector<int64_t> batch, broadcast_shape({abatch, bbatch}));
   std::vector<int64_t> out = batch;
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), out));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), out));
   const int64_t nbatch = element_count(batch);
-  KERNEL_RETURN_IF_ERROR(check_work(ctx, static_cast<double>(nbatch) * m * n * k));
+  RETURN_IF_ERROR(check_work(ctx, static_cast<double>(nbatch) * m * n * k));
   const Scratch<T> av = values<T>(a), bv = values<T>(b);
   // One output row at a time, l outer and j inner: each element still sums its products in
   // order of l (the same result as a dot product per element), but B is read row by row.
@@ -117,8 +117,8 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
 }
 
 absl::Status matmul(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* a, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* b, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* a, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* b, required(ctx, 1));
   if (a->dtype() != b->dtype()) return invalid(ctx, "operand types differ");
   if (!matmul_type_ok(a->dtype())) return unimplemented(ctx, "element type");
   if (a->rank() < 1 || b->rank() < 1) return invalid(ctx, "scalar operand");
@@ -147,8 +147,8 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
       c->dims() != std::vector<int64_t>{m, n}) {
     return invalid(ctx, "C must be (M, N) without broadcast=1");
   }
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), {m, n}));
-  KERNEL_RETURN_IF_ERROR(check_work(ctx, static_cast<double>(m) * n * k));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), {m, n}));
+  RETURN_IF_ERROR(check_work(ctx, static_cast<double>(m) * n * k));
   const Scratch<T> av = values<T>(a), bv = values<T>(b);
   Scratch<T> cv;
   if (c != nullptr) cv = values<T>(*c);
@@ -174,8 +174,8 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
 }
 
 absl::Status gemm(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* a, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* b, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* a, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* b, required(ctx, 1));
   const Tensor* c = ctx.input(2);
   if (a->rank() != 2 || b->rank() != 2) return invalid(ctx, "A and B must be 2-D");
   if (a->dtype() != b->dtype() || (c != nullptr && c->dtype() != a->dtype())) {
@@ -194,20 +194,20 @@ absl::Status gemm(KernelContext& ctx) {
 // Softmax / LogSoftmax
 
 absl::Status softmax_impl(KernelContext& ctx, bool log) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *x));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  RETURN_IF_ERROR(require_float(ctx, *x));
   const int64_t rank = x->rank();
   if (rank == 0) return invalid(ctx, "scalar input");
   const bool coerce_2d = ctx.opset < 13;
-  KERNEL_ASSIGN_OR_RETURN(int64_t axis,
-                          norm_axis(ctx, ctx.node.attr_int("axis", coerce_2d ? 1 : -1), rank));
+  ASSIGN_OR_RETURN(int64_t axis,
+                   norm_axis(ctx, ctx.node.attr_int("axis", coerce_2d ? 1 : -1), rank));
   const auto& d = x->dims();
   // Before opset 13 the input is flattened to 2-D at `axis` and normalised over the trailing
   // block; from 13 on only the single axis is normalised.
   const int64_t outer = product(d, 0, axis);
   const int64_t len = coerce_2d ? product(d, axis, rank) : d[axis];
   const int64_t inner = coerce_2d ? 1 : product(d, axis + 1, rank);
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), d));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), d));
   if (y->size() == 0) return absl::OkStatus();  // no rows (and no buffer to offset into)
   Scratch<double> v = to_doubles(*x);
   for (int64_t o = 0; o < outer; ++o) {
@@ -243,19 +243,19 @@ absl::Status batch_norm(KernelContext& ctx) {
   for (size_t i = 1; i < ctx.outputs.size(); ++i) {
     if (ctx.node.output(i) != nullptr) return unimplemented(ctx, "training outputs");
   }
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *x));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  RETURN_IF_ERROR(require_float(ctx, *x));
   if (x->rank() < 2) return invalid(ctx, "input rank below 2");
   const int64_t ch = x->dims()[1];
   std::vector<Scratch<double>> p;
   for (size_t i = 1; i <= 4; ++i) {
-    KERNEL_ASSIGN_OR_RETURN(const Tensor* t, required(ctx, i));
-    KERNEL_RETURN_IF_ERROR(require_float(ctx, *t));
+    ASSIGN_OR_RETURN(const Tensor* t, required(ctx, i));
+    RETURN_IF_ERROR(require_float(ctx, *t));
     if (t->rank() != 1 || t->dims()[0] != ch) return invalid(ctx, "parameter shape is not (C)");
     p.push_back(to_doubles(*t));
   }
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
   const int64_t n = x->dims()[0], inner = product(x->dims(), 2, x->dims().size());
   Scratch<double> v = to_doubles(*x);
   for (int64_t b = 0; b < n; ++b) {
@@ -284,13 +284,13 @@ struct NormBlock {
 
 absl::StatusOr<NormBlock> norm_block(KernelContext& ctx) {
   NormBlock b;
-  KERNEL_ASSIGN_OR_RETURN(b.x, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(b.scale, required(ctx, 1));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *b.x));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *b.scale));
+  ASSIGN_OR_RETURN(b.x, required(ctx, 0));
+  ASSIGN_OR_RETURN(b.scale, required(ctx, 1));
+  RETURN_IF_ERROR(require_float(ctx, *b.x));
+  RETURN_IF_ERROR(require_float(ctx, *b.scale));
   const int64_t rank = b.x->rank();
   if (rank == 0) return invalid(ctx, "scalar input");
-  KERNEL_ASSIGN_OR_RETURN(b.axis, norm_axis(ctx, ctx.node.attr_int("axis", -1), rank));
+  ASSIGN_OR_RETURN(b.axis, norm_axis(ctx, ctx.node.attr_int("axis", -1), rank));
   b.stash = static_cast<int32_t>(ctx.node.attr_int("stash_type", 1));
   if (!is_float_type(b.stash)) return invalid(ctx, "stash_type is not a float type");
   b.eps = ctx.node.attr_float("epsilon", 1e-5f);
@@ -313,25 +313,25 @@ Scratch<double> per_position(const Tensor& t, const NormBlock& b) {
 }
 
 absl::Status layer_norm(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const NormBlock b, norm_block(ctx));
+  ASSIGN_OR_RETURN(const NormBlock b, norm_block(ctx));
   const Tensor* bias = ctx.input(2);
   if (bias != nullptr) {
-    KERNEL_RETURN_IF_ERROR(require_float(ctx, *bias));
+    RETURN_IF_ERROR(require_float(ctx, *bias));
     if (!broadcastable_to(bias->dims(), b.norm_shape))
       return invalid(ctx, "B does not broadcast to the normalized shape");
   }
   const auto& d = b.x->dims();
   const int64_t outer = b.outer, len = b.len;
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, b.x->dtype(), d));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, b.x->dtype(), d));
   std::vector<int64_t> stat_dims(d.begin(), d.begin() + b.axis);
   stat_dims.resize(d.size(), 1);
   Tensor* mean_out = nullptr;
   Tensor* inv_out = nullptr;
   if (ctx.node.output(1) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(mean_out, ctx.make_output(1, b.stash, stat_dims));
+    ASSIGN_OR_RETURN(mean_out, ctx.make_output(1, b.stash, stat_dims));
   }
   if (ctx.node.output(2) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(inv_out, ctx.make_output(2, b.stash, stat_dims));
+    ASSIGN_OR_RETURN(inv_out, ctx.make_output(2, b.stash, stat_dims));
   }
   const Scratch<double> sv = per_position(*b.scale, b);
   const Scratch<double> bv = bias != nullptr ? per_position(*bias, b) : Scratch<double>(len, 0.0);
@@ -368,9 +368,9 @@ absl::Status layer_norm(KernelContext& ctx) {
 // RMSNormalization (opset 23): Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon) * Scale,
 // Y of Scale's type.
 absl::Status rms_norm(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const NormBlock b, norm_block(ctx));
+  ASSIGN_OR_RETURN(const NormBlock b, norm_block(ctx));
   const int64_t outer = b.outer, len = b.len;
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, b.scale->dtype(), b.x->dims()));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, b.scale->dtype(), b.x->dims()));
   if (y->size() == 0) return absl::OkStatus();
   const Scratch<double> sv = per_position(*b.scale, b);
   Scratch<double> v = to_doubles(*b.x);
@@ -423,13 +423,13 @@ absl::StatusOr<Geometry> window_geometry(const KernelContext& ctx, std::vector<i
   for (int64_t k : g.kernel) {
     if (k < 1 || k > kMaxDim) return invalid(ctx, "kernel dimension out of range");
   }
-  KERNEL_ASSIGN_OR_RETURN(g.strides, ints_attr(ctx, "strides", g.n, 1, 1));
+  ASSIGN_OR_RETURN(g.strides, ints_attr(ctx, "strides", g.n, 1, 1));
   if (has_dilations) {
-    KERNEL_ASSIGN_OR_RETURN(g.dilations, ints_attr(ctx, "dilations", g.n, 1, 1));
+    ASSIGN_OR_RETURN(g.dilations, ints_attr(ctx, "dilations", g.n, 1, 1));
   } else {
     g.dilations.assign(g.n, 1);
   }
-  KERNEL_ASSIGN_OR_RETURN(std::vector<int64_t> pads, ints_attr(ctx, "pads", 2 * g.n, 0, 0));
+  ASSIGN_OR_RETURN(std::vector<int64_t> pads, ints_attr(ctx, "pads", 2 * g.n, 0, 0));
   const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" &&
       auto_pad != "SAME_LOWER")
@@ -521,14 +521,14 @@ absl::StatusOr<std::vector<double>> conv_zero_point(const KernelContext& ctx, co
 // bounds their count far below 2^53 / 65025), then wrapped to int32 as the spec's int32
 // accumulation would; padding contributes 0 (x's zero point minus itself, as in the reference).
 absl::Status conv_impl(KernelContext& ctx, bool integer) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* w, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* w, required(ctx, 1));
   const Tensor* b = integer ? nullptr : ctx.input(2);
   if (integer) {
     if (!is_8bit(x->dtype()) || !is_8bit(w->dtype()))
       return invalid(ctx, "operands must be int8 or uint8");
   } else {
-    KERNEL_RETURN_IF_ERROR(require_float(ctx, *x));
+    RETURN_IF_ERROR(require_float(ctx, *x));
     if (w->dtype() != x->dtype() || (b != nullptr && b->dtype() != x->dtype())) {
       return invalid(ctx, "operand types differ");
     }
@@ -548,20 +548,19 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
   if (auto ks = ctx.node.attr_ints("kernel_shape"); ks.has_value() && *ks != kernel) {
     return invalid(ctx, "kernel_shape does not match W");
   }
-  KERNEL_ASSIGN_OR_RETURN(
-      Geometry g,
-      window_geometry(ctx, std::vector<int64_t>(xd.begin() + 2, xd.end()), kernel, false, true));
+  ASSIGN_OR_RETURN(Geometry g, window_geometry(ctx, std::vector<int64_t>(xd.begin() + 2, xd.end()),
+                                               kernel, false, true));
   std::vector<double> xz{0.0}, wz{0.0};
   if (integer) {
-    KERNEL_ASSIGN_OR_RETURN(xz, conv_zero_point(ctx, ctx.input(2), *x, 0, "x"));
-    KERNEL_ASSIGN_OR_RETURN(wz, conv_zero_point(ctx, ctx.input(3), *w, cout, "w"));
+    ASSIGN_OR_RETURN(xz, conv_zero_point(ctx, ctx.input(2), *x, 0, "x"));
+    ASSIGN_OR_RETURN(wz, conv_zero_point(ctx, ctx.input(3), *w, cout, "w"));
   }
   std::vector<int64_t> out_dims = {batch, cout};
   out_dims.insert(out_dims.end(), g.out.begin(), g.out.end());
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y,
-                          ctx.make_output(0, integer ? TensorProto::INT32 : x->dtype(), out_dims));
+  ASSIGN_OR_RETURN(Tensor * y,
+                   ctx.make_output(0, integer ? TensorProto::INT32 : x->dtype(), out_dims));
   const int64_t cg = cin / group, mg = cout / group;
-  KERNEL_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(y->size()) * cg * static_cast<double>(g.kernel_size)));
   Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
   if (integer) {
@@ -656,10 +655,10 @@ absl::Status conv_integer(KernelContext& ctx) { return conv_impl(ctx, true); }
 // ConvTranspose
 
 absl::Status conv_transpose(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* w, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* w, required(ctx, 1));
   const Tensor* b = ctx.input(2);
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *x));
+  RETURN_IF_ERROR(require_float(ctx, *x));
   if (w->dtype() != x->dtype() || (b != nullptr && b->dtype() != x->dtype())) {
     return invalid(ctx, "operand types differ");
   }
@@ -680,10 +679,10 @@ absl::Status conv_transpose(KernelContext& ctx) {
   if (auto ks = ctx.node.attr_ints("kernel_shape"); ks.has_value() && *ks != kernel) {
     return invalid(ctx, "kernel_shape does not match W");
   }
-  KERNEL_ASSIGN_OR_RETURN(std::vector<int64_t> strides, ints_attr(ctx, "strides", n, 1, 1));
-  KERNEL_ASSIGN_OR_RETURN(std::vector<int64_t> dil, ints_attr(ctx, "dilations", n, 1, 1));
-  KERNEL_ASSIGN_OR_RETURN(std::vector<int64_t> pads, ints_attr(ctx, "pads", 2 * n, 0, 0));
-  KERNEL_ASSIGN_OR_RETURN(std::vector<int64_t> opad, ints_attr(ctx, "output_padding", n, 0, 0));
+  ASSIGN_OR_RETURN(std::vector<int64_t> strides, ints_attr(ctx, "strides", n, 1, 1));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dil, ints_attr(ctx, "dilations", n, 1, 1));
+  ASSIGN_OR_RETURN(std::vector<int64_t> pads, ints_attr(ctx, "pads", 2 * n, 0, 0));
+  ASSIGN_OR_RETURN(std::vector<int64_t> opad, ints_attr(ctx, "output_padding", n, 0, 0));
   const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" &&
       auto_pad != "SAME_LOWER") {
@@ -726,10 +725,10 @@ absl::Status conv_transpose(KernelContext& ctx) {
   }
   std::vector<int64_t> out_dims = {batch, cout};
   out_dims.insert(out_dims.end(), out.begin(), out.end());
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
   const int64_t in_size = product(in, 0, n), out_size = product(out, 0, n);
   const int64_t kernel_size = product(kernel, 0, n);
-  KERNEL_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(x->size()) * mg * static_cast<double>(kernel_size)));
   const Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
   Scratch<double> acc(static_cast<size_t>(y->size()), 0.0);
@@ -789,7 +788,7 @@ bool pool_type_ok(int32_t t) {
 }
 
 absl::Status pool(KernelContext& ctx, bool is_max) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
   if (is_max ? !pool_type_ok(x->dtype()) : !is_float_type(x->dtype())) {
     return unimplemented(ctx, "element type");
   }
@@ -807,21 +806,20 @@ absl::Status pool(KernelContext& ctx, bool is_max) {
     }
   }
   // AveragePool gained dilations only after the opsets this evaluator knows.
-  KERNEL_ASSIGN_OR_RETURN(
-      Geometry g, window_geometry(ctx, std::vector<int64_t>(xd.begin() + 2, xd.end()), *kernel,
-                                  ceil_mode, is_max));
+  ASSIGN_OR_RETURN(Geometry g, window_geometry(ctx, std::vector<int64_t>(xd.begin() + 2, xd.end()),
+                                               *kernel, ceil_mode, is_max));
   const bool count_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
   const int64_t storage_order = ctx.node.attr_int("storage_order", 0);
   if (storage_order != 0 && storage_order != 1) return invalid(ctx, "bad storage_order");
   std::vector<int64_t> out_dims = {xd[0], xd[1]};
   out_dims.insert(out_dims.end(), g.out.begin(), g.out.end());
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
   Tensor* indices = nullptr;
   if (is_max && ctx.node.output(1) != nullptr) {
-    KERNEL_ASSIGN_OR_RETURN(indices, ctx.make_output(1, TensorProto::INT64, out_dims));
+    ASSIGN_OR_RETURN(indices, ctx.make_output(1, TensorProto::INT64, out_dims));
   }
   const int64_t planes = xd[0] * xd[1];
-  KERNEL_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(y->size()) * static_cast<double>(g.kernel_size)));
   const Scratch<double> xv = to_doubles(*x);
   std::vector<int64_t> o(g.n, 0), kidx(g.n, 0);
@@ -863,14 +861,14 @@ absl::Status pool(KernelContext& ctx, bool is_max) {
 }
 
 absl::Status global_pool(KernelContext& ctx, bool is_max) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *x));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  RETURN_IF_ERROR(require_float(ctx, *x));
   if (x->rank() < 2) return invalid(ctx, "input rank below 2");
   const auto& xd = x->dims();
   std::vector<int64_t> out_dims(xd.size(), 1);
   out_dims[0] = xd[0];
   out_dims[1] = xd[1];
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out_dims));
   const int64_t planes = xd[0] * xd[1], inner = product(xd, 2, xd.size());
   const Scratch<double> xv = to_doubles(*x);
   for (int64_t pl = 0; pl < planes; ++pl) {
@@ -937,7 +935,7 @@ absl::StatusOr<QuantGrid> quant_grid(const KernelContext& ctx, const Tensor& x, 
   if (block > 0 && scale.rank() != x.rank())
     return invalid(ctx, absl::StrCat("blocked quantization needs a scale of x's rank ", x.rank(),
                                      ", got rank ", scale.rank()));
-  KERNEL_ASSIGN_OR_RETURN(int64_t axis, norm_axis(ctx, ctx.node.attr_int("axis", 1), x.rank()));
+  ASSIGN_OR_RETURN(int64_t axis, norm_axis(ctx, ctx.node.attr_int("axis", 1), x.rank()));
   q.dim = x.dims()[axis];
   q.inner = product(x.dims(), axis + 1, x.dims().size());
   if (block == 0) {
@@ -993,8 +991,8 @@ bool scale_type_ok(int32_t dtype, int64_t opset) {
 std::string type_text(int32_t dtype) { return ir::dtype_name(dtype); }
 
 absl::Status quantize(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
   const Tensor* zp = ctx.input(2);
   const int32_t xt = x->dtype();
   if (xt != TensorProto::INT32 && !scale_type_ok(xt, ctx.opset))
@@ -1017,8 +1015,8 @@ absl::Status quantize(KernelContext& ctx) {
   if (!range)
     return unimplemented(
         ctx, absl::StrCat("output element type ", type_text(out_type), " at opset ", ctx.opset));
-  KERNEL_ASSIGN_OR_RETURN(QuantGrid q, quant_grid(ctx, *x, *scale, zp));
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_type, x->dims()));
+  ASSIGN_OR_RETURN(QuantGrid q, quant_grid(ctx, *x, *scale, zp));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_type, x->dims()));
   const auto lo = static_cast<double>(range->first), hi = static_cast<double>(range->second);
   const int32_t st = scale->dtype();
   for (int64_t i = 0; i < x->size(); ++i) {
@@ -1037,8 +1035,8 @@ absl::Status quantize(KernelContext& ctx) {
 }
 
 absl::Status dequantize(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* scale, required(ctx, 1));
   const Tensor* zp = ctx.input(2);
   const int32_t xt = x->dtype();
   if (xt != TensorProto::INT32 && !quantized_range(xt, ctx.opset))
@@ -1059,8 +1057,8 @@ absl::Status dequantize(KernelContext& ctx) {
       out_type = static_cast<int32_t>(od->i());
     }
   }
-  KERNEL_ASSIGN_OR_RETURN(QuantGrid q, quant_grid(ctx, *x, *scale, zp));
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_type, x->dims()));
+  ASSIGN_OR_RETURN(QuantGrid q, quant_grid(ctx, *x, *scale, zp));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_type, x->dims()));
   const bool float_out = out_type == TensorProto::FLOAT && scale->dtype() == TensorProto::FLOAT;
   const float* sp = float_out ? scale->data<float>() : nullptr;
   for (int64_t i = 0; i < x->size(); ++i) {
@@ -1088,8 +1086,8 @@ struct Taps {
 };
 
 absl::Status resize(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_RETURN_IF_ERROR(require_float(ctx, *x));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  RETURN_IF_ERROR(require_float(ctx, *x));
   const Tensor* roi = ctx.input(1);
   const Tensor* scales = ctx.input(2);
   const Tensor* sizes = ctx.input(3);
@@ -1149,7 +1147,7 @@ absl::Status resize(KernelContext& ctx) {
     }
     roi_v = to_doubles(*roi);
   }
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), out));
   if (y->size() == 0) return absl::OkStatus();
   const auto& in = x->dims();
   for (int64_t v : in) {
@@ -1240,7 +1238,7 @@ absl::Status resize(KernelContext& ctx) {
     }
     max_taps *= (mode == "nearest" ? 1 : mode == "linear" ? 2 : 4);
   }
-  KERNEL_RETURN_IF_ERROR(check_work(ctx, static_cast<double>(y->size()) * max_taps));
+  RETURN_IF_ERROR(check_work(ctx, static_cast<double>(y->size()) * max_taps));
 
   const Scratch<double> xv = to_doubles(*x);
   std::vector<int64_t> in_strides(rank, 1);
@@ -1333,11 +1331,11 @@ absl::Status einsum_impl(KernelContext& ctx, const std::vector<std::vector<int>>
   const size_t ni = terms.size();
   std::vector<int64_t> out_dims;
   for (int l : out_labels) out_dims.push_back(dim_of[l]);
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, ctx.inputs[0]->dtype(), out_dims));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, ctx.inputs[0]->dtype(), out_dims));
   const int nl = static_cast<int>(all_labels.size());
   double work = 1;
   for (int l : all_labels) work *= static_cast<double>(dim_of[l]);
-  KERNEL_RETURN_IF_ERROR(check_work(ctx, work * static_cast<double>(ni)));
+  RETURN_IF_ERROR(check_work(ctx, work * static_cast<double>(ni)));
   // Strides of every operand (and the output) along every label; repeated labels add up, which
   // walks diagonals; broadcast (size-1) dims get stride 0.
   std::vector<std::vector<int64_t>> strides(ni + 1, std::vector<int64_t>(nl, 0));
@@ -1386,7 +1384,7 @@ absl::Status einsum(KernelContext& ctx) {
   }
   if (ctx.inputs.empty()) return invalid(ctx, "no inputs");
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
-    KERNEL_ASSIGN_OR_RETURN(const Tensor* t, required(ctx, k));
+    ASSIGN_OR_RETURN(const Tensor* t, required(ctx, k));
     if (t->dtype() != ctx.inputs[0]->dtype()) return invalid(ctx, "operand types differ");
   }
   const int32_t dtype = ctx.inputs[0]->dtype();
@@ -1405,8 +1403,8 @@ absl::Status einsum(KernelContext& ctx) {
   int64_t ell_rank = 0;
   std::vector<std::vector<int>> terms;
   for (size_t k = 0; k < parts.size(); ++k) {
-    KERNEL_ASSIGN_OR_RETURN(std::vector<int> t,
-                            parse_term(ctx, parts[k], ctx.inputs[k]->rank(), &ell_rank));
+    ASSIGN_OR_RETURN(std::vector<int> t,
+                     parse_term(ctx, parts[k], ctx.inputs[k]->rank(), &ell_rank));
     terms.push_back(std::move(t));
   }
   std::vector<int64_t> dim_of(kLetters + 64, -1);
@@ -1426,7 +1424,7 @@ absl::Status einsum(KernelContext& ctx) {
   }
   std::vector<int> out_labels;
   if (arrow != std::string::npos) {
-    KERNEL_ASSIGN_OR_RETURN(out_labels, parse_term(ctx, eq.substr(arrow + 2), -1, &ell_rank));
+    ASSIGN_OR_RETURN(out_labels, parse_term(ctx, eq.substr(arrow + 2), -1, &ell_rank));
     std::vector<bool> seen(kLetters + 64, false);
     for (int l : out_labels) {
       if (seen[l] || dim_of[l] < 0) return invalid(ctx, "bad output label");

@@ -36,8 +36,8 @@ struct Rotation {
 // rows of rot / 2 values).
 absl::Status rotate(KernelContext& ctx, const Tensor& x, const Rotation& r, const Tensor& cos,
                     const Tensor& sin, const Scratch<int64_t>& rows) {
-  KERNEL_RETURN_IF_ERROR(ctx.afford(3.0 * static_cast<double>(x.size())));
-  KERNEL_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), x.dims()));
+  RETURN_IF_ERROR(ctx.afford(3.0 * static_cast<double>(x.size())));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), x.dims()));
   if (x.size() == 0) return absl::OkStatus();
   const Scratch<double> v = to_doubles(x), c = to_doubles(cos), s = to_doubles(sin);
   const int64_t half = r.rot / 2;
@@ -119,18 +119,18 @@ absl::StatusOr<Scratch<int64_t>> rows_of_ids(const KernelContext& ctx, const Ten
 // (B, S, N * H) with num_heads = N. With position_ids (B, S) the caches are (P, rot / 2) and
 // token (b, s) takes row position_ids[b, s]; without, they are (B, S, rot / 2), one row per token.
 absl::Status rotary_embedding(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* cos, required(ctx, 1));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* sin, required(ctx, 2));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* cos, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* sin, required(ctx, 2));
   const Tensor* ids = ctx.input(3);
   if (x->dtype() != TensorProto::FLOAT && x->dtype() != TensorProto::FLOAT16 &&
       x->dtype() != TensorProto::BFLOAT16)
     return invalid(ctx, "X must be float, float16 or bfloat16");
-  KERNEL_RETURN_IF_ERROR(check_caches(ctx, *x, *cos, *sin));
+  RETURN_IF_ERROR(check_caches(ctx, *x, *cos, *sin));
   Rotation r;
-  KERNEL_ASSIGN_OR_RETURN(r.interleaved, interleaved_attr(ctx));
-  KERNEL_ASSIGN_OR_RETURN(const int64_t dim, count_attr(ctx, "rotary_embedding_dim"));
-  KERNEL_ASSIGN_OR_RETURN(const int64_t num_heads, count_attr(ctx, "num_heads"));
+  ASSIGN_OR_RETURN(r.interleaved, interleaved_attr(ctx));
+  ASSIGN_OR_RETURN(const int64_t dim, count_attr(ctx, "rotary_embedding_dim"));
+  ASSIGN_OR_RETURN(const int64_t num_heads, count_attr(ctx, "num_heads"));
   const auto& d = x->dims();
   if (d.size() == 4) {
     // num_heads does not apply: the heads are X's dim 1.
@@ -146,14 +146,14 @@ absl::Status rotary_embedding(KernelContext& ctx) {
                    "X must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, sequence, "
                    "head)");
   }
-  KERNEL_RETURN_IF_ERROR(set_rotated_width(ctx, dim, r));
+  RETURN_IF_ERROR(set_rotated_width(ctx, dim, r));
   const int64_t half = r.rot / 2;
   Scratch<int64_t> rows;
   if (ids != nullptr) {
     if (cos->rank() != 2 || cos->dims()[1] != half)
       return invalid(ctx,
                      absl::StrCat("with position_ids the caches must be (positions, ", half, ")"));
-    KERNEL_ASSIGN_OR_RETURN(rows, rows_of_ids(ctx, *ids, r, cos->dims()[0]));
+    ASSIGN_OR_RETURN(rows, rows_of_ids(ctx, *ids, r, cos->dims()[0]));
   } else {
     if (cos->rank() != 3 || cos->dims()[0] != r.batch || cos->dims()[1] != r.seq ||
         cos->dims()[2] != half)
@@ -175,20 +175,20 @@ absl::Status rotary_embedding(KernelContext& ctx) {
 // which its CPU kernel does not implement (caches shorter than the sequence: Unimplemented here
 // too), nor is is_packed_batching (ragged batches) evaluated.
 absl::Status ms_rotary_embedding(KernelContext& ctx) {
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* ids, required(ctx, 1));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* cos, required(ctx, 2));
-  KERNEL_ASSIGN_OR_RETURN(const Tensor* sin, required(ctx, 3));
+  ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* ids, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* cos, required(ctx, 2));
+  ASSIGN_OR_RETURN(const Tensor* sin, required(ctx, 3));
   if (x->dtype() != TensorProto::FLOAT && x->dtype() != TensorProto::FLOAT16)
     return unimplemented(ctx, "element type other than float and float16");
   if (ctx.node.attr_int("is_packed_batching", 0) != 0)
     return unimplemented(ctx, "is_packed_batching");
-  KERNEL_RETURN_IF_ERROR(check_caches(ctx, *x, *cos, *sin));
+  RETURN_IF_ERROR(check_caches(ctx, *x, *cos, *sin));
   if (cos->rank() != 2) return invalid(ctx, "cos_cache and sin_cache must be 2-D");
   Rotation r;
-  KERNEL_ASSIGN_OR_RETURN(r.interleaved, interleaved_attr(ctx));
-  KERNEL_ASSIGN_OR_RETURN(const int64_t dim, count_attr(ctx, "rotary_embedding_dim"));
-  KERNEL_ASSIGN_OR_RETURN(const int64_t num_heads, count_attr(ctx, "num_heads"));
+  ASSIGN_OR_RETURN(r.interleaved, interleaved_attr(ctx));
+  ASSIGN_OR_RETURN(const int64_t dim, count_attr(ctx, "rotary_embedding_dim"));
+  ASSIGN_OR_RETURN(const int64_t num_heads, count_attr(ctx, "num_heads"));
   if (dim > 0 && num_heads == 0)
     return invalid(ctx, "rotary_embedding_dim needs the num_heads attribute");
   const int64_t positions = cos->dims()[0], width = cos->dims()[1];
@@ -208,7 +208,7 @@ absl::Status ms_rotary_embedding(KernelContext& ctx) {
                    "input must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, "
                    "sequence, head)");
   }
-  KERNEL_RETURN_IF_ERROR(set_rotated_width(ctx, dim, r));
+  RETURN_IF_ERROR(set_rotated_width(ctx, dim, r));
   if (width != r.rot / 2)
     return invalid(
         ctx, absl::StrCat("the caches' width ", width, " is not half the rotated width ", r.rot));
@@ -228,7 +228,7 @@ absl::Status ms_rotary_embedding(KernelContext& ctx) {
       for (int64_t i = 0; i < r.batch * r.seq; ++i) rows[i] = first + i % r.seq;
     }
   } else {
-    KERNEL_ASSIGN_OR_RETURN(rows, rows_of_ids(ctx, *ids, r, positions));
+    ASSIGN_OR_RETURN(rows, rows_of_ids(ctx, *ids, r, positions));
   }
   return rotate(ctx, *x, r, *cos, *sin, rows);
 }
