@@ -31,7 +31,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "client/graft_client.h"
-#include "client/tls.h"
+#include "common/tls.h"
 #include "tests/server/http_get.h"
 
 namespace graft::bench {

@@ -46,7 +46,7 @@
 
 #include "bench/bench_util.h"
 #include "client/graft_client.h"
-#include "client/tls.h"
+#include "common/tls.h"
 #include "core/cache/digest.h"
 #include "core/ir/model.h"
 #include "core/paths/files.h"

@@ -13,7 +13,7 @@
 #include <absl/status/statusor.h>
 #include <grpcpp/grpcpp.h>
 
-#include "client/tls.h"
+#include "common/tls.h"
 #include "graft/v1/graft.grpc.pb.h"
 
 namespace graft::client {

@@ -25,7 +25,7 @@
 #include "client/exit_codes.h"
 #include "client/file_digest.h"
 #include "client/graft_client.h"
-#include "client/report.h"
+#include "common/report.h"
 #include "client/verify_data.h"
 #include "core/build_info.h"
 #include "core/cache/digest.h"
@@ -40,6 +40,7 @@
 namespace graft::cli {
 namespace {
 
+using namespace ::graft::report;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) {

@@ -1,4 +1,4 @@
-// libFuzzer target: a saved JSON report as `graft report` reads it (client/report.h:
+// libFuzzer target: a saved JSON report as `graft report` reads it (common/report.h:
 // parse_saved_report, then render_html). Reports travel through registries and artefact stores,
 // so the text is hostile, and the page it becomes is opened in a browser.
 //
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/report.h"
+#include "common/report.h"
 #include "fuzz/fuzz_check.h"
 
 using graft::fuzz::fail;
@@ -21,7 +21,7 @@ using graft::fuzz::fail;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   std::string error;
-  std::optional<nlohmann::json> report = graft::cli::parse_saved_report(text, &error);
+  std::optional<nlohmann::json> report = graft::report::parse_saved_report(text, &error);
   if (!report) {
     if (error.empty()) fail("a refusal without a reason");
     return 0;
@@ -29,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!report->is_object()) fail("accepted a report that is not an object");
 
   // The template around the report: what the pages of {} and {"k":1} share, less their braces.
-  static const std::string kA = graft::cli::render_html(nlohmann::json::object());
-  static const std::string kB = graft::cli::render_html(nlohmann::json{{"k", 1}});
+  static const std::string kA = graft::report::render_html(nlohmann::json::object());
+  static const std::string kB = graft::report::render_html(nlohmann::json{{"k", 1}});
   static const size_t kHeadSize = [] {
     size_t n = 0;
     while (n < kA.size() && n < kB.size() && kA[n] == kB[n]) ++n;
@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string_view kTail = std::string_view(kA).substr(kA.size() - kTailSize);
   if (kHeadSize + kTailSize + 2 != kA.size()) fail("the template holds no single report");
 
-  const std::string page = graft::cli::render_html(*report);
+  const std::string page = graft::report::render_html(*report);
   if (page.size() < kHead.size() + kTail.size() || page.compare(0, kHead.size(), kHead) != 0 ||
       page.compare(page.size() - kTail.size(), kTail.size(), kTail) != 0)
     fail("the template around the report changed");

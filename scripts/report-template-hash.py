@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Puts the sha256 of client/report_template.html's script into the page's Content-Security-Policy
+"""Puts the sha256 of common/report_template.html's script into the page's Content-Security-Policy
 (script-src 'sha256-...'), so that browsers run that script and nothing else: no inline handler,
 no injected element. Run it after editing the script; with --check, exits 1 if it is stale
 (a test runs that)."""
@@ -9,7 +9,7 @@ import pathlib
 import re
 import sys
 
-path = pathlib.Path(__file__).resolve().parent.parent / "client" / "report_template.html"
+path = pathlib.Path(__file__).resolve().parent.parent / "common" / "report_template.html"
 page = path.read_text(encoding="utf-8")
 scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
 if len(scripts) != 1:

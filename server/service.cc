@@ -13,7 +13,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "client/report.h"
+#include "common/report.h"
 #include "core/analysis/memory.h"
 #include "core/build_info.h"
 #include "core/cache/digest.h"
@@ -661,11 +661,11 @@ std::optional<std::string> GraftService::report_page(const std::string& output_s
     return std::nullopt;
   if (auto model = ir::Model::parse(result->optimized_model); model.ok()) {
     const DimBindings dims(proto.memory_dims().begin(), proto.memory_dims().end());
-    page["profile"] = {{"after", cli::profile_json(cli::profile_model(
+    page["profile"] = {{"after", report::profile_json(report::profile_model(
                                      **model, SizeRule{&dims, proto.memory_default_dim()}))}};
   }
   page["report"] = std::move(report);
-  return cli::render_html(page);
+  return report::render_html(page);
 }
 
 }  // namespace graft::server

@@ -12,7 +12,7 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
-#include "client/tls.h"
+#include "common/tls.h"
 #include "server/request_log.h"
 
 namespace graft::server {

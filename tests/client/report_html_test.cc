@@ -1,16 +1,16 @@
-// The HTML report's renderer and the model profile it shows (client/report.h); the page itself
+// The HTML report's renderer and the model profile it shows (common/report.h); the page itself
 // is checked in a browser by tests/report/page_test.py.
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
-#include "client/report.h"
+#include "common/report.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
 namespace {
 
-using cli::ModelProfile;
+using report::ModelProfile;
 
 // The JSON between the report element's tags.
 std::string embedded(const std::string& page) {
@@ -24,7 +24,7 @@ std::string embedded(const std::string& page) {
 TEST(ReportHtml, EmbedsTheReportSoNoStringCanEndItsElement) {
   const std::string hostile = "</script><script>alert(1)</script><!-- & \xe2\x80\xa8 \xe2\x80\xa9";
   nlohmann::json report = {{"input", hostile}, {"passes", {{{"name", "<b>x</b>"}}}}};
-  const std::string page = cli::render_html(report);
+  const std::string page = report::render_html(report);
   EXPECT_EQ(page.find("@GRAFT_REPORT_JSON@"), std::string::npos);
   const std::string json = embedded(page);
   ASSERT_FALSE(json.empty());
@@ -40,21 +40,21 @@ TEST(ReportHtml, EmbedsTheReportSoNoStringCanEndItsElement) {
 
 TEST(ReportHtml, InvalidUtf8FromAModelBecomesReplacementCharacters) {
   nlohmann::json report = {{"input", std::string("bad\xff\xfe name")}};
-  const std::string json = embedded(cli::render_html(report));
+  const std::string json = embedded(report::render_html(report));
   EXPECT_EQ(nlohmann::json::parse(json)["input"], "bad\xef\xbf\xbd\xef\xbf\xbd name");
 }
 
 // Sizes for a person, up to the largest estimate: a saturated one (the memory estimate of
 // hostile dims) is a lower bound, not a number of GiB.
 TEST(ReportText, HumanBytesUpToASaturatedEstimate) {
-  EXPECT_EQ(cli::human_bytes(0), "0 B");
-  EXPECT_EQ(cli::human_bytes(1023), "1023 B");
-  EXPECT_EQ(cli::human_bytes(1536), "1.5 KiB");
-  EXPECT_EQ(cli::human_bytes(uint64_t{5} << 20), "5.00 MiB");
-  EXPECT_EQ(cli::human_bytes(uint64_t{3} << 40), "3.00 TiB");
-  EXPECT_EQ(cli::human_bytes(uint64_t{15} << 60), "15.00 EiB");
-  EXPECT_EQ(cli::human_bytes(std::numeric_limits<uint64_t>::max()), "at least 16 EiB");
-  EXPECT_EQ(cli::human_bytes(std::numeric_limits<uint64_t>::max() - 1), "16.00 EiB");
+  EXPECT_EQ(report::human_bytes(0), "0 B");
+  EXPECT_EQ(report::human_bytes(1023), "1023 B");
+  EXPECT_EQ(report::human_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(report::human_bytes(uint64_t{5} << 20), "5.00 MiB");
+  EXPECT_EQ(report::human_bytes(uint64_t{3} << 40), "3.00 TiB");
+  EXPECT_EQ(report::human_bytes(uint64_t{15} << 60), "15.00 EiB");
+  EXPECT_EQ(report::human_bytes(std::numeric_limits<uint64_t>::max()), "at least 16 EiB");
+  EXPECT_EQ(report::human_bytes(std::numeric_limits<uint64_t>::max() - 1), "16.00 EiB");
 }
 
 TEST(ReportProfile, CountsOpsListsPortsAndFollowsTheMemoryEstimate) {
@@ -69,7 +69,7 @@ TEST(ReportProfile, CountsOpsListsPortsAndFollowsTheMemoryEstimate) {
   )");
   ASSERT_TRUE(model);
   const DimBindings dims{{"N", 4}};
-  const ModelProfile p = cli::profile_model(*model, SizeRule{&dims, 1});
+  const ModelProfile p = report::profile_model(*model, SizeRule{&dims, 1});
   EXPECT_EQ(p.ops, (std::map<std::string, int64_t>{
                        {"Add", 1}, {"Relu", 2}, {"com.microsoft:FastGelu", 1}}));
   ASSERT_EQ(p.inputs.size(), 2u);
@@ -98,9 +98,9 @@ TEST(ReportProfile, ALongScheduleIsSampledByItsLargestValues) {
       parse_text("<ir_version: 8, opset_import: [\"\" : 13]>\ng (float[10] x) => (float[10] " +
                  prev + ") {\n" + body + "}\n");
   ASSERT_TRUE(model);
-  const ModelProfile p = cli::profile_model(*model, SizeRule{});
+  const ModelProfile p = report::profile_model(*model, SizeRule{});
   EXPECT_EQ(p.nodes, 1000u);
-  ASSERT_EQ(p.memory.size(), cli::kProfilePoints);
+  ASSERT_EQ(p.memory.size(), report::kProfilePoints);
   for (uint64_t b : p.memory) EXPECT_EQ(b, 80u);  // an input and an output of 40 bytes each
 }
 

@@ -1,6 +1,6 @@
 """The optimization report as a self-contained HTML page (Result.report_html()).
 
-The page is client/report_template.html (shipped in the package as report_template.html), whose
+The page is common/report_template.html (shipped in the package as report_template.html), whose
 one @GRAFT_REPORT_JSON@, inside <script id="graft-report" type="application/json">, is replaced
 by {"format": "graft.v1.OptimizeReport", "report": <the report in proto3's JSON mapping, proto
 field names, defaults included>}. Names in the report come from the model, so the JSON is made

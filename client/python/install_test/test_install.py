@@ -113,7 +113,7 @@ def test_installed_package_is_imported_from_the_venv(venv):
     installed = Path(package_file).parent
     template = installed / "report_template.html"
     assert template.is_file() and not template.is_symlink()
-    assert template.read_bytes() == (SOURCE_DIR / "client" / "report_template.html").read_bytes()
+    assert template.read_bytes() == (SOURCE_DIR / "common" / "report_template.html").read_bytes()
     # The console script, installed by the wheel's entry point.
     script = subprocess.run([str(root / "bin" / "graft-client"), "--version"], cwd=work,
                             env=venv_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)

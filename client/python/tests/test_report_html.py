@@ -1,4 +1,4 @@
-"""Result.report_html(): the report embedded in client/report_template.html as script-safe
+"""Result.report_html(): the report embedded in common/report_template.html as script-safe
 JSON, whatever names the model carries."""
 
 import json
@@ -15,7 +15,7 @@ from graft_client.report import (FORMAT, PLACEHOLDER, embedded_report, load_temp
 from models import conv_bn_bytes
 
 SOURCE_DIR = Path(os.environ.get("GRAFT_SOURCE_DIR", Path(__file__).resolve().parents[3]))
-TEMPLATE = SOURCE_DIR / "client" / "report_template.html"
+TEMPLATE = SOURCE_DIR / "common" / "report_template.html"
 HOSTILE = "</script><script>alert(1)</script>"
 SCRIPT_OPEN = '<script id="graft-report" type="application/json">'
 

@@ -1,4 +1,4 @@
-#include "client/tls.h"
+#include "common/tls.h"
 
 #include <cerrno>
 #include <cstdio>

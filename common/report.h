@@ -14,7 +14,7 @@
 #include "core/ir/model.h"
 #include "core/pipeline/pipeline.h"
 
-namespace graft::cli {
+namespace graft::report {
 
 // What a report shows of a model beyond the pipeline's counts: its op types, its interface and
 // its estimated activation memory over the node schedule.
@@ -68,7 +68,7 @@ std::string human_bytes(uint64_t b);
 std::string terminal_safe(std::string_view text, bool keep_newlines = false);
 nlohmann::json to_json(const RunSummary& run);
 
-// The self-contained HTML page (client/report_template.html: inline CSS and script, no network)
+// The self-contained HTML page (common/report_template.html: inline CSS and script, no network)
 // showing `report`: a to_json() report, or {"format": "graft.v1.OptimizeReport", "report":
 // <an OptimizeReport as JSON>, "profile": {...}} as graftd and the Python client make. The JSON
 // is embedded with '<', '>', '&', U+2028 and U+2029 escaped, so no string from the model can end
@@ -86,4 +86,4 @@ inline constexpr int kMaxSavedReportDepth = 32;
 // is hostile: its size and depth are checked before anything recurses over it.
 std::optional<nlohmann::json> parse_saved_report(std::string_view text, std::string* error);
 
-}  // namespace graft::cli
+}  // namespace graft::report

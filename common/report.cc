@@ -1,4 +1,4 @@
-#include "client/report.h"
+#include "common/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,11 +9,11 @@
 #include "core/ir/tensor.h"
 #include "core/pipeline/fix_dims.h"
 
-// The page template with its one marker (client/report_template.html, embedded by the build:
+// The page template with its one marker (common/report_template.html, embedded by the build:
 // cmake/embed_file.cmake).
 extern "C" const char graft_report_template[];
 
-namespace graft::cli {
+namespace graft::report {
 
 std::string terminal_safe(std::string_view text, bool keep_newlines) {
   std::string out;
@@ -407,4 +407,4 @@ std::string render_html(const nlohmann::json& report) {
   return out;
 }
 
-}  // namespace graft::cli
+}  // namespace graft::report
