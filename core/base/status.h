@@ -4,6 +4,7 @@
 // (a prefix naming the input, a different code), and then through with_prefix where it fits.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -48,7 +49,7 @@ absl::Status status_of(absl::StatusOr<T>&& s) {
 // `s` with "<prefix>" before its message, same code; OK stays OK.
 inline absl::Status with_prefix(const absl::Status& s, std::string_view prefix) {
   if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+  return absl::Status(s.code(), absl::StrCat(prefix, std::string(s.message())));
 }
 
 }  // namespace graft::base
