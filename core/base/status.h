@@ -10,7 +10,6 @@
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
-#include <absl/strings/str_cat.h>
 
 #define GRAFT_STATUS_CONCAT_INNER(a, b) a##b
 #define GRAFT_STATUS_CONCAT(a, b) GRAFT_STATUS_CONCAT_INNER(a, b)
@@ -49,7 +48,7 @@ absl::Status status_of(absl::StatusOr<T>&& s) {
 // `s` with "<prefix>" before its message, same code; OK stays OK.
 inline absl::Status with_prefix(const absl::Status& s, std::string_view prefix) {
   if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(prefix, std::string(s.message())));
+  return absl::Status(s.code(), std::string(prefix) + std::string(s.message()));
 }
 
 }  // namespace graft::base
