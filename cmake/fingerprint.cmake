@@ -20,7 +20,7 @@
 set(GRAFT_FINGERPRINT_TREES core/*.cc core/*.h proto/*.proto)
 # Searched in their own folder only:
 set(GRAFT_FINGERPRINT_FILES
-  proto/convert.cc proto/convert.h
+  proto/convert.cc proto/convert.h proto/config_key.cc proto/config_key.h
   server/config.cc server/config.h server/service.cc
   CMakeLists.txt core/CMakeLists.txt proto/CMakeLists.txt cmake/*.cmake)
 

@@ -10,6 +10,7 @@
 
 #include "core/pipeline/pipeline.h"
 #include "graft/v1/graft.pb.h"
+#include "proto/config_key.h"
 
 namespace graft::api {
 
@@ -32,12 +33,7 @@ absl::Status check_limits(const PipelineConfig& config);
 absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config);
 v1::PipelineConfig to_proto(const PipelineConfig& config);
 
-// A canonical text of what the config means: the resolved pass list with every option's parsed
-// value (defaults included), rounds and checks. Equal for configs that run the same pipeline
-// (e.g. "O2" and O2's explicit list, or an option left out and given as its default). Given
-// verify input sets enter as the sha256 of their contents (input_sets_digest), in place of the
-// random-input settings they make irrelevant. fix_dims and fix_shapes enter when not empty.
-absl::StatusOr<std::string> canonical_config(const PipelineConfig& config);
+// The result cache's key of a config: canonical_config, in proto/config_key.h.
 
 // Lowercase hex sha256 of input sets' contents: per set, per input name in order, the name,
 // element type, dims and values (a tensor's encoding, raw_data or typed fields, does not

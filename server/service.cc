@@ -33,8 +33,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using SysClock = std::chrono::system_clock;
 constexpr size_t kChunkBytes = 1 << 20;
-// fold_constants' own default cap (core/passes/registry.cc).
-constexpr uint64_t kDefaultFoldBytes = 16ull << 20;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -210,21 +208,12 @@ absl::StatusOr<PipelineConfig> request_pipeline_config(const ServerConfig& serve
     eval::set_memory_budget(&config->verify_options, server.verify_max_bytes);
     config->verify_options.max_work = server.verify_max_work;
   }
-  // Folding runs the evaluator too: a client may lower its per-tensor cap, not raise it past
-  // the evaluator memory this server grants a request.
-  // from_proto checked the value against the pass's schema, so it parses here.
-  const uint64_t fold_limit = std::max<uint64_t>(kDefaultFoldBytes, server.verify_max_bytes);
-  auto fold = config->pass_options.find("fold_constants");
-  if (fold != config->pass_options.end() && fold->second.count("max_bytes")) {
-    const PassInfo* info = find_pass("fold_constants");
-    auto values = parse_options(info->name, info->options, fold->second);
-    if (!values.ok()) return values.status();
-    if (static_cast<uint64_t>(values->integer("max_bytes")) > fold_limit)
-      return absl::InvalidArgumentError(
-          absl::StrCat("option fold_constants.max_bytes ", values->integer("max_bytes"),
-                       " exceeds this server's limit of ", fold_limit,
-                       " bytes (the larger of 16 MiB and verify_max_bytes)"));
-  }
+  // Passes that run the evaluator (folding) size what they hold by options: a client may lower
+  // them, not raise them past the evaluator memory this server grants a request.
+  if (auto st =
+          check_evaluator_memory_options(*config, server.verify_max_bytes, "verify_max_bytes");
+      !st.ok())
+    return st;
   return config;
 }
 

@@ -783,6 +783,34 @@ std::string Model::fresh_name(std::string_view hint) {
   return name;
 }
 
+namespace {
+
+Model::OpsetImports* imports_for(Model& model, const Graph* body) {
+  if (body == nullptr || body == &model.graph()) return model.mutable_rest().mutable_opset_import();
+  for (Function& fn : model.functions())
+    if (fn.body.get() == body) return fn.rest.mutable_opset_import();
+  return nullptr;
+}
+
+}  // namespace
+
+void Model::edit_opset_imports(const Graph* body, const std::function<void(OpsetImports&)>& edit) {
+  OpsetImports* imports = imports_for(*this, body);
+  if (imports == nullptr) return;
+  // A function body is found again by its graph, which the functions list does not move.
+  if (journaling())
+    on_undo([this, body, old = *imports] {
+      if (OpsetImports* now = imports_for(*this, body)) *now = old;
+    });
+  edit(*imports);
+  touch();
+}
+
+void Model::set_ir_version(int64_t version) {
+  on_undo([this, old = rest_.ir_version()] { rest_.set_ir_version(old); });
+  rest_.set_ir_version(version);
+}
+
 Model::Checkpoint Model::checkpoint() {
   if (journal_depth_++ == 0) {
     journal_.clear();

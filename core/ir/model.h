@@ -14,7 +14,8 @@
 //    mutation of a graph (nodes, values, uses, attributes, initializers, names, types, graph
 //    outputs) records its inverse in the model's journal. Rolling back restores the graphs,
 //    the names in use, the shape facts and generation() exactly as they were at the checkpoint.
-//    Edits of the model's own protos (opset imports, functions list) are not journaled.
+//    Opset imports and the IR version are changed through edit_opset_imports / set_ir_version,
+//    journaled the same way. The functions list is not journaled.
 #pragma once
 
 #include <cstdint>
@@ -433,6 +434,14 @@ class Model {
   const onnx::ModelProto& rest() const { return rest_; }
   onnx::ModelProto& mutable_rest() { return rest_; }
 
+  // The opset imports of the model (`body` nullptr or the main graph) or of the model-local
+  // function whose body is `body`, changed by `edit`. Journaled like a graph edit: a rollback
+  // puts the old list back. An unknown body changes nothing.
+  using OpsetImports = google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>;
+  void edit_opset_imports(const Graph* body, const std::function<void(OpsetImports&)>& edit);
+  // Sets the model's IR version, journaled.
+  void set_ir_version(int64_t version);
+
   // IR versions before 4 require every initializer to also be a graph input, so passes must not
   // create initializers there (that would change the model's inputs).
   bool allows_new_initializers() const { return rest_.ir_version() >= 4; }
@@ -463,10 +472,6 @@ class Model {
     if (journal_depth_ > 0) journal_.emplace_back(std::forward<Undo>(undo));
   }
   uint64_t journal_session() const { return journal_depth_ > 0 ? journal_session_ : 0; }
-
-  // Who hears why a rewrite rule did not match at a node (core/passes/rules.h: no_match): the
-  // rule driver, while a user asks to explain a rule. Empty: nobody.
-  std::function<void(const Node& at, std::string_view reason)> no_match_listener;
 
   // Bumped by every edit: facts computed at an older generation that were incomplete are
   // computed again when asked.

@@ -333,7 +333,8 @@ PassInfo fold_constants_pass() {
           "(deterministic ops the reference evaluator supports)",
       .options =
           {
-              bytes_option(kMaxBytes, 16ll << 20, kMaxFoldBytes, "largest folded result in bytes"),
+              evaluator_bytes_option(kMaxBytes, 16ll << 20, kMaxFoldBytes,
+                                     "largest folded result in bytes"),
               integer_option(kMaxGrowth, 4, 0, std::numeric_limits<int64_t>::max(),
                              "never fold when the result is more than this many times larger than "
                              "the constant inputs folding frees (an input only foldable nodes read "

@@ -420,14 +420,19 @@ class FuseOnnxRuntime : public RulePass {
     const int64_t imported = model.graph().opset(kMicrosoftDomain);
     if (imported != 0 && imported != 1)
       return PassResult{};  // a version the rules were not written for
-    auto* imports = model.mutable_rest().mutable_opset_import();
-    if (imported == 0) {
-      auto* op = imports->Add();
-      op->set_domain(kMicrosoftDomain);
-      op->set_version(1);
-    }
+    // The import is journaled: taking the checkpoint back removes it again.
+    const ir::Model::Checkpoint cp = model.checkpoint();
+    if (imported == 0)
+      model.edit_opset_imports(nullptr, [](ir::Model::OpsetImports& imports) {
+        auto* op = imports.Add();
+        op->set_domain(kMicrosoftDomain);
+        op->set_version(1);
+      });
     absl::StatusOr<PassResult> result = RulePass::run(model, ctx);
-    if (imported == 0 && (!result.ok() || !result->changed)) imports->RemoveLast();
+    if (imported == 0 && (!result.ok() || !result->changed))
+      model.rollback(cp);
+    else
+      model.release(cp);
     return result;
   }
 };

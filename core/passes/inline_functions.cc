@@ -220,12 +220,6 @@ class InlineFunctions final : public Pass {
     while (g->parent()) g = g->parent()->graph();
     return g;
   }
-  google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>* imports_of(const ir::Graph* root) {
-    if (root == &model_->graph()) return model_->mutable_rest().mutable_opset_import();
-    for (auto& fn : model_->functions())
-      if (fn.body.get() == root) return fn.rest.mutable_opset_import();
-    return nullptr;
-  }
 
   // Whether `info`'s body resolves every domain it imports or uses to the version it has in
   // `root`; the domains `root` does not import yet are returned in `missing` (with versions).
@@ -354,15 +348,14 @@ class InlineFunctions final : public Pass {
       for (auto it = copies.rbegin(); it != copies.rend(); ++it) rw_->erase(*it);
       return false;
     }
-    if (!missing.empty()) {
-      auto* imports = imports_of(root_of(&g));
-      for (const auto& [domain, version] : missing) {
-        auto* op = imports->Add();
-        op->set_domain(domain);
-        op->set_version(version);
-      }
-      model_->touch();
-    }
+    if (!missing.empty())
+      model_->edit_opset_imports(root_of(&g), [&](ir::Model::OpsetImports& imports) {
+        for (const auto& [domain, version] : missing) {
+          auto* op = imports.Add();
+          op->set_domain(domain);
+          op->set_version(version);
+        }
+      });
     std::unordered_set<const ir::Node*> created;
     for (size_t k = 0; k < srcs.size(); ++k) {
       created.insert(copies[k]);
@@ -430,11 +423,12 @@ class InlineFunctions final : public Pass {
     for (const auto& fn : fns) dropped_domains.erase(fn.rest.domain());
     for (ir::Graph* g : model.all_graphs())
       for (ir::Node* n : g->nodes()) dropped_domains.erase(n->domain());
-    auto* imports = model.mutable_rest().mutable_opset_import();
-    for (int i = imports->size() - 1; i >= 0; --i)
-      if (!standard_domain(imports->Get(i).domain()) &&
-          dropped_domains.count(imports->Get(i).domain()))
-        imports->DeleteSubrange(i, 1);
+    model.edit_opset_imports(nullptr, [&](ir::Model::OpsetImports& imports) {
+      for (int i = imports.size() - 1; i >= 0; --i)
+        if (!standard_domain(imports.Get(i).domain()) &&
+            dropped_domains.count(imports.Get(i).domain()))
+          imports.DeleteSubrange(i, 1);
+    });
     model.touch();
     return true;
   }

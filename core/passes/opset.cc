@@ -340,16 +340,20 @@ absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
   model.release(cp);
 
   // The imports last: until here every node was read at its old opset.
-  onnx::ModelProto& rest = model.mutable_rest();
-  if (main) {
-    raise_imports(rest.mutable_opset_import(), target);
-  } else {
-    auto* op = rest.add_opset_import();
-    op->set_domain("");
-    op->set_version(target);
-  }
-  for (ir::Function& fn : model.functions()) raise_imports(fn.rest.mutable_opset_import(), target);
-  if (rest.ir_version() < ir_version_for(target)) rest.set_ir_version(ir_version_for(target));
+  model.edit_opset_imports(nullptr, [&](ir::Model::OpsetImports& imports) {
+    if (main) {
+      raise_imports(&imports, target);
+    } else {
+      auto* op = imports.Add();
+      op->set_domain("");
+      op->set_version(target);
+    }
+  });
+  for (ir::Function& fn : model.functions())
+    model.edit_opset_imports(
+        fn.body.get(), [&](ir::Model::OpsetImports& imports) { raise_imports(&imports, target); });
+  if (model.rest().ir_version() < ir_version_for(target))
+    model.set_ir_version(ir_version_for(target));
   // Facts computed so far hold (every conversion keeps the meaning); incomplete ones may now be
   // completed by the rules of the new opset.
   model.touch();

@@ -111,6 +111,13 @@ OptionSpec bytes_option(std::string name, int64_t default_value, int64_t max, st
           std::move(help)};
 }
 
+OptionSpec evaluator_bytes_option(std::string name, int64_t default_value, int64_t max,
+                                  std::string help) {
+  OptionSpec spec = bytes_option(std::move(name), default_value, max, std::move(help));
+  spec.evaluator_memory = true;
+  return spec;
+}
+
 OptionSpec boolean_option(std::string name, bool default_value, std::string help) {
   return {std::move(name),
           OptionType::kBoolean,

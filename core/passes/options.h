@@ -44,11 +44,18 @@ struct OptionSpec {
   int64_t max = std::numeric_limits<int64_t>::max();
   std::vector<std::string> choices;  // kEnum; kList: the names allowed (empty: any name)
   std::string help;                  // one line
+  // kBytes: memory the pass holds on the evaluator (fold_constants' largest folded result). A
+  // server caps such an option at the larger of its default and the evaluator memory it grants
+  // a request (check_evaluator_memory_options in core/pipeline/pipeline.h).
+  bool evaluator_memory = false;
 };
 
 OptionSpec integer_option(std::string name, int64_t default_value, int64_t min, int64_t max,
                           std::string help);
 OptionSpec bytes_option(std::string name, int64_t default_value, int64_t max, std::string help);
+// A bytes_option that sizes evaluator memory (OptionSpec::evaluator_memory).
+OptionSpec evaluator_bytes_option(std::string name, int64_t default_value, int64_t max,
+                                  std::string help);
 OptionSpec boolean_option(std::string name, bool default_value, std::string help);
 OptionSpec enum_option(std::string name, std::string default_value,
                        std::vector<std::string> choices, std::string help);

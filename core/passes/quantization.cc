@@ -1,6 +1,27 @@
 #include "core/passes/quantization.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace graft {
+
+OptionSpec min_weight_elements_option() {
+  return integer_option(kMinWeightElements, 4096, 0, std::numeric_limits<int64_t>::max(),
+                        "weights with fewer elements stay float");
+}
+
+OptionSpec exclude_ops_option(std::vector<std::string> default_ops, std::vector<std::string> ops,
+                              std::string help) {
+  return list_option(kExcludeOps, std::move(default_ops), std::move(ops), std::move(help));
+}
+
+OptionSpec exclude_nodes_option(std::string help) {
+  return list_option(kExcludeNodes, {}, {}, std::move(help));
+}
+
+bool excluded_op(const std::vector<std::string>& excluded, std::string_view op) {
+  return std::find(excluded.begin(), excluded.end(), op) != excluded.end();
+}
 
 std::optional<ActivationQuantization> activation_params(double lo, double hi, bool uint8) {
   if (!std::isfinite(lo) || !std::isfinite(hi)) return std::nullopt;

@@ -14,6 +14,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "core/ir/model.h"
+#include "core/passes/options.h"
 
 namespace graft {
 
@@ -104,5 +105,22 @@ onnx::TensorProto zero_point_tensor(int32_t dtype, int32_t value);
 
 // True when `node` has a name listed in `sorted_names` (an exclude_nodes option's value).
 bool excluded_node(const ir::Node& node, const std::vector<std::string>& sorted_names);
+
+// The options the weight-quantizing passes share, declared once: which weights a run leaves in
+// float. Each pass lists the ones it takes in its descriptor and reads them by these names.
+inline constexpr char kMinWeightElements[] = "min_weight_elements";
+inline constexpr char kExcludeOps[] = "exclude_ops";
+inline constexpr char kExcludeNodes[] = "exclude_nodes";
+// Weights with fewer elements stay float (default 4096, a 64x64 weight: below that the bytes
+// saved are a few KiB, and the quantize/dequantize work costs more per run than it saves).
+OptionSpec min_weight_elements_option();
+// Op types (of `ops`) left in float; `help` says what each costs or means for the pass.
+OptionSpec exclude_ops_option(std::vector<std::string> default_ops, std::vector<std::string> ops,
+                              std::string help);
+// Node names left in float, any name; `help` by default says where nodes are looked up.
+OptionSpec exclude_nodes_option(
+    std::string help = "node names left in float (in the main graph and If/Loop/Scan bodies)");
+// Whether `op` is in an exclude_ops value.
+bool excluded_op(const std::vector<std::string>& excluded, std::string_view op);
 
 }  // namespace graft

@@ -61,9 +61,6 @@ using onnx::TensorProto;
 
 constexpr char kPerChannel[] = "per_channel";
 constexpr char kWeightType[] = "weight_type";
-constexpr char kMinWeightElements[] = "min_weight_elements";
-constexpr char kExcludeOps[] = "exclude_ops";
-constexpr char kExcludeNodes[] = "exclude_nodes";
 
 struct Config {
   WeightQuantization weights;
@@ -349,13 +346,10 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   cfg->weights.uint8 = ctx.enum_option(kWeightType) == "uint8";
   cfg->min_elements = ctx.int_option(kMinWeightElements);
   const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
-  auto excluded = [&](std::string_view op) {
-    return std::find(exclude.begin(), exclude.end(), op) != exclude.end();
-  };
-  cfg->skip_matmul = excluded("MatMul");
-  cfg->skip_gemm = excluded("Gemm");
-  cfg->skip_gather = excluded("Gather");
-  cfg->skip_conv = excluded("Conv");
+  cfg->skip_matmul = excluded_op(exclude, "MatMul");
+  cfg->skip_gemm = excluded_op(exclude, "Gemm");
+  cfg->skip_gather = excluded_op(exclude, "Gather");
+  cfg->skip_conv = excluded_op(exclude, "Conv");
   cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
   std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());  // already sorted; cheap
   cfg->max_weight_bytes = ctx.max_weight_bytes;
@@ -420,21 +414,18 @@ PassInfo quantize_dynamic_int8_pass() {
                               "uint8: asymmetric, exact under ONNX Runtime on every x86 CPU; "
                               "int8: symmetric, zero point 0 (ONNX Runtime saturates its "
                               "products on x86 without VNNI)"),
-                  // 4096 = a 64x64 weight: below that the DynamicQuantizeLinear, Cast and
-                  // Muls cost more per run than the 8-bit product saves, and the bytes saved
-                  // (3 per element) are a few KiB.
-                  integer_option(kMinWeightElements, 4096, 0, std::numeric_limits<int64_t>::max(),
-                                 "weights with fewer elements stay float"),
+                  // Below 4096 elements the DynamicQuantizeLinear, Cast and Muls cost more per
+                  // run than the 8-bit product saves.
+                  min_weight_elements_option(),
                   // Conv by default stays float: with one activation range per tensor,
                   // computed at run time, CNN accuracy drops (ONNX Runtime quantizes it by
                   // default; here exclude_ops= with no Conv asks for it).
-                  list_option(kExcludeOps, {"Conv"}, {"MatMul", "Gemm", "Gather", "Conv"},
-                              "op types left in float (Gather: constant tables such as "
-                              "embeddings, otherwise stored in 8 bits with the gathered rows "
-                              "dequantized; Conv: ConvInteger per output channel)"),
-                  list_option(kExcludeNodes, {}, {},
-                              "node names left in float (in the main graph and If/Loop/Scan "
-                              "bodies)")},
+                  exclude_ops_option(
+                      {"Conv"}, {"MatMul", "Gemm", "Gather", "Conv"},
+                      "op types left in float (Gather: constant tables such as "
+                      "embeddings, otherwise stored in 8 bits with the gathered rows "
+                      "dequantized; Conv: ConvInteger per output channel)"),
+                  exclude_nodes_option()},
       .create = make_quantize_dynamic_int8};
 }
 

@@ -70,7 +70,6 @@ namespace {
 using onnx::TensorProto;
 
 constexpr char kOpTypes[] = "op_types";
-constexpr char kExcludeNodes[] = "exclude_nodes";
 constexpr char kActivationType[] = "activation_type";
 constexpr char kWeightType[] = "weight_type";
 constexpr char kPerChannel[] = "per_channel";
@@ -619,7 +618,7 @@ PassInfo quantize_static_int8_pass() {
       .options =
           {list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
                        "op types to quantize (the others stay float)"),
-           list_option(kExcludeNodes, {}, {}, "node names left in float"),
+           exclude_nodes_option("node names left in float"),
            enum_option(kActivationType, "uint8", {"int8", "uint8"},
                        "activations: uint8 asymmetric (a ReLU's output uses all 256 steps) or "
                        "int8 symmetric"),

@@ -65,9 +65,6 @@ using onnx::TensorProto;
 
 constexpr char kBlockSize[] = "block_size";
 constexpr char kSymmetric[] = "symmetric";
-constexpr char kMinWeightElements[] = "min_weight_elements";
-constexpr char kExcludeOps[] = "exclude_ops";
-constexpr char kExcludeNodes[] = "exclude_nodes";
 
 // DequantizeLinear's block_size and the 4-bit types exist from opset 21.
 constexpr int64_t kOpset = 21;
@@ -401,12 +398,9 @@ std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
   cfg->symmetric = ctx.bool_option(kSymmetric);
   cfg->min_elements = ctx.int_option(kMinWeightElements);
   const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
-  auto excluded = [&](std::string_view op) {
-    return std::find(exclude.begin(), exclude.end(), op) != exclude.end();
-  };
-  cfg->skip_matmul = excluded("MatMul");
-  cfg->skip_gemm = excluded("Gemm");
-  cfg->skip_gather = excluded("Gather");
+  cfg->skip_matmul = excluded_op(exclude, "MatMul");
+  cfg->skip_gemm = excluded_op(exclude, "Gemm");
+  cfg->skip_gather = excluded_op(exclude, "Gather");
   cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
   std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());
   cfg->max_weight_bytes = ctx.max_weight_bytes;
@@ -460,19 +454,6 @@ class QuantizeWeightsInt4 : public RulePass {
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     PassResult result;
     if (!has_candidate(model, *make_config(model, ctx))) return result;
-    // The opset imports and IR version are not journaled: kept to be put back when nothing is
-    // quantized.
-    const auto imports = model.rest().opset_import();
-    const int64_t ir_version = model.rest().ir_version();
-    std::vector<google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>> fn_imports;
-    for (const ir::Function& fn : model.functions()) fn_imports.push_back(fn.rest.opset_import());
-    auto restore = [&] {
-      *model.mutable_rest().mutable_opset_import() = imports;
-      model.mutable_rest().set_ir_version(ir_version);
-      for (size_t i = 0; i < fn_imports.size(); ++i)
-        *model.functions()[i].rest.mutable_opset_import() = fn_imports[i];
-    };
-
     const ir::Model::Checkpoint cp = model.checkpoint();
     RuleRunOptions options;
     options.check_transactions = ctx.check_transactions;
@@ -496,8 +477,7 @@ class QuantizeWeightsInt4 : public RulePass {
     }
     auto quantized = RulePass::run(model, ctx);
     if (!quantized.ok() || quantized->rewrites == 0) {
-      model.rollback(cp);
-      if (raised->changed) restore();
+      model.rollback(cp);  // the raised imports and IR version too
       if (!quantized.ok()) return quantized.status();
       quantized->changed = false;
       return quantized;
@@ -523,39 +503,33 @@ std::unique_ptr<Pass> make_quantize_weights_int4() {
 }  // namespace
 
 PassInfo quantize_weights_int4_pass() {
-  return {
-      .name = "quantize_weights_int4",
-      .level = 3,
-      .lossy = true,
-      // Measured (docs/quantization.md), default options, on seeded random weights (the harsh
-      // case: no structure for 4 bits to keep): cosine 0.978-0.999 and rel 0.06-0.24 per output
-      // (GPT-2, BERT and LLaMA-style blocks, an MLP; Graft's evaluator and ONNX Runtime alike).
-      // 16 levels per block move each weight by up to 1/14 of its block's range, so the error
-      // is an order above int8's. Deliberately broken on the MLP: values a row off give cosine
-      // 0.37, each column read with its neighbour's scales 0.927 (rel 0.42): both rolled back.
-      .gate = {.max_rel = 0.3, .min_cosine = 0.97},
-      .by_name_only = true,
-      .description =
-          "MatMul/Gemm weights and Gather tables (constant float32 2-D) become int4 (or uint4) "
-          "block-wise, read through DequantizeLinear (opset 21; ONNX Runtime fuses it into "
-          "MatMulNBits) (lossy; by name only)",
-      .options = {enum_option(kBlockSize, "32", {"16", "32", "64", "128", "256"},
-                              "elements per scale along the reduction axis (K; a table's last "
-                              "axis); ONNX Runtime's MatMulNBits takes powers of two >= 16"),
-                  boolean_option(kSymmetric, true,
-                                 "int4 with zero point 0 (scale max|w| / 7 per block); false: "
-                                 "uint4 with a zero point per block (range over 15 steps)"),
-                  // 4096 = a 64x64 weight, as quantize_dynamic_int8: below that the bytes
-                  // saved are a few KiB.
-                  integer_option(kMinWeightElements, 4096, 0, std::numeric_limits<int64_t>::max(),
-                                 "weights with fewer elements stay float"),
-                  list_option(kExcludeOps, {}, {"MatMul", "Gemm", "Gather"},
-                              "op types left in float (Gather: constant tables such as "
-                              "embeddings, dequantized whole before the Gather)"),
-                  list_option(kExcludeNodes, {}, {},
-                              "node names left in float (in the main graph and If/Loop/Scan "
-                              "bodies)")},
-      .create = make_quantize_weights_int4};
+  return {.name = "quantize_weights_int4",
+          .level = 3,
+          .lossy = true,
+          // Measured (docs/quantization.md), default options, on seeded random weights (the harsh
+          // case: no structure for 4 bits to keep): cosine 0.978-0.999 and rel 0.06-0.24 per output
+          // (GPT-2, BERT and LLaMA-style blocks, an MLP; Graft's evaluator and ONNX Runtime alike).
+          // 16 levels per block move each weight by up to 1/14 of its block's range, so the error
+          // is an order above int8's. Deliberately broken on the MLP: values a row off give cosine
+          // 0.37, each column read with its neighbour's scales 0.927 (rel 0.42): both rolled back.
+          .gate = {.max_rel = 0.3, .min_cosine = 0.97},
+          .by_name_only = true,
+          .description =
+              "MatMul/Gemm weights and Gather tables (constant float32 2-D) become int4 (or uint4) "
+              "block-wise, read through DequantizeLinear (opset 21; ONNX Runtime fuses it into "
+              "MatMulNBits) (lossy; by name only)",
+          .options = {enum_option(kBlockSize, "32", {"16", "32", "64", "128", "256"},
+                                  "elements per scale along the reduction axis (K; a table's last "
+                                  "axis); ONNX Runtime's MatMulNBits takes powers of two >= 16"),
+                      boolean_option(kSymmetric, true,
+                                     "int4 with zero point 0 (scale max|w| / 7 per block); false: "
+                                     "uint4 with a zero point per block (range over 15 steps)"),
+                      min_weight_elements_option(),
+                      exclude_ops_option({}, {"MatMul", "Gemm", "Gather"},
+                                         "op types left in float (Gather: constant tables such as "
+                                         "embeddings, dequantized whole before the Gather)"),
+                      exclude_nodes_option()},
+          .create = make_quantize_weights_int4};
 }
 
 }  // namespace graft

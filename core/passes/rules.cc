@@ -13,9 +13,25 @@
 
 namespace graft {
 
+namespace {
+thread_local NoMatchListener* t_no_match_listener = nullptr;
+}  // namespace
+
+NoMatchListener::NoMatchListener(const ir::Model& model, Callback callback)
+    : model_(&model), callback_(std::move(callback)), outer_(t_no_match_listener) {
+  t_no_match_listener = this;
+}
+
+NoMatchListener::~NoMatchListener() { t_no_match_listener = outer_; }
+
+bool NoMatchListener::listening(const ir::Model& model) {
+  return t_no_match_listener != nullptr && t_no_match_listener->model_ == &model;
+}
+
 NoMatch no_match(const ir::Node& at, std::string_view reason) {
-  const ir::Model* model = at.graph()->model();
-  if (model->no_match_listener) model->no_match_listener(at, reason);
+  NoMatchListener* listener = t_no_match_listener;
+  if (listener != nullptr && listener->model_ == at.graph()->model())
+    listener->callback_(at, reason);
   return {};
 }
 
@@ -72,20 +88,19 @@ class Explainer {
     for (const Rule& r : rules)
       wanted_.push_back(all || std::find(names.begin(), names.end(), r.name) != names.end());
   }
-  ~Explainer() { model_.no_match_listener = nullptr; }
 
   // Starts listening for rule `i`'s attempt (if it is explained).
   void begin(size_t i) {
     reasons_.clear();
     listening_ = wanted_[i];
     if (!listening_) return;
-    model_.no_match_listener = [this](const ir::Node& at, std::string_view reason) {
+    listener_.emplace(model_, [this](const ir::Node& at, std::string_view reason) {
       std::string r = std::string(reason);
       const std::string where = node_label(at);
       if (&at != root_ && !where.empty()) r = absl::StrCat(r, " (at ", where, ")");
       if (std::find(reasons_.begin(), reasons_.end(), r) == reasons_.end())
         reasons_.push_back(std::move(r));
-    };
+    });
   }
   void set_root(const ir::Node* root) { root_ = root; }
   // The attempt of rule `i` at `root` did not rewrite. A node tried again (a neighbour's
@@ -130,12 +145,13 @@ class Explainer {
   std::vector<bool> wanted_;
   std::vector<std::string> reasons_;
   void stop() {
-    model_.no_match_listener = nullptr;
+    listener_.reset();
     listening_ = false;
   }
   const ir::Node* root_ = nullptr;
   bool listening_ = false;
   std::map<std::pair<size_t, const ir::Node*>, size_t> at_;  // (rule, node) -> entry
+  std::optional<NoMatchListener> listener_;  // while an explained rule's attempt runs
 };
 
 }  // namespace

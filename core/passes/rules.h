@@ -75,10 +75,32 @@ struct NoMatch {
   }
 };
 NoMatch no_match(const ir::Node& at, std::string_view reason);
+
+// Who hears why a rule did not match (no_match): the rule driver while a user asks to explain a
+// rule (RuleRunOptions::explain), or a test. It listens on its thread while it lives, to nodes
+// of one model; a listener made while another listens replaces it until it ends.
+class NoMatchListener {
+ public:
+  using Callback = std::function<void(const ir::Node& at, std::string_view reason)>;
+  NoMatchListener(const ir::Model& model, Callback callback);
+  ~NoMatchListener();
+  NoMatchListener(const NoMatchListener&) = delete;
+  NoMatchListener& operator=(const NoMatchListener&) = delete;
+
+  // Whether someone on this thread hears no_match at nodes of `model`.
+  static bool listening(const ir::Model& model);
+
+ private:
+  friend NoMatch no_match(const ir::Node& at, std::string_view reason);
+  const ir::Model* model_;
+  Callback callback_;
+  NoMatchListener* outer_;
+};
+
 // The same with a reason built only when someone listens (for reasons that format values).
 template <typename MakeReason>
 NoMatch no_match_with(const ir::Node& at, MakeReason&& make_reason) {
-  if (at.graph()->model()->no_match_listener) return no_match(at, make_reason());
+  if (NoMatchListener::listening(*at.graph()->model())) return no_match(at, make_reason());
   return {};
 }
 

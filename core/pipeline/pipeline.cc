@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <variant>
 
 #include <absl/strings/escaping.h>
 #include <absl/strings/str_cat.h>
@@ -284,6 +285,29 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
           "the opset cannot be raised to ", config.target_opset, ": ", refusal->message()));
   }
   return run_specs(model, *specs, config);
+}
+
+absl::Status check_evaluator_memory_options(const PipelineConfig& config, uint64_t grant,
+                                            std::string_view grant_name) {
+  for (const auto& [pass, given] : config.pass_options) {
+    const PassInfo* info = find_pass(pass);
+    if (info == nullptr) continue;
+    for (const OptionSpec& spec : info->options) {
+      const auto text = given.find(spec.name);
+      if (!spec.evaluator_memory || text == given.end()) continue;
+      auto value = parse_option(pass, spec, text->second);
+      if (!value.ok() || !std::holds_alternative<int64_t>(*value)) continue;
+      const int64_t default_bytes = std::get<int64_t>(spec.default_value);
+      const uint64_t limit = std::max<uint64_t>(static_cast<uint64_t>(default_bytes), grant);
+      const int64_t bytes = std::get<int64_t>(*value);
+      if (static_cast<uint64_t>(bytes) > limit)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "option ", pass, ".", spec.name, " ", bytes, " exceeds this server's limit of ", limit,
+            " bytes (the larger of the option's default, ", default_bytes, ", and ",
+            std::string(grant_name), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 SizeRule memory_size_rule(const PipelineConfig& config, DimBindings* storage) {

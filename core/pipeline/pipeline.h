@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <absl/status/statusor.h>
@@ -27,7 +28,7 @@ struct PipelineConfig {
   // (fuse_onnxruntime) run only for their target, and every pass may ask it.
   Target target;
   // The default-domain opset to raise the model to first (0: keep it): convert_opset runs first
-  // with it. 13..21; a model above it, or one raise_opset refuses, is InvalidArgument.
+  // with it. 13..23; a model above it, or one raise_opset refuses, is InvalidArgument.
   int64_t target_opset = 0;
   std::vector<std::string> passes;  // explicit ordered pass list
   // Per pass name, as text; checked against each pass's option schema by resolve_pipeline.
@@ -186,6 +187,13 @@ struct PassSpec {
 absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& config);
 // The names of resolve_pipeline's passes.
 absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config);
+
+// Every pass option the config gives that sizes evaluator memory (OptionSpec::evaluator_memory)
+// is at most the larger of its default and `grant`, the evaluator memory a server grants a
+// request (named `grant_name` in the error): InvalidArgument naming the option otherwise.
+// Options of unknown passes and values that do not parse are left to resolve_pipeline.
+absl::Status check_evaluator_memory_options(const PipelineConfig& config, uint64_t grant,
+                                            std::string_view grant_name);
 
 // The pipeline over given passes (config.passes/level are ignored); honours config.verify, for
 // which passes are re-created to replay a prefix of the run. config.fix_dims/fix_shapes are

@@ -171,6 +171,32 @@ TEST(Pipeline, BadConfigIsRejected) {
   EXPECT_FALSE(resolve_passes(config).ok());
 }
 
+// Options that size evaluator memory (fold_constants.max_bytes) are capped by what a server
+// grants, from the option's schema: no server code names the pass.
+TEST(Pipeline, EvaluatorMemoryOptionsAreCappedByTheGrant) {
+  const uint64_t fold_default = 16ull << 20;
+  PipelineConfig config = test_pipeline_config();
+  EXPECT_TRUE(check_evaluator_memory_options(config, 0, "grant").ok());
+  config.pass_options["fold_constants"]["max_bytes"] = std::to_string(fold_default);
+  EXPECT_TRUE(check_evaluator_memory_options(config, 0, "grant").ok());  // its default
+  config.pass_options["fold_constants"]["max_bytes"] = "32MiB";
+  EXPECT_TRUE(check_evaluator_memory_options(config, 64ull << 20, "grant").ok());
+  auto st = check_evaluator_memory_options(config, 1ull << 20, "the_grant");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("fold_constants.max_bytes 33554432"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("limit of 16777216"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("the_grant"), absl::string_view::npos) << st;
+  // Other options, unknown passes and values that do not parse are resolve_pipeline's to judge.
+  config.pass_options["fold_constants"]["max_bytes"] = "abc";
+  config.pass_options["fold_constants"]["max_growth"] = "1000000000";
+  config.pass_options["no_such_pass"]["max_bytes"] = "1GiB";
+  EXPECT_TRUE(check_evaluator_memory_options(config, 0, "grant").ok());
+  // Every option that claims evaluator memory is a byte count.
+  for (const PassInfo& info : all_passes())
+    for (const OptionSpec& spec : info.options)
+      if (spec.evaluator_memory) EXPECT_EQ(spec.type, OptionType::kBytes) << info.name;
+}
+
 // Option values are checked against each pass's schema when the pipeline is configured, so a
 // bad one fails the whole run before any pass starts and the model is untouched.
 TEST(Pipeline, BadOptionValueIsRejectedBeforeAnyPassRuns) {

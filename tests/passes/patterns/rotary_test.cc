@@ -21,11 +21,9 @@ ir::Node& root_of(const ir::Model& model) {
 // The reasons match_rotary gives at `add`, in order.
 std::vector<std::string> reasons(ir::Model& model) {
   std::vector<std::string> said;
-  model.no_match_listener = [&](const ir::Node&, std::string_view reason) {
-    said.emplace_back(reason);
-  };
+  NoMatchListener listener(
+      model, [&](const ir::Node&, std::string_view reason) { said.emplace_back(reason); });
   EXPECT_FALSE(match_rotary(root_of(model)));
-  model.no_match_listener = nullptr;
   return said;
 }
 

@@ -1,0 +1,220 @@
+#include "proto/config_key.h"
+
+#include <algorithm>
+#include <functional>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include "proto/convert.h"
+
+namespace graft::api {
+
+namespace {
+
+// What every part of the key reads: the config and what resolving it gave.
+struct KeyContext {
+  const PipelineConfig& config;
+  const std::vector<PassSpec>& specs;
+  bool lossy;  // a lossy pass runs: it always verifies, against its gate
+};
+
+// Lengths prefix every field, so no value can imitate a separator.
+class KeyText {
+ public:
+  void field(const std::string& s) { absl::StrAppend(&out_, s.size(), ":", s, ";"); }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+// One part of the key: the message fields it reads (with when they matter) and what it writes.
+struct KeyPart {
+  std::vector<KeyedField> fields;
+  std::function<void(const KeyContext&, KeyText&)> write;
+};
+
+// Every option of every pass that runs, parsed, defaults included: a value given as its default,
+// or spelt differently ("1" and "true", "1KiB" and "1024"), means the same run. The level, the
+// explicit list and target_opset (convert_opset first) all end up in the resolved list.
+void write_passes(const KeyContext& c, KeyText& key) {
+  key.field("passes");
+  for (const auto& spec : c.specs) {
+    key.field(spec.name);
+    for (const auto& [name, value] : spec.options.values())
+      key.field(absl::StrCat(name, "=", format_value(value)));
+  }
+}
+
+// Verification can roll passes back, so its settings are part of what the result means; lossy
+// passes always verify. Given inputs enter by digest: the random-input settings do not matter
+// then. The budgets (max_bytes, max_live, max_work) are the server's, set on the core config.
+void write_verify(const KeyContext& c, KeyText& key) {
+  if (!c.config.verify && !c.lossy) return;
+  const eval::VerifyOptions& o = c.config.verify_options;
+  key.field("verify");
+  if (!o.input_sets.empty()) {
+    key.field(absl::StrCat("inputs=", input_sets_digest(o.input_sets)));
+  } else {
+    for (const auto& [name, d] : o.dims) key.field(absl::StrCat(name, "=", d));
+    key.field(absl::StrCat("default_dim=", o.default_dim));
+    for (const auto& [name, shape] : o.shapes)
+      key.field(absl::StrCat(name, "=[", absl::StrJoin(shape, ","), "]"));
+    for (const auto& [name, value] : o.values) key.field(absl::StrCat(name, "=", value));
+    key.field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",range=", o.float_range,
+                           ",int_max=", o.int_max));
+  }
+  key.field(absl::StrCat("rtol=", o.rtol, ",atol=", o.atol, ",max_bytes=", o.max_tensor_bytes,
+                         ",max_live=", o.max_live_bytes, ",max_work=", o.max_work));
+}
+
+// Fixed input dims change the model itself.
+void write_fixed(const KeyContext& c, KeyText& key) {
+  if (!c.config.fix_dims.empty()) {
+    key.field("fix_dims");
+    for (const auto& [name, size] : c.config.fix_dims) {
+      key.field(name);
+      key.field(absl::StrCat(size));
+    }
+  }
+  if (!c.config.fix_shapes.empty()) {
+    key.field("fix_shapes");
+    for (const auto& [name, shape] : c.config.fix_shapes) {
+      key.field(name);
+      key.field(absl::StrJoin(shape, ","));
+    }
+  }
+}
+
+// Explanations are part of the report a result is cached with; order and repeats do not matter.
+void write_explain(const KeyContext& c, KeyText& key) {
+  if (c.config.explain.empty()) return;
+  std::vector<std::string> explain = c.config.explain;
+  std::sort(explain.begin(), explain.end());
+  explain.erase(std::unique(explain.begin(), explain.end()), explain.end());
+  key.field("explain");
+  for (const auto& e : explain) key.field(e);
+}
+
+// The report's memory estimates depend on the sizes they use (memory_size_rule: memory_dims,
+// else the random inputs' verify.dims; memory_default_dim, else verify.default_dim). The plain
+// default (no dim bound, every other dim 1) adds nothing.
+void write_memory(const KeyContext& c, KeyText& key) {
+  DimBindings dims;
+  const SizeRule rule = memory_size_rule(c.config, &dims);
+  if (dims.empty() && rule.default_dim == 1) return;
+  key.field("memory");
+  for (const auto& [name, d] : dims) key.field(absl::StrCat(name, "=", d));
+  key.field(absl::StrCat("default_dim=", rule.default_dim));
+}
+
+using enum KeyScope;
+
+// The key, part by part, in the order the text has always had: a new part goes at the end and
+// adds nothing at its fields' defaults, so that existing keys hold.
+const std::vector<KeyPart>& key_parts() {
+  static const std::vector<KeyPart> parts = {
+      {{{"level", kAlways},
+        {"passes", kAlways},
+        {"pass_options", kAlways},
+        {"target_opset", kAlways}},
+       write_passes},
+      {{{"max_rounds", kAlways}},
+       [](const KeyContext& c, KeyText& key) {
+         key.field(absl::StrCat("rounds=", c.config.max_rounds));
+       }},
+      // The default target adds nothing.
+      {{{"target", kAlways}},
+       [](const KeyContext& c, KeyText& key) {
+         if (c.config.target.onnxruntime())
+           key.field(absl::StrCat("target=", c.config.target.str()));
+       }},
+      {{{"onnx_checker", kAlways}, {"shape_inference", kAlways}},
+       [](const KeyContext& c, KeyText& key) {
+         key.field(
+             absl::StrCat("checker=", c.config.onnx_checker, ",shapes=", c.config.shape_inference));
+       }},
+      // The resolved gates (defaults are part of the build) decide whether a lossy pass stays.
+      {{{"max_error", kLossy}, {"min_cosine", kLossy}},
+       [](const KeyContext& c, KeyText& key) {
+         for (const auto& spec : c.specs)
+           if (spec.lossy)
+             key.field(absl::StrCat("gate:", spec.name, "=", spec.gate.max_rel, ",",
+                                    spec.gate.min_cosine));
+       }},
+      {{{"accept_unmeasured_error", kLossy}},
+       [](const KeyContext& c, KeyText& key) {
+         if (c.lossy && c.config.accept_unmeasured_error) key.field("accept_unmeasured_error");
+       }},
+      // Calibration data changes what lossy passes compute (ranges, scales).
+      {{{"calibration_sets", kLossy}},
+       [](const KeyContext& c, KeyText& key) {
+         if (c.lossy && !c.config.calibration_sets.empty())
+           key.field(absl::StrCat("calibration=", input_sets_digest(c.config.calibration_sets)));
+       }},
+      {{{"verify.enabled", kAlways},
+        {"verify.input_sets", kAlways},  // given sets turn verification on
+        {"verify.dims", kVerifyingRandom},
+        {"verify.default_dim", kVerifyingRandom},
+        {"verify.shapes", kVerifyingRandom},
+        {"verify.values", kVerifyingRandom},
+        {"verify.seed", kVerifyingRandom},
+        {"verify.trials", kVerifyingRandom},
+        {"verify.rtol", kVerifying},
+        {"verify.atol", kVerifying}},
+       write_verify},
+      {{{"fix_dims", kAlways}, {"fix_shapes", kAlways}}, write_fixed},
+      {{{"explain", kAlways}}, write_explain},
+      {{{"memory_dims", kAlways},
+        {"memory_default_dim", kAlways},
+        {"verify.dims", kAlways},
+        {"verify.default_dim", kAlways}},
+       write_memory},
+  };
+  return parts;
+}
+
+}  // namespace
+
+std::string_view scope_name(KeyScope scope) {
+  switch (scope) {
+    case kAlways:
+      return "always";
+    case kVerifying:
+      return "when verifying";
+    case kVerifyingRandom:
+      return "when verifying on random inputs";
+    case kLossy:
+      return "when a lossy pass runs";
+  }
+  return "?";
+}
+
+std::vector<KeyedField> keyed_fields() {
+  std::vector<KeyedField> out;
+  for (const auto& part : key_parts())
+    out.insert(out.end(), part.fields.begin(), part.fields.end());
+  return out;
+}
+
+const std::vector<ExcludedField>& excluded_fields() {
+  // Every field of graft.v1.PipelineConfig changes what a request computes or the report cached
+  // with its result, so none is excluded today. A field that does neither (a progress or
+  // transport setting) belongs here, with its reason, instead of in key_parts().
+  static const std::vector<ExcludedField> excluded;
+  return excluded;
+}
+
+absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
+  auto specs = resolve_pipeline(config);
+  if (!specs.ok()) return specs.status();
+  const bool lossy =
+      std::any_of(specs->begin(), specs->end(), [](const PassSpec& s) { return s.lossy; });
+  const KeyContext context{config, *specs, lossy};
+  KeyText key;
+  for (const auto& part : key_parts()) part.write(context, key);
+  return key.take();
+}
+
+}  // namespace graft::api

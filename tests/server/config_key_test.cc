@@ -1,0 +1,302 @@
+// The result cache's key (api::canonical_config, proto/config_key.h): derived from every field of
+// graft.v1.PipelineConfig, each keyed or excluded with its reason, and stable for the configs
+// that existed before the derivation became table-driven.
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/descriptor.h>
+
+#include "core/cache/digest.h"
+#include "proto/convert.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+// The key of a request's config as graftd computes it (from_proto, then the canonical text).
+absl::StatusOr<std::string> key_of(const v1::PipelineConfig& proto) {
+  auto config = api::from_proto(proto);
+  if (!config.ok()) return config.status();
+  return api::canonical_config(*config);
+}
+
+std::string tensor_bytes(const std::string& name, float value) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  t.add_dims(1);
+  t.add_float_data(value);
+  return t.SerializeAsString();
+}
+
+// A small explicit pass list, so the goldens below do not move when a level gains a pass or a
+// pass an option.
+v1::PipelineConfig small() {
+  v1::PipelineConfig c;
+  c.add_passes("eliminate_identity");
+  c.add_passes("prune");
+  return c;
+}
+
+// The configs whose keys must not change, each with the sha256 of its canonical text as the
+// code before the table-driven derivation computed it. A change here is a change of every
+// cached result's key: say so in the release notes (the build fingerprint changes with it).
+std::vector<std::pair<std::string, v1::PipelineConfig>> golden_configs() {
+  std::vector<std::pair<std::string, v1::PipelineConfig>> out;
+  out.emplace_back("small", small());
+  {
+    auto c = small();
+    c.set_max_rounds(3);
+    out.emplace_back("rounds", c);
+  }
+  {
+    auto c = small();
+    c.set_onnx_checker(true);
+    c.set_shape_inference(true);
+    out.emplace_back("checks", c);
+  }
+  {
+    auto c = small();
+    auto& v = *c.mutable_verify();
+    v.set_enabled(true);
+    v.set_seed(1);
+    v.set_trials(2);
+    v.set_rtol(1e-3);
+    v.set_atol(1e-4);
+    out.emplace_back("verify", c);
+    (*v.mutable_dims())["batch"] = 4;
+    v.set_default_dim(16);
+    (*v.mutable_shapes())["x"].add_dims(2);
+    (*v.mutable_values())["k"] = 1.5;
+    out.emplace_back("verify_random", c);
+    (*v.add_input_sets()->mutable_tensors())["x"] = tensor_bytes("x", 1.0f);
+    out.emplace_back("verify_inputs", c);
+  }
+  {
+    auto c = small();
+    c.set_target("onnxruntime:1.17");
+    out.emplace_back("target", c);
+  }
+  {
+    auto c = small();
+    c.set_target_opset(17);
+    out.emplace_back("target_opset", c);
+  }
+  {
+    auto c = small();
+    (*c.mutable_fix_dims())["batch"] = 1;
+    (*c.mutable_fix_shapes())["x"].add_dims(3);
+    out.emplace_back("fix", c);
+  }
+  {
+    v1::PipelineConfig c;
+    c.add_passes("eliminate_noop");
+    c.add_explain("eliminate_noop");
+    out.emplace_back("explain", c);
+  }
+  {
+    auto c = small();
+    (*c.mutable_memory_dims())["seq"] = 128;
+    c.set_memory_default_dim(2);
+    out.emplace_back("memory", c);
+  }
+  {
+    v1::PipelineConfig c;
+    c.add_passes("convert_fp16");
+    out.emplace_back("lossy", c);
+    c.set_max_error(0.25);
+    c.set_min_cosine(0.5);
+    c.set_accept_unmeasured_error(true);
+    (*c.add_calibration_sets()->mutable_tensors())["x"] = tensor_bytes("x", 2.0f);
+    out.emplace_back("lossy_gates", c);
+  }
+  return out;
+}
+
+TEST(ConfigKey, KeysOfExistingConfigsAreUnchanged) {
+  const std::map<std::string, std::string> golden = {
+      {"small", "e7ca3115fd5bb53e04b55db7f118c88305542267ff6c4de508aeaaaa0e657c3d"},
+      {"rounds", "5ed1c953eb990f2312d822d15c4a3fafd9f3ec1694280ef5d84ea7523eff994a"},
+      {"checks", "e633d66f223067b27912f45663e72aa259e6964d370f965770fc204b8d061581"},
+      {"verify", "296a30d6263088d7d0958bbd0f1a9be0248c7d5cd859d9b97fef3fa35922a268"},
+      {"verify_random", "fba1893d9980bdf1e7a1ca3aae01eb6e49fc60ddce8b4bbdceca65581901f1a1"},
+      {"verify_inputs", "f7783fa0c939b80c27a8de937b1cfff3623e10d5f9ec1cd822afa14c633a7644"},
+      {"target", "61b62da267636c9c1caeb22eda9ff977e4508a182cea1a5e531ec679d34b9740"},
+      {"target_opset", "f5d9c6973acc38a41f36eaf2864cd69deec75197bdce73246d4314200ae8d1df"},
+      {"fix", "b016a3cf216692051006876c77ce4cbc9ccff58f226bf7a3a0259c5f7bcf4214"},
+      {"explain", "beb2378a8d7e233bb699075e9394ff4ca6207649d71d4f66ba764638a2a37560"},
+      {"memory", "76f2f87ce1cc4d3f6e55614a4387cb7cd84d64f0a2d64e6cb993ed7fc735c467"},
+      {"lossy", "e395e09ffc71f4f9a06bcb922df644da83bde68376cc124f1951d33636bd2df0"},
+      {"lossy_gates", "24ff7e1edfb0243f7fc4bfc0cf4706f6bf49592dd1175831acdb5e69193fd98c"},
+  };
+  for (const auto& [name, config] : golden_configs()) {
+    auto key = key_of(config);
+    ASSERT_TRUE(key.ok()) << name << ": " << key.status();
+    const auto it = golden.find(name);
+    EXPECT_TRUE(it != golden.end() && it->second == cache::sha256_hex(*key))
+        << name << ": {\"" << name << "\", \"" << cache::sha256_hex(*key) << "\"},\n"
+        << *key;
+  }
+}
+
+// Every field of graft.v1.PipelineConfig, by path: singular message fields (verify) are walked
+// into; maps, repeated fields and their messages are one field each.
+void walk(const google::protobuf::Descriptor* d, const std::string& prefix,
+          std::vector<const google::protobuf::FieldDescriptor*>* fields,
+          std::vector<std::string>* paths) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    const std::string path = prefix + f->name();
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE && !f->is_repeated()) {
+      walk(f->message_type(), path + ".", fields, paths);
+      continue;
+    }
+    fields->push_back(f);
+    paths->push_back(path);
+  }
+}
+
+std::vector<std::string> message_fields() {
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  std::vector<std::string> paths;
+  walk(v1::PipelineConfig::descriptor(), "", &fields, &paths);
+  return paths;
+}
+
+TEST(ConfigKey, EveryFieldIsKeyedOrExcluded) {
+  std::set<std::string> keyed, excluded;
+  for (const api::KeyedField& f : api::keyed_fields()) keyed.emplace(f.path);
+  for (const api::ExcludedField& f : api::excluded_fields()) {
+    excluded.emplace(f.path);
+    EXPECT_FALSE(f.reason.empty()) << f.path << " is excluded without a reason";
+  }
+  const std::vector<std::string> fields = message_fields();
+  EXPECT_GT(fields.size(), 25u);  // the walk reaches verify's fields
+  for (const std::string& path : fields) {
+    EXPECT_TRUE(keyed.count(path) || excluded.count(path))
+        << "graft.v1.PipelineConfig." << path
+        << " is neither keyed nor excluded: add it to key_parts() in proto/config_key.cc (with "
+           "when it changes the result), or to excluded_fields() with the reason";
+    EXPECT_FALSE(keyed.count(path) && excluded.count(path)) << path << " is keyed and excluded";
+  }
+  // No entry names a field the message does not have (a renamed or removed one).
+  const std::set<std::string> real(fields.begin(), fields.end());
+  for (const std::string& path : keyed)
+    EXPECT_TRUE(real.count(path)) << "keyed field " << path << " is not in the message";
+  for (const std::string& path : excluded)
+    EXPECT_TRUE(real.count(path)) << "excluded field " << path << " is not in the message";
+}
+
+// A config in which a field read under `scope` matters: verification on for kVerifying and
+// kVerifyingRandom, a lossy pass in the list for kLossy.
+v1::PipelineConfig context(api::KeyScope scope) {
+  v1::PipelineConfig c;
+  switch (scope) {
+    case api::KeyScope::kAlways:
+      break;
+    case api::KeyScope::kVerifying:
+    case api::KeyScope::kVerifyingRandom:
+      c.mutable_verify()->set_enabled(true);
+      break;
+    case api::KeyScope::kLossy:
+      c.add_passes("eliminate_identity");
+      c.add_passes("convert_fp16");
+      break;
+  }
+  return c;
+}
+
+// A valid value other than the default for each field, set on `c`.
+const std::map<std::string, std::function<void(v1::PipelineConfig&)>>& samples() {
+  using C = v1::PipelineConfig;
+  static const std::map<std::string, std::function<void(C&)>> table = {
+      {"level", [](C& c) { c.set_level("O1"); }},
+      {"passes", [](C& c) { c.add_passes("cse"); }},
+      {"pass_options",
+       [](C& c) {
+         (*(*c.mutable_pass_options())["fold_constants"].mutable_values())["max_growth"] = "2";
+       }},
+      {"max_rounds", [](C& c) { c.set_max_rounds(3); }},
+      {"onnx_checker", [](C& c) { c.set_onnx_checker(true); }},
+      {"shape_inference", [](C& c) { c.set_shape_inference(true); }},
+      {"verify.enabled", [](C& c) { c.mutable_verify()->set_enabled(true); }},
+      {"verify.dims", [](C& c) { (*c.mutable_verify()->mutable_dims())["batch"] = 4; }},
+      {"verify.default_dim", [](C& c) { c.mutable_verify()->set_default_dim(16); }},
+      {"verify.shapes", [](C& c) { (*c.mutable_verify()->mutable_shapes())["x"].add_dims(2); }},
+      {"verify.values", [](C& c) { (*c.mutable_verify()->mutable_values())["k"] = 1.5; }},
+      {"verify.seed", [](C& c) { c.mutable_verify()->set_seed(7); }},
+      {"verify.trials", [](C& c) { c.mutable_verify()->set_trials(3); }},
+      {"verify.rtol", [](C& c) { c.mutable_verify()->set_rtol(0.01); }},
+      {"verify.atol", [](C& c) { c.mutable_verify()->set_atol(0.01); }},
+      {"verify.input_sets",
+       [](C& c) {
+         (*c.mutable_verify()->add_input_sets()->mutable_tensors())["x"] = tensor_bytes("x", 1);
+       }},
+      {"max_error", [](C& c) { c.set_max_error(0.25); }},
+      {"min_cosine", [](C& c) { c.set_min_cosine(0.5); }},
+      {"accept_unmeasured_error", [](C& c) { c.set_accept_unmeasured_error(true); }},
+      {"calibration_sets",
+       [](C& c) { (*c.add_calibration_sets()->mutable_tensors())["x"] = tensor_bytes("x", 2); }},
+      {"memory_dims", [](C& c) { (*c.mutable_memory_dims())["seq"] = 128; }},
+      {"memory_default_dim", [](C& c) { c.set_memory_default_dim(2); }},
+      {"explain", [](C& c) { c.add_explain("eliminate_noop"); }},
+      {"target", [](C& c) { c.set_target("onnxruntime"); }},
+      {"target_opset", [](C& c) { c.set_target_opset(17); }},
+      {"fix_dims", [](C& c) { (*c.mutable_fix_dims())["batch"] = 1; }},
+      {"fix_shapes", [](C& c) { (*c.mutable_fix_shapes())["x"].add_dims(3); }},
+  };
+  return table;
+}
+
+// The derivation can fail: each keyed field, set on its own to a value other than its default
+// where it matters, gives a key other than the config without it.
+TEST(ConfigKey, EachKeyedFieldChangesTheKey) {
+  for (const api::KeyedField& f : api::keyed_fields()) {
+    const std::string path(f.path);
+    const auto sample = samples().find(path);
+    ASSERT_TRUE(sample != samples().end())
+        << "no sample value for " << path << ": add one to samples() in this test";
+    const v1::PipelineConfig base = context(f.scope);
+    v1::PipelineConfig changed = base;
+    sample->second(changed);
+    ASSERT_NE(changed.SerializeAsString(), base.SerializeAsString()) << path;
+    auto before = key_of(base);
+    auto after = key_of(changed);
+    ASSERT_TRUE(before.ok()) << path << ": " << before.status();
+    ASSERT_TRUE(after.ok()) << path << ": " << after.status();
+    EXPECT_NE(*before, *after) << path << " (keyed " << api::scope_name(f.scope)
+                               << ") does not change the key:\n"
+                               << *after;
+  }
+}
+
+// Outside its scope a field does not split the cache: the same run gets the same key.
+TEST(ConfigKey, FieldsOutsideTheirScopeLeaveTheKeyAlone) {
+  auto same = [](const std::string& path, const v1::PipelineConfig& base) {
+    v1::PipelineConfig changed = base;
+    samples().at(path)(changed);
+    auto a = key_of(base);
+    auto b = key_of(changed);
+    ASSERT_TRUE(a.ok() && b.ok()) << path;
+    EXPECT_EQ(*a, *b) << path;
+  };
+  // No lossy pass: the gates, calibration and accept_unmeasured_error mean nothing.
+  for (const char* path :
+       {"max_error", "min_cosine", "accept_unmeasured_error", "calibration_sets"})
+    same(path, v1::PipelineConfig{});
+  // No verification: its tolerances and random-input settings mean nothing.
+  for (const char* path : {"verify.seed", "verify.trials", "verify.rtol", "verify.atol",
+                           "verify.shapes", "verify.values"})
+    same(path, v1::PipelineConfig{});
+  // Given inputs replace the random ones: their settings mean nothing then.
+  v1::PipelineConfig given;
+  samples().at("verify.input_sets")(given);
+  for (const char* path : {"verify.seed", "verify.trials", "verify.shapes", "verify.values"})
+    same(path, given);
+}
+
+}  // namespace
+}  // namespace graft::testing
