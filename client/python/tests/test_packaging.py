@@ -105,10 +105,10 @@ def test_wheel_is_complete_and_its_record_is_right(backend, wheel):
                      (PACKAGE_DIR / "graft_client").rglob("*.py")
                      if "__pycache__" not in p.parts)
     package = sorted(n for n in names if n.startswith("graft_client/"))
-    assert package == sorted(sources + ["graft_common/report_template.html"])
+    assert package == sorted(sources + ["graft_client/report_template.html"])
     assert "graft_client/__main__.py" in package
     assert "graft_client/_gen/graft/v1/graft_pb2_grpc.py" in package
-    assert files["graft_common/report_template.html"] == TEMPLATE.read_bytes()
+    assert files["graft_client/report_template.html"] == TEMPLATE.read_bytes()
     assert all(mode == 0o100644 for mode in modes.values())
     assert sorted(n for n in names if not n.startswith("graft_client/")) == sorted(
         f"{info}/{n}" for n in ["METADATA", "WHEEL", "entry_points.txt", "top_level.txt",
@@ -160,7 +160,7 @@ def test_sdist_builds_the_same_wheel(backend, wheel, tmp_path):
         tar.extractall(tmp_path / "unpacked")
     unpacked = tmp_path / "unpacked" / top.pop()
     for required in ["PKG-INFO", "pyproject.toml", "_build_backend/graft_build.py",
-                     "graft_common/report_template.html", "examples/registry_hook.py"]:
+                     "graft_client/report_template.html", "examples/registry_hook.py"]:
         assert (unpacked / required).is_file(), required
     out = tmp_path / "from_sdist"
     out.mkdir()
