@@ -4,12 +4,12 @@
 // (a prefix naming the input, a different code), and then through with_prefix where it fits.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
-#include <absl/strings/str_cat.h>
 
 #define GRAFT_STATUS_CONCAT_INNER(a, b) a##b
 #define GRAFT_STATUS_CONCAT(a, b) GRAFT_STATUS_CONCAT_INNER(a, b)
@@ -48,7 +48,7 @@ absl::Status status_of(absl::StatusOr<T>&& s) {
 // `s` with "<prefix>" before its message, same code; OK stays OK.
 inline absl::Status with_prefix(const absl::Status& s, std::string_view prefix) {
   if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+  return absl::Status(s.code(), std::string(prefix) + std::string(s.message()));
 }
 
 }  // namespace graft::base
