@@ -20,19 +20,33 @@
 
 namespace graft::eval {
 
-// InvalidArgument (a malformed node or operand) and Unimplemented (a valid one the evaluator
-// does not run), both prefixed by the op type.
-inline absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
+namespace detail {
+// A part as absl::StrCat takes it: Debian's absl::string_view is not std::string_view.
+template <typename T>
+const T& message_part(const T& part) {
+  return part;
 }
-inline absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
+inline absl::string_view message_part(std::string_view part) { return {part.data(), part.size()}; }
+}  // namespace detail
+
+// InvalidArgument (a malformed node or operand) and Unimplemented (a valid one the evaluator
+// does not run), both "<op type>: " followed by the parts StrCat'ed, e.g.
+// invalid(ctx, "axis ", a, " out of range").
+template <typename... Parts>
+absl::Status invalid(const KernelContext& ctx, const Parts&... parts) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(ctx.node.op_type(), ": ", detail::message_part(parts)...));
+}
+template <typename... Parts>
+absl::Status unimplemented(const KernelContext& ctx, const Parts&... parts) {
+  return absl::UnimplementedError(
+      absl::StrCat(ctx.node.op_type(), ": ", detail::message_part(parts)...));
 }
 
 // Input `i`, present and not of type string.
 inline absl::StatusOr<const Tensor*> required(const KernelContext& ctx, size_t i) {
   const Tensor* t = ctx.input(i);
-  if (t == nullptr) return invalid(ctx, absl::StrCat("missing input ", i));
+  if (t == nullptr) return invalid(ctx, "missing input ", i);
   if (t->dtype() == onnx::TensorProto::STRING) return unimplemented(ctx, "string input");
   return t;
 }

@@ -130,18 +130,13 @@ absl::Status visit(int32_t dtype, unsigned allowed, F&& f) {
 
 absl::StatusOr<const Tensor*> need(const KernelContext& ctx, size_t i) {
   const Tensor* t = ctx.input(i);
-  if (t == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": missing input ", i));
-  }
+  if (t == nullptr) return invalid(ctx, "missing input ", i);
   return t;
 }
 
 absl::Status same_types(const KernelContext& ctx, const std::vector<const Tensor*>& ts) {
   for (const Tensor* t : ts) {
-    if (t->dtype() != ts[0]->dtype()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ctx.node.op_type(), ": inputs have different types"));
-    }
+    if (t->dtype() != ts[0]->dtype()) return invalid(ctx, "inputs have different types");
   }
   return absl::OkStatus();
 }
@@ -296,7 +291,7 @@ T int_rem(T a, T b) {
 }
 
 absl::Status zero_division(const KernelContext& ctx) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": integer division by zero"));
+  return invalid(ctx, "integer division by zero");
 }
 
 void register_arithmetic() {

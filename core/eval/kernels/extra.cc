@@ -21,18 +21,12 @@
 #include "core/eval/broadcast.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 
 namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
-absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
 
 absl::StatusOr<const Tensor*> float_input(const KernelContext& ctx, size_t i) {
   const Tensor* t = ctx.input(i);

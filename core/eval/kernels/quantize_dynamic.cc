@@ -25,15 +25,12 @@
 #include "core/eval/budget.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 
 namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
 
 // ---------------------------------------------------------------------------------------------
 // DynamicQuantizeLinear

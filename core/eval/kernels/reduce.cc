@@ -16,6 +16,7 @@
 
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 #include "core/ir/tensor.h"
 
 namespace graft::eval {
@@ -23,11 +24,6 @@ namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-template <typename... Args>
-absl::Status invalid(const KernelContext& ctx, const Args&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", parts...));
-}
 
 template <typename U>
 struct Tag {

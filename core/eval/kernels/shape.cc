@@ -20,6 +20,7 @@
 #include "core/eval/broadcast.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 #include "core/ir/tensor.h"
 
 namespace graft::eval {
@@ -27,16 +28,6 @@ namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-template <typename... Args>
-absl::Status invalid(const KernelContext& ctx, const Args&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", parts...));
-}
-
-template <typename... Args>
-absl::Status unimplemented(const KernelContext& ctx, const Args&... parts) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", parts...));
-}
 
 // Copy unit of a 16-byte element (complex128).
 struct Bytes16 {
