@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
@@ -62,6 +63,31 @@ inline absl::StatusOr<int64_t> positive_attr(const KernelContext& ctx, const cha
 inline absl::Status require_float(const KernelContext& ctx, const Tensor& t) {
   if (!is_float_type(t.dtype())) return unimplemented(ctx, "non-float element type");
   return absl::OkStatus();
+}
+
+// A type as a value, for kernels that pick a C++ type from an element type: f(Tag<T>{}).
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+inline bool is_8bit(int32_t t) {
+  return t == onnx::TensorProto::UINT8 || t == onnx::TensorProto::INT8;
+}
+
+// The product of dims [begin, end) (those that exist).
+inline int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
+  return p;
+}
+
+// Maps `axis` from [-rank, rank) (or [-rank, rank] with `inclusive`) to [0, rank).
+inline bool normalize_axis(int64_t& axis, int64_t rank, bool inclusive = false) {
+  int64_t hi = inclusive ? rank : rank - 1;
+  if (axis < -rank || axis > hi) return false;
+  if (axis < 0) axis += rank;
+  return true;
 }
 
 // `t`'s elements as doubles (float16 decoded), in scratch memory charged to the run's budget.

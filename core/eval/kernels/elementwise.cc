@@ -59,11 +59,6 @@ constexpr bool kIsInt = std::is_integral_v<T> && !kIsBool<T>;
 template <typename T>
 using Compute = std::conditional_t<kIsFloat<T>, double, T>;
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
 // Type categories an op accepts.
 enum TypeSet : unsigned {
   kFloats = 1,

@@ -81,8 +81,6 @@ absl::Status dynamic_quantize_linear(KernelContext& ctx) {
 // ---------------------------------------------------------------------------------------------
 // MatMulInteger
 
-bool is_8bit(int32_t t) { return t == TensorProto::UINT8 || t == TensorProto::INT8; }
-
 int32_t load8(const Tensor& t, int64_t i) {
   return t.dtype() == TensorProto::UINT8 ? static_cast<int32_t>(t.data<uint8_t>()[i])
                                          : static_cast<int32_t>(t.data<int8_t>()[i]);

@@ -25,11 +25,6 @@ namespace {
 
 using onnx::TensorProto;
 
-template <typename U>
-struct Tag {
-  using type = U;
-};
-
 bool is_unsigned(int32_t dtype) {
   return dtype == TensorProto::UINT8 || dtype == TensorProto::UINT16 ||
          dtype == TensorProto::UINT32 || dtype == TensorProto::UINT64;
@@ -60,18 +55,6 @@ void set_key(Tensor& t, int64_t i, K v) {
   } else {
     t.set_int64(i, static_cast<int64_t>(v));
   }
-}
-
-bool normalize_axis(int64_t& axis, int64_t rank) {
-  if (axis < -rank || axis >= rank) return false;
-  if (axis < 0) axis += rank;
-  return true;
-}
-
-int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
-  return p;
 }
 
 // Copies every element of `x` (any type, including strings) into output `i` with `dims`.

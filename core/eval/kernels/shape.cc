@@ -34,11 +34,6 @@ struct Bytes16 {
   uint64_t lo, hi;
 };
 
-template <typename U>
-struct Tag {
-  using type = U;
-};
-
 // Calls f(Tag<U>{}) with U an element type of the same size as `dtype`'s elements.
 template <typename F>
 absl::Status by_element(int32_t dtype, F&& f) {
@@ -77,24 +72,10 @@ const U* elems(const Tensor& t) {
   }
 }
 
-int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
-  return p;
-}
-
 std::vector<int64_t> strides_of(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
   for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
   return s;
-}
-
-// Maps `axis` from [-rank, rank) (or [-rank, rank] with `inclusive`) to [0, rank).
-bool normalize_axis(int64_t& axis, int64_t rank, bool inclusive = false) {
-  int64_t hi = inclusive ? rank : rank - 1;
-  if (axis < -rank || axis > hi) return false;
-  if (axis < 0) axis += rank;
-  return true;
 }
 
 // Integer values of a 0-D or 1-D integer tensor (shape, axes, pads, repeats inputs).
