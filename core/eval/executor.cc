@@ -7,6 +7,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/eval/budget.h"
 #include "core/ir/operands.h"
 #include "core/memory/allocator.h"
@@ -110,24 +111,20 @@ class Executor {
   }
 
   absl::Status run_graph(const ir::Graph& g, Env& env) {
-    auto plan = plan_for(g);
-    if (!plan.ok()) return plan.status();
+    ASSIGN_OR_RETURN(const Plan* plan, plan_for(g));
     const ir::ExternalData* external = g.model()->external_data().get();
     auto load = [&](const ir::Value* v) -> absl::Status {
       if (env.count(v)) return absl::OkStatus();  // a fed graph input overrides its default
-      auto t = Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes, external);
-      if (!t.ok()) return t.status();
-      env[v] = std::move(*t);
+      ASSIGN_OR_RETURN(env[v],
+                       Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes, external));
       return absl::OkStatus();
     };
     for (ir::Value* v : g.initializers())
-      if (!(*plan)->loaded_late.count(v))
-        if (auto st = load(v); !st.ok()) return st;
-    for (size_t i = 0; i < (*plan)->nodes.size(); ++i) {
-      for (const ir::Value* v : (*plan)->loads_before[i])
-        if (auto st = load(v); !st.ok()) return st;
-      if (auto st = run_node(*(*plan)->nodes[i], env); !st.ok()) return st;
-      for (const ir::Value* v : (*plan)->dies_after[i]) env.erase(v);
+      if (!plan->loaded_late.count(v)) RETURN_IF_ERROR(load(v));
+    for (size_t i = 0; i < plan->nodes.size(); ++i) {
+      for (const ir::Value* v : plan->loads_before[i]) RETURN_IF_ERROR(load(v));
+      RETURN_IF_ERROR(run_node(*plan->nodes[i], env));
+      for (const ir::Value* v : plan->dies_after[i]) env.erase(v);
     }
     return absl::OkStatus();
   }
@@ -154,7 +151,7 @@ class Executor {
     auto [it, inserted] = plans_.try_emplace(&g);
     Plan& plan = it->second;
     if (!inserted) {
-      if (!plan.status.ok()) return plan.status;
+      RETURN_IF_ERROR(plan.status);
       return &plan;
     }
     plan.nodes = g.nodes();
@@ -211,9 +208,8 @@ class Executor {
         inputs.push_back(nullptr);
         continue;
       }
-      auto t = get(v, env);
-      if (!t.ok()) return t.status();
-      inputs.push_back(*t);
+      ASSIGN_OR_RETURN(const Tensor* t, get(v, env));
+      inputs.push_back(t);
     }
     return inputs;
   }
@@ -226,7 +222,7 @@ class Executor {
 
   absl::Status run_node(const ir::Node& n, Env& env) {
     if (limits_.should_continue && *limits_.should_continue) {
-      if (auto st = (*limits_.should_continue)(); !st.ok()) return st;
+      RETURN_IF_ERROR((*limits_.should_continue)());
     }
     absl::Status st = dispatch(n, env);
     if (st.ok() && observer_ && *observer_) {
@@ -243,12 +239,10 @@ class Executor {
     if (n.is("If")) return run_if(n, env);
     if (n.is("Loop")) return run_loop(n, env);
     if (n.is("Scan")) return run_scan(n, env);
-    auto inputs = gather_inputs(n, env);
-    if (!inputs.ok()) return inputs.status();
-    auto outputs = run_kernel(n, std::move(*inputs), limits_);
-    if (!outputs.ok()) return outputs.status();
+    ASSIGN_OR_RETURN(auto inputs, gather_inputs(n, env));
+    ASSIGN_OR_RETURN(auto outputs, run_kernel(n, std::move(inputs), limits_));
     for (size_t i = 0; i < n.outputs().size(); ++i)
-      if (ir::Value* out = n.output(i)) env[out] = std::move((*outputs)[i]);
+      if (ir::Value* out = n.output(i)) env[out] = std::move(outputs[i]);
     return absl::OkStatus();
   }
 
@@ -259,18 +253,16 @@ class Executor {
   }
 
   absl::Status run_if(const ir::Node& n, Env& env) {
-    auto cond = get(n.input(0), env);
-    if (!cond.ok()) return cond.status();
-    if ((*cond)->size() != 1) return absl::InvalidArgumentError("If condition must have 1 element");
-    const ir::Graph* branch = subgraph(n, (*cond)->get_int64(0) ? "then_branch" : "else_branch");
+    ASSIGN_OR_RETURN(const Tensor* cond, get(n.input(0), env));
+    if (cond->size() != 1) return absl::InvalidArgumentError("If condition must have 1 element");
+    const ir::Graph* branch = subgraph(n, cond->get_int64(0) ? "then_branch" : "else_branch");
     if (!branch) return absl::InvalidArgumentError("If without its branch");
-    if (auto st = run_graph(*branch, env); !st.ok()) return st;
+    RETURN_IF_ERROR(run_graph(*branch, env));
     if (branch->outputs().size() != n.outputs().size())
       return absl::InvalidArgumentError("If branch output count differs from the node's");
     for (size_t i = 0; i < n.outputs().size(); ++i) {
-      auto t = get(branch->outputs()[i].value, env);
-      if (!t.ok()) return t.status();
-      if (ir::Value* out = n.output(i)) env[out] = **t;
+      ASSIGN_OR_RETURN(const Tensor* t, get(branch->outputs()[i].value, env));
+      if (ir::Value* out = n.output(i)) env[out] = *t;
     }
     return absl::OkStatus();
   }
@@ -285,21 +277,18 @@ class Executor {
     const size_t scans = body->outputs().size() - 1 - carried;
     int64_t max_trips = INT64_MAX;
     if (ir::Value* m = n.input(0)) {
-      auto t = get(m, env);
-      if (!t.ok()) return t.status();
-      max_trips = (*t)->get_int64(0);
+      ASSIGN_OR_RETURN(const Tensor* t, get(m, env));
+      max_trips = t->get_int64(0);
     }
     bool cond = true;
     if (ir::Value* c = n.input(1)) {
-      auto t = get(c, env);
-      if (!t.ok()) return t.status();
-      cond = (*t)->get_int64(0) != 0;
+      ASSIGN_OR_RETURN(const Tensor* t, get(c, env));
+      cond = t->get_int64(0) != 0;
     }
     std::vector<Tensor> state;
     for (size_t i = 0; i < carried; ++i) {
-      auto t = get(n.input(2 + i), env);
-      if (!t.ok()) return t.status();
-      state.push_back(**t);
+      ASSIGN_OR_RETURN(const Tensor* t, get(n.input(2 + i), env));
+      state.push_back(*t);
     }
     std::vector<std::vector<Tensor>> scan_values(scans);
     // A loop with no trip count runs until its condition turns false; bound it anyway.
@@ -308,28 +297,25 @@ class Executor {
       spend_work(1 + carried + scans);
       if (i >= kMaxIterations)
         return absl::ResourceExhaustedError("Loop ran more than 2^20 iterations");
-      auto iter = Tensor::zeros(onnx::TensorProto::INT64, {}, limits_.max_tensor_bytes);
-      auto cond_t = Tensor::zeros(onnx::TensorProto::BOOL, {}, limits_.max_tensor_bytes);
-      if (!iter.ok()) return iter.status();
-      if (!cond_t.ok()) return cond_t.status();
-      iter->set_int64(0, i);
-      cond_t->set_int64(0, cond ? 1 : 0);
-      env[body->inputs()[0].value] = std::move(*iter);
-      env[body->inputs()[1].value] = std::move(*cond_t);
+      ASSIGN_OR_RETURN(Tensor iter,
+                       Tensor::zeros(onnx::TensorProto::INT64, {}, limits_.max_tensor_bytes));
+      ASSIGN_OR_RETURN(Tensor cond_t,
+                       Tensor::zeros(onnx::TensorProto::BOOL, {}, limits_.max_tensor_bytes));
+      iter.set_int64(0, i);
+      cond_t.set_int64(0, cond ? 1 : 0);
+      env[body->inputs()[0].value] = std::move(iter);
+      env[body->inputs()[1].value] = std::move(cond_t);
       for (size_t k = 0; k < carried; ++k) env[body->inputs()[2 + k].value] = state[k];
-      if (auto st = run_graph(*body, env); !st.ok()) return st;
-      auto c = get(body->outputs()[0].value, env);
-      if (!c.ok()) return c.status();
-      cond = (*c)->get_int64(0) != 0;
+      RETURN_IF_ERROR(run_graph(*body, env));
+      ASSIGN_OR_RETURN(const Tensor* c, get(body->outputs()[0].value, env));
+      cond = c->get_int64(0) != 0;
       for (size_t k = 0; k < carried; ++k) {
-        auto t = get(body->outputs()[1 + k].value, env);
-        if (!t.ok()) return t.status();
-        state[k] = **t;
+        ASSIGN_OR_RETURN(const Tensor* t, get(body->outputs()[1 + k].value, env));
+        state[k] = *t;
       }
       for (size_t k = 0; k < scans; ++k) {
-        auto t = get(body->outputs()[1 + carried + k].value, env);
-        if (!t.ok()) return t.status();
-        scan_values[k].push_back(**t);
+        ASSIGN_OR_RETURN(const Tensor* t, get(body->outputs()[1 + carried + k].value, env));
+        scan_values[k].push_back(*t);
       }
     }
     for (size_t k = 0; k < carried; ++k)
@@ -337,9 +323,7 @@ class Executor {
     for (size_t k = 0; k < scans; ++k) {
       ir::Value* out = n.output(carried + k);
       if (!out) continue;
-      auto stacked = stack(scan_values[k]);
-      if (!stacked.ok()) return stacked.status();
-      env[out] = std::move(*stacked);
+      ASSIGN_OR_RETURN(env[out], stack(scan_values[k]));
     }
     return absl::OkStatus();
   }
@@ -356,30 +340,27 @@ class Executor {
     if (n.inputs().size() > body.inputs().size() || n.outputs().size() > body.outputs().size())
       return absl::InvalidArgumentError(
           absl::StrCat("call of function ", n.op_type(), " has too many inputs or outputs"));
-    auto args = gather_inputs(n, env);
-    if (!args.ok()) return args.status();
+    ASSIGN_OR_RETURN(auto args, gather_inputs(n, env));
     std::vector<Tensor> results;
     if (!has_attribute_refs(body)) {
       ++depth_;
-      bind_inputs(body, *args, env);
+      bind_inputs(body, args, env);
       absl::Status st = run_graph(body, env);
       --depth_;
-      if (!st.ok()) return st;
+      RETURN_IF_ERROR(st);
       for (size_t i = 0; i < n.outputs().size(); ++i) {
         if (!n.output(i)) continue;
-        auto t = get(body.outputs()[i].value, env);
-        if (!t.ok()) return t.status();
-        env[n.output(i)] = **t;
+        ASSIGN_OR_RETURN(const Tensor* t, get(body.outputs()[i].value, env));
+        env[n.output(i)] = *t;
       }
       return absl::OkStatus();
     }
-    auto instance = instantiate(n, fn);
-    if (!instance.ok()) return instance.status();
-    const ir::Graph& g = (*instance)->graph();
-    Executor sub(**instance, limits_, depth_ + 1);
+    ASSIGN_OR_RETURN(const ir::Model* instance, instantiate(n, fn));
+    const ir::Graph& g = instance->graph();
+    Executor sub(*instance, limits_, depth_ + 1);
     Env sub_env;
-    sub.bind_inputs(g, *args, sub_env);
-    if (auto st = sub.run_graph(g, sub_env); !st.ok()) return st;
+    sub.bind_inputs(g, args, sub_env);
+    RETURN_IF_ERROR(sub.run_graph(g, sub_env));
     for (size_t i = 0; i < n.outputs().size(); ++i) {
       if (!n.output(i)) continue;
       auto it = sub_env.find(g.outputs()[i].value);
@@ -444,10 +425,9 @@ class Executor {
     const int64_t k_out = static_cast<int64_t>(body->outputs().size()) - states;
     if (static_cast<int64_t>(n.outputs().size()) > states + k_out)
       return absl::InvalidArgumentError("Scan has more outputs than its body");
-    auto args = gather_inputs(n, env);
-    if (!args.ok()) return args.status();
+    ASSIGN_OR_RETURN(auto args, gather_inputs(n, env));
     for (int64_t i = first; i < first + count; ++i)
-      if ((*args)[i] == nullptr) return absl::InvalidArgumentError("Scan input is missing");
+      if (args[i] == nullptr) return absl::InvalidArgumentError("Scan input is missing");
 
     auto ints_attr = [&](const char* name, int64_t size) -> absl::StatusOr<std::vector<int64_t>> {
       std::vector<int64_t> v = n.attr_ints(name).value_or(std::vector<int64_t>(size, 0));
@@ -456,31 +436,23 @@ class Executor {
       return v;
     };
     ScanSpec spec;
-    auto in_dirs = ints_attr(v8 ? "directions" : "scan_input_directions", m);
-    if (!in_dirs.ok()) return in_dirs.status();
-    spec.in_reverse = *in_dirs;
+    ASSIGN_OR_RETURN(spec.in_reverse, ints_attr(v8 ? "directions" : "scan_input_directions", m));
     if (v8) {
       spec.in_axes.assign(m, 0);
       spec.out_axes.assign(k_out, 0);
       spec.out_reverse.assign(k_out, 0);
     } else {
-      auto in_axes = ints_attr("scan_input_axes", m);
-      auto out_axes = ints_attr("scan_output_axes", k_out);
-      auto out_dirs = ints_attr("scan_output_directions", k_out);
-      if (!in_axes.ok()) return in_axes.status();
-      if (!out_axes.ok()) return out_axes.status();
-      if (!out_dirs.ok()) return out_dirs.status();
-      spec.in_axes = *in_axes;
-      spec.out_axes = *out_axes;
-      spec.out_reverse = *out_dirs;
+      ASSIGN_OR_RETURN(spec.in_axes, ints_attr("scan_input_axes", m));
+      ASSIGN_OR_RETURN(spec.out_axes, ints_attr("scan_output_axes", k_out));
+      ASSIGN_OR_RETURN(spec.out_reverse, ints_attr("scan_output_directions", k_out));
     }
 
     std::vector<Tensor> final_states(states);
     std::vector<Tensor> scan_outputs(k_out);
     if (!v8) {
       std::vector<Tensor> init;
-      for (int64_t i = 0; i < states; ++i) init.push_back(*(*args)[i]);
-      std::vector<const Tensor*> inputs((*args).begin() + states, (*args).end());
+      for (int64_t i = 0; i < states; ++i) init.push_back(*args[i]);
+      std::vector<const Tensor*> inputs(args.begin() + states, args.end());
       int64_t length = -1;
       for (int64_t j = 0; j < m; ++j) {
         const Tensor& t = *inputs[j];
@@ -493,29 +465,26 @@ class Executor {
         length = t.dims()[axis];
       }
       std::vector<std::vector<Tensor>> parts;
-      if (auto st =
-              scan_loop(*body, spec, std::move(init), inputs, length, env, &final_states, &parts);
-          !st.ok())
-        return st;
+      RETURN_IF_ERROR(
+          scan_loop(*body, spec, std::move(init), inputs, length, env, &final_states, &parts));
       for (int64_t k = 0; k < k_out; ++k) {
-        auto t = stack_axis(parts[k], spec.out_axes[k], length, spec.out_reverse[k] != 0);
-        if (!t.ok()) return t.status();
-        scan_outputs[k] = std::move(*t);
+        ASSIGN_OR_RETURN(scan_outputs[k],
+                         stack_axis(parts[k], spec.out_axes[k], length, spec.out_reverse[k] != 0));
       }
     } else {
       // Opset 8: each batch entry is a separate scan over axis 1; results stack on axis 0.
-      const Tensor& first_scan = *(*args)[first + states];
+      const Tensor& first_scan = *args[first + states];
       if (first_scan.rank() < 2) return absl::InvalidArgumentError("Scan inputs need rank >= 2");
       const int64_t batch = first_scan.dims()[0], max_len = first_scan.dims()[1];
       for (int64_t i = first; i < first + count; ++i) {
-        const Tensor& t = *(*args)[i];
+        const Tensor& t = *args[i];
         const bool scanned = i >= first + states;
         if (t.rank() < (scanned ? 2 : 1) || t.dims()[0] != batch ||
             (scanned && t.dims()[1] != max_len))
           return absl::InvalidArgumentError("Scan inputs differ in batch or sequence length");
       }
       std::vector<int64_t> lens(batch, max_len);
-      if (const Tensor* l = (*args)[0]) {
+      if (const Tensor* l = args[0]) {
         if (l->size() != batch) return absl::InvalidArgumentError("Scan: sequence_lens size");
         for (int64_t b = 0; b < batch; ++b) {
           lens[b] = l->get_int64(b);
@@ -528,39 +497,30 @@ class Executor {
         std::vector<Tensor> init;
         std::vector<Tensor> sliced;
         for (int64_t i = 0; i < states; ++i) {
-          auto t = slice_axis(*(*args)[first + i], 0, b);
-          if (!t.ok()) return t.status();
-          init.push_back(std::move(*t));
+          ASSIGN_OR_RETURN(Tensor t, slice_axis(*args[first + i], 0, b));
+          init.push_back(std::move(t));
         }
         for (int64_t j = 0; j < m; ++j) {
-          auto t = slice_axis(*(*args)[first + states + j], 0, b);
-          if (!t.ok()) return t.status();
-          sliced.push_back(std::move(*t));
+          ASSIGN_OR_RETURN(Tensor t, slice_axis(*args[first + states + j], 0, b));
+          sliced.push_back(std::move(t));
         }
         std::vector<const Tensor*> inputs;
         for (const auto& t : sliced) inputs.push_back(&t);
         std::vector<Tensor> finals(states);
         std::vector<std::vector<Tensor>> parts;
-        if (auto st =
-                scan_loop(*body, spec, std::move(init), inputs, lens[b], env, &finals, &parts);
-            !st.ok())
-          return st;
+        RETURN_IF_ERROR(
+            scan_loop(*body, spec, std::move(init), inputs, lens[b], env, &finals, &parts));
         for (int64_t i = 0; i < states; ++i) per_batch_states[i].push_back(std::move(finals[i]));
         for (int64_t k = 0; k < k_out; ++k) {
-          auto t = stack_axis(parts[k], 0, max_len, false);
-          if (!t.ok()) return t.status();
-          per_batch_outputs[k].push_back(std::move(*t));
+          ASSIGN_OR_RETURN(Tensor t, stack_axis(parts[k], 0, max_len, false));
+          per_batch_outputs[k].push_back(std::move(t));
         }
       }
       for (int64_t i = 0; i < states; ++i) {
-        auto t = stack_axis(per_batch_states[i], 0, batch, false);
-        if (!t.ok()) return t.status();
-        final_states[i] = std::move(*t);
+        ASSIGN_OR_RETURN(final_states[i], stack_axis(per_batch_states[i], 0, batch, false));
       }
       for (int64_t k = 0; k < k_out; ++k) {
-        auto t = stack_axis(per_batch_outputs[k], 0, batch, false);
-        if (!t.ok()) return t.status();
-        scan_outputs[k] = std::move(*t);
+        ASSIGN_OR_RETURN(scan_outputs[k], stack_axis(per_batch_outputs[k], 0, batch, false));
       }
     }
     for (int64_t i = 0; i < states; ++i)
@@ -586,21 +546,18 @@ class Executor {
     for (int64_t t = 0; t < length; ++t) {
       for (size_t i = 0; i < states; ++i) env[body.inputs()[i].value] = state[i];
       for (size_t j = 0; j < inputs.size(); ++j) {
-        auto slice =
-            slice_axis(*inputs[j], spec.in_axes[j], spec.in_reverse[j] ? length - 1 - t : t);
-        if (!slice.ok()) return slice.status();
-        env[body.inputs()[states + j].value] = std::move(*slice);
+        ASSIGN_OR_RETURN(
+            env[body.inputs()[states + j].value],
+            slice_axis(*inputs[j], spec.in_axes[j], spec.in_reverse[j] ? length - 1 - t : t));
       }
-      if (auto st = run_graph(body, env); !st.ok()) return st;
+      RETURN_IF_ERROR(run_graph(body, env));
       for (size_t i = 0; i < states; ++i) {
-        auto v = get(body.outputs()[i].value, env);
-        if (!v.ok()) return v.status();
-        state[i] = **v;
+        ASSIGN_OR_RETURN(const Tensor* v, get(body.outputs()[i].value, env));
+        state[i] = *v;
       }
       for (size_t k = 0; k < k_out; ++k) {
-        auto v = get(body.outputs()[states + k].value, env);
-        if (!v.ok()) return v.status();
-        (*parts)[k].push_back(**v);
+        ASSIGN_OR_RETURN(const Tensor* v, get(body.outputs()[states + k].value, env));
+        (*parts)[k].push_back(*v);
       }
     }
     *final_states = std::move(state);
@@ -628,10 +585,9 @@ class Executor {
     for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= dims[d];
     const int64_t n = dims[axis];
     dims.erase(dims.begin() + axis);
-    auto out = Tensor::zeros(t.dtype(), dims, limits_.max_tensor_bytes);
-    if (!out.ok()) return out.status();
+    ASSIGN_OR_RETURN(Tensor out, Tensor::zeros(t.dtype(), dims, limits_.max_tensor_bytes));
     for (int64_t o = 0; o < outer; ++o)
-      copy_elements(t, (o * n + index) * inner, *out, o * inner, inner);
+      copy_elements(t, (o * n + index) * inner, out, o * inner, inner);
     return out;
   }
 
@@ -654,12 +610,11 @@ class Executor {
     for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
     for (size_t d = axis; d < dims.size(); ++d) inner *= dims[d];
     dims.insert(dims.begin() + axis, length);
-    auto out = Tensor::zeros(parts[0].dtype(), dims, limits_.max_tensor_bytes);
-    if (!out.ok()) return out.status();
+    ASSIGN_OR_RETURN(Tensor out, Tensor::zeros(parts[0].dtype(), dims, limits_.max_tensor_bytes));
     for (size_t t = 0; t < parts.size(); ++t) {
       const int64_t pos = reverse ? length - 1 - static_cast<int64_t>(t) : static_cast<int64_t>(t);
       for (int64_t o = 0; o < outer; ++o)
-        copy_elements(parts[t], o * inner, *out, (o * length + pos) * inner, inner);
+        copy_elements(parts[t], o * inner, out, (o * length + pos) * inner, inner);
     }
     return out;
   }
@@ -675,11 +630,10 @@ class Executor {
     if (parts[0].dtype() == onnx::TensorProto::STRING)
       return absl::UnimplementedError("Loop scan outputs of strings");
     dims.insert(dims.begin(), static_cast<int64_t>(parts.size()));
-    auto out = Tensor::zeros(parts[0].dtype(), dims, limits_.max_tensor_bytes);
-    if (!out.ok()) return out.status();
+    ASSIGN_OR_RETURN(Tensor out, Tensor::zeros(parts[0].dtype(), dims, limits_.max_tensor_bytes));
     size_t offset = 0;
     for (const auto& p : parts) {
-      std::memcpy(out->data<char>() + offset, p.data<char>(), p.bytes());
+      std::memcpy(out.data<char>() + offset, p.data<char>(), p.bytes());
       offset += p.bytes();
     }
     return out;
@@ -739,7 +693,7 @@ absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
     if (observer && *observer)
       for (const auto& in : g.inputs())
         if (auto it = env.find(in.value); it != env.end()) (*observer)(*in.value, it->second);
-    if (auto st = exec.run_graph(g, env); !st.ok()) return st;
+    RETURN_IF_ERROR(exec.run_graph(g, env));
     std::vector<Tensor> outputs;
     for (const auto& out : g.outputs()) {
       auto it = env.find(out.value);

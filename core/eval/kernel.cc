@@ -7,6 +7,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/eval/kernels.h"
 #include "core/ir/operands.h"
 
@@ -69,10 +70,9 @@ absl::StatusOr<Tensor*> KernelContext::make_output(size_t i, int32_t dtype,
     return absl::InvalidArgumentError(absl::StrCat(
         node.op_type(), ": output ", i, " does not exist (node has ", outputs.size(), ")"));
   }
-  auto t = Tensor::zeros(dtype, std::move(dims), limits.max_tensor_bytes);
-  if (!t.ok()) return t.status();
-  spend_work(static_cast<uint64_t>(t->size()));
-  outputs[i] = std::move(*t);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, std::move(dims), limits.max_tensor_bytes));
+  spend_work(static_cast<uint64_t>(t.size()));
+  outputs[i] = std::move(t);
   return &outputs[i];
 }
 
@@ -116,7 +116,7 @@ absl::StatusOr<std::vector<Tensor>> run_kernel(const ir::Node& node,
   };
   // Newer opsets than libonnx knows are checked against the newest schema it has: the evaluator
   // runs them, so it must not trust them more.
-  if (auto st = ir::check_operands(node, /*clamp_to_known_opset=*/true); !st.ok()) return st;
+  RETURN_IF_ERROR(ir::check_operands(node, /*clamp_to_known_opset=*/true));
   const Kernel* kernel = find_kernel(node.op_type(), node.domain(), node.opset());
   if (!kernel)
     return absl::UnimplementedError(

@@ -8,6 +8,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/ir/tensor.h"
 
 namespace graft::eval {
@@ -77,8 +78,7 @@ absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& d
   if (count != x.size()) return absl::InvalidArgumentError("transposed: element count");
   std::vector<int64_t> out_dims(rank);
   for (size_t i = 0; i < rank; ++i) out_dims[i] = dims[static_cast<size_t>(perm[i])];
-  auto out = Tensor::zeros(x.dtype(), out_dims, max_bytes);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor out, Tensor::zeros(x.dtype(), out_dims, max_bytes));
   if (count == 0) return out;
   const bool strings = x.dtype() == TensorProto::STRING;
   const size_t width = strings ? 0 : x.element_size();
@@ -96,16 +96,16 @@ absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& d
     };
     switch (width) {
       case 1:
-        tiles(x.data<uint8_t>(), out->data<uint8_t>());
+        tiles(x.data<uint8_t>(), out.data<uint8_t>());
         return out;
       case 2:
-        tiles(x.data<uint16_t>(), out->data<uint16_t>());
+        tiles(x.data<uint16_t>(), out.data<uint16_t>());
         return out;
       case 4:
-        tiles(x.data<uint32_t>(), out->data<uint32_t>());
+        tiles(x.data<uint32_t>(), out.data<uint32_t>());
         return out;
       case 8:
-        tiles(x.data<uint64_t>(), out->data<uint64_t>());
+        tiles(x.data<uint64_t>(), out.data<uint64_t>());
         return out;
       default:
         break;  // the general loop below
@@ -120,9 +120,9 @@ absl::StatusOr<Tensor> transposed(const Tensor& x, const std::vector<int64_t>& d
   int64_t source = 0;
   for (int64_t k = 0; k < count; ++k) {
     if (strings) {
-      out->strings()[static_cast<size_t>(k)] = x.strings()[static_cast<size_t>(source)];
+      out.strings()[static_cast<size_t>(k)] = x.strings()[static_cast<size_t>(source)];
     } else {
-      std::memcpy(out->data<char>() + static_cast<size_t>(k) * width,
+      std::memcpy(out.data<char>() + static_cast<size_t>(k) * width,
                   x.data<char>() + static_cast<size_t>(source) * width, width);
     }
     // Advance the result's index (last axis fastest) and the source offset with it.
@@ -182,19 +182,18 @@ absl::Status Tensor::charge(uint64_t bytes) {
 }
 
 absl::StatusOr<Tensor> Tensor::zeros(int32_t dtype, std::vector<int64_t> dims, uint64_t max_bytes) {
-  auto count = checked_count(dtype, dims, max_bytes);
-  if (!count.ok()) return count.status();
+  ASSIGN_OR_RETURN(const int64_t count, checked_count(dtype, dims, max_bytes));
   Tensor t;
-  const uint64_t bytes = static_cast<uint64_t>(*count) *
+  const uint64_t bytes = static_cast<uint64_t>(count) *
                          (dtype == TensorProto::STRING ? kStringOverhead : storage_size(dtype));
-  if (auto st = t.charge(bytes); !st.ok()) return st;
+  RETURN_IF_ERROR(t.charge(bytes));
   t.dtype_ = dtype;
   t.dims_ = std::move(dims);
-  t.size_ = *count;
+  t.size_ = count;
   if (dtype == TensorProto::STRING) {
-    t.strings_.resize(*count);
+    t.strings_.resize(count);
   } else {
-    t.bytes_.assign(static_cast<size_t>(*count) * storage_size(dtype), '\0');
+    t.bytes_.assign(static_cast<size_t>(count) * storage_size(dtype), '\0');
   }
   return t;
 }
@@ -241,32 +240,30 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
     if (storage_size(dtype) == 0)
       return absl::InvalidArgumentError("external tensor of a type without a fixed size");
     std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
-    auto count = checked_count(dtype, dims, max_bytes);
-    if (!count.ok()) return count.status();
-    const uint64_t storage = static_cast<uint64_t>(*count) * storage_size(dtype);
-    const uint64_t nbytes = *ir::payload_size(dtype, *count);  // checked_count bounds it
+    ASSIGN_OR_RETURN(const int64_t count, checked_count(dtype, dims, max_bytes));
+    const uint64_t storage = static_cast<uint64_t>(count) * storage_size(dtype);
+    const uint64_t nbytes = *ir::payload_size(dtype, count);  // checked_count bounds it
     Tensor t;
     // Charged before reading: the bytes go straight into the tensor's storage (a 4-bit payload
     // into a buffer of its own, charged too while it is unpacked).
-    if (auto st = t.charge(storage); !st.ok()) return st;
+    RETURN_IF_ERROR(t.charge(storage));
     Charge packed;
     if (ir::is_4bit(dtype) && !packed.assign(nbytes))
       return current_budget()->memory_exhausted(nbytes);
-    auto read = external->read(proto, nbytes);
-    if (!read.ok()) return read.status();
-    if (read->size() != nbytes)
+    ASSIGN_OR_RETURN(auto read, external->read(proto, nbytes));
+    if (read.size() != nbytes)
       return absl::InvalidArgumentError(
-          absl::StrCat("external data has ", read->size(), " bytes, expected ", nbytes));
+          absl::StrCat("external data has ", read.size(), " bytes, expected ", nbytes));
     t.dtype_ = dtype;
     t.dims_ = std::move(dims);
-    t.size_ = *count;
+    t.size_ = count;
     if (ir::is_4bit(dtype)) {
       t.bytes_.assign(static_cast<size_t>(storage), '\0');
-      ir::unpack_4bit(read->bytes().data(), static_cast<size_t>(*count), dtype == ir::kInt4,
+      ir::unpack_4bit(read.bytes().data(), static_cast<size_t>(count), dtype == ir::kInt4,
                       t.data<int8_t>());
       return t;
     }
-    t.bytes_ = read->release();
+    t.bytes_ = read.release();
     if (dtype == TensorProto::BOOL)
       for (char& c : t.bytes_) c = c != 0;
     return t;
@@ -276,9 +273,7 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
   }
   int32_t dtype = proto.data_type();
   std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
-  auto count = checked_count(dtype, dims, max_bytes);
-  if (!count.ok()) return count.status();
-  const int64_t n = *count;
+  ASSIGN_OR_RETURN(const int64_t n, checked_count(dtype, dims, max_bytes));
   Tensor t;
   t.dtype_ = dtype;
   t.dims_ = std::move(dims);
@@ -291,7 +286,7 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
     uint64_t total = static_cast<uint64_t>(n) * kStringOverhead;
     for (const auto& s : proto.string_data()) total += s.size();
     if (total > max_bytes) return absl::ResourceExhaustedError("string tensor exceeds the limit");
-    if (auto st = t.charge(total); !st.ok()) return st;
+    RETURN_IF_ERROR(t.charge(total));
     t.strings_.assign(proto.string_data().begin(), proto.string_data().end());
     return t;
   }
@@ -315,7 +310,7 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
           absl::StrCat("tensor field has ", entries, " entries, expected ", n * per_element));
     }
   }
-  if (auto st = t.charge(nbytes); !st.ok()) return st;
+  RETURN_IF_ERROR(t.charge(nbytes));
   if (proto.has_raw_data()) {
     t.bytes_ = proto.raw_data();
     if (dtype == TensorProto::BOOL) {
@@ -382,7 +377,7 @@ absl::StatusOr<Tensor> Tensor::from_packed_proto(const TensorProto& proto, Tenso
         absl::StrCat(proto.has_raw_data() ? "raw_data has " : "int32_data has ", given,
                      proto.has_raw_data() ? " bytes" : " entries", ", expected ", packed, " for ",
                      n, " packed 4-bit elements"));
-  if (auto st = t.charge(n); !st.ok()) return st;
+  RETURN_IF_ERROR(t.charge(n));
   t.bytes_.assign(static_cast<size_t>(n), '\0');
   const bool is_signed = t.dtype_ == ir::kInt4;
   if (proto.has_raw_data()) {

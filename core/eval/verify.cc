@@ -10,6 +10,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "core/eval/executor.h"
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
@@ -154,12 +155,10 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has element type ",
                                                    onnx::TensorProto::DataType_Name(dtype),
                                                    " (random inputs are numeric or bool)"));
-  auto dims = input_dims(name, tt, options, sizing, params, defaulted);
-  if (!dims.ok()) return dims.status();
-  for (int64_t d : *dims)
+  ASSIGN_OR_RETURN(auto dims, input_dims(name, tt, options, sizing, params, defaulted));
+  for (int64_t d : dims)
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("input '", name, "': negative dim"));
-  auto t = Tensor::zeros(dtype, *dims, options.max_tensor_bytes);
-  if (!t.ok()) return t.status();
+  ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, dims, options.max_tensor_bytes));
   auto fixed = options.values.find(name);
   std::uniform_real_distribution<double> real(-options.float_range, options.float_range);
   // Non-negative and small by default, so integer inputs also work as indices and counts; by
@@ -172,27 +171,27 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
   // row (its last dim). Random 0/1 would mask whole rows of attention, which no input does and
   // which makes a softmax NaN.
   if (fixed == options.values.end() && is_integer_type(dtype) && range.mask()) {
-    const int64_t row = t->dims().empty() ? 1 : std::max<int64_t>(t->dims().back(), 1);
+    const int64_t row = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
     std::uniform_int_distribution<int64_t> padding(0, row / 2);
     int64_t keep = row;
-    for (int64_t i = 0; i < t->size(); ++i) {
+    for (int64_t i = 0; i < t.size(); ++i) {
       if (i % row == 0) keep = row - padding(rng);
-      t->set_int64(i, i % row < keep ? 1 : 0);
+      t.set_int64(i, i % row < keep ? 1 : 0);
     }
     return t;
   }
-  for (int64_t i = 0; i < t->size(); ++i) {
+  for (int64_t i = 0; i < t.size(); ++i) {
     if (fixed != options.values.end()) {
       if (is_float_type(dtype))
-        t->set_double(i, fixed->second);
+        t.set_double(i, fixed->second);
       else
-        t->set_int64(i, static_cast<int64_t>(fixed->second));
+        t.set_int64(i, static_cast<int64_t>(fixed->second));
     } else if (is_float_type(dtype)) {
-      t->set_double(i, real(rng));
+      t.set_double(i, real(rng));
     } else if (dtype == onnx::TensorProto::BOOL) {
-      t->set_int64(i, boolean(rng));
+      t.set_int64(i, boolean(rng));
     } else {
-      t->set_int64(i, integer(rng));
+      t.set_int64(i, integer(rng));
     }
   }
   return t;
@@ -218,13 +217,13 @@ absl::Status make_feeds(const ir::Model& original, const VerifyOptions& options,
     // An initializer listed as an input keeps its default in both models.
     if (in.value->is_initializer()) continue;
     const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
-    auto t = make_input(in.value, type, options, sizing, params, &defaulted, rng);
-    if (!t.ok()) return t.status();
-    input_bytes += t->bytes();
+    ASSIGN_OR_RETURN(Tensor t,
+                     make_input(in.value, type, options, sizing, params, &defaulted, rng));
+    input_bytes += t.bytes();
     if (dims_used)
       absl::StrAppend(dims_used, dims_used->empty() ? "" : ", ", in.value->name(), "=",
-                      dims_string(t->dims()));
-    feeds.emplace(in.value->name(), std::move(*t));
+                      dims_string(t.dims()));
+    feeds.emplace(in.value->name(), std::move(t));
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/ir/tensor.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
@@ -145,22 +146,20 @@ std::shared_ptr<const ExternalData> ExternalData::beneath(std::string folder) {
 uint64_t ExternalData::bytes_read() const { return read_->bytes.load(); }
 
 absl::StatusOr<ExternalData::Opened> ExternalData::open(const TensorProto& t) const {
-  auto keys = parse_external_keys(t);
-  if (!keys.ok()) return keys.status();
+  ASSIGN_OR_RETURN(ExternalKeys keys, parse_external_keys(t));
   if (element_size(t.data_type()) == 0 && !is_4bit(t.data_type()))
     return invalid(t, absl::StrCat("data type ", t.data_type(),
                                    " cannot be stored as external data (strings, undefined)"));
   Opened out;
   std::string path;
   if (folder_) {
-    auto fd = paths::open_beneath(*folder_, keys->location);
-    if (!fd.ok()) return fd.status();
-    out.fd = Fd(*fd);
-    path = (folder_->empty() ? "." : *folder_) + "/" + keys->location;
+    ASSIGN_OR_RETURN(const int fd, paths::open_beneath(*folder_, keys.location));
+    out.fd = Fd(fd);
+    path = (folder_->empty() ? "." : *folder_) + "/" + keys.location;
   } else {
-    auto it = paths_.find(keys->location);
+    auto it = paths_.find(keys.location);
     if (it == paths_.end())
-      return invalid(t, absl::StrCat("location '", shown(keys->location),
+      return invalid(t, absl::StrCat("location '", shown(keys.location),
                                      "' is not one of the model's external-data files"));
     path = it->second;
     out.fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
@@ -168,43 +167,41 @@ absl::StatusOr<ExternalData::Opened> ExternalData::open(const TensorProto& t) co
       const int err = errno;
       return absl::Status(
           paths::errno_code(err),
-          absl::StrCat("external data location '", shown(keys->location), "': cannot open '", path,
+          absl::StrCat("external data location '", shown(keys.location), "': cannot open '", path,
                        "': ", std::error_code(err, std::generic_category()).message()));
     }
   }
   struct stat st;
   if (::fstat(out.fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return invalid(t, absl::StrCat("location '", shown(keys->location), "' ('", path,
+    return invalid(t, absl::StrCat("location '", shown(keys.location), "' ('", path,
                                    "') is not a regular file"));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (keys->offset > size)
-    return invalid(t, absl::StrCat("offset ", keys->offset, " is past the end of '",
-                                   shown(keys->location), "' (", size, " bytes)"));
-  const uint64_t length = keys->length ? *keys->length : size - keys->offset;
-  if (length > size - keys->offset)
+  if (keys.offset > size)
+    return invalid(t, absl::StrCat("offset ", keys.offset, " is past the end of '",
+                                   shown(keys.location), "' (", size, " bytes)"));
+  const uint64_t length = keys.length ? *keys.length : size - keys.offset;
+  if (length > size - keys.offset)
     return invalid(
-        t, absl::StrCat("offset ", keys->offset, " + length ", length, " is past the end of '",
-                        shown(keys->location), "' (", size, " bytes)"));
+        t, absl::StrCat("offset ", keys.offset, " + length ", length, " is past the end of '",
+                        shown(keys.location), "' (", size, " bytes)"));
   auto expected = fixed_bytes(t);
   if (!expected) return invalid(t, "its dims are negative or their size overflows");
   if (*expected != length)
     return invalid(t, absl::StrCat("length ", length, " does not match its dims and type (",
                                    *expected, " bytes)"));
-  out.ref = ExternalRef{keys->location, keys->offset, length};
+  out.ref = ExternalRef{keys.location, keys.offset, length};
   out.file_size = size;
   return out;
 }
 
 absl::StatusOr<ExternalRef> ExternalData::locate(const TensorProto& t) const {
-  auto opened = open(t);
-  if (!opened.ok()) return opened.status();
-  return std::move(opened->ref);
+  ASSIGN_OR_RETURN(Opened opened, open(t));
+  return std::move(opened.ref);
 }
 
 absl::StatusOr<uint64_t> ExternalData::file_size(const TensorProto& t) const {
-  auto opened = open(t);
-  if (!opened.ok()) return opened.status();
-  return opened->file_size;
+  ASSIGN_OR_RETURN(Opened opened, open(t));
+  return opened.file_size;
 }
 
 namespace {
@@ -219,9 +216,8 @@ absl::Status pread_exact(int fd, char* dst, size_t n, uint64_t offset, const Ext
 }  // namespace
 
 absl::StatusOr<ExternalBytes> ExternalData::read(const TensorProto& t, uint64_t max_bytes) const {
-  auto opened = open(t);
-  if (!opened.ok()) return opened.status();
-  const ExternalRef& ref = opened->ref;
+  ASSIGN_OR_RETURN(Opened opened, open(t));
+  const ExternalRef& ref = opened.ref;
   if (ref.length > max_bytes)
     return absl::ResourceExhaustedError(absl::StrCat("external tensor '", shown(t.name()), "' has ",
                                                      ref.length, " bytes, above the limit of ",
@@ -235,9 +231,7 @@ absl::StatusOr<ExternalBytes> ExternalData::read(const TensorProto& t, uint64_t 
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate ", ref.length, " bytes for external tensor '", shown(t.name()), "'"));
   }
-  if (auto st = pread_exact(opened->fd.get(), buffer.data(), buffer.size(), ref.offset, ref);
-      !st.ok())
-    return st;
+  RETURN_IF_ERROR(pread_exact(opened.fd.get(), buffer.data(), buffer.size(), ref.offset, ref));
   read_->bytes += ref.length;
   return ExternalBytes(std::move(buffer));
 }
@@ -245,10 +239,9 @@ absl::StatusOr<ExternalBytes> ExternalData::read(const TensorProto& t, uint64_t 
 absl::Status ExternalData::read_blocks(const TensorProto& t,
                                        const std::function<void(std::string_view)>& each,
                                        size_t block_bytes) const {
-  auto opened = open(t);
-  if (!opened.ok()) return opened.status();
-  const ExternalRef& ref = opened->ref;
-  return paths::read_range(opened->fd.get(), ref.offset, ref.length, block_bytes,
+  ASSIGN_OR_RETURN(Opened opened, open(t));
+  const ExternalRef& ref = opened.ref;
+  return paths::read_range(opened.fd.get(), ref.offset, ref.length, block_bytes,
                            absl::StrCat("external data location '", shown(ref.location), "'"),
                            [&](std::string_view block) {
                              read_->bytes += block.size();
@@ -258,40 +251,34 @@ absl::Status ExternalData::read_blocks(const TensorProto& t,
 }
 
 absl::StatusOr<uint64_t> ExternalData::content_hash(const TensorProto& t) const {
-  auto ref = locate(t);
-  if (!ref.ok()) return ref.status();
+  ASSIGN_OR_RETURN(ExternalRef ref, locate(t));
   {
     std::lock_guard<std::mutex> lock(read_->mutex);
-    if (auto it = read_->hashes.find(*ref); it != read_->hashes.end()) return it->second;
+    if (auto it = read_->hashes.find(ref); it != read_->hashes.end()) return it->second;
   }
-  uint64_t h = 0xcbf29ce484222325ULL ^ ref->length;
+  uint64_t h = 0xcbf29ce484222325ULL ^ ref.length;
   std::hash<std::string_view> hash;
-  auto st = read_blocks(t, [&](std::string_view block) {
+  RETURN_IF_ERROR(read_blocks(t, [&](std::string_view block) {
     h ^= hash(block) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  });
-  if (!st.ok()) return st;
+  }));
   std::lock_guard<std::mutex> lock(read_->mutex);
-  read_->hashes.emplace(*ref, h);
+  read_->hashes.emplace(ref, h);
   return h;
 }
 
 absl::StatusOr<bool> ExternalData::same_payload(const TensorProto& a, const TensorProto& b,
                                                 size_t block_bytes) const {
-  auto oa = open(a);
-  if (!oa.ok()) return oa.status();
-  auto ob = open(b);
-  if (!ob.ok()) return ob.status();
-  if (oa->ref.length != ob->ref.length) return false;
-  if (oa->ref == ob->ref) return true;
+  ASSIGN_OR_RETURN(Opened oa, open(a));
+  ASSIGN_OR_RETURN(Opened ob, open(b));
+  if (oa.ref.length != ob.ref.length) return false;
+  if (oa.ref == ob.ref) return true;
   block_bytes = std::max<size_t>(block_bytes, 1);
-  const size_t size = static_cast<size_t>(std::min<uint64_t>(oa->ref.length, block_bytes));
+  const size_t size = static_cast<size_t>(std::min<uint64_t>(oa.ref.length, block_bytes));
   std::string ba(size, '\0'), bb(size, '\0');
-  for (uint64_t done = 0; done < oa->ref.length;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(oa->ref.length - done, size));
-    if (auto st = pread_exact(oa->fd.get(), ba.data(), n, oa->ref.offset + done, oa->ref); !st.ok())
-      return st;
-    if (auto st = pread_exact(ob->fd.get(), bb.data(), n, ob->ref.offset + done, ob->ref); !st.ok())
-      return st;
+  for (uint64_t done = 0; done < oa.ref.length;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(oa.ref.length - done, size));
+    RETURN_IF_ERROR(pread_exact(oa.fd.get(), ba.data(), n, oa.ref.offset + done, oa.ref));
+    RETURN_IF_ERROR(pread_exact(ob.fd.get(), bb.data(), n, ob.ref.offset + done, ob.ref));
     read_->bytes += 2 * n;
     if (std::memcmp(ba.data(), bb.data(), n) != 0) return false;
     done += n;
@@ -310,14 +297,13 @@ absl::StatusOr<LoadedTensor> load_tensor(const TensorProto& t, const ExternalDat
     return absl::ResourceExhaustedError(absl::StrCat("external tensor '", shown(t.name()), "' has ",
                                                      *declared, " bytes, above the limit of ",
                                                      max_bytes));
-  auto bytes = data->read(t, max_bytes);
-  if (!bytes.ok()) return bytes.status();
+  ASSIGN_OR_RETURN(ExternalBytes bytes, data->read(t, max_bytes));
   auto loaded = std::make_shared<TensorProto>();
   loaded->set_name(t.name());
   loaded->set_data_type(t.data_type());
   *loaded->mutable_dims() = t.dims();
   if (t.has_doc_string()) loaded->set_doc_string(t.doc_string());
-  loaded->set_raw_data(bytes->release());
+  loaded->set_raw_data(bytes.release());
   return LoadedTensor(std::shared_ptr<const TensorProto>(std::move(loaded)));
 }
 

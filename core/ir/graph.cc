@@ -6,6 +6,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/ir/model.h"
 
 namespace graft::ir {
@@ -756,9 +757,8 @@ absl::Status Graph::finalize() {
     return absl::FailedPreconditionError("finalize() while a transaction is open");
   for (const auto& n : nodes_)
     if (!n->dead_)
-      for (auto& sub : n->subgraphs_)
-        if (auto st = sub.graph->finalize(); !st.ok()) return st;
-  if (auto st = topo_sort(); !st.ok()) return st;
+      for (auto& sub : n->subgraphs_) RETURN_IF_ERROR(sub.graph->finalize());
+  RETURN_IF_ERROR(topo_sort());
   compact();
   return absl::OkStatus();
 }
@@ -938,8 +938,7 @@ absl::Status Graph::verify() const {
         return absl::InternalError(
             absl::StrCat(describe(n), " output '", v->name_, "' is not defined in its graph"));
     }
-    for (const auto& sub : n->subgraphs_)
-      if (auto st = sub.graph->verify(); !st.ok()) return st;
+    for (const auto& sub : n->subgraphs_) RETURN_IF_ERROR(sub.graph->verify());
   }
   for (const auto& [name, v] : by_name_)
     if (v->producer_ && v->producer_->dead_)
@@ -992,8 +991,7 @@ absl::Status Graph::verify_use_lists(const std::vector<Graph*>& graphs) {
     return absl::OkStatus();
   };
   for (const Graph* g : graphs)
-    for (const auto& [name, v] : g->by_name_)
-      if (auto st = check(v); !st.ok()) return st;
+    for (const auto& [name, v] : g->by_name_) RETURN_IF_ERROR(check(v));
   return absl::OkStatus();
 }
 

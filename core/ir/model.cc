@@ -1,6 +1,7 @@
 // Loading a ModelProto into the IR, saving it back, cloning.
 #include "core/ir/model.h"
 
+#include "core/base/status.h"
 #include "core/ir/operands.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
@@ -118,13 +119,11 @@ class Loader {
       for (auto& attr : *n->proto_.mutable_attribute()) {
         if (attr.has_g()) {
           std::unique_ptr<onnx::GraphProto> body(attr.release_g());
-          if (auto st = load_subgraph(n, attr.name(), -1, body.get()); !st.ok()) return st;
+          RETURN_IF_ERROR(load_subgraph(n, attr.name(), -1, body.get()));
         }
         auto bodies = release_all(attr.mutable_graphs());
         for (size_t k = 0; k < bodies.size(); ++k)
-          if (auto st = load_subgraph(n, attr.name(), static_cast<int>(k), bodies[k].get());
-              !st.ok())
-            return st;
+          RETURN_IF_ERROR(load_subgraph(n, attr.name(), static_cast<int>(k), bodies[k].get()));
       }
     }
 
@@ -217,9 +216,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::from_proto(onnx::ModelProto&& prot
   Loader loader(model.get());
   model->functions_.resize(functions.size());
   for (size_t i = 0; i < functions.size(); ++i)
-    if (auto st = loader.load_function(&model->functions_[i], functions[i].get()); !st.ok())
-      return st;
-  if (auto st = loader.load_graph(model->graph_.get(), graph.get()); !st.ok()) return st;
+    RETURN_IF_ERROR(loader.load_function(&model->functions_[i], functions[i].get()));
+  RETURN_IF_ERROR(loader.load_graph(model->graph_.get(), graph.get()));
   if (auto st = check_model_operands(*model); !st.ok()) return bad_model(std::string(st.message()));
   return model;
 }
@@ -238,12 +236,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::parse(std::string_view bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::load_file(const std::string& path) {
-  auto bytes = paths::read_file(path);
-  if (!bytes.ok()) return bytes.status();
-  auto model = parse(*bytes);
-  if (!model.ok()) return model.status();
+  ASSIGN_OR_RETURN(const std::string bytes, paths::read_file(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, parse(bytes));
   std::string folder = std::filesystem::path(path).parent_path().string();
-  (*model)->set_external_data(ExternalData::beneath(folder.empty() ? "." : std::move(folder)));
+  model->set_external_data(ExternalData::beneath(folder.empty() ? "." : std::move(folder)));
   return model;
 }
 
@@ -487,11 +483,10 @@ bool Model::has_external_tensors() const {
 
 absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalWrite& write) {
   if (!write.even_without_external && !has_external_tensors()) {
-    auto bytes = serialize_and_release();
-    if (!bytes.ok()) return bytes.status();
-    return SavedModel{std::move(*bytes), {}, 0, 0};
+    ASSIGN_OR_RETURN(std::string bytes, serialize_and_release());
+    return SavedModel{std::move(bytes), {}, 0, 0};
   }
-  if (auto st = paths::check_location(write.location); !st.ok()) return st;
+  RETURN_IF_ERROR(paths::check_location(write.location));
   {
     // The new file must not replace one the model reads: checked before anything is released.
     for (Graph* g : all_graphs()) {
@@ -502,18 +497,14 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
               "': the model already references that location"));
         return absl::OkStatus();
       };
-      for (Value* v : g->initializers())
-        if (auto st = check(*v->initializer()); !st.ok()) return st;
+      for (Value* v : g->initializers()) RETURN_IF_ERROR(check(*v->initializer()));
       for (Node* n : g->nodes())
         for (const auto& a : n->attributes()) {
-          if (a.has_t())
-            if (auto st = check(a.t()); !st.ok()) return st;
-          for (const auto& t : a.tensors())
-            if (auto st = check(t); !st.ok()) return st;
+          if (a.has_t()) RETURN_IF_ERROR(check(a.t()));
+          for (const auto& t : a.tensors()) RETURN_IF_ERROR(check(t));
         }
       for (const auto& sp : g->rest().sparse_initializer())
-        for (const auto* t : {&sp.values(), &sp.indices()})
-          if (auto st = check(*t); !st.ok()) return st;
+        for (const auto* t : {&sp.values(), &sp.indices()}) RETURN_IF_ERROR(check(*t));
     }
   }
   const std::shared_ptr<const ExternalData> external = external_data_;
@@ -552,9 +543,8 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
   }
   auto open_writer = [&]() -> absl::Status {
     if (writer) return absl::OkStatus();
-    auto w = paths::BeneathWriter::create(write.folder, write.location);
-    if (!w.ok()) return w.status();
-    writer.emplace(std::move(*w));
+    ASSIGN_OR_RETURN(auto w, paths::BeneathWriter::create(write.folder, write.location));
+    writer.emplace(std::move(w));
     return absl::OkStatus();
   };
   // Makes `t` reference [offset, offset + length) of the new file.
@@ -628,15 +618,13 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
     converted.reset();
     point_at_new_file(t, offset, length);
   });
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(status);
   if (writer) {
-    if (auto st = writer->commit(); !st.ok()) return st;
+    RETURN_IF_ERROR(writer->commit());
     saved.new_file_bytes = writer->size();
     locations.insert(write.location);
   }
-  auto bytes = serialize(proto);
-  if (!bytes.ok()) return bytes.status();
-  saved.model = std::move(*bytes);
+  ASSIGN_OR_RETURN(saved.model, serialize(proto));
   saved.locations.assign(locations.begin(), locations.end());
   return saved;
 }
@@ -844,15 +832,13 @@ void Model::rollback(const Checkpoint& cp) {
 
 absl::Status Model::finalize() {
   if (journaling()) return absl::FailedPreconditionError("finalize() while a transaction is open");
-  for (auto& fn : functions_)
-    if (auto st = fn.body->finalize(); !st.ok()) return st;
+  for (auto& fn : functions_) RETURN_IF_ERROR(fn.body->finalize());
   return graph_->finalize();
 }
 
 absl::Status Model::verify() const {
-  for (const auto& fn : functions_)
-    if (auto st = fn.body->verify(); !st.ok()) return st;
-  if (auto st = graph_->verify(); !st.ok()) return st;
+  for (const auto& fn : functions_) RETURN_IF_ERROR(fn.body->verify());
+  RETURN_IF_ERROR(graph_->verify());
   return Graph::verify_use_lists(all_graphs());
 }
 

@@ -6,6 +6,8 @@
 #include <absl/strings/str_cat.h>
 #include <onnx/defs/schema.h>
 
+#include "core/base/status.h"
+
 namespace graft::ir {
 
 namespace {
@@ -84,8 +86,7 @@ absl::Status check_operands(const Node& n, bool clamp_to_known_opset) {
 
 absl::Status check_model_operands(const Model& model) {
   for (const Graph* g : model.all_graphs())
-    for (const Node* n : g->nodes())
-      if (auto st = check_operands(*n); !st.ok()) return st;
+    for (const Node* n : g->nodes()) RETURN_IF_ERROR(check_operands(*n));
   return absl::OkStatus();
 }
 

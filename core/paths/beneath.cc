@@ -16,6 +16,8 @@
 #include <absl/strings/escaping.h>
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
+
 namespace graft::paths {
 
 namespace {
@@ -142,15 +144,14 @@ namespace {
 
 // The regular file `folder`/`name`, opened by read_beneath's rules.
 absl::StatusOr<Fd> open_regular(const std::string& folder, std::string_view name, struct stat* st) {
-  if (auto status = check_location(name); !status.ok()) return status;
+  RETURN_IF_ERROR(check_location(name));
   const std::vector<std::string> parts = components(name);
-  auto dir = open_folders(folder, name, parts, /*create=*/false);
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(Fd dir, open_folders(folder, name, parts, /*create=*/false));
   const std::string path = (folder.empty() ? "." : folder) + "/" + std::string(name);
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
-  Fd fd(::openat(dir->get(), parts.back().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  Fd fd(::openat(dir.get(), parts.back().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd.ok())
-    return open_error(dir->get(), name, folder.empty() ? "." : folder, parts.back(),
+    return open_error(dir.get(), name, folder.empty() ? "." : folder, parts.back(),
                       std::string(name), errno);
   if (::fstat(fd.get(), st) != 0) return io_error(name, "read", path, errno);
   if (!S_ISREG(st->st_mode)) return invalid(name, "not a regular file");
@@ -161,10 +162,9 @@ absl::StatusOr<Fd> open_regular(const std::string& folder, std::string_view name
 
 absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_view name) {
   struct stat st;
-  auto fd = open_regular(folder, name, &st);
-  if (!fd.ok()) return fd.status();
+  ASSIGN_OR_RETURN(Fd fd, open_regular(folder, name, &st));
   const std::string path = (folder.empty() ? "." : folder) + "/" + std::string(name);
-  auto bytes = read_all(fd->get(), absl::StrCat("'", path, "'"), static_cast<uint64_t>(st.st_size));
+  auto bytes = read_all(fd.get(), absl::StrCat("'", path, "'"), static_cast<uint64_t>(st.st_size));
   if (!bytes.ok())
     return absl::Status(bytes.status().code(), absl::StrCat("external data location '", shown(name),
                                                             "': ", bytes.status().message()));
@@ -173,27 +173,25 @@ absl::StatusOr<std::string> read_beneath(const std::string& folder, std::string_
 
 absl::StatusOr<int> open_beneath(const std::string& folder, std::string_view name, uint64_t* size) {
   struct stat st;
-  auto fd = open_regular(folder, name, &st);
-  if (!fd.ok()) return fd.status();
+  ASSIGN_OR_RETURN(Fd fd, open_regular(folder, name, &st));
   if (size) *size = static_cast<uint64_t>(st.st_size);
   // Reads of parts of it may block like any regular file read.
-  const int flags = ::fcntl(fd->get(), F_GETFL);
-  if (flags >= 0) ::fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
-  return fd->release();
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  return fd.release();
 }
 
 absl::Status write_beneath(const std::string& folder, std::string_view name,
                            std::string_view bytes) {
-  if (auto st = check_location(name); !st.ok()) return st;
+  RETURN_IF_ERROR(check_location(name));
   const std::vector<std::string> parts = components(name);
-  auto dir = open_folders(folder, name, parts, /*create=*/true);
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(Fd dir, open_folders(folder, name, parts, /*create=*/true));
   const std::string path = (folder.empty() ? "." : folder) + "/" + std::string(name);
   const std::string& last = parts.back();
   // rename() would replace a symbolic link rather than write through it; it is refused all the
   // same, so the rule is the same for reading and writing.
   struct stat st;
-  if (::fstatat(dir->get(), last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+  if (::fstatat(dir.get(), last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (S_ISLNK(st.st_mode))
       return invalid(name, absl::StrCat("'", shown(name), "' is a symbolic link (not followed)"));
     if (!S_ISREG(st.st_mode)) return invalid(name, "exists and is not a regular file");
@@ -201,11 +199,11 @@ absl::Status write_beneath(const std::string& folder, std::string_view name,
   // A short temporary name: `last` may already be as long as a name can be.
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = absl::StrCat(".graft-tmp-", ::getpid(), "-", counter++);
-  Fd fd(::openat(dir->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                 0666));
+  Fd fd(
+      ::openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
   if (!fd.ok()) return io_error(name, "create", path, errno);
   auto fail = [&](int err) {
-    ::unlinkat(dir->get(), tmp.c_str(), 0);
+    ::unlinkat(dir.get(), tmp.c_str(), 0);
     return io_error(name, "write", path, err);
   };
   for (size_t off = 0; off < bytes.size();) {
@@ -215,32 +213,31 @@ absl::Status write_beneath(const std::string& folder, std::string_view name,
     off += static_cast<size_t>(n);
   }
   if (::close(fd.release()) != 0) return fail(errno);
-  if (::renameat(dir->get(), tmp.c_str(), dir->get(), last.c_str()) != 0) return fail(errno);
+  if (::renameat(dir.get(), tmp.c_str(), dir.get(), last.c_str()) != 0) return fail(errno);
   return absl::OkStatus();
 }
 
 absl::StatusOr<BeneathWriter> BeneathWriter::create(const std::string& folder,
                                                     std::string_view name) {
-  if (auto st = check_location(name); !st.ok()) return st;
+  RETURN_IF_ERROR(check_location(name));
   const std::vector<std::string> parts = components(name);
-  auto dir = open_folders(folder, name, parts, /*create=*/true);
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(Fd dir, open_folders(folder, name, parts, /*create=*/true));
   BeneathWriter w;
   w.name_ = std::string(name);
   w.last_ = parts.back();
   w.path_ = (folder.empty() ? "." : folder) + "/" + std::string(name);
   struct stat st;
-  if (::fstatat(dir->get(), w.last_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+  if (::fstatat(dir.get(), w.last_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (S_ISLNK(st.st_mode))
       return invalid(name, absl::StrCat("'", shown(name), "' is a symbolic link (not followed)"));
     if (!S_ISREG(st.st_mode)) return invalid(name, "exists and is not a regular file");
   }
   static std::atomic<uint64_t> counter{0};
   w.tmp_ = absl::StrCat(".graft-tmp-", ::getpid(), "-w", counter++);
-  Fd fd(::openat(dir->get(), w.tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+  Fd fd(::openat(dir.get(), w.tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                  0666));
   if (!fd.ok()) return io_error(name, "create", w.path_, errno);
-  w.dir_ = dir->release();
+  w.dir_ = dir.release();
   w.fd_ = fd.release();
   return w;
 }
@@ -309,8 +306,7 @@ absl::Status BeneathWriter::append_file(int in, const std::string& in_path) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return io_error(name_, "read", in_path, errno);
     if (n == 0) return absl::OkStatus();
-    if (auto st = append(std::string_view(block.data(), static_cast<size_t>(n))); !st.ok())
-      return st;
+    RETURN_IF_ERROR(append(std::string_view(block.data(), static_cast<size_t>(n))));
   }
 }
 
@@ -320,7 +316,7 @@ absl::Status BeneathWriter::pad_to(uint64_t alignment) {
   uint64_t missing = alignment - size_ % alignment;
   while (missing > 0) {
     const uint64_t n = std::min<uint64_t>(missing, zeros.size());
-    if (auto st = append(std::string_view(zeros.data(), n)); !st.ok()) return st;
+    RETURN_IF_ERROR(append(std::string_view(zeros.data(), n)));
     missing -= n;
   }
   return absl::OkStatus();
@@ -341,14 +337,12 @@ absl::Status BeneathWriter::commit() {
 
 absl::Status copy_beneath(const std::string& from_folder, const std::string& to_folder,
                           std::string_view name) {
-  auto in = open_beneath(from_folder, name);
-  if (!in.ok()) return in.status();
-  Fd fd(*in);
-  auto out = BeneathWriter::create(to_folder, name);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(const int in, open_beneath(from_folder, name));
+  Fd fd(in);
+  ASSIGN_OR_RETURN(BeneathWriter out, BeneathWriter::create(to_folder, name));
   const std::string path = (from_folder.empty() ? "." : from_folder) + "/" + std::string(name);
-  if (auto st = out->append_file(fd.get(), path); !st.ok()) return st;
-  return out->commit();
+  RETURN_IF_ERROR(out.append_file(fd.get(), path));
+  return out.commit();
 }
 
 }  // namespace graft::paths

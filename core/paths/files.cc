@@ -13,6 +13,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
+
 namespace graft::paths {
 
 namespace {
@@ -124,7 +126,7 @@ absl::StatusOr<std::string> read_file(const std::string& path, uint64_t max_byte
   const std::string what = absl::StrCat("'", path, "'");
   Closer fd{-1};
   uint64_t size = 0;
-  if (auto st = open_for_reading(path, what, &fd, &size); !st.ok()) return st;
+  RETURN_IF_ERROR(open_for_reading(path, what, &fd, &size));
   if (size > max_bytes) return too_big(what, max_bytes);
   return read_all(fd.fd, what, size, max_bytes);
 }
@@ -134,7 +136,7 @@ absl::Status read_blocks(const std::string& path, const std::function<void(std::
   const std::string what = absl::StrCat("'", path, "'");
   Closer fd{-1};
   uint64_t size = 0;
-  if (auto st = open_for_reading(path, what, &fd, &size); !st.ok()) return st;
+  RETURN_IF_ERROR(open_for_reading(path, what, &fd, &size));
   std::string buffer(std::max<size_t>(block_bytes, 1), '\0');
   while (true) {
     ssize_t n = ::read(fd.fd, buffer.data(), buffer.size());
@@ -166,7 +168,7 @@ absl::Status read_range(int fd, uint64_t offset, uint64_t size, size_t piece_byt
       static_cast<size_t>(std::min<uint64_t>(size, std::max<size_t>(piece_bytes, 1))), '\0');
   for (uint64_t done = 0; done < size;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(size - done, buffer.size()));
-    if (auto st = pread_exact(fd, buffer.data(), n, offset + done, what); !st.ok()) return st;
+    RETURN_IF_ERROR(pread_exact(fd, buffer.data(), n, offset + done, what));
     done += n;
     if (!each(std::string_view(buffer.data(), n))) break;
   }
@@ -232,10 +234,9 @@ absl::Status AtomicFileWriter::commit() {
 }
 
 absl::Status write_file_atomic(const std::string& path, std::string_view bytes) {
-  auto writer = AtomicFileWriter::open(path);
-  if (!writer.ok()) return writer.status();
-  if (auto st = writer->append(bytes); !st.ok()) return st;
-  return writer->commit();
+  ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::open(path));
+  RETURN_IF_ERROR(writer.append(bytes));
+  return writer.commit();
 }
 
 }  // namespace graft::paths

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
@@ -20,19 +21,33 @@
 
 namespace graft::eval {
 
-// InvalidArgument (a malformed node or operand) and Unimplemented (a valid one the evaluator
-// does not run), both prefixed by the op type.
-inline absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
+namespace detail {
+// A part as absl::StrCat takes it: Debian's absl::string_view is not std::string_view.
+template <typename T>
+const T& message_part(const T& part) {
+  return part;
 }
-inline absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
+inline absl::string_view message_part(std::string_view part) { return {part.data(), part.size()}; }
+}  // namespace detail
+
+// InvalidArgument (a malformed node or operand) and Unimplemented (a valid one the evaluator
+// does not run), both "<op type>: " followed by the parts StrCat'ed, e.g.
+// invalid(ctx, "axis ", a, " out of range").
+template <typename... Parts>
+absl::Status invalid(const KernelContext& ctx, const Parts&... parts) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(ctx.node.op_type(), ": ", detail::message_part(parts)...));
+}
+template <typename... Parts>
+absl::Status unimplemented(const KernelContext& ctx, const Parts&... parts) {
+  return absl::UnimplementedError(
+      absl::StrCat(ctx.node.op_type(), ": ", detail::message_part(parts)...));
 }
 
 // Input `i`, present and not of type string.
 inline absl::StatusOr<const Tensor*> required(const KernelContext& ctx, size_t i) {
   const Tensor* t = ctx.input(i);
-  if (t == nullptr) return invalid(ctx, absl::StrCat("missing input ", i));
+  if (t == nullptr) return invalid(ctx, "missing input ", i);
   if (t->dtype() == onnx::TensorProto::STRING) return unimplemented(ctx, "string input");
   return t;
 }
@@ -48,6 +63,31 @@ inline absl::StatusOr<int64_t> positive_attr(const KernelContext& ctx, const cha
 inline absl::Status require_float(const KernelContext& ctx, const Tensor& t) {
   if (!is_float_type(t.dtype())) return unimplemented(ctx, "non-float element type");
   return absl::OkStatus();
+}
+
+// A type as a value, for kernels that pick a C++ type from an element type: f(Tag<T>{}).
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+inline bool is_8bit(int32_t t) {
+  return t == onnx::TensorProto::UINT8 || t == onnx::TensorProto::INT8;
+}
+
+// The product of dims [begin, end) (those that exist).
+inline int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
+  return p;
+}
+
+// Maps `axis` from [-rank, rank) (or [-rank, rank] with `inclusive`) to [0, rank).
+inline bool normalize_axis(int64_t& axis, int64_t rank, bool inclusive = false) {
+  int64_t hi = inclusive ? rank : rank - 1;
+  if (axis < -rank || axis > hi) return false;
+  if (axis < 0) axis += rank;
+  return true;
 }
 
 // `t`'s elements as doubles (float16 decoded), in scratch memory charged to the run's budget.

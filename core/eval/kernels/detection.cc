@@ -155,12 +155,10 @@ bool before(const Candidate& a, const Candidate& b) {
 }
 
 absl::Status non_max_suppression(KernelContext& ctx) {
-  auto boxes_or = required(ctx, 0);
-  if (!boxes_or.ok()) return boxes_or.status();
-  auto scores_or = required(ctx, 1);
-  if (!scores_or.ok()) return scores_or.status();
-  const Tensor& boxes = **boxes_or;
-  const Tensor& scores = **scores_or;
+  ASSIGN_OR_RETURN(const Tensor* boxes_in, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* scores_in, required(ctx, 1));
+  const Tensor& boxes = *boxes_in;
+  const Tensor& scores = *scores_in;
   if (boxes.dtype() != TensorProto::FLOAT || scores.dtype() != TensorProto::FLOAT)
     return unimplemented(ctx, "boxes and scores must be float32");
   if (boxes.rank() != 3 || boxes.dims()[2] != 4)
@@ -178,17 +176,17 @@ absl::Status non_max_suppression(KernelContext& ctx) {
   const int64_t center_point_box = ctx.node.attr_int("center_point_box", 0);
   if (center_point_box != 0 && center_point_box != 1)
     return invalid(ctx, "center_point_box must be 0 or 1");
-  auto max_or = optional_scalar<int64_t>(ctx, 2, TensorProto::INT64, "max_output_boxes_per_class");
-  if (!max_or.ok()) return max_or.status();
-  auto iou_or = optional_scalar<float>(ctx, 3, TensorProto::FLOAT, "iou_threshold");
-  if (!iou_or.ok()) return iou_or.status();
-  auto score_or = optional_scalar<float>(ctx, 4, TensorProto::FLOAT, "score_threshold");
-  if (!score_or.ok()) return score_or.status();
-  const int64_t max_per_class = std::max<int64_t>(max_or->value_or(0), 0);
-  const float iou_threshold = iou_or->value_or(0.0f);
+  ASSIGN_OR_RETURN(
+      const std::optional<int64_t> max_boxes,
+      optional_scalar<int64_t>(ctx, 2, TensorProto::INT64, "max_output_boxes_per_class"));
+  ASSIGN_OR_RETURN(const std::optional<float> iou,
+                   optional_scalar<float>(ctx, 3, TensorProto::FLOAT, "iou_threshold"));
+  ASSIGN_OR_RETURN(const std::optional<float> score_threshold,
+                   optional_scalar<float>(ctx, 4, TensorProto::FLOAT, "score_threshold"));
+  const int64_t max_per_class = std::max<int64_t>(max_boxes.value_or(0), 0);
+  const float iou_threshold = iou.value_or(0.0f);
   if (!(iou_threshold >= 0 && iou_threshold <= 1))
     return invalid(ctx, absl::StrCat("iou_threshold ", iou_threshold, " is outside [0, 1]"));
-  const std::optional<float> score_threshold = *score_or;
   // At most this many boxes are selected per class: the output is bounded by the boxes there
   // are, whatever max_output_boxes_per_class says.
   const int64_t keep = std::min(max_per_class, count);
@@ -199,9 +197,8 @@ absl::Status non_max_suppression(KernelContext& ctx) {
   Scratch<int64_t> kept;      // box indices selected for the current class
   Scratch<int64_t> selected;  // rows of the output, 3 values each
   if (keep > 0) {
-    auto st = ctx.afford(static_cast<double>(batches) * static_cast<double>(classes) *
-                         static_cast<double>(count));
-    if (!st.ok()) return st;
+    RETURN_IF_ERROR(ctx.afford(static_cast<double>(batches) * static_cast<double>(classes) *
+                               static_cast<double>(count)));
     candidates.reserve(static_cast<size_t>(count));
     kept.reserve(static_cast<size_t>(keep));
   }
@@ -219,9 +216,8 @@ absl::Status non_max_suppression(KernelContext& ctx) {
       const double n = static_cast<double>(candidates.size());
       // The quadratic part, paid for before it starts: each candidate is compared with at most
       // `keep` selected boxes.
-      auto st = ctx.afford(n * log2_ceil(n) + n * static_cast<double>(std::min<int64_t>(
-                                                      keep, static_cast<int64_t>(n))));
-      if (!st.ok()) return st;
+      RETURN_IF_ERROR(ctx.afford(n * log2_ceil(n) + n * static_cast<double>(std::min<int64_t>(
+                                                            keep, static_cast<int64_t>(n)))));
       spend_work(static_cast<uint64_t>(n * log2_ceil(n)));
       std::sort(candidates.begin(), candidates.end(), before);
       kept.clear();
@@ -243,9 +239,8 @@ absl::Status non_max_suppression(KernelContext& ctx) {
     }
   }
   const int64_t rows = static_cast<int64_t>(selected.size() / 3);
-  auto y = ctx.make_output(0, TensorProto::INT64, {rows, 3});
-  if (!y.ok()) return y.status();
-  std::copy(selected.begin(), selected.end(), (*y)->data<int64_t>());
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, TensorProto::INT64, {rows, 3}));
+  std::copy(selected.begin(), selected.end(), y->data<int64_t>());
   return absl::OkStatus();
 }
 
@@ -298,16 +293,13 @@ Sample bilinear_sample(double y, double x, int64_t height, int64_t width) {
 }
 
 absl::Status roi_align(KernelContext& ctx) {
-  auto x_or = required(ctx, 0);
-  if (!x_or.ok()) return x_or.status();
-  auto rois_or = required(ctx, 1);
-  if (!rois_or.ok()) return rois_or.status();
-  auto idx_or = required(ctx, 2);
-  if (!idx_or.ok()) return idx_or.status();
-  const Tensor& x = **x_or;
-  const Tensor& rois = **rois_or;
-  const Tensor& indices = **idx_or;
-  if (auto st = require_float(ctx, x); !st.ok()) return st;
+  ASSIGN_OR_RETURN(const Tensor* x_in, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* rois_in, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* idx_in, required(ctx, 2));
+  const Tensor& x = *x_in;
+  const Tensor& rois = *rois_in;
+  const Tensor& indices = *idx_in;
+  RETURN_IF_ERROR(require_float(ctx, x));
   if (rois.dtype() != x.dtype()) return invalid(ctx, "rois must have X's element type");
   if (!is_integer_type(indices.dtype())) return invalid(ctx, "batch_indices must be integers");
   if (x.rank() != 4) return invalid(ctx, "X must be 4-D [N, C, H, W]");
@@ -373,10 +365,8 @@ absl::Status roi_align(KernelContext& ctx) {
     g.grid_w = static_cast<int64_t>(gw);
     work += samples * (1.0 + 4.0 * static_cast<double>(channels));
   }
-  if (auto st = ctx.afford(work); !st.ok()) return st;
-  auto y_or = ctx.make_output(0, x.dtype(), {num_rois, channels, out_h, out_w});
-  if (!y_or.ok()) return y_or.status();
-  Tensor* y = *y_or;
+  RETURN_IF_ERROR(ctx.afford(work));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), {num_rois, channels, out_h, out_w}));
   if (y->size() == 0) return absl::OkStatus();
   if (work > 0 && (height == 0 || width == 0)) return invalid(ctx, "X has no pixels to sample");
   const Scratch<double> xv = to_doubles(x);
@@ -528,12 +518,10 @@ bool axis_taps(double x, int64_t len, Interp interp, Padding padding, bool align
 }
 
 absl::Status grid_sample(KernelContext& ctx) {
-  auto x_or = required(ctx, 0);
-  if (!x_or.ok()) return x_or.status();
-  auto grid_or = required(ctx, 1);
-  if (!grid_or.ok()) return grid_or.status();
-  const Tensor& x = **x_or;
-  const Tensor& grid = **grid_or;
+  ASSIGN_OR_RETURN(const Tensor* x_in, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* grid_in, required(ctx, 1));
+  const Tensor& x = *x_in;
+  const Tensor& grid = *grid_in;
   if (!is_float_type(x.dtype())) return unimplemented(ctx, "non-float X");
   if (!is_float_type(grid.dtype())) return invalid(ctx, "grid must be a float tensor");
   const bool v16 = ctx.opset < 20;
@@ -592,10 +580,8 @@ absl::Status grid_sample(KernelContext& ctx) {
       static_cast<double>(batch) * static_cast<double>(points) *
       (static_cast<double>(r) + taps_per_point * (1.0 + static_cast<double>(channels)));
   // Refused before the output is made (which is charged as work too).
-  if (auto st = ctx.afford(work); !st.ok()) return st;
-  auto y_or = ctx.make_output(0, x.dtype(), out_dims);
-  if (!y_or.ok()) return y_or.status();
-  Tensor* y = *y_or;
+  RETURN_IF_ERROR(ctx.afford(work));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out_dims));
 
   const Scratch<double> xv = to_doubles(x);
   const Scratch<double> gv = to_doubles(grid);

@@ -59,11 +59,6 @@ constexpr bool kIsInt = std::is_integral_v<T> && !kIsBool<T>;
 template <typename T>
 using Compute = std::conditional_t<kIsFloat<T>, double, T>;
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
 // Type categories an op accepts.
 enum TypeSet : unsigned {
   kFloats = 1,
@@ -130,26 +125,16 @@ absl::Status visit(int32_t dtype, unsigned allowed, F&& f) {
 
 absl::StatusOr<const Tensor*> need(const KernelContext& ctx, size_t i) {
   const Tensor* t = ctx.input(i);
-  if (t == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": missing input ", i));
-  }
+  if (t == nullptr) return invalid(ctx, "missing input ", i);
   return t;
 }
 
 absl::Status same_types(const KernelContext& ctx, const std::vector<const Tensor*>& ts) {
   for (const Tensor* t : ts) {
-    if (t->dtype() != ts[0]->dtype()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ctx.node.op_type(), ": inputs have different types"));
-    }
+    if (t->dtype() != ts[0]->dtype()) return invalid(ctx, "inputs have different types");
   }
   return absl::OkStatus();
 }
-
-#define GRAFT_ASSIGN(lhs, expr)                 \
-  auto lhs##_or = (expr);                       \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = *lhs##_or
 
 // y = f(a, b) over the broadcast shape; A, B, O are storage types, f takes Compute values.
 template <typename A, typename B, typename O, typename F>
@@ -180,14 +165,14 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 // `f` is a generic callable on Compute<T> values; it may fail through `error`.
 template <typename F>
 absl::Status binary(KernelContext& ctx, unsigned allowed, bool to_bool, F f) {
-  GRAFT_ASSIGN(a, need(ctx, 0));
-  GRAFT_ASSIGN(b, need(ctx, 1));
-  if (auto st = same_types(ctx, {a, b}); !st.ok()) return st;
-  GRAFT_ASSIGN(shape, broadcast_shape({a->dims(), b->dims()}));
+  ASSIGN_OR_RETURN(const Tensor* a, need(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* b, need(ctx, 1));
+  RETURN_IF_ERROR(same_types(ctx, {a, b}));
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, broadcast_shape({a->dims(), b->dims()}));
   int32_t out_type = to_bool ? static_cast<int32_t>(TensorProto::BOOL) : a->dtype();
   return visit(a->dtype(), allowed, [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
-    GRAFT_ASSIGN(y, ctx.make_output(0, out_type, shape));
+    ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_type, shape));
     absl::Status error;
     auto g = [&](Compute<T> x, Compute<T> z) { return f(x, z, error); };
     if (to_bool) {
@@ -202,10 +187,10 @@ absl::Status binary(KernelContext& ctx, unsigned allowed, bool to_bool, F f) {
 // y = f(x) element-wise, same type. `f` is generic on Compute<T>.
 template <typename F>
 absl::Status unary(KernelContext& ctx, unsigned allowed, F f) {
-  GRAFT_ASSIGN(x, need(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* x, need(ctx, 0));
   return visit(x->dtype(), allowed, [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
-    GRAFT_ASSIGN(y, ctx.make_output(0, x->dtype(), x->dims()));
+    ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
     const T* px = x->data<T>();
     T* py = y->data<T>();
     for (int64_t i = 0; i < x->size(); ++i) {
@@ -228,16 +213,16 @@ absl::Status variadic(KernelContext& ctx, unsigned allowed, bool mean, F f) {
   std::vector<const Tensor*> ins;
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
-    GRAFT_ASSIGN(t, need(ctx, i));
+    ASSIGN_OR_RETURN(const Tensor* t, need(ctx, i));
     ins.push_back(t);
     shapes.push_back(t->dims());
   }
-  if (ins.empty()) return absl::InvalidArgumentError(ctx.node.op_type() + ": no inputs");
-  if (auto st = same_types(ctx, ins); !st.ok()) return st;
-  GRAFT_ASSIGN(shape, broadcast_shape(shapes));
+  if (ins.empty()) return invalid(ctx, "no inputs");
+  RETURN_IF_ERROR(same_types(ctx, ins));
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, broadcast_shape(shapes));
   return visit(ins[0]->dtype(), allowed, [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
-    GRAFT_ASSIGN(y, ctx.make_output(0, ins[0]->dtype(), shape));
+    ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, ins[0]->dtype(), shape));
     T* py = y->data<T>();
     const int64_t n = y->size();
     {
@@ -296,7 +281,7 @@ T int_rem(T a, T b) {
 }
 
 absl::Status zero_division(const KernelContext& ctx) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": integer division by zero"));
+  return invalid(ctx, "integer division by zero");
 }
 
 void register_arithmetic() {
@@ -351,7 +336,7 @@ void register_arithmetic() {
   });
   register_kernel("Mod", 10, 0, [](KernelContext& ctx) {
     const bool fmod = ctx.node.attr_int("fmod", 0) != 0;
-    GRAFT_ASSIGN(a, need(ctx, 0));
+    ASSIGN_OR_RETURN(const Tensor* a, need(ctx, 0));
     if (is_float_type(a->dtype()) && !fmod) {
       return absl::InvalidArgumentError("Mod: fmod must be 1 for floating-point inputs");
     }
@@ -374,15 +359,15 @@ void register_arithmetic() {
     });
   });
   register_kernel("Pow", 7, 0, [](KernelContext& ctx) {
-    GRAFT_ASSIGN(a, need(ctx, 0));
-    GRAFT_ASSIGN(b, need(ctx, 1));
-    GRAFT_ASSIGN(shape, broadcast_shape({a->dims(), b->dims()}));
+    ASSIGN_OR_RETURN(const Tensor* a, need(ctx, 0));
+    ASSIGN_OR_RETURN(const Tensor* b, need(ctx, 1));
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, broadcast_shape({a->dims(), b->dims()}));
     const unsigned base_types = ctx.opset >= 12 ? kFloats | kSigned | kUnsigned : kFloats;
     return visit(a->dtype(), base_types, [&](auto ta) -> absl::Status {
       using A = typename decltype(ta)::type;
       return visit(b->dtype(), base_types | kNumeric, [&](auto tb) -> absl::Status {
         using B = typename decltype(tb)::type;
-        GRAFT_ASSIGN(y, ctx.make_output(0, a->dtype(), shape));
+        ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a->dtype(), shape));
         binary_loop<A, B, A>(*a, *b, *y, [](auto x, auto e) -> Compute<A> {
           if constexpr (kIsInt<A> && kIsInt<decltype(e)>) {
             // Exact integer power by squaring (wrapping), as numpy does for integers.
@@ -441,12 +426,12 @@ void register_arithmetic() {
 void register_comparisons() {
   auto compare = [](const std::string& op, int since, auto pred) {
     register_kernel(op, since, 0, [op, pred](KernelContext& ctx) -> absl::Status {
-      GRAFT_ASSIGN(a, need(ctx, 0));
+      ASSIGN_OR_RETURN(const Tensor* a, need(ctx, 0));
       if (a->dtype() == TensorProto::STRING && op == "Equal") {
-        GRAFT_ASSIGN(b, need(ctx, 1));
-        if (auto st = same_types(ctx, {a, b}); !st.ok()) return st;
-        GRAFT_ASSIGN(shape, broadcast_shape({a->dims(), b->dims()}));
-        GRAFT_ASSIGN(y, ctx.make_output(0, TensorProto::BOOL, shape));
+        ASSIGN_OR_RETURN(const Tensor* b, need(ctx, 1));
+        RETURN_IF_ERROR(same_types(ctx, {a, b}));
+        ASSIGN_OR_RETURN(std::vector<int64_t> shape, broadcast_shape({a->dims(), b->dims()}));
+        ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, TensorProto::BOOL, shape));
         BroadcastIterator it(shape, {a->dims(), b->dims()});
         for (int64_t i = 0; i < y->size(); ++i, it.next()) {
           y->data<bool>()[i] = a->strings()[it.offset(0)] == b->strings()[it.offset(1)];
@@ -476,13 +461,14 @@ void register_comparisons() {
                   [](KernelContext& ctx) { return unary(ctx, kBool, [](auto x) { return !x; }); });
 
   register_kernel("Where", 9, 0, [](KernelContext& ctx) -> absl::Status {
-    GRAFT_ASSIGN(c, need(ctx, 0));
-    GRAFT_ASSIGN(x, need(ctx, 1));
-    GRAFT_ASSIGN(z, need(ctx, 2));
+    ASSIGN_OR_RETURN(const Tensor* c, need(ctx, 0));
+    ASSIGN_OR_RETURN(const Tensor* x, need(ctx, 1));
+    ASSIGN_OR_RETURN(const Tensor* z, need(ctx, 2));
     if (c->dtype() != TensorProto::BOOL) return absl::InvalidArgumentError("Where: bad condition");
-    if (auto st = same_types(ctx, {x, z}); !st.ok()) return st;
-    GRAFT_ASSIGN(shape, broadcast_shape({c->dims(), x->dims(), z->dims()}));
-    GRAFT_ASSIGN(y, ctx.make_output(0, x->dtype(), shape));
+    RETURN_IF_ERROR(same_types(ctx, {x, z}));
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                     broadcast_shape({c->dims(), x->dims(), z->dims()}));
+    ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), shape));
     BroadcastIterator it(shape, {c->dims(), x->dims(), z->dims()});
     const bool* pc = c->data<bool>();
     const int64_t n = y->size();
@@ -597,7 +583,7 @@ void register_activations() {
     return absl::InvalidArgumentError("Gelu: bad approximate attribute " + approximate);
   });
   register_kernel("Clip", 6, 0, [](KernelContext& ctx) -> absl::Status {
-    GRAFT_ASSIGN(x, need(ctx, 0));
+    ASSIGN_OR_RETURN(const Tensor* x, need(ctx, 0));
     if (ctx.opset < 11) {
       const double lo = ctx.node.attr_float("min", -std::numeric_limits<float>::max());
       const double hi = ctx.node.attr_float("max", std::numeric_limits<float>::max());
@@ -641,9 +627,9 @@ std::string float_to_string(double v, int32_t dtype) {
 }
 
 absl::Status cast(KernelContext& ctx, int32_t to) {
-  GRAFT_ASSIGN(x, need(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* x, need(ctx, 0));
   const int32_t from = x->dtype();
-  GRAFT_ASSIGN(y, ctx.make_output(0, to, x->dims()));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, to, x->dims()));
   const int64_t n = x->size();
   const bool from_float = is_float_type(from);
   if (from == TensorProto::STRING || to == TensorProto::STRING) {
@@ -713,7 +699,7 @@ absl::Status cast(KernelContext& ctx, int32_t to) {
 
 void register_misc() {
   register_kernel("Identity", 1, 0, [](KernelContext& ctx) -> absl::Status {
-    GRAFT_ASSIGN(x, need(ctx, 0));
+    ASSIGN_OR_RETURN(const Tensor* x, need(ctx, 0));
     ctx.outputs.at(0) = *x;  // a copy is bounded by the input, already within the limits
     return absl::OkStatus();
   });
@@ -723,7 +709,7 @@ void register_misc() {
     return cast(ctx, static_cast<int32_t>(to->i()));
   });
   register_kernel("CastLike", 15, 0, [](KernelContext& ctx) -> absl::Status {
-    GRAFT_ASSIGN(like, need(ctx, 1));
+    ASSIGN_OR_RETURN(const Tensor* like, need(ctx, 1));
     return cast(ctx, like->dtype());
   });
 }

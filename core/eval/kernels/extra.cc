@@ -21,18 +21,12 @@
 #include "core/eval/broadcast.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 
 namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
-absl::Status unimplemented(const KernelContext& ctx, std::string_view msg) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
 
 absl::StatusOr<const Tensor*> float_input(const KernelContext& ctx, size_t i) {
   const Tensor* t = ctx.input(i);
@@ -47,7 +41,7 @@ absl::Status forward(KernelContext& ctx, int target, std::vector<const Tensor*> 
   if (kernel == nullptr) return unimplemented(ctx, "no kernel to forward to");
   KernelContext inner{ctx.node, target, std::move(inputs), {}, ctx.limits};
   inner.outputs.resize(ctx.outputs.size());
-  if (auto st = (*kernel)(inner); !st.ok()) return st;
+  RETURN_IF_ERROR((*kernel)(inner));
   ctx.outputs = std::move(inner.outputs);
   return absl::OkStatus();
 }
@@ -80,20 +74,17 @@ absl::Status legacy_binary(KernelContext& ctx) {
   std::vector<int64_t> dims(static_cast<size_t>(rank_a - axis), 1);
   for (int64_t i = 0; i < rank_b; ++i) dims[i] = b->dims()[i];
   if (b->dtype() == TensorProto::STRING) return unimplemented(ctx, "string input");
-  auto reshaped = Tensor::zeros(b->dtype(), dims, ctx.limits.max_tensor_bytes);
-  if (!reshaped.ok()) return reshaped.status();
-  std::memcpy(reshaped->data<char>(), b->data<char>(), b->bytes());
-  return forward(ctx, 7, {a, &*reshaped});
+  ASSIGN_OR_RETURN(Tensor reshaped, Tensor::zeros(b->dtype(), dims, ctx.limits.max_tensor_bytes));
+  std::memcpy(reshaped.data<char>(), b->data<char>(), b->bytes());
+  return forward(ctx, 7, {a, &reshaped});
 }
 
 // y = f(x) for float tensors, computed in double.
 template <typename F>
 absl::Status float_map(KernelContext& ctx, F f) {
-  auto x = float_input(ctx, 0);
-  if (!x.ok()) return x.status();
-  auto y = ctx.make_output(0, (*x)->dtype(), (*x)->dims());
-  if (!y.ok()) return y.status();
-  for (int64_t i = 0; i < (*x)->size(); ++i) (*y)->set_double(i, f((*x)->get_double(i)));
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
+  for (int64_t i = 0; i < x->size(); ++i) y->set_double(i, f(x->get_double(i)));
   return absl::OkStatus();
 }
 
@@ -102,16 +93,14 @@ void register_float_map(const std::string& op, int since, double (*f)(double)) {
 }
 
 absl::Status is_nan_or_inf(KernelContext& ctx, bool nan) {
-  auto x = float_input(ctx, 0);
-  if (!x.ok()) return x.status();
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
   const bool neg = ctx.node.attr_int("detect_negative", 1) != 0;
   const bool pos = ctx.node.attr_int("detect_positive", 1) != 0;
-  auto y = ctx.make_output(0, TensorProto::BOOL, (*x)->dims());
-  if (!y.ok()) return y.status();
-  for (int64_t i = 0; i < (*x)->size(); ++i) {
-    const double v = (*x)->get_double(i);
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, TensorProto::BOOL, x->dims()));
+  for (int64_t i = 0; i < x->size(); ++i) {
+    const double v = x->get_double(i);
     const bool hit = nan ? std::isnan(v) : std::isinf(v) && (v > 0 ? pos : neg);
-    (*y)->data<bool>()[i] = hit;
+    y->data<bool>()[i] = hit;
   }
   return absl::OkStatus();
 }
@@ -123,11 +112,10 @@ absl::Status shrink(KernelContext& ctx) {
     return unimplemented(ctx, "unsupported element type");
   const double lambd = ctx.node.attr_float("lambd", 0.5f);
   const double bias = ctx.node.attr_float("bias", 0.0f);
-  auto y = ctx.make_output(0, x->dtype(), x->dims());
-  if (!y.ok()) return y.status();
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x->dtype(), x->dims()));
   for (int64_t i = 0; i < x->size(); ++i) {
     const double v = x->get_double(i);
-    (*y)->set_double(i, v < -lambd ? v + bias : v > lambd ? v - bias : 0.0);
+    y->set_double(i, v < -lambd ? v + bias : v > lambd ? v - bias : 0.0);
   }
   return absl::OkStatus();
 }
@@ -135,12 +123,10 @@ absl::Status shrink(KernelContext& ctx) {
 // PRelu: slope broadcasts to X (unidirectionally from opset 7). Before, a slope that does not
 // broadcast but has one value per channel (X's dim 1) applies per channel.
 absl::Status prelu(KernelContext& ctx) {
-  auto x = float_input(ctx, 0);
-  auto s = float_input(ctx, 1);
-  if (!x.ok()) return x.status();
-  if (!s.ok()) return s.status();
-  const Tensor& xt = **x;
-  const Tensor& st = **s;
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* s, float_input(ctx, 1));
+  const Tensor& xt = *x;
+  const Tensor& st = *s;
   std::vector<int64_t> slope_dims = st.dims();
   if (!broadcastable_to(slope_dims, xt.dims())) {
     if (ctx.opset < 7 && xt.rank() >= 2 && st.size() == xt.dims()[1]) {
@@ -150,12 +136,11 @@ absl::Status prelu(KernelContext& ctx) {
       return invalid(ctx, "slope does not broadcast to X");
     }
   }
-  auto y = ctx.make_output(0, xt.dtype(), xt.dims());
-  if (!y.ok()) return y.status();
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, xt.dtype(), xt.dims()));
   BroadcastIterator it(xt.dims(), {slope_dims});
   for (int64_t i = 0; i < xt.size(); ++i, it.next()) {
     const double v = xt.get_double(i);
-    (*y)->set_double(i, v < 0 ? st.get_double(it.offset(0)) * v : v);
+    y->set_double(i, v < 0 ? st.get_double(it.offset(0)) * v : v);
   }
   return absl::OkStatus();
 }
@@ -173,9 +158,8 @@ void split_dims(const std::vector<int64_t>& dims, int64_t axis, int64_t* outer, 
 // Hardmax: 1 at the first maximum along `axis` (opset 13), or over the flattened trailing dims
 // from `axis` (before 13, default axis 1).
 absl::Status hardmax(KernelContext& ctx) {
-  auto x = float_input(ctx, 0);
-  if (!x.ok()) return x.status();
-  const Tensor& xt = **x;
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  const Tensor& xt = *x;
   const int64_t rank = xt.rank();
   int64_t axis = ctx.node.attr_int("axis", ctx.opset >= 13 ? -1 : 1);
   if (axis < 0) axis += rank;
@@ -191,8 +175,7 @@ absl::Status hardmax(KernelContext& ctx) {
     n = outer == 0 ? 0 : xt.size() / outer;
     inner = 1;
   }
-  auto y = ctx.make_output(0, xt.dtype(), xt.dims());
-  if (!y.ok()) return y.status();
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, xt.dtype(), xt.dims()));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < inner; ++k) {
       int64_t best = -1;
@@ -204,27 +187,23 @@ absl::Status hardmax(KernelContext& ctx) {
           best_v = v;
         }
       }
-      if (best >= 0) (*y)->set_double((o * n + best) * inner + k, 1.0);
+      if (best >= 0) y->set_double((o * n + best) * inner + k, 1.0);
     }
   return absl::OkStatus();
 }
 
 absl::Status instance_norm(KernelContext& ctx) {
-  auto x = float_input(ctx, 0);
-  auto scale = float_input(ctx, 1);
-  auto bias = float_input(ctx, 2);
-  if (!x.ok()) return x.status();
-  if (!scale.ok()) return scale.status();
-  if (!bias.ok()) return bias.status();
-  const Tensor& xt = **x;
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* scale, float_input(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* bias, float_input(ctx, 2));
+  const Tensor& xt = *x;
   if (xt.rank() < 2) return invalid(ctx, "input rank must be at least 2");
   const int64_t batch = xt.dims()[0], channels = xt.dims()[1];
   const int64_t spatial = channels * batch == 0 ? 0 : xt.size() / (batch * channels);
-  if ((*scale)->size() != channels || (*bias)->size() != channels)
+  if (scale->size() != channels || bias->size() != channels)
     return invalid(ctx, "scale and B need one value per channel");
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  auto y = ctx.make_output(0, xt.dtype(), xt.dims());
-  if (!y.ok()) return y.status();
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, xt.dtype(), xt.dims()));
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t c = 0; c < channels; ++c) {
       const int64_t base = (b * channels + c) * spatial;
@@ -236,17 +215,16 @@ absl::Status instance_norm(KernelContext& ctx) {
         var += d * d;
       }
       var /= static_cast<double>(std::max<int64_t>(spatial, 1));
-      const double k = (*scale)->get_double(c) / std::sqrt(var + eps);
+      const double k = scale->get_double(c) / std::sqrt(var + eps);
       for (int64_t i = 0; i < spatial; ++i)
-        (*y)->set_double(base + i, (xt.get_double(base + i) - mean) * k + (*bias)->get_double(c));
+        y->set_double(base + i, (xt.get_double(base + i) - mean) * k + bias->get_double(c));
     }
   return absl::OkStatus();
 }
 
 absl::Status lrn(KernelContext& ctx) {
-  auto x = float_input(ctx, 0);
-  if (!x.ok()) return x.status();
-  const Tensor& xt = **x;
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  const Tensor& xt = *x;
   if (xt.rank() < 2) return invalid(ctx, "input rank must be at least 2");
   const auto* size_attr = ctx.node.attr("size");
   if (size_attr == nullptr || size_attr->i() < 1) return invalid(ctx, "size must be positive");
@@ -257,8 +235,7 @@ absl::Status lrn(KernelContext& ctx) {
   int64_t outer, channels, inner;
   split_dims(xt.dims(), 1, &outer, &channels, &inner);
   const int64_t before = (size - 1) / 2, after = size - 1 - before;
-  auto y = ctx.make_output(0, xt.dtype(), xt.dims());
-  if (!y.ok()) return y.status();
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, xt.dtype(), xt.dims()));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t c = 0; c < channels; ++c)
       for (int64_t k = 0; k < inner; ++k) {
@@ -269,16 +246,15 @@ absl::Status lrn(KernelContext& ctx) {
           sum += v * v;
         }
         const int64_t i = (o * channels + c) * inner + k;
-        (*y)->set_double(i, xt.get_double(i) / std::pow(bias + alpha / size * sum, beta));
+        y->set_double(i, xt.get_double(i) / std::pow(bias + alpha / size * sum, beta));
       }
   return absl::OkStatus();
 }
 
 // (X - mean) / (std + 1e-9) over `axes` (default N, H, W), as the ONNX function body computes.
 absl::Status mean_variance_norm(KernelContext& ctx) {
-  auto x = float_input(ctx, 0);
-  if (!x.ok()) return x.status();
-  const Tensor& xt = **x;
+  ASSIGN_OR_RETURN(const Tensor* x, float_input(ctx, 0));
+  const Tensor& xt = *x;
   const int64_t rank = xt.rank();
   std::vector<int64_t> axes = ctx.node.attr_ints("axes").value_or(std::vector<int64_t>{0, 2, 3});
   std::vector<bool> reduced(static_cast<size_t>(rank), false);
@@ -291,8 +267,7 @@ absl::Status mean_variance_norm(KernelContext& ctx) {
   std::vector<int64_t> group_dims;
   for (int64_t d = 0; d < rank; ++d) group_dims.push_back(reduced[d] ? 1 : xt.dims()[d]);
   const int64_t groups = element_count(group_dims);
-  auto y = ctx.make_output(0, xt.dtype(), xt.dims());
-  if (!y.ok()) return y.status();
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, xt.dtype(), xt.dims()));
   std::vector<double> sum(static_cast<size_t>(groups), 0.0), sq(sum), count(sum);
   auto for_each = [&](auto f) {
     BroadcastIterator it(xt.dims(), {group_dims});
@@ -307,7 +282,7 @@ absl::Status mean_variance_norm(KernelContext& ctx) {
   for_each([&](int64_t i, int64_t g) {
     const double mean = sum[g] / count[g];
     const double var = std::max(0.0, sq[g] / count[g] - mean * mean);
-    (*y)->set_double(i, (xt.get_double(i) - mean) / (std::sqrt(var) + 1e-9));
+    y->set_double(i, (xt.get_double(i) - mean) / (std::sqrt(var) + 1e-9));
   });
   return absl::OkStatus();
 }

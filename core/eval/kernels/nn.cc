@@ -47,12 +47,6 @@ absl::StatusOr<int64_t> norm_axis(const KernelContext& ctx, int64_t axis, int64_
   return axis < 0 ? axis + rank : axis;
 }
 
-int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= d[i];
-  return p;
-}
-
 // Integer accumulation wraps like two's complement hardware instead of being undefined.
 inline int64_t mul_add(int64_t acc, int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(acc) +
@@ -497,8 +491,6 @@ void next_index(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
 
 // ---------------------------------------------------------------------------------------------
 // Conv and ConvInteger
-
-bool is_8bit(int32_t t) { return t == TensorProto::UINT8 || t == TensorProto::INT8; }
 
 // ConvInteger's zero point of `operand`: absent (0), one element, or (w only, `per_channel` > 0)
 // one per output channel. Returns its values as doubles (size 1 or per_channel).

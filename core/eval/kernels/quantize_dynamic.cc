@@ -25,15 +25,12 @@
 #include "core/eval/budget.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 
 namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-absl::Status invalid(const KernelContext& ctx, std::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", std::string(msg)));
-}
 
 // ---------------------------------------------------------------------------------------------
 // DynamicQuantizeLinear
@@ -58,15 +55,12 @@ absl::Status dynamic_quantize_linear(KernelContext& ctx) {
     zp = std::isinf(lo) ? (std::isinf(hi) ? 0.0f : 255.0f) : 0.0f;
   }
   // Allocate after the checks: make_output charges the elements as work.
-  auto y = ctx.make_output(0, TensorProto::UINT8, x->dims());
-  if (!y.ok()) return y.status();
-  auto ys = ctx.make_output(1, TensorProto::FLOAT, {});
-  if (!ys.ok()) return ys.status();
-  auto yz = ctx.make_output(2, TensorProto::UINT8, {});
-  if (!yz.ok()) return yz.status();
-  (*ys)->data<float>()[0] = scale;
-  (*yz)->data<uint8_t>()[0] = static_cast<uint8_t>(zp);
-  uint8_t* yp = (*y)->data<uint8_t>();
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, TensorProto::UINT8, x->dims()));
+  ASSIGN_OR_RETURN(Tensor * ys, ctx.make_output(1, TensorProto::FLOAT, {}));
+  ASSIGN_OR_RETURN(Tensor * yz, ctx.make_output(2, TensorProto::UINT8, {}));
+  ys->data<float>()[0] = scale;
+  yz->data<uint8_t>()[0] = static_cast<uint8_t>(zp);
+  uint8_t* yp = y->data<uint8_t>();
   if (!(scale > 0)) {  // all-zero or empty input: every element is the zero point 0
     std::fill(yp, yp + x->size(), static_cast<uint8_t>(zp));
     return absl::OkStatus();
@@ -83,8 +77,6 @@ absl::Status dynamic_quantize_linear(KernelContext& ctx) {
 
 // ---------------------------------------------------------------------------------------------
 // MatMulInteger
-
-bool is_8bit(int32_t t) { return t == TensorProto::UINT8 || t == TensorProto::INT8; }
 
 int32_t load8(const Tensor& t, int64_t i) {
   return t.dtype() == TensorProto::UINT8 ? static_cast<int32_t>(t.data<uint8_t>()[i])
@@ -120,10 +112,8 @@ absl::Status matmul_integer(KernelContext& ctx) {
   if (b_vec) bd.push_back(1);
   const int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
   if (bd[bd.size() - 2] != k) return invalid(ctx, "inner dimensions differ");
-  auto azl = zero_point_len(ctx, ctx.input(2), *a, m, "a");
-  if (!azl.ok()) return azl.status();
-  auto bzl = zero_point_len(ctx, ctx.input(3), *b, n, "b");
-  if (!bzl.ok()) return bzl.status();
+  ASSIGN_OR_RETURN(const int64_t azl, zero_point_len(ctx, ctx.input(2), *a, m, "a"));
+  ASSIGN_OR_RETURN(const int64_t bzl, zero_point_len(ctx, ctx.input(3), *b, n, "b"));
   std::vector<int64_t> abatch(ad.begin(), ad.end() - 2), bbatch(bd.begin(), bd.end() - 2);
   auto batch = broadcast_shape({abatch, bbatch});
   if (!batch.ok()) return invalid(ctx, std::string(batch.status().message()));
@@ -133,19 +123,16 @@ absl::Status matmul_integer(KernelContext& ctx) {
   const int64_t nbatch = element_count(*batch);
   // Refuse before allocating what the budget could never pay for (the product is a double: no
   // overflow whatever the dims).
-  if (auto st = ctx.afford(static_cast<double>(nbatch) * static_cast<double>(m) *
-                           static_cast<double>(n) * static_cast<double>(k));
-      !st.ok())
-    return st;
-  auto y = ctx.make_output(0, TensorProto::INT32, out);
-  if (!y.ok()) return y.status();
-  if ((*y)->size() == 0) return absl::OkStatus();  // nothing to compute (n may still be large)
-  int32_t* yp = (*y)->data<int32_t>();
+  RETURN_IF_ERROR(ctx.afford(static_cast<double>(nbatch) * static_cast<double>(m) *
+                             static_cast<double>(n) * static_cast<double>(k)));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, TensorProto::INT32, out));
+  if (y->size() == 0) return absl::OkStatus();  // nothing to compute (n may still be large)
+  int32_t* yp = y->data<int32_t>();
   const Tensor* azp = ctx.input(2);
   const Tensor* bzp = ctx.input(3);
   std::vector<int32_t> bz(static_cast<size_t>(n), 0);
   for (int64_t j = 0; j < n; ++j)
-    if (bzp != nullptr) bz[j] = load8(*bzp, *bzl == 1 ? 0 : j);
+    if (bzp != nullptr) bz[j] = load8(*bzp, bzl == 1 ? 0 : j);
   // Accumulate in uint32: two's complement wrapping, the int32 overflow the spec allows.
   std::vector<uint32_t> acc(static_cast<size_t>(n));
   BroadcastIterator it(*batch, {abatch, bbatch});
@@ -155,7 +142,7 @@ absl::Status matmul_integer(KernelContext& ctx) {
     const int64_t b0 = it.offset(1) * k * n;
     for (int64_t i = 0; i < m; ++i) {
       spend_work(static_cast<uint64_t>(n) * static_cast<uint64_t>(k));
-      const int32_t az = azp != nullptr ? load8(*azp, *azl == 1 ? 0 : i) : 0;
+      const int32_t az = azp != nullptr ? load8(*azp, azl == 1 ? 0 : i) : 0;
       std::fill(acc.begin(), acc.end(), 0u);
       for (int64_t l = 0; l < k; ++l) {
         const int32_t av = load8(*a, a0 + i * k + l) - az;  // |av| <= 255

@@ -16,6 +16,7 @@
 
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 #include "core/ir/tensor.h"
 
 namespace graft::eval {
@@ -23,16 +24,6 @@ namespace graft::eval {
 namespace {
 
 using onnx::TensorProto;
-
-template <typename... Args>
-absl::Status invalid(const KernelContext& ctx, const Args&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", parts...));
-}
-
-template <typename U>
-struct Tag {
-  using type = U;
-};
 
 bool is_unsigned(int32_t dtype) {
   return dtype == TensorProto::UINT8 || dtype == TensorProto::UINT16 ||
@@ -66,27 +57,14 @@ void set_key(Tensor& t, int64_t i, K v) {
   }
 }
 
-bool normalize_axis(int64_t& axis, int64_t rank) {
-  if (axis < -rank || axis >= rank) return false;
-  if (axis < 0) axis += rank;
-  return true;
-}
-
-int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
-  return p;
-}
-
 // Copies every element of `x` (any type, including strings) into output `i` with `dims`.
 absl::Status copy_to_output(KernelContext& ctx, size_t i, const Tensor& x,
                             std::vector<int64_t> dims) {
-  auto out = ctx.make_output(i, x.dtype(), std::move(dims));
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(i, x.dtype(), std::move(dims)));
   if (x.dtype() == TensorProto::STRING) {
-    std::copy(x.strings().begin(), x.strings().end(), (*out)->strings().begin());
+    std::copy(x.strings().begin(), x.strings().end(), out->strings().begin());
   } else {
-    std::copy(x.data<char>(), x.data<char>() + x.bytes(), (*out)->data<char>());
+    std::copy(x.data<char>(), x.data<char>() + x.bytes(), out->data<char>());
   }
   return absl::OkStatus();
 }
@@ -200,9 +178,8 @@ absl::Status reduce_kernel(KernelContext& ctx) {
     kept_dims[i] = reduced[i] ? 1 : x.dims()[i];
     if (keepdims || !reduced[i]) out_dims.push_back(kept_dims[i]);
   }
-  auto out_or = ctx.make_output(0, x.dtype(), out_dims);
-  if (!out_or.ok()) return out_or.status();
-  Tensor& out = **out_or;
+  ASSIGN_OR_RETURN(Tensor * out_t, ctx.make_output(0, x.dtype(), out_dims));
+  Tensor& out = *out_t;
   const int64_t n_out = out.size();
   if (n_out == 0) return absl::OkStatus();
   const int64_t count = x.size() / n_out;  // elements reduced into each output
@@ -291,9 +268,8 @@ absl::Status arg_kernel(KernelContext& ctx) {
   } else {
     dims.erase(dims.begin() + axis);
   }
-  auto out = ctx.make_output(0, TensorProto::INT64, dims);
-  if (!out.ok()) return out.status();
-  int64_t* dst = (*out)->data<int64_t>();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::INT64, dims));
+  int64_t* dst = out->data<int64_t>();
   const int64_t outer = product(x.dims(), 0, axis), inner = product(x.dims(), axis + 1, r);
   return with_key(ctx, x.dtype(), [&](auto tag) -> absl::Status {
     using K = typename decltype(tag)::type;
@@ -349,19 +325,15 @@ absl::Status top_k_kernel(KernelContext& ctx) {
   if (x.dtype() == TensorProto::STRING) return invalid(ctx, "strings are not supported");
   std::vector<int64_t> dims = x.dims();
   dims[axis] = k;
-  auto values_or = ctx.make_output(0, x.dtype(), dims);
-  if (!values_or.ok()) return values_or.status();
-  Tensor& values = **values_or;
+  ASSIGN_OR_RETURN(Tensor * values_t, ctx.make_output(0, x.dtype(), dims));
+  Tensor& values = *values_t;
   Tensor indices_scratch;
   Tensor* indices = &indices_scratch;
   if (ctx.outputs.size() > 1) {
-    auto idx = ctx.make_output(1, TensorProto::INT64, dims);
-    if (!idx.ok()) return idx.status();
-    indices = *idx;
+    ASSIGN_OR_RETURN(indices, ctx.make_output(1, TensorProto::INT64, dims));
   } else {
-    auto idx = Tensor::zeros(TensorProto::INT64, dims, ctx.limits.max_tensor_bytes);
-    if (!idx.ok()) return idx.status();
-    indices_scratch = std::move(*idx);
+    ASSIGN_OR_RETURN(indices_scratch,
+                     Tensor::zeros(TensorProto::INT64, dims, ctx.limits.max_tensor_bytes));
   }
   if (values.size() == 0) return absl::OkStatus();
   const int64_t outer = product(x.dims(), 0, axis), inner = product(x.dims(), axis + 1, r);
@@ -416,9 +388,8 @@ absl::Status cum_sum_kernel(KernelContext& ctx) {
   if (!normalize_axis(axis, x.rank())) return invalid(ctx, "bad axis");
   const bool exclusive = ctx.node.attr_int("exclusive", 0) != 0;
   const bool reverse = ctx.node.attr_int("reverse", 0) != 0;
-  auto out_or = ctx.make_output(0, x.dtype(), x.dims());
-  if (!out_or.ok()) return out_or.status();
-  Tensor& out = **out_or;
+  ASSIGN_OR_RETURN(Tensor * out_t, ctx.make_output(0, x.dtype(), x.dims()));
+  Tensor& out = *out_t;
   const int64_t d = x.dims()[axis];
   const int64_t outer = product(x.dims(), 0, axis), inner = product(x.dims(), axis + 1, x.rank());
   return with_key(ctx, x.dtype(), [&](auto tag) -> absl::Status {

@@ -218,7 +218,7 @@ absl::Status run_rnn(KernelContext& ctx, const RnnSpec& spec,
   const double work = static_cast<double>(seq) * static_cast<double>(batch) * directions *
                       static_cast<double>(g * hidden) * static_cast<double>(input_size + hidden);
   // Refused at once when the run's work budget cannot pay for it; charged step by step below.
-  if (auto st = ctx.afford(work); !st.ok()) return st;
+  RETURN_IF_ERROR(ctx.afford(work));
 
   Scratch<double> w = to_doubles(*w_t), r = to_doubles(*r_t), x = to_doubles(*x_t);
   Scratch<double> b(static_cast<size_t>(directions * 2 * g * hidden), 0.0);
@@ -261,30 +261,25 @@ absl::Status run_rnn(KernelContext& ctx, const RnnSpec& spec,
     }
   }
 
-  auto acts = parse_activations(ctx, spec.defaults, directions);
-  if (!acts.ok()) return acts.status();
-  const Cell cell = make_cell(*acts);
+  ASSIGN_OR_RETURN(const std::vector<Activation> acts,
+                   parse_activations(ctx, spec.defaults, directions));
+  const Cell cell = make_cell(acts);
 
   const int32_t dtype = x_t->dtype();
   Tensor* y = nullptr;
   Tensor* y_h = nullptr;
   Tensor* y_c = nullptr;
   if (node.output(0) != nullptr) {
-    auto t = ctx.make_output(0, dtype,
-                             layout == 0 ? std::vector<int64_t>{seq, directions, batch, hidden}
-                                         : std::vector<int64_t>{batch, seq, directions, hidden});
-    if (!t.ok()) return t.status();
-    y = *t;
+    ASSIGN_OR_RETURN(
+        y, ctx.make_output(0, dtype,
+                           layout == 0 ? std::vector<int64_t>{seq, directions, batch, hidden}
+                                       : std::vector<int64_t>{batch, seq, directions, hidden}));
   }
   if (node.output(1) != nullptr) {
-    auto t = ctx.make_output(1, dtype, state_dims);
-    if (!t.ok()) return t.status();
-    y_h = *t;
+    ASSIGN_OR_RETURN(y_h, ctx.make_output(1, dtype, state_dims));
   }
   if (spec.has_cell && node.output(2) != nullptr) {
-    auto t = ctx.make_output(2, dtype, state_dims);
-    if (!t.ok()) return t.status();
-    y_c = *t;
+    ASSIGN_OR_RETURN(y_c, ctx.make_output(2, dtype, state_dims));
   }
 
   Scratch<double> h(static_cast<size_t>(hidden)), c(static_cast<size_t>(hidden));
@@ -297,7 +292,7 @@ absl::Status run_rnn(KernelContext& ctx, const RnnSpec& spec,
                            b.data() + d * 2 * g * hidden,
                            b.data() + d * 2 * g * hidden + g * hidden,
                            p.empty() ? nullptr : p.data() + d * 3 * hidden,
-                           acts->data() + d * per_direction};
+                           acts.data() + d * per_direction};
     for (int64_t bi = 0; bi < batch; ++bi) {
       const int64_t s0 = state_index(d, bi);
       std::copy(h0.begin() + s0, h0.begin() + s0 + hidden, h.begin());
@@ -453,15 +448,13 @@ absl::Status dropout(KernelContext& ctx) {
   }
   // Training with ratio 0 keeps every element and scales by 1 / (1 - 0).
   if (training && ratio != 0) return unimplemented(ctx, "random dropout in training mode");
-  auto out = ctx.make_output(0, x->dtype(), x->dims());
-  if (!out.ok()) return out.status();
-  std::memcpy((*out)->data<char>(), x->data<char>(), x->bytes());
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x->dtype(), x->dims()));
+  std::memcpy(out->data<char>(), x->data<char>(), x->bytes());
   if (ctx.node.output(1) != nullptr) {
     // The mask is bool from opset 10, the data type before.
     const int32_t mask_type = ctx.opset >= 10 ? TensorProto::BOOL : x->dtype();
-    auto mask = ctx.make_output(1, mask_type, x->dims());
-    if (!mask.ok()) return mask.status();
-    for (int64_t i = 0; i < x->size(); ++i) (*mask)->set_double(i, 1.0);
+    ASSIGN_OR_RETURN(Tensor * mask, ctx.make_output(1, mask_type, x->dims()));
+    for (int64_t i = 0; i < x->size(); ++i) mask->set_double(i, 1.0);
   }
   return absl::OkStatus();
 }

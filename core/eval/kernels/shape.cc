@@ -20,6 +20,7 @@
 #include "core/eval/broadcast.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
+#include "core/eval/kernels/common.h"
 #include "core/ir/tensor.h"
 
 namespace graft::eval {
@@ -28,24 +29,9 @@ namespace {
 
 using onnx::TensorProto;
 
-template <typename... Args>
-absl::Status invalid(const KernelContext& ctx, const Args&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.node.op_type(), ": ", parts...));
-}
-
-template <typename... Args>
-absl::Status unimplemented(const KernelContext& ctx, const Args&... parts) {
-  return absl::UnimplementedError(absl::StrCat(ctx.node.op_type(), ": ", parts...));
-}
-
 // Copy unit of a 16-byte element (complex128).
 struct Bytes16 {
   uint64_t lo, hi;
-};
-
-template <typename U>
-struct Tag {
-  using type = U;
 };
 
 // Calls f(Tag<U>{}) with U an element type of the same size as `dtype`'s elements.
@@ -86,24 +72,10 @@ const U* elems(const Tensor& t) {
   }
 }
 
-int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
-  return p;
-}
-
 std::vector<int64_t> strides_of(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
   for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
   return s;
-}
-
-// Maps `axis` from [-rank, rank) (or [-rank, rank] with `inclusive`) to [0, rank).
-bool normalize_axis(int64_t& axis, int64_t rank, bool inclusive = false) {
-  int64_t hi = inclusive ? rank : rank - 1;
-  if (axis < -rank || axis > hi) return false;
-  if (axis < 0) axis += rank;
-  return true;
 }
 
 // Integer values of a 0-D or 1-D integer tensor (shape, axes, pads, repeats inputs).
@@ -163,11 +135,10 @@ void strided_copy(U* out, const U* in, const std::vector<int64_t>& dims,
 absl::Status copy_view(KernelContext& ctx, const Tensor& x, const std::vector<int64_t>& out_dims,
                        const std::vector<int64_t>& view_dims, const std::vector<int64_t>& strides,
                        int64_t base = 0) {
-  auto out = ctx.make_output(0, x.dtype(), out_dims);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x.dtype(), out_dims));
   return by_element(x.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
-    strided_copy(elems<U>(**out), elems<U>(x), view_dims, strides, base);
+    strided_copy(elems<U>(*out), elems<U>(x), view_dims, strides, base);
     return absl::OkStatus();
   });
 }
@@ -175,12 +146,11 @@ absl::Status copy_view(KernelContext& ctx, const Tensor& x, const std::vector<in
 // Output `i` with `dims` holding a copy of all elements of `x` (Reshape and friends).
 absl::Status copy_with_dims(KernelContext& ctx, size_t i, const Tensor& x,
                             std::vector<int64_t> dims) {
-  auto out = ctx.make_output(i, x.dtype(), std::move(dims));
-  if (!out.ok()) return out.status();
-  if ((*out)->size() != x.size()) return invalid(ctx, "element count changed");
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(i, x.dtype(), std::move(dims)));
+  if (out->size() != x.size()) return invalid(ctx, "element count changed");
   return by_element(x.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
-    std::copy(elems<U>(x), elems<U>(x) + x.size(), elems<U>(**out));
+    std::copy(elems<U>(x), elems<U>(x) + x.size(), elems<U>(*out));
     return absl::OkStatus();
   });
 }
@@ -190,7 +160,7 @@ bool checked_mul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_ove
 // ---------------------------------------------------------------------------------------------
 
 absl::Status shape_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   const int64_t r = x.rank();
   int64_t start = 0, end = r;
@@ -205,22 +175,20 @@ absl::Status shape_kernel(KernelContext& ctx) {
     end = clampdim(end);
   }
   const int64_t n = std::max<int64_t>(0, end - start);
-  auto out = ctx.make_output(0, TensorProto::INT64, {n});
-  if (!out.ok()) return out.status();
-  for (int64_t i = 0; i < n; ++i) (*out)->data<int64_t>()[i] = x.dims()[start + i];
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::INT64, {n}));
+  for (int64_t i = 0; i < n; ++i) out->data<int64_t>()[i] = x.dims()[start + i];
   return absl::OkStatus();
 }
 
 absl::Status size_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
-  auto out = ctx.make_output(0, TensorProto::INT64, {});
-  if (!out.ok()) return out.status();
-  (*out)->data<int64_t>()[0] = ctx.input(0)->size();
+  RETURN_IF_ERROR(require_input(ctx, 0));
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::INT64, {}));
+  out->data<int64_t>()[0] = ctx.input(0)->size();
   return absl::OkStatus();
 }
 
 absl::Status reshape_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   std::vector<int64_t> shape;
   if (ctx.opset < 5) {
@@ -228,9 +196,7 @@ absl::Status reshape_kernel(KernelContext& ctx) {
     if (!attr) return invalid(ctx, "missing 'shape' attribute");
     shape = *attr;
   } else {
-    auto v = read_ints(ctx, ctx.input(1), "shape");
-    if (!v.ok()) return v.status();
-    shape = std::move(*v);
+    ASSIGN_OR_RETURN(shape, read_ints(ctx, ctx.input(1), "shape"));
   }
   const bool allowzero = ctx.opset >= 14 && ctx.node.attr_int("allowzero", 0) != 0;
   int64_t infer = -1, known = 1;
@@ -264,7 +230,7 @@ absl::Status reshape_kernel(KernelContext& ctx) {
 }
 
 absl::Status flatten_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   int64_t axis = ctx.node.attr_int("axis", 1);
   if (!normalize_axis(axis, x.rank(), /*inclusive=*/true)) return invalid(ctx, "bad axis");
@@ -277,20 +243,18 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> axes_arg(const KernelContext
                                                              int64_t input_since) {
   if (ctx.opset < input_since) return ctx.node.attr_ints("axes");
   if (ctx.input(1) == nullptr) return std::optional<std::vector<int64_t>>();
-  auto v = read_ints(ctx, ctx.input(1), "axes");
-  if (!v.ok()) return v.status();
-  return std::optional<std::vector<int64_t>>(std::move(*v));
+  ASSIGN_OR_RETURN(std::vector<int64_t> v, read_ints(ctx, ctx.input(1), "axes"));
+  return std::optional<std::vector<int64_t>>(std::move(v));
 }
 
 absl::Status squeeze_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
-  auto axes = axes_arg(ctx, 13);
-  if (!axes.ok()) return axes.status();
+  ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> axes, axes_arg(ctx, 13));
   const int64_t r = x.rank();
   std::vector<bool> drop(r, false);
-  if (axes->has_value()) {
-    for (int64_t a : **axes) {
+  if (axes.has_value()) {
+    for (int64_t a : *axes) {
       if (!normalize_axis(a, r)) return invalid(ctx, "axis ", a, " out of range");
       if (drop[a]) return invalid(ctx, "repeated axis");
       if (x.dims()[a] != 1) return invalid(ctx, "cannot squeeze dim ", a, " of size ", x.dims()[a]);
@@ -307,14 +271,13 @@ absl::Status squeeze_kernel(KernelContext& ctx) {
 }
 
 absl::Status unsqueeze_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
-  auto axes = axes_arg(ctx, 13);
-  if (!axes.ok()) return axes.status();
-  if (!axes->has_value()) return invalid(ctx, "missing axes");
-  const int64_t out_rank = x.rank() + static_cast<int64_t>((*axes)->size());
+  ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> axes, axes_arg(ctx, 13));
+  if (!axes.has_value()) return invalid(ctx, "missing axes");
+  const int64_t out_rank = x.rank() + static_cast<int64_t>(axes->size());
   std::vector<bool> added(out_rank, false);
-  for (int64_t a : **axes) {
+  for (int64_t a : *axes) {
     if (!normalize_axis(a, out_rank)) return invalid(ctx, "axis ", a, " out of range");
     if (added[a]) return invalid(ctx, "repeated axis");
     added[a] = true;
@@ -325,7 +288,7 @@ absl::Status unsqueeze_kernel(KernelContext& ctx) {
 }
 
 absl::Status transpose_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   const int64_t r = x.rank();
   std::vector<int64_t> perm;
@@ -352,7 +315,7 @@ absl::Status transpose_kernel(KernelContext& ctx) {
 absl::Status concat_kernel(KernelContext& ctx) {
   if (ctx.inputs.empty()) return invalid(ctx, "no inputs");
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
-    if (auto st = require_input(ctx, i); !st.ok()) return st;
+    RETURN_IF_ERROR(require_input(ctx, i));
   }
   const Tensor& first = *ctx.input(0);
   const int64_t r = first.rank();
@@ -368,12 +331,11 @@ absl::Status concat_kernel(KernelContext& ctx) {
     }
     dims[axis] += t->dims()[axis];
   }
-  auto out = ctx.make_output(0, first.dtype(), dims);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, first.dtype(), dims));
   const int64_t outer = product(dims, 0, axis), inner = product(dims, axis + 1, r);
   return by_element(first.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
-    U* dst = elems<U>(**out);
+    U* dst = elems<U>(*out);
     for (int64_t o = 0; o < outer; ++o) {
       for (const Tensor* t : ctx.inputs) {
         const int64_t block = t->dims()[axis] * inner;
@@ -386,7 +348,7 @@ absl::Status concat_kernel(KernelContext& ctx) {
 }
 
 absl::Status split_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   const int64_t r = x.rank();
   int64_t axis = ctx.node.attr_int("axis", 0);
@@ -397,9 +359,7 @@ absl::Status split_kernel(KernelContext& ctx) {
   std::optional<std::vector<int64_t>> split;
   if (ctx.opset >= 13 || (ctx.opset < 2 && ctx.input(1) != nullptr)) {
     if (ctx.input(1) != nullptr) {
-      auto v = read_ints(ctx, ctx.input(1), "split");
-      if (!v.ok()) return v.status();
-      split = std::move(*v);
+      ASSIGN_OR_RETURN(split, read_ints(ctx, ctx.input(1), "split"));
     }
   } else {
     split = ctx.node.attr_ints("split");
@@ -429,26 +389,24 @@ absl::Status split_kernel(KernelContext& ctx) {
   for (int64_t k = 0; k < n; ++k) {
     std::vector<int64_t> dims = x.dims();
     dims[axis] = sizes[k];
-    auto out = ctx.make_output(k, x.dtype(), dims);
-    if (!out.ok()) return out.status();
-    auto st = by_element(x.dtype(), [&](auto tag) {
+    ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(k, x.dtype(), dims));
+    RETURN_IF_ERROR(by_element(x.dtype(), [&](auto tag) {
       using U = typename decltype(tag)::type;
-      U* dst = elems<U>(**out);
+      U* dst = elems<U>(*out);
       const int64_t block = sizes[k] * inner;
       for (int64_t o = 0; o < outer; ++o) {
         const U* src = elems<U>(x) + (o * dim + start) * inner;
         dst = std::copy(src, src + block, dst);
       }
       return absl::OkStatus();
-    });
-    if (!st.ok()) return st;
+    }));
     start += sizes[k];
   }
   return absl::OkStatus();
 }
 
 absl::Status slice_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   const int64_t r = x.rank();
   std::vector<int64_t> starts, ends, axes, steps;
@@ -460,21 +418,13 @@ absl::Status slice_kernel(KernelContext& ctx) {
     ends = *e;
     if (auto a = ctx.node.attr_ints("axes")) axes = *a;
   } else {
-    auto s = read_ints(ctx, ctx.input(1), "starts");
-    if (!s.ok()) return s.status();
-    auto e = read_ints(ctx, ctx.input(2), "ends");
-    if (!e.ok()) return e.status();
-    starts = std::move(*s);
-    ends = std::move(*e);
+    ASSIGN_OR_RETURN(starts, read_ints(ctx, ctx.input(1), "starts"));
+    ASSIGN_OR_RETURN(ends, read_ints(ctx, ctx.input(2), "ends"));
     if (ctx.input(3) != nullptr) {
-      auto a = read_ints(ctx, ctx.input(3), "axes");
-      if (!a.ok()) return a.status();
-      axes = std::move(*a);
+      ASSIGN_OR_RETURN(axes, read_ints(ctx, ctx.input(3), "axes"));
     }
     if (ctx.input(4) != nullptr) {
-      auto st = read_ints(ctx, ctx.input(4), "steps");
-      if (!st.ok()) return st.status();
-      steps = std::move(*st);
+      ASSIGN_OR_RETURN(steps, read_ints(ctx, ctx.input(4), "steps"));
     }
   }
   const size_t n = starts.size();
@@ -525,32 +475,30 @@ absl::StatusOr<std::vector<int64_t>> read_index_tensor(const KernelContext& ctx,
 }
 
 absl::Status gather_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& data = *ctx.input(0);
-  auto idx = read_index_tensor(ctx, ctx.input(1));
-  if (!idx.ok()) return idx.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_index_tensor(ctx, ctx.input(1)));
   const Tensor& indices = *ctx.input(1);
   const int64_t r = data.rank();
   int64_t axis = ctx.node.attr_int("axis", 0);
   if (r == 0 || !normalize_axis(axis, r)) return invalid(ctx, "bad axis");
   const int64_t d = data.dims()[axis];
-  for (int64_t& i : *idx) {
+  for (int64_t& i : idx) {
     if (i < -d || i >= d) return invalid(ctx, "index ", i, " out of range [", -d, ",", d, ")");
     if (i < 0) i += d;
   }
   std::vector<int64_t> dims(data.dims().begin(), data.dims().begin() + axis);
   dims.insert(dims.end(), indices.dims().begin(), indices.dims().end());
   dims.insert(dims.end(), data.dims().begin() + axis + 1, data.dims().end());
-  auto out = ctx.make_output(0, data.dtype(), dims);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, data.dtype(), dims));
   const int64_t outer = product(data.dims(), 0, axis);
   const int64_t inner = product(data.dims(), axis + 1, r);
   return by_element(data.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
-    U* dst = elems<U>(**out);
+    U* dst = elems<U>(*out);
     const U* src = elems<U>(data);
     for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t i : *idx) {
+      for (int64_t i : idx) {
         const U* p = src + (o * d + i) * inner;
         dst = std::copy(p, p + inner, dst);
       }
@@ -582,10 +530,9 @@ void next_index_skipping(std::vector<int64_t>& pos, const std::vector<int64_t>& 
 }
 
 absl::Status gather_elements_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& data = *ctx.input(0);
-  auto idx = read_index_tensor(ctx, ctx.input(1));
-  if (!idx.ok()) return idx.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_index_tensor(ctx, ctx.input(1)));
   const Tensor& indices = *ctx.input(1);
   const int64_t r = data.rank();
   int64_t axis = ctx.node.attr_int("axis", 0);
@@ -595,19 +542,18 @@ absl::Status gather_elements_kernel(KernelContext& ctx) {
     if (i != axis && indices.dims()[i] > data.dims()[i]) return invalid(ctx, "indices too large");
   }
   const int64_t d = data.dims()[axis];
-  auto out = ctx.make_output(0, data.dtype(), indices.dims());
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, data.dtype(), indices.dims()));
   const int64_t n = indices.size();
   if (n == 0) return absl::OkStatus();
   const auto dstrides = strides_of(data.dims());
   return by_element(data.dtype(), [&](auto tag) -> absl::Status {
     using U = typename decltype(tag)::type;
-    U* dst = elems<U>(**out);
+    U* dst = elems<U>(*out);
     const U* src = elems<U>(data);
     std::vector<int64_t> pos(r, 0);
     int64_t base = 0;  // offset of the current position without the axis coordinate
     for (int64_t k = 0; k < n; ++k) {
-      int64_t i = (*idx)[k];
+      int64_t i = idx[k];
       if (i < -d || i >= d) return invalid(ctx, "index ", i, " out of range");
       if (i < 0) i += d;
       dst[k] = src[base + i * dstrides[axis]];
@@ -618,10 +564,9 @@ absl::Status gather_elements_kernel(KernelContext& ctx) {
 }
 
 absl::Status gather_nd_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& data = *ctx.input(0);
-  auto idx = read_index_tensor(ctx, ctx.input(1));
-  if (!idx.ok()) return idx.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_index_tensor(ctx, ctx.input(1)));
   const Tensor& indices = *ctx.input(1);
   const int64_t r = data.rank(), q = indices.rank();
   const int64_t b = ctx.opset >= 12 ? ctx.node.attr_int("batch_dims", 0) : 0;
@@ -633,8 +578,7 @@ absl::Status gather_nd_kernel(KernelContext& ctx) {
   }
   std::vector<int64_t> dims(indices.dims().begin(), indices.dims().end() - 1);
   dims.insert(dims.end(), data.dims().begin() + b + m, data.dims().end());
-  auto out = ctx.make_output(0, data.dtype(), dims);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, data.dtype(), dims));
   const int64_t batches = product(data.dims(), 0, b);
   const int64_t tuples = product(indices.dims(), b, q - 1);
   const int64_t slice = product(data.dims(), b + m, r);
@@ -642,11 +586,11 @@ absl::Status gather_nd_kernel(KernelContext& ctx) {
   const auto dstrides = strides_of(data.dims());
   return by_element(data.dtype(), [&](auto tag) -> absl::Status {
     using U = typename decltype(tag)::type;
-    U* dst = elems<U>(**out);
+    U* dst = elems<U>(*out);
     const U* src = elems<U>(data);
     for (int64_t bt = 0; bt < batches; ++bt) {
       for (int64_t t = 0; t < tuples; ++t) {
-        const int64_t* tuple = idx->data() + (bt * tuples + t) * m;
+        const int64_t* tuple = idx.data() + (bt * tuples + t) * m;
         int64_t off = bt * batch_stride;
         for (int64_t k = 0; k < m; ++k) {
           const int64_t d = data.dims()[b + k];
@@ -714,12 +658,11 @@ K combine(Reduction red, K a, K b) {
 
 absl::Status scatter_nd_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < 3; ++i) {
-    if (auto st = require_input(ctx, i); !st.ok()) return st;
+    RETURN_IF_ERROR(require_input(ctx, i));
   }
   const Tensor& data = *ctx.input(0);
   const Tensor& updates = *ctx.input(2);
-  auto idx = read_index_tensor(ctx, ctx.input(1));
-  if (!idx.ok()) return idx.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_index_tensor(ctx, ctx.input(1)));
   const Tensor& indices = *ctx.input(1);
   const int64_t r = data.rank(), q = indices.rank();
   if (r < 1 || q < 1) return invalid(ctx, "bad ranks");
@@ -730,10 +673,8 @@ absl::Status scatter_nd_kernel(KernelContext& ctx) {
   if (updates.dims() != want || updates.dtype() != data.dtype()) {
     return invalid(ctx, "updates shape/type mismatch");
   }
-  auto reduction = parse_reduction(ctx, data);
-  if (!reduction.ok()) return reduction.status();
-  const Reduction red = *reduction;
-  if (auto st = copy_with_dims(ctx, 0, data, data.dims()); !st.ok()) return st;
+  ASSIGN_OR_RETURN(const Reduction red, parse_reduction(ctx, data));
+  RETURN_IF_ERROR(copy_with_dims(ctx, 0, data, data.dims()));
   Tensor& out = ctx.outputs[0];
   const int64_t tuples = product(indices.dims(), 0, q - 1);
   const int64_t slice = product(data.dims(), m, r);
@@ -743,7 +684,7 @@ absl::Status scatter_nd_kernel(KernelContext& ctx) {
     int64_t off = 0;
     for (int64_t k = 0; k < m; ++k) {
       const int64_t d = data.dims()[k];
-      int64_t i = (*idx)[t * m + k];
+      int64_t i = idx[t * m + k];
       if (i < -d || i >= d) return invalid(ctx, "index ", i, " out of range");
       if (i < 0) i += d;
       off += i * dstrides[k];
@@ -780,12 +721,11 @@ absl::Status scatter_nd_kernel(KernelContext& ctx) {
 // ScatterElements (and its deprecated opset-9 name Scatter): the inverse of GatherElements.
 absl::Status scatter_elements_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < 3; ++i) {
-    if (auto st = require_input(ctx, i); !st.ok()) return st;
+    RETURN_IF_ERROR(require_input(ctx, i));
   }
   const Tensor& data = *ctx.input(0);
   const Tensor& updates = *ctx.input(2);
-  auto idx = read_index_tensor(ctx, ctx.input(1));
-  if (!idx.ok()) return idx.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_index_tensor(ctx, ctx.input(1)));
   const Tensor& indices = *ctx.input(1);
   const int64_t r = data.rank();
   int64_t axis = ctx.node.attr_int("axis", 0);
@@ -797,9 +737,7 @@ absl::Status scatter_elements_kernel(KernelContext& ctx) {
   for (int64_t i = 0; i < r; ++i) {
     if (i != axis && indices.dims()[i] > data.dims()[i]) return invalid(ctx, "indices too large");
   }
-  auto reduction = parse_reduction(ctx, data);
-  if (!reduction.ok()) return reduction.status();
-  const Reduction red = *reduction;
+  ASSIGN_OR_RETURN(const Reduction red, parse_reduction(ctx, data));
   // Target offsets first, so a bad index fails before anything is written.
   const int64_t n = indices.size(), d = data.dims()[axis];
   const auto dstrides = strides_of(data.dims());
@@ -807,13 +745,13 @@ absl::Status scatter_elements_kernel(KernelContext& ctx) {
   std::vector<int64_t> pos(r, 0);
   int64_t base = 0;
   for (int64_t k = 0; k < n; ++k) {
-    int64_t i = (*idx)[k];
+    int64_t i = idx[k];
     if (i < -d || i >= d) return invalid(ctx, "index ", i, " out of range");
     if (i < 0) i += d;
     targets[k] = base + i * dstrides[axis];
     next_index_skipping(pos, indices.dims(), axis, dstrides, base);
   }
-  if (auto st = copy_with_dims(ctx, 0, data, data.dims()); !st.ok()) return st;
+  RETURN_IF_ERROR(copy_with_dims(ctx, 0, data, data.dims()));
   Tensor& out = ctx.outputs[0];
   if (red == Reduction::kNone) {
     return by_element(data.dtype(), [&](auto tag) {
@@ -839,30 +777,28 @@ absl::Status scatter_elements_kernel(KernelContext& ctx) {
 }
 
 absl::Status expand_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
-  auto shape = read_ints(ctx, ctx.input(1), "shape");
-  if (!shape.ok()) return shape.status();
-  for (int64_t d : *shape) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, read_ints(ctx, ctx.input(1), "shape"));
+  for (int64_t d : shape) {
     if (d < 0) return invalid(ctx, "negative dim in shape");
   }
-  auto dims = broadcast_shape({x.dims(), *shape});
+  auto dims = broadcast_shape({x.dims(), shape});
   if (!dims.ok()) return invalid(ctx, dims.status().message());
   const auto strides = broadcast_strides(x.dims(), *dims);
   return copy_view(ctx, x, *dims, *dims, strides);
 }
 
 absl::Status tile_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
-  auto repeats = read_ints(ctx, ctx.input(1), "repeats");
-  if (!repeats.ok()) return repeats.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> repeats, read_ints(ctx, ctx.input(1), "repeats"));
   const int64_t r = x.rank();
-  if (static_cast<int64_t>(repeats->size()) != r) return invalid(ctx, "repeats length != rank");
+  if (static_cast<int64_t>(repeats.size()) != r) return invalid(ctx, "repeats length != rank");
   const auto in_strides = strides_of(x.dims());
   std::vector<int64_t> dims(r), view_dims, view_strides;
   for (int64_t i = 0; i < r; ++i) {
-    const int64_t rep = (*repeats)[i];
+    const int64_t rep = repeats[i];
     if (rep < 0) return invalid(ctx, "negative repeat");
     if (!checked_mul(x.dims()[i], rep, &dims[i])) return invalid(ctx, "output too large");
     // Output dim i seen as (rep, dim): the repeat coordinate does not move in the input.
@@ -874,7 +810,7 @@ absl::Status tile_kernel(KernelContext& ctx) {
 
 absl::Status range_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < 3; ++i) {
-    if (auto st = require_input(ctx, i); !st.ok()) return st;
+    RETURN_IF_ERROR(require_input(ctx, i));
     if (ctx.input(i)->size() != 1 || ctx.input(i)->rank() > 1) {
       return invalid(ctx, "start, limit and delta must be scalars");
     }
@@ -890,9 +826,8 @@ absl::Status range_kernel(KernelContext& ctx) {
     const double count = std::max(0.0, std::ceil((l - s) / d));
     if (count > 1e15) return absl::ResourceExhaustedError("Range: output too large");
     const int64_t n = static_cast<int64_t>(count);
-    auto out = ctx.make_output(0, dtype, {n});
-    if (!out.ok()) return out.status();
-    for (int64_t i = 0; i < n; ++i) (*out)->set_double(i, s + static_cast<double>(i) * d);
+    ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, dtype, {n}));
+    for (int64_t i = 0; i < n; ++i) out->set_double(i, s + static_cast<double>(i) * d);
     return absl::OkStatus();
   }
   if (!is_integer_type(dtype) || dtype == TensorProto::UINT64) {
@@ -908,36 +843,30 @@ absl::Status range_kernel(KernelContext& ctx) {
     return absl::ResourceExhaustedError("Range: output too large");
   }
   const int64_t n = static_cast<int64_t>(count);
-  auto out = ctx.make_output(0, dtype, {n});
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, dtype, {n}));
   for (int64_t i = 0; i < n; ++i) {
-    (*out)->set_int64(i, static_cast<int64_t>(s + static_cast<__int128>(i) * d));
+    out->set_int64(i, static_cast<int64_t>(s + static_cast<__int128>(i) * d));
   }
   return absl::OkStatus();
 }
 
 absl::Status constant_of_shape_kernel(KernelContext& ctx) {
-  auto shape = read_ints(ctx, ctx.input(0), "input");
-  if (!shape.ok()) return shape.status();
-  for (int64_t d : *shape) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, read_ints(ctx, ctx.input(0), "input"));
+  for (int64_t d : shape) {
     if (d < 0) return invalid(ctx, "negative dim");
   }
   Tensor value;
   if (const onnx::AttributeProto* a = ctx.node.attr("value")) {
-    auto v = Tensor::from_proto(a->t(), ctx.limits.max_tensor_bytes);
-    if (!v.ok()) return v.status();
-    if (v->size() != 1) return invalid(ctx, "value must have one element");
-    value = std::move(*v);
+    ASSIGN_OR_RETURN(Tensor v, Tensor::from_proto(a->t(), ctx.limits.max_tensor_bytes));
+    if (v.size() != 1) return invalid(ctx, "value must have one element");
+    value = std::move(v);
   } else {
-    auto v = Tensor::zeros(TensorProto::FLOAT, {1}, ctx.limits.max_tensor_bytes);
-    if (!v.ok()) return v.status();
-    value = std::move(*v);
+    ASSIGN_OR_RETURN(value, Tensor::zeros(TensorProto::FLOAT, {1}, ctx.limits.max_tensor_bytes));
   }
-  auto out = ctx.make_output(0, value.dtype(), *shape);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, value.dtype(), shape));
   return by_element(value.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
-    std::fill(elems<U>(**out), elems<U>(**out) + (*out)->size(), elems<U>(value)[0]);
+    std::fill(elems<U>(*out), elems<U>(*out) + out->size(), elems<U>(value)[0]);
     return absl::OkStatus();
   });
 }
@@ -957,54 +886,49 @@ absl::Status constant_kernel(KernelContext& ctx) {
     const ir::Graph* g = ctx.node.graph();
     const ir::ExternalData* external =
         g && g->model() ? g->model()->external_data().get() : nullptr;
-    auto v = Tensor::from_proto(a->t(), ctx.limits.max_tensor_bytes, external);
-    if (!v.ok()) return v.status();
+    ASSIGN_OR_RETURN(Tensor v, Tensor::from_proto(a->t(), ctx.limits.max_tensor_bytes, external));
     if (ctx.outputs.empty()) return invalid(ctx, "no output");
-    ctx.outputs[0] = std::move(*v);
+    ctx.outputs[0] = std::move(v);
     return absl::OkStatus();
   }
   if (name == "sparse_value") return unimplemented(ctx, "sparse_value");
   if (name == "value_float" || name == "value_int") {
-    auto out =
-        ctx.make_output(0, name == "value_float" ? TensorProto::FLOAT : TensorProto::INT64, {});
-    if (!out.ok()) return out.status();
+    ASSIGN_OR_RETURN(
+        Tensor * out,
+        ctx.make_output(0, name == "value_float" ? TensorProto::FLOAT : TensorProto::INT64, {}));
     if (name == "value_float") {
-      (*out)->data<float>()[0] = a->f();
+      out->data<float>()[0] = a->f();
     } else {
-      (*out)->data<int64_t>()[0] = a->i();
+      out->data<int64_t>()[0] = a->i();
     }
     return absl::OkStatus();
   }
   if (name == "value_floats") {
-    auto out = ctx.make_output(0, TensorProto::FLOAT, {a->floats_size()});
-    if (!out.ok()) return out.status();
-    std::copy(a->floats().begin(), a->floats().end(), (*out)->data<float>());
+    ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::FLOAT, {a->floats_size()}));
+    std::copy(a->floats().begin(), a->floats().end(), out->data<float>());
     return absl::OkStatus();
   }
   if (name == "value_ints") {
-    auto out = ctx.make_output(0, TensorProto::INT64, {a->ints_size()});
-    if (!out.ok()) return out.status();
-    std::copy(a->ints().begin(), a->ints().end(), (*out)->data<int64_t>());
+    ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::INT64, {a->ints_size()}));
+    std::copy(a->ints().begin(), a->ints().end(), out->data<int64_t>());
     return absl::OkStatus();
   }
   if (name == "value_string") {
-    auto out = ctx.make_output(0, TensorProto::STRING, {});
-    if (!out.ok()) return out.status();
+    ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::STRING, {}));
     if (a->s().size() > ctx.limits.max_tensor_bytes) return invalid(ctx, "string too large");
-    (*out)->strings()[0] = a->s();
+    out->strings()[0] = a->s();
     return absl::OkStatus();
   }
-  auto out = ctx.make_output(0, TensorProto::STRING, {a->strings_size()});
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::STRING, {a->strings_size()}));
   uint64_t total = 0;
   for (const auto& s : a->strings()) total += s.size();
   if (total > ctx.limits.max_tensor_bytes) return invalid(ctx, "strings too large");
-  std::copy(a->strings().begin(), a->strings().end(), (*out)->strings().begin());
+  std::copy(a->strings().begin(), a->strings().end(), out->strings().begin());
   return absl::OkStatus();
 }
 
 absl::Status pad_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   const int64_t r = x.rank();
   std::vector<int64_t> pads;
@@ -1016,9 +940,7 @@ absl::Status pad_kernel(KernelContext& ctx) {
     pads = *p;
     value_attr = ctx.node.attr_float("value", 0.0f);
   } else {
-    auto p = read_ints(ctx, ctx.input(1), "pads");
-    if (!p.ok()) return p.status();
-    pads = std::move(*p);
+    ASSIGN_OR_RETURN(pads, read_ints(ctx, ctx.input(1), "pads"));
     value_input = ctx.input(2);
     if (value_input != nullptr) {
       if (value_input->dtype() != x.dtype()) return invalid(ctx, "constant_value type differs");
@@ -1029,13 +951,12 @@ absl::Status pad_kernel(KernelContext& ctx) {
   // Per-axis (begin, end) for every axis of x.
   std::vector<int64_t> begin(r, 0), end(r, 0);
   if (ctx.opset >= 18 && ctx.input(3) != nullptr) {
-    auto axes = read_ints(ctx, ctx.input(3), "axes");
-    if (!axes.ok()) return axes.status();
-    const size_t n = axes->size();
+    ASSIGN_OR_RETURN(std::vector<int64_t> axes, read_ints(ctx, ctx.input(3), "axes"));
+    const size_t n = axes.size();
     if (pads.size() != 2 * n) return invalid(ctx, "pads length != 2 * axes");
     std::vector<bool> seen(r, false);
     for (size_t i = 0; i < n; ++i) {
-      int64_t a = (*axes)[i];
+      int64_t a = axes[i];
       if (!normalize_axis(a, r) || seen[a]) return invalid(ctx, "bad or repeated axis");
       seen[a] = true;
       begin[a] = pads[i];
@@ -1065,18 +986,15 @@ absl::Status pad_kernel(KernelContext& ctx) {
       return invalid(ctx, "cannot ", mode, "-pad an empty axis");
     }
   }
-  auto out_or = ctx.make_output(0, x.dtype(), dims);
-  if (!out_or.ok()) return out_or.status();
-  Tensor& out = **out_or;
+  ASSIGN_OR_RETURN(Tensor * out_t, ctx.make_output(0, x.dtype(), dims));
+  Tensor& out = *out_t;
   if (out.size() == 0) return absl::OkStatus();
   // The pad value as an element of x's type.
   Tensor pad_value;
   if (value_input != nullptr) {
     pad_value = *value_input;
   } else {
-    auto v = Tensor::zeros(x.dtype(), {}, ctx.limits.max_tensor_bytes);
-    if (!v.ok()) return v.status();
-    pad_value = std::move(*v);
+    ASSIGN_OR_RETURN(pad_value, Tensor::zeros(x.dtype(), {}, ctx.limits.max_tensor_bytes));
     if (x.dtype() != TensorProto::STRING) pad_value.set_double(0, value_attr);
   }
   // For each axis, the source coordinate of every output coordinate (-1: pad value).
@@ -1139,7 +1057,7 @@ absl::Status pad_kernel(KernelContext& ctx) {
 }
 
 absl::Status non_zero_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   const int32_t dtype = x.dtype();
   auto nonzero = [&](int64_t i) {
@@ -1152,9 +1070,8 @@ absl::Status non_zero_kernel(KernelContext& ctx) {
   // A scalar counts as a 1-D tensor of one element, like numpy.nonzero.
   const int64_t r = std::max<int64_t>(x.rank(), 1);
   std::vector<int64_t> dims = x.rank() == 0 ? std::vector<int64_t>{1} : x.dims();
-  auto out = ctx.make_output(0, TensorProto::INT64, {r, nnz});
-  if (!out.ok()) return out.status();
-  int64_t* dst = (*out)->data<int64_t>();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, TensorProto::INT64, {r, nnz}));
+  int64_t* dst = out->data<int64_t>();
   std::vector<int64_t> pos(r, 0);
   int64_t k = 0;
   for (int64_t i = 0; i < x.size(); ++i) {
@@ -1169,7 +1086,7 @@ absl::Status non_zero_kernel(KernelContext& ctx) {
 
 // Trilu: keeps the upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims.
 absl::Status trilu_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   const int64_t r = x.rank();
   if (r < 2) return invalid(ctx, "input must have rank >= 2");
@@ -1179,14 +1096,13 @@ absl::Status trilu_kernel(KernelContext& ctx) {
     k = kt->get_int64(0);
   }
   const bool upper = ctx.node.attr_int("upper", 1) != 0;
-  auto out = ctx.make_output(0, x.dtype(), x.dims());
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x.dtype(), x.dims()));
   const int64_t rows = x.dims()[r - 2], cols = x.dims()[r - 1];
   const int64_t mats = product(x.dims(), 0, r - 2);
   return by_element(x.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
     const U* src = elems<U>(x);
-    U* dst = elems<U>(**out);
+    U* dst = elems<U>(*out);
     for (int64_t m = 0; m < mats; ++m) {
       for (int64_t i = 0; i < rows; ++i) {
         for (int64_t j = 0; j < cols; ++j) {
@@ -1203,7 +1119,7 @@ absl::Status trilu_kernel(KernelContext& ctx) {
 
 // DepthToSpace / SpaceToDepth: a 6-D reshape, transpose and reshape, done as one strided copy.
 absl::Status depth_to_space_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   if (x.rank() != 4) return invalid(ctx, "input must be 4-D");
   const int64_t b = ctx.node.attr_int("blocksize", 0);
@@ -1227,7 +1143,7 @@ absl::Status depth_to_space_kernel(KernelContext& ctx) {
 }
 
 absl::Status space_to_depth_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   if (x.rank() != 4) return invalid(ctx, "input must be 4-D");
   const int64_t b = ctx.node.attr_int("blocksize", 0);
@@ -1247,7 +1163,7 @@ absl::Status space_to_depth_kernel(KernelContext& ctx) {
 
 absl::Status compress_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < 2; ++i) {
-    if (auto st = require_input(ctx, i); !st.ok()) return st;
+    RETURN_IF_ERROR(require_input(ctx, i));
   }
   const Tensor& x = *ctx.input(0);
   const Tensor& cond = *ctx.input(1);
@@ -1273,12 +1189,11 @@ absl::Status compress_kernel(KernelContext& ctx) {
     dims = x.dims();
     dims[axis] = kept;
   }
-  auto out = ctx.make_output(0, x.dtype(), dims);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x.dtype(), dims));
   return by_element(x.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
     const U* src = elems<U>(x);
-    U* dst = elems<U>(**out);
+    U* dst = elems<U>(*out);
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i : keep) {
         const U* p = src + (o * d + i) * inner;
@@ -1290,7 +1205,7 @@ absl::Status compress_kernel(KernelContext& ctx) {
 }
 
 absl::Status eye_like_kernel(KernelContext& ctx) {
-  if (auto st = require_input(ctx, 0); !st.ok()) return st;
+  RETURN_IF_ERROR(require_input(ctx, 0));
   const Tensor& x = *ctx.input(0);
   if (x.rank() != 2) return invalid(ctx, "input must be 2-D");
   const int32_t dtype = static_cast<int32_t>(ctx.node.attr_int("dtype", x.dtype()));
@@ -1298,19 +1213,18 @@ absl::Status eye_like_kernel(KernelContext& ctx) {
     return invalid(ctx, "unsupported dtype ", dtype);
   }
   const int64_t k = ctx.node.attr_int("k", 0);
-  auto out = ctx.make_output(0, dtype, x.dims());
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, dtype, x.dims()));
   const int64_t rows = x.dims()[0], cols = x.dims()[1];
   for (int64_t i = 0; i < rows; ++i) {
     const __int128 j = static_cast<__int128>(i) + k;
-    if (j >= 0 && j < cols) (*out)->set_double(i * cols + static_cast<int64_t>(j), 1.0);
+    if (j >= 0 && j < cols) out->set_double(i * cols + static_cast<int64_t>(j), 1.0);
   }
   return absl::OkStatus();
 }
 
 absl::Status one_hot_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < 3; ++i) {
-    if (auto st = require_input(ctx, i); !st.ok()) return st;
+    RETURN_IF_ERROR(require_input(ctx, i));
   }
   const Tensor& indices = *ctx.input(0);
   const Tensor& depth_t = *ctx.input(1);
@@ -1329,15 +1243,14 @@ absl::Status one_hot_kernel(KernelContext& ctx) {
   if (!normalize_axis(axis, r + 1)) return invalid(ctx, "bad axis");
   std::vector<int64_t> dims = indices.dims();
   dims.insert(dims.begin() + axis, depth);
-  auto out = ctx.make_output(0, values.dtype(), dims);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, values.dtype(), dims));
   const int64_t outer = product(indices.dims(), 0, axis);
   const int64_t inner = product(indices.dims(), axis, r);
   return by_element(values.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
     const U off = elems<U>(values)[0], on = elems<U>(values)[1];
-    U* dst = elems<U>(**out);
-    std::fill(dst, dst + (*out)->size(), off);
+    U* dst = elems<U>(*out);
+    std::fill(dst, dst + out->size(), off);
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t in = 0; in < inner; ++in) {
         int64_t i = indices.get_int64(o * inner + in);
@@ -1352,11 +1265,10 @@ absl::Status one_hot_kernel(KernelContext& ctx) {
 
 absl::Status reverse_sequence_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < 2; ++i) {
-    if (auto st = require_input(ctx, i); !st.ok()) return st;
+    RETURN_IF_ERROR(require_input(ctx, i));
   }
   const Tensor& x = *ctx.input(0);
-  auto lens = read_ints(ctx, ctx.input(1), "sequence_lens");
-  if (!lens.ok()) return lens.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> lens, read_ints(ctx, ctx.input(1), "sequence_lens"));
   const int64_t r = x.rank();
   int64_t batch_axis = ctx.node.attr_int("batch_axis", 1);
   int64_t time_axis = ctx.node.attr_int("time_axis", 0);
@@ -1364,24 +1276,23 @@ absl::Status reverse_sequence_kernel(KernelContext& ctx) {
       batch_axis == time_axis) {
     return invalid(ctx, "bad batch/time axes");
   }
-  if (static_cast<int64_t>(lens->size()) != x.dims()[batch_axis]) {
+  if (static_cast<int64_t>(lens.size()) != x.dims()[batch_axis]) {
     return invalid(ctx, "sequence_lens length != batch size");
   }
-  for (int64_t len : *lens) {
+  for (int64_t len : lens) {
     if (len < 0 || len > x.dims()[time_axis]) return invalid(ctx, "bad sequence length");
   }
-  auto out = ctx.make_output(0, x.dtype(), x.dims());
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x.dtype(), x.dims()));
   const int64_t n = x.size();
   if (n == 0) return absl::OkStatus();
   const int64_t tstride = strides_of(x.dims())[time_axis];
   return by_element(x.dtype(), [&](auto tag) {
     using U = typename decltype(tag)::type;
     const U* src = elems<U>(x);
-    U* dst = elems<U>(**out);
+    U* dst = elems<U>(*out);
     std::vector<int64_t> pos(r, 0);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = pos[time_axis], len = (*lens)[pos[batch_axis]];
+      const int64_t t = pos[time_axis], len = lens[pos[batch_axis]];
       dst[i] = t < len ? src[i + (len - 1 - 2 * t) * tstride] : src[i];
       next_index(pos, x.dims(), r);
     }
