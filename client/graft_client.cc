@@ -15,6 +15,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "client/file_digest.h"
+#include "core/base/status.h"
 #include "core/cache/digest.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
@@ -223,6 +224,89 @@ class Receiver {
   std::unique_ptr<SinkThread> sink_;  // last: its thread stops before the rest goes
 };
 
+using OptimizeStream = grpc::ClientReaderWriter<v1::OptimizeRequest, v1::OptimizeResponse>;
+
+// Writes an Optimize call's request: its start (config, sizes and digests), then the model and
+// each external-data file in chunks of options.chunk_bytes, until the stream closes. `sent`
+// counts the bytes. A file that cannot be read cancels the call; its error is returned.
+absl::Status write_request(grpc::ClientContext& context, OptimizeStream* stream,
+                           std::string_view model, const v1::PipelineConfig& config,
+                           const SendOptions& options, const ExternalSources& external_files,
+                           uint64_t* sent) {
+  const auto& progress = options.progress;
+  const size_t chunk_bytes = options.chunk_bytes;
+  v1::OptimizeRequest start;
+  *start.mutable_start()->mutable_config() = config;
+  start.mutable_start()->set_model_size(model.size());
+  uint64_t total = model.size();
+  for (const auto& f : external_files) {
+    auto* e = start.mutable_start()->add_external_files();
+    e->set_name(f.name);
+    e->set_size(f.size);
+    e->set_sha256(f.sha256);
+    total += f.size;
+  }
+  bool open = stream->Write(start);
+  auto send_piece = [&](std::string_view bytes, const std::string& file) {
+    v1::OptimizeRequest chunk;
+    chunk.mutable_chunk()->set_data(std::string(bytes));
+    if (!file.empty()) chunk.mutable_chunk()->set_file(file);
+    open = stream->Write(chunk);
+    *sent += bytes.size();
+    if (progress) progress(true, *sent, total);
+    return open;
+  };
+  auto upload = [&](std::string_view bytes, const std::string& file) {
+    for (size_t off = 0; open && off < bytes.size(); off += chunk_bytes)
+      send_piece(bytes.substr(off, chunk_bytes), file);
+  };
+  upload(model, "");
+  // digest_sources opened every file just before, so a missing one failed before the call. Each
+  // is opened again when its turn comes (one descriptor at a time) and sent a piece at a time:
+  // a multi-GB file is never held in memory.
+  for (size_t i = 0; i < external_files.size() && open; ++i) {
+    const ExternalSource& f = external_files[i];
+    if (f.folder.empty()) {
+      upload(f.bytes, f.name);
+      continue;
+    }
+    Fd fd;
+    uint64_t size = 0;
+    absl::Status read_error = open_source(f, &fd, &size, f.size);
+    if (read_error.ok())
+      read_error =
+          paths::read_range(fd.fd, 0, f.size, chunk_bytes, "'" + source_path(f) + "'",
+                            [&](std::string_view piece) { return send_piece(piece, f.name); });
+    if (!read_error.ok()) {
+      context.TryCancel();
+      return read_error;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads an Optimize call's answer: the result's chunks into `receiver` (the first it refuses
+// cancels the call and is returned) and its report into `result`.
+absl::Status read_response(grpc::ClientContext& context, OptimizeStream* stream,
+                           const Progress& progress, Receiver* receiver, OptimizeResult* result,
+                           bool* have_report) {
+  absl::Status bad;
+  v1::OptimizeResponse msg;
+  while (stream->Read(&msg)) {
+    if (msg.has_chunk()) {
+      if (bad.ok()) {
+        bad = receiver->add(*msg.mutable_chunk());
+        if (!bad.ok()) context.TryCancel();
+      }
+      if (progress) progress(false, receiver->model_bytes(), 0);
+    } else if (msg.has_report()) {
+      result->report = std::move(*msg.mutable_report());
+      *have_report = true;
+    }
+  }
+  return bad;
+}
+
 }  // namespace
 
 ExternalSources sources_of(const ExternalFiles& files) {
@@ -411,85 +495,24 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
                                                  const SendOptions& options,
                                                  const std::string& digest,
                                                  const ExternalSources& external_files) {
-  const auto& progress = options.progress;
-  const size_t chunk_bytes = options.chunk_bytes;
   grpc::ClientContext context;
   if (options.deadline) context.set_deadline(*options.deadline);
   context.AddMetadata(kModelDigestHeader, digest);
   auto stream = stub_->Optimize(&context);
-  v1::OptimizeRequest start;
-  *start.mutable_start()->mutable_config() = config;
-  start.mutable_start()->set_model_size(model.size());
-  uint64_t total = model.size(), sent = 0;
-  for (const auto& f : external_files) {
-    auto* e = start.mutable_start()->add_external_files();
-    e->set_name(f.name);
-    e->set_size(f.size);
-    e->set_sha256(f.sha256);
-    total += f.size;
-  }
-  bool open = stream->Write(start);
-  auto send_piece = [&](std::string_view bytes, const std::string& file) {
-    v1::OptimizeRequest chunk;
-    chunk.mutable_chunk()->set_data(std::string(bytes));
-    if (!file.empty()) chunk.mutable_chunk()->set_file(file);
-    open = stream->Write(chunk);
-    sent += bytes.size();
-    if (progress) progress(true, sent, total);
-    return open;
-  };
-  auto upload = [&](std::string_view bytes, const std::string& file) {
-    for (size_t off = 0; open && off < bytes.size(); off += chunk_bytes)
-      send_piece(bytes.substr(off, chunk_bytes), file);
-  };
-  absl::Status read_error;
-  upload(model, "");
-  // digest_sources opened every file just before, so a missing one failed before the call. Each
-  // is opened again when its turn comes (one descriptor at a time) and sent a piece at a time:
-  // a multi-GB file is never held in memory.
-  for (size_t i = 0; i < external_files.size() && open; ++i) {
-    const ExternalSource& f = external_files[i];
-    if (f.folder.empty()) {
-      upload(f.bytes, f.name);
-      continue;
-    }
-    Fd fd;
-    uint64_t size = 0;
-    read_error = open_source(f, &fd, &size, f.size);
-    if (read_error.ok())
-      read_error =
-          paths::read_range(fd.fd, 0, f.size, chunk_bytes, "'" + source_path(f) + "'",
-                            [&](std::string_view piece) { return send_piece(piece, f.name); });
-    if (!read_error.ok()) {
-      context.TryCancel();
-      break;
-    }
-  }
-  stream->WritesDone();
   OptimizeResult result;
-  result.bytes_sent = sent;
+  const absl::Status read_error = write_request(context, stream.get(), model, config, options,
+                                                external_files, &result.bytes_sent);
+  stream->WritesDone();
   bool have_report = false;
   Receiver receiver(/*hash_model=*/false, options.model_sink);
-  absl::Status bad;
-  v1::OptimizeResponse msg;
-  while (stream->Read(&msg)) {
-    if (msg.has_chunk()) {
-      if (bad.ok()) {
-        bad = receiver.add(*msg.mutable_chunk());
-        if (!bad.ok()) context.TryCancel();
-      }
-      if (progress) progress(false, receiver.model_bytes(), 0);
-    } else if (msg.has_report()) {
-      result.report = std::move(*msg.mutable_report());
-      have_report = true;
-    }
-  }
+  const absl::Status bad =
+      read_response(context, stream.get(), options.progress, &receiver, &result, &have_report);
   grpc::Status finished = stream->Finish();
-  if (!read_error.ok()) return read_error;
-  if (!bad.ok()) return bad;
-  if (auto st = status_of(finished); !st.ok()) return st;
+  RETURN_IF_ERROR(read_error);
+  RETURN_IF_ERROR(bad);
+  RETURN_IF_ERROR(status_of(finished));
   if (!have_report) return absl::DataLossError("the server sent no report");
-  if (auto st = receiver.finish(result); !st.ok()) return st;
+  RETURN_IF_ERROR(receiver.finish(result));
   return result;
 }
 
