@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
 
+#include "core/base/status.h"
 #include "server/shared_cache.h"
 #include "server/shared_entry.h"
 
@@ -253,7 +254,7 @@ absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config) {
         if (!sub.second.IsScalar())
           return absl::InvalidArgumentError(
               absl::StrCat(name, ".", sub_name, ": expected a scalar value"));
-        if (auto st = key->set(*config, sub.second.as<std::string>()); !st.ok()) return st;
+        RETURN_IF_ERROR(key->set(*config, sub.second.as<std::string>()));
       }
       continue;
     }
@@ -261,7 +262,7 @@ absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config) {
     if (!key) return absl::InvalidArgumentError(absl::StrCat("unknown config key '", name, "'"));
     if (!entry.second.IsScalar())
       return absl::InvalidArgumentError(absl::StrCat(name, ": expected a scalar value"));
-    if (auto st = key->set(*config, entry.second.as<std::string>()); !st.ok()) return st;
+    RETURN_IF_ERROR(key->set(*config, entry.second.as<std::string>()));
   }
   return absl::OkStatus();
 }
@@ -310,9 +311,7 @@ absl::Status validate(const ServerConfig& c) {
         "(or request), or drop the CA bundle");
   if (c.tls_reload_interval_seconds < 1 || c.tls_reload_interval_seconds > 86400)
     return absl::InvalidArgumentError("tls_reload_interval_seconds must be 1..86400");
-  if (c.shared_cache()) {
-    if (auto address = parse_redis_url(c.shared_cache_url); !address.ok()) return address.status();
-  }
+  if (c.shared_cache()) RETURN_IF_ERROR(parse_redis_url(c.shared_cache_url));
   if (c.shared_cache_ttl_seconds < 1 || c.shared_cache_ttl_seconds > 31536000)
     return absl::InvalidArgumentError("shared_cache.ttl_seconds must be 1..31536000");
   if (c.shared_cache_max_entry_bytes == 0)
@@ -362,14 +361,13 @@ absl::StatusOr<ServerConfig> load_config(int argc, char** argv, int* exit_code) 
   }
   for (const auto& k : keys())
     if (const char* env = std::getenv(env_name(k.name).c_str()))
-      if (auto st = k.set(config, env); !st.ok()) return st;
+      RETURN_IF_ERROR(k.set(config, env));
   for (const auto& k : keys())
-    if (app.count(flag_name(k.name)))
-      if (auto st = k.set(config, flag_values[k.name]); !st.ok()) return st;
+    if (app.count(flag_name(k.name))) RETURN_IF_ERROR(k.set(config, flag_values[k.name]));
   if (config.workers == 0)
     config.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (config.max_inflight_bytes == 0) config.max_inflight_bytes = automatic_inflight_bytes();
-  if (auto st = validate(config); !st.ok()) return st;
+  RETURN_IF_ERROR(validate(config));
   return config;
 }
 

@@ -443,27 +443,23 @@ absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model
                                                                 const Input& input,
                                                                 cache::CachedResult* result) {
   if (input.files.empty()) {
-    auto bytes = model.serialize_and_release();
-    if (!bytes.ok()) return bytes.status();
-    result->optimized_model = std::move(*bytes);
+    ASSIGN_OR_RETURN(result->optimized_model, model.serialize_and_release());
     return std::set<std::string>{};
   }
   if (!spool_) return absl::InternalError("external-data files without a spool");
   // New weights (folded, fused, relaid out) go to a file of the result's own folder, so the
   // model stays small; the input's files stay where they are and are referenced by name.
-  auto dir = spool_->make_dir("result");
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<SpoolDir> dir, spool_->make_dir("result"));
   ir::Model::ExternalWrite write;
-  write.folder = (*dir)->path();
+  write.folder = dir->path();
   write.location = new_weights_location(input.files);
   write.even_without_external = true;
-  auto saved = model.serialize_with_external(write);
-  if (!saved.ok()) return saved.status();
-  result->optimized_model = std::move(saved->model);
+  ASSIGN_OR_RETURN(ir::Model::SavedModel saved, model.serialize_with_external(write));
+  result->optimized_model = std::move(saved.model);
   std::set<std::string> uploaded;
   for (const auto& f : input.files) uploaded.insert(f.name);
   std::set<std::string> kept;
-  for (const auto& location : saved->locations) {
+  for (const auto& location : saved.locations) {
     if (location == write.location) continue;
     if (!uploaded.count(location))
       return absl::InvalidArgumentError(absl::StrCat("the model references external-data file '",
@@ -471,23 +467,21 @@ absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model
                                                      "', which the upload did not include"));
     kept.insert(location);
   }
-  if (saved->new_file_bytes > 0) {
-    if (!(*dir)->reserve(saved->new_file_bytes))
+  if (saved.new_file_bytes > 0) {
+    if (!dir->reserve(saved.new_file_bytes))
       return absl::ResourceExhaustedError(absl::StrCat(
           "this server's disk for external data is full (spool.max_bytes: ", spool_->limit(),
-          " bytes) and the result wrote ", saved->new_file_bytes,
+          " bytes) and the result wrote ", saved.new_file_bytes,
           " bytes of new weights; retry later"));
     cache::CachedFile file;
     file.name = write.location;
     file.path = absl::StrCat(write.folder, "/", write.location);
-    file.size = saved->new_file_bytes;
+    file.size = saved.new_file_bytes;
     cache::Sha256 sha;
-    if (auto st = paths::read_blocks(file.path, [&](std::string_view b) { sha.update(b); });
-        !st.ok())
-      return st;
+    RETURN_IF_ERROR(paths::read_blocks(file.path, [&](std::string_view b) { sha.update(b); }));
     file.sha256 = sha.hex_digest();
     result->files.push_back(std::move(file));
-    result->storage = *dir;
+    result->storage = dir;
   }
   return kept;
 }

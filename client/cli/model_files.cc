@@ -16,6 +16,7 @@
 #include "client/cli/options.h"
 #include "client/exit_codes.h"
 #include "client/file_digest.h"
+#include "core/base/status.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
 
@@ -115,14 +116,12 @@ absl::StatusOr<ModelDigest> digest_model(const std::string& path, bool rehash) {
   };
   // Remembered with the digest: a recalled digest does not read the file.
   options.note = [&] { return std::string(mentions ? "location" : "plain"); };
-  auto d = client::digest_file(fd, "'" + path + "'", options);
-  if (!d.ok()) return d.status();
-  if (d->recalled && d->note != "location" && d->note != "plain") {
+  ASSIGN_OR_RETURN(client::FileDigest d, client::digest_file(fd, "'" + path + "'", options));
+  if (d.recalled && d.note != "location" && d.note != "plain") {
     options.recall = false;  // a note this version does not know: hash again
-    d = client::digest_file(fd, "'" + path + "'", options);
-    if (!d.ok()) return d.status();
+    ASSIGN_OR_RETURN(d, client::digest_file(fd, "'" + path + "'", options));
   }
-  return ModelDigest{d->sha256, d->note == "location", d->size};
+  return ModelDigest{d.sha256, d.note == "location", d.size};
 }
 
 int external_sources(const std::string& input, bool rehash, const std::set<std::string>& locations,

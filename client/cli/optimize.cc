@@ -15,6 +15,7 @@
 #include "client/cli/pipeline_options.h"
 #include "client/cli/run_output.h"
 #include "client/exit_codes.h"
+#include "core/base/status.h"
 #include "core/build_info.h"
 #include "core/ir/model.h"
 #include "core/paths/beneath.h"
@@ -174,9 +175,8 @@ struct StreamedOutput {
 
 absl::Status open_streamed_output(const OptimizeArgs& a, StreamedOutput* out) {
   if (a.run.output.empty() || a.run.output == "-") return absl::OkStatus();
-  auto writer = paths::AtomicFileWriter::open(a.run.output);
-  if (!writer.ok()) return writer.status();
-  out->writer.emplace(std::move(*writer));
+  ASSIGN_OR_RETURN(paths::AtomicFileWriter writer, paths::AtomicFileWriter::open(a.run.output));
+  out->writer.emplace(std::move(writer));
   paths::AtomicFileWriter* w = &*out->writer;
   out->sink.write = [w](std::string_view piece) { return w->append(piece); };
   out->sink.restart = [w] { return w->restart(); };
