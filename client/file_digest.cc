@@ -13,6 +13,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/cache/digest.h"
 #include "core/paths/files.h"
 
@@ -88,7 +89,7 @@ bool recall(const std::string& folder, const Stamp& now, FileDigest* out) {
 absl::StatusOr<FileDigest> digest_file(int fd, std::string_view what,
                                        const DigestOptions& options) {
   Stamp before;
-  if (auto st = stamp_of(fd, what, &before); !st.ok()) return st;
+  RETURN_IF_ERROR(stamp_of(fd, what, &before));
   const std::string& folder = options.cache_folder;
   FileDigest d;
   if (options.recall && !folder.empty() && recall(folder, before, &d)) return d;
@@ -96,17 +97,16 @@ absl::StatusOr<FileDigest> digest_file(int fd, std::string_view what,
   const int64_t started = now_ns();
   cache::Sha256 sha;
   uint64_t done = 0;
-  auto st =
+  RETURN_IF_ERROR(
       paths::read_range(fd, 0, before.size, options.piece_bytes, what, [&](std::string_view piece) {
         sha.update(piece);
         if (options.scan) options.scan(piece);
         done += piece.size();
         if (options.progress) options.progress(done, before.size);
         return true;
-      });
-  if (!st.ok()) return st;
+      }));
   Stamp after;
-  if (auto st = stamp_of(fd, what, &after); !st.ok()) return st;
+  RETURN_IF_ERROR(stamp_of(fd, what, &after));
   if (!(after == before))
     return absl::DataLossError(
         absl::StrCat(std::string(what), " changed while it was being hashed"));

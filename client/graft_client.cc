@@ -15,6 +15,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "client/file_digest.h"
+#include "core/base/status.h"
 #include "core/cache/digest.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
@@ -48,9 +49,7 @@ std::string source_path(const ExternalSource& s) { return s.folder + "/" + s.nam
 // when `size` is given.
 absl::Status open_source(const ExternalSource& s, Fd* fd, uint64_t* size,
                          std::optional<uint64_t> expected = std::nullopt) {
-  auto opened = paths::open_beneath(s.folder, s.name, size);
-  if (!opened.ok()) return opened.status();
-  fd->fd = *opened;
+  ASSIGN_OR_RETURN(fd->fd, paths::open_beneath(s.folder, s.name, size));
   if (expected && *size != *expected)
     return absl::FailedPreconditionError(
         absl::StrCat("'", source_path(s), "' changed size since it was hashed"));
@@ -75,7 +74,7 @@ class SinkThread {
     space_.wait(lock, [&] {
       return !status_.ok() || queued_ == 0 || queued_ + piece.size() <= kQueueBytes;
     });
-    if (!status_.ok()) return status_;
+    RETURN_IF_ERROR(status_);
     queued_ += piece.size();
     queue_.push_back(std::move(piece));
     ready_.notify_one();
@@ -170,8 +169,7 @@ class Receiver {
   // digest when hashed), every file the report lists as written by the server arrived with its
   // size and digest, and nothing else did.
   absl::Status finish(OptimizeResult& result) {
-    if (sink_)
-      if (auto st = sink_->close(); !st.ok()) return st;
+    if (sink_) RETURN_IF_ERROR(sink_->close());
     const v1::OptimizeReport& report = result.report;
     if (model_bytes_ != report.output_bytes())
       return absl::DataLossError("received fewer model bytes than the report announces");
@@ -223,6 +221,89 @@ class Receiver {
   std::unique_ptr<SinkThread> sink_;  // last: its thread stops before the rest goes
 };
 
+using OptimizeStream = grpc::ClientReaderWriter<v1::OptimizeRequest, v1::OptimizeResponse>;
+
+// Writes an Optimize call's request: its start (config, sizes and digests), then the model and
+// each external-data file in chunks of options.chunk_bytes, until the stream closes. `sent`
+// counts the bytes. A file that cannot be read cancels the call; its error is returned.
+absl::Status write_request(grpc::ClientContext& context, OptimizeStream* stream,
+                           std::string_view model, const v1::PipelineConfig& config,
+                           const SendOptions& options, const ExternalSources& external_files,
+                           uint64_t* sent) {
+  const auto& progress = options.progress;
+  const size_t chunk_bytes = options.chunk_bytes;
+  v1::OptimizeRequest start;
+  *start.mutable_start()->mutable_config() = config;
+  start.mutable_start()->set_model_size(model.size());
+  uint64_t total = model.size();
+  for (const auto& f : external_files) {
+    auto* e = start.mutable_start()->add_external_files();
+    e->set_name(f.name);
+    e->set_size(f.size);
+    e->set_sha256(f.sha256);
+    total += f.size;
+  }
+  bool open = stream->Write(start);
+  auto send_piece = [&](std::string_view bytes, const std::string& file) {
+    v1::OptimizeRequest chunk;
+    chunk.mutable_chunk()->set_data(std::string(bytes));
+    if (!file.empty()) chunk.mutable_chunk()->set_file(file);
+    open = stream->Write(chunk);
+    *sent += bytes.size();
+    if (progress) progress(true, *sent, total);
+    return open;
+  };
+  auto upload = [&](std::string_view bytes, const std::string& file) {
+    for (size_t off = 0; open && off < bytes.size(); off += chunk_bytes)
+      send_piece(bytes.substr(off, chunk_bytes), file);
+  };
+  upload(model, "");
+  // digest_sources opened every file just before, so a missing one failed before the call. Each
+  // is opened again when its turn comes (one descriptor at a time) and sent a piece at a time:
+  // a multi-GB file is never held in memory.
+  for (size_t i = 0; i < external_files.size() && open; ++i) {
+    const ExternalSource& f = external_files[i];
+    if (f.folder.empty()) {
+      upload(f.bytes, f.name);
+      continue;
+    }
+    Fd fd;
+    uint64_t size = 0;
+    absl::Status read_error = open_source(f, &fd, &size, f.size);
+    if (read_error.ok())
+      read_error =
+          paths::read_range(fd.fd, 0, f.size, chunk_bytes, "'" + source_path(f) + "'",
+                            [&](std::string_view piece) { return send_piece(piece, f.name); });
+    if (!read_error.ok()) {
+      context.TryCancel();
+      return read_error;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads an Optimize call's answer: the result's chunks into `receiver` (the first it refuses
+// cancels the call and is returned) and its report into `result`.
+absl::Status read_response(grpc::ClientContext& context, OptimizeStream* stream,
+                           const Progress& progress, Receiver* receiver, OptimizeResult* result,
+                           bool* have_report) {
+  absl::Status bad;
+  v1::OptimizeResponse msg;
+  while (stream->Read(&msg)) {
+    if (msg.has_chunk()) {
+      if (bad.ok()) {
+        bad = receiver->add(*msg.mutable_chunk());
+        if (!bad.ok()) context.TryCancel();
+      }
+      if (progress) progress(false, receiver->model_bytes(), 0);
+    } else if (msg.has_report()) {
+      result->report = std::move(*msg.mutable_report());
+      *have_report = true;
+    }
+  }
+  return bad;
+}
+
 }  // namespace
 
 ExternalSources sources_of(const ExternalFiles& files) {
@@ -247,7 +328,7 @@ absl::Status digest_sources(ExternalSources& sources,
       s.size = s.bytes.size();
     } else {
       Fd fd;
-      if (auto st = open_source(s, &fd, &s.size); !st.ok()) return st;
+      RETURN_IF_ERROR(open_source(s, &fd, &s.size));
     }
     total += s.size;
   }
@@ -264,20 +345,19 @@ absl::Status digest_sources(ExternalSources& sources,
     }
     Fd fd;
     uint64_t size = 0;
-    if (auto st = open_source(s, &fd, &size, s.size); !st.ok()) return st;
+    RETURN_IF_ERROR(open_source(s, &fd, &size, s.size));
     DigestOptions options;
     options.cache_folder = digest_cache;
     options.recall = recall;
     if (progress)
       options.progress = [&, base = done](uint64_t d, uint64_t) { progress(base + d, total); };
-    auto d = digest_file(fd.fd, "'" + source_path(s) + "'", options);
-    if (!d.ok()) return d.status();
-    if (d->size != s.size)
+    ASSIGN_OR_RETURN(FileDigest d, digest_file(fd.fd, "'" + source_path(s) + "'", options));
+    if (d.size != s.size)
       return absl::FailedPreconditionError(
           absl::StrCat("'", source_path(s), "' changed size since it was opened"));
-    s.sha256 = d->sha256;
+    s.sha256 = d.sha256;
     done += s.size;
-    if (progress && d->recalled) progress(done, total);
+    if (progress && d.recalled) progress(done, total);
   }
   return absl::OkStatus();
 }
@@ -321,9 +401,8 @@ GraftClient::GraftClient(std::shared_ptr<grpc::Channel> channel)
 
 absl::StatusOr<GraftClient> GraftClient::connect(const std::string& target,
                                                  const tls::ClientOptions& tls) {
-  auto channel = tls::make_channel(target, tls);
-  if (!channel.ok()) return channel.status();
-  GraftClient client(std::move(*channel));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, tls::make_channel(target, tls));
+  GraftClient client(std::move(channel));
   client.tls_ = tls.on();
   return client;
 }
@@ -357,24 +436,22 @@ absl::StatusOr<OptimizeResult> GraftClient::optimize(std::string_view model,
                                                      const SendOptions& options,
                                                      ExternalSources external_files) {
   if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk size 0");
-  for (const auto& f : external_files)
-    if (auto st = paths::check_location(f.name); !st.ok()) return st;
-  if (auto st = digest_sources(external_files); !st.ok()) return st;
+  for (const auto& f : external_files) RETURN_IF_ERROR(paths::check_location(f.name));
+  RETURN_IF_ERROR(digest_sources(external_files));
   const std::string model_sha256 =
       options.model_sha256.empty() ? cache::sha256_hex(model) : options.model_sha256;
   const std::string digest = input_digest_of(model_sha256, external_files);
   if (options.lookup_first) {
-    auto cached =
-        fetch_cached(digest, config, options.deadline, options.progress, options.model_sink);
-    if (!cached.ok()) return cached.status();
-    if (*cached) {
-      if (auto st = check_kept_files(**cached, external_files); !st.ok()) return st;
-      return std::move(**cached);
+    ASSIGN_OR_RETURN(
+        std::optional<OptimizeResult> cached,
+        fetch_cached(digest, config, options.deadline, options.progress, options.model_sink));
+    if (cached) {
+      RETURN_IF_ERROR(check_kept_files(*cached, external_files));
+      return std::move(*cached);
     }
   }
   auto result = send(model, config, options, digest, external_files);
-  if (result.ok())
-    if (auto st = check_kept_files(*result, external_files); !st.ok()) return st;
+  if (result.ok()) RETURN_IF_ERROR(check_kept_files(*result, external_files));
   return result;
 }
 
@@ -401,7 +478,7 @@ absl::StatusOr<std::optional<OptimizeResult>> GraftClient::fetch_cached(
   if (written > 0) {
     if (!model_sink.restart)
       return found.ok() ? absl::DataLossError("a Lookup answer ended part-way") : found.status();
-    if (auto st = model_sink.restart(); !st.ok()) return st;
+    RETURN_IF_ERROR(model_sink.restart());
   }
   return std::nullopt;
 }
@@ -411,85 +488,24 @@ absl::StatusOr<OptimizeResult> GraftClient::send(std::string_view model,
                                                  const SendOptions& options,
                                                  const std::string& digest,
                                                  const ExternalSources& external_files) {
-  const auto& progress = options.progress;
-  const size_t chunk_bytes = options.chunk_bytes;
   grpc::ClientContext context;
   if (options.deadline) context.set_deadline(*options.deadline);
   context.AddMetadata(kModelDigestHeader, digest);
   auto stream = stub_->Optimize(&context);
-  v1::OptimizeRequest start;
-  *start.mutable_start()->mutable_config() = config;
-  start.mutable_start()->set_model_size(model.size());
-  uint64_t total = model.size(), sent = 0;
-  for (const auto& f : external_files) {
-    auto* e = start.mutable_start()->add_external_files();
-    e->set_name(f.name);
-    e->set_size(f.size);
-    e->set_sha256(f.sha256);
-    total += f.size;
-  }
-  bool open = stream->Write(start);
-  auto send_piece = [&](std::string_view bytes, const std::string& file) {
-    v1::OptimizeRequest chunk;
-    chunk.mutable_chunk()->set_data(std::string(bytes));
-    if (!file.empty()) chunk.mutable_chunk()->set_file(file);
-    open = stream->Write(chunk);
-    sent += bytes.size();
-    if (progress) progress(true, sent, total);
-    return open;
-  };
-  auto upload = [&](std::string_view bytes, const std::string& file) {
-    for (size_t off = 0; open && off < bytes.size(); off += chunk_bytes)
-      send_piece(bytes.substr(off, chunk_bytes), file);
-  };
-  absl::Status read_error;
-  upload(model, "");
-  // digest_sources opened every file just before, so a missing one failed before the call. Each
-  // is opened again when its turn comes (one descriptor at a time) and sent a piece at a time:
-  // a multi-GB file is never held in memory.
-  for (size_t i = 0; i < external_files.size() && open; ++i) {
-    const ExternalSource& f = external_files[i];
-    if (f.folder.empty()) {
-      upload(f.bytes, f.name);
-      continue;
-    }
-    Fd fd;
-    uint64_t size = 0;
-    read_error = open_source(f, &fd, &size, f.size);
-    if (read_error.ok())
-      read_error =
-          paths::read_range(fd.fd, 0, f.size, chunk_bytes, "'" + source_path(f) + "'",
-                            [&](std::string_view piece) { return send_piece(piece, f.name); });
-    if (!read_error.ok()) {
-      context.TryCancel();
-      break;
-    }
-  }
-  stream->WritesDone();
   OptimizeResult result;
-  result.bytes_sent = sent;
+  const absl::Status read_error = write_request(context, stream.get(), model, config, options,
+                                                external_files, &result.bytes_sent);
+  stream->WritesDone();
   bool have_report = false;
   Receiver receiver(/*hash_model=*/false, options.model_sink);
-  absl::Status bad;
-  v1::OptimizeResponse msg;
-  while (stream->Read(&msg)) {
-    if (msg.has_chunk()) {
-      if (bad.ok()) {
-        bad = receiver.add(*msg.mutable_chunk());
-        if (!bad.ok()) context.TryCancel();
-      }
-      if (progress) progress(false, receiver.model_bytes(), 0);
-    } else if (msg.has_report()) {
-      result.report = std::move(*msg.mutable_report());
-      have_report = true;
-    }
-  }
+  const absl::Status bad =
+      read_response(context, stream.get(), options.progress, &receiver, &result, &have_report);
   grpc::Status finished = stream->Finish();
-  if (!read_error.ok()) return read_error;
-  if (!bad.ok()) return bad;
-  if (auto st = status_of(finished); !st.ok()) return st;
+  RETURN_IF_ERROR(read_error);
+  RETURN_IF_ERROR(bad);
+  RETURN_IF_ERROR(status_of(finished));
   if (!have_report) return absl::DataLossError("the server sent no report");
-  if (auto st = receiver.finish(result); !st.ok()) return st;
+  RETURN_IF_ERROR(receiver.finish(result));
   return result;
 }
 
@@ -528,10 +544,10 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
     }
   }
   grpc::Status finished = reader->Finish();
-  if (!bad.ok()) return bad;
-  if (auto st = status_of(finished); !st.ok()) return st;
+  RETURN_IF_ERROR(bad);
+  RETURN_IF_ERROR(status_of(finished));
   if (have_report) {
-    if (auto st = receiver.finish(result); !st.ok()) return st;
+    RETURN_IF_ERROR(receiver.finish(result));
     result.report.set_cache_hit(true);
     out.result = std::move(result);
   }
@@ -541,7 +557,7 @@ absl::StatusOr<LookupResult> GraftClient::lookup(const std::string& model_sha256
 absl::StatusOr<v1::ListPassesResponse> GraftClient::list_passes() {
   grpc::ClientContext context;
   v1::ListPassesResponse response;
-  if (auto st = status_of(stub_->ListPasses(&context, {}, &response)); !st.ok()) return st;
+  RETURN_IF_ERROR(status_of(stub_->ListPasses(&context, {}, &response)));
   return response;
 }
 
@@ -551,7 +567,7 @@ absl::StatusOr<bool> GraftClient::serving() {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
-  if (auto st = status_of(stub->Check(&context, request, &response)); !st.ok()) return st;
+  RETURN_IF_ERROR(status_of(stub->Check(&context, request, &response)));
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
@@ -568,7 +584,7 @@ absl::StatusOr<std::vector<std::string>> GraftClient::reflected_services() {
   grpc::reflection::v1alpha::ServerReflectionResponse response;
   while (stream->Read(&response))
     for (const auto& s : response.list_services_response().service()) names.push_back(s.name());
-  if (auto st = status_of(stream->Finish()); !st.ok()) return st;
+  RETURN_IF_ERROR(status_of(stream->Finish()));
   return names;
 }
 

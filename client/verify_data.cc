@@ -8,6 +8,7 @@
 #include <absl/strings/str_cat.h>
 #include <onnx/onnx_pb.h>
 
+#include "core/base/status.h"
 #include "core/eval/verify.h"
 #include "core/paths/files.h"
 
@@ -53,10 +54,10 @@ absl::StatusOr<std::vector<fs::path>> numbered_entries(const fs::path& dir, std:
 absl::StatusOr<DataTensor> read_tensor(const fs::path& path, std::string name,
                                        uint64_t max_tensor_bytes, const std::string& flag) {
   // A TensorProto's encoding is never much larger than its data: the cap bounds the read.
-  auto bytes = paths::read_file(path.string(), max_tensor_bytes + (1u << 20));
-  if (!bytes.ok()) return bytes.status();
+  ASSIGN_OR_RETURN(std::string bytes,
+                   paths::read_file(path.string(), max_tensor_bytes + (1u << 20)));
   std::string own_name;
-  auto t = eval::parse_input_tensor(*bytes, max_tensor_bytes, &own_name);
+  auto t = eval::parse_input_tensor(bytes, max_tensor_bytes, &own_name);
   if (!t.ok())
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " '", path.string(), "': ", t.status().message()));
@@ -65,16 +66,15 @@ absl::StatusOr<DataTensor> read_tensor(const fs::path& path, std::string name,
 
 absl::StatusOr<DataSet> read_folder_set(const fs::path& dir, uint64_t max_tensor_bytes,
                                         const std::string& flag) {
-  auto files = numbered_entries(dir, "input_", ".pb", /*folders=*/false);
-  if (!files.ok()) return files.status();
-  if (files->empty())
+  ASSIGN_OR_RETURN(std::vector<fs::path> files,
+                   numbered_entries(dir, "input_", ".pb", /*folders=*/false));
+  if (files.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         flag, " '", dir.string(), "': no input_<N>.pb files and no test_data_set_<N> folders"));
   DataSet set;
-  for (const auto& f : *files) {
-    auto t = read_tensor(f, "", max_tensor_bytes, flag);
-    if (!t.ok()) return t.status();
-    set.push_back(std::move(*t));
+  for (const auto& f : files) {
+    ASSIGN_OR_RETURN(DataTensor t, read_tensor(f, "", max_tensor_bytes, flag));
+    set.push_back(std::move(t));
   }
   return set;
 }
@@ -97,13 +97,12 @@ absl::StatusOr<std::vector<DataSet>> read_verify_data(const std::vector<std::str
       path = arg.substr(eq + 1);
     }
     if (name.empty() && fs::is_directory(path, ec)) {
-      auto subsets = numbered_entries(path, "test_data_set_", "", /*folders=*/true);
-      if (!subsets.ok()) return subsets.status();
-      if (subsets->empty()) subsets->push_back(path);
-      for (const auto& dir : *subsets) {
-        auto set = read_folder_set(dir, max_tensor_bytes, flag);
-        if (!set.ok()) return set.status();
-        sets.push_back(std::move(*set));
+      ASSIGN_OR_RETURN(std::vector<fs::path> subsets,
+                       numbered_entries(path, "test_data_set_", "", /*folders=*/true));
+      if (subsets.empty()) subsets.push_back(path);
+      for (const auto& dir : subsets) {
+        ASSIGN_OR_RETURN(DataSet set, read_folder_set(dir, max_tensor_bytes, flag));
+        sets.push_back(std::move(set));
         if (sets.size() > static_cast<size_t>(eval::kMaxInputSets))
           return absl::InvalidArgumentError(
               absl::StrCat(flag, ": more than ", eval::kMaxInputSets, " input sets"));
@@ -111,9 +110,8 @@ absl::StatusOr<std::vector<DataSet>> read_verify_data(const std::vector<std::str
       continue;
     }
     if (loose.empty()) loose_at = sets.size();
-    auto t = read_tensor(path, name, max_tensor_bytes, flag);
-    if (!t.ok()) return t.status();
-    loose.push_back(std::move(*t));
+    ASSIGN_OR_RETURN(DataTensor t, read_tensor(path, name, max_tensor_bytes, flag));
+    loose.push_back(std::move(t));
   }
   if (!loose.empty()) {
     sets.insert(sets.begin() + static_cast<std::ptrdiff_t>(loose_at), std::move(loose));

@@ -14,217 +14,13 @@
 #include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
 
+#include "core/base/status.h"
 #include "server/shared_cache.h"
 #include "server/shared_entry.h"
 
 namespace graft::server {
 
 namespace {
-
-// One table drives YAML keys, environment variables and flags, so they cannot drift apart.
-struct Key {
-  const char* name;  // YAML key; flag is --name with '-' for '_'; env is GRAFTD_NAME
-  const char* help;
-  std::function<absl::Status(ServerConfig&, const std::string&)> set;
-};
-
-template <typename T>
-absl::Status parse_number(const std::string& text, T* out, const char* key) {
-  // istream reads "-1" into an unsigned as its wrapped value: a huge limit, not an error.
-  if (std::is_unsigned_v<T> && text.find('-') != std::string::npos)
-    return absl::InvalidArgumentError(absl::StrCat(key, ": must not be negative: '", text, "'"));
-  std::istringstream in(text);
-  T v{};
-  in >> v;
-  if (in.fail() || !in.eof())
-    return absl::InvalidArgumentError(absl::StrCat(key, ": not a number: '", text, "'"));
-  *out = v;
-  return absl::OkStatus();
-}
-
-absl::Status parse_bool(const std::string& text, bool* out, const char* key) {
-  if (text == "true" || text == "1") {
-    *out = true;
-  } else if (text == "false" || text == "0") {
-    *out = false;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, ": expected true or false, not '", text.substr(0, 64), "'"));
-  }
-  return absl::OkStatus();
-}
-
-const std::vector<Key>& keys() {
-  static const std::vector<Key> table = {
-      {"listen", "gRPC address HOST:PORT",
-       [](ServerConfig& c, const std::string& v) {
-         c.listen = v;
-         return absl::OkStatus();
-       }},
-      {"metrics_listen", "Prometheus /metrics address HOST:PORT",
-       [](ServerConfig& c, const std::string& v) {
-         c.metrics_listen = v;
-         return absl::OkStatus();
-       }},
-      {"serve_reports",
-       "also serve /reports/<result sha256>.html (the HTML report of a cached result) on "
-       "metrics_listen (true or false)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_bool(v, &c.serve_reports, "serve_reports");
-       }},
-      {"workers", "pipeline worker threads (0 = cores)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.workers, "workers");
-       }},
-      {"queue_length", "requests waiting for a worker before RESOURCE_EXHAUSTED",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.queue_length, "queue_length");
-       }},
-      {"cache_bytes", "result cache budget in bytes",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.cache_bytes, "cache_bytes");
-       }},
-      {"max_model_bytes", "largest accepted model in bytes",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.max_model_bytes, "max_model_bytes");
-       }},
-      {"max_inflight_bytes",
-       "bytes of all uploads held in memory at once; 0 = a quarter of the memory available",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.max_inflight_bytes, "max_inflight_bytes");
-       }},
-      {"verify_max_bytes",
-       "evaluator memory per verified request (tensors alive at once); 0 = verification off",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.verify_max_bytes, "verify_max_bytes");
-       }},
-      {"verify_max_work",
-       "evaluator operations (multiply-adds, elements written) per verified request; 0 = no cap",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.verify_max_work, "verify_max_work");
-       }},
-      {"default_deadline_seconds", "deadline for requests that set none",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.default_deadline_seconds, "default_deadline_seconds");
-       }},
-      {"grace_period_seconds", "SIGTERM: time in-flight requests get to finish",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.grace_period_seconds, "grace_period_seconds");
-       }},
-      {"log_level", "trace, debug, info, warn, error",
-       [](ServerConfig& c, const std::string& v) {
-         c.log_level = v;
-         return absl::OkStatus();
-       }},
-      {"log_format", "text or json",
-       [](ServerConfig& c, const std::string& v) {
-         c.log_format = v;
-         return absl::OkStatus();
-       }},
-      {"tls_cert_file", "PEM certificate chain: serve TLS on listen (empty = plaintext)",
-       [](ServerConfig& c, const std::string& v) {
-         c.tls_cert_file = v;
-         return absl::OkStatus();
-       }},
-      {"tls_key_file", "PEM private key of tls_cert_file (unencrypted)",
-       [](ServerConfig& c, const std::string& v) {
-         c.tls_key_file = v;
-         return absl::OkStatus();
-       }},
-      {"tls_client_ca_file", "PEM CA bundle that signs client certificates (mTLS)",
-       [](ServerConfig& c, const std::string& v) {
-         c.tls_client_ca_file = v;
-         return absl::OkStatus();
-       }},
-      {"tls_client_auth",
-       "client certificates: none, request (verified if sent) or require (mTLS); request and "
-       "require need tls_client_ca_file",
-       [](ServerConfig& c, const std::string& v) {
-         c.tls_client_auth = v;
-         return absl::OkStatus();
-       }},
-      {"tls_reload_interval_seconds", "how often the TLS files are re-read (1..86400)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.tls_reload_interval_seconds, "tls_reload_interval_seconds");
-       }},
-      {"health_listen",
-       "plaintext address HOST:PORT serving only grpc.health.v1, for probes that cannot speak "
-       "TLS (empty = off)",
-       [](ServerConfig& c, const std::string& v) {
-         c.health_listen = v;
-         return absl::OkStatus();
-       }},
-      // Disk for external data: in YAML, the keys of the mapping `spool:`.
-      {"spool_dir",
-       "folder for external-data uploads and cached result files (default $TMPDIR/graftd-spool)",
-       [](ServerConfig& c, const std::string& v) {
-         c.spool_dir = v;
-         return absl::OkStatus();
-       }},
-      {"spool_max_bytes",
-       "disk for all external-data uploads in progress and cached result files; 0 = refuse "
-       "external data",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.spool_max_bytes, "spool.max_bytes");
-       }},
-      {"spool_cache_bytes", "part of spool.max_bytes that cached result files may keep",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.spool_cache_bytes, "spool.cache_bytes");
-       }},
-      // The shared cache tier: in YAML, the keys of the mapping `shared_cache:`.
-      {"shared_cache_url",
-       "shared result cache on Redis: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (empty = off)",
-       [](ServerConfig& c, const std::string& v) {
-         c.shared_cache_url = v;
-         return absl::OkStatus();
-       }},
-      {"shared_cache_key_prefix", "prefix of every Redis key graftd writes",
-       [](ServerConfig& c, const std::string& v) {
-         c.shared_cache_key_prefix = v;
-         return absl::OkStatus();
-       }},
-      {"shared_cache_ttl_seconds", "time an entry stays in Redis (1..31536000)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_ttl_seconds, "shared_cache.ttl_seconds");
-       }},
-      {"shared_cache_max_entry_bytes", "larger results (model + report) are not shared",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_max_entry_bytes, "shared_cache.max_entry_bytes");
-       }},
-      {"shared_cache_chunk_bytes", "Redis value size of one chunk (1 KiB..64 MiB)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_chunk_bytes, "shared_cache.chunk_bytes");
-       }},
-      {"shared_cache_connect_timeout_ms", "Redis connect timeout (1..60000)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_connect_timeout_ms,
-                             "shared_cache.connect_timeout_ms");
-       }},
-      {"shared_cache_timeout_ms", "Redis command timeout (1..60000)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_timeout_ms, "shared_cache.timeout_ms");
-       }},
-      {"shared_cache_retry_min_ms", "first retry of a down Redis after this (1..3600000)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_retry_min_ms, "shared_cache.retry_min_ms");
-       }},
-      {"shared_cache_retry_max_ms", "retries double up to this (>= retry_min_ms, <= 3600000)",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_retry_max_ms, "shared_cache.retry_max_ms");
-       }},
-      {"shared_cache_write_queue", "results waiting to be written to Redis; more are dropped",
-       [](ServerConfig& c, const std::string& v) {
-         return parse_number(v, &c.shared_cache_write_queue, "shared_cache.write_queue");
-       }},
-  };
-  return table;
-}
-
-std::string env_name(const char* key) {
-  std::string out = "GRAFTD_";
-  for (const char* p = key; *p; ++p) out += static_cast<char>(std::toupper(*p));
-  return out;
-}
 
 // Keys written in YAML as a mapping: shared_cache_url is `shared_cache: {url: ...}`, spool_dir
 // is `spool: {dir: ...}`.
@@ -239,6 +35,183 @@ bool in_any_section(std::string_view name) {
   for (auto section : kSections)
     if (in_section(name, section)) return true;
   return false;
+}
+
+// A key as YAML writes it, which its errors name: "spool.max_bytes" for spool_max_bytes.
+std::string yaml_name(std::string_view name) {
+  for (auto section : kSections)
+    if (in_section(name, section))
+      return std::string(section) + "." + std::string(name.substr(section.size() + 1));
+  return std::string(name);
+}
+
+template <typename T>
+absl::Status parse_number(const std::string& text, T* out, const std::string& key) {
+  // istream reads "-1" into an unsigned as its wrapped value: a huge limit, not an error.
+  if (std::is_unsigned_v<T> && text.find('-') != std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat(key, ": must not be negative: '", text, "'"));
+  std::istringstream in(text);
+  T v{};
+  in >> v;
+  if (in.fail() || !in.eof())
+    return absl::InvalidArgumentError(absl::StrCat(key, ": not a number: '", text, "'"));
+  *out = v;
+  return absl::OkStatus();
+}
+
+absl::Status parse_bool(const std::string& text, bool* out, const std::string& key) {
+  if (text == "true" || text == "1") {
+    *out = true;
+  } else if (text == "false" || text == "0") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": expected true or false, not '", text.substr(0, 64), "'"));
+  }
+  return absl::OkStatus();
+}
+
+// One table drives YAML keys, environment variables and flags, so they cannot drift apart.
+struct Key {
+  const char* name;  // YAML key; flag is --name with '-' for '_'; env is GRAFTD_NAME
+  const char* help;
+  std::function<absl::Status(ServerConfig&, const std::string&)> set;
+};
+
+// The key `name` setting `member`, parsed by the member's type: text as it is, true or false, a
+// number (no negative one for an unsigned member).
+template <typename T>
+Key key(const char* name, const char* help, T ServerConfig::*member) {
+  auto set = [member, shown = yaml_name(name)](ServerConfig& c, const std::string& text) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      c.*member = text;
+      return absl::OkStatus();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return parse_bool(text, &(c.*member), shown);
+    } else {
+      static_assert(std::is_arithmetic_v<T>, "a key's member is a string, a bool or a number");
+      return parse_number(text, &(c.*member), shown);
+    }
+  };
+  return {name, help, std::move(set)};
+}
+
+// The tables below name the members they set as &C::member.
+using C = ServerConfig;
+
+// The service's own keys: addresses, workers, memory, deadlines, logs.
+std::vector<Key> service_keys() {
+  return {
+      key("listen", "gRPC address HOST:PORT", &C::listen),
+      key("metrics_listen", "Prometheus /metrics address HOST:PORT", &C::metrics_listen),
+      key("serve_reports",
+          "also serve /reports/<result sha256>.html (the HTML report of a cached result) on "
+          "metrics_listen (true or false)",
+          &C::serve_reports),
+      key("workers", "pipeline worker threads (0 = cores)", &C::workers),
+      key("queue_length", "requests waiting for a worker before RESOURCE_EXHAUSTED",
+          &C::queue_length),
+      key("cache_bytes", "result cache budget in bytes", &C::cache_bytes),
+      key("max_model_bytes", "largest accepted model in bytes", &C::max_model_bytes),
+      key("max_inflight_bytes",
+          "bytes of all uploads held in memory at once; 0 = a quarter of the memory available",
+          &C::max_inflight_bytes),
+      key("verify_max_bytes",
+          "evaluator memory per verified request (tensors alive at once); 0 = verification off",
+          &C::verify_max_bytes),
+      key("verify_max_work",
+          "evaluator operations (multiply-adds, elements written) per verified request; 0 = no "
+          "cap",
+          &C::verify_max_work),
+      key("default_deadline_seconds", "deadline for requests that set none",
+          &C::default_deadline_seconds),
+      key("grace_period_seconds", "SIGTERM: time in-flight requests get to finish",
+          &C::grace_period_seconds),
+      key("log_level", "trace, debug, info, warn, error", &C::log_level),
+      key("log_format", "text or json", &C::log_format),
+  };
+}
+
+// TLS on listen, and the plaintext health port for probes that cannot speak it.
+std::vector<Key> tls_keys() {
+  return {
+      key("tls_cert_file", "PEM certificate chain: serve TLS on listen (empty = plaintext)",
+          &C::tls_cert_file),
+      key("tls_key_file", "PEM private key of tls_cert_file (unencrypted)", &C::tls_key_file),
+      key("tls_client_ca_file", "PEM CA bundle that signs client certificates (mTLS)",
+          &C::tls_client_ca_file),
+      key("tls_client_auth",
+          "client certificates: none, request (verified if sent) or require (mTLS); request and "
+          "require need tls_client_ca_file",
+          &C::tls_client_auth),
+      key("tls_reload_interval_seconds", "how often the TLS files are re-read (1..86400)",
+          &C::tls_reload_interval_seconds),
+      key("health_listen",
+          "plaintext address HOST:PORT serving only grpc.health.v1, for probes that cannot speak "
+          "TLS (empty = off)",
+          &C::health_listen),
+  };
+}
+
+// Disk for external data: in YAML, the keys of the mapping `spool:`.
+std::vector<Key> spool_keys() {
+  return {
+      key("spool_dir",
+          "folder for external-data uploads and cached result files (default "
+          "$TMPDIR/graftd-spool)",
+          &C::spool_dir),
+      key("spool_max_bytes",
+          "disk for all external-data uploads in progress and cached result files; 0 = refuse "
+          "external data",
+          &C::spool_max_bytes),
+      key("spool_cache_bytes", "part of spool.max_bytes that cached result files may keep",
+          &C::spool_cache_bytes),
+  };
+}
+
+// The shared cache tier: in YAML, the keys of the mapping `shared_cache:`.
+std::vector<Key> shared_cache_keys() {
+  return {
+      key("shared_cache_url",
+          "shared result cache on Redis: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (empty = "
+          "off)",
+          &C::shared_cache_url),
+      key("shared_cache_key_prefix", "prefix of every Redis key graftd writes",
+          &C::shared_cache_key_prefix),
+      key("shared_cache_ttl_seconds", "time an entry stays in Redis (1..31536000)",
+          &C::shared_cache_ttl_seconds),
+      key("shared_cache_max_entry_bytes", "larger results (model + report) are not shared",
+          &C::shared_cache_max_entry_bytes),
+      key("shared_cache_chunk_bytes", "Redis value size of one chunk (1 KiB..64 MiB)",
+          &C::shared_cache_chunk_bytes),
+      key("shared_cache_connect_timeout_ms", "Redis connect timeout (1..60000)",
+          &C::shared_cache_connect_timeout_ms),
+      key("shared_cache_timeout_ms", "Redis command timeout (1..60000)",
+          &C::shared_cache_timeout_ms),
+      key("shared_cache_retry_min_ms", "first retry of a down Redis after this (1..3600000)",
+          &C::shared_cache_retry_min_ms),
+      key("shared_cache_retry_max_ms", "retries double up to this (>= retry_min_ms, <= 3600000)",
+          &C::shared_cache_retry_max_ms),
+      key("shared_cache_write_queue", "results waiting to be written to Redis; more are dropped",
+          &C::shared_cache_write_queue),
+  };
+}
+
+// Every key, in the order of graftd --help.
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = [] {
+    std::vector<Key> all;
+    for (auto group : {service_keys(), tls_keys(), spool_keys(), shared_cache_keys()})
+      for (Key& k : group) all.push_back(std::move(k));
+    return all;
+  }();
+  return table;
+}
+
+std::string env_name(const char* key) {
+  std::string out = "GRAFTD_";
+  for (const char* p = key; *p; ++p) out += static_cast<char>(std::toupper(*p));
+  return out;
 }
 
 const Key* find_key(std::string_view name) {
@@ -281,7 +254,7 @@ absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config) {
         if (!sub.second.IsScalar())
           return absl::InvalidArgumentError(
               absl::StrCat(name, ".", sub_name, ": expected a scalar value"));
-        if (auto st = key->set(*config, sub.second.as<std::string>()); !st.ok()) return st;
+        RETURN_IF_ERROR(key->set(*config, sub.second.as<std::string>()));
       }
       continue;
     }
@@ -289,7 +262,7 @@ absl::Status apply_yaml(const std::string& yaml_text, ServerConfig* config) {
     if (!key) return absl::InvalidArgumentError(absl::StrCat("unknown config key '", name, "'"));
     if (!entry.second.IsScalar())
       return absl::InvalidArgumentError(absl::StrCat(name, ": expected a scalar value"));
-    if (auto st = key->set(*config, entry.second.as<std::string>()); !st.ok()) return st;
+    RETURN_IF_ERROR(key->set(*config, entry.second.as<std::string>()));
   }
   return absl::OkStatus();
 }
@@ -338,9 +311,7 @@ absl::Status validate(const ServerConfig& c) {
         "(or request), or drop the CA bundle");
   if (c.tls_reload_interval_seconds < 1 || c.tls_reload_interval_seconds > 86400)
     return absl::InvalidArgumentError("tls_reload_interval_seconds must be 1..86400");
-  if (c.shared_cache()) {
-    if (auto address = parse_redis_url(c.shared_cache_url); !address.ok()) return address.status();
-  }
+  if (c.shared_cache()) RETURN_IF_ERROR(parse_redis_url(c.shared_cache_url));
   if (c.shared_cache_ttl_seconds < 1 || c.shared_cache_ttl_seconds > 31536000)
     return absl::InvalidArgumentError("shared_cache.ttl_seconds must be 1..31536000");
   if (c.shared_cache_max_entry_bytes == 0)
@@ -390,14 +361,13 @@ absl::StatusOr<ServerConfig> load_config(int argc, char** argv, int* exit_code) 
   }
   for (const auto& k : keys())
     if (const char* env = std::getenv(env_name(k.name).c_str()))
-      if (auto st = k.set(config, env); !st.ok()) return st;
+      RETURN_IF_ERROR(k.set(config, env));
   for (const auto& k : keys())
-    if (app.count(flag_name(k.name)))
-      if (auto st = k.set(config, flag_values[k.name]); !st.ok()) return st;
+    if (app.count(flag_name(k.name))) RETURN_IF_ERROR(k.set(config, flag_values[k.name]));
   if (config.workers == 0)
     config.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (config.max_inflight_bytes == 0) config.max_inflight_bytes = automatic_inflight_bytes();
-  if (auto st = validate(config); !st.ok()) return st;
+  RETURN_IF_ERROR(validate(config));
   return config;
 }
 

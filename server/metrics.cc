@@ -155,109 +155,91 @@ void Metrics::stop_reports() {
   reports_->page = nullptr;
 }
 
+namespace {
+
+Family<Counter>* counters(Registry& registry, const std::string& name, const std::string& help) {
+  return &BuildCounter().Name(name).Help(help).Register(registry);
+}
+
+Family<Histogram>* histograms(Registry& registry, const std::string& name,
+                              const std::string& help) {
+  return &BuildHistogram().Name(name).Help(help).Register(registry);
+}
+
+Family<Gauge>* gauges(Registry& registry, const std::string& name, const std::string& help) {
+  return &BuildGauge().Name(name).Help(help).Register(registry);
+}
+
+// A metric without labels: the one member of its family.
+Counter* counter(Registry& registry, const std::string& name, const std::string& help) {
+  return &counters(registry, name, help)->Add({});
+}
+
+Gauge* gauge(Registry& registry, const std::string& name, const std::string& help) {
+  return &gauges(registry, name, help)->Add({});
+}
+
+}  // namespace
+
 Metrics::Metrics(const std::string& listen) : registry_(std::make_shared<Registry>()) {
-  requests_ = &BuildCounter()
-                   .Name("graft_requests_total")
-                   .Help("RPCs handled, by method and gRPC status code")
-                   .Register(*registry_);
-  request_seconds_ = &BuildHistogram()
-                          .Name("graft_request_duration_seconds")
-                          .Help("RPC duration, by method")
-                          .Register(*registry_);
-  pass_seconds_ = &BuildHistogram()
-                       .Name("graft_pass_duration_seconds")
-                       .Help("Time spent in each pass per pipeline run (all its rounds)")
-                       .Register(*registry_);
-  pass_nodes_removed_ = &BuildCounter()
-                             .Name("graft_pass_nodes_removed_total")
-                             .Help("Nodes removed, by pass")
-                             .Register(*registry_);
-  verifications_ = &BuildCounter()
-                        .Name("graft_verifications_total")
-                        .Help(
-                            "Verified pipeline runs, by result (verified, not_verifiable, "
-                            "mismatch)")
-                        .Register(*registry_);
-  verify_rollbacks_ = &BuildCounter()
-                           .Name("graft_verify_rollbacks_total")
-                           .Help("Passes rolled back because they changed a model's outputs")
-                           .Register(*registry_);
-  cache_hits_ = &BuildCounter()
-                     .Name("graft_cache_hits_total")
-                     .Help(
-                         "Results served from the cache (local or shared tier), by method: "
-                         "Optimize, Lookup")
-                     .Register(*registry_);
-  cache_misses_ = &BuildCounter()
-                       .Name("graft_cache_misses_total")
-                       .Help(
-                           "Cache misses, by method: Optimize (the result was computed), Lookup "
-                           "(answered not cached; clients then usually call Optimize)")
-                       .Register(*registry_);
-  for (const char* method : {"Optimize", "Lookup"}) {
-    cache_hits_->Add({{"method", method}});
-    cache_misses_->Add({{"method", method}});
-  }
-  auto& evictions = BuildCounter()
-                        .Name("graft_cache_evictions_total")
-                        .Help("Cache entries evicted for space")
-                        .Register(*registry_);
-  cache_evictions_ = &evictions.Add({});
-  auto& cbytes =
-      BuildGauge().Name("graft_cache_bytes").Help("Bytes held by the cache").Register(*registry_);
-  cache_bytes_ = &cbytes.Add({});
-  auto& centries =
-      BuildGauge().Name("graft_cache_entries").Help("Entries in the cache").Register(*registry_);
-  cache_entries_ = &centries.Add({});
-  auto& in = BuildCounter()
-                 .Name("graft_model_bytes_in_total")
-                 .Help("Model bytes received for optimization")
-                 .Register(*registry_);
-  bytes_in_ = &in.Add({});
-  auto& out = BuildCounter()
-                  .Name("graft_model_bytes_out_total")
-                  .Help("Optimized model bytes sent")
-                  .Register(*registry_);
-  bytes_out_ = &out.Add({});
-  auto& queue = BuildGauge()
-                    .Name("graft_queue_depth")
-                    .Help("Requests waiting for a pipeline worker")
-                    .Register(*registry_);
-  queue_depth_ = &queue.Add({});
-  auto& flight = BuildGauge()
-                     .Name("graft_inflight_requests")
-                     .Help("Optimize requests being handled")
-                     .Register(*registry_);
-  in_flight_ = &flight.Add({});
-  auto& busy = BuildGauge()
-                   .Name("graft_busy_workers")
-                   .Help("Pipeline workers running a request (of `workers`)")
-                   .Register(*registry_);
-  busy_workers_ = &busy.Add({});
-  auto& uploads = BuildGauge()
-                      .Name("graft_upload_bytes")
-                      .Help("Bytes of uploads held in memory (bounded by max_inflight_bytes)")
-                      .Register(*registry_);
-  upload_bytes_ = &uploads.Add({});
-  auto& spool = BuildGauge()
-                    .Name("graft_spool_bytes")
-                    .Help(
-                        "Disk reserved in the spool for external-data uploads in progress and "
-                        "cached result files (bounded by spool.max_bytes)")
-                    .Register(*registry_);
-  spool_bytes_ = &spool.Add({});
-  BuildGauge()
-      .Name("graft_build_info")
-      .Help(
-          "Graft build information (always 1): version, and the fingerprint of the sources and "
-          "toolchain that compute results (part of every cache key)")
-      .Register(*registry_)
-      .Add({{"version", graft_version()}, {"fingerprint", build_fingerprint()}})
+  register_request_metrics();
+  register_cache_metrics();
+  register_load_metrics();
+  gauges(*registry_, "graft_build_info",
+         "Graft build information (always 1): version, and the fingerprint of the sources and "
+         "toolchain that compute results (part of every cache key)")
+      ->Add({{"version", graft_version()}, {"fingerprint", build_fingerprint()}})
       .Set(1);
   heap_ = std::make_shared<HeapCollector>();
   http_ = std::make_unique<HttpServer>(listen);
   http_->add("/metrics", std::make_unique<MetricsHandler>(
                              std::vector<std::shared_ptr<Collectable>>{registry_, heap_}));
+}
+
+void Metrics::register_request_metrics() {
+  Registry& r = *registry_;
+  requests_ = counters(r, "graft_requests_total", "RPCs handled, by method and gRPC status code");
+  request_seconds_ = histograms(r, "graft_request_duration_seconds", "RPC duration, by method");
+  pass_seconds_ = histograms(r, "graft_pass_duration_seconds",
+                             "Time spent in each pass per pipeline run (all its rounds)");
+  pass_nodes_removed_ = counters(r, "graft_pass_nodes_removed_total", "Nodes removed, by pass");
+  verifications_ = counters(r, "graft_verifications_total",
+                            "Verified pipeline runs, by result (verified, not_verifiable, "
+                            "mismatch)");
+  verify_rollbacks_ = counters(r, "graft_verify_rollbacks_total",
+                               "Passes rolled back because they changed a model's outputs");
+}
+
+void Metrics::register_cache_metrics() {
+  Registry& r = *registry_;
+  cache_hits_ = counters(r, "graft_cache_hits_total",
+                         "Results served from the cache (local or shared tier), by method: "
+                         "Optimize, Lookup");
+  cache_misses_ = counters(r, "graft_cache_misses_total",
+                           "Cache misses, by method: Optimize (the result was computed), Lookup "
+                           "(answered not cached; clients then usually call Optimize)");
+  for (const char* method : {"Optimize", "Lookup"}) {
+    cache_hits_->Add({{"method", method}});
+    cache_misses_->Add({{"method", method}});
+  }
+  cache_evictions_ = counter(r, "graft_cache_evictions_total", "Cache entries evicted for space");
+  cache_bytes_ = gauge(r, "graft_cache_bytes", "Bytes held by the cache");
+  cache_entries_ = gauge(r, "graft_cache_entries", "Entries in the cache");
+}
+
+void Metrics::register_load_metrics() {
+  Registry& r = *registry_;
+  bytes_in_ = counter(r, "graft_model_bytes_in_total", "Model bytes received for optimization");
+  bytes_out_ = counter(r, "graft_model_bytes_out_total", "Optimized model bytes sent");
+  queue_depth_ = gauge(r, "graft_queue_depth", "Requests waiting for a pipeline worker");
+  in_flight_ = gauge(r, "graft_inflight_requests", "Optimize requests being handled");
+  busy_workers_ =
+      gauge(r, "graft_busy_workers", "Pipeline workers running a request (of `workers`)");
+  upload_bytes_ = gauge(r, "graft_upload_bytes",
+                        "Bytes of uploads held in memory (bounded by max_inflight_bytes)");
+  spool_bytes_ = gauge(r, "graft_spool_bytes",
+                       "Disk reserved in the spool for external-data uploads in progress and "
+                       "cached result files (bounded by spool.max_bytes)");
 }
 
 int Metrics::port() const { return http_->port(); }
@@ -299,30 +281,22 @@ void Metrics::cache_state(uint64_t evictions_total, uint64_t bytes, uint64_t ent
 }
 
 void Metrics::enable_shared_cache() {
-  shared_lookups_ = &BuildCounter()
-                         .Name("graft_shared_cache_requests_total")
-                         .Help(
+  Registry& r = *registry_;
+  shared_lookups_ = counters(r, "graft_shared_cache_requests_total",
                              "Lookups in the shared (Redis) cache tier after a local miss, by "
                              "result: hit, miss, error (Redis failed, timed out or is down), "
                              "corrupt (malformed or failed its sha256: served as a miss), "
                              "incomplete (a chunk was evicted or expired: a miss), busy (too many "
-                             "lookups at once: skipped)")
-                         .Register(*registry_);
+                             "lookups at once: skipped)");
   for (const char* result : {"hit", "miss", "error", "corrupt", "incomplete", "busy"})
     shared_lookups_->Add({{"result", result}});
-  shared_writes_ = &BuildCounter()
-                        .Name("graft_shared_cache_writes_total")
-                        .Help(
+  shared_writes_ = counters(r, "graft_shared_cache_writes_total",
                             "Results written to the shared cache tier, by result: stored, error, "
-                            "dropped (write queue full), oversized (above max_entry_bytes)")
-                        .Register(*registry_);
+                            "dropped (write queue full), oversized (above max_entry_bytes)");
   for (const char* result : {"stored", "error", "dropped", "oversized"})
     shared_writes_->Add({{"result", result}});
-  shared_up_ = &BuildGauge()
-                    .Name("graft_shared_cache_up")
-                    .Help("1 while the shared cache's Redis answers, 0 while it is down")
-                    .Register(*registry_)
-                    .Add({});
+  shared_up_ = gauge(r, "graft_shared_cache_up",
+                     "1 while the shared cache's Redis answers, 0 while it is down");
 }
 
 void Metrics::shared_cache_lookup(const std::string& result) {

@@ -62,6 +62,12 @@ class Metrics {
   int port() const;
 
  private:
+  // The metrics of calls and pipeline runs; of the result cache; of the load (queue, workers,
+  // uploads, spool, model bytes).
+  void register_request_metrics();
+  void register_cache_metrics();
+  void register_load_metrics();
+
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<HttpServer> http_;
   std::shared_ptr<struct ReportSource> reports_;

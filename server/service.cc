@@ -15,6 +15,7 @@
 
 #include "common/report.h"
 #include "core/analysis/memory.h"
+#include "core/base/status.h"
 #include "core/build_info.h"
 #include "core/cache/digest.h"
 #include "core/ir/external_data.h"
@@ -110,6 +111,45 @@ std::string new_weights_location(const std::vector<UploadedFile>& files) {
   std::string name = "graft_weights.bin";
   for (int i = 1; taken(name); ++i) name = absl::StrCat("graft_weights.", i, ".bin");
   return name;
+}
+
+// A computed result's report, as the cache keeps it (report_json): the pipeline's report, the
+// run's times, digests and sizes, and the external-data files the result references: the
+// input's files it kept (`kept`) and the one it wrote. Also sets the result's output_sha256.
+absl::Status set_report(const PipelineReport& report, const std::string& input_digest,
+                        uint64_t input_bytes, const std::vector<UploadedFile>& input_files,
+                        const std::set<std::string>& kept, double load_seconds, double save_seconds,
+                        cache::CachedResult* result) {
+  v1::OptimizeReport proto;
+  api::fill_report(report, &proto);
+  proto.set_load_seconds(load_seconds);
+  proto.set_save_seconds(save_seconds);
+  proto.set_input_sha256(input_digest);
+  result->output_sha256 = cache::sha256_hex(result->optimized_model);
+  proto.set_output_sha256(result->output_sha256);
+  proto.set_input_bytes(input_bytes);
+  proto.set_output_bytes(result->optimized_model.size());
+  proto.set_graft_version(graft_version());
+  proto.set_build_fingerprint(build_fingerprint());
+  for (const auto& f : input_files) {
+    if (!kept.count(f.name)) continue;
+    auto* e = proto.add_external_files();
+    e->set_name(f.name);
+    e->set_size(f.size);
+    e->set_sha256(f.sha256);
+    e->set_from_input(true);
+  }
+  for (const auto& f : result->files) {
+    auto* e = proto.add_external_files();
+    e->set_name(f.name);
+    e->set_size(f.size);
+    e->set_sha256(f.sha256);
+  }
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(proto, &result->report_json, options).ok())
+    return absl::InternalError("cannot encode the report");
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -333,63 +373,8 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
         return absl::DeadlineExceededError("deadline exceeded while optimizing");
       return absl::OkStatus();
     };
-    auto run = [&]() -> absl::StatusOr<std::shared_ptr<const cache::CachedResult>> {
-      if (auto st = stop(); !st.ok()) return st;
-      auto t = Clock::now();
-      const std::string& model = *input->model;
-      auto parsed = ir::Model::parse(model);
-      if (!parsed.ok()) return parsed.status();
-      if (!input->files.empty()) {
-        // Passes and the evaluator read external weights from the spool, by reference.
-        std::map<std::string, std::string, std::less<>> paths;
-        for (const auto& f : input->files) paths.emplace(f.name, f.path);
-        (*parsed)->set_external_data(ir::ExternalData::files(std::move(paths)));
-      }
-      double load_seconds = seconds_since(t);
-      PipelineConfig c = config;
-      c.should_continue = stop;
-      auto report = run_pipeline(*parsed, c);
-      if (!report.ok()) return report.status();
-      t = Clock::now();
-      auto result = std::make_shared<cache::CachedResult>();
-      auto saved = save_result(**parsed, *input, result.get());
-      if (!saved.ok()) return saved.status();
-      double save_seconds = seconds_since(t);
-      metrics_->pipeline_done(*report);
-
-      v1::OptimizeReport proto;
-      api::fill_report(*report, &proto);
-      proto.set_load_seconds(load_seconds);
-      proto.set_save_seconds(save_seconds);
-      proto.set_input_sha256(input->digest);
-      result->output_sha256 = cache::sha256_hex(result->optimized_model);
-      proto.set_output_sha256(result->output_sha256);
-      proto.set_input_bytes(model.size());
-      proto.set_output_bytes(result->optimized_model.size());
-      proto.set_graft_version(graft_version());
-      proto.set_build_fingerprint(build_fingerprint());
-      for (const auto& f : input->files) {
-        if (!saved->count(f.name)) continue;
-        auto* e = proto.add_external_files();
-        e->set_name(f.name);
-        e->set_size(f.size);
-        e->set_sha256(f.sha256);
-        e->set_from_input(true);
-      }
-      for (const auto& f : result->files) {
-        auto* e = proto.add_external_files();
-        e->set_name(f.name);
-        e->set_size(f.size);
-        e->set_sha256(f.sha256);
-      }
-      google::protobuf::util::JsonPrintOptions options;
-      options.always_print_primitive_fields = true;
-      if (!google::protobuf::util::MessageToJsonString(proto, &result->report_json, options).ok())
-        return absl::InternalError("cannot encode the report");
-      return std::shared_ptr<const cache::CachedResult>(std::move(result));
-    };
     try {
-      job->promise.set_value(run());
+      job->promise.set_value(run_job(*input, config, stop));
     } catch (const std::exception& e) {
       job->promise.set_value(absl::InternalError(absl::StrCat("pipeline failed: ", e.what())));
     }
@@ -417,31 +402,53 @@ absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::optimiz
   return future.get();
 }
 
+absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::run_job(
+    const Input& input, const PipelineConfig& config, const std::function<absl::Status()>& stop) {
+  RETURN_IF_ERROR(stop());
+  auto t = Clock::now();
+  const std::string& model = *input.model;
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Model> parsed, ir::Model::parse(model));
+  if (!input.files.empty()) {
+    // Passes and the evaluator read external weights from the spool, by reference.
+    std::map<std::string, std::string, std::less<>> paths;
+    for (const auto& f : input.files) paths.emplace(f.name, f.path);
+    parsed->set_external_data(ir::ExternalData::files(std::move(paths)));
+  }
+  const double load_seconds = seconds_since(t);
+  PipelineConfig c = config;
+  c.should_continue = stop;
+  ASSIGN_OR_RETURN(PipelineReport report, run_pipeline(parsed, c));
+  t = Clock::now();
+  auto result = std::make_shared<cache::CachedResult>();
+  ASSIGN_OR_RETURN(std::set<std::string> kept, save_result(*parsed, input, result.get()));
+  const double save_seconds = seconds_since(t);
+  metrics_->pipeline_done(report);
+  RETURN_IF_ERROR(set_report(report, input.digest, model.size(), input.files, kept, load_seconds,
+                             save_seconds, result.get()));
+  return std::shared_ptr<const cache::CachedResult>(std::move(result));
+}
+
 absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model,
                                                                 const Input& input,
                                                                 cache::CachedResult* result) {
   if (input.files.empty()) {
-    auto bytes = model.serialize_and_release();
-    if (!bytes.ok()) return bytes.status();
-    result->optimized_model = std::move(*bytes);
+    ASSIGN_OR_RETURN(result->optimized_model, model.serialize_and_release());
     return std::set<std::string>{};
   }
   if (!spool_) return absl::InternalError("external-data files without a spool");
   // New weights (folded, fused, relaid out) go to a file of the result's own folder, so the
   // model stays small; the input's files stay where they are and are referenced by name.
-  auto dir = spool_->make_dir("result");
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<SpoolDir> dir, spool_->make_dir("result"));
   ir::Model::ExternalWrite write;
-  write.folder = (*dir)->path();
+  write.folder = dir->path();
   write.location = new_weights_location(input.files);
   write.even_without_external = true;
-  auto saved = model.serialize_with_external(write);
-  if (!saved.ok()) return saved.status();
-  result->optimized_model = std::move(saved->model);
+  ASSIGN_OR_RETURN(ir::Model::SavedModel saved, model.serialize_with_external(write));
+  result->optimized_model = std::move(saved.model);
   std::set<std::string> uploaded;
   for (const auto& f : input.files) uploaded.insert(f.name);
   std::set<std::string> kept;
-  for (const auto& location : saved->locations) {
+  for (const auto& location : saved.locations) {
     if (location == write.location) continue;
     if (!uploaded.count(location))
       return absl::InvalidArgumentError(absl::StrCat("the model references external-data file '",
@@ -449,23 +456,21 @@ absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model
                                                      "', which the upload did not include"));
     kept.insert(location);
   }
-  if (saved->new_file_bytes > 0) {
-    if (!(*dir)->reserve(saved->new_file_bytes))
+  if (saved.new_file_bytes > 0) {
+    if (!dir->reserve(saved.new_file_bytes))
       return absl::ResourceExhaustedError(absl::StrCat(
           "this server's disk for external data is full (spool.max_bytes: ", spool_->limit(),
-          " bytes) and the result wrote ", saved->new_file_bytes,
+          " bytes) and the result wrote ", saved.new_file_bytes,
           " bytes of new weights; retry later"));
     cache::CachedFile file;
     file.name = write.location;
     file.path = absl::StrCat(write.folder, "/", write.location);
-    file.size = saved->new_file_bytes;
+    file.size = saved.new_file_bytes;
     cache::Sha256 sha;
-    if (auto st = paths::read_blocks(file.path, [&](std::string_view b) { sha.update(b); });
-        !st.ok())
-      return st;
+    RETURN_IF_ERROR(paths::read_blocks(file.path, [&](std::string_view b) { sha.update(b); }));
     file.sha256 = sha.hex_digest();
     result->files.push_back(std::move(file));
-    result->storage = *dir;
+    result->storage = dir;
   }
   return kept;
 }
@@ -473,6 +478,39 @@ absl::StatusOr<std::set<std::string>> GraftService::save_result(ir::Model& model
 void GraftService::update_cache_metrics() {
   auto s = cache_.stats();
   metrics_->cache_state(s.evictions, s.bytes, s.entries);
+}
+
+absl::StatusOr<std::shared_ptr<const cache::CachedResult>> GraftService::find_or_compute(
+    grpc::ServerContext* context, std::shared_ptr<const Input> input, const PipelineConfig& config,
+    const cache::CacheKey& key, SysClock::time_point deadline, Found* found) {
+  auto compute = [&]() -> absl::StatusOr<std::shared_ptr<const cache::CachedResult>> {
+    if (shared_) {
+      if (auto result = shared_->get(key, deadline)) {
+        found->shared_hit = true;
+        return result;
+      }
+    }
+    auto computed = optimize_on_worker(context, input, config, deadline, &found->queue_seconds);
+    // The shared tier holds models and reports only: results that wrote files stay local.
+    if (shared_ && computed.ok() && (*computed)->files.empty()) shared_->put_async(key, *computed);
+    return computed;
+  };
+  cache::ResultCache::Outcome outcome = cache::ResultCache::Outcome::kMiss;
+  absl::StatusOr<std::shared_ptr<const cache::CachedResult>> result;
+  // A joined computation that stopped because *its* client went away is retried by this one.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    result =
+        cache_.get_or_compute(key, compute, &outcome, [context] { return context->IsCancelled(); });
+    bool joined_and_stopped = outcome == cache::ResultCache::Outcome::kShared && !result.ok() &&
+                              (result.status().code() == absl::StatusCode::kCancelled ||
+                               result.status().code() == absl::StatusCode::kDeadlineExceeded) &&
+                              !context->IsCancelled() && SysClock::now() < deadline;
+    if (!joined_and_stopped) break;
+  }
+  update_cache_metrics();
+  // A result from the shared tier is a hit too: nothing was computed.
+  found->hit = outcome != cache::ResultCache::Outcome::kMiss || found->shared_hit;
+  return result;
 }
 
 grpc::Status GraftService::Optimize(
@@ -503,9 +541,8 @@ grpc::Status GraftService::Optimize(
   input->digest = upload.input_digest();
   input->files = upload.files();
   input->dir = upload.spool_dir();
-  const std::string& model = *input->model;
   log.set("digest", input->digest.substr(0, 12));
-  log.set("in_bytes", std::to_string(model.size()));
+  log.set("in_bytes", std::to_string(input->model->size()));
   if (!input->files.empty()) {
     uint64_t external = 0;
     for (const auto& f : input->files) external += f.size;
@@ -516,63 +553,38 @@ grpc::Status GraftService::Optimize(
   if (!canonical.ok()) return finish(to_grpc(canonical.status()));
   // The input digest covers the external-data files too, so their results are cached like any.
   const cache::CacheKey key = result_key(input->digest, *canonical);
-
-  double queue_seconds = 0;
-  // Set when the computation below found the result in the shared tier instead of running.
-  bool shared_hit = false;
-  auto compute = [&]() -> absl::StatusOr<std::shared_ptr<const cache::CachedResult>> {
-    if (shared_) {
-      if (auto found = shared_->get(key, deadline)) {
-        shared_hit = true;
-        return found;
-      }
-    }
-    auto computed = optimize_on_worker(context, input, up.config, deadline, &queue_seconds);
-    // The shared tier holds models and reports only: results that wrote files stay local.
-    if (shared_ && computed.ok() && (*computed)->files.empty()) shared_->put_async(key, *computed);
-    return computed;
-  };
-  cache::ResultCache::Outcome outcome = cache::ResultCache::Outcome::kMiss;
-  absl::StatusOr<std::shared_ptr<const cache::CachedResult>> result;
-  // A joined computation that stopped because *its* client went away is retried by this one.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    result =
-        cache_.get_or_compute(key, compute, &outcome, [context] { return context->IsCancelled(); });
-    bool joined_and_stopped = outcome == cache::ResultCache::Outcome::kShared && !result.ok() &&
-                              (result.status().code() == absl::StatusCode::kCancelled ||
-                               result.status().code() == absl::StatusCode::kDeadlineExceeded) &&
-                              !context->IsCancelled() && SysClock::now() < deadline;
-    if (!joined_and_stopped) break;
-  }
-  update_cache_metrics();
+  Found found;
+  auto result = find_or_compute(context, input, up.config, key, deadline, &found);
   if (!result.ok()) {
     if (result.status().code() == absl::StatusCode::kInternal)
       log.set("error", std::string(result.status().message()));
     return finish(to_grpc(result.status()));
   }
-  // A result from the shared tier is a hit too: nothing was computed.
-  const bool hit = outcome != cache::ResultCache::Outcome::kMiss || shared_hit;
-  metrics_->cache_result("Optimize", hit);
-  log.set("cache", shared_hit ? "shared" : hit ? "hit" : "miss");
-
-  const cache::CachedResult& r = **result;
+  metrics_->cache_result("Optimize", found.hit);
+  log.set("cache", found.shared_hit ? "shared" : found.hit ? "hit" : "miss");
   // The upload's files are not needed any more: the result references them by name, and the
   // files it wrote are its own.
   input.reset();
   up.assembler.release_files();
+  return finish(send_result(stream, **result, found, start, &log));
+}
+
+grpc::Status GraftService::send_result(
+    grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream,
+    const cache::CachedResult& r, const Found& found, Clock::time_point start, RequestLog* log) {
   grpc::Status sent;
-  if (!write_result<v1::OptimizeResponse>(stream, r, &sent)) return finish(sent);
+  if (!write_result<v1::OptimizeResponse>(stream, r, &sent)) return sent;
   v1::OptimizeResponse last;
   auto* report = last.mutable_report();
   if (!google::protobuf::util::JsonStringToMessage(r.report_json, report).ok())
-    return finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot decode the cached report"));
-  report->set_cache_hit(hit);
-  report->set_queue_seconds(hit ? 0 : queue_seconds);
+    return grpc::Status(grpc::StatusCode::INTERNAL, "cannot decode the cached report");
+  report->set_cache_hit(found.hit);
+  report->set_queue_seconds(found.hit ? 0 : found.queue_seconds);
   report->set_total_seconds(seconds_since(start));
   stream->Write(last);
   metrics_->model_bytes(report->input_bytes(), r.optimized_model.size());
-  log.set("out_bytes", std::to_string(r.optimized_model.size()));
-  return finish(grpc::Status::OK);
+  log->set("out_bytes", std::to_string(r.optimized_model.size()));
+  return grpc::Status::OK;
 }
 
 grpc::Status GraftService::Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,

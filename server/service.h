@@ -24,6 +24,8 @@ class Model;
 
 namespace graft::server {
 
+class RequestLog;
+
 class GraftService final : public v1::Graft::Service {
  public:
   // `spool` holds external-data uploads and result files on disk; without one (null), uploads
@@ -73,11 +75,33 @@ class GraftService final : public v1::Graft::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream, Upload* upload,
       const std::function<void(uint64_t)>& set_deadline_hint);
+  // How find_or_compute came by its result.
+  struct Found {
+    bool hit = false;          // nothing was computed: from either cache tier, or joined
+    bool shared_hit = false;   // from the shared tier
+    double queue_seconds = 0;  // waiting for a worker, when this call computed it
+  };
+  // The result for `key`: from the cache, else from the shared tier, else computed on a worker
+  // (optimize_on_worker), or joined while another call computes it.
+  absl::StatusOr<std::shared_ptr<const cache::CachedResult>> find_or_compute(
+      grpc::ServerContext* context, std::shared_ptr<const Input> input,
+      const PipelineConfig& config, const cache::CacheKey& key,
+      std::chrono::system_clock::time_point deadline, Found* found);
   // Runs the pipeline on a worker; the calling (gRPC) thread only waits.
   absl::StatusOr<std::shared_ptr<const cache::CachedResult>> optimize_on_worker(
       grpc::ServerContext* context, std::shared_ptr<const Input> input,
       const PipelineConfig& config, std::chrono::system_clock::time_point deadline,
       double* queue_seconds);
+  // A worker's job: parses the input, runs the pipeline (`stop` ends it early) and saves the
+  // result with its report.
+  absl::StatusOr<std::shared_ptr<const cache::CachedResult>> run_job(
+      const Input& input, const PipelineConfig& config, const std::function<absl::Status()>& stop);
+  // Sends an Optimize call's result: the model and its files, then the report with the call's
+  // cache outcome and times (from `start`).
+  grpc::Status send_result(
+      grpc::ServerReaderWriter<v1::OptimizeResponse, v1::OptimizeRequest>* stream,
+      const cache::CachedResult& result, const Found& found,
+      std::chrono::steady_clock::time_point start, RequestLog* log);
   // Serializes the optimized model into `result` (its bytes; the weights it wrote, in a result
   // folder of the spool). Returns the locations of the input's files it still references.
   absl::StatusOr<std::set<std::string>> save_result(ir::Model& model, const Input& input,

@@ -11,6 +11,7 @@
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
+#include "core/base/status.h"
 #include "server/request_log.h"
 #include "server/shared_entry.h"
 
@@ -121,24 +122,23 @@ class SharedCache::Connection {
     std::unique_ptr<Connection> c(new Connection(ctx, options.command_timeout));
     auto expect_ok = [&](std::vector<std::string_view> args,
                          std::string_view what) -> absl::Status {
-      auto reply = c->command(args, 1024, Clock::now() + options.command_timeout);
-      if (!reply.ok()) return reply.status();
-      if (!is_ok_status(**reply) && !(what == "PING" && reply_text(**reply) == "PONG"))
+      ASSIGN_OR_RETURN(Reply reply, c->command(args, 1024, Clock::now() + options.command_timeout));
+      if (!is_ok_status(*reply) && !(what == "PING" && reply_text(*reply) == "PONG"))
         return absl::UnavailableError(absl::StrCat(
-            std::string(what), " failed: ", std::string(reply_text(**reply).substr(0, 200))));
+            std::string(what), " failed: ", std::string(reply_text(*reply).substr(0, 200))));
       return absl::OkStatus();
     };
     if (!address.password.empty()) {
       std::vector<std::string_view> args = {"AUTH"};
       if (!address.username.empty()) args.push_back(address.username);
       args.push_back(address.password);
-      if (auto st = expect_ok(args, "AUTH"); !st.ok()) return st;
+      RETURN_IF_ERROR(expect_ok(args, "AUTH"));
     }
     if (address.db != 0) {
       const std::string db = std::to_string(address.db);
-      if (auto st = expect_ok({"SELECT", db}, "SELECT"); !st.ok()) return st;
+      RETURN_IF_ERROR(expect_ok({"SELECT", db}, "SELECT"));
     }
-    if (auto st = expect_ok({"PING"}, "PING"); !st.ok()) return st;
+    RETURN_IF_ERROR(expect_ok({"PING"}, "PING"));
     return c;
   }
   ~Connection() { redisFree(ctx_); }
@@ -158,7 +158,7 @@ class SharedCache::Connection {
         REDIS_OK)
       return io_error();
     for (int done = 0; !done;) {
-      if (auto st = set_timeout(deadline); !st.ok()) return st;
+      RETURN_IF_ERROR(set_timeout(deadline));
       if (redisBufferWrite(ctx_, &done) != REDIS_OK) return io_error(deadline);
     }
     for (;;) {
@@ -171,7 +171,7 @@ class SharedCache::Connection {
       if (ctx_->reader->len - ctx_->reader->pos > max_reply_bytes + kReplyOverhead)
         return absl::ResourceExhaustedError(
             absl::StrCat("Redis reply larger than ", max_reply_bytes, " bytes"));
-      if (auto st = set_timeout(deadline); !st.ok()) return st;
+      RETURN_IF_ERROR(set_timeout(deadline));
       if (redisBufferRead(ctx_) != REDIS_OK) return io_error(deadline);
     }
   }
@@ -233,12 +233,11 @@ const char* SharedCache::name(Write result) {
 
 absl::StatusOr<std::unique_ptr<SharedCache>> SharedCache::create(SharedCacheOptions options,
                                                                  Observer observer) {
-  auto address = parse_redis_url(options.url);
-  if (!address.ok()) return address.status();
+  ASSIGN_OR_RETURN(RedisAddress address, parse_redis_url(options.url));
   if (options.chunk_bytes < shared::kMinChunkBytes || options.chunk_bytes > shared::kMaxChunkBytes)
     return absl::InvalidArgumentError("shared cache chunk size out of range");
   std::unique_ptr<SharedCache> cache(
-      new SharedCache(std::move(options), std::move(*address), std::move(observer)));
+      new SharedCache(std::move(options), std::move(address), std::move(observer)));
   // The first probe: logs whether Redis is reachable and sets the gauge.
   if (auto c = cache->acquire()) cache->release(std::move(c));
   cache->writer_ = std::thread([c = cache.get()] { c->writer_loop(); });

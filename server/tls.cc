@@ -13,6 +13,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 
 #include "common/tls.h"
+#include "core/base/status.h"
 #include "server/request_log.h"
 
 namespace graft::server {
@@ -70,16 +71,10 @@ TlsFiles::~TlsFiles() {
 
 absl::StatusOr<TlsFiles::Contents> TlsFiles::read() const {
   Contents c;
-  auto cert = tls::read_pem_file(config_.tls_cert_file, "tls_cert_file");
-  if (!cert.ok()) return cert.status();
-  c.cert = std::move(*cert);
-  auto key = tls::read_pem_file(config_.tls_key_file, "tls_key_file");
-  if (!key.ok()) return key.status();
-  c.key = std::move(*key);
+  ASSIGN_OR_RETURN(c.cert, tls::read_pem_file(config_.tls_cert_file, "tls_cert_file"));
+  ASSIGN_OR_RETURN(c.key, tls::read_pem_file(config_.tls_key_file, "tls_key_file"));
   if (!config_.tls_client_ca_file.empty()) {
-    auto ca = tls::read_pem_file(config_.tls_client_ca_file, "tls_client_ca_file");
-    if (!ca.ok()) return ca.status();
-    c.ca = std::move(*ca);
+    ASSIGN_OR_RETURN(c.ca, tls::read_pem_file(config_.tls_client_ca_file, "tls_client_ca_file"));
   }
   return c;
 }
@@ -88,11 +83,9 @@ absl::Status TlsFiles::describe(const Contents& c, std::string* summary, std::st
                                 std::string* warning) const {
   const ServerConfig& k = config_;
   tls::CertificateInfo cert;
-  if (auto st = tls::check_certificates(c.cert, k.tls_cert_file, "tls_cert_file", &cert); !st.ok())
-    return st;
-  if (auto st = tls::check_private_key(c.key, k.tls_key_file, "tls_key_file"); !st.ok()) return st;
-  if (auto st = tls::check_key_matches(c.cert, c.key, k.tls_cert_file, k.tls_key_file); !st.ok())
-    return st;
+  RETURN_IF_ERROR(tls::check_certificates(c.cert, k.tls_cert_file, "tls_cert_file", &cert));
+  RETURN_IF_ERROR(tls::check_private_key(c.key, k.tls_key_file, "tls_key_file"));
+  RETURN_IF_ERROR(tls::check_key_matches(c.cert, c.key, k.tls_cert_file, k.tls_key_file));
   *served = absl::StrCat(cert.subject, ", valid until ", tls::utc(cert.not_after));
   *summary = absl::StrCat("certificate ", cert.subject, " (", cert.count,
                           cert.count == 1 ? " certificate" : " certificates in the chain",
@@ -100,9 +93,7 @@ absl::Status TlsFiles::describe(const Contents& c, std::string* summary, std::st
                           k.tls_client_auth);
   if (!k.tls_client_ca_file.empty()) {
     tls::CertificateInfo ca;
-    if (auto st = tls::check_certificates(c.ca, k.tls_client_ca_file, "tls_client_ca_file", &ca);
-        !st.ok())
-      return st;
+    RETURN_IF_ERROR(tls::check_certificates(c.ca, k.tls_client_ca_file, "tls_client_ca_file", &ca));
     absl::StrAppend(summary, " (", ca.count, ca.count == 1 ? " CA: " : " CAs: ", ca.subject,
                     ca.count > 1 ? ", ..." : "", ")");
   }
@@ -126,21 +117,18 @@ absl::Status TlsFiles::install(const Contents& c) {
   std::string identity = c.cert;
   if (!identity.empty() && identity.back() != '\n') identity += '\n';
   identity += c.key;
-  if (auto st = replace_memfd(&identity_fd_, "graftd-tls-identity", identity); !st.ok()) return st;
+  RETURN_IF_ERROR(replace_memfd(&identity_fd_, "graftd-tls-identity", identity));
   if (!config_.tls_client_ca_file.empty())
-    if (auto st = replace_memfd(&ca_fd_, "graftd-tls-client-ca", c.ca); !st.ok()) return st;
+    RETURN_IF_ERROR(replace_memfd(&ca_fd_, "graftd-tls-client-ca", c.ca));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<TlsFiles>> TlsFiles::load(const ServerConfig& config) {
   std::unique_ptr<TlsFiles> files(new TlsFiles(config));
-  auto contents = files->read();
-  if (!contents.ok()) return contents.status();
-  if (auto st = files->describe(*contents, &files->summary_, &files->served_, &files->warning_);
-      !st.ok())
-    return st;
-  if (auto st = files->install(*contents); !st.ok()) return st;
-  files->installed_ = files->last_seen_ = std::move(*contents);
+  ASSIGN_OR_RETURN(Contents contents, files->read());
+  RETURN_IF_ERROR(files->describe(contents, &files->summary_, &files->served_, &files->warning_));
+  RETURN_IF_ERROR(files->install(contents));
+  files->installed_ = files->last_seen_ = std::move(contents);
   return files;
 }
 

@@ -28,7 +28,7 @@ EXIT_INTERNAL = 5   # any other status (INTERNAL, DATA_LOSS, FAILED_PRECONDITION
 EXIT_SERVER = 6     # UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, CANCELLED
 EXIT_INTERRUPTED = 130
 
-# graft's remote_exit_code (client/graft_main.cc): these are the server's "try again" codes.
+# graft's remote_exit_code (client/cli/options.cc): these are the server's "try again" codes.
 _SERVER_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED"}
 
 EXIT_CODES_HELP = """\
