@@ -159,7 +159,7 @@ def test_server_from_the_environment(graftd, model, capsys, monkeypatch):
     ("FAILED_PRECONDITION", 5), ("UNAUTHENTICATED", 5), ("PERMISSION_DENIED", 5),
     ("NOT_FOUND", 5), ("UNIMPLEMENTED", 5), ("UNKNOWN", 5)])
 def test_status_codes_map_as_graft_maps_them(code, expected):
-    """client/graft_main.cc remote_exit_code."""
+    """client/cli/options.cc remote_exit_code."""
     assert cli.exit_code(error_for(grpc.StatusCode[code], "message")) == expected
 
 
