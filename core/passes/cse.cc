@@ -171,15 +171,13 @@ class Cse final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_cse() { return std::make_unique<Cse>(); }
-
 PassInfo cse_pass() {
-  return {.name = "cse",
-          .level = 1,
-          .description =
-              "merge nodes computing the same op on the same inputs (deterministic ops only)",
-          .options = {},
-          .create = make_cse};
+  return describe<Cse>(
+      {.name = "cse",
+       .level = 1,
+       .description =
+           "merge nodes computing the same op on the same inputs (deterministic ops only)",
+       .options = {}});
 }
 
 }  // namespace graft

@@ -213,16 +213,12 @@ class DedupInitializers final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_dedup_initializers() {
-  return std::make_unique<DedupInitializers>();
-}
-
 PassInfo dedup_initializers_pass() {
-  return {.name = "dedup_initializers",
-          .level = 1,
-          .description = "merge initializers with equal type, shape and bytes",
-          .options = {},
-          .create = make_dedup_initializers};
+  return describe<DedupInitializers>(
+      {.name = "dedup_initializers",
+       .level = 1,
+       .description = "merge initializers with equal type, shape and bytes",
+       .options = {}});
 }
 
 }  // namespace graft

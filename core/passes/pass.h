@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <absl/status/statusor.h>
@@ -128,7 +129,19 @@ struct PassInfo {
   std::optional<Target::Kind> target = std::nullopt;
   std::string description;
   std::vector<OptionSpec> options;
-  std::function<std::unique_ptr<Pass>()> create;
+  // Makes the pass: set by describe() (`{}`, so a descriptor leaves it out without a warning).
+  std::function<std::unique_ptr<Pass>()> create{};
 };
+
+// `info` with `create` making a P from copies of `args` (each pass made gets its own copies):
+// the end of a pass's file is `PassInfo x_pass() { return describe<X>({.name = "x", ...}); }`.
+// A pass made of rules uses the overloads in rules.h.
+template <typename P, typename... Args>
+PassInfo describe(PassInfo info, Args... args) {
+  info.create = [... args = std::move(args)]() -> std::unique_ptr<Pass> {
+    return std::make_unique<P>(args...);
+  };
+  return info;
+}
 
 }  // namespace graft

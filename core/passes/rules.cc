@@ -263,4 +263,23 @@ absl::StatusOr<PassResult> RulePass::run(ir::Model& model, PassContext& ctx) {
   return result;
 }
 
+PassInfo describe(PassInfo info, std::initializer_list<std::vector<Rule> (*)()> make_rules) {
+  info.create = [name = info.name, makers = std::vector(make_rules)]() -> std::unique_ptr<Pass> {
+    std::vector<Rule> rules;
+    for (auto make : makers)
+      for (Rule& r : make()) rules.push_back(std::move(r));
+    return std::make_unique<RulePass>(name, std::move(rules));
+  };
+  return info;
+}
+
+PassInfo describe(PassInfo info, RulePass::MakeRules make_rules,
+                  std::vector<std::string> rule_names) {
+  info.create = [name = info.name, make_rules = std::move(make_rules),
+                 rule_names = std::move(rule_names)]() -> std::unique_ptr<Pass> {
+    return std::make_unique<RulePass>(name, make_rules, rule_names);
+  };
+  return info;
+}
+
 }  // namespace graft

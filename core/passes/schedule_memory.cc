@@ -167,17 +167,14 @@ class ScheduleMemory final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_schedule_memory() { return std::make_unique<ScheduleMemory>(); }
-
 PassInfo schedule_memory_pass() {
-  return {.name = "schedule_memory",
-          .level = 3,
-          .description =
-              "reorder the main graph's nodes to lower the estimated peak activation "
-              "memory (never raises it)",
-          .options = {integer_option(kDefaultDim, 1, 1, int64_t{1} << 20,
-                                     "size assumed for symbolic and unknown dims")},
-          .create = make_schedule_memory};
+  return describe<ScheduleMemory>(
+      {.name = "schedule_memory",
+       .level = 3,
+       .description = "reorder the main graph's nodes to lower the estimated peak activation "
+                      "memory (never raises it)",
+       .options = {integer_option(kDefaultDim, 1, 1, int64_t{1} << 20,
+                                  "size assumed for symbolic and unknown dims")}});
 }
 
 }  // namespace graft
