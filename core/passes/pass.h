@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
 #include "core/eval/kernel.h"
@@ -99,6 +100,22 @@ class Pass {
   virtual ~Pass() = default;
   virtual std::string_view name() const = 0;
   virtual absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) = 0;
+};
+
+class Rewriter;  // core/passes/rewriter.h
+
+// A pass that does the same to each graph on its own: run() calls run_graph on every graph of
+// Model::all_graphs() (the main graph, function bodies and nested subgraphs, parents first), all
+// edited through one Rewriter and counted in one PassResult, and stops at the first error. A
+// pass whose loop does more (its own order or set of graphs, state across graphs, work on the
+// whole model before or after) implements run() itself.
+class PerGraphPass : public Pass {
+ public:
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) final;
+
+ protected:
+  virtual absl::Status run_graph(ir::Graph& graph, Rewriter& rw, PassContext& ctx,
+                                 PassResult& result) = 0;
 };
 
 // The error a lossy pass's result may have in every float output of the model to be kept
