@@ -194,7 +194,9 @@ TEST(Pipeline, EvaluatorMemoryOptionsAreCappedByTheGrant) {
   // Every option that claims evaluator memory is a byte count.
   for (const PassInfo& info : all_passes())
     for (const OptionSpec& spec : info.options)
-      if (spec.evaluator_memory) EXPECT_EQ(spec.type, OptionType::kBytes) << info.name;
+      if (spec.evaluator_memory) {
+        EXPECT_EQ(spec.type, OptionType::kBytes) << info.name;
+      }
 }
 
 // Option values are checked against each pass's schema when the pipeline is configured, so a

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/passes/patterns/rotary.h"
+#include "core/passes/rules.h"
 #include "tests/passes/rotary_model.h"
 #include "tests/testing.h"
 
