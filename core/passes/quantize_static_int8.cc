@@ -55,6 +55,7 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/eval/executor.h"
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
@@ -166,9 +167,8 @@ absl::StatusOr<Ranges> calibrate(const ir::Model& model, const CalibrationInputs
     ++r.runs;
   };
   for (const auto& feeds : *calibration.sets) {
-    auto outputs = eval::run_model(model, feeds, calibration.limits, nullptr, &observe);
     // Ranges of a partial run would be wrong for the rest.
-    if (!outputs.ok()) return outputs.status();
+    RETURN_IF_ERROR(eval::run_model(model, feeds, calibration.limits, nullptr, &observe));
   }
   return ranges;
 }

@@ -50,6 +50,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "core/ir/tensor.h"
 #include "core/passes/float32_view.h"
 #include "core/passes/opset.h"
@@ -478,7 +479,7 @@ class QuantizeWeightsInt4 : public RulePass {
     auto quantized = RulePass::run(model, ctx);
     if (!quantized.ok() || quantized->rewrites == 0) {
       model.rollback(cp);  // the raised imports and IR version too
-      if (!quantized.ok()) return quantized.status();
+      RETURN_IF_ERROR(quantized);
       quantized->changed = false;
       return quantized;
     }

@@ -9,6 +9,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "core/ir/fingerprint.h"
 
 namespace graft {
@@ -252,7 +253,7 @@ absl::StatusOr<PassResult> RulePass::run(ir::Model& model, PassContext& ctx) {
   options.check_transactions = ctx.check_transactions;
   RuleCounts counts = make_rules_ ? run_rules(model, make_rules_(model, ctx), options)
                                   : run_rules(model, rules_, options);
-  if (!counts.error.ok()) return counts.error;
+  RETURN_IF_ERROR(counts.error);
   PassResult result;
   result.add(counts.total);
   result.rules = std::move(counts.rewrites);

@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "core/analysis/memory.h"
+#include "core/base/status.h"
 #include "core/passes/passes.h"
 
 namespace graft {
@@ -155,7 +156,7 @@ class ScheduleMemory final : public Pass {
       }
     }
     if (after >= before) return result;
-    if (auto st = g.reorder_nodes(order); !st.ok()) return st;
+    RETURN_IF_ERROR(g.reorder_nodes(order));
     int64_t moved = 0;
     for (size_t i = 0; i < nodes.size(); ++i) moved += nodes[i] != order[i];
     result.add(moved);
