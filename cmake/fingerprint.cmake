@@ -17,7 +17,7 @@
 # (request_pipeline_config in server/service.cc, which also builds the cached report), and the
 # build's own files (flags, definitions).
 # Searched recursively:
-set(GRAFT_FINGERPRINT_TREES core/*.cc core/*.h proto/*.proto)
+set(GRAFT_FINGERPRINT_TREES core/*.cc core/*.h core/*.def proto/*.proto)
 # Searched in their own folder only:
 set(GRAFT_FINGERPRINT_FILES
   proto/convert.cc proto/convert.h proto/config_key.cc proto/config_key.h

@@ -6,6 +6,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "proto/convert.h"
 
 namespace graft::api {
@@ -207,11 +208,10 @@ const std::vector<ExcludedField>& excluded_fields() {
 }
 
 absl::StatusOr<std::string> canonical_config(const PipelineConfig& config) {
-  auto specs = resolve_pipeline(config);
-  if (!specs.ok()) return specs.status();
+  ASSIGN_OR_RETURN(const std::vector<PassSpec> specs, resolve_pipeline(config));
   const bool lossy =
-      std::any_of(specs->begin(), specs->end(), [](const PassSpec& s) { return s.lossy; });
-  const KeyContext context{config, *specs, lossy};
+      std::any_of(specs.begin(), specs.end(), [](const PassSpec& s) { return s.lossy; });
+  const KeyContext context{config, specs, lossy};
   KeyText key;
   for (const auto& part : key_parts()) part.write(context, key);
   return key.take();

@@ -7,6 +7,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "core/cache/digest.h"
 #include "core/passes/registry.h"
 
@@ -84,9 +85,7 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("level must be O0..O", kMaxLevel, ", got '", level, "'"));
   }
-  auto target = parse_target(config.target());
-  if (!target.ok()) return target.status();
-  out.target = *target;
+  ASSIGN_OR_RETURN(out.target, parse_target(config.target()));
   out.target_opset = config.target_opset();
   out.passes.assign(config.passes().begin(), config.passes().end());
   for (const auto& [pass, options] : config.pass_options())
@@ -108,14 +107,10 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   if (v.has_rtol()) o.rtol = v.rtol();
   if (v.has_atol()) o.atol = v.atol();
   uint64_t input_bytes = 0;
-  if (auto st =
-          parse_input_sets(v.input_sets(), "verify", o.max_tensor_bytes, input_bytes, o.input_sets);
-      !st.ok())
-    return st;
-  if (auto st = parse_input_sets(config.calibration_sets(), "calibration", o.max_tensor_bytes,
-                                 input_bytes, out.calibration_sets);
-      !st.ok())
-    return st;
+  RETURN_IF_ERROR(
+      parse_input_sets(v.input_sets(), "verify", o.max_tensor_bytes, input_bytes, o.input_sets));
+  RETURN_IF_ERROR(parse_input_sets(config.calibration_sets(), "calibration", o.max_tensor_bytes,
+                                   input_bytes, out.calibration_sets));
   if (!o.input_sets.empty()) {
     out.verify = true;  // given inputs are only for verification
     o.trials = static_cast<int>(o.input_sets.size());
@@ -139,9 +134,9 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   out.fix_dims.insert(config.fix_dims().begin(), config.fix_dims().end());
   for (const auto& [name, shape] : config.fix_shapes())
     out.fix_shapes[name].assign(shape.dims().begin(), shape.dims().end());
-  if (auto st = check_limits(out); !st.ok()) return st;
-  if (auto st = eval::validate(o); !st.ok()) return st;
-  if (auto names = resolve_passes(out); !names.ok()) return names.status();
+  RETURN_IF_ERROR(check_limits(out));
+  RETURN_IF_ERROR(eval::validate(o));
+  RETURN_IF_ERROR(resolve_passes(out));
   return out;
 }
 

@@ -65,6 +65,15 @@ TEST(BuildFingerprint, ChangesWhenOnePassFileChanges) {
   EXPECT_EQ(edited.size(), 64u);
   EXPECT_NE(edited, original);
 
+  // The list of the passes in pipeline order is not a .cc or .h, and counts too.
+  TempFolder order;
+  copy_fingerprinted_sources(order.path());
+  {
+    std::ofstream list(order.path() / "core" / "passes" / "passes.def", std::ios::app);
+    list << "// a change\n";
+  }
+  EXPECT_NE(fingerprint_of(order.path()), original);
+
   // The request's config conversion counts too, as do the toolchain and the version.
   TempFolder other;
   copy_fingerprinted_sources(other.path());

@@ -756,29 +756,27 @@ class ConvertFp16 : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_convert_fp16() { return std::make_unique<ConvertFp16>(); }
-
 PassInfo convert_fp16_pass() {
-  return {.name = "convert_fp16",
-          .level = 3,
-          .lossy = true,
-          // float16 rounds each value by at most 2^-11 of its magnitude; a model whose outputs
-          // move by 1% of their range or turn in direction has lost more than rounding.
-          .gate = {.max_rel = 0.01, .min_cosine = 0.9995},
-          .description = "float32 weights and computation to float16 (Casts at kept ops and I/O)",
-          .options = {boolean_option("keep_io_types", true,
-                                     "graph inputs and outputs stay float32 (Casts at the "
-                                     "boundary); false converts them too"),
-                      list_option("block_ops", default_block_ops(), {},
-                                  "op types (ONNX domain) kept in float32 with Casts around "
-                                  "them; replaces the default list (empty: none kept)"),
-                      list_option("block_nodes", {}, {},
-                                  "node names kept in float32 with Casts around them"),
-                      integer_option("max_activation", 16384, 0, 65504,
-                                     "nodes with a float32 input or output whose magnitude "
-                                     "passes this on the verification inputs stay float32 (0: "
-                                     "activations not judged)")},
-          .create = make_convert_fp16};
+  return describe<ConvertFp16>(
+      {.name = "convert_fp16",
+       .level = 3,
+       .lossy = true,
+       // float16 rounds each value by at most 2^-11 of its magnitude; a model whose outputs
+       // move by 1% of their range or turn in direction has lost more than rounding.
+       .gate = {.max_rel = 0.01, .min_cosine = 0.9995},
+       .description = "float32 weights and computation to float16 (Casts at kept ops and I/O)",
+       .options = {
+           boolean_option("keep_io_types", true,
+                          "graph inputs and outputs stay float32 (Casts at the "
+                          "boundary); false converts them too"),
+           list_option("block_ops", default_block_ops(), {},
+                       "op types (ONNX domain) kept in float32 with Casts around "
+                       "them; replaces the default list (empty: none kept)"),
+           list_option("block_nodes", {}, {}, "node names kept in float32 with Casts around them"),
+           integer_option("max_activation", 16384, 0, 65504,
+                          "nodes with a float32 input or output whose magnitude "
+                          "passes this on the verification inputs stay float32 (0: "
+                          "activations not judged)")}});
 }
 
 }  // namespace graft

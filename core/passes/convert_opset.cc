@@ -57,20 +57,17 @@ class ConvertOpset : public Pass {
   }
 };
 
-std::unique_ptr<Pass> make_convert_opset() { return std::make_unique<ConvertOpset>(); }
-
 }  // namespace
 
 PassInfo convert_opset_pass() {
-  return {.name = "convert_opset",
-          .level = 1,
-          .by_name_only = true,
-          .description =
-              "raises the default-domain opset to `opset`, converting the nodes "
-              "whose schema changed (--target-opset N puts it first; by name only)",
-          .options = {integer_option(kOpset, 0, 0, kMaxRaisableOpset,
-                                     "the opset to raise to (0: none; 13..23)")},
-          .create = make_convert_opset};
+  return describe<ConvertOpset>(
+      {.name = "convert_opset",
+       .level = 1,
+       .by_name_only = true,
+       .description = "raises the default-domain opset to `opset`, converting the nodes "
+                      "whose schema changed (--target-opset N puts it first; by name only)",
+       .options = {integer_option(kOpset, 0, 0, kMaxRaisableOpset,
+                                  "the opset to raise to (0: none; 13..23)")}});
 }
 
 }  // namespace graft

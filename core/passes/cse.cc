@@ -133,19 +133,12 @@ bool can_merge(const ir::Node& n) {
   return !is_nondeterministic(n);
 }
 
-class Cse final : public Pass {
+class Cse final : public PerGraphPass {
  public:
   std::string_view name() const override { return "cse"; }
 
-  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
-    PassResult result;
-    Rewriter rw(model);
-    for (ir::Graph* g : model.all_graphs()) run_graph(rw, *g, result);
-    return result;
-  }
-
  private:
-  static void run_graph(Rewriter& rw, ir::Graph& g, PassResult& result) {
+  absl::Status run_graph(ir::Graph& g, Rewriter& rw, PassContext&, PassResult& result) override {
     std::unordered_map<size_t, std::vector<ir::Node*>> seen;
     for (ir::Node* n : g.nodes()) {
       if (n->dead() || !can_merge(*n)) continue;
@@ -166,20 +159,19 @@ class Cse final : public Pass {
       const std::vector<ir::Value*> kept(keep->outputs().begin(), keep->outputs().end());
       if (rw.replace_node(n, kept, /*allow_identity=*/false)) result.add();
     }
+    return absl::OkStatus();
   }
 };
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_cse() { return std::make_unique<Cse>(); }
-
 PassInfo cse_pass() {
-  return {.name = "cse",
-          .level = 1,
-          .description =
-              "merge nodes computing the same op on the same inputs (deterministic ops only)",
-          .options = {},
-          .create = make_cse};
+  return describe<Cse>(
+      {.name = "cse",
+       .level = 1,
+       .description =
+           "merge nodes computing the same op on the same inputs (deterministic ops only)",
+       .options = {}});
 }
 
 }  // namespace graft

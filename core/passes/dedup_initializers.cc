@@ -124,19 +124,12 @@ std::optional<TensorProto> head_tensor(const TensorProto& t) {
   return head;
 }
 
-class DedupInitializers final : public Pass {
+class DedupInitializers final : public PerGraphPass {
  public:
   std::string_view name() const override { return "dedup_initializers"; }
 
-  absl::StatusOr<PassResult> run(ir::Model& model, PassContext&) override {
-    PassResult result;
-    Rewriter rw(model);
-    for (ir::Graph* g : model.all_graphs()) run_graph(rw, *g, result);
-    return result;
-  }
-
  private:
-  static void run_graph(Rewriter& rw, ir::Graph& g, PassResult& result) {
+  absl::Status run_graph(ir::Graph& g, Rewriter& rw, PassContext&, PassResult& result) override {
     // External tensors with a same-sized twin: only these are ever read. Their first bytes are
     // hashed first (weights of the same shape almost always differ there), and only those whose
     // first bytes match another's are hashed whole.
@@ -208,21 +201,18 @@ class DedupInitializers final : public Pass {
       rw.erase_if_unused(drop);
       result.add();
     }
+    return absl::OkStatus();
   }
 };
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_dedup_initializers() {
-  return std::make_unique<DedupInitializers>();
-}
-
 PassInfo dedup_initializers_pass() {
-  return {.name = "dedup_initializers",
-          .level = 1,
-          .description = "merge initializers with equal type, shape and bytes",
-          .options = {},
-          .create = make_dedup_initializers};
+  return describe<DedupInitializers>(
+      {.name = "dedup_initializers",
+       .level = 1,
+       .description = "merge initializers with equal type, shape and bytes",
+       .options = {}});
 }
 
 }  // namespace graft

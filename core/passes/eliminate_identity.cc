@@ -19,16 +19,12 @@ std::vector<Rule> identity_rules() {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_eliminate_identity() {
-  return std::make_unique<RulePass>("eliminate_identity", identity_rules());
-}
-
 PassInfo eliminate_identity_pass() {
-  return {.name = "eliminate_identity",
-          .level = 1,
-          .description = "remove Identity nodes (graph output names are kept)",
-          .options = {},
-          .create = make_eliminate_identity};
+  return describe({.name = "eliminate_identity",
+                   .level = 1,
+                   .description = "remove Identity nodes (graph output names are kept)",
+                   .options = {}},
+                  {identity_rules});
 }
 
 }  // namespace graft

@@ -273,19 +273,16 @@ std::vector<Rule> noop_rules() {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_eliminate_noop() {
-  return std::make_unique<RulePass>("eliminate_noop", noop_rules());
-}
-
 PassInfo eliminate_noop_pass() {
-  return {.name = "eliminate_noop",
-          .level = 1,
-          .description =
-              "remove no-op nodes: inference Dropout, identity Transpose/Reshape/Expand/Squeeze/"
-              "Unsqueeze/Flatten/Cast/Slice/Pad/Tile, one-part Concat/Split, one-operand "
-              "Sum/Mean/Max/Min, Where with a constant condition",
-          .options = {},
-          .create = make_eliminate_noop};
+  return describe(
+      {.name = "eliminate_noop",
+       .level = 1,
+       .description =
+           "remove no-op nodes: inference Dropout, identity Transpose/Reshape/Expand/Squeeze/"
+           "Unsqueeze/Flatten/Cast/Slice/Pad/Tile, one-part Concat/Split, one-operand "
+           "Sum/Mean/Max/Min, Where with a constant condition",
+       .options = {}},
+      {noop_rules});
 }
 
 }  // namespace graft

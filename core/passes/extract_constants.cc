@@ -71,16 +71,11 @@ class ExtractConstants final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_extract_constants() {
-  return std::make_unique<ExtractConstants>();
-}
-
 PassInfo extract_constants_pass() {
-  return {.name = "extract_constants",
-          .level = 1,
-          .description = "Constant nodes become initializers",
-          .options = {},
-          .create = make_extract_constants};
+  return describe<ExtractConstants>({.name = "extract_constants",
+                                     .level = 1,
+                                     .description = "Constant nodes become initializers",
+                                     .options = {}});
 }
 
 }  // namespace graft

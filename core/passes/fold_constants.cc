@@ -322,28 +322,24 @@ class FoldConstants final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_fold_constants() { return std::make_unique<FoldConstants>(); }
-
 PassInfo fold_constants_pass() {
-  return {
-      .name = "fold_constants",
-      .level = 1,
-      .description =
-          "nodes whose inputs are all constants become initializers holding their results "
-          "(deterministic ops the reference evaluator supports)",
-      .options =
-          {
-              evaluator_bytes_option(kMaxBytes, 16ll << 20, kMaxFoldBytes,
-                                     "largest folded result in bytes"),
-              integer_option(kMaxGrowth, 4, 0, std::numeric_limits<int64_t>::max(),
-                             "never fold when the result is more than this many times larger than "
-                             "the constant inputs folding frees (an input only foldable nodes read "
-                             "counts as an equal share for each; results under 64 KiB always "
-                             "fold; a node with a larger result folds with the nodes it makes "
-                             "constant when their results read elsewhere are within the cap or "
-                             "under 64 KiB per node folded)"),
-          },
-      .create = make_fold_constants};
+  return describe<FoldConstants>(
+      {.name = "fold_constants",
+       .level = 1,
+       .description =
+           "nodes whose inputs are all constants become initializers holding their results "
+           "(deterministic ops the reference evaluator supports)",
+       .options = {
+           evaluator_bytes_option(kMaxBytes, 16ll << 20, kMaxFoldBytes,
+                                  "largest folded result in bytes"),
+           integer_option(kMaxGrowth, 4, 0, std::numeric_limits<int64_t>::max(),
+                          "never fold when the result is more than this many times larger than "
+                          "the constant inputs folding frees (an input only foldable nodes read "
+                          "counts as an equal share for each; results under 64 KiB always "
+                          "fold; a node with a larger result folds with the nodes it makes "
+                          "constant when their results read elsewhere are within the cap or "
+                          "under 64 KiB per node folded)"),
+       }});
 }
 
 }  // namespace graft

@@ -127,21 +127,15 @@ std::vector<Rule> shape_rules() {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_fold_shapes() {
-  std::vector<Rule> rules = shape_rules();
-  for (Rule& r : reshape_chain_rules()) rules.push_back(std::move(r));
-  return std::make_unique<RulePass>("fold_shapes", std::move(rules));
-}
-
 PassInfo fold_shapes_pass() {
-  return {.name = "fold_shapes",
-          .level = 1,
-          .description =
-              "Shape, Size and shape arithmetic on statically known shapes become "
-              "constants; a Reshape target computed from Shapes becomes a constant with "
-              "0 (copy) and -1 (inferred) entries",
-          .options = {},
-          .create = make_fold_shapes};
+  return describe(
+      {.name = "fold_shapes",
+       .level = 1,
+       .description = "Shape, Size and shape arithmetic on statically known shapes become "
+                      "constants; a Reshape target computed from Shapes becomes a constant with "
+                      "0 (copy) and -1 (inferred) entries",
+       .options = {}},
+      {shape_rules, reshape_chain_rules});
 }
 
 }  // namespace graft

@@ -138,18 +138,15 @@ std::vector<Rule> attention_rules() { return {{"attention", {"MatMul"}, attentio
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_fuse_attention() {
-  return std::make_unique<RulePass>("fuse_attention", attention_rules());
-}
-
 PassInfo fuse_attention_pass() {
-  return {.name = "fuse_attention",
-          .level = 2,
-          .description =
-              "scaled dot-product attention (MatMul, scale, mask, Softmax, MatMul over heads) "
-              "becomes ONNX's Attention (opset >= 23)",
-          .options = {},
-          .create = make_fuse_attention};
+  return describe(
+      {.name = "fuse_attention",
+       .level = 2,
+       .description =
+           "scaled dot-product attention (MatMul, scale, mask, Softmax, MatMul over heads) "
+           "becomes ONNX's Attention (opset >= 23)",
+       .options = {}},
+      {attention_rules});
 }
 
 }  // namespace graft

@@ -544,19 +544,15 @@ std::vector<Rule> block_rules() {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_fuse_blocks() {
-  return std::make_unique<RulePass>("fuse_blocks", block_rules());
-}
-
 PassInfo fuse_blocks_pass() {
-  return {
-      .name = "fuse_blocks",
-      .level = 2,
-      .description =
-          "decomposed LayerNormalization (opset >= 17), Gelu (erf and tanh forms, opset >= 20), "
-          "RMSNormalization and RotaryEmbedding (opset >= 23) blocks become the standard op",
-      .options = {},
-      .create = make_fuse_blocks};
+  return describe(
+      {.name = "fuse_blocks",
+       .level = 2,
+       .description =
+           "decomposed LayerNormalization (opset >= 17), Gelu (erf and tanh forms, opset >= 20), "
+           "RMSNormalization and RotaryEmbedding (opset >= 23) blocks become the standard op",
+       .options = {}},
+      {block_rules});
 }
 
 }  // namespace graft

@@ -128,21 +128,16 @@ std::vector<Rule> affine_rules() {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_fuse_conv_batchnorm() {
-  std::vector<Rule> rules = affine_rules();
-  for (Rule& r : pad_fusion_rules()) rules.push_back(std::move(r));
-  return std::make_unique<RulePass>("fuse_conv_batchnorm", std::move(rules));
-}
-
 PassInfo fuse_conv_batchnorm_pass() {
-  return {.name = "fuse_conv_batchnorm",
-          .level = 2,
-          .description =
-              "fold inference BatchNormalization, and Mul or Add of a per-channel constant, into a "
-              "preceding Conv/ConvTranspose/Gemm/MatMul (MatMul + Add is fuse_matmul_add's); a "
-              "constant-mode Pad into the Conv/AveragePool/MaxPool it feeds",
-          .options = {},
-          .create = make_fuse_conv_batchnorm};
+  return describe(
+      {.name = "fuse_conv_batchnorm",
+       .level = 2,
+       .description =
+           "fold inference BatchNormalization, and Mul or Add of a per-channel constant, into a "
+           "preceding Conv/ConvTranspose/Gemm/MatMul (MatMul + Add is fuse_matmul_add's); a "
+           "constant-mode Pad into the Conv/AveragePool/MaxPool it feeds",
+       .options = {}},
+      {affine_rules, pad_fusion_rules});
 }
 
 }  // namespace graft

@@ -253,19 +253,15 @@ std::vector<Rule> gemm_rules() {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_fuse_matmul_add() {
-  return std::make_unique<RulePass>("fuse_matmul_add", gemm_rules());
-}
-
 PassInfo fuse_matmul_add_pass() {
-  return {.name = "fuse_matmul_add",
-          .level = 2,
-          .description =
-              "2-D MatMul followed by Add of a constant bias becomes Gemm, as does a "
-              "Gemm without C followed by one; a 2-D Transpose feeding Gemm or MatMul "
-              "becomes transA/transB",
-          .options = {},
-          .create = make_fuse_matmul_add};
+  return describe(
+      {.name = "fuse_matmul_add",
+       .level = 2,
+       .description = "2-D MatMul followed by Add of a constant bias becomes Gemm, as does a "
+                      "Gemm without C followed by one; a 2-D Transpose feeding Gemm or MatMul "
+                      "becomes transA/transB",
+       .options = {}},
+      {gemm_rules});
 }
 
 }  // namespace graft

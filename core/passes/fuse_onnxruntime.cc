@@ -437,24 +437,22 @@ class FuseOnnxRuntime : public RulePass {
   }
 };
 
-std::unique_ptr<Pass> make_fuse_onnxruntime() { return std::make_unique<FuseOnnxRuntime>(); }
-
 }  // namespace
 
 PassInfo fuse_onnxruntime_pass() {
-  return {.name = "fuse_onnxruntime",
-          .level = 2,
-          .target = Target::Kind::kOnnxRuntime,
-          .description =
-              "ONNX Runtime's fused kernels (com.microsoft Attention, RotaryEmbedding; "
-              "SkipLayerNormalization by option) for blocks its own optimizer leaves apart; "
-              "target onnxruntime only",
-          .options = {list_option(kFusions, {"attention", "rotary_embedding"}, kRuleNames,
-                                  "the fusions to make (each a rule of this pass); "
-                                  "skip_layer_norm is off by default: measured slower than "
-                                  "LayerNormalization + Add under ONNX Runtime 1.30 on CPU "
-                                  "(docs/performance.md)")},
-          .create = make_fuse_onnxruntime};
+  return describe<FuseOnnxRuntime>(
+      {.name = "fuse_onnxruntime",
+       .level = 2,
+       .target = Target::Kind::kOnnxRuntime,
+       .description =
+           "ONNX Runtime's fused kernels (com.microsoft Attention, RotaryEmbedding; "
+           "SkipLayerNormalization by option) for blocks its own optimizer leaves apart; "
+           "target onnxruntime only",
+       .options = {list_option(kFusions, {"attention", "rotary_embedding"}, kRuleNames,
+                               "the fusions to make (each a rule of this pass); "
+                               "skip_layer_norm is off by default: measured slower than "
+                               "LayerNormalization + Add under ONNX Runtime 1.30 on CPU "
+                               "(docs/performance.md)")}});
 }
 
 }  // namespace graft

@@ -149,16 +149,12 @@ class InlineConstantIf final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_inline_constant_if() {
-  return std::make_unique<InlineConstantIf>();
-}
-
 PassInfo inline_constant_if_pass() {
-  return {.name = "inline_constant_if",
-          .level = 1,
-          .description = "If with a constant condition becomes the nodes of its taken branch",
-          .options = {},
-          .create = make_inline_constant_if};
+  return describe<InlineConstantIf>(
+      {.name = "inline_constant_if",
+       .level = 1,
+       .description = "If with a constant condition becomes the nodes of its taken branch",
+       .options = {}});
 }
 
 }  // namespace graft

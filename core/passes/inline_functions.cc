@@ -442,21 +442,18 @@ class InlineFunctions final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_inline_functions() { return std::make_unique<InlineFunctions>(); }
-
 PassInfo inline_functions_pass() {
-  return {.name = "inline_functions",
-          .level = 2,
-          .description =
-              "calls of model-local functions become the nodes of their bodies "
-              "(nested calls too); functions left without calls are removed",
-          .options = {boolean_option(kKeepFunctions, false,
-                                     "keep every function call as it is (turns the pass off)"),
-                      integer_option(kMaxGrowth, 8, 1, 1 << 20,
-                                     "inline only if the model with every call expanded is at "
-                                     "most this many times its size (nodes counted with their "
-                                     "attributes' bytes; 1 MiB always fits)")},
-          .create = make_inline_functions};
+  return describe<InlineFunctions>(
+      {.name = "inline_functions",
+       .level = 2,
+       .description = "calls of model-local functions become the nodes of their bodies "
+                      "(nested calls too); functions left without calls are removed",
+       .options = {boolean_option(kKeepFunctions, false,
+                                  "keep every function call as it is (turns the pass off)"),
+                   integer_option(kMaxGrowth, 8, 1, 1 << 20,
+                                  "inline only if the model with every call expanded is at "
+                                  "most this many times its size (nodes counted with their "
+                                  "attributes' bytes; 1 MiB always fits)")}});
 }
 
 }  // namespace graft

@@ -8,6 +8,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "core/ir/tensor.h"
 #include "core/passes/queries.h"
 
@@ -334,7 +335,7 @@ absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
   RuleCounts counts = run_rules(model, rules, options);
   if (!counts.error.ok() || counts.capped) {
     model.rollback(cp);
-    if (!counts.error.ok()) return counts.error;
+    RETURN_IF_ERROR(counts.error);
     return absl::InternalError("raising the opset: the conversion rules did not finish");
   }
   model.release(cp);

@@ -782,26 +782,24 @@ bool transpose_tied_constant(ir::Node& t, Rewriter& rw) {
   return true;
 }
 
-}  // namespace
-
-static std::unique_ptr<Pass> make_optimize_transposes() {
-  return std::make_unique<RulePass>(
-      "optimize_transposes",
-      std::vector<Rule>{{"push_transpose", {"Transpose"}, push_transpose},
-                        {"transpose_tied_constant", {"Transpose"}, transpose_tied_constant}});
+std::vector<Rule> transpose_rules() {
+  return {{"push_transpose", {"Transpose"}, push_transpose},
+          {"transpose_tied_constant", {"Transpose"}, transpose_tied_constant}};
 }
 
+}  // namespace
+
 PassInfo optimize_transposes_pass() {
-  return {.name = "optimize_transposes",
-          .level = 2,
-          .description =
-              "Transposes pushed down through elementwise ops, reductions, Concat, "
-              "Split, Pad, Slice, Squeeze/Unsqueeze and Softmax until they cancel, "
-              "merge or fold into constants (only when fewer Transposes remain); a "
-              "weight read transposed and by Gathers (a tied embedding) is stored "
-              "transposed instead",
-          .options = {},
-          .create = make_optimize_transposes};
+  return describe(
+      {.name = "optimize_transposes",
+       .level = 2,
+       .description = "Transposes pushed down through elementwise ops, reductions, Concat, "
+                      "Split, Pad, Slice, Squeeze/Unsqueeze and Softmax until they cancel, "
+                      "merge or fold into constants (only when fewer Transposes remain); a "
+                      "weight read transposed and by Gathers (a tied embedding) is stored "
+                      "transposed instead",
+       .options = {}},
+      {transpose_rules});
 }
 
 }  // namespace graft

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 
+#include "core/base/status.h"
+
 namespace graft {
 
 namespace {
@@ -255,9 +257,8 @@ absl::StatusOr<OptionValues> parse_options(std::string_view pass,
       out.values_.emplace_back(spec.name, spec.default_value);
       continue;
     }
-    auto value = parse_option(pass, spec, it->second);
-    if (!value.ok()) return value.status();
-    out.values_.emplace_back(spec.name, std::move(*value));
+    ASSIGN_OR_RETURN(OptionValue value, parse_option(pass, spec, it->second));
+    out.values_.emplace_back(spec.name, std::move(value));
   }
   return out;
 }

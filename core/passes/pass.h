@@ -9,8 +9,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
 #include "core/eval/kernel.h"
@@ -100,6 +102,22 @@ class Pass {
   virtual absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) = 0;
 };
 
+class Rewriter;  // core/passes/rewriter.h
+
+// A pass that does the same to each graph on its own: run() calls run_graph on every graph of
+// Model::all_graphs() (the main graph, function bodies and nested subgraphs, parents first), all
+// edited through one Rewriter and counted in one PassResult, and stops at the first error. A
+// pass whose loop does more (its own order or set of graphs, state across graphs, work on the
+// whole model before or after) implements run() itself.
+class PerGraphPass : public Pass {
+ public:
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) final;
+
+ protected:
+  virtual absl::Status run_graph(ir::Graph& graph, Rewriter& rw, PassContext& ctx,
+                                 PassResult& result) = 0;
+};
+
 // The error a lossy pass's result may have in every float output of the model to be kept
 // (eval::OutputError): the worst absolute difference over the original output's largest
 // magnitude at most `max_rel`, and the cosine similarity of the two outputs at least
@@ -128,7 +146,19 @@ struct PassInfo {
   std::optional<Target::Kind> target = std::nullopt;
   std::string description;
   std::vector<OptionSpec> options;
-  std::function<std::unique_ptr<Pass>()> create;
+  // Makes the pass: set by describe() (`{}`, so a descriptor leaves it out without a warning).
+  std::function<std::unique_ptr<Pass>()> create{};
 };
+
+// `info` with `create` making a P from copies of `args` (each pass made gets its own copies):
+// the end of a pass's file is `PassInfo x_pass() { return describe<X>({.name = "x", ...}); }`.
+// A pass made of rules uses the overloads in rules.h.
+template <typename P, typename... Args>
+PassInfo describe(PassInfo info, Args... args) {
+  info.create = [... args = std::move(args)]() -> std::unique_ptr<Pass> {
+    return std::make_unique<P>(args...);
+  };
+  return info;
+}
 
 }  // namespace graft

@@ -196,14 +196,12 @@ class Prune final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_prune() { return std::make_unique<Prune>(); }
-
 PassInfo prune_pass() {
-  return {.name = "prune",
-          .level = 1,
-          .description = "remove nodes, initializers and value_info that reach no graph output",
-          .options = {},
-          .create = make_prune};
+  return describe<Prune>(
+      {.name = "prune",
+       .level = 1,
+       .description = "remove nodes, initializers and value_info that reach no graph output",
+       .options = {}});
 }
 
 }  // namespace graft

@@ -382,51 +382,45 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   return rules;
 }
 
-std::unique_ptr<Pass> make_quantize_dynamic_int8() {
-  return std::make_unique<RulePass>("quantize_dynamic_int8", quantize_rules,
-                                    std::vector<std::string>{"quantize_matmul", "quantize_gemm",
-                                                             "quantize_conv", "quantize_gather"});
-}
-
 }  // namespace
 
 PassInfo quantize_dynamic_int8_pass() {
-  return {
-      .name = "quantize_dynamic_int8",
-      .level = 3,
-      .lossy = true,
-      // Measured on BERT encoders and CNNs (docs/quantization.md): rel 0.007-0.04, cosine
-      // >= 0.9998; a result several times worse than that is not what the pass is for.
-      .gate = {.max_rel = 0.1, .min_cosine = 0.995},
-      .by_name_only = true,
-      .description =
-          "MatMul/Gemm by a constant float32 2-D weight become DynamicQuantizeLinear + "
-          "MatMulInteger (Conv, when asked: ConvInteger) with the weight quantized to 8 bits "
-          "(lossy; by name only)",
-      .options = {boolean_option(kPerChannel, false,
-                                 "one weight scale per output column (Conv: per output channel) "
-                                 "instead of per tensor"),
-                  // uint8 by default: ONNX Runtime's u8s8 (int8 weight) integer products on
-                  // x86 CPUs without VNNI saturate 16-bit intermediate sums, so its results there
-                  // differ from the exact int32 products the pipeline measures (4-14x the error
-                  // on BERT-style models); u8u8 products are exact everywhere.
-                  enum_option(kWeightType, "uint8", {"int8", "uint8"},
-                              "uint8: asymmetric, exact under ONNX Runtime on every x86 CPU; "
-                              "int8: symmetric, zero point 0 (ONNX Runtime saturates its "
-                              "products on x86 without VNNI)"),
-                  // Below 4096 elements the DynamicQuantizeLinear, Cast and Muls cost more per
-                  // run than the 8-bit product saves.
-                  min_weight_elements_option(),
-                  // Conv by default stays float: with one activation range per tensor,
-                  // computed at run time, CNN accuracy drops (ONNX Runtime quantizes it by
-                  // default; here exclude_ops= with no Conv asks for it).
-                  exclude_ops_option(
-                      {"Conv"}, {"MatMul", "Gemm", "Gather", "Conv"},
-                      "op types left in float (Gather: constant tables such as "
-                      "embeddings, otherwise stored in 8 bits with the gathered rows "
-                      "dequantized; Conv: ConvInteger per output channel)"),
-                  exclude_nodes_option()},
-      .create = make_quantize_dynamic_int8};
+  return describe(
+      {.name = "quantize_dynamic_int8",
+       .level = 3,
+       .lossy = true,
+       // Measured on BERT encoders and CNNs (docs/quantization.md): rel 0.007-0.04, cosine
+       // >= 0.9998; a result several times worse than that is not what the pass is for.
+       .gate = {.max_rel = 0.1, .min_cosine = 0.995},
+       .by_name_only = true,
+       .description =
+           "MatMul/Gemm by a constant float32 2-D weight become DynamicQuantizeLinear + "
+           "MatMulInteger (Conv, when asked: ConvInteger) with the weight quantized to 8 bits "
+           "(lossy; by name only)",
+       .options = {boolean_option(kPerChannel, false,
+                                  "one weight scale per output column (Conv: per output channel) "
+                                  "instead of per tensor"),
+                   // uint8 by default: ONNX Runtime's u8s8 (int8 weight) integer products on
+                   // x86 CPUs without VNNI saturate 16-bit intermediate sums, so its results there
+                   // differ from the exact int32 products the pipeline measures (4-14x the error
+                   // on BERT-style models); u8u8 products are exact everywhere.
+                   enum_option(kWeightType, "uint8", {"int8", "uint8"},
+                               "uint8: asymmetric, exact under ONNX Runtime on every x86 CPU; "
+                               "int8: symmetric, zero point 0 (ONNX Runtime saturates its "
+                               "products on x86 without VNNI)"),
+                   // Below 4096 elements the DynamicQuantizeLinear, Cast and Muls cost more per
+                   // run than the 8-bit product saves.
+                   min_weight_elements_option(),
+                   // Conv by default stays float: with one activation range per tensor,
+                   // computed at run time, CNN accuracy drops (ONNX Runtime quantizes it by
+                   // default; here exclude_ops= with no Conv asks for it).
+                   exclude_ops_option(
+                       {"Conv"}, {"MatMul", "Gemm", "Gather", "Conv"},
+                       "op types left in float (Gather: constant tables such as "
+                       "embeddings, otherwise stored in 8 bits with the gathered rows "
+                       "dequantized; Conv: ConvInteger per output channel)"),
+                   exclude_nodes_option()}},
+      quantize_rules, {"quantize_matmul", "quantize_gemm", "quantize_conv", "quantize_gather"});
 }
 
 }  // namespace graft

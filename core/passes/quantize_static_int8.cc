@@ -55,6 +55,7 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
+#include "core/base/status.h"
 #include "core/eval/executor.h"
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
@@ -166,9 +167,8 @@ absl::StatusOr<Ranges> calibrate(const ir::Model& model, const CalibrationInputs
     ++r.runs;
   };
   for (const auto& feeds : *calibration.sets) {
-    auto outputs = eval::run_model(model, feeds, calibration.limits, nullptr, &observe);
     // Ranges of a partial run would be wrong for the rest.
-    if (!outputs.ok()) return outputs.status();
+    RETURN_IF_ERROR(eval::run_model(model, feeds, calibration.limits, nullptr, &observe));
   }
   return ranges;
 }
@@ -599,24 +599,22 @@ class QuantizeStaticInt8 : public RulePass {
   std::shared_ptr<Config> cfg_;
 };
 
-std::unique_ptr<Pass> make_quantize_static_int8() { return std::make_unique<QuantizeStaticInt8>(); }
-
 }  // namespace
 
 PassInfo quantize_static_int8_pass() {
-  return {
-      .name = "quantize_static_int8",
-      .level = 3,
-      .lossy = true,
-      .gate = {.max_rel = 0.2, .min_cosine = 0.98},
-      .by_name_only = true,
-      .description =
-          "calibrated 8-bit quantization in QDQ form (QuantizeLinear/DequantizeLinear around "
-          "Conv, MatMul, Gemm, Add, Mul, Concat, pools, Sigmoid, Softmax; int8 per-channel "
-          "weights, int32 biases), "
-          "which ONNX Runtime fuses into QLinearConv/QLinearMatMul (lossy; by name only)",
-      .options =
-          {list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
+  return describe<QuantizeStaticInt8>(
+      {.name = "quantize_static_int8",
+       .level = 3,
+       .lossy = true,
+       .gate = {.max_rel = 0.2, .min_cosine = 0.98},
+       .by_name_only = true,
+       .description =
+           "calibrated 8-bit quantization in QDQ form (QuantizeLinear/DequantizeLinear around "
+           "Conv, MatMul, Gemm, Add, Mul, Concat, pools, Sigmoid, Softmax; int8 per-channel "
+           "weights, int32 biases), "
+           "which ONNX Runtime fuses into QLinearConv/QLinearMatMul (lossy; by name only)",
+       .options = {
+           list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
                        "op types to quantize (the others stay float)"),
            exclude_nodes_option("node names left in float"),
            enum_option(kActivationType, "uint8", {"int8", "uint8"},
@@ -635,8 +633,7 @@ PassInfo quantize_static_int8_pass() {
                        "activation ranges: the extremes seen, or percentiles (outliers clipped)"),
            integer_option(kPercentile, 9999, 5000, 10000,
                           "calibration=percentile: the percentile in units of 0.01% (9999 = "
-                          "99.99%)")},
-      .create = make_quantize_static_int8};
+                          "99.99%)")}});
 }
 
 }  // namespace graft

@@ -50,6 +50,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "core/ir/tensor.h"
 #include "core/passes/float32_view.h"
 #include "core/passes/opset.h"
@@ -478,7 +479,7 @@ class QuantizeWeightsInt4 : public RulePass {
     auto quantized = RulePass::run(model, ctx);
     if (!quantized.ok() || quantized->rewrites == 0) {
       model.rollback(cp);  // the raised imports and IR version too
-      if (!quantized.ok()) return quantized.status();
+      RETURN_IF_ERROR(quantized);
       quantized->changed = false;
       return quantized;
     }
@@ -496,40 +497,36 @@ class QuantizeWeightsInt4 : public RulePass {
   }
 };
 
-std::unique_ptr<Pass> make_quantize_weights_int4() {
-  return std::make_unique<QuantizeWeightsInt4>();
-}
-
 }  // namespace
 
 PassInfo quantize_weights_int4_pass() {
-  return {.name = "quantize_weights_int4",
-          .level = 3,
-          .lossy = true,
-          // Measured (docs/quantization.md), default options, on seeded random weights (the harsh
-          // case: no structure for 4 bits to keep): cosine 0.978-0.999 and rel 0.06-0.24 per output
-          // (GPT-2, BERT and LLaMA-style blocks, an MLP; Graft's evaluator and ONNX Runtime alike).
-          // 16 levels per block move each weight by up to 1/14 of its block's range, so the error
-          // is an order above int8's. Deliberately broken on the MLP: values a row off give cosine
-          // 0.37, each column read with its neighbour's scales 0.927 (rel 0.42): both rolled back.
-          .gate = {.max_rel = 0.3, .min_cosine = 0.97},
-          .by_name_only = true,
-          .description =
-              "MatMul/Gemm weights and Gather tables (constant float32 2-D) become int4 (or uint4) "
-              "block-wise, read through DequantizeLinear (opset 21; ONNX Runtime fuses it into "
-              "MatMulNBits) (lossy; by name only)",
-          .options = {enum_option(kBlockSize, "32", {"16", "32", "64", "128", "256"},
-                                  "elements per scale along the reduction axis (K; a table's last "
-                                  "axis); ONNX Runtime's MatMulNBits takes powers of two >= 16"),
-                      boolean_option(kSymmetric, true,
-                                     "int4 with zero point 0 (scale max|w| / 7 per block); false: "
-                                     "uint4 with a zero point per block (range over 15 steps)"),
-                      min_weight_elements_option(),
-                      exclude_ops_option({}, {"MatMul", "Gemm", "Gather"},
-                                         "op types left in float (Gather: constant tables such as "
-                                         "embeddings, dequantized whole before the Gather)"),
-                      exclude_nodes_option()},
-          .create = make_quantize_weights_int4};
+  return describe<QuantizeWeightsInt4>(
+      {.name = "quantize_weights_int4",
+       .level = 3,
+       .lossy = true,
+       // Measured (docs/quantization.md), default options, on seeded random weights (the harsh
+       // case: no structure for 4 bits to keep): cosine 0.978-0.999 and rel 0.06-0.24 per output
+       // (GPT-2, BERT and LLaMA-style blocks, an MLP; Graft's evaluator and ONNX Runtime alike).
+       // 16 levels per block move each weight by up to 1/14 of its block's range, so the error
+       // is an order above int8's. Deliberately broken on the MLP: values a row off give cosine
+       // 0.37, each column read with its neighbour's scales 0.927 (rel 0.42): both rolled back.
+       .gate = {.max_rel = 0.3, .min_cosine = 0.97},
+       .by_name_only = true,
+       .description =
+           "MatMul/Gemm weights and Gather tables (constant float32 2-D) become int4 (or uint4) "
+           "block-wise, read through DequantizeLinear (opset 21; ONNX Runtime fuses it into "
+           "MatMulNBits) (lossy; by name only)",
+       .options = {enum_option(kBlockSize, "32", {"16", "32", "64", "128", "256"},
+                               "elements per scale along the reduction axis (K; a table's last "
+                               "axis); ONNX Runtime's MatMulNBits takes powers of two >= 16"),
+                   boolean_option(kSymmetric, true,
+                                  "int4 with zero point 0 (scale max|w| / 7 per block); false: "
+                                  "uint4 with a zero point per block (range over 15 steps)"),
+                   min_weight_elements_option(),
+                   exclude_ops_option({}, {"MatMul", "Gemm", "Gather"},
+                                      "op types left in float (Gather: constant tables such as "
+                                      "embeddings, dequantized whole before the Gather)"),
+                   exclude_nodes_option()}});
 }
 
 }  // namespace graft

@@ -9,6 +9,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
 #include "core/ir/fingerprint.h"
 
 namespace graft {
@@ -252,7 +253,7 @@ absl::StatusOr<PassResult> RulePass::run(ir::Model& model, PassContext& ctx) {
   options.check_transactions = ctx.check_transactions;
   RuleCounts counts = make_rules_ ? run_rules(model, make_rules_(model, ctx), options)
                                   : run_rules(model, rules_, options);
-  if (!counts.error.ok()) return counts.error;
+  RETURN_IF_ERROR(counts.error);
   PassResult result;
   result.add(counts.total);
   result.rules = std::move(counts.rewrites);
@@ -261,6 +262,25 @@ absl::StatusOr<PassResult> RulePass::run(ir::Model& model, PassContext& ctx) {
   result.explanations_dropped = counts.explanations_dropped;
   result.used_calibration = ctx.used_calibration;
   return result;
+}
+
+PassInfo describe(PassInfo info, std::initializer_list<std::vector<Rule> (*)()> make_rules) {
+  info.create = [name = info.name, makers = std::vector(make_rules)]() -> std::unique_ptr<Pass> {
+    std::vector<Rule> rules;
+    for (auto make : makers)
+      for (Rule& r : make()) rules.push_back(std::move(r));
+    return std::make_unique<RulePass>(name, std::move(rules));
+  };
+  return info;
+}
+
+PassInfo describe(PassInfo info, RulePass::MakeRules make_rules,
+                  std::vector<std::string> rule_names) {
+  info.create = [name = info.name, make_rules = std::move(make_rules),
+                 rule_names = std::move(rule_names)]() -> std::unique_ptr<Pass> {
+    return std::make_unique<RulePass>(name, make_rules, rule_names);
+  };
+  return info;
 }
 
 }  // namespace graft

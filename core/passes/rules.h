@@ -156,4 +156,13 @@ class RulePass : public Pass {
   std::vector<std::string> rule_names_;
 };
 
+// `info` with `create` making a RulePass named `info.name` whose rules are those `make_rules`
+// return, in order (called for each pass made): `PassInfo x_pass() { return describe({.name =
+// "x", ...}, {x_rules}); }`.
+PassInfo describe(PassInfo info, std::initializer_list<std::vector<Rule> (*)()> make_rules);
+// The same for rules made per run from the pass's context (RulePass's MakeRules), with the names
+// of every rule `make_rules` may return.
+PassInfo describe(PassInfo info, RulePass::MakeRules make_rules,
+                  std::vector<std::string> rule_names);
+
 }  // namespace graft

@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "core/analysis/memory.h"
+#include "core/base/status.h"
 #include "core/passes/passes.h"
 
 namespace graft {
@@ -155,7 +156,7 @@ class ScheduleMemory final : public Pass {
       }
     }
     if (after >= before) return result;
-    if (auto st = g.reorder_nodes(order); !st.ok()) return st;
+    RETURN_IF_ERROR(g.reorder_nodes(order));
     int64_t moved = 0;
     for (size_t i = 0; i < nodes.size(); ++i) moved += nodes[i] != order[i];
     result.add(moved);
@@ -167,17 +168,14 @@ class ScheduleMemory final : public Pass {
 
 }  // namespace
 
-static std::unique_ptr<Pass> make_schedule_memory() { return std::make_unique<ScheduleMemory>(); }
-
 PassInfo schedule_memory_pass() {
-  return {.name = "schedule_memory",
-          .level = 3,
-          .description =
-              "reorder the main graph's nodes to lower the estimated peak activation "
-              "memory (never raises it)",
-          .options = {integer_option(kDefaultDim, 1, 1, int64_t{1} << 20,
-                                     "size assumed for symbolic and unknown dims")},
-          .create = make_schedule_memory};
+  return describe<ScheduleMemory>(
+      {.name = "schedule_memory",
+       .level = 3,
+       .description = "reorder the main graph's nodes to lower the estimated peak activation "
+                      "memory (never raises it)",
+       .options = {integer_option(kDefaultDim, 1, 1, int64_t{1} << 20,
+                                  "size assumed for symbolic and unknown dims")}});
 }
 
 }  // namespace graft

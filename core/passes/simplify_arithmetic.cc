@@ -322,21 +322,16 @@ std::vector<Rule> arithmetic_rules() {
           {"mul_by_reciprocal", {"Mul"}, mul_by_reciprocal}};
 }
 
-static std::unique_ptr<Pass> make_simplify_arithmetic() {
-  std::vector<Rule> rules = arithmetic_rules();
-  for (Rule& r : chain_rules()) rules.push_back(std::move(r));
-  return std::make_unique<RulePass>("simplify_arithmetic", std::move(rules));
-}
-
 PassInfo simplify_arithmetic_pass() {
-  return {.name = "simplify_arithmetic",
-          .level = 1,
-          .description =
-              "exact algebraic rewrites: constant push-down, neutral and absorbing elements, "
-              "inverse pairs, Transpose/Reshape/Squeeze/Unsqueeze/Cast/Clip chains, Relu next to "
-              "a non-negative Clip",
-          .options = {},
-          .create = make_simplify_arithmetic};
+  return describe(
+      {.name = "simplify_arithmetic",
+       .level = 1,
+       .description =
+           "exact algebraic rewrites: constant push-down, neutral and absorbing elements, "
+           "inverse pairs, Transpose/Reshape/Squeeze/Unsqueeze/Cast/Clip chains, Relu next to "
+           "a non-negative Clip",
+       .options = {}},
+      {arithmetic_rules, chain_rules});
 }
 
 }  // namespace graft

@@ -8,6 +8,8 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/base/status.h"
+
 namespace graft {
 
 namespace {
@@ -137,7 +139,7 @@ absl::Status check_fix_config(const std::map<std::string, int64_t>& dims,
 absl::Status fix_input_dims(ir::Model& model, const std::map<std::string, int64_t>& dims,
                             const std::map<std::string, std::vector<int64_t>>& shapes,
                             std::vector<std::string>* changed, const eval::VerifyOptions* verify) {
-  if (auto st = check_fix_config(dims, shapes); !st.ok()) return st;
+  RETURN_IF_ERROR(check_fix_config(dims, shapes));
   if (dims.empty() && shapes.empty()) return absl::OkStatus();
   ir::Graph& g = model.graph();
   const std::vector<ir::GraphInput>& inputs = g.inputs();
@@ -241,8 +243,7 @@ absl::Status fix_input_dims(ir::Model& model, const std::map<std::string, int64_
     if (!edited && !(shape && !in.info.type().tensor_type().has_shape())) continue;
     // Given input sets are checked against the fixed declarations by the pipeline itself.
     if (verify && verify->input_sets.empty())
-      if (auto st = check_verify(in.value->name(), in.info.type(), type, *verify); !st.ok())
-        return st;
+      RETURN_IF_ERROR(check_verify(in.value->name(), in.info.type(), type, *verify));
     updates.emplace_back(i, std::move(type));
   }
 

@@ -25,6 +25,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include "core/base/status.h"
 #include "core/ir/onnx_guard.h"
 #include "core/ir/op_params.h"
 #include "core/ir/saturating.h"
@@ -197,8 +198,8 @@ absl::Status check_explain(const PipelineConfig& config, const std::vector<std::
 }  // namespace
 
 absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& config) {
-  if (auto st = check_rounds(config); !st.ok()) return st;
-  if (auto st = check_fix_config(config.fix_dims, config.fix_shapes); !st.ok()) return st;
+  RETURN_IF_ERROR(check_rounds(config));
+  RETURN_IF_ERROR(check_fix_config(config.fix_dims, config.fix_shapes));
   std::vector<std::string> names;
   if (config.passes.empty()) {
     if (config.level < 0 || config.level > kMaxLevel)
@@ -230,9 +231,8 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
       return absl::InvalidArgumentError(
           absl::StrCat("options given for unknown pass '", pass,
                        "'; valid passes: ", absl::StrJoin(valid, ", ")));
-    auto values = parse_options(pass, info->options, options);
-    if (!values.ok()) return values.status();
-    given.emplace(pass, std::move(*values));
+    ASSIGN_OR_RETURN(OptionValues values, parse_options(pass, info->options, options));
+    given.emplace(pass, std::move(values));
   }
   if (config.target_opset != 0) {
     if (config.target_opset < kMinRaisableOpset || config.target_opset > kMaxRaisableOpset)
@@ -246,33 +246,30 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
         *parse_options("convert_opset", find_pass("convert_opset")->options,
                        PassOptions{{"opset", std::to_string(config.target_opset)}});
   }
-  if (auto st = check_explain(config, names); !st.ok()) return st;
+  RETURN_IF_ERROR(check_explain(config, names));
   std::vector<PassSpec> specs;
   for (const auto& n : names) {
     const PassInfo* info = find_pass(n);
     auto it = given.find(n);
-    absl::StatusOr<OptionValues> values = it != given.end()
+    ASSIGN_OR_RETURN(OptionValues values, it != given.end()
                                               ? absl::StatusOr<OptionValues>(it->second)
-                                              : parse_options(n, info->options, PassOptions{});
-    if (!values.ok()) return values.status();
-    specs.push_back({n, info->create, std::move(*values), info->lossy,
+                                              : parse_options(n, info->options, PassOptions{}));
+    specs.push_back({n, info->create, std::move(values), info->lossy,
                      info->lossy ? gate_of(*info, config) : ErrorGate{}});
   }
   return specs;
 }
 
 absl::StatusOr<std::vector<std::string>> resolve_passes(const PipelineConfig& config) {
-  auto specs = resolve_pipeline(config);
-  if (!specs.ok()) return specs.status();
+  ASSIGN_OR_RETURN(const std::vector<PassSpec> specs, resolve_pipeline(config));
   std::vector<std::string> names;
-  for (const auto& s : *specs) names.push_back(s.name);
+  for (const auto& s : specs) names.push_back(s.name);
   return names;
 }
 
 absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
                                             const PipelineConfig& config) {
-  auto specs = resolve_pipeline(config);
-  if (!specs.ok()) return specs.status();
+  ASSIGN_OR_RETURN(const std::vector<PassSpec> specs, resolve_pipeline(config));
   if (config.target_opset != 0) {
     // A raise that cannot be done is the request's error, found before any work.
     const int64_t opset = model->opset("");
@@ -284,7 +281,7 @@ absl::StatusOr<PipelineReport> run_pipeline(std::unique_ptr<ir::Model>& model,
       return absl::InvalidArgumentError(absl::StrCat(
           "the opset cannot be raised to ", config.target_opset, ": ", refusal->message()));
   }
-  return run_specs(model, *specs, config);
+  return run_specs(model, specs, config);
 }
 
 absl::Status check_evaluator_memory_options(const PipelineConfig& config, uint64_t grant,
@@ -400,8 +397,8 @@ void spend_until(eval::Budget& budget, uint64_t work) {
 
 // The checks after a pass changed the model; a non-OK status means the model is broken.
 absl::Status check_changed_model(ir::Model& model, const RunLimits& limits) {
-  if (auto st = model.finalize(); !st.ok()) return st;
-  if (auto st = model.verify(); !st.ok()) return st;
+  RETURN_IF_ERROR(model.finalize());
+  RETURN_IF_ERROR(model.verify());
   if (const uint64_t bytes = model.initializer_bytes(); bytes > limits.max_weight_bytes)
     return absl::ResourceExhaustedError(absl::StrCat(
         "the pass grew the weights to ", bytes, " bytes, above the pipeline's limit of ",
@@ -433,7 +430,7 @@ absl::StatusOr<PassResult> run_one_pass(ir::Model& model, const PassInstance& in
     result = absl::InternalError("pass threw a non-standard exception");
   }
   if (!result.ok() || !result->changed) return result;
-  if (auto st = check_changed_model(model, limits); !st.ok()) return st;
+  RETURN_IF_ERROR(check_changed_model(model, limits));
   return result;
 }
 
@@ -466,16 +463,15 @@ class FixedPointDriver {
 
   // `kept` (optional) receives every pass run whose change was kept, in order.
   absl::StatusOr<PipelineReport> run(std::vector<KeptRun>* kept) {
-    if (auto st = check_rounds(config_); !st.ok()) return st;
+    RETURN_IF_ERROR(check_rounds(config_));
     const auto start = Clock::now();
     report_.nodes_before = model_->total_nodes();
     report_.bytes_before = model_->initializer_bytes();
     report_.checker_note = limits_.checker_note;
     report_.target = limits_.target.str();
     for (int round = 1; round <= config_.max_rounds; ++round) {
-      auto changed = run_round(round);
-      if (!changed.ok()) return changed.status();
-      if (!*changed) {
+      ASSIGN_OR_RETURN(const bool changed, run_round(round));
+      if (!changed) {
         report_.reached_fixed_point = true;
         break;
       }
@@ -499,15 +495,14 @@ class FixedPointDriver {
     bool changed = false;
     for (auto& slot : slots_) {
       if (slot.disabled) continue;
-      if (auto st = run_slot(slot, round, &changed); !st.ok()) return st;
+      RETURN_IF_ERROR(run_slot(slot, round, &changed));
     }
     return changed;
   }
 
   // Runs one pass and accounts for it in its stats; sets `*changed` when its change is kept.
   absl::Status run_slot(Slot& slot, int round, bool* changed) {
-    if (config_.should_continue)
-      if (auto st = config_.should_continue(); !st.ok()) return st;
+    if (config_.should_continue) RETURN_IF_ERROR(config_.should_continue());
     PassStats& s = slot.stats;
     const size_t nodes_before = model_->total_nodes();
     const uint64_t bytes_before = model_->initializer_bytes();
@@ -522,9 +517,9 @@ class FixedPointDriver {
     const uint64_t eval_work_before = budget_->work();
     absl::StatusOr<PassResult> result = run_one_pass(*model_, slot.instance, limits_, *budget_);
     ++s.runs;
-    if (auto st = check_reported_unchanged(s.name, result); !st.ok()) return st;
+    RETURN_IF_ERROR(check_reported_unchanged(s.name, result));
     if (!result.ok()) {
-      if (auto st = roll_back(slot, result.status()); !st.ok()) return st;
+      RETURN_IF_ERROR(roll_back(slot, result.status()));
     } else {
       record_rules(s, *result);
       if (result->changed) {
@@ -672,17 +667,16 @@ class VerifiedPipeline {
   absl::StatusOr<PipelineReport> run(std::unique_ptr<ir::Model>& model) {
     // The original's outputs were computed once, by the verifier; every candidate below costs
     // one evaluator run.
-    if (auto st = stopped(); !st.ok()) return st;
+    RETURN_IF_ERROR(stopped());
     verify_seconds_ = seconds_since(start_);
-    if (auto st = run_exact(model); !st.ok()) return st;
+    RETURN_IF_ERROR(run_exact(model));
     if (!lossy_.empty()) {
       const auto start = Clock::now();
       make_lossy_verifier();
       verify_seconds_ += seconds_since(start);
-      if (auto st = stopped(); !st.ok()) return st;
+      RETURN_IF_ERROR(stopped());
     }
-    for (size_t at : lossy_)
-      if (auto st = try_lossy(at, model); !st.ok()) return st;
+    for (size_t at : lossy_) RETURN_IF_ERROR(try_lossy(at, model));
     return finish();
   }
 
@@ -788,19 +782,18 @@ class VerifiedPipeline {
   absl::Status run_exact(std::unique_ptr<ir::Model>& model) {
     for (;;) {
       std::vector<KeptRun> kept;
-      auto run = FixedPointDriver(model, instances(), limits_, config_).run(&kept);
-      if (!run.ok()) return run.status();
+      ASSIGN_OR_RETURN(PipelineReport run,
+                       FixedPointDriver(model, instances(), limits_, config_).run(&kept));
       const auto check_start = Clock::now();
       result_ = verifier_.check(*model);
       verify_seconds_ += seconds_since(check_start);
-      if (auto st = stopped(); !st.ok()) return st;
+      RETURN_IF_ERROR(stopped());
       if (result_.status != eval::VerifyStatus::kMismatch || kept.empty()) {
-        report_ = std::move(*run);
+        report_ = std::move(run);
         return absl::OkStatus();
       }
-      auto guilty = first_breaking_run(kept);
-      if (!guilty.ok()) return guilty.status();
-      excluded_[run_specs_at_[kept[*guilty].pass]] = "changed the outputs: " + result_.message;
+      ASSIGN_OR_RETURN(const size_t guilty, first_breaking_run(kept));
+      excluded_[run_specs_at_[kept[guilty].pass]] = "changed the outputs: " + result_.message;
       model = original_->clone();
     }
   }
@@ -813,9 +806,8 @@ class VerifiedPipeline {
     size_t good = 0, bad = kept.size();
     while (bad - good > 1) {
       const size_t mid = good + (bad - good) / 2;
-      auto matches = prefix_matches(kept, mid);
-      if (!matches.ok()) return matches.status();
-      (*matches ? good : bad) = mid;
+      ASSIGN_OR_RETURN(const bool matches, prefix_matches(kept, mid));
+      (matches ? good : bad) = mid;
     }
     verify_seconds_ += seconds_since(bisect_start);
     return bad - 1;
@@ -829,7 +821,7 @@ class VerifiedPipeline {
     auto budget = pass_eval_budget(limits_);
     bool replay_ok = true;
     for (size_t i = 0; i < length && replay_ok; ++i) {
-      if (auto st = stopped(); !st.ok()) return st;
+      RETURN_IF_ERROR(stopped());
       const PassSpec& spec = specs_[run_specs_at_[kept[i].pass]];
       spend_until(*budget, kept[i].eval_work_before);
       replay_ok =
@@ -837,7 +829,7 @@ class VerifiedPipeline {
     }
     const bool matches =
         replay_ok && verifier_.check(*candidate).status != eval::VerifyStatus::kMismatch;
-    if (auto st = stopped(); !st.ok()) return st;
+    RETURN_IF_ERROR(stopped());
     return matches;
   }
 
@@ -848,20 +840,20 @@ class VerifiedPipeline {
   absl::Status try_lossy(size_t at, std::unique_ptr<ir::Model>& model) {
     held_.erase(at);
     std::unique_ptr<ir::Model> candidate = original_->clone();
-    auto run = FixedPointDriver(candidate, instances(), limits_, config_).run(nullptr);
-    if (!run.ok()) return run.status();
+    ASSIGN_OR_RETURN(PipelineReport run,
+                     FixedPointDriver(candidate, instances(), limits_, config_).run(nullptr));
     LossyTrial trial{.pass = specs_[at].name, .gate = specs_[at].gate};
-    if (!changed_by(*run, trial.pass)) {
+    if (!changed_by(run, trial.pass)) {
       // Nothing to convert: the candidate is the exact result, with the pass's stats.
       trial.kept = trial.measured = true;
       trial.verdict = "accepted (it changed nothing)";
-      return keep_lossy(at, std::move(trial), std::move(candidate), std::move(*run), model,
+      return keep_lossy(at, std::move(trial), std::move(candidate), std::move(run), model,
                         std::nullopt);
     }
     const auto check_start = Clock::now();
     eval::VerifyResult measured = measure_lossy(*candidate);
     verify_seconds_ += seconds_since(check_start);
-    if (auto st = stopped(); !st.ok()) return st;
+    RETURN_IF_ERROR(stopped());
     trial.measured = measured.status == eval::VerifyStatus::kVerified;
     trial.errors = measured.outputs;
     trial.verdict = lossy_verdict(measured, trial.gate, &trial.kept);
@@ -869,12 +861,12 @@ class VerifiedPipeline {
       held_.insert(at);
       excluded_[at] = trial.verdict;
       // Its findings (convert_fp16's nodes kept float32) still say what it saw.
-      for (PassStats& s : run->passes)
+      for (PassStats& s : run.passes)
         if (s.name == trial.pass) excluded_findings_[at] = std::move(s.explanations);
       lossy_trials_.push_back(std::move(trial));
       return absl::OkStatus();
     }
-    return keep_lossy(at, std::move(trial), std::move(candidate), std::move(*run), model,
+    return keep_lossy(at, std::move(trial), std::move(candidate), std::move(run), model,
                       std::move(measured));
   }
 
@@ -1018,10 +1010,8 @@ absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& mo
                                                   const PipelineConfig& config) {
   // Given input sets are the client's bytes: checked against the model (as fixed) before any
   // work.
-  if (auto st = eval::check_input_sets(*model, config.verify_options.input_sets); !st.ok())
-    return st;
-  if (auto st = eval::check_input_sets(*model, config.calibration_sets, "calibration"); !st.ok())
-    return st;
+  RETURN_IF_ERROR(eval::check_input_sets(*model, config.verify_options.input_sets));
+  RETURN_IF_ERROR(eval::check_input_sets(*model, config.calibration_sets, "calibration"));
   if (config.verify || any_lossy(specs))
     return VerifiedPipeline(specs, config, model->clone()).run(model);
   std::vector<PassInstance> passes;
@@ -1041,20 +1031,17 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
   // original is the fixed model (fixing narrows the inputs accepted; it computes nothing).
   std::vector<std::string> fixed_inputs;
   const bool verifies = config.verify || any_lossy(specs);
-  if (auto st = fix_input_dims(*model, config.fix_dims, config.fix_shapes, &fixed_inputs,
-                               verifies ? &config.verify_options : nullptr);
-      !st.ok())
-    return st;
+  RETURN_IF_ERROR(fix_input_dims(*model, config.fix_dims, config.fix_shapes, &fixed_inputs,
+                                 verifies ? &config.verify_options : nullptr));
   DimBindings dims;
   const SizeRule rule = memory_size_rule(config, &dims);
   MemoryStats before = estimate_memory(*model, dims, rule.default_dim);
-  auto report = run_specs_measured(model, specs, config);
-  if (!report.ok()) return report;
-  report->memory_before = std::move(before);
-  report->memory_after = estimate_memory(*model, dims, rule.default_dim);
-  report->memory_dims = std::move(dims);
-  report->memory_default_dim = rule.default_dim;
-  report->fixed_inputs = std::move(fixed_inputs);
+  ASSIGN_OR_RETURN(PipelineReport report, run_specs_measured(model, specs, config));
+  report.memory_before = std::move(before);
+  report.memory_after = estimate_memory(*model, dims, rule.default_dim);
+  report.memory_dims = std::move(dims);
+  report.memory_default_dim = rule.default_dim;
+  report.fixed_inputs = std::move(fixed_inputs);
   return report;
 }
 
