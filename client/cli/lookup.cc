@@ -59,19 +59,14 @@ int input_digest(const LookupArgs& a, std::string* digest, client::ExternalSourc
 int finish_cached(const LookupArgs& a, const std::string& server, const std::string& digest,
                   const client::OptimizeResult& result, const client::ExternalSources& sources,
                   const PipelineConfig& config) {
-  report::RunSummary run;
+  report::RunSummary run = remote_summary(result.report, server);
   run.input = a.run.input.empty() ? digest : a.run.input;
   run.input_bytes = result.report.input_bytes();
   run.output_bytes = result.model.size();
-  run.pipeline = api::to_pipeline_report(result.report);
-  run.graft_version = result.report.graft_version();
-  run.build_fingerprint = result.report.build_fingerprint();
-  run.server = server;
   run.cache_hit = true;
   run.lookup = "hit";
   run.bytes_received = result.bytes_received;
   run.input_sha256 = digest;
-  run.output_sha256 = result.report.output_sha256();
   if (auto st = client::check_kept_files(result, sources); !st.ok()) return fail_remote(st);
   const std::string& input = a.run.input;
   return finish_run(a.run, std::move(run), result.model, result.external_files, result.kept_files,

@@ -144,19 +144,14 @@ int optimize_local(const OptimizeArgs& a, const PipelineConfig& config, std::str
 int report_remote(const OptimizeArgs& a, const std::string& server, client::OptimizeResult result,
                   uint64_t input_bytes, const std::string& lookup,
                   paths::AtomicFileWriter* streamed, const PipelineConfig& config) {
-  RunSummary run;
+  RunSummary run = remote_summary(result.report, server);
   run.input = a.run.input;
   run.input_bytes = input_bytes;
   run.output_bytes = result.report.output_bytes();  // the Receiver checked what arrived
   run.load_seconds = result.report.load_seconds();
   run.save_seconds = result.report.save_seconds();
-  run.pipeline = api::to_pipeline_report(result.report);
-  run.graft_version = result.report.graft_version();
-  run.build_fingerprint = result.report.build_fingerprint();
-  run.server = server;
   run.cache_hit = result.report.cache_hit();
   run.input_sha256 = result.report.input_sha256();
-  run.output_sha256 = result.report.output_sha256();
   run.lookup = lookup;
   run.bytes_sent = result.bytes_sent;
   run.bytes_received = result.bytes_received;

@@ -131,4 +131,14 @@ int finish_run(const RunArgs& a, RunSummary run, const std::string& model,
   return write_reports(a, run);
 }
 
+report::RunSummary remote_summary(const v1::OptimizeReport& report, const std::string& server) {
+  report::RunSummary run;
+  run.pipeline = api::to_pipeline_report(report);
+  run.graft_version = report.graft_version();
+  run.build_fingerprint = report.build_fingerprint();
+  run.server = server;
+  run.output_sha256 = report.output_sha256();
+  return run;
+}
+
 }  // namespace graft::cli

@@ -23,6 +23,10 @@ struct RunArgs {
 
 bool wants_report(const RunArgs& a);
 
+// What a server's report says of a remote result (optimize or lookup): the pipeline's report,
+// the build that computed it, the output's sha256, and `server`.
+report::RunSummary remote_summary(const v1::OptimizeReport& report, const std::string& server);
+
 // Writes the model (and report); external-data files first: `files` (bytes in hand), then
 // `kept` (files of the input the result still references), copied from `input_folder` when the
 // output goes to another folder. `streamed`: the output file the model was written to as it
