@@ -237,13 +237,7 @@ void Node::remove_attr(std::string_view name) {
 int64_t Graph::opset(std::string_view domain) const {
   const Graph* root = this;
   while (root->parent_) root = root->parent_->graph();
-  const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>* imports = nullptr;
-  if (root == &model_->graph()) {
-    imports = &model_->rest().opset_import();
-  } else {
-    for (const auto& fn : model_->functions())
-      if (fn.body.get() == root) imports = &fn.rest.opset_import();
-  }
+  const Model::OpsetImports* imports = model_->opset_imports(root);
   auto find =
       [&](const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& list) -> int64_t {
     for (const auto& op : list) {

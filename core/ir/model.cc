@@ -771,24 +771,21 @@ std::string Model::fresh_name(std::string_view hint) {
   return name;
 }
 
-namespace {
-
-Model::OpsetImports* imports_for(Model& model, const Graph* body) {
-  if (body == nullptr || body == &model.graph()) return model.mutable_rest().mutable_opset_import();
-  for (Function& fn : model.functions())
-    if (fn.body.get() == body) return fn.rest.mutable_opset_import();
+const Model::OpsetImports* Model::opset_imports(const Graph* body) const {
+  if (body == nullptr || body == graph_.get()) return &rest_.opset_import();
+  for (const Function& fn : functions_)
+    if (fn.body.get() == body) return &fn.rest.opset_import();
   return nullptr;
 }
 
-}  // namespace
-
 void Model::edit_opset_imports(const Graph* body, const std::function<void(OpsetImports&)>& edit) {
-  OpsetImports* imports = imports_for(*this, body);
+  // The list is this model's own (opset_imports gives it read-only).
+  auto* imports = const_cast<OpsetImports*>(opset_imports(body));
   if (imports == nullptr) return;
   // A function body is found again by its graph, which the functions list does not move.
   if (journaling())
     on_undo([this, body, old = *imports] {
-      if (OpsetImports* now = imports_for(*this, body)) *now = old;
+      if (const OpsetImports* now = opset_imports(body)) *const_cast<OpsetImports*>(now) = old;
     });
   edit(*imports);
   touch();

@@ -439,6 +439,8 @@ class Model {
   // puts the old list back. An unknown body changes nothing.
   using OpsetImports = google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>;
   void edit_opset_imports(const Graph* body, const std::function<void(OpsetImports&)>& edit);
+  // The import list edit_opset_imports edits for `body` (nullptr for an unknown body).
+  const OpsetImports* opset_imports(const Graph* body) const;
   // Sets the model's IR version, journaled.
   void set_ir_version(int64_t version);
 

@@ -30,9 +30,7 @@ bool NoMatchListener::listening(const ir::Model& model) {
 }
 
 NoMatch no_match(const ir::Node& at, std::string_view reason) {
-  NoMatchListener* listener = t_no_match_listener;
-  if (listener != nullptr && listener->model_ == at.graph()->model())
-    listener->callback_(at, reason);
+  if (NoMatchListener::listening(*at.graph()->model())) t_no_match_listener->callback_(at, reason);
   return {};
 }
 
