@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
+
+#include <google/protobuf/text_format.h>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
@@ -112,6 +115,57 @@ void write_memory(const KeyContext& c, KeyText& key) {
 
 using enum KeyScope;
 
+// A plain option's spec.key as a scope; nullopt for KEY_BY_PART (a part below writes it).
+std::optional<KeyScope> spec_scope(const v1::FieldSpec& spec) {
+  switch (spec.key()) {
+    case v1::KEY_ALWAYS:
+      return kAlways;
+    case v1::KEY_VERIFYING:
+      return kVerifying;
+    case v1::KEY_VERIFYING_RANDOM:
+      return kVerifyingRandom;
+    case v1::KEY_LOSSY:
+      return kLossy;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool in_scope(KeyScope scope, const KeyContext& c) {
+  const bool verifying = c.config.verify || c.lossy;
+  switch (scope) {
+    case kAlways:
+      return true;
+    case kVerifying:
+      return verifying;
+    case kVerifyingRandom:
+      return verifying && c.config.verify_options.input_sets.empty();
+    case kLossy:
+      return c.lossy;
+  }
+  return true;
+}
+
+// Each plain option its spec keys, when its scope applies and it is not zero: a true bool as
+// its name, any other value as "name=value". Zero adds nothing, so a new option leaves the keys
+// of configs that do not set it as they were.
+void write_plain(const KeyContext& c, KeyText& key) {
+  v1::PipelineConfig message;
+  copy_plain_fields(c.config, &message);
+  const auto* reflection = message.GetReflection();
+  for (const auto& [f, spec] : plain_fields()) {
+    const std::optional<KeyScope> scope = spec_scope(*spec);
+    if (!scope || !in_scope(*scope, c) || !reflection->HasField(message, f)) continue;
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_BOOL) {
+      key.field(f->name());
+    } else {
+      std::string text;
+      google::protobuf::TextFormat::PrintFieldValueToString(message, f, -1, &text);
+      key.field(absl::StrCat(f->name(), "=", text));
+    }
+  }
+}
+
 // The key, part by part, in the order the text has always had: a new part goes at the end and
 // adds nothing at its fields' defaults, so that existing keys hold.
 const std::vector<KeyPart>& key_parts() {
@@ -144,10 +198,9 @@ const std::vector<KeyPart>& key_parts() {
              key.field(absl::StrCat("gate:", spec.name, "=", spec.gate.max_rel, ",",
                                     spec.gate.min_cosine));
        }},
-      {{{"accept_unmeasured_error", kLossy}},
-       [](const KeyContext& c, KeyText& key) {
-         if (c.lossy && c.config.accept_unmeasured_error) key.field("accept_unmeasured_error");
-       }},
+      // The plain options whose spec keys them (FieldSpec.key), in field order: their fields
+      // are listed by plain_keyed_fields(), not here.
+      {{}, write_plain},
       // Calibration data changes what lossy passes compute (ranges, scales).
       {{{"calibration_sets", kLossy}},
        [](const KeyContext& c, KeyText& key) {
@@ -196,6 +249,8 @@ std::vector<KeyedField> keyed_fields() {
   std::vector<KeyedField> out;
   for (const auto& part : key_parts())
     out.insert(out.end(), part.fields.begin(), part.fields.end());
+  for (const auto& [f, spec] : plain_fields())
+    if (const std::optional<KeyScope> scope = spec_scope(*spec)) out.push_back({f->name(), *scope});
   return out;
 }
 

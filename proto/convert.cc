@@ -59,6 +59,80 @@ absl::Status parse_input_sets(const google::protobuf::RepeatedPtrField<v1::Input
 
 }  // namespace
 
+const std::vector<PlainField>& plain_fields() {
+  static const std::vector<PlainField> fields = [] {
+    std::vector<PlainField> out;
+    const auto* message = v1::PipelineConfig::descriptor();
+    for (int i = 0; i < message->field_count(); ++i) {
+      const google::protobuf::FieldDescriptor* f = message->field(i);
+      if (f->options().HasExtension(v1::field))
+        out.push_back({f, &f->options().GetExtension(v1::field)});
+    }
+    return out;
+  }();
+  return fields;
+}
+
+std::string bound_text(double bound) {
+  if (std::nearbyint(bound) == bound && std::fabs(bound) < 0x1p63)
+    return absl::StrCat(static_cast<int64_t>(bound));
+  return absl::StrCat(bound);
+}
+
+absl::Status check_plain_fields(const v1::PipelineConfig& config) {
+  using google::protobuf::FieldDescriptor;
+  const auto* reflection = config.GetReflection();
+  for (const auto& [f, spec] : plain_fields()) {
+    if (f->has_presence() && !reflection->HasField(config, f)) continue;
+    double value = 0;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        value = reflection->GetInt32(config, f);
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        value = static_cast<double>(reflection->GetInt64(config, f));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        value = reflection->GetUInt32(config, f);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        value = static_cast<double>(reflection->GetUInt64(config, f));
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        value = reflection->GetDouble(config, f);
+        if (!std::isfinite(value))
+          return absl::InvalidArgumentError(
+              absl::StrCat(f->name(), " must be a finite number, got ", value));
+        break;
+      default:
+        continue;  // bools and strings have no bounds
+    }
+    if ((spec->has_min() && value < spec->min()) || (spec->has_max() && value > spec->max()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          f->name(), " must be in [", spec->has_min() ? bound_text(spec->min()) : "-inf", ", ",
+          spec->has_max() ? bound_text(spec->max()) : "inf", "], got ", bound_text(value)));
+  }
+  return absl::OkStatus();
+}
+
+void copy_plain_fields(const v1::PipelineConfig& from, PipelineConfig* to) {
+#define GRAFT_PLAIN_FIELD(type, name) to->name = from.name();
+#define GRAFT_PLAIN_OPTIONAL(type, name) \
+  if (from.has_##name()) to->name = from.name();
+#include "core/pipeline/plain_fields.inc"
+#undef GRAFT_PLAIN_FIELD
+#undef GRAFT_PLAIN_OPTIONAL
+}
+
+void copy_plain_fields(const PipelineConfig& from, v1::PipelineConfig* to) {
+#define GRAFT_PLAIN_FIELD(type, name) to->set_##name(from.name);
+#define GRAFT_PLAIN_OPTIONAL(type, name) \
+  if (from.name) to->set_##name(*from.name);
+#include "core/pipeline/plain_fields.inc"
+#undef GRAFT_PLAIN_FIELD
+#undef GRAFT_PLAIN_OPTIONAL
+}
+
 absl::Status check_limits(const PipelineConfig& config) {
   if (config.passes.size() > kMaxPassList)
     return absl::InvalidArgumentError(absl::StrCat(
@@ -86,7 +160,6 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
         absl::StrCat("level must be O0..O", kMaxLevel, ", got '", level, "'"));
   }
   ASSIGN_OR_RETURN(out.target, parse_target(config.target()));
-  out.target_opset = config.target_opset();
   out.passes.assign(config.passes().begin(), config.passes().end());
   for (const auto& [pass, options] : config.pass_options())
     for (const auto& [key, value] : options.values()) out.pass_options[pass][key] = value;
@@ -115,10 +188,7 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
     out.verify = true;  // given inputs are only for verification
     o.trials = static_cast<int>(o.input_sets.size());
   }
-  // The gate's bounds are checked with the rest of the config by resolve_passes below.
-  if (config.has_max_error()) out.max_error = config.max_error();
-  if (config.has_min_cosine()) out.min_cosine = config.min_cosine();
-  out.accept_unmeasured_error = config.accept_unmeasured_error();
+  copy_plain_fields(config, &out);
   for (const auto& [name, size] : config.memory_dims()) {
     if (size < 0)
       return absl::InvalidArgumentError(absl::StrCat(
@@ -137,6 +207,7 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   RETURN_IF_ERROR(check_limits(out));
   RETURN_IF_ERROR(eval::validate(o));
   RETURN_IF_ERROR(resolve_passes(out));
+  RETURN_IF_ERROR(check_plain_fields(config));
   return out;
 }
 
@@ -144,7 +215,6 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   v1::PipelineConfig out;
   out.set_level(absl::StrCat("O", config.level));
   if (config.target.onnxruntime()) out.set_target(config.target.str());
-  out.set_target_opset(static_cast<int32_t>(config.target_opset));
   for (const auto& p : config.passes) out.add_passes(p);
   for (const auto& [pass, options] : config.pass_options) {
     auto& values = *(*out.mutable_pass_options())[pass].mutable_values();
@@ -175,9 +245,7 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
     for (const auto& [name, tensor] : set)
       tensors[name] = tensor.to_proto(name).SerializeAsString();
   }
-  if (config.max_error) out.set_max_error(*config.max_error);
-  if (config.min_cosine) out.set_min_cosine(*config.min_cosine);
-  out.set_accept_unmeasured_error(config.accept_unmeasured_error);
+  copy_plain_fields(config, &out);
   out.mutable_memory_dims()->insert(config.memory_dims.begin(), config.memory_dims.end());
   out.set_memory_default_dim(config.memory_default_dim);
   for (const auto& e : config.explain) out.add_explain(e);

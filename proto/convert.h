@@ -33,6 +33,26 @@ absl::Status check_limits(const PipelineConfig& config);
 absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config);
 v1::PipelineConfig to_proto(const PipelineConfig& config);
 
+// The plain options (graft.proto's fields with a (graft.v1.field) spec): each field's
+// descriptor and spec, in field order.
+struct PlainField {
+  const google::protobuf::FieldDescriptor* field;
+  const v1::FieldSpec* spec;
+};
+const std::vector<PlainField>& plain_fields();
+
+// The plain options' values within their specs' bounds (and finite): InvalidArgument naming
+// the field otherwise. from_proto calls it; so do the CLIs before a local run.
+absl::Status check_plain_fields(const v1::PipelineConfig& config);
+
+// A bound as the errors and help show it: integral values as integers ("2147483647", not
+// "2.14748e+09"), others with six significant digits.
+std::string bound_text(double bound);
+
+// The plain options copied as they are, message -> core and core -> message.
+void copy_plain_fields(const v1::PipelineConfig& from, PipelineConfig* to);
+void copy_plain_fields(const PipelineConfig& from, v1::PipelineConfig* to);
+
 // The result cache's key of a config: canonical_config, in proto/config_key.h.
 
 // Lowercase hex sha256 of input sets' contents: per set, per input name in order, the name,

@@ -1,5 +1,6 @@
 #include "client/cli/pipeline_options.h"
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -21,7 +22,7 @@ namespace {
 // swallow the arguments after it (`--option a.b=1 in.onnx` losing the input).
 CLI::Option* one_value(CLI::Option* o) { return o->allow_extra_args(false); }
 
-// What runs: --level, --target, --target-opset, --passes, --option, --max-rounds, --check.
+// What runs: --level, --target, --passes, --option, --max-rounds, --check.
 void add_pass_selection_options(CLI::App* cmd, PipelineArgs* args) {
   auto* level =
       cmd->add_option("--level", args->level, "optimization level O0..O3")->capture_default_str();
@@ -29,11 +30,6 @@ void add_pass_selection_options(CLI::App* cmd, PipelineArgs* args) {
                   "the runtime the result is for: onnx (standard ops, any runtime), "
                   "onnxruntime or onnxruntime:MAJOR.MINOR (also ONNX Runtime's com.microsoft "
                   "fused ops that version's CPU provider has; default version 1.18)")
-      ->capture_default_str();
-  cmd->add_option("--target-opset", args->target_opset,
-                  "raise the model's opset to N (13..23) first, converting the nodes whose "
-                  "schema changed, so newer fused ops may be written (e.g. 17: "
-                  "LayerNormalization); never lowers; 0 keeps it")
       ->capture_default_str();
   one_value(
       cmd->add_option("--passes", args->passes, "explicit ordered pass list (comma separated)"))
@@ -94,21 +90,97 @@ void add_verify_options(CLI::App* cmd, PipelineArgs* args) {
       "random inputs and the report says so (repeatable)"));
 }
 
-// The gates of the lossy passes: --max-error, --min-cosine, --accept-unmeasured-error.
-void add_gate_options(CLI::App* cmd, PipelineArgs* args) {
-  cmd->add_option("--max-error", args->max_error,
-                  "a lossy pass (convert_fp16, quantize_dynamic_int8) is kept only if every "
-                  "float output's relative error (worst absolute difference over the output's "
-                  "largest magnitude) is at most this; default: the pass's own gate "
-                  "(`graft passes`)")
-      ->check(CLI::Range(0.0, 1e300));
-  cmd->add_option("--min-cosine", args->min_cosine,
-                  "a lossy pass is kept only if every float output's cosine similarity to the "
-                  "original's is at least this; default: the pass's own gate")
-      ->check(CLI::Range(-1.0, 1.0));
-  cmd->add_flag("--accept-unmeasured-error", args->accept_unmeasured_error,
-                "keep a lossy pass whose error cannot be measured (the evaluator cannot run the "
-                "model); by default it is rolled back");
+// A plain option's bounds as a CLI check: its spec's, within its type's [lo, hi]; the help shows
+// "in [MIN, MAX]" and an error names the bounds the way graftd's does.
+CLI::Validator plain_bounds(const v1::FieldSpec& spec, double lo, double hi) {
+  const double min = spec.has_min() ? std::max(spec.min(), lo) : lo;
+  const double max = spec.has_max() ? std::min(spec.max(), hi) : hi;
+  const std::string bounds =
+      absl::StrCat("[", api::bound_text(min), ", ", api::bound_text(max), "]");
+  return CLI::Validator(
+      [min, max, bounds](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a number";
+        if (!(value >= min && value <= max)) return text + " is not in " + bounds;
+        return "";
+      },
+      "in " + bounds);
+}
+
+// The plain options (graft.proto's fields with a (graft.v1.field) spec: the lossy passes'
+// gates, --target-opset, ...), each as its spec says: flag, help, bounds.
+void add_plain_options(CLI::App* cmd, PipelineArgs* args) {
+  using google::protobuf::FieldDescriptor;
+  for (const auto& [field, spec] : api::plain_fields()) {
+    if (spec->flag().empty()) continue;
+    PipelineArgs::PlainFlag& p = args->plain.emplace_back();
+    p.field = field;
+    const std::string flag = "--" + spec->flag();
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_BOOL:
+        p.option = cmd->add_flag(flag, p.flag, spec->help());
+        continue;
+      case FieldDescriptor::CPPTYPE_INT32:
+        p.option = cmd->add_option(flag, p.integer, spec->help())
+                       ->check(plain_bounds(*spec, std::numeric_limits<int32_t>::min(),
+                                            std::numeric_limits<int32_t>::max()));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        p.option = cmd->add_option(flag, p.integer, spec->help())
+                       ->check(plain_bounds(*spec, -0x1p63, 0x1p63));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+      case FieldDescriptor::CPPTYPE_UINT64:
+        p.option =
+            cmd->add_option(flag, p.unsigned_integer, spec->help())
+                ->check(plain_bounds(
+                    *spec, 0,
+                    field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32 ? 0x1p32 - 1 : 0x1p64));
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        p.option = cmd->add_option(flag, p.number, spec->help());
+        if (spec->has_min() || spec->has_max())
+          p.option->check(plain_bounds(*spec, -std::numeric_limits<double>::max(),
+                                       std::numeric_limits<double>::max()));
+        break;
+      default:
+        p.option = cmd->add_option(flag, p.text, spec->help());
+        break;
+    }
+    if (!field->has_presence()) p.option->capture_default_str();
+  }
+}
+
+// The plain options given on the command line into `config`'s message form.
+void set_plain_fields(const PipelineArgs& a, v1::PipelineConfig* config) {
+  using google::protobuf::FieldDescriptor;
+  const auto* reflection = config->GetReflection();
+  for (const PipelineArgs::PlainFlag& p : a.plain) {
+    if (p.option->count() == 0) continue;
+    switch (p.field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_BOOL:
+        reflection->SetBool(config, p.field, p.flag);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        reflection->SetInt32(config, p.field, static_cast<int32_t>(p.integer));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        reflection->SetInt64(config, p.field, p.integer);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        reflection->SetUInt32(config, p.field, static_cast<uint32_t>(p.unsigned_integer));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        reflection->SetUInt64(config, p.field, p.unsigned_integer);
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        reflection->SetDouble(config, p.field, p.number);
+        break;
+      default:
+        reflection->SetString(config, p.field, p.text);
+        break;
+    }
+  }
 }
 
 // --explain; the input dims made static (--fix-dim, --fix-shape) and the report's (--dim).
@@ -269,7 +341,7 @@ void set_verify_options(const PipelineArgs& a, eval::VerifyOptions* v) {
 void add_pipeline_options(CLI::App* cmd, PipelineArgs* args) {
   add_pass_selection_options(cmd, args);
   add_verify_options(cmd, args);
-  add_gate_options(cmd, args);
+  add_plain_options(cmd, args);
   add_explain_and_dim_options(cmd, args);
 }
 
@@ -303,7 +375,6 @@ absl::StatusOr<PipelineConfig> pipeline_config(const PipelineArgs& a) {
   if (!target.ok())
     return absl::InvalidArgumentError("--target: " + std::string(target.status().message()));
   config.target = *target;
-  config.target_opset = a.target_opset;
   config.passes = a.passes;
   config.max_rounds = a.max_rounds;
   config.onnx_checker = config.shape_inference = a.check;
@@ -311,9 +382,10 @@ absl::StatusOr<PipelineConfig> pipeline_config(const PipelineArgs& a) {
   config.explain = a.explain;
   RETURN_IF_ERROR(set_pass_options(a.options, &config));
   config.verify = a.verify || !a.verify_data.empty();
-  if (a.max_error >= 0) config.max_error = a.max_error;
-  if (a.min_cosine >= -1) config.min_cosine = a.min_cosine;
-  config.accept_unmeasured_error = a.accept_unmeasured_error;
+  v1::PipelineConfig plain;
+  set_plain_fields(a, &plain);
+  RETURN_IF_ERROR(api::check_plain_fields(plain));
+  api::copy_plain_fields(plain, &config);
   set_verify_options(a, &config.verify_options);
   RETURN_IF_ERROR(add_random_inputs(a, &config.verify_options));
   RETURN_IF_ERROR(add_fixed_dims(a, &config));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -12,13 +13,13 @@
 
 #include "core/eval/verify.h"
 #include "core/pipeline/pipeline.h"
+#include "graft/v1/graft.pb.h"
 
 namespace graft::cli {
 
 struct PipelineArgs {
   std::string level = "O2";
   std::string target = "onnx";
-  int target_opset = 0;
   std::vector<std::string> passes;
   std::vector<std::string> options;  // pass.key=value
   int max_rounds = 10;
@@ -34,12 +35,21 @@ struct PipelineArgs {
   bool verify_max_bytes_given = false;
   std::vector<std::string> verify_data;       // --verify-data: files and folders of input tensors
   std::vector<std::string> calibration_data;  // --calibration-data: the same form
-  double max_error = -1;                      // < 0: each lossy pass's own gate
-  double min_cosine = -2;                     // < -1: each lossy pass's own gate
-  bool accept_unmeasured_error = false;
-  std::vector<std::string> dims;                  // NAME=N for the memory estimates
+  std::vector<std::string> dims;              // NAME=N for the memory estimates
   std::vector<std::string> fix_dims, fix_shapes;  // NAME=N, INPUT=D,D,...: made static first
   std::vector<std::string> explain;               // PASS or PASS/RULE
+  // The plain options' flags (graft.proto's fields with a (graft.v1.field) spec): each flag's
+  // field and parsed value, stable in place for CLI11 to write.
+  struct PlainFlag {
+    const google::protobuf::FieldDescriptor* field = nullptr;
+    CLI::Option* option = nullptr;
+    bool flag = false;
+    int64_t integer = 0;
+    uint64_t unsigned_integer = 0;
+    double number = 0;
+    std::string text;
+  };
+  std::deque<PlainFlag> plain;
 
   // Options that mean nothing without --verify or --verify-data (checked after parsing).
   std::vector<const CLI::Option*> needs_verification;

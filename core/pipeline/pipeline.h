@@ -27,9 +27,6 @@ struct PipelineConfig {
   // The runtime the result is for (core/passes/target.h): passes that emit runtime-specific ops
   // (fuse_onnxruntime) run only for their target, and every pass may ask it.
   Target target;
-  // The default-domain opset to raise the model to first (0: keep it): convert_opset runs first
-  // with it. 13..23; a model above it, or one raise_opset refuses, is InvalidArgument.
-  int64_t target_opset = 0;
   std::vector<std::string> passes;  // explicit ordered pass list
   // Per pass name, as text; checked against each pass's option schema by resolve_pipeline.
   std::map<std::string, PassOptions> pass_options;
@@ -48,9 +45,18 @@ struct PipelineConfig {
   // min_cosine its bound on OutputError::cosine when given. A lossy pass whose error cannot be
   // measured (the evaluator cannot run the model or its candidate) is rolled back unless
   // accept_unmeasured_error.
-  std::optional<double> max_error;
-  std::optional<double> min_cosine;
-  bool accept_unmeasured_error = false;
+  //
+  // Plain options: graft.proto's PipelineConfig fields declared with a (graft.v1.field) spec,
+  // each a member of the field's name and type here, its zero value the default (generated
+  // from the schema by proto/gen_plain_fields). Among them: target_opset (the default-domain
+  // opset to raise the model to first, 0 keeps it: convert_opset runs first with it; 13..23, a
+  // model above it or one raise_opset refuses is InvalidArgument), max_error, min_cosine and
+  // accept_unmeasured_error.
+#define GRAFT_PLAIN_FIELD(type, name) type name{};
+#define GRAFT_PLAIN_OPTIONAL(type, name) std::optional<type> name;
+#include "core/pipeline/plain_fields.inc"
+#undef GRAFT_PLAIN_FIELD
+#undef GRAFT_PLAIN_OPTIONAL
   // Inputs that lossy passes run the float model on to learn its value ranges (convert_fp16's
   // activations, quantize_static_int8's scales): at most eval::kMaxInputSets sets, each as a
   // verify input set (eval::check_input_sets, "calibration set N"). Without them those passes

@@ -1,6 +1,8 @@
 // The result cache's key (api::canonical_config, proto/config_key.h): derived from every field of
 // graft.v1.PipelineConfig, each keyed or excluded with its reason, and stable for the configs
 // that existed before the derivation became table-driven.
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/text_format.h>
 
 #include "core/cache/digest.h"
 #include "proto/convert.h"
@@ -251,17 +254,50 @@ const std::map<std::string, std::function<void(v1::PipelineConfig&)>>& samples()
   return table;
 }
 
+// A field's sample: the one above, else, for a plain option, one its spec allows (true, the
+// number 1 or its nearest bound, "x"); empty when there is none.
+std::function<void(v1::PipelineConfig&)> sample(const std::string& path) {
+  if (auto it = samples().find(path); it != samples().end()) return it->second;
+  for (const auto& [f, spec] : api::plain_fields()) {
+    if (f->name() != path) continue;
+    double number = 1;
+    if (spec->has_min() && number < spec->min()) number = spec->min();
+    if (spec->has_max() && number > spec->max()) number = spec->max();
+    return [f = f, number](v1::PipelineConfig& c) {
+      using FD = google::protobuf::FieldDescriptor;
+      const auto* r = c.GetReflection();
+      switch (f->cpp_type()) {
+        case FD::CPPTYPE_BOOL:
+          return r->SetBool(&c, f, true);
+        case FD::CPPTYPE_INT32:
+          return r->SetInt32(&c, f, static_cast<int32_t>(number));
+        case FD::CPPTYPE_INT64:
+          return r->SetInt64(&c, f, static_cast<int64_t>(number));
+        case FD::CPPTYPE_UINT32:
+          return r->SetUInt32(&c, f, static_cast<uint32_t>(number));
+        case FD::CPPTYPE_UINT64:
+          return r->SetUInt64(&c, f, static_cast<uint64_t>(number));
+        case FD::CPPTYPE_DOUBLE:
+          return r->SetDouble(&c, f, number);
+        default:
+          return r->SetString(&c, f, "x");
+      }
+    };
+  }
+  return nullptr;
+}
+
 // The derivation can fail: each keyed field, set on its own to a value other than its default
 // where it matters, gives a key other than the config without it.
 TEST(ConfigKey, EachKeyedFieldChangesTheKey) {
   for (const api::KeyedField& f : api::keyed_fields()) {
     const std::string path(f.path);
-    const auto sample = samples().find(path);
-    ASSERT_TRUE(sample != samples().end())
-        << "no sample value for " << path << ": add one to samples() in this test";
+    const auto set = sample(path);
+    ASSERT_TRUE(set != nullptr) << "no sample value for " << path
+                                << ": add one to samples() in this test";
     const v1::PipelineConfig base = context(f.scope);
     v1::PipelineConfig changed = base;
-    sample->second(changed);
+    set(changed);
     ASSERT_NE(changed.SerializeAsString(), base.SerializeAsString()) << path;
     auto before = key_of(base);
     auto after = key_of(changed);
@@ -277,7 +313,7 @@ TEST(ConfigKey, EachKeyedFieldChangesTheKey) {
 TEST(ConfigKey, FieldsOutsideTheirScopeLeaveTheKeyAlone) {
   auto same = [](const std::string& path, const v1::PipelineConfig& base) {
     v1::PipelineConfig changed = base;
-    samples().at(path)(changed);
+    sample(path)(changed);
     auto a = key_of(base);
     auto b = key_of(changed);
     ASSERT_TRUE(a.ok() && b.ok()) << path;
@@ -296,6 +332,78 @@ TEST(ConfigKey, FieldsOutsideTheirScopeLeaveTheKeyAlone) {
   samples().at("verify.input_sets")(given);
   for (const char* path : {"verify.seed", "verify.trials", "verify.shapes", "verify.values"})
     same(path, given);
+}
+
+// The plain options (graft.proto's fields with a (graft.v1.field) spec) travel as they are:
+// each, set to its sample, comes back from the core config unchanged (the generated members and
+// copies cover every one), and a request that leaves it unset keeps the core's default.
+TEST(PlainFields, EachTravelsToTheCoreConfigAndBack) {
+  ASSERT_FALSE(api::plain_fields().empty());
+  for (const auto& [f, spec] : api::plain_fields()) {
+    v1::PipelineConfig request;
+    if (f->name() == "max_error" || f->name() == "min_cosine" ||
+        f->name() == "accept_unmeasured_error")
+      request.add_passes("convert_fp16");  // a lossy pass, for the gates to mean something
+    const v1::PipelineConfig unset = request;
+    sample(f->name())(request);
+    auto config = api::from_proto(request);
+    ASSERT_TRUE(config.ok()) << f->name() << ": " << config.status();
+    const v1::PipelineConfig back = api::to_proto(*config);
+    const auto* r = back.GetReflection();
+    EXPECT_TRUE(r->HasField(back, f)) << f->name() << " is lost on the way";
+    std::string want, got;
+    google::protobuf::TextFormat::PrintFieldValueToString(request, f, -1, &want);
+    google::protobuf::TextFormat::PrintFieldValueToString(back, f, -1, &got);
+    EXPECT_EQ(got, want) << f->name();
+    auto plain = api::from_proto(unset);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_FALSE(r->HasField(api::to_proto(*plain), f)) << f->name() << " is set by default";
+  }
+}
+
+// Each spec's bounds are graftd's too: a value past one is INVALID_ARGUMENT naming the field,
+// whichever client sent it.
+TEST(PlainFields, BoundsAreCheckedByName) {
+  using FD = google::protobuf::FieldDescriptor;
+  int checked = 0;
+  for (const auto& [f, spec] : api::plain_fields()) {
+    for (int side = 0; side < 2; ++side) {
+      const bool below = side == 0;
+      if (below ? !spec->has_min() : !spec->has_max()) continue;
+      const double bound = below ? spec->min() : spec->max();
+      v1::PipelineConfig request;
+      const auto* r = request.GetReflection();
+      switch (f->cpp_type()) {
+        case FD::CPPTYPE_DOUBLE:
+          r->SetDouble(&request, f, below ? bound - 1 : std::nextafter(bound, INFINITY) * 2);
+          break;
+        case FD::CPPTYPE_INT32:
+          if (below ? bound <= INT32_MIN : bound >= INT32_MAX) continue;
+          r->SetInt32(&request, f, static_cast<int32_t>(below ? bound - 1 : bound + 1));
+          break;
+        case FD::CPPTYPE_INT64:
+          r->SetInt64(&request, f, static_cast<int64_t>(below ? bound - 1 : bound + 1));
+          break;
+        default:
+          continue;  // unsigned: only an upper bound could be passed, none is declared today
+      }
+      auto config = api::from_proto(request);
+      ASSERT_FALSE(config.ok()) << f->name() << (below ? " below " : " above ") << bound;
+      EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(config.status().message().find(f->name()), std::string::npos) << config.status();
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 4);  // max_error and min_cosine's bounds, target_opset's minimum
+}
+
+// NaN passes no bound: a plain number that is not finite is refused by name.
+TEST(PlainFields, NotANumberIsRefused) {
+  v1::PipelineConfig request;
+  request.set_min_cosine(std::nan(""));
+  auto config = api::from_proto(request);
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("min_cosine"), std::string::npos) << config.status();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ import sys
 from . import __version__
 from ._stubs import graft_pb2
 from .client import Client, write_atomically
+from .config import PLAIN_OPTIONS
 from .errors import ExternalDataError, GraftError, InvalidArgumentError, InvalidModelError
 from .tls import TlsConfig
 
@@ -186,6 +187,28 @@ def _summary(args, result):
     return line
 
 
+def _plain_flags():
+    """The plain options (graft.proto's field specs) that have a flag: {name: spec}."""
+    return {name: spec for name, (_, spec) in PLAIN_OPTIONS.items() if spec.flag}
+
+
+def _add_plain_options(parser):
+    """A flag per plain option, as graft.proto's spec gives it; absent leaves the default."""
+    for name, spec in _plain_flags().items():
+        field = PLAIN_OPTIONS[name][0]
+        if field.cpp_type == field.CPPTYPE_BOOL:
+            parser.add_argument("--" + spec.flag, dest=name, action="store_true", default=None,
+                                help=spec.help.replace("%", "%%"))
+            continue
+        integer = field.cpp_type in (field.CPPTYPE_INT32, field.CPPTYPE_INT64,
+                                     field.CPPTYPE_UINT32, field.CPPTYPE_UINT64)
+        number = integer or field.cpp_type == field.CPPTYPE_DOUBLE
+        parser.add_argument("--" + spec.flag, dest=name,
+                            type=int if integer else float if number else str,
+                            metavar="N" if integer else "X" if number else "TEXT",
+                            help=spec.help.replace("%", "%%"))
+
+
 def run_optimize(args):
     if args.passes and args.level is not None:
         raise UsageError("--passes replaces --level: give one of them")
@@ -203,10 +226,10 @@ def run_optimize(args):
         "check": args.check,
         "explain": args.explain or None,
         "target": args.target,
-        "target_opset": args.target_opset,
         "fix_dims": _fix_dims(args.fix_dim) or None,
         "fix_shapes": _fix_shapes(args.fix_shape) or None,
     }
+    config.update({name: getattr(args, name) for name in _plain_flags()})
     tls = _tls(args)
     if args.input == "-":
         model, folder = sys.stdin.buffer.read(), os.getcwd()
@@ -286,8 +309,6 @@ def build_parser(prog=None):
                    help="pass option (repeatable)")
     o.add_argument("--target", help="the runtime the result is for: onnx (default), onnxruntime "
                                      "or onnxruntime:MAJOR.MINOR")
-    o.add_argument("--target-opset", type=int, metavar="N",
-                   help="raise the model's opset to N (13..23) first")
     o.add_argument("--max-rounds", type=int, default=10, metavar="N",
                    help="fixed-point rounds at most (default 10)")
     o.add_argument("--check", action="store_true",
@@ -295,6 +316,7 @@ def build_parser(prog=None):
     o.add_argument("--verify", action="store_true",
                    help="compare the original's and the result's outputs on random inputs; a "
                         "pass that changes them is rolled back")
+    _add_plain_options(o)
     o.add_argument("--explain", action="append", metavar="PASS[/RULE]",
                    help="report why these rules did not rewrite (repeatable)")
     o.add_argument("--fix-dim", action="append", default=[], metavar="NAME=N",

@@ -11,7 +11,7 @@ import time
 import grpc
 
 from ._stubs import graft_pb2, graft_pb2_grpc, health_pb2, health_pb2_grpc
-from .config import pipeline_config
+from .config import pipeline_config, plain_options_doc
 from .errors import (DataLossError, DeadlineExceededError, ExternalDataError, GraftError,
                      InvalidArgumentError, from_rpc_error)
 from .external import (check_location, copy_fd, external_locations, open_beneath,
@@ -671,9 +671,8 @@ class Client:
     def optimize(self, model, level="O2", passes=None, verify=None, pass_options=None,
                  lookup_first=True, timeout=None, *, max_rounds=10, check=False,
                  external_data_dir=None, keep_external_files=True, progress=None,
-                 chunk_bytes=CHUNK_BYTES, explain=None, max_error=None, min_cosine=None,
-                 accept_unmeasured_error=False, calibration_data=None, target=None,
-                 target_opset=None, fix_dims=None, fix_shapes=None):
+                 chunk_bytes=CHUNK_BYTES, explain=None, calibration_data=None, target=None,
+                 fix_dims=None, fix_shapes=None, **options):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -688,25 +687,23 @@ class Client:
         (default: the client's) bounds the whole operation. `progress(upload: bool, done,
         total)` is called per chunk. `explain` ("PASS" or "PASS/RULE", or a list) asks why those
         rules did not rewrite: Result.explanations(). Lossy passes are kept only within their
-        error gate (`passes()`: gate_max_rel, gate_min_cosine), which `max_error` and
-        `min_cosine` replace; one whose error cannot be measured is rolled back unless
-        `accept_unmeasured_error` (Result.lossy_trials()). `calibration_data`: input sets
-        ({input name: numpy array or TensorProto} dicts) lossy passes learn value ranges from.
-        `target`: the runtime the result is for, "onnx" (default) or "onnxruntime[:X.Y]"
-        (report.target says which it was optimized for). `target_opset` (13..23): raise the
-        model's opset first, converting what changed (e.g. 17 for LayerNormalization).
+        error gate (`passes()`: gate_max_rel, gate_min_cosine; Result.lossy_trials()).
+        `calibration_data`: input sets ({input name: numpy array or TensorProto} dicts) lossy
+        passes learn value ranges from. `target`: the runtime the result is for, "onnx"
+        (default) or "onnxruntime[:X.Y]" (report.target says which it was optimized for).
         `fix_dims` ({"batch": 1}) and `fix_shapes` ({"x": [1, 3, 224, 224]}) make symbolic input
         dims static before the passes run, so the shape arithmetic that follows folds
-        (Result.fixed_inputs())."""
+        (Result.fixed_inputs()). `options` are the plain options (None leaves one at its
+        default), as the server's schema declares them:
+{plain}"""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
             raise InvalidArgumentError(f"chunk_bytes must be in (0, {MAX_MESSAGE_BYTES - 4096}]")
         deadline = self._deadline(timeout)
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
-                                 explain=explain, max_error=max_error, min_cosine=min_cosine,
-                                 accept_unmeasured_error=accept_unmeasured_error,
-                                 calibration_data=calibration_data, target=target,
-                                 target_opset=target_opset, fix_dims=fix_dims, fix_shapes=fix_shapes)
+                                 explain=explain, calibration_data=calibration_data,
+                                 target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
+                                 **options)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:
@@ -804,27 +801,32 @@ class Client:
 
     def lookup(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                timeout=None, *, sha256=None, max_rounds=10, check=False, external_data_dir=None,
-               keep_external_files=True, target=None, fix_dims=None, fix_shapes=None):
+               keep_external_files=True, target=None, fix_dims=None, fix_shapes=None,
+               explain=None, **options):
         """The cached Result for `model` (path or bytes; its external-data files are hashed from
         its folder or `external_data_dir`) or for an input digest `sha256=` under this
-        configuration (fix_dims and fix_shapes as optimize's), downloaded without an upload;
+        configuration (fix_dims, fix_shapes, explain and the plain options as optimize's),
+        downloaded without an upload;
         None when the server has none. A Result found by `sha256=` knows no input files: its
         from_input files cannot be saved."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
-                                 target=target, fix_dims=fix_dims, fix_shapes=fix_shapes)
+                                 target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
+                                 explain=explain, **options)
         digest, source = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, True, self._deadline(timeout), source,
                             keep_external_files)
 
     def is_cached(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                   timeout=None, *, sha256=None, max_rounds=10, check=False,
-                  external_data_dir=None, target=None, fix_dims=None, fix_shapes=None):
+                  external_data_dir=None, target=None, fix_dims=None, fix_shapes=None,
+                  explain=None, **options):
         """Whether the server has a cached result for the model (or input digest) and
-        configuration (fix_dims and fix_shapes as optimize's)."""
+        configuration (fix_dims, fix_shapes, explain and the plain options as optimize's)."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
-                                 target=target, fix_dims=fix_dims, fix_shapes=fix_shapes)
+                                 target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
+                                 explain=explain, **options)
         digest, _ = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, False, self._deadline(timeout))
 
@@ -847,6 +849,8 @@ class Client:
             raise self._error(e) from None
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
+
+Client.optimize.__doc__ = Client.optimize.__doc__.replace("{plain}", plain_options_doc())
 
 __all__ = ["Client", "Result", "ResultFile", "TlsConfig", "GraftError", "CHUNK_BYTES",
            "KEEP_IN_MEMORY_BYTES", "SHA256_METADATA", "input_digest", "model_digest",

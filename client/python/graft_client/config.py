@@ -9,6 +9,7 @@ client produced the entry.
 
 import math
 import numbers
+import textwrap
 
 from ._stubs import graft_pb2
 from .errors import InvalidArgumentError
@@ -29,6 +30,79 @@ MIN_FIXED_DIM = 1
 MAX_FIXED_DIM = 2**31
 MAX_FIX_ENTRIES = 4096
 MAX_FIX_RANK = 1024
+
+
+def _plain_options():
+    """{name: (FieldDescriptor, FieldSpec)}: PipelineConfig's plain options, the fields declared
+    with a (graft.v1.field) spec in graft.proto, in field order."""
+    options = {}
+    for field in graft_pb2.PipelineConfig.DESCRIPTOR.fields:
+        field_options = field.GetOptions()
+        if field_options.HasExtension(graft_pb2.field):
+            options[field.name] = (field, field_options.Extensions[graft_pb2.field])
+    return options
+
+
+PLAIN_OPTIONS = _plain_options()
+
+_FD = type(graft_pb2.PipelineConfig.DESCRIPTOR.fields[0])
+_INT_BOUNDS = {_FD.CPPTYPE_INT32: (-2**31, 2**31 - 1), _FD.CPPTYPE_INT64: (-2**63, 2**63 - 1),
+               _FD.CPPTYPE_UINT32: (0, 2**32 - 1), _FD.CPPTYPE_UINT64: (0, 2**64 - 1)}
+
+
+def _bound_text(bound):
+    """A bound as graftd's errors show it (api::bound_text): integral values as integers."""
+    if float(bound).is_integer() and abs(bound) < 2**63:
+        return str(int(bound))
+    return f"{bound:g}"
+
+
+def _bounds(field, spec):
+    """(min, max) of a number option: its spec's, within its type's."""
+    lo, hi = _INT_BOUNDS.get(field.cpp_type, (-math.inf, math.inf))
+    if spec.HasField("min"):
+        lo = max(lo, spec.min)
+    if spec.HasField("max"):
+        hi = min(hi, spec.max)
+    return lo, hi
+
+
+def plain_option_value(name, value):
+    """`value` checked for the plain option `name` as its spec says (type and bounds), as the
+    message field takes it; InvalidArgumentError naming the option otherwise."""
+    field, spec = PLAIN_OPTIONS[name]
+    if field.cpp_type == _FD.CPPTYPE_BOOL:
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
+        return value
+    if field.cpp_type == _FD.CPPTYPE_STRING:
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"{name} must be a string, got {value!r}")
+        return value
+    integer = field.cpp_type in _INT_BOUNDS
+    kind = numbers.Integral if integer else numbers.Real
+    lo, hi = _bounds(field, spec)
+    if isinstance(value, bool) or not isinstance(value, kind) \
+            or not (lo <= value <= hi):  # NaN fails too
+        raise InvalidArgumentError(
+            f"{name} must be {'an int' if integer else 'a number'} in "
+            f"[{_bound_text(lo)}, {_bound_text(hi)}], got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def plain_options_doc():
+    """The plain options as the Python client's docstrings list them: one line each."""
+    return "\n".join(textwrap.fill(f"`{name}`: {spec.help}.", width=96, initial_indent=" " * 8,
+                                    subsequent_indent=" " * 10)
+                      for name, (_, spec) in PLAIN_OPTIONS.items())
+
+
+def _set_plain_options(config, options, caller):
+    for name, value in options.items():
+        if name not in PLAIN_OPTIONS:
+            raise TypeError(f"{caller}() got an unexpected keyword argument '{name}'")
+        if value is not None:  # None: the option's default
+            setattr(config, name, plain_option_value(name, value))
 
 
 def normalize_level(level):
@@ -188,37 +262,31 @@ def _verify_config(verify):
 
 
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
-                    max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None, max_error=None,
-                    min_cosine=None, accept_unmeasured_error=False, calibration_data=None,
-                    target=None, target_opset=None, fix_dims=None, fix_shapes=None):
+                    max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None,
+                    calibration_data=None, target=None, fix_dims=None, fix_shapes=None,
+                    **options):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
     `check` runs the ONNX checker and strict shape inference after each changing pass; `explain`
     (a list of "PASS" or "PASS/RULE", or one such string) asks why those rules did not rewrite
-    (report.passes[i].explanations). `max_error` (>= 0) and `min_cosine` (-1..1) replace the
-    lossy passes' own error gates; `accept_unmeasured_error` keeps a lossy pass whose error
-    cannot be measured. `calibration_data` (a list of {input name: tensor} dicts, as
-    verify's input_sets) is what lossy passes learn value ranges from (quantize_static_int8's
+    (report.passes[i].explanations). `calibration_data` (a list of {input name: tensor} dicts,
+    as verify's input_sets) is what lossy passes learn value ranges from (quantize_static_int8's
     scales); without it they use random inputs (report.passes[i].calibration says which).
     `target` is the runtime the result is for: "onnx" (the default: standard ops only),
     "onnxruntime" or "onnxruntime:MAJOR.MINOR" (ONNX Runtime's com.microsoft fused ops too);
-    the server checks it. `target_opset` (13..23) raises the model's opset first.
-    `fix_dims` ({dim name: size}, e.g. {"batch": 1}) and `fix_shapes` ({input name: [sizes]},
-    e.g. {"x": [1, 3, 224, 224]}) make symbolic input dims static before the passes run, so what
-    follows from them folds (report.fixed_inputs lists the inputs changed); sizes are ints in
-    1..2^31."""
+    the server checks it. `fix_dims` ({dim name: size}, e.g. {"batch": 1}) and `fix_shapes`
+    ({input name: [sizes]}, e.g. {"x": [1, 3, 224, 224]}) make symbolic input dims static before
+    the passes run, so what follows from them folds (report.fixed_inputs lists the inputs
+    changed); sizes are ints in 1..2^31. `options` are the plain options (PLAIN_OPTIONS, from
+    graft.proto's field specs; None leaves one at its default):
+{plain}"""
     config = graft_pb2.PipelineConfig()
     config.level = normalize_level(level)
     if target is not None:
         if not isinstance(target, str) or len(target) > 64:
             raise InvalidArgumentError(f"target must be a string such as 'onnxruntime', got {target!r}")
         config.target = target
-    if target_opset is not None:
-        if isinstance(target_opset, bool) or not isinstance(target_opset, int) \
-                or not 0 <= target_opset < 2**31:
-            raise InvalidArgumentError(f"target_opset must be an int (13..23, 0: keep), got {target_opset!r}")
-        config.target_opset = target_opset
     if passes is not None:
         if isinstance(passes, str):
             passes = [p for p in passes.split(",") if p]
@@ -230,12 +298,12 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
             if not isinstance(p, str):
                 raise InvalidArgumentError(f"pass names must be strings, got {p!r}")
         config.passes.extend(passes)
-    for pass_name, options in (pass_options or {}).items():
-        if not isinstance(options, dict):
+    for pass_name, values_given in (pass_options or {}).items():
+        if not isinstance(values_given, dict):
             raise InvalidArgumentError(
                 f"pass_options['{pass_name}'] must be a dict of option -> value")
         values = config.pass_options[str(pass_name)].values
-        for key, value in options.items():
+        for key, value in values_given.items():
             values[str(key)] = _option_text(value)
     if not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 0 \
             or max_rounds >= 2**31:
@@ -257,16 +325,9 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
             if not isinstance(e, str) or not e:
                 raise InvalidArgumentError(f"explain entries must be 'PASS' or 'PASS/RULE', got {e!r}")
         config.explain.extend(explain)
-    if max_error is not None:
-        if isinstance(max_error, bool) or not isinstance(max_error, (int, float)) \
-                or not math.isfinite(max_error) or max_error < 0:
-            raise InvalidArgumentError(f"max_error must be a finite number >= 0, got {max_error!r}")
-        config.max_error = float(max_error)
-    if min_cosine is not None:
-        if isinstance(min_cosine, bool) or not isinstance(min_cosine, (int, float)) \
-                or not -1 <= min_cosine <= 1:
-            raise InvalidArgumentError(f"min_cosine must be a number in [-1, 1], got {min_cosine!r}")
-        config.min_cosine = float(min_cosine)
-    config.accept_unmeasured_error = bool(accept_unmeasured_error)
+    _set_plain_options(config, options, "pipeline_config")
     _add_fixed(config, fix_dims, fix_shapes)
     return config
+
+
+pipeline_config.__doc__ = pipeline_config.__doc__.replace("{plain}", plain_options_doc())

@@ -495,3 +495,45 @@ def test_errors_while_uploading_are_raised_as_themselves(client, tmp_path):
 
     with pytest.raises(Stop):
         client.optimize(conv_bn_bytes(seed=117), progress=stop)
+
+
+def test_plain_options_follow_their_specs():
+    """The plain options are keyword arguments checked as graft.proto's specs say: by type, by
+    bounds (as graftd's messages put them), and an unknown name is a TypeError, as for any
+    function. lookup and is_cached take them too, so they name the same cache entry."""
+    from graft_client.config import PLAIN_OPTIONS, pipeline_config
+    assert set(PLAIN_OPTIONS) >= {"max_error", "min_cosine", "accept_unmeasured_error",
+                                  "target_opset"}
+    config = pipeline_config(target_opset=17, max_error=0.5, accept_unmeasured_error=True)
+    assert (config.target_opset, config.max_error, config.accept_unmeasured_error) == \
+        (17, 0.5, True)
+    assert not config.HasField("min_cosine")
+    assert not pipeline_config(max_error=None).HasField("max_error")
+    for bad, message in [({"max_error": -1}, "max_error must be a number in [0, 1e+300]"),
+                         ({"min_cosine": float("nan")}, "min_cosine must be a number in [-1, 1]"),
+                         ({"target_opset": 2**31}, "target_opset must be an int in [0, 2147483647]"),
+                         ({"target_opset": 17.0}, "target_opset must be an int"),
+                         ({"accept_unmeasured_error": 1}, "accept_unmeasured_error must be a bool")]:
+        with pytest.raises(graft_client.InvalidArgumentError) as e:
+            pipeline_config(**bad)
+        assert message in str(e.value), (bad, str(e.value))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_erorr'"):
+        pipeline_config(max_erorr=0.1)
+    for name, (_, spec) in PLAIN_OPTIONS.items():
+        assert f"`{name}`" in graft_client.Client.optimize.__doc__, name
+    with graft_client.Client(UNREACHABLE) as nowhere:
+        with pytest.raises(TypeError):
+            nowhere.lookup(b"x", max_erorr=0.1)
+        with pytest.raises(ValueError, match="target_opset must be"):
+            nowhere.is_cached(b"x", target_opset="17")
+
+
+def test_lookup_names_a_result_optimized_with_plain_options(client):
+    """A result optimized with target_opset is found by lookup with the same option (the
+    option is part of the key), and not without it."""
+    model = conv_bn_bytes(seed=113)
+    client.optimize(model, target_opset=17, lookup_first=False)
+    assert client.is_cached(model, target_opset=17)
+    assert not client.is_cached(model)
+    found = client.lookup(model, target_opset=17)
+    assert found is not None and found.report.input_sha256

@@ -207,3 +207,22 @@ def test_main_returns_the_code_in_process(graftd, model, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["optimize"])
     assert e.value.code == 2
+
+
+def test_plain_options_are_flags_from_the_schema(graftd, model, tmp_path):
+    """Every plain option (graft.proto's field specs) is a flag with its spec's help, and the
+    flag reaches the server: --target-opset raises the opset of the result."""
+    from graft_client.config import PLAIN_OPTIONS
+    help_text = run_module("optimize", "--help").stdout.decode()
+    flags = [spec.flag for _, spec in PLAIN_OPTIONS.values() if spec.flag]
+    assert "target-opset" in flags and "accept-unmeasured-error" in flags
+    for flag in flags:
+        assert f"--{flag}" in help_text, flag
+    out = tmp_path / "raised.onnx"
+    done = run_module("optimize", model(61), "-o", out, "--server", graftd.address,
+                      "--target-opset", "17", "--accept-unmeasured-error", "--max-error", "0.5")
+    assert done.returncode == 0, done.stderr
+    assert onnx.load(str(out)).opset_import[0].version == 17
+    bad = run_module("optimize", model(62), "--server", graftd.address, "--min-cosine", "2")
+    assert bad.returncode == 2
+    assert b"min_cosine must be a number in [-1, 1]" in bad.stderr
