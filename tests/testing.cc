@@ -1,5 +1,6 @@
 #include "tests/testing.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -455,6 +456,108 @@ onnx::TypeProto float_type(const std::vector<int64_t>& dims) {
   type.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
   for (int64_t d : dims) type.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
   return type;
+}
+
+bool read_recorded_tensor(const std::filesystem::path& path, onnx::TensorProto* proto) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return in.good() || in.eof() ? proto->ParseFromString(bytes) : false;
+}
+
+void fix_bfloat16(const onnx::ValueInfoProto& info, onnx::TensorProto* proto) {
+  if (info.type().tensor_type().elem_type() == onnx::TensorProto::BFLOAT16 &&
+      proto->data_type() == onnx::TensorProto::UINT16) {
+    proto->set_data_type(onnx::TensorProto::BFLOAT16);
+  }
+}
+
+std::string compare_recorded(const eval::Tensor& got, const eval::Tensor& want) {
+  if (got.dtype() != want.dtype())
+    return absl::StrCat("dtype ", got.dtype(), " != expected ", want.dtype());
+  if (got.dims() != want.dims())
+    return absl::StrCat("shape [", absl::StrJoin(got.dims(), ","), "] != expected [",
+                        absl::StrJoin(want.dims(), ","), "]");
+  if (want.dtype() == onnx::TensorProto::STRING) {
+    for (int64_t i = 0; i < want.size(); ++i)
+      if (got.strings()[i] != want.strings()[i])
+        return absl::StrCat("element ", i, ": \"", got.strings()[i], "\" != \"", want.strings()[i],
+                            "\"");
+    return "";
+  }
+  const bool exact = !eval::is_float_type(want.dtype());
+  for (int64_t i = 0; i < want.size(); ++i) {
+    if (exact) {
+      if (want.dtype() == onnx::TensorProto::UINT64) {
+        if (got.data<uint64_t>()[i] != want.data<uint64_t>()[i])
+          return absl::StrCat("element ", i, ": ", got.data<uint64_t>()[i],
+                              " != ", want.data<uint64_t>()[i]);
+      } else if (got.get_int64(i) != want.get_int64(i)) {
+        return absl::StrCat("element ", i, ": ", got.get_int64(i), " != ", want.get_int64(i));
+      }
+      continue;
+    }
+    const double g = got.get_double(i), w = want.get_double(i);
+    if (std::isnan(w) && std::isnan(g)) continue;
+    if (g == w) continue;  // also equal infinities
+    if (std::isfinite(w) && std::isfinite(g) &&
+        std::abs(g - w) <= kRecordedAtol + kRecordedRtol * std::abs(w))
+      continue;
+    return absl::StrCat("element ", i, ": ", g, " != expected ", w);
+  }
+  return "";
+}
+
+std::string compare_recorded(const std::vector<eval::Tensor>& got,
+                             const std::vector<eval::Tensor>& want) {
+  if (got.size() != want.size())
+    return absl::StrCat(got.size(), " outputs, ", want.size(), " recorded");
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::string diff = compare_recorded(got[i], want[i]); !diff.empty())
+      return absl::StrCat("output ", i, ": ", diff);
+  return "";
+}
+
+std::vector<RecordedSet> load_test_data_sets(const std::filesystem::path& dir,
+                                             const ir::Model& model) {
+  std::vector<std::filesystem::path> folders;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().starts_with("test_data_set_"))
+      folders.push_back(e.path());
+  std::sort(folders.begin(), folders.end());
+  constexpr uint64_t kMaxBytes = 256ull << 20;
+  const ir::Graph& graph = model.graph();
+  std::vector<RecordedSet> sets;
+  for (const auto& folder : folders) {
+    RecordedSet set;
+    bool complete = true;
+    for (size_t i = 0; i < graph.inputs().size() && complete; ++i) {
+      const auto& in = graph.inputs()[i];
+      onnx::TensorProto proto;
+      const auto file = folder / absl::StrCat("input_", i, ".pb");
+      if (!std::filesystem::exists(file)) {
+        complete = in.value->is_initializer();
+        continue;
+      }
+      complete = read_recorded_tensor(file, &proto);
+      if (!complete) break;
+      fix_bfloat16(in.info, &proto);
+      auto t = eval::Tensor::from_proto(proto, kMaxBytes);
+      const int32_t declared = in.info.type().tensor_type().elem_type();
+      complete = t.ok() && (declared == 0 || t->dtype() == declared);
+      if (complete) set.inputs.emplace(in.value->name(), std::move(*t));
+    }
+    for (size_t i = 0; i < graph.outputs().size() && complete; ++i) {
+      onnx::TensorProto proto;
+      complete = read_recorded_tensor(folder / absl::StrCat("output_", i, ".pb"), &proto);
+      if (!complete) break;
+      fix_bfloat16(graph.outputs()[i].info, &proto);
+      auto t = eval::Tensor::from_proto(proto, kMaxBytes);
+      complete = t.ok();
+      if (complete) set.outputs.push_back(std::move(*t));
+    }
+    if (complete) sets.push_back(std::move(set));
+  }
+  return sets;
 }
 
 }  // namespace graft::testing

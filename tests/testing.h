@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/eval/tensor.h"
 #include "core/ir/model.h"
 #include "core/passes/pass.h"
 #include "core/pipeline/pipeline.h"
@@ -202,6 +204,33 @@ std::string loop_scan_bomb(int64_t trips);
 std::string near_miss_layer_norm();
 // ../shared/models next to the repository (GRAFT_SHARED_MODELS overrides), or empty.
 std::filesystem::path shared_models_dir();
+
+// libonnx-testdata's recorded data. The backend tests compare with rtol 1e-3, atol 1e-7; the
+// atol is relaxed slightly for float32 results near zero computed through different (but
+// correct) formulas.
+inline constexpr double kRecordedRtol = 1e-3;
+inline constexpr double kRecordedAtol = 1e-5;
+// A serialized TensorProto file; false when it cannot be read or parsed.
+bool read_recorded_tensor(const std::filesystem::path& path, onnx::TensorProto* proto);
+// The ONNX 1.12 test data stores bfloat16 tensors as UINT16 ones holding the same bits; the
+// declared graph input/output type tells them apart.
+void fix_bfloat16(const onnx::ValueInfoProto& info, onnx::TensorProto* proto);
+// "" if `got` matches `want` (same type and dims; floats within the tolerances above, NaN
+// matching NaN; others exact), else what differs.
+std::string compare_recorded(const eval::Tensor& got, const eval::Tensor& want);
+// One recorded set of a case folder (test_data_set_N: input_I.pb in graph input order,
+// output_I.pb in graph output order).
+struct RecordedSet {
+  std::map<std::string, eval::Tensor> inputs;
+  std::vector<eval::Tensor> outputs;
+};
+// The recorded sets of case folder `dir` for `model`; a set with a file that does not parse,
+// an omitted input or a tensor of another type than declared is left out.
+std::vector<RecordedSet> load_test_data_sets(const std::filesystem::path& dir,
+                                             const ir::Model& model);
+// compare_recorded over a model's outputs, naming the first that differs.
+std::string compare_recorded(const std::vector<eval::Tensor>& got,
+                             const std::vector<eval::Tensor>& want);
 std::string read_file(const std::filesystem::path& path);
 
 }  // namespace graft::testing

@@ -23,6 +23,9 @@ using onnx::TensorProto;
 // unconverted model).
 struct Plan {
   std::unordered_map<const ir::Node*, int64_t> group_norm_channels;
+  // The input rank of each Softmax, LogSoftmax and Hardmax below opset 13 (their axis meant
+  // "flatten from here" before 13).
+  std::unordered_map<const ir::Node*, int64_t> softmax_ranks;
 };
 
 // One schema change: the nodes of `ops` below opset `changed_at` are checked (a reason makes the
@@ -47,6 +50,340 @@ ir::Value* int64_constant(Rewriter& rw, ir::Node& n, const std::vector<int64_t>&
   if (!scalar) dims.push_back(static_cast<int64_t>(values.size()));
   return rw.add_constant(*n.graph(), ir::make_int64_tensor(dims, values),
                          absl::StrCat(node_label(n), "_", what));
+}
+
+// A float constant of `dtype` (a scalar with `scalar`), readable by `n`.
+ir::Value* float_constant_of(Rewriter& rw, ir::Node& n, int32_t dtype,
+                             const std::vector<double>& values, bool scalar,
+                             const std::string& what) {
+  std::vector<int64_t> dims;
+  if (!scalar) dims.push_back(static_cast<int64_t>(values.size()));
+  return rw.add_constant(*n.graph(), ir::make_float_tensor(dtype, dims, values),
+                         absl::StrCat(node_label(n), "_", what));
+}
+
+// A list of ints (old models may leave an attribute's type unset).
+bool is_ints(const onnx::AttributeProto& a) {
+  return a.type() == onnx::AttributeProto::INTS ||
+         (a.type() == onnx::AttributeProto::UNDEFINED && a.ints_size() > 0);
+}
+
+bool is_floats(const onnx::AttributeProto& a) {
+  return a.type() == onnx::AttributeProto::FLOATS ||
+         (a.type() == onnx::AttributeProto::UNDEFINED && a.floats_size() > 0);
+}
+
+bool is_int(const onnx::AttributeProto& a) {
+  return a.type() == onnx::AttributeProto::INT ||
+         (a.type() == onnx::AttributeProto::UNDEFINED && a.has_i());
+}
+
+bool is_float(const onnx::AttributeProto& a) {
+  return a.type() == onnx::AttributeProto::FLOAT ||
+         (a.type() == onnx::AttributeProto::UNDEFINED && a.has_f());
+}
+
+// `n` with `op` in its place: the same inputs (or `inputs`) and attributes, with `extra` set
+// over them and `drop` left out; its outputs replace n's.
+bool replace_op(ir::Node& n, Rewriter& rw, std::string_view op,
+                const std::vector<ir::Value*>& inputs,
+                const std::vector<onnx::AttributeProto>& extra,
+                const std::vector<std::string_view>& drop = {}) {
+  ir::Node* node = rw.add_node(*n.graph(), op, inputs, n.outputs().size(), &n);
+  for (const auto& a : n.attributes())
+    if (std::find(drop.begin(), drop.end(), a.name()) == drop.end()) rw.set_attr(node, a);
+  for (const auto& a : extra) rw.set_attr(node, a);
+  std::vector<ir::Value*> outputs;
+  for (size_t i = 0; i < node->outputs().size(); ++i) outputs.push_back(node->output(i));
+  return rw.replace_node(&n, outputs);
+}
+
+// Checks that attribute `name`, when present (or always, with `required`), is a list of ints.
+std::optional<std::string> check_ints_attr(const ir::Node& n, std::string_view name,
+                                           bool required) {
+  const auto* a = n.attr(name);
+  if (!a) {
+    if (required) return absl::StrCat("its ", std::string(name), " attribute is missing");
+    return std::nullopt;
+  }
+  if (!is_ints(*a))
+    return absl::StrCat("its ", std::string(name), " attribute is not a list of ints");
+  return std::nullopt;
+}
+
+// The inputs of `n` before opset `changed_at`'s form: at most `count` of them.
+std::optional<std::string> check_input_count(const ir::Node& n, size_t count) {
+  if (n.inputs().size() > count)
+    return absl::StrCat("has ", n.inputs().size(), " inputs, which its opset does not define");
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9: BatchNormalization's spatial attribute is gone (spatial = 1 was the default)
+
+std::optional<std::string> check_batch_norm_spatial(const ir::Node& n, Plan&) {
+  if (n.attr_int("spatial", 1) != 1)
+    return "spatial = 0 (statistics per activation, not per channel) has no opset-9 form";
+  return std::nullopt;
+}
+
+bool convert_batch_norm_spatial(ir::Node& n, Rewriter& rw, const Plan&) {
+  if (!n.attr("spatial")) return false;
+  rw.remove_attr(&n, "spatial");
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10: Slice's starts/ends/axes and TopK's k from attributes to inputs
+
+std::optional<std::string> check_slice(const ir::Node& n, Plan&) {
+  if (auto why = check_input_count(n, 1)) return why;
+  for (auto [name, required] : {std::pair{"starts", true}, {"ends", true}, {"axes", false}})
+    if (auto why = check_ints_attr(n, name, required)) return why;
+  return std::nullopt;
+}
+
+bool convert_slice(ir::Node& n, Rewriter& rw, const Plan&) {
+  const auto starts = n.attr_ints("starts"), ends = n.attr_ints("ends");
+  if (!starts || !ends || n.inputs().size() != 1) return false;
+  std::vector<ir::Value*> inputs{n.input(0), int64_constant(rw, n, *starts, false, "starts"),
+                                 int64_constant(rw, n, *ends, false, "ends")};
+  if (const auto axes = n.attr_ints("axes"))
+    inputs.push_back(int64_constant(rw, n, *axes, false, "axes"));
+  rw.set_inputs(&n, inputs);
+  for (const char* name : {"starts", "ends", "axes"})
+    if (n.attr(name)) rw.remove_attr(&n, name);
+  return true;
+}
+
+std::optional<std::string> check_top_k(const ir::Node& n, Plan&) {
+  if (auto why = check_input_count(n, 1)) return why;
+  const auto* k = n.attr("k");
+  if (!k || !is_int(*k)) return "its k attribute is missing or not an int";
+  return std::nullopt;
+}
+
+bool convert_top_k(ir::Node& n, Rewriter& rw, const Plan&) {
+  if (!n.attr("k") || n.inputs().size() != 1) return false;
+  rw.set_inputs(&n, {n.input(0), int64_constant(rw, n, {n.attr_int("k", 0)}, false, "k")});
+  rw.remove_attr(&n, "k");
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upsample (deprecated at 10) and Resize-10 become opset 11's Resize with the old coordinate
+// mapping, as ONNX's version converter writes it: x_in = x_out / scale ("asymmetric"), nearest
+// neighbours rounded down ("floor").
+
+std::optional<std::string> check_resize_modes(const ir::Node& n) {
+  const std::string mode = n.attr_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear" && mode != "bilinear")
+    return absl::StrCat("mode '", mode, "' has no Resize form");
+  return std::nullopt;
+}
+
+std::vector<onnx::AttributeProto> resize_attrs(const ir::Node& n) {
+  const std::string mode = n.attr_string("mode", "nearest");
+  std::vector<onnx::AttributeProto> attrs{
+      string_attr("mode", mode == "nearest" ? "nearest" : "linear"),
+      string_attr("coordinate_transformation_mode", "asymmetric")};
+  if (mode == "nearest") attrs.push_back(string_attr("nearest_mode", "floor"));
+  return attrs;
+}
+
+std::optional<std::string> check_upsample(const ir::Node& n, Plan&) {
+  if (auto why = check_resize_modes(n)) return why;
+  if (n.input(1)) return check_input_count(n, 2);
+  const auto* scales = n.attr("scales");
+  if (!scales || !is_floats(*scales)) return "it has neither a scales input nor attribute";
+  return check_input_count(n, 1);
+}
+
+bool convert_upsample(ir::Node& n, Rewriter& rw, const Plan&) {
+  ir::Value* scales = n.input(1);
+  if (!scales) {
+    const auto* a = n.attr("scales");
+    if (!a || !is_floats(*a)) return false;
+    scales = float_constant_of(rw, n, TensorProto::FLOAT,
+                               std::vector<double>(a->floats().begin(), a->floats().end()), false,
+                               "scales");
+  }
+  return replace_op(n, rw, "Resize", {n.input(0), nullptr, scales}, resize_attrs(n),
+                    {"scales", "mode"});
+}
+
+std::optional<std::string> check_resize_10(const ir::Node& n, Plan&) {
+  if (auto why = check_resize_modes(n)) return why;
+  return check_input_count(n, 2);
+}
+
+bool convert_resize_10(ir::Node& n, Rewriter& rw, const Plan&) {
+  if (n.inputs().size() != 2 || n.attr("coordinate_transformation_mode")) return false;
+  for (auto& a : resize_attrs(n)) rw.set_attr(&n, std::move(a));
+  rw.set_inputs(&n, {n.input(0), nullptr, n.input(1)});
+  return true;
+}
+
+// 13 drops Resize's tf_half_pixel_for_nn.
+std::optional<std::string> check_resize_13(const ir::Node& n, Plan&) {
+  if (n.attr_string("coordinate_transformation_mode", "") == "tf_half_pixel_for_nn")
+    return "coordinate_transformation_mode tf_half_pixel_for_nn has no opset-13 form";
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11: Clip's min/max and Pad's pads/value from attributes to inputs; Scatter is ScatterElements
+
+bool float_type(int32_t t) {
+  return t == TensorProto::FLOAT || t == TensorProto::DOUBLE || t == TensorProto::FLOAT16;
+}
+
+std::optional<std::string> check_clip(const ir::Node& n, Plan&) {
+  if (auto why = check_input_count(n, 1)) return why;
+  for (const char* name : {"min", "max"})
+    if (const auto* a = n.attr(name); a && !is_float(*a))
+      return absl::StrCat("its ", name, " attribute is not a float");
+  if ((n.attr("min") || n.attr("max")) && !(n.input(0) && float_type(n.input(0)->elem_type())))
+    return "its input's element type is not known to be a float type";
+  return std::nullopt;
+}
+
+bool convert_clip(ir::Node& n, Rewriter& rw, const Plan&) {
+  if ((!n.attr("min") && !n.attr("max")) || n.inputs().size() != 1) return false;
+  const int32_t type = n.input(0)->elem_type();
+  std::vector<ir::Value*> inputs{n.input(0), nullptr, nullptr};
+  if (n.attr("min"))
+    inputs[1] = float_constant_of(rw, n, type, {n.attr_float("min", 0)}, true, "min");
+  if (n.attr("max"))
+    inputs[2] = float_constant_of(rw, n, type, {n.attr_float("max", 0)}, true, "max");
+  if (!inputs[2]) inputs.pop_back();
+  rw.set_inputs(&n, inputs);
+  for (const char* name : {"min", "max"})
+    if (n.attr(name)) rw.remove_attr(&n, name);
+  return true;
+}
+
+std::optional<std::string> check_pad(const ir::Node& n, Plan&) {
+  if (auto why = check_input_count(n, 1)) return why;
+  if (auto why = check_ints_attr(n, "pads", true)) return why;
+  if (const auto* v = n.attr("value"); v && !is_float(*v))
+    return "its value attribute is not a float";
+  if (n.attr_float("value", 0) != 0 && !(n.input(0) && float_type(n.input(0)->elem_type())))
+    return "its input's element type is not known to be a float type";
+  return std::nullopt;
+}
+
+bool convert_pad(ir::Node& n, Rewriter& rw, const Plan&) {
+  const auto pads = n.attr_ints("pads");
+  if (!pads || n.inputs().size() != 1) return false;
+  std::vector<ir::Value*> inputs{n.input(0), int64_constant(rw, n, *pads, false, "pads")};
+  if (const double value = n.attr_float("value", 0); value != 0)
+    inputs.push_back(float_constant_of(rw, n, n.input(0)->elem_type(), {value}, true, "value"));
+  rw.set_inputs(&n, inputs);
+  for (const char* name : {"pads", "value"})
+    if (n.attr(name)) rw.remove_attr(&n, name);
+  return true;
+}
+
+bool convert_scatter(ir::Node& n, Rewriter& rw, const Plan&) {
+  std::vector<ir::Value*> inputs(n.inputs().begin(), n.inputs().end());
+  return replace_op(n, rw, "ScatterElements", inputs, {});
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12: Dropout's ratio from attribute to input (inference: the output is the input either way);
+// its mask, a float before 10 and a bool from 10, must be unread.
+
+std::optional<std::string> check_dropout(const ir::Node& n, Plan&) {
+  if (auto why = check_input_count(n, 1)) return why;
+  if (n.outputs().size() > 1 && n.output(1) && n.output(1)->use_count() > 0)
+    return "its mask output is read";
+  return std::nullopt;
+}
+
+bool convert_dropout(ir::Node& n, Rewriter& rw, const Plan&) {
+  if (n.inputs().size() != 1 || (!n.attr("ratio") && n.outputs().size() == 1)) return false;
+  std::vector<ir::Value*> inputs{n.input(0)};
+  if (n.attr("ratio"))
+    inputs.push_back(
+        float_constant_of(rw, n, TensorProto::FLOAT, {n.attr_float("ratio", 0.5f)}, true, "ratio"));
+  ir::Node* dropout = rw.add_node(*n.graph(), "Dropout", inputs, 1, &n);
+  std::vector<ir::Value*> outputs(n.outputs().size(), nullptr);
+  outputs[0] = dropout->output(0);
+  return rw.replace_node(&n, outputs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13: Squeeze/Unsqueeze axes, Split's split and ReduceSum's axes from attributes to inputs;
+// Softmax, LogSoftmax and Hardmax normalize over one axis instead of every axis from `axis` on
+// (default 1 before, -1 from 13).
+
+std::optional<std::string> check_axes_attr(const ir::Node& n, Plan&) {
+  if (auto why = check_input_count(n, 1)) return why;
+  return check_ints_attr(n, "axes", n.op_type() == "Unsqueeze");
+}
+
+bool convert_axes_attr(ir::Node& n, Rewriter& rw, const Plan&) {
+  const auto axes = n.attr_ints("axes");
+  if (!axes || n.inputs().size() != 1) return false;
+  // An empty ReduceSum axes list reduced every axis, as no axes input does.
+  if (!axes->empty() || n.op_type() != "ReduceSum")
+    rw.set_inputs(&n, {n.input(0), int64_constant(rw, n, *axes, false, "axes")});
+  rw.remove_attr(&n, "axes");
+  return true;
+}
+
+std::optional<std::string> check_split_13(const ir::Node& n, Plan&) {
+  if (auto why = check_input_count(n, 1)) return why;
+  return check_ints_attr(n, "split", false);
+}
+
+bool convert_split_13(ir::Node& n, Rewriter& rw, const Plan&) {
+  const auto split = n.attr_ints("split");
+  if (!split || n.inputs().size() != 1) return false;
+  rw.set_inputs(&n, {n.input(0), int64_constant(rw, n, *split, false, "split")});
+  rw.remove_attr(&n, "split");
+  return true;
+}
+
+std::optional<std::string> check_softmax(const ir::Node& n, Plan& plan) {
+  const auto rank = n.input(0) ? n.input(0)->rank() : std::nullopt;
+  if (!rank)
+    return "its input's rank is not known, and before opset 13 its axis meant every axis from "
+           "it on";
+  int64_t axis = n.attr_int("axis", 1);
+  if (axis < -*rank || axis >= std::max<int64_t>(*rank, 1))
+    return absl::StrCat("axis ", axis, " is out of range for rank ", *rank);
+  plan.softmax_ranks[&n] = *rank;
+  return std::nullopt;
+}
+
+bool convert_softmax(ir::Node& n, Rewriter& rw, const Plan& plan) {
+  auto it = plan.softmax_ranks.find(&n);
+  if (it == plan.softmax_ranks.end()) return false;
+  const int64_t rank = it->second;
+  int64_t axis = n.attr_int("axis", 1);
+  if (axis < 0) axis += rank;
+  if (axis >= rank - 1 || rank <= 1) {
+    // One axis or none after it: the same computation, but the default changes at 13.
+    if (n.attr("axis") && n.attr_int("axis", 1) == axis) return false;
+    rw.set_attr(&n, int_attr("axis", std::max<int64_t>(axis, 0)));
+    return true;
+  }
+  // Over the axes from `axis` on: flatten them into one, normalize, and restore the shape.
+  ir::Graph& g = *n.graph();
+  ir::Node* flat = rw.add_node(g, "Flatten", {n.input(0)}, 1, &n);
+  rw.set_attr(flat, int_attr("axis", axis));
+  ir::Node* norm = rw.add_node(g, n.op_type(), {flat->output(0)}, 1, &n);
+  rw.set_attr(norm, int_attr("axis", 1));
+  ir::Node* shape = rw.add_node(g, "Shape", {n.input(0)}, 1, &n);
+  ir::Node* back = rw.add_node(g, "Reshape", {norm->output(0), shape->output(0)}, 1, &n);
+  return rw.replace_node(&n, {back->output(0)});
+}
+
+// 9 changes Scan (no batch axis): the opset-8 form is refused.
+std::optional<std::string> refuse_scan_8(const ir::Node&, Plan&) {
+  return "the opset-8 Scan (with a batch axis) has no later form Graft writes";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -85,12 +422,6 @@ bool convert_roi_align(ir::Node& n, Rewriter& rw, const Plan&) {
 // ---------------------------------------------------------------------------------------------
 // 18: Reduce* axes from attribute to input; Split's num_outputs
 
-// A list of ints (old models may leave an attribute's type unset).
-bool is_ints(const onnx::AttributeProto& a) {
-  return a.type() == onnx::AttributeProto::INTS ||
-         (a.type() == onnx::AttributeProto::UNDEFINED && a.ints_size() > 0);
-}
-
 std::optional<std::string> check_reduce(const ir::Node& n, Plan&) {
   if (n.inputs().size() > 1) return "has more than one input, which its opset does not define";
   if (const auto* a = n.attr("axes"); a && !is_ints(*a))
@@ -109,7 +440,8 @@ bool convert_reduce(ir::Node& n, Rewriter& rw, const Plan&) {
 }
 
 bool convert_split(ir::Node& n, Rewriter& rw, const Plan&) {
-  if (n.input(1) || n.attr("num_outputs")) return false;
+  // A `split` attribute (before 13) becomes the input first (split_input).
+  if (n.input(1) || n.attr("num_outputs") || n.attr("split")) return false;
   rw.set_attr(&n, int_attr("num_outputs", static_cast<int64_t>(n.outputs().size())));
   return true;
 }
@@ -195,6 +527,25 @@ bool convert_group_norm(ir::Node& n, Rewriter& rw, const Plan& plan) {
 
 const std::vector<Conversion>& conversions() {
   static const auto* all = new std::vector<Conversion>{
+      {"scan_batch_axis", {"Scan"}, 9, refuse_scan_8, nullptr},
+      {"batch_norm_spatial",
+       {"BatchNormalization"},
+       9,
+       check_batch_norm_spatial,
+       convert_batch_norm_spatial},
+      {"slice_inputs", {"Slice"}, 10, check_slice, convert_slice},
+      {"top_k_input", {"TopK"}, 10, check_top_k, convert_top_k},
+      {"resize_11", {"Resize"}, 11, check_resize_10, convert_resize_10},
+      {"clip_inputs", {"Clip"}, 11, check_clip, convert_clip},
+      {"pad_inputs", {"Pad"}, 11, check_pad, convert_pad},
+      {"dropout_ratio_input", {"Dropout"}, 12, check_dropout, convert_dropout},
+      // Deprecated at 10 and 11, so converted wherever they stand below 13.
+      {"upsample_to_resize", {"Upsample"}, 13, check_upsample, convert_upsample},
+      {"scatter_to_scatter_elements", {"Scatter"}, 13, nullptr, convert_scatter},
+      {"axes_input", {"Squeeze", "Unsqueeze", "ReduceSum"}, 13, check_axes_attr, convert_axes_attr},
+      {"split_input", {"Split"}, 13, check_split_13, convert_split_13},
+      {"softmax_axis", {"Softmax", "LogSoftmax", "Hardmax"}, 13, check_softmax, convert_softmax},
+      {"resize_13", {"Resize"}, 13, check_resize_13, nullptr},
       {"batch_norm_outputs", {"BatchNormalization"}, 14, check_batch_norm, convert_batch_norm},
       {"roi_align_mode", {"RoiAlign"}, 16, nullptr, convert_roi_align},
       {"reduce_axes_input",
@@ -241,28 +592,28 @@ std::string graph_label(const ir::Model& model, const ir::Graph& g) {
 
 std::optional<OpsetRefusal> check(const ir::Model& model, int64_t target, Plan& plan) {
   const auto* main = default_import(model.rest().opset_import());
-  if (main && main->version() < kMinRaisableOpset)
+  if (main && main->version() < kMinSourceOpset)
     return OpsetRefusal{
         "", "", "",
         absl::StrCat("the model imports the default domain at opset ", main->version(),
-                     "; opsets are raised from ", kMinRaisableOpset, " on")};
+                     "; opsets are raised from ", kMinSourceOpset, " on")};
   for (const ir::Function& fn : model.functions()) {
     const auto* own = default_import(fn.rest.opset_import());
-    if (own && own->version() < kMinRaisableOpset)
+    if (own && own->version() < kMinSourceOpset)
       return OpsetRefusal{
           "", "", "",
           absl::StrCat("function '", fn.rest.name(), "' imports opset ", own->version(),
-                       "; opsets are raised from ", kMinRaisableOpset, " on")};
+                       "; opsets are raised from ", kMinSourceOpset, " on")};
   }
   for (ir::Graph* g : model.all_graphs())
     for (ir::Node* n : g->nodes()) {
       if (!n->is_onnx_domain()) continue;
       const int64_t opset = n->opset();
-      if (opset < kMinRaisableOpset)
-        return OpsetRefusal{
-            node_label(*n), n->op_type(), graph_label(model, *g),
-            opset == 0 ? std::string("the default domain is not imported")
-                       : absl::StrCat("its opset ", opset, " is below ", kMinRaisableOpset)};
+      if (opset < kMinSourceOpset)
+        return OpsetRefusal{node_label(*n), n->op_type(), graph_label(model, *g),
+                            opset == 0
+                                ? std::string("the default domain is not imported")
+                                : absl::StrCat("its opset ", opset, " is below ", kMinSourceOpset)};
       for (const Conversion& c : conversions()) {
         if (c.changed_at > target || opset >= c.changed_at || !c.check ||
             std::find(c.ops.begin(), c.ops.end(), n->op_type()) == c.ops.end())
@@ -325,11 +676,11 @@ absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
   }
   std::vector<Rule> rules;
   for (const Conversion& c : conversions()) {
-    if (c.changed_at > target) continue;
+    if (c.changed_at > target || !c.convert) continue;
     auto convert = c.convert;
     rules.emplace_back(
         c.rule, c.ops, [plan, convert](ir::Node& n, Rewriter& rw) { return convert(n, rw, *plan); },
-        "", kMinRaisableOpset, c.changed_at - 1);
+        "", kMinSourceOpset, c.changed_at - 1);
   }
   const ir::Model::Checkpoint cp = model.checkpoint();
   RuleCounts counts = run_rules(model, rules, options);
@@ -362,6 +713,34 @@ absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
   result.changed = true;
   result.conversions = std::move(counts.rewrites);
   return result;
+}
+
+absl::StatusOr<PassOpsetRaise> raise_opset_for_pass(ir::Model& model, int64_t target,
+                                                    std::string_view why, bool check_transactions) {
+  RuleRunOptions options;
+  options.check_transactions = check_transactions;
+  ASSIGN_OR_RETURN(const OpsetRaise raised, raise_opset(model, target, options));
+  PassOpsetRaise out;
+  if (raised.refused) {
+    const OpsetRefusal& r = *raised.refused;
+    out.refused = true;
+    out.finding =
+        RuleExplanation{.rule = "raise_opset",
+                        .node = r.node.empty() ? "model" : r.node,
+                        .op = r.op.empty() ? "opset_import" : r.op,
+                        .graph = r.graph,
+                        .reason = absl::StrCat("nothing quantized: the opset cannot be raised to ",
+                                               target, " (", std::string(why), "): ", r.reason)};
+    return out;
+  }
+  out.raised = raised.changed;
+  if (raised.changed)
+    out.finding = RuleExplanation{.rule = "raise_opset",
+                                  .node = "model",
+                                  .op = "opset_import",
+                                  .graph = "",
+                                  .reason = raised.summary(why)};
+  return out;
 }
 
 }  // namespace graft

@@ -21,11 +21,29 @@
 //       are repeated C / num_groups times (C known from x's shape), anything else is refused;
 //       stash_type is set to x's type when it is not float.
 //
+// From below 13 (opset 7 on; exporters such as Paddle, tf2onnx and old PyTorch write 9..12):
+//
+//    9  BatchNormalization: `spatial` is gone; spatial = 1 (the default) is dropped, 0 refused.
+//       Scan: the opset-8 form (a batch axis) is refused.
+//   10  Slice: starts/ends/axes, TopK: k move from attributes to inputs.
+//   11  Clip: min/max, Pad: pads/value move to inputs. Resize-10 gets opset 11's inputs (an
+//       absent roi) and its old coordinate mapping: asymmetric, nearest rounded down (floor).
+//   12  Dropout: ratio moves to an input; its mask (a float before 10, a bool after) must be
+//       unread, and is dropped.
+//   13  Squeeze/Unsqueeze/ReduceSum axes and Split's split move to inputs. Softmax, LogSoftmax
+//       and Hardmax normalized over every axis from `axis` (default 1) on: with one axis after
+//       it, the axis is written out (the default becomes -1); otherwise Flatten, the op over
+//       axis 1, and a Reshape to the input's shape. Their input rank must be known. Resize's
+//       tf_half_pixel_for_nn (gone at 13) is refused. Upsample (deprecated at 10) becomes
+//       Resize with asymmetric coordinates (nearest: floor), and Scatter (deprecated at 11)
+//       ScatterElements, as ONNX's version converter writes them.
+//
 // Every other change from opset 13 to 23 only adds types, attributes or inputs whose defaults
 // keep the old meaning (Reshape's allowzero, the RNNs' layout, LpPool's ceil_mode, Resize's
 // antialias, Pad's axes, Cast's saturate, ...; 22 and 23 add only types, bfloat16 and the
-// 4-bit floats, to ops that exist before them), so those nodes stay as they are. Models below
-// opset 13 (Softmax's axis, Squeeze/Unsqueeze/Split/ReduceSum parameters moved at 13) are refused.
+// 4-bit floats, to ops that exist before them), so those nodes stay as they are; so do the
+// changes from 7 to 13 not listed above (new attributes and inputs with the old meaning as
+// their default, negative axes, added types). Models below opset 7 are refused.
 // Other domains are left alone (ai.onnx.ml has its own versions); model-local functions that
 // import the default domain are raised with the model. The IR version is raised to the one the
 // target opset needs (10 for opset 21, 11 for 23).
@@ -50,7 +68,9 @@
 
 namespace graft {
 
-// The opsets raise_opset converts between.
+// The opsets raise_opset converts from (kMinSourceOpset on) and to (kMinRaisableOpset ..
+// kMaxRaisableOpset).
+inline constexpr int64_t kMinSourceOpset = 7;
 inline constexpr int64_t kMinRaisableOpset = 13;
 inline constexpr int64_t kMaxRaisableOpset = 23;
 
@@ -90,5 +110,20 @@ std::optional<OpsetRefusal> check_raise_opset(const ir::Model& model, int64_t ta
 // conversion rule misbehaves under `options.check_transactions`.
 absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
                                        const RuleRunOptions& options = {});
+
+// For a pass that writes ops of opset `target` (quantize_weights_int4: 21, quantize_static_int8:
+// 13): raises the model, if it is below, inside the caller's checkpoint, which the caller rolls
+// back when it ends up changing nothing (the imports are journaled). `why` names what needs the
+// opset, for the finding. `refused` says the raise was refused (the model unchanged): the pass
+// leaves the model alone and reports `finding` ("nothing quantized: the opset cannot be raised
+// to T (why): reason"). Otherwise `finding`, when set, says what the raise did, for the pass to
+// report if it keeps its work.
+struct PassOpsetRaise {
+  bool refused = false;
+  bool raised = false;
+  std::optional<RuleExplanation> finding;
+};
+absl::StatusOr<PassOpsetRaise> raise_opset_for_pass(ir::Model& model, int64_t target,
+                                                    std::string_view why, bool check_transactions);
 
 }  // namespace graft

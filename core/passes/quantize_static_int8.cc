@@ -39,7 +39,8 @@
 // underflow, weights other nodes also read in float (a tied embedding's Gather: the model would
 // hold both copies; option shared_weights quantizes them anyway), biases whose int32 values would
 // overflow (the bias stays float), excluded op types and nodes. Needs opset 13 (per-axis
-// DequantizeLinear); the opset is never raised. Without calibration inputs (the evaluator cannot
+// DequantizeLinear): a model from opset 7 on is raised to it first (core/passes/opset.h), and
+// left as it was when nothing is quantized. Without calibration inputs (the evaluator cannot
 // run the model) the pass changes nothing and says why.
 #include <algorithm>
 #include <cmath>
@@ -60,6 +61,7 @@
 #include "core/ir/op_params.h"
 #include "core/ir/tensor.h"
 #include "core/passes/float32_view.h"
+#include "core/passes/opset.h"
 #include "core/passes/passes.h"
 #include "core/passes/quantization.h"
 #include "core/passes/rules.h"
@@ -67,6 +69,9 @@
 namespace graft {
 
 namespace {
+
+// Per-channel DequantizeLinear (its axis) exists from opset 13.
+constexpr int64_t kOpset = 13;
 
 using onnx::TensorProto;
 
@@ -554,8 +559,9 @@ std::vector<Rule> quantize_rules(std::shared_ptr<Config> cfg) {
            13}};
 }
 
-// Calibrates, then runs the rules. When there is work but it cannot start (an opset below 13,
-// no calibration inputs, a float model that does not run on them) the model is left as it is
+// Raises the opset to 13 if below, calibrates, then runs the rules. When there is work but it
+// cannot start (an opset that cannot be raised, no calibration inputs, a float model that does
+// not run on them) the model is left as it is
 // and a finding every report shows says why ("calibrate" at "model").
 class QuantizeStaticInt8 : public RulePass {
  public:
@@ -577,21 +583,44 @@ class QuantizeStaticInt8 : public RulePass {
       r.always_explained = true;
       return r;
     };
-    if (const int64_t opset = model.opset(""); opset < 13)
-      return refuse(
-          absl::StrCat("the model's opset is ", opset, "; per-channel DequantizeLinear needs 13"));
     if (ctx.calibration == nullptr || ctx.calibration->sets == nullptr)
       return refuse("no calibration inputs (the evaluator cannot run the model at any size)");
+    // Per-channel DequantizeLinear needs opset 13: an older model is raised first, inside this
+    // pass's checkpoint, and left as it was when nothing is quantized.
+    const ir::Model::Checkpoint cp = model.checkpoint();
+    auto undo = [&](absl::StatusOr<PassResult> r) {
+      model.rollback(cp);
+      cfg_.reset();
+      return r;
+    };
+    auto raise =
+        raise_opset_for_pass(model, kOpset, "per-channel DequantizeLinear", ctx.check_transactions);
+    if (!raise.ok()) return undo(raise.status());
+    if (raise->refused) {
+      PassResult r;
+      r.explanations.push_back(*raise->finding);
+      r.always_explained = true;
+      return undo(r);
+    }
     const int64_t percentile =
         ctx.enum_option(kMethod) == "percentile" ? ctx.int_option(kPercentile) * 100 : 0;
     auto ranges = calibrate(model, *ctx.calibration, percentile);
     ctx.used_calibration = true;
     if (!ranges.ok())
-      return refuse(absl::StrCat("the float model did not run on the calibration inputs: ",
-                                 ranges.status().message()));
+      return undo(refuse(absl::StrCat("the float model did not run on the calibration inputs: ",
+                                      ranges.status().message())));
     cfg_->ranges = std::move(*ranges);
     auto result = RulePass::run(model, ctx);
+    if (!result.ok() || result->rewrites == 0) {
+      if (result.ok()) result->changed = false;
+      return undo(std::move(result));
+    }
+    model.release(cp);
     cfg_.reset();
+    if (raise->finding) {
+      result->explanations.push_back(*raise->finding);
+      result->always_explained = true;
+    }
     return result;
   }
 

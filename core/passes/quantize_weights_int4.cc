@@ -456,23 +456,12 @@ class QuantizeWeightsInt4 : public RulePass {
     PassResult result;
     if (!has_candidate(model, *make_config(model, ctx))) return result;
     const ir::Model::Checkpoint cp = model.checkpoint();
-    RuleRunOptions options;
-    options.check_transactions = ctx.check_transactions;
-    auto raised = raise_opset(model, kOpset, options);
-    if (!raised.ok()) {
+    auto raise = raise_opset_for_pass(model, kOpset, "DequantizeLinear's block_size and int4",
+                                      ctx.check_transactions);
+    if (!raise.ok() || raise->refused) {
       model.rollback(cp);
-      return raised.status();
-    }
-    if (raised->refused) {
-      model.rollback(cp);
-      const OpsetRefusal& r = *raised->refused;
-      result.explanations.push_back(
-          {.rule = "raise_opset",
-           .node = r.node.empty() ? "model" : r.node,
-           .op = r.op.empty() ? "opset_import" : r.op,
-           .graph = r.graph,
-           .reason = absl::StrCat("nothing quantized: the opset cannot be raised to ", kOpset,
-                                  " (DequantizeLinear's block_size and int4): ", r.reason)});
+      RETURN_IF_ERROR(raise.status());
+      result.explanations.push_back(*raise->finding);
       result.always_explained = true;
       return result;
     }
@@ -485,12 +474,8 @@ class QuantizeWeightsInt4 : public RulePass {
     }
     model.release(cp);
     result = std::move(*quantized);
-    if (raised->changed) {
-      result.explanations.push_back({.rule = "raise_opset",
-                                     .node = "model",
-                                     .op = "opset_import",
-                                     .graph = "",
-                                     .reason = raised->summary("DequantizeLinear's block_size")});
+    if (raise->finding) {
+      result.explanations.push_back(*raise->finding);
       result.always_explained = true;
     }
     return result;

@@ -28,74 +28,12 @@ namespace {
 namespace fs = std::filesystem;
 using onnx::TensorProto;
 
-// The ONNX backend tests compare with rtol 1e-3, atol 1e-7; the atol is relaxed slightly for
-// float32 results near zero computed through different (but correct) formulas.
-constexpr double kRtol = 1e-3;
-constexpr double kAtol = 1e-5;
-
 enum class Outcome { kPassed, kFailed, kSkipped };
 
 struct CaseResult {
   Outcome outcome;
   std::string message;
 };
-
-bool read_tensor(const fs::path& path, TensorProto* proto) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return in.good() || in.eof() ? proto->ParseFromString(bytes) : false;
-}
-
-// Empty if `got` matches `want`, else what differs.
-std::string compare(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype()) {
-    return absl::StrCat("dtype ", got.dtype(), " != expected ", want.dtype());
-  }
-  if (got.dims() != want.dims()) {
-    return absl::StrCat("shape [", absl::StrJoin(got.dims(), ","), "] != expected [",
-                        absl::StrJoin(want.dims(), ","), "]");
-  }
-  if (want.dtype() == TensorProto::STRING) {
-    for (int64_t i = 0; i < want.size(); ++i) {
-      if (got.strings()[i] != want.strings()[i]) {
-        return absl::StrCat("element ", i, ": \"", got.strings()[i], "\" != \"", want.strings()[i],
-                            "\"");
-      }
-    }
-    return "";
-  }
-  const bool exact = !is_float_type(want.dtype());
-  for (int64_t i = 0; i < want.size(); ++i) {
-    if (exact) {
-      if (want.dtype() == TensorProto::UINT64) {
-        if (got.data<uint64_t>()[i] != want.data<uint64_t>()[i]) {
-          return absl::StrCat("element ", i, ": ", got.data<uint64_t>()[i],
-                              " != ", want.data<uint64_t>()[i]);
-        }
-      } else if (got.get_int64(i) != want.get_int64(i)) {
-        return absl::StrCat("element ", i, ": ", got.get_int64(i), " != ", want.get_int64(i));
-      }
-      continue;
-    }
-    double g = got.get_double(i), w = want.get_double(i);
-    if (std::isnan(w) && std::isnan(g)) continue;
-    if (g == w) continue;  // also equal infinities
-    if (std::isfinite(w) && std::isfinite(g) && std::abs(g - w) <= kAtol + kRtol * std::abs(w)) {
-      continue;
-    }
-    return absl::StrCat("element ", i, ": ", g, " != expected ", w);
-  }
-  return "";
-}
-
-// The ONNX 1.12 test data stores bfloat16 tensors as UINT16 ones holding the same bits; the
-// declared graph input/output type tells them apart.
-void fix_bfloat16(const onnx::ValueInfoProto& info, TensorProto* proto) {
-  if (info.type().tensor_type().elem_type() == TensorProto::BFLOAT16 &&
-      proto->data_type() == TensorProto::UINT16) {
-    proto->set_data_type(TensorProto::BFLOAT16);
-  }
-}
 
 bool is_tensor_type(const onnx::TypeProto* type) {
   return type == nullptr || type->value_case() == onnx::TypeProto::kTensorType;
@@ -150,8 +88,9 @@ CaseResult run_case(const fs::path& dir) {
       TensorProto proto;
       fs::path file = set / absl::StrCat("input_", i, ".pb");
       if (!fs::exists(file)) continue;  // an omitted optional input
-      if (!read_tensor(file, &proto)) return {Outcome::kFailed, "unreadable " + file.string()};
-      fix_bfloat16(graph.inputs()[i].info, &proto);
+      if (!testing::read_recorded_tensor(file, &proto))
+        return {Outcome::kFailed, "unreadable " + file.string()};
+      testing::fix_bfloat16(graph.inputs()[i].info, &proto);
       auto t = Tensor::from_proto(proto, limits.max_tensor_bytes);
       if (!t.ok()) return {Outcome::kSkipped, std::string(t.status().message())};
       values[graph.inputs()[i].value->name()] = std::move(*t);
@@ -197,13 +136,14 @@ CaseResult run_case(const fs::path& dir) {
     for (size_t i = 0; i < graph.outputs().size(); ++i) {
       TensorProto proto;
       fs::path file = set / absl::StrCat("output_", i, ".pb");
-      if (!read_tensor(file, &proto)) return {Outcome::kFailed, "unreadable " + file.string()};
-      fix_bfloat16(graph.outputs()[i].info, &proto);
+      if (!testing::read_recorded_tensor(file, &proto))
+        return {Outcome::kFailed, "unreadable " + file.string()};
+      testing::fix_bfloat16(graph.outputs()[i].info, &proto);
       auto want = Tensor::from_proto(proto, limits.max_tensor_bytes);
       if (!want.ok()) return {Outcome::kSkipped, std::string(want.status().message())};
       auto it = values.find(graph.outputs()[i].value->name());
       if (it == values.end()) return {Outcome::kSkipped, "graph output not computed"};
-      std::string diff = compare(it->second, *want);
+      std::string diff = testing::compare_recorded(it->second, *want);
       if (!diff.empty()) {
         return {Outcome::kFailed, absl::StrCat(set.filename().string(), " output ", i, ": ", diff)};
       }
@@ -378,7 +318,8 @@ TEST(ConformanceTest, SupportedOps) {
                                        "QuantizeLinear",
                                        "RMSNormalization",
                                        "Resize",
-                                       "Softmax"};
+                                       "Softmax",
+                                       "Upsample"};
   const std::vector<std::string> rnn = {"Dropout", "GRU", "LSTM", "RNN"};
   const std::vector<std::string> extra = {"Acos",    "Acosh",
                                           "Asin",    "Asinh",

@@ -243,9 +243,38 @@ TEST(QuantizeStaticInt8, NonFiniteRangeIsLeftAlone) {
   expect_no_rewrite(kPass, kMatMul, quantized(calibration("a", {1, 2}, {0.0f, INFINITY})));
 }
 
-TEST(QuantizeStaticInt8, OpsetBelow13IsLeftAlone) {
+// Per-channel DequantizeLinear needs opset 13: an older export (Paddle, tf2onnx and old PyTorch
+// write 9..12) is raised first, its old forms converted (Clip's bounds become inputs here), and
+// the finding says so; with nothing to quantize, or below opset 7, the model stays as it was.
+TEST(QuantizeStaticInt8, OlderOpsetsAreRaisedToThirteenFirst) {
   const char* text = R"(
-    <ir_version: 7, opset_import: ["" : 12]>
+    <ir_version: 4, opset_import: ["" : 9]>
+    g (float[1,2] a) => (float[1,2] y)
+      <float[2,2] w = {1.27, 0, 0, 0.635}> {
+      c = Clip <min = 0.0, max = 6.0> (a)
+      y = MatMul (c, w)
+    }
+  )";
+  auto m = run_rewrite(kPass, text, quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->opset(""), 13);
+  EXPECT_GT(count_ops(*m, "DequantizeLinear"), 0);
+  EXPECT_EQ(only_node(m->graph(), "Clip")->attr("min"), nullptr);
+  auto again = parse_text(text);
+  ASSERT_NE(again, nullptr);
+  auto sets = calibration("a", {1, 2}, {0.0f, 2.55f});
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  EXPECT_EQ(finding(run_pass(*again, kPass, {}, &c)),
+            "the default-domain opset was raised from 9 to 13 for per-channel DequantizeLinear; "
+            "nodes converted: clip_inputs 1");
+  // Nothing to quantize (MatMul excluded): the raise is undone with the rest.
+  expect_no_rewrite(kPass, text,
+                    quantized(calibration("a", {1, 2}, {0.0f, 2.55f}), {{"op_types", "Conv"}}));
+}
+
+TEST(QuantizeStaticInt8, BelowOpsetSevenIsLeftAloneWithTheReason) {
+  const char* text = R"(
+    <ir_version: 3, opset_import: ["" : 6]>
     g (float[1,2] a) => (float[1,2] y)
       <float[2,2] w = {1.27, 0, 0, 0.635}> {
       y = MatMul (a, w)
@@ -257,7 +286,8 @@ TEST(QuantizeStaticInt8, OpsetBelow13IsLeftAlone) {
   auto sets = calibration("a", {1, 2}, {0.0f, 2.55f});
   CalibrationInputs c{.sets = &sets, .limits = {}};
   EXPECT_EQ(finding(run_pass(*m, kPass, {}, &c)),
-            "nothing quantized: the model's opset is 12; per-channel DequantizeLinear needs 13");
+            "nothing quantized: the opset cannot be raised to 13 (per-channel DequantizeLinear): "
+            "the model imports the default domain at opset 6; opsets are raised from 7 on");
 }
 
 // An Add (or Mul, Concat, pool) is quantized only between values computed in 8 bits: a sum of

@@ -283,7 +283,7 @@ TEST(QuantizeWeightsInt4, RaisesTheOpsetConvertingWhatChangedAndSaysSo) {
   EXPECT_EQ(r.explanations[0].rule, "raise_opset");
   EXPECT_EQ(r.explanations[0].reason,
             "the default-domain opset was raised from 17 to 21 for DequantizeLinear's "
-            "block_size; nodes converted: reduce_axes_input 1");
+            "block_size and int4; nodes converted: reduce_axes_input 1");
   // A second run finds nothing to do.
   PassResult again = run_pass(*model, kPass, small());
   EXPECT_FALSE(again.changed);
@@ -312,21 +312,26 @@ TEST(QuantizeWeightsInt4, WhenTheOpsetCannotBeRaisedNothingChangesAndTheReasonIs
             "nothing quantized: the opset cannot be raised to 21 (DequantizeLinear's block_size "
             "and int4): scale is not a constant, so it cannot be repeated per channel (opset 21 "
             "reads it per channel, not per group)");
-  // An opset below 13 is refused the same way.
-  auto old = parse_text(R"(
-    <ir_version: 7, opset_import: ["" : 11]>
+  // An opset below 7 is refused the same way; 7..12 are raised (an opset-11 export is quantized).
+  const std::string matmul_at = R"(
     g (float[3,4] a) => (float[3,2] y)
       <float[4,2] w = {0.5, -1.75, 0.25, 0.5, -0.75, 0, 1.75, -0.25}> {
       y = MatMul (a, w)
     }
-  )");
+  )";
+  auto old = parse_text(R"(<ir_version: 3, opset_import: ["" : 6]>)" + matmul_at);
   ASSERT_NE(old, nullptr);
-  PassResult r11 = run_pass(*old, kPass, small());
-  EXPECT_FALSE(r11.changed);
-  ASSERT_EQ(r11.explanations.size(), 1u);
-  EXPECT_NE(r11.explanations[0].reason.find("opset 11; opsets are raised from 13 on"),
+  PassResult r6 = run_pass(*old, kPass, small());
+  EXPECT_FALSE(r6.changed);
+  ASSERT_EQ(r6.explanations.size(), 1u);
+  EXPECT_NE(r6.explanations[0].reason.find("opset 6; opsets are raised from 7 on"),
             std::string::npos)
-      << r11.explanations[0].reason;
+      << r6.explanations[0].reason;
+  auto eleven = parse_text(R"(<ir_version: 6, opset_import: ["" : 11]>)" + matmul_at);
+  ASSERT_NE(eleven, nullptr);
+  PassResult r11 = run_pass(*eleven, kPass, small());
+  EXPECT_TRUE(r11.changed);
+  EXPECT_EQ(eleven->opset(""), 21);
 }
 
 TEST(QuantizeWeightsInt4, LeavesAloneWhatItDoesNotHandleAndKeepsTheOpset) {

@@ -1,6 +1,6 @@
 // Neural-network kernels: MatMul, Gemm, Softmax/LogSoftmax, BatchNormalization,
 // LayerNormalization, RMSNormalization, Conv, ConvInteger, ConvTranspose, pools,
-// (De)QuantizeLinear, Resize and Einsum.
+// (De)QuantizeLinear, Resize (and Upsample, Resize-10) and Einsum.
 //
 // Floating-point kernels convert their operands to double once, accumulate in double and round
 // to the output type at the end, so results stay within the ONNX backend tolerance whatever the
@@ -1077,19 +1077,63 @@ struct Taps {
   int64_t count = 0;  // 0 = outside the crop region (extrapolation_value)
 };
 
+// How a Resize samples: its attributes (Resize 11+), or the fixed mapping of Upsample and
+// Resize-10.
+struct ResizeParams {
+  std::string mode, ctm, nearest_mode;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation = 0;
+};
+
+absl::Status resize_with(KernelContext& ctx, const Tensor* roi, const Tensor* scales,
+                         const Tensor* sizes, const ResizeParams& p);
+
 absl::Status resize(KernelContext& ctx) {
+  ResizeParams p;
+  p.mode = ctx.node.attr_string("mode", "nearest");
+  p.ctm = ctx.node.attr_string("coordinate_transformation_mode", "half_pixel");
+  p.nearest_mode = ctx.node.attr_string("nearest_mode", "round_prefer_floor");
+  p.cubic_a = ctx.node.attr_float("cubic_coeff_a", -0.75f);
+  p.exclude_outside = ctx.node.attr_int("exclude_outside", 0) != 0;
+  p.extrapolation = ctx.node.attr_float("extrapolation_value", 0.0f);
+  return resize_with(ctx, ctx.input(1), ctx.input(2), ctx.input(3), p);
+}
+
+// Upsample (7: scales attribute, 9: input) and Resize-10 (X, scales): x_in = x_out / scale,
+// nearest rounded down, as ONNX's reference and version converter define them.
+absl::Status upsample(KernelContext& ctx) {
+  ResizeParams p;
+  p.mode = ctx.node.attr_string("mode", "nearest");
+  if (p.mode == "bilinear") p.mode = "linear";
+  if (p.mode == "cubic") return invalid(ctx, "mode");
+  p.ctm = "asymmetric";
+  p.nearest_mode = "floor";
+  const Tensor* scales = ctx.input(1);
+  Tensor from_attribute;
+  if (scales == nullptr && ctx.node.op_type() == "Upsample") {
+    const auto* a = ctx.node.attr("scales");
+    if (a == nullptr) return invalid(ctx, "no scales");
+    ASSIGN_OR_RETURN(from_attribute,
+                     Tensor::zeros(TensorProto::FLOAT, {static_cast<int64_t>(a->floats_size())},
+                                   ctx.limits.max_tensor_bytes));
+    for (int i = 0; i < a->floats_size(); ++i) from_attribute.set_double(i, a->floats(i));
+    scales = &from_attribute;
+  }
+  return resize_with(ctx, nullptr, scales, nullptr, p);
+}
+
+absl::Status resize_with(KernelContext& ctx, const Tensor* roi, const Tensor* scales,
+                         const Tensor* sizes, const ResizeParams& p) {
   ASSIGN_OR_RETURN(const Tensor* x, required(ctx, 0));
   RETURN_IF_ERROR(require_float(ctx, *x));
-  const Tensor* roi = ctx.input(1);
-  const Tensor* scales = ctx.input(2);
-  const Tensor* sizes = ctx.input(3);
   const size_t rank = x->dims().size();
-  const std::string mode = ctx.node.attr_string("mode", "nearest");
-  const std::string ctm = ctx.node.attr_string("coordinate_transformation_mode", "half_pixel");
-  const std::string nearest_mode = ctx.node.attr_string("nearest_mode", "round_prefer_floor");
-  const double cubic_a = ctx.node.attr_float("cubic_coeff_a", -0.75f);
-  const bool exclude_outside = ctx.node.attr_int("exclude_outside", 0) != 0;
-  const double extrapolation = ctx.node.attr_float("extrapolation_value", 0.0f);
+  const std::string& mode = p.mode;
+  const std::string& ctm = p.ctm;
+  const std::string& nearest_mode = p.nearest_mode;
+  const double cubic_a = p.cubic_a;
+  const bool exclude_outside = p.exclude_outside;
+  const double extrapolation = p.extrapolation;
   if (mode != "nearest" && mode != "linear" && mode != "cubic") return invalid(ctx, "mode");
   if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" &&
       ctm != "asymmetric" && ctm != "tf_half_pixel_for_nn" && ctm != "tf_crop_and_resize") {
@@ -1464,6 +1508,8 @@ void register_nn_kernels() {
   register_kernel("QuantizeLinear", 10, 0, quantize);
   register_kernel("DequantizeLinear", 10, 0, dequantize);
   register_kernel("Resize", 11, 0, resize);
+  register_kernel("Resize", 10, 10, upsample);
+  register_kernel("Upsample", 7, 0, upsample);
   register_kernel("Einsum", 12, 0, einsum);
 }
 
