@@ -133,12 +133,14 @@ std::string memory_lines(const PipelineReport& r) {
   return out + "\n";
 }
 
-// --explain: per pass, each node an explained rule was tried on and why it did not rewrite.
+// Per pass, what it found (findings every report shows, such as an opset raised or a reason
+// nothing was quantized) and, with --explain, each node a rule was tried on and why it did not
+// rewrite.
 std::string explanation_lines(const PipelineReport& r) {
   std::string out;
   for (const PassStats& p : r.passes) {
     if (p.explanations.empty() && p.explanations_dropped == 0) continue;
-    out += "why " + p.name + " did not rewrite (its last run):\n";
+    out += p.name + ": findings, and why rules did not rewrite (its last run):\n";
     for (const RuleExplanation& e : p.explanations) {
       std::string where = terminal_safe(e.node) + " (" + terminal_safe(e.op) + ")";
       if (!e.graph.empty()) where += " in graph " + terminal_safe(e.graph);

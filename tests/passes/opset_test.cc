@@ -11,6 +11,7 @@
 #include <absl/strings/str_join.h>
 
 #include "core/eval/executor.h"
+#include "core/eval/verify.h"
 #include "core/passes/opset.h"
 #include "core/passes/queries.h"
 #include "tests/testing.h"
@@ -542,6 +543,37 @@ TEST(RaiseOpset, OldTestdataModelsComputeTheirRecordedOutputs) {
   for (const char* rule :
        {"axes_input", "upsample_to_resize", "dropout_ratio_input", "scatter_to_scatter_elements"})
     EXPECT_GT(converted[rule], 0) << rule << " never ran on the corpus";
+}
+
+// The PaddleOCR models of ../shared/models (trained weights; opset 9 and 11, as Paddle2ONNX
+// writes them) are raised to 13 and compute what they did.
+TEST(RaiseOpset, PaddleOcrModelsAreRaisedAndComputeTheSame) {
+  const std::filesystem::path dir = shared_models_dir();
+  int checked = 0;
+  // Inputs at the sizes they serve (text lines 48 high; a small page for the detector).
+  const std::vector<std::pair<const char*, std::vector<int64_t>>> models = {
+      {"ppocr_mobile_v2_cls.onnx", {1, 3, 48, 192}},
+      {"ppocrv4_rec.onnx", {1, 3, 48, 192}},
+      {"ppocrv4_det.onnx", {1, 3, 96, 96}}};
+  for (const auto& [name, shape] : models) {
+    if (dir.empty() || !std::filesystem::exists(dir / name)) continue;
+    auto loaded = ir::Model::load_file((dir / name).string());
+    ASSERT_TRUE(loaded.ok()) << name << ": " << loaded.status();
+    std::unique_ptr<ir::Model> model = (*loaded)->clone();
+    RuleRunOptions options;
+    options.check_transactions = true;
+    auto r = raise_opset(*model, 13, options);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    ASSERT_FALSE(r->refused) << name << ": " << r->refused->message();
+    EXPECT_TRUE(r->changed) << name;
+    EXPECT_EQ(onnx_errors(*model), "") << name;
+    eval::VerifyOptions verify;
+    verify.shapes["x"] = shape;
+    const eval::VerifyResult v = eval::verify(**loaded, *model, verify);
+    EXPECT_EQ(v.status, eval::VerifyStatus::kVerified) << name << ": " << v.message;
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "../shared/models has none of the PaddleOCR models";
 }
 
 TEST(RaiseOpset, RefusesOldOpsetsAndBadTargets) {
