@@ -161,10 +161,12 @@ TEST(Cli, TargetAndTargetOpset) {
     CliRun b = graft("optimize --local " + bad + " " + kExample.string());
     EXPECT_EQ(b.code, 2) << bad << ": " << b.err;
   }
-  // The example is opset 11: raising it is refused with the reason, exit 2.
-  CliRun raise = graft("optimize --local --target-opset 17 " + kExample.string());
-  EXPECT_EQ(raise.code, 2) << raise.err;
-  EXPECT_NE(raise.err.find("opsets are raised from 13 on"), std::string::npos) << raise.err;
+  // The example is opset 9: it is raised (from opset 7 on), verified, and the report says so.
+  CliRun raise = graft("optimize --local --verify --target-opset 17 " + kExample.string() +
+                       " --report " + report.string());
+  EXPECT_EQ(raise.code, 0) << raise.err;
+  EXPECT_NE(raise.err.find("raised from 9 to 17"), std::string::npos) << raise.err;
+  EXPECT_NE(raise.err.find("verification: verified"), std::string::npos) << raise.err;
 }
 
 TEST(Cli, ReportsMemoryEstimatesWithTheDimsGiven) {
