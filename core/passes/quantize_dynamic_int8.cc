@@ -24,9 +24,10 @@
 //
 // Left alone: a weight that is not a 2-D float32 constant, is smaller than min_weight_elements,
 // holds a NaN or infinity, or whose scale would underflow float; an activation that is not float32;
-// Gemm with transA = 1, a non-constant C with beta != 1, or attributes it does not know; opsets
-// below 11 (DynamicQuantizeLinear); excluded ops (exclude_ops) and nodes (exclude_nodes, by node
-// name in any graph).
+// Gemm with transA = 1, a non-constant C with beta != 1, or attributes it does not know; a model
+// whose opset is below 11 (DynamicQuantizeLinear) and cannot be raised (core/passes/opset.h:
+// from opset 7 on it is raised to 13 first); excluded ops (exclude_ops) and nodes
+// (exclude_nodes, by node name in any graph).
 //
 // Where: every graph the rule driver visits. If/Loop/Scan bodies are rewritten like the main
 // graph (their activations have facts); function bodies in practice are not: a function's
@@ -47,8 +48,10 @@
 #include <string>
 #include <vector>
 
+#include "core/base/status.h"
 #include "core/ir/tensor.h"
 #include "core/passes/float32_view.h"
+#include "core/passes/opset.h"
 #include "core/passes/passes.h"
 #include "core/passes/quantization.h"
 #include "core/passes/rules.h"
@@ -354,8 +357,7 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());  // already sorted; cheap
   cfg->max_weight_bytes = ctx.max_weight_bytes;
   cfg->weight_bytes = model.initializer_bytes();
-  // DynamicQuantizeLinear exists from opset 11: a node below that is left alone (the rule's
-  // opset range), and the model's opset is never raised.
+  // DynamicQuantizeLinear exists from opset 11: an older model is raised first (below).
   std::vector<Rule> rules{
       {"quantize_matmul",
        {"MatMul"},
@@ -382,10 +384,49 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   return rules;
 }
 
+// DynamicQuantizeLinear exists from opset 11: a model from opset 7 to 10 is raised (to 13, the
+// oldest opset raise_opset writes) inside the pass's checkpoint, and left as it was when nothing
+// is quantized; one that cannot be raised is left alone with the reason as a finding.
+class QuantizeDynamicInt8 : public RulePass {
+ public:
+  QuantizeDynamicInt8()
+      : RulePass("quantize_dynamic_int8", quantize_rules,
+                 {"quantize_matmul", "quantize_gemm", "quantize_conv", "quantize_gather",
+                  "raise_opset"}) {}
+
+  absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
+    if (model.opset("") >= 11) return RulePass::run(model, ctx);
+    const ir::Model::Checkpoint cp = model.checkpoint();
+    auto raise = raise_opset_for_pass(model, kMinRaisableOpset, "DynamicQuantizeLinear",
+                                      ctx.check_transactions);
+    if (!raise.ok() || raise->refused) {
+      model.rollback(cp);
+      RETURN_IF_ERROR(raise.status());
+      PassResult result;
+      result.explanations.push_back(*raise->finding);
+      result.always_explained = true;
+      return result;
+    }
+    auto quantized = RulePass::run(model, ctx);
+    if (!quantized.ok() || quantized->rewrites == 0) {
+      model.rollback(cp);
+      RETURN_IF_ERROR(quantized);
+      quantized->changed = false;
+      return quantized;
+    }
+    model.release(cp);
+    if (raise->finding) {
+      quantized->explanations.push_back(*raise->finding);
+      quantized->always_explained = true;
+    }
+    return quantized;
+  }
+};
+
 }  // namespace
 
 PassInfo quantize_dynamic_int8_pass() {
-  return describe(
+  return describe<QuantizeDynamicInt8>(
       {.name = "quantize_dynamic_int8",
        .level = 3,
        .lossy = true,
@@ -397,30 +438,29 @@ PassInfo quantize_dynamic_int8_pass() {
            "MatMul/Gemm by a constant float32 2-D weight become DynamicQuantizeLinear + "
            "MatMulInteger (Conv, when asked: ConvInteger) with the weight quantized to 8 bits "
            "(lossy; by name only)",
-       .options = {boolean_option(kPerChannel, false,
-                                  "one weight scale per output column (Conv: per output channel) "
-                                  "instead of per tensor"),
-                   // uint8 by default: ONNX Runtime's u8s8 (int8 weight) integer products on
-                   // x86 CPUs without VNNI saturate 16-bit intermediate sums, so its results there
-                   // differ from the exact int32 products the pipeline measures (4-14x the error
-                   // on BERT-style models); u8u8 products are exact everywhere.
-                   enum_option(kWeightType, "uint8", {"int8", "uint8"},
-                               "uint8: asymmetric, exact under ONNX Runtime on every x86 CPU; "
-                               "int8: symmetric, zero point 0 (ONNX Runtime saturates its "
-                               "products on x86 without VNNI)"),
-                   // Below 4096 elements the DynamicQuantizeLinear, Cast and Muls cost more per
-                   // run than the 8-bit product saves.
-                   min_weight_elements_option(),
-                   // Conv by default stays float: with one activation range per tensor,
-                   // computed at run time, CNN accuracy drops (ONNX Runtime quantizes it by
-                   // default; here exclude_ops= with no Conv asks for it).
-                   exclude_ops_option(
-                       {"Conv"}, {"MatMul", "Gemm", "Gather", "Conv"},
-                       "op types left in float (Gather: constant tables such as "
-                       "embeddings, otherwise stored in 8 bits with the gathered rows "
-                       "dequantized; Conv: ConvInteger per output channel)"),
-                   exclude_nodes_option()}},
-      quantize_rules, {"quantize_matmul", "quantize_gemm", "quantize_conv", "quantize_gather"});
+       .options = {
+           boolean_option(kPerChannel, false,
+                          "one weight scale per output column (Conv: per output channel) "
+                          "instead of per tensor"),
+           // uint8 by default: ONNX Runtime's u8s8 (int8 weight) integer products on
+           // x86 CPUs without VNNI saturate 16-bit intermediate sums, so its results there
+           // differ from the exact int32 products the pipeline measures (4-14x the error
+           // on BERT-style models); u8u8 products are exact everywhere.
+           enum_option(kWeightType, "uint8", {"int8", "uint8"},
+                       "uint8: asymmetric, exact under ONNX Runtime on every x86 CPU; "
+                       "int8: symmetric, zero point 0 (ONNX Runtime saturates its "
+                       "products on x86 without VNNI)"),
+           // Below 4096 elements the DynamicQuantizeLinear, Cast and Muls cost more per
+           // run than the 8-bit product saves.
+           min_weight_elements_option(),
+           // Conv by default stays float: with one activation range per tensor,
+           // computed at run time, CNN accuracy drops (ONNX Runtime quantizes it by
+           // default; here exclude_ops= with no Conv asks for it).
+           exclude_ops_option({"Conv"}, {"MatMul", "Gemm", "Gather", "Conv"},
+                              "op types left in float (Gather: constant tables such as "
+                              "embeddings, otherwise stored in 8 bits with the gathered rows "
+                              "dequantized; Conv: ConvInteger per output channel)"),
+           exclude_nodes_option()}});
 }
 
 }  // namespace graft

@@ -199,9 +199,9 @@ TEST(QuantizeDynamicInt8, LeavesAloneWhatItDoesNotHandle) {
     }
   )",
                     opts);
-  // Opset 10 has no DynamicQuantizeLinear: the model is left alone, never upgraded.
+  // Opset 6 cannot be raised to have DynamicQuantizeLinear: the model is left alone.
   expect_no_rewrite(kPass, R"(
-    <ir_version: 8, opset_import: ["" : 10]>
+    <ir_version: 3, opset_import: ["" : 6]>
     g (float[4,3] a) => (float[4,2] y)
       <float[3,2] w = {0.5, -1, 1.27, 0.25, 0, -0.1}> {
       y = MatMul (a, w)
@@ -600,6 +600,38 @@ TEST(QuantizeDynamicInt8, GemmAfterAQuantizedMatMul) {
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "MatMulInteger"), 2);
   EXPECT_EQ(count_ops(*m, "Gemm"), 0);
+}
+
+// Opset 10 has no DynamicQuantizeLinear: the model is raised to 13 first (its Clip's bounds
+// become inputs), quantized, and the finding says so; with nothing to quantize the raise is
+// undone too.
+TEST(QuantizeDynamicInt8, OlderOpsetsAreRaisedFirst) {
+  const char* text = R"(
+    <ir_version: 5, opset_import: ["" : 10]>
+    g (float[4,3] a) => (float[4,2] y)
+      <float[3,2] w = {0.5, -1, 1.27, 0.25, 0, -0.1}> {
+      c = Clip <min = -1.0, max = 1.0> (a)
+      y = MatMul (c, w)
+    }
+  )";
+  RewriteOptions small = rewrites(1);
+  small.pass_options = {{"min_weight_elements", "1"}};
+  small.rtol = 0.05;
+  small.atol = 0.05;
+  auto m = run_rewrite(kPass, text, small);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->opset(""), 13);
+  EXPECT_EQ(count_ops(*m, "DynamicQuantizeLinear"), 1);
+  auto again = parse_text(text);
+  ASSERT_NE(again, nullptr);
+  const PassResult r = run_pass(*again, kPass, small.pass_options);
+  ASSERT_FALSE(r.explanations.empty());
+  EXPECT_EQ(r.explanations.back().reason,
+            "the default-domain opset was raised from 10 to 13 for DynamicQuantizeLinear; nodes "
+            "converted: clip_inputs 1");
+  RewriteOptions excluded = small;
+  excluded.pass_options = {{"min_weight_elements", "1"}, {"exclude_ops", "MatMul"}};
+  expect_no_rewrite(kPass, text, excluded);
 }
 
 }  // namespace
