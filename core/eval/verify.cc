@@ -96,12 +96,31 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
 
 // The values an integer input takes by what the model does with it: indices into a constant
 // table (Gather's, along its axis; RotaryEmbedding's position ids, the caches' rows) span the
-// table; a mask (1 - m, a Where condition, a name
-// with "mask") is 0 or 1; others [0, int_max]. Followed through casts and ops that move values.
+// table; indices into a table computed at run time (a rotary cache sliced to the total length,
+// as Hugging Face decoders do) are positions, 0, 1, ... along the input's last axis (capped at
+// the rows of the constant the table is sliced from, when known), which every such table
+// covers; a mask (1 - m, a Where condition, a name with "mask") is 0 or 1; others [0, int_max].
+// Followed through casts and ops that move values.
 struct IntRange {
   int64_t lo = 0, hi = 0;
-  bool mask() const { return lo == 0 && hi == 1; }
+  bool positions = false;
+  bool mask() const { return !positions && lo == 0 && hi == 1; }
 };
+
+// The rows along `axis` of the constant a table computed at run time is cut from (through
+// Slice and Cast, which keep the axes), or -1.
+int64_t source_rows(const ir::Value* table, int64_t axis, int depth) {
+  for (; table != nullptr && depth > 0; --depth) {
+    if (const onnx::TensorProto* c = ir::constant_header(table)) {
+      if (axis < 0) axis += c->dims_size();
+      return axis >= 0 && axis < c->dims_size() ? c->dims(static_cast<int>(axis)) : -1;
+    }
+    const ir::Node* p = table->producer();
+    if (p == nullptr || !p->is_onnx_domain() || !(p->is("Slice") || p->is("Cast"))) return -1;
+    table = p->input(0);
+  }
+  return -1;
+}
 
 std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
   if (depth == 0) return std::nullopt;
@@ -119,7 +138,11 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
     if (!n->is_onnx_domain()) continue;
     if (n->is("Gather") && u.index == 1 && n->input(0)) {
       const onnx::TensorProto* table = ir::constant_header(n->input(0));
-      if (!table) continue;
+      if (!table) {
+        const int64_t rows = source_rows(n->input(0), n->attr_int("axis", 0), 8);
+        if (rows == 0) continue;
+        return IntRange{0, rows > 0 ? rows - 1 : std::numeric_limits<int64_t>::max(), true};
+      }
       int64_t axis = n->attr_int("axis", 0);
       if (axis < 0) axis += table->dims_size();
       if (axis >= 0 && axis < table->dims_size() && table->dims(static_cast<int>(axis)) > 0)
@@ -170,6 +193,11 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
   // A mask is what a tokenizer makes: ones, then padding zeros in at most the last half of each
   // row (its last dim). Random 0/1 would mask whole rows of attention, which no input does and
   // which makes a softmax NaN.
+  if (fixed == options.values.end() && is_integer_type(dtype) && range.positions) {
+    const int64_t row = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
+    for (int64_t i = 0; i < t.size(); ++i) t.set_int64(i, std::min(i % row, range.hi));
+    return t;
+  }
   if (fixed == options.values.end() && is_integer_type(dtype) && range.mask()) {
     const int64_t row = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
     std::uniform_int_distribution<int64_t> padding(0, row / 2);

@@ -399,6 +399,39 @@ TEST(Verifier, IntegerInputsTakeTheValuesTheModelReadsThemAs) {
   EXPECT_EQ(span("count").second, options.int_max);
 }
 
+// Hugging Face decoders slice their rotary cache to the total length at run time and gather it
+// by position_ids: random ids beyond the sequence fall outside the sliced rows ("Gather index
+// out of range"). Ids of a table computed at run time count 0, 1, ... along the sequence,
+// capped by the rows of the constant it is cut from, so the model runs at any length.
+TEST(Verifier, PositionIdsIntoASlicedCacheCountAlongTheSequence) {
+  std::string cache;
+  for (int i = 0; i < 64 * 2; ++i) absl::StrAppend(&cache, i ? ", " : "", i);
+  auto model = parse_text(
+      absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, seq, 2] x, int64[1, seq] position_ids) => (float[1, seq, 2] y)
+      <float[64, 2] cos_cached = {)",
+                   cache, R"(}, int64[1] zero = {0}, int64[1] one = {1}, int64[1] two = {2}> {
+      shape = Shape (x)
+      len = Slice (shape, one, two)
+      cos = Slice (cos_cached, zero, len, zero)
+      picked = Gather (cos, position_ids)
+      y = Add (x, picked)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  for (int64_t seq : {int64_t{16}, int64_t{128}}) {
+    eval::VerifyOptions options;
+    options.trials = 1;
+    options.dims["seq"] = seq;
+    eval::Verifier verifier(*model, options);
+    ASSERT_TRUE(verifier.usable()) << seq;
+    const eval::Tensor& ids = verifier.feeds().at(0).at("position_ids");
+    for (int64_t i = 0; i < ids.size(); ++i)
+      EXPECT_EQ(ids.get_int64(i), std::min<int64_t>(i, 63)) << seq << " at " << i;
+  }
+}
+
 TEST(Verifier, RotaryPositionIdsSpanTheCaches) {
   // The standard op reads ids as input 3 (caches of 50 rows), com.microsoft's as input 1 (40).
   std::string cache50, cache40;
