@@ -166,16 +166,24 @@ TEST(Graftd, TargetTargetOpsetAndFixedDimsAreCheckedAndKeyed) {
   bad_target.set_target("onnxruntime:0.1");
   auto unknown_dim = o2();
   (*unknown_dim.mutable_fix_dims())["no_such_dim"] = 4;
-  auto raise = o2();
-  raise.set_target_opset(17);
+  auto too_high = o2();
+  too_high.set_target_opset(24);
   for (const auto& [config, message] : std::vector<std::pair<v1::PipelineConfig, std::string>>{
            {bad_target, "older than the oldest ONNX Runtime"},
            {unknown_dim, "no_such_dim"},
-           {raise, "opsets are raised from 13 on"}}) {
+           {too_high, "target_opset must be 13..23"}}) {
     auto bad = client.optimize(bytes, config);
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
     EXPECT_NE(bad.status().message().find(message), absl::string_view::npos) << bad.status();
   }
+  // The example is an opset-9 export: raised from 7 on, it comes back at 17.
+  auto raise = o2();
+  raise.set_target_opset(17);
+  auto raised = client.optimize(bytes, raise);
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  onnx::ModelProto out;
+  ASSERT_TRUE(out.ParseFromString(raised->model));
+  EXPECT_EQ(out.opset_import(0).version(), 17);
 }
 
 TEST(Graftd, VerificationIsReportedCachedSeparatelyAndCounted) {
