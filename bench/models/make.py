@@ -4,7 +4,8 @@
 Usage: /usr/bin/python3 bench/models/make.py [OUT_DIR] [--only NAME ...]
 
 For each model writes OUT_DIR/NAME.onnx, exported with torch.onnx.export's default settings
-(constant folding on, eval mode) at opset 17, the way a user would export it, and records in
+(constant folding on, eval mode) at opset 17 (or the older opset a model stands for), the way
+a user would export it, and records in
 OUT_DIR/inputs.json what a runner needs to feed it seeded random inputs: a concrete shape for
 every input, a value range where the runner's default [-1, 1] does not fit (token ids) and a
 fixed value for attention masks, in the format of ../shared/models/inputs.json. OUT_DIR
@@ -925,6 +926,7 @@ def whisper_decoder():
         WhisperDecoder(vocab=vocab, hidden=hidden, heads=heads, layers=layers),
         inputs=inputs, args=(inputs["input_ids"], inputs["encoder_hidden_states"], tuple(nested)),
         outputs=outputs, dynamic_axes=axes, shapes=shapes, ranges={"input_ids": (0, vocab - 1)},
+        post=retie_lm_head,  # the LM head is the token embedding, as in Whisper
     )
 
 
