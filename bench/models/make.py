@@ -4,7 +4,8 @@
 Usage: /usr/bin/python3 bench/models/make.py [OUT_DIR] [--only NAME ...]
 
 For each model writes OUT_DIR/NAME.onnx, exported with torch.onnx.export's default settings
-(constant folding on, eval mode) at opset 17, the way a user would export it, and records in
+(constant folding on, eval mode) at opset 17 (or the older opset a model stands for), the way
+a user would export it, and records in
 OUT_DIR/inputs.json what a runner needs to feed it seeded random inputs: a concrete shape for
 every input, a value range where the runner's default [-1, 1] does not fit (token ids) and a
 fixed value for attention masks, in the format of ../shared/models/inputs.json. OUT_DIR
@@ -59,12 +60,15 @@ class Export:
     ranges: dict = field(default_factory=dict)  # inputs.json "range": name -> (low, high)
     values: dict = field(default_factory=dict)  # inputs.json "values": name -> the one value
     post: object = None  # a function editing the exported ModelProto in place, or None
+    opset: int = OPSET  # older exporters' opsets for models that stand for them
+    shapes: dict = field(default_factory=dict)  # inputs.json shapes where serving differs from export
 
     def call_args(self):
         return self.args if self.args is not None else tuple(self.inputs.values())
 
     def input_spec(self):
-        spec = {"shapes": {name: list(t.shape) for name, t in self.inputs.items()}}
+        spec = {"shapes": {name: list(self.shapes.get(name, t.shape))
+                           for name, t in self.inputs.items()}}
         if self.values:
             spec["values"] = self.values
         if self.ranges:
@@ -663,6 +667,521 @@ def raft_small():
     )
 
 
+# --- Hugging Face-style LLaMA decoder with a KV cache and a sliced rotary cache ---
+
+
+class HFLlamaRotaryEmbedding(nn.Module):
+    """As transformers' LlamaRotaryEmbedding (4.3x) writes it: cos/sin caches for
+    max_position_embeddings positions, sliced to the total length `cos[:seq_len]` (past plus
+    new tokens, taken from the inputs' shapes), later gathered by position_ids. The
+    `seq_len > max_seq_len_cached` test is Python on a traced int, so the export has no If."""
+
+    def __init__(self, dim, max_position_embeddings=2048, base=10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._set_cos_sin_cache(max_position_embeddings)
+
+    def _set_cos_sin_cache(self, seq_len):
+        self.max_seq_len_cached = seq_len
+        t = torch.arange(seq_len, dtype=self.inv_freq.dtype)
+        freqs = torch.einsum("i,j->ij", t, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+    def forward(self, x, seq_len):
+        if seq_len > self.max_seq_len_cached:
+            self._set_cos_sin_cache(seq_len)
+        return self.cos_cached[:seq_len].to(x.dtype), self.sin_cached[:seq_len].to(x.dtype)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, position_ids):
+    cos = cos[position_ids].unsqueeze(1)  # [batch, 1, seq, dim]: Gather by position id
+    sin = sin[position_ids].unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+class HFLlamaAttention(nn.Module):
+    def __init__(self, hidden, heads, max_positions):
+        super().__init__()
+        self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.rotary_emb = HFLlamaRotaryEmbedding(self.head_dim, max_positions)
+
+    def forward(self, x, mask, position_ids, past_key, past_value):
+        bsz, q_len, _ = x.size()
+        q, k, v = (p(x).view(bsz, q_len, self.heads, self.head_dim).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        kv_seq_len = k.shape[-2] + past_key.shape[-2]
+        cos, sin = self.rotary_emb(v, seq_len=kv_seq_len)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin, position_ids)
+        k = torch.cat([past_key, k], dim=2)
+        v = torch.cat([past_value, v], dim=2)
+        w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim) + mask
+        w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(w, v).transpose(1, 2).reshape(bsz, q_len, self.hidden)
+        return self.o_proj(out), k, v
+
+
+class HFLlamaLayer(nn.Module):
+    def __init__(self, hidden, heads, intermediate, max_positions):
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden)
+        self.self_attn = HFLlamaAttention(hidden, heads, max_positions)
+        self.post_attention_layernorm = RMSNorm(hidden)
+        self.mlp = LlamaMLP(hidden, intermediate)
+
+    def forward(self, x, mask, position_ids, past_key, past_value):
+        a, k, v = self.self_attn(self.input_layernorm(x), mask, position_ids, past_key, past_value)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+
+
+def hf_decoder_mask(attention_mask, q_len, past_len, dtype=torch.float32):
+    """transformers' _make_causal_mask + _expand_mask: [batch, 1, q_len, past_len + q_len]."""
+    bsz = attention_mask.size(0)
+    min_value = torch.finfo(dtype).min
+    mask = torch.full((q_len, q_len), min_value)
+    cond = torch.arange(mask.size(-1))
+    mask = mask.masked_fill(cond < (cond + 1).view(mask.size(-1), 1), 0).to(dtype)
+    mask = torch.cat([torch.zeros(q_len, past_len, dtype=dtype), mask], dim=-1)
+    causal = mask[None, None].expand(bsz, 1, q_len, q_len + past_len)
+    expanded = attention_mask[:, None, None, :].expand(bsz, 1, q_len, q_len + past_len).to(dtype)
+    inverted = 1.0 - expanded
+    padding = inverted.masked_fill(inverted.to(torch.bool), min_value)
+    return causal + padding
+
+
+class HFLlamaDecoder(nn.Module):
+    def __init__(self, vocab=32000, hidden=256, heads=4, intermediate=688, layers=2,
+                 max_positions=2048):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(HFLlamaLayer(hidden, heads, intermediate, max_positions)
+                                    for _ in range(layers))
+        self.norm = RMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values):
+        past_len = past_key_values[0][0].shape[2]
+        x = self.embed_tokens(input_ids)
+        mask = hf_decoder_mask(attention_mask, input_ids.shape[1], past_len, x.dtype)
+        presents = []
+        for layer, (pk, pv) in zip(self.layers, past_key_values):
+            x, k, v = layer(x, mask, position_ids, pk, pv)
+            presents.append((k, v))
+        return self.lm_head(self.norm(x)), tuple(presents)
+
+
+def kv_cache_inputs(layers, batch, heads, past, head_dim, prefix="past_key_values", kinds=None):
+    """past_key_values.N.{key,value} tensors (Optimum's names) and the nested tuple to call with."""
+    inputs, nested = {}, []
+    for i in range(layers):
+        kv = tuple(torch.randn(batch, heads, past, head_dim) for _ in range(2))
+        inputs[f"{prefix}.{i}.key"], inputs[f"{prefix}.{i}.value"] = kv
+        nested.append(kv)
+    return inputs, nested
+
+
+@model("llama_decoder_hf")
+def llama_decoder_hf():
+    vocab, hidden, heads, layers = 32000, 256, 4, 2
+    batch, seq, past = 2, 4, 8
+    net = HFLlamaDecoder(vocab=vocab, hidden=hidden, heads=heads, layers=layers)
+    inputs = {
+        "input_ids": torch.randint(0, vocab, (batch, seq)),
+        "attention_mask": torch.ones(batch, past + seq, dtype=torch.long),
+        "position_ids": torch.arange(past, past + seq).expand(batch, seq),
+    }
+    cache, nested = kv_cache_inputs(layers, batch, heads, past, hidden // heads)
+    inputs.update(cache)
+    outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    axes = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+            "attention_mask": {0: "batch_size", 1: "past_sequence_length + 1"},
+            "position_ids": {0: "batch_size", 1: "sequence_length"},
+            "logits": {0: "batch_size", 1: "sequence_length"}}
+    for name in cache:
+        axes[name] = {0: "batch_size", 2: "past_sequence_length"}
+    for name in outputs[1:]:
+        axes[name] = {0: "batch_size", 2: "past_sequence_length + 1"}
+    # Serving: one new token after 256 cached ones, at position 256.
+    serve_past = 256
+    shapes = {"input_ids": [1, 1], "attention_mask": [1, serve_past + 1], "position_ids": [1, 1]}
+    shapes.update({name: [1, heads, serve_past, hidden // heads] for name in cache})
+    return Export(
+        net, inputs=inputs,
+        args=(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], tuple(nested)),
+        outputs=outputs, dynamic_axes=axes, shapes=shapes,
+        ranges={"input_ids": (0, vocab - 1), "position_ids": (serve_past, serve_past)},
+        values={"attention_mask": 1},
+    )
+
+
+# --- Whisper-style decoder: self-attention KV cache, cross-attention on the encoder's output ---
+
+
+class WhisperDecoderAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.scaling = self.head_dim ** -0.5
+        self.q_proj = nn.Linear(hidden, hidden)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden)
+        self.out_proj = nn.Linear(hidden, hidden)
+
+    def shape(self, x, bsz):
+        return x.view(bsz, -1, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, kv_source, past=None, mask=None):
+        bsz, tgt, hidden = x.size()
+        q = self.shape(self.q_proj(x) * self.scaling, bsz)
+        k = self.shape(self.k_proj(kv_source), bsz)
+        v = self.shape(self.v_proj(kv_source), bsz)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        w = torch.matmul(q, k.transpose(2, 3))
+        if mask is not None:
+            w = w + mask
+        out = torch.matmul(F.softmax(w, dim=-1), v).transpose(1, 2).reshape(bsz, tgt, hidden)
+        return self.out_proj(out), k, v
+
+
+class WhisperDecoderLayer(nn.Module):
+    def __init__(self, hidden, heads, intermediate):
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(hidden)
+        self.self_attn = WhisperDecoderAttention(hidden, heads)
+        self.encoder_attn_layer_norm = nn.LayerNorm(hidden)
+        self.encoder_attn = WhisperDecoderAttention(hidden, heads)
+        self.final_layer_norm = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, intermediate)
+        self.fc2 = nn.Linear(intermediate, hidden)
+
+    def forward(self, x, encoder_hidden_states, past, mask):
+        h = self.self_attn_layer_norm(x)
+        a, k, v = self.self_attn(h, h, past, mask)
+        x = x + a
+        h = self.encoder_attn_layer_norm(x)
+        x = x + self.encoder_attn(h, encoder_hidden_states)[0]
+        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x)))), k, v
+
+
+class WhisperDecoder(nn.Module):
+    def __init__(self, vocab=51865, hidden=256, heads=4, layers=2, intermediate=1024,
+                 max_target_positions=448):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+        self.embed_positions = nn.Embedding(max_target_positions, hidden)
+        self.layers = nn.ModuleList(WhisperDecoderLayer(hidden, heads, intermediate)
+                                    for _ in range(layers))
+        self.layer_norm = nn.LayerNorm(hidden)
+
+    def forward(self, input_ids, encoder_hidden_states, past_key_values):
+        past_len = past_key_values[0][0].shape[2]
+        seq = input_ids.shape[1]
+        # Learned positions sliced at the past length, as Whisper's embed_positions does.
+        positions = self.embed_positions.weight[past_len:past_len + seq]
+        x = self.embed_tokens(input_ids) + positions
+        mask = torch.full((seq, seq), torch.finfo(x.dtype).min).triu(1)
+        mask = torch.cat([torch.zeros(seq, past_len), mask], dim=-1)[None, None]
+        presents = []
+        for layer, past in zip(self.layers, past_key_values):
+            x, k, v = layer(x, encoder_hidden_states, past, mask)
+            presents.append((k, v))
+        logits = self.layer_norm(x) @ self.embed_tokens.weight.T
+        return logits, tuple(presents)
+
+
+@model("whisper_decoder")
+def whisper_decoder():
+    vocab, hidden, heads, layers = 51865, 256, 4, 2
+    batch, seq, past, frames = 2, 4, 8, 150
+    inputs = {"input_ids": torch.randint(0, vocab, (batch, seq)),
+              "encoder_hidden_states": torch.randn(batch, frames, hidden)}
+    cache, nested = kv_cache_inputs(layers, batch, heads, past, hidden // heads,
+                                    prefix="past_key_values")
+    cache = {k.replace(".key", ".decoder.key").replace(".value", ".decoder.value"): v
+             for k, v in cache.items()}
+    inputs.update(cache)
+    outputs = ["logits"] + [f"present.{i}.decoder.{kv}" for i in range(layers)
+                            for kv in ("key", "value")]
+    axes = {"input_ids": {0: "batch_size", 1: "decoder_sequence_length"},
+            "encoder_hidden_states": {0: "batch_size", 1: "encoder_sequence_length / 2"},
+            "logits": {0: "batch_size", 1: "decoder_sequence_length"}}
+    for name in cache:
+        axes[name] = {0: "batch_size", 2: "past_decoder_sequence_length"}
+    for name in outputs[1:]:
+        axes[name] = {0: "batch_size", 2: "past_decoder_sequence_length + 1"}
+    # Serving: one token after 256, cross-attending 30 s of audio (1500 encoder positions).
+    serve_past = 256
+    shapes = {"input_ids": [1, 1], "encoder_hidden_states": [1, 1500, hidden]}
+    shapes.update({name: [1, heads, serve_past, hidden // heads] for name in cache})
+    return Export(
+        WhisperDecoder(vocab=vocab, hidden=hidden, heads=heads, layers=layers),
+        inputs=inputs, args=(inputs["input_ids"], inputs["encoder_hidden_states"], tuple(nested)),
+        outputs=outputs, dynamic_axes=axes, shapes=shapes, ranges={"input_ids": (0, vocab - 1)},
+        post=retie_lm_head,  # the LM head is the token embedding, as in Whisper
+    )
+
+
+# --- audio front-ends on raw waveforms ---
+
+
+def mel_filters(sample_rate=16000, n_fft=400, n_mels=80):
+    """Slaney's triangular mel filterbank [n_fft // 2 + 1, n_mels], area-normalized, as
+    librosa.filters.mel (and Whisper's mel_filters.npz) builds it."""
+
+    def hz_to_mel(f):
+        f = torch.as_tensor(f, dtype=torch.float64)
+        linear = 3.0 * f / 200.0
+        log = 15.0 + torch.log(torch.clamp(f, min=1e-10) / 1000.0) / (math.log(6.4) / 27.0)
+        return torch.where(f >= 1000.0, log, linear)
+
+    def mel_to_hz(m):
+        linear = 200.0 * m / 3.0
+        log = 1000.0 * torch.exp((math.log(6.4) / 27.0) * (m - 15.0))
+        return torch.where(m >= 15.0, log, linear)
+
+    freqs = torch.linspace(0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)
+    mels = torch.linspace(float(hz_to_mel(0.0)), float(hz_to_mel(sample_rate / 2)), n_mels + 2,
+                          dtype=torch.float64)
+    edges = mel_to_hz(mels)
+    lower = (freqs[:, None] - edges[None, :-2]) / (edges[1:-1] - edges[:-2])[None]
+    upper = (edges[None, 2:] - freqs[:, None]) / (edges[2:] - edges[1:-1])[None]
+    weights = torch.clamp(torch.minimum(lower, upper), min=0.0)
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[None]
+    return weights.float()
+
+
+class LogMel(nn.Module):
+    """Whisper's log-mel spectrogram: centered STFT (reflect padding, Hann window 400, hop 160),
+    power, mel filterbank, log10 clamped to 8 decades below the maximum, scaled.
+
+    torch 1.13 cannot export aten::stft (at any opset), so the STFT is written as exporters'
+    users write it then: reflect Pad, then a Conv1d with stride hop whose 2 x 201 filters are
+    the windowed cosines and sines of the DFT (the framing and the DFT in one convolution)."""
+
+    def __init__(self, n_fft=400, hop=160, n_mels=80):
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        window = torch.hann_window(n_fft, dtype=torch.float64)
+        n = torch.arange(n_fft, dtype=torch.float64)
+        k = torch.arange(n_fft // 2 + 1, dtype=torch.float64)[:, None]
+        angle = 2 * math.pi * k * n / n_fft
+        basis = torch.cat((torch.cos(angle), -torch.sin(angle))) * window  # [2 * 201, 400]
+        self.register_buffer("dft", basis.float()[:, None], persistent=False)
+        self.register_buffer("filters", mel_filters(n_fft=n_fft, n_mels=n_mels), persistent=False)
+
+    def forward(self, waveform):
+        x = F.pad(waveform[:, None], (self.n_fft // 2, self.n_fft // 2), mode="reflect")
+        spec = F.conv1d(x, self.dft, stride=self.hop)  # [batch, 2 * 201, frames]
+        real, imag = spec.split(self.n_fft // 2 + 1, dim=1)
+        power = (real * real + imag * imag)[..., :-1]
+        mel = torch.matmul(power.transpose(1, 2), self.filters).transpose(1, 2)
+        log_spec = torch.clamp(mel, min=1e-10).log10()
+        log_spec = torch.maximum(log_spec, log_spec.amax(dim=(1, 2), keepdim=True) - 8.0)
+        return (log_spec + 4.0) / 4.0
+
+
+@model("mel_frontend")
+def mel_frontend():
+    return Export(
+        LogMel(), inputs={"waveform": torch.randn(1, 16000) * 0.1},
+        outputs=["log_mel"],
+        dynamic_axes={"waveform": {0: "batch", 1: "samples"},
+                      "log_mel": {0: "batch", 2: "frames"}},
+        ranges={"waveform": (-0.5, 0.5)},
+    )
+
+
+class Wav2Vec2FeatureExtractor(nn.Module):
+    """wav2vec2-base's conv stem: 7 Conv1d (kernels 10,3,3,3,3,2,2, strides 5,2,2,2,2,2,2;
+    receptive field 400 samples, stride 320), GroupNorm after the first, GELU."""
+
+    def __init__(self, channels=256):
+        super().__init__()
+        kernels, strides = (10, 3, 3, 3, 3, 2, 2), (5, 2, 2, 2, 2, 2, 2)
+        self.convs = nn.ModuleList(
+            nn.Conv1d(1 if i == 0 else channels, channels, k, stride=s, bias=False)
+            for i, (k, s) in enumerate(zip(kernels, strides)))
+        self.norm = nn.GroupNorm(channels, channels)
+
+    def forward(self, x):
+        x = x[:, None]
+        for i, conv in enumerate(self.convs):
+            x = conv(x)
+            if i == 0:
+                x = self.norm(x)
+            x = F.gelu(x)
+        return x
+
+
+class Wav2Vec2Encoder(nn.Module):
+    def __init__(self, channels=256, hidden=256, heads=4, layers=2, intermediate=1024):
+        super().__init__()
+        self.feature_extractor = Wav2Vec2FeatureExtractor(channels)
+        self.feature_norm = nn.LayerNorm(channels)
+        self.feature_projection = nn.Linear(channels, hidden)
+        # Convolutional relative positions: kernel 128, 16 groups, weight norm folded away.
+        self.pos_conv = nn.Conv1d(hidden, hidden, 128, padding=64, groups=16)
+        self.layer_norm = nn.LayerNorm(hidden)
+        self.layers = nn.ModuleList(BertLayer(hidden, heads, intermediate) for _ in range(layers))
+
+    def forward(self, input_values):
+        x = self.feature_extractor(input_values).transpose(1, 2)
+        x = self.feature_projection(self.feature_norm(x))
+        pos = F.gelu(self.pos_conv(x.transpose(1, 2))[:, :, :-1]).transpose(1, 2)
+        x = self.layer_norm(x + pos)
+        zeros = torch.zeros(1, 1, 1, 1)
+        for layer in self.layers:
+            x = layer(x, zeros)
+        return x
+
+
+@model("wav2vec2_encoder")
+def wav2vec2_encoder():
+    return Export(
+        Wav2Vec2Encoder(), inputs={"input_values": torch.randn(1, 16000) * 0.1},
+        outputs=["last_hidden_state"],
+        dynamic_axes={"input_values": {0: "batch_size", 1: "sequence_length"},
+                      "last_hidden_state": {0: "batch_size", 1: "frames"}},
+        ranges={"input_values": (-0.5, 0.5)},
+    )
+
+
+# --- Conformer: two inputs sharing the time dim ---
+
+
+class ConformerConvModule(nn.Module):
+    def __init__(self, hidden, kernel=31):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        self.pointwise1 = nn.Conv1d(hidden, 2 * hidden, 1)
+        self.depthwise = nn.Conv1d(hidden, hidden, kernel, padding=kernel // 2, groups=hidden)
+        self.batch_norm = nn.BatchNorm1d(hidden)
+        self.pointwise2 = nn.Conv1d(hidden, hidden, 1)
+
+    def forward(self, x, keep):
+        x = self.norm(x) * keep  # padded frames zeroed before the convolution over time
+        x = F.glu(self.pointwise1(x.transpose(1, 2)), dim=1)
+        x = self.pointwise2(F.silu(self.batch_norm(self.depthwise(x))))
+        return x.transpose(1, 2)
+
+
+class ConformerBlock(nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.ffn1 = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, ffn), nn.SiLU(),
+                                  nn.Linear(ffn, hidden))
+        self.attn_norm = nn.LayerNorm(hidden)
+        self.attn = BertSelfAttention(hidden, heads)
+        self.attn_out = nn.Linear(hidden, hidden)
+        self.conv = ConformerConvModule(hidden)
+        self.ffn2 = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, ffn), nn.SiLU(),
+                                  nn.Linear(ffn, hidden))
+        self.final_norm = nn.LayerNorm(hidden)
+
+    def forward(self, x, mask, keep):
+        x = x + 0.5 * self.ffn1(x)
+        x = x + self.attn_out(self.attn(self.attn_norm(x), mask))
+        x = x + self.conv(x, keep)
+        x = x + 0.5 * self.ffn2(x)
+        return self.final_norm(x)
+
+
+class Conformer(nn.Module):
+    """features [batch, time, 80] and a 0/1 frame mask [batch, time] -> [batch, time, hidden]."""
+
+    def __init__(self, n_mels=80, hidden=144, heads=4, ffn=576, layers=2):
+        super().__init__()
+        self.input_proj = nn.Linear(n_mels, hidden)
+        self.blocks = nn.ModuleList(ConformerBlock(hidden, heads, ffn) for _ in range(layers))
+
+    def forward(self, features, frame_mask):
+        keep = frame_mask[:, :, None].to(features.dtype)
+        mask = additive_mask(frame_mask, features.dtype)
+        x = self.input_proj(features)
+        for block in self.blocks:
+            x = block(x, mask, keep)
+        return x
+
+
+@model("conformer")
+def conformer():
+    # Dynamic axes in the list form (torch names them itself: features_dynamic_axes_1,
+    # frame_mask_dynamic_axes_1), as many export scripts declare them: the model does not say
+    # that the two time axes are one.
+    batch, time_ = 1, 100
+    return Export(
+        Conformer(), inputs={"features": torch.randn(batch, time_, 80),
+                             "frame_mask": torch.ones(batch, time_, dtype=torch.long)},
+        outputs=["encoded"],
+        dynamic_axes={"features": [0, 1], "frame_mask": [0, 1], "encoded": [0, 1]},
+        values={"frame_mask": 1},
+    )
+
+
+# --- a two-stage torchvision detector with NMS in the graph ---
+
+
+@model("fasterrcnn_mobilenet_v3_large_320_fpn")
+def fasterrcnn_mobilenet_v3_large_320_fpn():
+    # With random weights the 91-class softmax scores every box about 1/91, under the default
+    # box_score_thresh of 0.05: no detection would come out. 0.005 keeps boxes, as trained
+    # weights do.
+    net = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, box_score_thresh=0.005)
+    image = torch.rand(3, 320, 320)
+    return Export(net, inputs={"image": image}, args=([image],),
+                  outputs=["boxes", "labels", "scores"], ranges={"image": (0, 1)})
+
+
+# --- OCR recognizer in the style of Paddle / older PyTorch exports: opset 11 ---
+
+
+class CRNN(nn.Module):
+    """[batch, 3, 32, width] -> CTC class probabilities [batch, width / 4, classes]: a VGG-style
+    conv stack (Conv+BatchNorm+ReLU, max pools that shrink height faster than width), a 2-layer
+    bidirectional LSTM and a linear CTC head over 6625 classes (PaddleOCR's Chinese charset)."""
+
+    def __init__(self, classes=6625, hidden=96):
+        super().__init__()
+        cfg = [(3, 32), "pool", (32, 64), "pool", (64, 128), (128, 128), "hpool",
+               (128, 192), (192, 192), "hpool", (192, 192)]
+        layers = []
+        for item in cfg:
+            if item == "pool":
+                layers.append(nn.MaxPool2d(2, 2))
+            elif item == "hpool":
+                layers.append(nn.MaxPool2d((2, 1), (2, 1)))
+            else:
+                layers += [nn.Conv2d(item[0], item[1], 3, padding=1), nn.BatchNorm2d(item[1]),
+                           nn.ReLU()]
+        self.cnn = nn.Sequential(*layers)
+        self.rnn = nn.LSTM(192 * 2, hidden, num_layers=2, bidirectional=True, batch_first=True)
+        self.head = nn.Linear(2 * hidden, classes)
+
+    def forward(self, x):
+        f = self.cnn(x)  # [batch, 192, 2, width / 4]
+        b, c, h, w = f.shape
+        f = f.reshape(b, c * h, w).permute(0, 2, 1)
+        f, _ = self.rnn(f)
+        return F.softmax(self.head(f), dim=2)
+
+
+@model("ocr_rec_opset11")
+def ocr_rec_opset11():
+    return Export(CRNN(), inputs={"x": torch.randn(1, 3, 32, 320)}, outputs=["softmax"],
+                  dynamic_axes={"x": {0: "batch", 3: "width"}, "softmax": {0: "batch", 1: "steps"}},
+                  opset=11)
+
+
 # --- driver ---
 
 
@@ -718,7 +1237,7 @@ def build(name, out_dir):
         torch.onnx.export(
             ex.module, ex.call_args(), str(path),
             input_names=list(ex.inputs), output_names=ex.outputs,
-            dynamic_axes=ex.dynamic_axes or None, opset_version=OPSET)
+            dynamic_axes=ex.dynamic_axes or None, opset_version=ex.opset)
     seconds = time.monotonic() - start
 
     proto = onnx.load(str(path))
