@@ -30,7 +30,20 @@ std::string dims_string(const std::vector<int64_t>& dims) {
 struct Sizing {
   int64_t default_dim = 1;
   int64_t role_divisor = 0;  // 0: default_dim for all
+  // Sequence and time dims (role size 128) times this: tried when a window (a convolution's
+  // receptive field, a pool) is larger than the input, as an audio front-end's is on 128
+  // samples; 125 gives 16000, one second at 16 kHz.
+  int64_t time_multiplier = 1;
 };
+
+// The sizes tried after `failed` (whose original run failed with `error`) when a window was
+// larger than the input: longer sequences and time axes, not smaller ones; none otherwise.
+std::vector<Sizing> longer_sizes(const Sizing& failed, const absl::Status& error) {
+  if (!absl::StrContains(error.message(), "window larger than") || failed.time_multiplier > 1)
+    return {};
+  if (failed.role_divisor > 0) return {{1, 1, 8}, {1, 1, 125}};
+  return {{1024, 0, 1}, {16384, 0, 1}};
+}
 
 // The size of symbolic dim `index` of an input by its role: a leading (batch) dim 1, an image's
 // height and width (a rank-4 float input with 1, 3 or 4 channels, NCHW or NHWC) 224, any other
@@ -85,9 +98,11 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
       continue;
     }
     int64_t size = sizing.default_dim;
-    if (sizing.role_divisor > 0)
-      size =
-          std::max<int64_t>(1, role_size(tt, static_cast<int>(dims.size())) / sizing.role_divisor);
+    if (sizing.role_divisor > 0) {
+      const int64_t role = role_size(tt, static_cast<int>(dims.size()));
+      size = std::max<int64_t>(
+          1, (role == 128 ? role * sizing.time_multiplier : role) / sizing.role_divisor);
+    }
     if (d.has_dim_param()) params[d.dim_param()] = size;
     dims.push_back(size);
   }
@@ -564,7 +579,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     }
     return;
   }
-  const std::vector<Sizing> attempts = sizes_to_try(options);
+  std::vector<Sizing> attempts = sizes_to_try(options);
   std::optional<VerifyResult> first_failure;
   bool stop = false;
   for (size_t attempt = 0; attempt < attempts.size() && !stop; ++attempt) {
@@ -606,6 +621,12 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                          shrinking ? 3 * static_cast<uint64_t>(std::max(1, options.trials)) : 1);
       if (!outputs.ok()) {
         failure = not_verifiable(outputs.status(), "the original model");
+        // A window longer than the input: longer inputs next, before any smaller ones.
+        if (defaulted && options.default_dim == 0) {
+          const auto longer = longer_sizes(attempts[attempt], outputs.status());
+          attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1,
+                          longer.begin(), longer.end());
+        }
         // Unsupported ops and cancellation do not depend on the dims' sizes; resource limits
         // do only when there are smaller sizes to try.
         if (absl::IsUnimplemented(outputs.status()) || absl::IsDeadlineExceeded(outputs.status()) ||

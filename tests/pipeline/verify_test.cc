@@ -432,6 +432,36 @@ TEST(Verifier, PositionIdsIntoASlicedCacheCountAlongTheSequence) {
   }
 }
 
+// A raw-audio front-end's first convolution spans 400 samples: the usual sizes (128 by role;
+// 1, 16, 64, 256 otherwise) are shorter than its window. After such a failure longer inputs are
+// tried (by role: 1024, then 16000 samples, one second at 16 kHz), so the model is judged.
+TEST(Verifier, AudioLongerThanTheReceptiveFieldIsTried) {
+  std::string kernel;
+  for (int i = 0; i < 400; ++i) absl::StrAppend(&kernel, i ? ", " : "", "0.01");
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[batch, samples] input_values) => (float[batch, 1, frames] y)
+      <float[1, 1, 400] w = {)",
+                                       kernel, R"(}, int64[1] one = {1}> {
+      x = Unsqueeze (input_values, one)
+      y = Conv <strides = [320]> (x, w)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  for (bool representative : {true, false}) {
+    eval::VerifyOptions options;
+    options.trials = 1;
+    options.representative_dims = representative;
+    eval::Verifier verifier(*model, options);
+    ASSERT_TRUE(verifier.usable()) << representative;
+    const eval::Tensor& audio = verifier.feeds().at(0).at("input_values");
+    EXPECT_GE(audio.dims().back(), 400) << representative;
+    if (representative) {
+      EXPECT_EQ(audio.dims().back(), 1024);
+    }
+  }
+}
+
 TEST(Verifier, RotaryPositionIdsSpanTheCaches) {
   // The standard op reads ids as input 3 (caches of 50 rows), com.microsoft's as input 1 (40).
   std::string cache50, cache40;
