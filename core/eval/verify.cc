@@ -36,11 +36,17 @@ struct Sizing {
   int64_t time_multiplier = 1;
 };
 
-// The sizes tried after `failed` (whose original run failed with `error`) when a window was
-// larger than the input: longer sequences and time axes, not smaller ones; none otherwise.
+// Whether a failed run of the original says its inputs were too short: a window larger than
+// the input, or outputs that are all empty (a front-end that drops its last frame).
+bool too_short(const absl::Status& error) {
+  return absl::StrContains(error.message(), "window larger than") ||
+         absl::StrContains(error.message(), "every output is empty");
+}
+
+// The sizes tried after `failed` when its inputs were too short: longer sequences and time axes,
+// not smaller ones; none otherwise.
 std::vector<Sizing> longer_sizes(const Sizing& failed, const absl::Status& error) {
-  if (!absl::StrContains(error.message(), "window larger than") || failed.time_multiplier > 1)
-    return {};
+  if (!too_short(error) || failed.time_multiplier > 1) return {};
   if (failed.role_divisor > 0) return {{1, 1, 8}, {1, 1, 125}};
   return {{1024, 0, 1}, {16384, 0, 1}};
 }
@@ -633,6 +639,19 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
             absl::IsCancelled(outputs.status()) ||
             (absl::IsResourceExhausted(outputs.status()) && !(shrinking && defaulted)))
           stop = true;
+        break;
+      }
+      // Outputs with no element compare equal whatever the candidate computes: sizes that
+      // give only those measure nothing (a log-mel front-end on fewer samples than a frame).
+      if (defaulted && options.default_dim == 0 && !outputs->empty() &&
+          std::all_of(outputs->begin(), outputs->end(),
+                      [](const Tensor& t) { return t.size() == 0; })) {
+        const absl::Status empty = absl::InvalidArgumentError(
+            absl::StrCat("every output is empty at ", dims_used, "; longer inputs are needed"));
+        failure = not_verifiable(empty, "the original model");
+        const auto longer = longer_sizes(attempts[attempt], empty);
+        attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1, longer.begin(),
+                        longer.end());
         break;
       }
       feeds_.push_back(std::move(feeds));

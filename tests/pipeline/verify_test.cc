@@ -462,6 +462,31 @@ TEST(Verifier, AudioLongerThanTheReceptiveFieldIsTried) {
   }
 }
 
+// A front-end that drops its last frame outputs nothing on 128 samples (one frame of 100):
+// empty outputs measure nothing, so longer inputs are tried as for a window that does not fit.
+TEST(Verifier, EmptyOutputsAskForLongerInputs) {
+  std::string kernel;
+  for (int i = 0; i < 100; ++i) absl::StrAppend(&kernel, i ? ", " : "", "0.01");
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[batch, samples] waveform) => (float[batch, 1, frames] y)
+      <float[1, 1, 100] w = {)",
+                                       kernel, R"(}, int64[1] one = {1}, int64[1] zero = {0},
+       int64[1] last = {-1}, int64[1] axis = {2}> {
+      x = Unsqueeze (waveform, one)
+      f = Conv <strides = [100]> (x, w)
+      y = Slice (f, zero, last, axis)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.trials = 1;
+  options.representative_dims = true;
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable());
+  EXPECT_EQ(verifier.feeds().at(0).at("waveform").dims().back(), 1024);
+}
+
 TEST(Verifier, RotaryPositionIdsSpanTheCaches) {
   // The standard op reads ids as input 3 (caches of 50 rows), com.microsoft's as input 1 (40).
   std::string cache50, cache40;
