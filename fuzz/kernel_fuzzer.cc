@@ -13,6 +13,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "core/eval/executor.h"
+#include "core/eval/gemm.h"
 #include "core/eval/kernel.h"
 #include "core/ir/model.h"
 #include "core/ir/tensor.h"
@@ -570,6 +572,57 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (t.dtype() == TensorProto::STRING ? t.strings().size() != static_cast<size_t>(t.size())
                                          : t.bytes() != t.size() * t.element_size())
       fail("an output's data does not match its element count", op);
+  }
+
+  // The kernels with a dgemm path (core/eval/gemm.h) agree with their reference loops: equal
+  // NaN-ness and infinities, finite values within double rounding of the sums plus one rounding
+  // to the output type.
+  static const std::set<std::string> kDgemmOps = {"MatMul", "Gemm", "Conv", "ConvInteger",
+                                                  "FusedMatMul"};
+  if (kDgemmOps.count(op) != 0) {
+    std::vector<graft::eval::Tensor> reference;
+    {
+      graft::eval::ReferenceKernelsScope scope;
+      auto ref = graft::eval::run_model(**loaded, feeds, limits);
+      if (!ref.ok()) return 0;  // e.g. the budget, spent differently
+      reference = std::move(*ref);
+    }
+    for (size_t o = 0; o < reference.size(); ++o) {
+      const graft::eval::Tensor& f = (*outputs)[o];
+      const graft::eval::Tensor& r = reference[o];
+      if (f.dtype() != r.dtype() || f.dims() != r.dims())
+        fail("dgemm path and reference loops give different output types or shapes", op);
+      if (f.dtype() == 0 || f.dtype() == TensorProto::STRING) continue;
+      // Two double sums of the same n products differ by at most about 2 n u sum |products|
+      // (u = 2^-53), which cancellation can leave far above the result: bounded here by n^2
+      // times the largest operand squared (n at most the largest input's element count); then
+      // each is rounded once to the output type.
+      double amax = 0, n = 1;
+      for (const auto& [name, t] : feeds) {
+        n = std::max(n, static_cast<double>(t.size()));
+        if (t.dtype() == TensorProto::STRING) continue;
+        for (int64_t i = 0; i < t.size(); ++i) {
+          const double v = std::fabs(t.get_double(i));
+          if (std::isfinite(v)) amax = std::max(amax, v);
+        }
+      }
+      const double slack = 4 * n * n * 0x1p-53 * amax * amax;
+      const double rtol = f.dtype() == TensorProto::DOUBLE  ? 0x1p-50
+                          : f.dtype() == TensorProto::FLOAT ? 0x1p-22
+                                                            : 0x1p-6;
+      for (int64_t i = 0; i < f.size(); ++i) {
+        const double a = f.get_double(i), b = r.get_double(i);
+        if (a == b || (std::isnan(a) && std::isnan(b))) continue;
+        if (std::isfinite(a) && std::isfinite(b) &&
+            std::fabs(a - b) <= slack + rtol * std::max(std::fabs(a), std::fabs(b)))
+          continue;
+        if (!std::isfinite(slack) ||
+            (graft::eval::is_float_type(f.dtype()) && (!std::isfinite(a) || !std::isfinite(b)) &&
+             std::isnan(a) == std::isnan(b)))
+          continue;  // a sum or a rounding near the type's limit may overflow either way
+        fail("dgemm path and reference loops differ", op);
+      }
+    }
   }
   return 0;
 }

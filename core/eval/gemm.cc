@@ -1,0 +1,43 @@
+#include "core/eval/gemm.h"
+
+#include <cblas.h>
+
+#include <mutex>
+
+namespace graft::eval {
+namespace {
+
+thread_local bool t_reference = false;
+
+// OpenBLAS's thread count is process-wide state that its products read, so it is set once,
+// before the first product, and never changed: every product then runs in its caller's thread
+// and graftd's workers may call dgemm at once (OpenBLAS 0.3's buffer allocation is locked).
+// One thread also makes results the same run to run: the order of each output's additions
+// depends only on the extents and the CPU's kernel, not on a split between threads.
+void single_threaded_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+}  // namespace
+
+bool reference_kernels() { return t_reference; }
+
+ReferenceKernelsScope::ReferenceKernelsScope(bool reference) : previous_(t_reference) {
+  t_reference = reference;
+}
+ReferenceKernelsScope::~ReferenceKernelsScope() { t_reference = previous_; }
+
+void dgemm_rows(int64_t row0, int64_t rows, int64_t n, int64_t k, double alpha,
+                const GemmOperand& a, const GemmOperand& b, double* c) {
+  single_threaded_once();
+  // Rows [row0, row0 + rows) of op(A): rows of A, or columns of A as stored when transposed.
+  const double* pa = a.data + (a.trans ? row0 : row0 * a.ld);
+  cblas_dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
+              b.trans ? CblasTrans : CblasNoTrans, static_cast<int>(rows), static_cast<int>(n),
+              static_cast<int>(k), alpha, pa, static_cast<int>(a.ld), b.data,
+              static_cast<int>(b.ld), 1.0, c, static_cast<int>(n));
+  spend_work(static_cast<uint64_t>(rows) * static_cast<uint64_t>(n) * static_cast<uint64_t>(k));
+}
+
+}  // namespace graft::eval
