@@ -28,16 +28,18 @@ ReferenceKernelsScope::ReferenceKernelsScope(bool reference) : previous_(t_refer
 }
 ReferenceKernelsScope::~ReferenceKernelsScope() { t_reference = previous_; }
 
-void dgemm_rows(int64_t row0, int64_t rows, int64_t n, int64_t k, double alpha,
-                const GemmOperand& a, const GemmOperand& b, double* c) {
+void dgemm_block(int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t k, double alpha,
+                 const GemmOperand& a, const GemmOperand& b, double* c) {
   single_threaded_once();
-  // Rows [row0, row0 + rows) of op(A): rows of A, or columns of A as stored when transposed.
+  // Rows [row0, row0 + rows) of op(A): rows of A, or columns of A as stored when transposed;
+  // columns [col0, col0 + cols) of op(B): columns of B, or rows of B as stored when transposed.
   const double* pa = a.data + (a.trans ? row0 : row0 * a.ld);
+  const double* pb = b.data + (b.trans ? col0 * b.ld : col0);
   cblas_dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
-              b.trans ? CblasTrans : CblasNoTrans, static_cast<int>(rows), static_cast<int>(n),
-              static_cast<int>(k), alpha, pa, static_cast<int>(a.ld), b.data,
-              static_cast<int>(b.ld), 1.0, c, static_cast<int>(n));
-  spend_work(static_cast<uint64_t>(rows) * static_cast<uint64_t>(n) * static_cast<uint64_t>(k));
+              b.trans ? CblasTrans : CblasNoTrans, static_cast<int>(rows), static_cast<int>(cols),
+              static_cast<int>(k), alpha, pa, static_cast<int>(a.ld), pb, static_cast<int>(b.ld),
+              1.0, c, static_cast<int>(cols));
+  spend_work(static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols) * static_cast<uint64_t>(k));
 }
 
 }  // namespace graft::eval

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <absl/strings/str_cat.h>
@@ -177,26 +178,49 @@ TEST(BlasKernels, MatMulRandomShapes) {
   EXPECT_EQ(ran, 200);
 }
 
-TEST(BlasKernels, MatMulLargeProductsSpanSeveralCalls) {
+TEST(BlasKernels, MatMulLargeProductsSpanSeveralBlocks) {
   ran = 0;
   std::mt19937 rng(2);
-  // (300 x 300) @ (300 x 300): more multiply-adds than one dgemm call takes, so rows are chunked;
-  // a batch of A's against one weight matrix is one product of stacked rows.
+  // Products of several blocks (gemm_blocks): 300 rows are two blocks of rows; 2000 columns at
+  // k = 2000 are three blocks of columns; a batch of A's against one weight matrix is one product
+  // of stacked rows.
   check_matmul(rng, TensorProto::FLOAT, {300, 300}, {300, 300});
+  check_matmul(rng, TensorProto::DOUBLE, {40, 2000}, {2000, 2000});
   check_matmul(rng, TensorProto::DOUBLE, {3, 70, 200}, {200, 90});
   check_matmul(rng, TensorProto::FLOAT, {2, 1, 50, 64}, {3, 64, 20});
   check_matmul(rng, TensorProto::FLOAT, {1, 2000}, {2000, 1});
-  EXPECT_EQ(ran, 4);
+  EXPECT_EQ(ran, 5);
 }
 
 // -------------------------------------------------------------------------------------- Gemm
+
+// Gemm of op(A) (m x k) and op(B) (k x n) with C of `c_shape` (none when null).
+void check_gemm(std::mt19937& rng, int32_t t, int64_t m, int64_t k, int64_t n, bool ta, bool tb,
+                double alpha, double beta, const std::vector<int64_t>* c_shape) {
+  const std::string ty = type_name(t);
+  std::vector<Tensor> in = {
+      random_tensor(rng, t, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}),
+      random_tensor(rng, t, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n})};
+  std::string args = "a, b", sig = absl::StrCat("(", ty, " a, ", ty, " b");
+  if (c_shape != nullptr) {
+    in.push_back(random_tensor(rng, t, *c_shape));
+    args += ", c";
+    sig += absl::StrCat(", ", ty, " c");
+  }
+  const std::string text =
+      model(13, sig + absl::StrCat(") => (", ty, " y)"),
+            absl::StrCat("y = Gemm <transA = ", ta, ", transB = ", tb, ", alpha = ", alpha,
+                         ", beta = ", beta, "> (", args, ")"));
+  expect_agree(text, in,
+               absl::StrCat("Gemm ", ty, " m=", m, " k=", k, " n=", n, " C ",
+                            c_shape != nullptr ? dims_text(*c_shape) : "none"));
+}
 
 TEST(BlasKernels, GemmRandomShapes) {
   ran = 0;
   std::mt19937 rng(3);
   for (int c = 0; c < 200; ++c) {
     const int32_t t = float_type(rng);
-    const std::string ty = type_name(t);
     const int64_t m = pick(rng, 1, 40), k = pick(rng, 1, 70), n = pick(rng, 1, 40);
     const bool ta = pick(rng, 0, 1), tb = pick(rng, 0, 1);
     static constexpr double kScales[] = {1.0, 0.5, -2.0, 0.0};
@@ -204,24 +228,21 @@ TEST(BlasKernels, GemmRandomShapes) {
     const std::vector<std::vector<int64_t>> c_shapes = {{},     {n},    {1},   {m, 1},
                                                         {1, n}, {m, n}, {1, 1}};
     const int64_t ci = pick(rng, -1, static_cast<int64_t>(c_shapes.size()) - 1);
-    std::vector<Tensor> in = {
-        random_tensor(rng, t, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}),
-        random_tensor(rng, t, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n})};
-    std::string args = "a, b", sig = absl::StrCat("(", ty, " a, ", ty, " b");
-    if (ci >= 0) {
-      in.push_back(random_tensor(rng, t, c_shapes[ci]));
-      args += ", c";
-      sig += absl::StrCat(", ", ty, " c");
-    }
-    const std::string text =
-        model(13, sig + absl::StrCat(") => (", ty, " y)"),
-              absl::StrCat("y = Gemm <transA = ", ta, ", transB = ", tb, ", alpha = ", alpha,
-                           ", beta = ", beta, "> (", args, ")"));
-    expect_agree(text, in,
-                 absl::StrCat("Gemm ", ty, " m=", m, " k=", k, " n=", n, " C ",
-                              ci >= 0 ? dims_text(c_shapes[ci]) : "none"));
+    check_gemm(rng, t, m, k, n, ta, tb, alpha, beta, ci >= 0 ? &c_shapes[ci] : nullptr);
   }
   EXPECT_EQ(ran, 200);
+}
+
+TEST(BlasKernels, GemmLargeProductsSpanSeveralBlocks) {
+  ran = 0;
+  std::mt19937 rng(10);
+  // 300 rows are two blocks of rows, 1000 columns at k = 600 three blocks of columns; C
+  // broadcast by rows and by columns, both operands transposed or not.
+  const std::vector<int64_t> by_row = {300, 1}, by_col = {1000};
+  check_gemm(rng, TensorProto::FLOAT, 300, 600, 1000, true, true, 0.5, 2.0, &by_row);
+  check_gemm(rng, TensorProto::DOUBLE, 300, 600, 1000, false, false, 1.0, -1.0, &by_col);
+  check_gemm(rng, TensorProto::FLOAT, 300, 600, 1000, true, false, 1.0, 1.0, nullptr);
+  EXPECT_EQ(ran, 3);
 }
 
 // -------------------------------------------------------------------------------- FusedMatMul
@@ -373,6 +394,28 @@ TEST(BlasKernels, NonFiniteValuesAgree) {
   expect_agree(model(13, "(float a, float b) => (float y)", "y = Gemm <alpha = 0.0> (a, b)"),
                {a, b}, "Gemm alpha 0");
   EXPECT_EQ(ran, 2);
+}
+
+// graftd's workers run the evaluator at once: dgemm called from several threads gives each the
+// bits it gives alone.
+TEST(BlasKernels, ConcurrentCallersGetTheSameBits) {
+  std::mt19937 rng(9);
+  const std::string text = model(13, "(float a, float b) => (float y)", "y = MatMul (a, b)");
+  const Tensor a = random_tensor(rng, TensorProto::FLOAT, {3, 96, 200});
+  const Tensor b = random_tensor(rng, TensorProto::FLOAT, {200, 120});
+  std::vector<Tensor> alone;
+  ASSERT_TRUE(run(text, {&a, &b}, &alone, kLimit).ok());
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 20; ++r) {
+        std::vector<Tensor> out;
+        if (!run(text, {&a, &b}, &out, kLimit).ok() || !(out.at(0) == alone.at(0))) ++mismatches[t];
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 }  // namespace

@@ -203,11 +203,13 @@ absl::Status fused_matmul(KernelContext& ctx) {
     for (int64_t p = 0; p < batches; ++p, it.next()) {
       const GemmOperand pa{av.data() + it.offset(0) * amat, ta, ta ? m : k};
       const GemmOperand pb{bv.data() + it.offset(1) * bmat, tb, tb ? k : n};
-      gemm_by_rows(
+      gemm_by_blocks(
           m, n, k, alpha, pa, pb,
-          [n](int64_t, int64_t r, double* c) { std::fill(c, c + r * n, 0.0); },
-          [&](int64_t row0, int64_t r, const double* c) {
-            for (int64_t i = 0; i < r * n; ++i) store(y, (p * m + row0) * n + i, c[i]);
+          [](int64_t, int64_t r, int64_t, int64_t cn, double* c) { std::fill(c, c + r * cn, 0.0); },
+          [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, const double* c) {
+            for (int64_t i = 0; i < r; ++i)
+              for (int64_t j = 0; j < cn; ++j)
+                store(y, (p * m + row0 + i) * n + col0 + j, c[i * cn + j]);
           });
     }
     return absl::OkStatus();

@@ -100,11 +100,15 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
           const GemmOperand pa{av.data() + it.offset(0) * m * k, false, k};
           const GemmOperand pb{bv.data() + it.offset(1) * k * n, false, n};
           const int64_t y0 = bi * rows * n;
-          gemm_by_rows(
+          gemm_by_blocks(
               rows, n, k, 1.0, pa, pb,
-              [n](int64_t, int64_t r, double* c) { std::fill(c, c + r * n, 0.0); },
-              [&](int64_t row0, int64_t r, const double* c) {
-                for (int64_t i = 0; i < r * n; ++i) store(y, y0 + row0 * n + i, c[i]);
+              [](int64_t, int64_t r, int64_t, int64_t cn, double* c) {
+                std::fill(c, c + r * cn, 0.0);
+              },
+              [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, const double* c) {
+                for (int64_t i = 0; i < r; ++i)
+                  for (int64_t j = 0; j < cn; ++j)
+                    store(y, y0 + (row0 + i) * n + col0 + j, c[i * cn + j]);
               });
         }
         return absl::OkStatus();
@@ -182,19 +186,17 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
         return d;
       }();
       const int64_t c_row = cd2[0] == 1 ? 0 : cd2[1], c_col = cd2[1] == 1 ? 0 : 1;
-      gemm_by_rows(
+      gemm_by_blocks(
           m, n, k, alpha, {av.data(), ta, ta ? m : k}, {bv.data(), tb, tb ? k : n},
-          [&](int64_t row0, int64_t r, double* buf) {
-            if (c == nullptr) {
-              std::fill(buf, buf + r * n, 0.0);
-              return;
-            }
+          [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, double* buf) {
             for (int64_t i = 0; i < r; ++i)
-              for (int64_t j = 0; j < n; ++j)
-                buf[i * n + j] = beta * cv[(row0 + i) * c_row + j * c_col];
+              for (int64_t j = 0; j < cn; ++j)
+                buf[i * cn + j] =
+                    c == nullptr ? 0.0 : beta * cv[(row0 + i) * c_row + (col0 + j) * c_col];
           },
-          [&](int64_t row0, int64_t r, const double* buf) {
-            for (int64_t i = 0; i < r * n; ++i) store(y, row0 * n + i, buf[i]);
+          [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, const double* buf) {
+            for (int64_t i = 0; i < r; ++i)
+              for (int64_t j = 0; j < cn; ++j) store(y, (row0 + i) * n + col0 + j, buf[i * cn + j]);
           });
       return absl::OkStatus();
     }
@@ -676,28 +678,29 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
         }
       }
       if (blas) {
-        gemm_by_rows(
+        gemm_by_blocks(
             mg, tn, rows, 1.0, {wv.data() + gr * mg * rows, false, rows},
             {cols.data(), false, tile},
-            [&](int64_t m0, int64_t r, double* c) {
+            [&](int64_t m0, int64_t r, int64_t, int64_t cn, double* c) {
               for (int64_t i = 0; i < r; ++i)
-                std::fill(c + i * tn, c + (i + 1) * tn, bv[gr * mg + m0 + i]);
+                std::fill(c + i * cn, c + (i + 1) * cn, bv[gr * mg + m0 + i]);
             },
-            [&](int64_t m0, int64_t r, const double* c) {
+            [&](int64_t m0, int64_t r, int64_t t0, int64_t cn, const double* c) {
               for (int64_t i = 0; i < r; ++i) {
                 const int64_t m = gr * mg + m0 + i;
-                const double* ci = c + i * tn;
+                const double* ci = c + i * cn;
                 if (integer) {
                   int32_t* yp = y->data<int32_t>();
-                  for (int64_t t = 0; t < tn; ++t)
-                    yp[(nbs[t] * cout + m) * g.out_size + ops[t]] =
+                  for (int64_t t = 0; t < cn; ++t)
+                    yp[(nbs[t0 + t] * cout + m) * g.out_size + ops[t0 + t]] =
                         static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(ci[t])));
                 } else {
-                  for (int64_t t = 0; t < tn; ++t)
-                    store(y, (nbs[t] * cout + m) * g.out_size + ops[t], ci[t]);
+                  for (int64_t t = 0; t < cn; ++t)
+                    store(y, (nbs[t0 + t] * cout + m) * g.out_size + ops[t0 + t], ci[t]);
                 }
               }
             });
+        ;
         continue;
       }
       spend_work(static_cast<uint64_t>(mg) * static_cast<uint64_t>(rows) *
