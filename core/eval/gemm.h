@@ -61,15 +61,15 @@ void dgemm_block(int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t
 constexpr int64_t kGemmScratchDoubles = int64_t{1} << 18;
 
 // The blocks one product is computed in: up to 256 rows (so that dgemm packs each block of B
-// once per 256 rows of A) by as many columns as make about 2^26 multiply-adds (a few
-// milliseconds between polls of the deadline) within kGemmScratchDoubles, and at least 64 (so that
-// A's rows are packed once per 64 columns).
+// once per 256 rows of A) by as many columns as make about 2^25 multiply-adds (two or three
+// milliseconds between polls of the deadline, 32 Budget::kPollUnits) within kGemmScratchDoubles,
+// and at least 64 (so that A's rows are packed once per 64 columns).
 struct GemmBlocks {
   int64_t rows, cols;
 };
 inline GemmBlocks gemm_blocks(int64_t m, int64_t n, int64_t k) {
   const int64_t rows = std::clamp<int64_t>(m, 1, 256);
-  const int64_t by_work = (int64_t{1} << 26) / (rows * std::max<int64_t>(1, k));
+  const int64_t by_work = (int64_t{1} << 25) / (rows * std::max<int64_t>(1, k));
   const int64_t cols = std::clamp<int64_t>(std::min(by_work, kGemmScratchDoubles / rows), 64,
                                            kGemmScratchDoubles / rows);
   return {rows, std::clamp<int64_t>(n, 1, cols)};

@@ -182,7 +182,7 @@ TEST(BlasKernels, MatMulLargeProductsSpanSeveralBlocks) {
   ran = 0;
   std::mt19937 rng(2);
   // Products of several blocks (gemm_blocks): 300 rows are two blocks of rows; 2000 columns at
-  // k = 2000 are three blocks of columns; a batch of A's against one weight matrix is one product
+  // k = 2000 are five blocks of columns; a batch of A's against one weight matrix is one product
   // of stacked rows.
   check_matmul(rng, TensorProto::FLOAT, {300, 300}, {300, 300});
   check_matmul(rng, TensorProto::DOUBLE, {40, 2000}, {2000, 2000});
@@ -236,7 +236,7 @@ TEST(BlasKernels, GemmRandomShapes) {
 TEST(BlasKernels, GemmLargeProductsSpanSeveralBlocks) {
   ran = 0;
   std::mt19937 rng(10);
-  // 300 rows are two blocks of rows, 1000 columns at k = 600 three blocks of columns; C
+  // 300 rows are two blocks of rows, 1000 columns at k = 600 five blocks of columns; C
   // broadcast by rows and by columns, both operands transposed or not.
   const std::vector<int64_t> by_row = {300, 1}, by_col = {1000};
   check_gemm(rng, TensorProto::FLOAT, 300, 600, 1000, true, true, 0.5, 2.0, &by_row);
