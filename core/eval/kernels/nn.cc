@@ -177,8 +177,9 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
   std::vector<int64_t> cdims = c != nullptr ? c->dims() : std::vector<int64_t>{};
   if constexpr (std::is_same_v<T, double>) {
     // alpha = 0 stays with the loops: dgemm would skip the product, and with it the NaN that an
-    // infinite or NaN operand gives.
-    if (alpha != 0 && use_blas(m, n, k, ta ? m : k, tb ? k : n)) {
+    // infinite or NaN operand gives; so does a non-finite alpha, which dgemm applies to partial
+    // sums (an infinite alpha could make NaN of an infinite result).
+    if (alpha != 0 && std::isfinite(alpha) && use_blas(m, n, k, ta ? m : k, tb ? k : n)) {
       // C broadcast to (M, N): element (i, j) at i * c_row + j * c_col.
       const std::vector<int64_t> cd2 = [&] {
         std::vector<int64_t> d(2 - std::min<size_t>(2, cdims.size()), 1);
@@ -700,7 +701,6 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
                 }
               }
             });
-        ;
         continue;
       }
       spend_work(static_cast<uint64_t>(mg) * static_cast<uint64_t>(rows) *
