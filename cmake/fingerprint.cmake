@@ -88,7 +88,7 @@ endif()
 string(TOUPPER "${CMAKE_BUILD_TYPE}" graft_build_type)
 get_property(graft_compile_options DIRECTORY PROPERTY COMPILE_OPTIONS)
 set(GRAFT_FINGERPRINT_TOOLCHAIN
-  "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}, ${CMAKE_BUILD_TYPE}, flags ${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${graft_build_type}} ${graft_compile_options}, onnx ${ONNX_VERSION}, protobuf ${Protobuf_VERSION}, openblas ${OpenBLAS_VERSION}")
+  "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}, ${CMAKE_BUILD_TYPE}, flags ${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${graft_build_type}} ${graft_compile_options}, onnx ${ONNX_VERSION}, protobuf ${Protobuf_VERSION}, openblas ${OpenBLASSerial_VERSION}")
 string(REPLACE ";" " " GRAFT_FINGERPRINT_TOOLCHAIN "${GRAFT_FINGERPRINT_TOOLCHAIN}")
 set(GRAFT_FINGERPRINT_SCRIPT ${CMAKE_CURRENT_LIST_FILE})
 

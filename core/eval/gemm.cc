@@ -9,11 +9,11 @@ namespace {
 
 thread_local bool t_reference = false;
 
-// OpenBLAS's thread count is process-wide state that its products read, so it is set once,
-// before the first product, and never changed: every product then runs in its caller's thread
-// and graftd's workers may call dgemm at once (OpenBLAS 0.3's buffer allocation is locked).
-// One thread also makes results the same run to run: the order of each output's additions
-// depends only on the extents and the CPU's kernel, not on a split between threads.
+// Graft links OpenBLAS's serial variant (CMakeLists.txt), whose products run in their caller's
+// thread; the thread count is set to one all the same, once, before the first product (it is
+// process-wide state that products read), should a threaded variant be linked. One thread makes
+// results the same run to run: the order of each output's additions depends only on the extents
+// and the CPU's kernel, not on a split between threads.
 void single_threaded_once() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
