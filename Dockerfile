@@ -44,7 +44,8 @@ FROM debian:bookworm-slim
 ARG DEBIAN_FRONTEND=noninteractive
 # The runtime halves of the -dev packages in scripts/install-deps.sh (their dependencies, such
 # as libgrpc29 and libfmt9, come along; libcivetweb1 is named as graftd links it itself: its
-# HTTP listener). Boost.Asio, CLI11 and nlohmann-json are header-only.
+# HTTP listener; libopenblas0-serial is libopenblas-serial-dev's runtime half, the evaluator's
+# dgemm). Boost.Asio, CLI11 and nlohmann-json are header-only.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libabsl20220623 \
@@ -52,6 +53,7 @@ RUN apt-get update \
       libgrpc++1.51 \
       libhiredis0.14 \
       libonnx1 \
+      libopenblas0-serial \
       libprometheus-cpp-core1.0 \
       libprometheus-cpp-pull1.0 \
       libprotobuf32 \

@@ -82,11 +82,13 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
 endif()
 
 # The compiler, build type, flags and libraries that shape what the sources compute (a result
-# can differ with the compiler's floating-point code, or with libonnx's shape inference).
+# can differ with the compiler's floating-point code, with libonnx's shape inference, or with
+# OpenBLAS's dgemm in the evaluator: its version here; its kernel follows the CPU at run time, in
+# the last bits of a double sum only).
 string(TOUPPER "${CMAKE_BUILD_TYPE}" graft_build_type)
 get_property(graft_compile_options DIRECTORY PROPERTY COMPILE_OPTIONS)
 set(GRAFT_FINGERPRINT_TOOLCHAIN
-  "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}, ${CMAKE_BUILD_TYPE}, flags ${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${graft_build_type}} ${graft_compile_options}, onnx ${ONNX_VERSION}, protobuf ${Protobuf_VERSION}")
+  "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}, ${CMAKE_BUILD_TYPE}, flags ${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${graft_build_type}} ${graft_compile_options}, onnx ${ONNX_VERSION}, protobuf ${Protobuf_VERSION}, openblas ${OpenBLASSerial_VERSION}")
 string(REPLACE ";" " " GRAFT_FINGERPRINT_TOOLCHAIN "${GRAFT_FINGERPRINT_TOOLCHAIN}")
 set(GRAFT_FINGERPRINT_SCRIPT ${CMAKE_CURRENT_LIST_FILE})
 

@@ -13,6 +13,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "core/eval/executor.h"
+#include "core/eval/gemm.h"
 #include "core/eval/kernel.h"
 #include "core/ir/model.h"
 #include "core/ir/tensor.h"
@@ -552,6 +554,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     graph->add_output()->set_name(name);
   }
 
+  // For the dgemm comparison below, read before `model` is moved: the largest |alpha| or |beta|,
+  // and the largest finite operand and element count of the feeds and initializers.
+  double attr_scale = 1, amax = 0, n = 1;
+  for (const auto& attr : node->attribute())
+    if ((attr.name() == "alpha" || attr.name() == "beta") && attr.type() == AttributeProto::FLOAT)
+      attr_scale = std::max(attr_scale, std::fabs(static_cast<double>(attr.f())));
+  auto scan = [&](const graft::eval::Tensor& t) {
+    n = std::max(n, static_cast<double>(t.size()));
+    if (t.dtype() == TensorProto::STRING) return;
+    for (int64_t i = 0; i < t.size(); ++i) {
+      const double v = std::fabs(t.get_double(i));
+      if (std::isfinite(v)) amax = std::max(amax, v);
+    }
+  };
+  for (const auto& [name, t] : feeds) scan(t);
+  for (const auto& init : graph->initializer())
+    if (auto t = graft::eval::Tensor::from_proto(init, kMaxTensorBytes); t.ok()) scan(*t);
+
   if (std::getenv("GRAFT_FUZZ_DUMP")) dump(model);
   auto loaded = graft::ir::Model::from_proto(std::move(model));
   if (!loaded.ok()) return 0;
@@ -570,6 +590,49 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (t.dtype() == TensorProto::STRING ? t.strings().size() != static_cast<size_t>(t.size())
                                          : t.bytes() != t.size() * t.element_size())
       fail("an output's data does not match its element count", op);
+  }
+
+  // The kernels with a dgemm path (core/eval/gemm.h) agree with their reference loops where both
+  // are finite: within double rounding of the sums plus one rounding to the output type. (Where
+  // a sum overflows, or alpha is huge, the order of the additions may decide between an infinity
+  // and a NaN; tests/eval/blas_kernels_test.cc checks non-finite operands on their own.)
+  static const std::set<std::string> kDgemmOps = {"MatMul", "Gemm", "Conv", "ConvInteger",
+                                                  "FusedMatMul"};
+  if (kDgemmOps.count(op) != 0) {
+    std::vector<graft::eval::Tensor> reference;
+    {
+      graft::eval::ReferenceKernelsScope scope;
+      auto ref = graft::eval::run_model(**loaded, feeds, limits);
+      if (!ref.ok()) return 0;  // e.g. the memory budget, spent differently
+      reference = std::move(*ref);
+    }
+    // Two double sums of the same n products differ by at most about 2 n u sum |products|
+    // (u = 2^-53), which cancellation can leave far above the result: bounded here by n^2 times
+    // the largest operand squared (n at most the largest operand's element count), times alpha
+    // or beta when they are larger than 1.
+    const double slack = 4 * n * n * 0x1p-53 * attr_scale * std::max(amax * amax, amax);
+    for (size_t o = 0; o < reference.size() && o < outputs->size(); ++o) {
+      const graft::eval::Tensor& f = (*outputs)[o];
+      const graft::eval::Tensor& r = reference[o];
+      if (f.dtype() != r.dtype() || f.dims() != r.dims())
+        fail("dgemm path and reference loops give different output types or shapes", op);
+      if (f.dtype() == 0 || f.dtype() == TensorProto::STRING) continue;
+      // Each path's one rounding to the output type: a unit in the last place, relative or (for
+      // subnormal results) absolute.
+      const bool half = f.dtype() == TensorProto::FLOAT16 || f.dtype() == TensorProto::BFLOAT16;
+      const double rtol = f.dtype() == TensorProto::DOUBLE  ? 0x1p-50
+                          : f.dtype() == TensorProto::FLOAT ? 0x1p-22
+                          : half                            ? 0x1p-6
+                                                            : 0;
+      const double atol = half ? 0x1p-23 : f.dtype() == TensorProto::FLOAT ? 0x1p-148 : 0;
+      for (int64_t i = 0; i < f.size(); ++i) {
+        const double a = f.get_double(i), b = r.get_double(i);
+        if (a == b || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(slack)) continue;
+        if (std::fabs(a - b) <= slack + atol + rtol * std::max(std::fabs(a), std::fabs(b)))
+          continue;
+        fail("dgemm path and reference loops differ", op);
+      }
+    }
   }
   return 0;
 }

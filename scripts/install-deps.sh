@@ -9,6 +9,9 @@ packages=(
   libonnx-dev prometheus-cpp-dev libspdlog-dev libboost-dev libssl-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libhiredis-dev libcivetweb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The evaluator's matrix products (core/eval/gemm.h): OpenBLAS's dgemm, its serial variant
+  # (the pthread one starts threads before main that graftd's signals would reach).
+  libopenblas-serial-dev
 )
 if [[ "${1:-}" == "--test" ]]; then
   # openssl: the TLS tests make throwaway certificates with it.

@@ -91,16 +91,19 @@ inline bool normalize_axis(int64_t& axis, int64_t rank, bool inclusive = false) 
 }
 
 // `t`'s elements as doubles (float16 decoded), in scratch memory charged to the run's budget.
+// (Reserved, then filled: not zeroed first, which for the weights of a large MatMul or Conv took
+// as long as the conversion.)
 inline Scratch<double> to_doubles(const Tensor& t) {
-  Scratch<double> v(static_cast<size_t>(t.size()));
+  Scratch<double> v;
+  v.reserve(static_cast<size_t>(t.size()));
   if (t.dtype() == onnx::TensorProto::FLOAT) {
     const float* p = t.data<float>();
-    for (int64_t i = 0; i < t.size(); ++i) v[i] = p[i];
+    v.assign(p, p + t.size());
   } else if (t.dtype() == onnx::TensorProto::DOUBLE) {
     const double* p = t.data<double>();
-    std::copy(p, p + t.size(), v.begin());
+    v.assign(p, p + t.size());
   } else {
-    for (int64_t i = 0; i < t.size(); ++i) v[i] = t.get_double(i);
+    for (int64_t i = 0; i < t.size(); ++i) v.push_back(t.get_double(i));
   }
   return v;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/eval/broadcast.h"
+#include "core/eval/gemm.h"
 #include "core/eval/kernels.h"
 #include "core/eval/kernels/common.h"
 
@@ -197,6 +198,22 @@ absl::Status fused_matmul(KernelContext& ctx) {
   BroadcastIterator it(batch, {abatch, bbatch});
   const int64_t amat = ad[ad.size() - 1] * ad[ad.size() - 2];
   const int64_t bmat = bd[bd.size() - 1] * bd[bd.size() - 2];
+  // alpha = 0 stays with the loops: dgemm would skip the product and the NaN of a NaN operand.
+  if (alpha != 0 && use_blas(m, n, k, ta ? m : k, tb ? k : n)) {
+    for (int64_t p = 0; p < batches; ++p, it.next()) {
+      const GemmOperand pa{av.data() + it.offset(0) * amat, ta, ta ? m : k};
+      const GemmOperand pb{bv.data() + it.offset(1) * bmat, tb, tb ? k : n};
+      gemm_by_blocks(
+          m, n, k, alpha, pa, pb,
+          [](int64_t, int64_t r, int64_t, int64_t cn, double* c) { std::fill(c, c + r * cn, 0.0); },
+          [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, const double* c) {
+            for (int64_t i = 0; i < r; ++i)
+              for (int64_t j = 0; j < cn; ++j)
+                store(y, (p * m + row0 + i) * n + col0 + j, c[i * cn + j]);
+          });
+    }
+    return absl::OkStatus();
+  }
   for (int64_t p = 0; p < batches; ++p, it.next()) {
     const double* pa = av.data() + it.offset(0) * amat;
     const double* pb = bv.data() + it.offset(1) * bmat;

@@ -21,6 +21,7 @@
 
 #include "core/eval/broadcast.h"
 #include "core/eval/budget.h"
+#include "core/eval/gemm.h"
 #include "core/eval/kernel.h"
 #include "core/eval/kernels.h"
 #include "core/eval/kernels/common.h"
@@ -88,8 +89,35 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
   const int64_t nbatch = element_count(batch);
   RETURN_IF_ERROR(check_work(ctx, static_cast<double>(nbatch) * m * n * k));
   const Scratch<T> av = values<T>(a), bv = values<T>(b);
-  // One output row at a time, l outer and j inner: each element still sums its products in
-  // order of l (the same result as a dot product per element), but B is read row by row.
+  if constexpr (std::is_same_v<T, double>) {
+    if (use_blas(m, n, k, k, n)) {
+      // A batch of A's against one B (weights) is one product of (batch * m) rows.
+      const bool one_b = element_count(bbatch) == 1 && abatch == batch;
+      const int64_t products = one_b ? 1 : nbatch, rows = one_b ? nbatch * m : m;
+      if (rows <= std::numeric_limits<int32_t>::max()) {
+        BroadcastIterator it(batch, {abatch, bbatch});
+        for (int64_t bi = 0; bi < products; ++bi, it.next()) {
+          const GemmOperand pa{av.data() + it.offset(0) * m * k, false, k};
+          const GemmOperand pb{bv.data() + it.offset(1) * k * n, false, n};
+          const int64_t y0 = bi * rows * n;
+          gemm_by_blocks(
+              rows, n, k, 1.0, pa, pb,
+              [](int64_t, int64_t r, int64_t, int64_t cn, double* c) {
+                std::fill(c, c + r * cn, 0.0);
+              },
+              [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, const double* c) {
+                for (int64_t i = 0; i < r; ++i)
+                  for (int64_t j = 0; j < cn; ++j)
+                    store(y, y0 + (row0 + i) * n + col0 + j, c[i * cn + j]);
+              });
+        }
+        return absl::OkStatus();
+      }
+    }
+  }
+  // The reference loops. One output row at a time, l outer and j inner: each element still sums its
+  // products in order of l (the same result as a dot product per element), but B is read row by
+  // row.
   Scratch<T> acc(static_cast<size_t>(n));
   BroadcastIterator it(batch, {abatch, bbatch});
   int64_t yi = 0;
@@ -147,6 +175,34 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
   Scratch<T> cv;
   if (c != nullptr) cv = values<T>(*c);
   std::vector<int64_t> cdims = c != nullptr ? c->dims() : std::vector<int64_t>{};
+  if constexpr (std::is_same_v<T, double>) {
+    // alpha = 0 stays with the loops: dgemm would skip the product, and with it the NaN that an
+    // infinite or NaN operand gives; so does a non-finite alpha, which dgemm applies to partial
+    // sums (an infinite alpha could make NaN of an infinite result).
+    if (alpha != 0 && std::isfinite(alpha) && use_blas(m, n, k, ta ? m : k, tb ? k : n)) {
+      // C broadcast to (M, N): element (i, j) at i * c_row + j * c_col.
+      const std::vector<int64_t> cd2 = [&] {
+        std::vector<int64_t> d(2 - std::min<size_t>(2, cdims.size()), 1);
+        d.insert(d.end(), cdims.begin(), cdims.end());
+        return d;
+      }();
+      const int64_t c_row = cd2[0] == 1 ? 0 : cd2[1], c_col = cd2[1] == 1 ? 0 : 1;
+      gemm_by_blocks(
+          m, n, k, alpha, {av.data(), ta, ta ? m : k}, {bv.data(), tb, tb ? k : n},
+          [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, double* buf) {
+            for (int64_t i = 0; i < r; ++i)
+              for (int64_t j = 0; j < cn; ++j)
+                buf[i * cn + j] =
+                    c == nullptr ? 0.0 : beta * cv[(row0 + i) * c_row + (col0 + j) * c_col];
+          },
+          [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, const double* buf) {
+            for (int64_t i = 0; i < r; ++i)
+              for (int64_t j = 0; j < cn; ++j) store(y, (row0 + i) * n + col0 + j, buf[i * cn + j]);
+          });
+      return absl::OkStatus();
+    }
+  }
+  // The reference loops.
   BroadcastIterator it({m, n}, {cdims});
   for (int64_t i = 0; i < m; ++i) {
     spend_work(static_cast<uint64_t>(n) * static_cast<uint64_t>(k));
@@ -568,10 +624,17 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
   // rows scaled by its weights, with unit-stride inner loops. Per output the terms are added in
   // the same order as a plain loop nest (channel, then kernel point); points in the padding
   // contribute 0 * w.
+  //
+  // With dgemm (gemm.h) each group's outputs of a tile are one product, W's rows of the group
+  // (mg x rows) times `cols` (rows x tile), on tiles of up to kGemmScratchDoubles gathered values
+  // (at least 16 positions) so the products are large and `cols` stays bounded whatever the model.
   const int64_t kk = g.kernel_size, rows = cg * kk, total = batch * g.out_size;
-  const int64_t tile = std::min<int64_t>(total, 256);
-  Scratch<double> cols(static_cast<size_t>(rows * tile)), acc(static_cast<size_t>(tile));
-  std::vector<int64_t> offsets(static_cast<size_t>(kk * tile)), nbs(tile), ops(tile);
+  const int64_t blas_tile = std::min<int64_t>(
+      total, std::max<int64_t>(16, kGemmScratchDoubles / std::max<int64_t>(rows, 1)));
+  const bool blas = use_blas(mg, blas_tile, rows, rows, blas_tile);
+  const int64_t tile = blas ? blas_tile : std::min<int64_t>(total, 256);
+  Scratch<double> cols(static_cast<size_t>(rows * tile)), acc(static_cast<size_t>(blas ? 0 : tile));
+  Scratch<int64_t> offsets(static_cast<size_t>(kk * tile)), nbs(tile), ops(tile);
   std::vector<int64_t> o(g.n, 0), kidx(g.n, 0);
   std::vector<WindowPoint> pts;
   pts.reserve(g.kernel_size);
@@ -614,6 +677,31 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
           for (int64_t t = 0; t < tn; ++t)
             row[t] = off[t] >= 0 ? xc[nbs[t] * cin * g.in_size + off[t]] : 0.0;
         }
+      }
+      if (blas) {
+        gemm_by_blocks(
+            mg, tn, rows, 1.0, {wv.data() + gr * mg * rows, false, rows},
+            {cols.data(), false, tile},
+            [&](int64_t m0, int64_t r, int64_t, int64_t cn, double* c) {
+              for (int64_t i = 0; i < r; ++i)
+                std::fill(c + i * cn, c + (i + 1) * cn, bv[gr * mg + m0 + i]);
+            },
+            [&](int64_t m0, int64_t r, int64_t t0, int64_t cn, const double* c) {
+              for (int64_t i = 0; i < r; ++i) {
+                const int64_t m = gr * mg + m0 + i;
+                const double* ci = c + i * cn;
+                if (integer) {
+                  int32_t* yp = y->data<int32_t>();
+                  for (int64_t t = 0; t < cn; ++t)
+                    yp[(nbs[t0 + t] * cout + m) * g.out_size + ops[t0 + t]] =
+                        static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(ci[t])));
+                } else {
+                  for (int64_t t = 0; t < cn; ++t)
+                    store(y, (nbs[t0 + t] * cout + m) * g.out_size + ops[t0 + t], ci[t]);
+                }
+              }
+            });
+        continue;
       }
       spend_work(static_cast<uint64_t>(mg) * static_cast<uint64_t>(rows) *
                  static_cast<uint64_t>(tn));
