@@ -228,7 +228,11 @@ std::string loop_scan_bomb() {
   )");
 }
 
-// Expand to 1024 x 1024, then six MatMuls of 2^30 multiply-adds each (finding 4).
+// Expand to 1024 x 1024, then kBombMatMuls MatMuls of 2^30 multiply-adds each (finding 4): on
+// the evaluator's dgemm (about 2.5e10 multiply-adds a second per core) several seconds per run,
+// well past the bombs' 1 s deadlines, and within verify_max_work so that the deadline, not the
+// work budget, ends it.
+constexpr int kBombMatMuls = 60;
 std::string matmul_bomb() {
   std::string text = R"(
     <ir_version: 8, opset_import: ["" : 13]>
@@ -236,9 +240,9 @@ std::string matmul_bomb() {
       shape = Constant <value = int64[2] {1024, 1024}> ()
       m0 = Expand (x, shape)
   )";
-  for (int i = 1; i <= 6; ++i)
+  for (int i = 1; i <= kBombMatMuls; ++i)
     text += "      m" + std::to_string(i) + " = MatMul (m" + std::to_string(i - 1) + ", m0)\n";
-  text += "      y = Identity (m6)\n    }\n";
+  text += "      y = Identity (m" + std::to_string(kBombMatMuls) + ")\n    }\n";
   return model_bytes(text);
 }
 
@@ -266,7 +270,7 @@ graft::server::ServerConfig soak_server_config() {
   c.max_model_bytes = 24ull << 20;
   c.max_inflight_bytes = 64ull << 20;
   c.verify_max_bytes = 64ull << 20;
-  c.verify_max_work = 10'000'000'000;
+  c.verify_max_work = 200'000'000'000;
   c.default_deadline_seconds = 10;
   return c;
 }
@@ -383,8 +387,8 @@ const KindInfo& info(Kind k) {
       {"bad_sha256", 15, "expected_sha256 does not match"},
       {"bad_empty", 10, "zero-byte model"},
       {"bomb_loop_scan", 15, "Loop of 200k 16 KiB scan slices, verified"},
-      {"bomb_matmul_hint", 8, "Expand + 6 MatMuls, verified, deadline hint 1 s"},
-      {"bomb_matmul_deadline", 8, "Expand + 6 MatMuls, verified, gRPC deadline 1 s"},
+      {"bomb_matmul_hint", 8, "Expand + 60 MatMuls, verified, deadline hint 1 s"},
+      {"bomb_matmul_deadline", 8, "Expand + 60 MatMuls, verified, gRPC deadline 1 s"},
       {"bomb_stall", 5, "max-size upload that stops, no deadline"},
       {"bomb_stall_deadline", 10, "max-size upload that stops, gRPC deadline 1.5 s"},
       {"bomb_huge_size", 10, "model_size 2^31-1 or 2^62"},
@@ -879,7 +883,7 @@ class Client {
     o.digest = graft::cache::sha256_hex(m).substr(0, 12);
     o.deadline_ms = static_cast<double>(deadline.count());
     if (r.ok()) {
-      o.failure = "a 6.4e9 multiply-add bomb finished within its deadline";
+      o.failure = "a 6.4e10 multiply-add bomb finished within its deadline";
     } else if (r.status().code() == absl::StatusCode::kDeadlineExceeded) {
       o.answered = false;  // the client's timer (graftd's own answer would look the same)
     } else if (!overload(to_grpc(r.status()))) {
@@ -1549,7 +1553,7 @@ int main(int argc, char** argv) {
     return v;
   };
   std::printf(
-      "\nCPU bombs (6.4e9 multiply-adds under verification): graftd's time on the "
+      "\nCPU bombs (6.4e10 multiply-adds under verification): graftd's time on the "
       "request past its deadline, from its request log:\n\n");
   rows.clear();
   for (Kind kind : {Kind::kBombMatmulHint, Kind::kBombMatmulDeadline}) {
