@@ -234,16 +234,12 @@ std::optional<std::string> check_resize_13(const ir::Node& n, Plan&) {
 // ---------------------------------------------------------------------------------------------
 // 11: Clip's min/max and Pad's pads/value from attributes to inputs; Scatter is ScatterElements
 
-bool float_type(int32_t t) {
-  return t == TensorProto::FLOAT || t == TensorProto::DOUBLE || t == TensorProto::FLOAT16;
-}
-
 std::optional<std::string> check_clip(const ir::Node& n, Plan&) {
   if (auto why = check_input_count(n, 1)) return why;
   for (const char* name : {"min", "max"})
     if (const auto* a = n.attr(name); a && !is_float(*a))
       return absl::StrCat("its ", name, " attribute is not a float");
-  if ((n.attr("min") || n.attr("max")) && !(n.input(0) && float_type(n.input(0)->elem_type())))
+  if ((n.attr("min") || n.attr("max")) && !(n.input(0) && is_ieee_float(n.input(0)->elem_type())))
     return "its input's element type is not known to be a float type";
   return std::nullopt;
 }
@@ -268,7 +264,7 @@ std::optional<std::string> check_pad(const ir::Node& n, Plan&) {
   if (auto why = check_ints_attr(n, "pads", true)) return why;
   if (const auto* v = n.attr("value"); v && !is_float(*v))
     return "its value attribute is not a float";
-  if (n.attr_float("value", 0) != 0 && !(n.input(0) && float_type(n.input(0)->elem_type())))
+  if (n.attr_float("value", 0) != 0 && !(n.input(0) && is_ieee_float(n.input(0)->elem_type())))
     return "its input's element type is not known to be a float type";
   return std::nullopt;
 }
@@ -715,32 +711,45 @@ absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
   return result;
 }
 
-absl::StatusOr<PassOpsetRaise> raise_opset_for_pass(ir::Model& model, int64_t target,
-                                                    std::string_view why, bool check_transactions) {
+absl::StatusOr<PassResult> run_at_opset(ir::Model& model, int64_t target, std::string_view why,
+                                        bool check_transactions,
+                                        const std::function<absl::StatusOr<PassResult>()>& body) {
+  const ir::Model::Checkpoint cp = model.checkpoint();
   RuleRunOptions options;
   options.check_transactions = check_transactions;
-  ASSIGN_OR_RETURN(const OpsetRaise raised, raise_opset(model, target, options));
-  PassOpsetRaise out;
-  if (raised.refused) {
-    const OpsetRefusal& r = *raised.refused;
-    out.refused = true;
-    out.finding =
-        RuleExplanation{.rule = "raise_opset",
-                        .node = r.node.empty() ? "model" : r.node,
-                        .op = r.op.empty() ? "opset_import" : r.op,
-                        .graph = r.graph,
-                        .reason = absl::StrCat("nothing quantized: the opset cannot be raised to ",
-                                               target, " (", std::string(why), "): ", r.reason)};
-    return out;
+  auto raised = raise_opset(model, target, options);
+  if (!raised.ok() || raised->refused) {
+    model.rollback(cp);
+    RETURN_IF_ERROR(raised.status());
+    const OpsetRefusal& r = *raised->refused;
+    PassResult result;
+    result.explanations.push_back(
+        {.rule = "raise_opset",
+         .node = r.node.empty() ? "model" : r.node,
+         .op = r.op.empty() ? "opset_import" : r.op,
+         .graph = r.graph,
+         .reason = absl::StrCat("nothing quantized: the opset cannot be raised to ", target, " (",
+                                std::string(why), "): ", r.reason)});
+    result.always_explained = true;
+    return result;
   }
-  out.raised = raised.changed;
-  if (raised.changed)
-    out.finding = RuleExplanation{.rule = "raise_opset",
-                                  .node = "model",
-                                  .op = "opset_import",
-                                  .graph = "",
-                                  .reason = raised.summary(why)};
-  return out;
+  auto result = body();
+  if (!result.ok() || result->rewrites == 0) {
+    model.rollback(cp);  // the raised imports and IR version too
+    RETURN_IF_ERROR(result.status());
+    result->changed = false;
+    return result;
+  }
+  model.release(cp);
+  if (raised->changed) {
+    result->explanations.push_back({.rule = "raise_opset",
+                                    .node = "model",
+                                    .op = "opset_import",
+                                    .graph = "",
+                                    .reason = raised->summary(why)});
+    result->always_explained = true;
+  }
+  return result;
 }
 
 }  // namespace graft

@@ -55,6 +55,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -111,19 +112,15 @@ std::optional<OpsetRefusal> check_raise_opset(const ir::Model& model, int64_t ta
 absl::StatusOr<OpsetRaise> raise_opset(ir::Model& model, int64_t target,
                                        const RuleRunOptions& options = {});
 
-// For a pass that writes ops of opset `target` (quantize_weights_int4: 21, quantize_static_int8:
-// 13): raises the model, if it is below, inside the caller's checkpoint, which the caller rolls
-// back when it ends up changing nothing (the imports are journaled). `why` names what needs the
-// opset, for the finding. `refused` says the raise was refused (the model unchanged): the pass
-// leaves the model alone and reports `finding` ("nothing quantized: the opset cannot be raised
-// to T (why): reason"). Otherwise `finding`, when set, says what the raise did, for the pass to
-// report if it keeps its work.
-struct PassOpsetRaise {
-  bool refused = false;
-  bool raised = false;
-  std::optional<RuleExplanation> finding;
-};
-absl::StatusOr<PassOpsetRaise> raise_opset_for_pass(ir::Model& model, int64_t target,
-                                                    std::string_view why, bool check_transactions);
+// For a pass that writes ops of opset `target` (quantize_weights_int4: 21, quantize_static_int8
+// and quantize_dynamic_int8: 13): runs `body` on the model raised to `target` (when below), all
+// inside one checkpoint. A refused raise changes nothing and returns a result whose finding says
+// why ("nothing quantized: the opset cannot be raised to T (why): reason"). A body that fails or
+// rewrites nothing is undone with the raise (its result kept, `changed` false). Otherwise the
+// raise's summary, when it changed the model, is added to the body's findings. `why` names what
+// needs the opset.
+absl::StatusOr<PassResult> run_at_opset(ir::Model& model, int64_t target, std::string_view why,
+                                        bool check_transactions,
+                                        const std::function<absl::StatusOr<PassResult>()>& body);
 
 }  // namespace graft

@@ -396,30 +396,8 @@ class QuantizeDynamicInt8 : public RulePass {
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     if (model.opset("") >= 11) return RulePass::run(model, ctx);
-    const ir::Model::Checkpoint cp = model.checkpoint();
-    auto raise = raise_opset_for_pass(model, kMinRaisableOpset, "DynamicQuantizeLinear",
-                                      ctx.check_transactions);
-    if (!raise.ok() || raise->refused) {
-      model.rollback(cp);
-      RETURN_IF_ERROR(raise.status());
-      PassResult result;
-      result.explanations.push_back(*raise->finding);
-      result.always_explained = true;
-      return result;
-    }
-    auto quantized = RulePass::run(model, ctx);
-    if (!quantized.ok() || quantized->rewrites == 0) {
-      model.rollback(cp);
-      RETURN_IF_ERROR(quantized);
-      quantized->changed = false;
-      return quantized;
-    }
-    model.release(cp);
-    if (raise->finding) {
-      quantized->explanations.push_back(*raise->finding);
-      quantized->always_explained = true;
-    }
-    return quantized;
+    return run_at_opset(model, kMinRaisableOpset, "DynamicQuantizeLinear", ctx.check_transactions,
+                        [&] { return RulePass::run(model, ctx); });
   }
 };
 

@@ -587,40 +587,20 @@ class QuantizeStaticInt8 : public RulePass {
       return refuse("no calibration inputs (the evaluator cannot run the model at any size)");
     // Per-channel DequantizeLinear needs opset 13: an older model is raised first, inside this
     // pass's checkpoint, and left as it was when nothing is quantized.
-    const ir::Model::Checkpoint cp = model.checkpoint();
-    auto undo = [&](absl::StatusOr<PassResult> r) {
-      model.rollback(cp);
-      cfg_.reset();
-      return r;
-    };
-    auto raise =
-        raise_opset_for_pass(model, kOpset, "per-channel DequantizeLinear", ctx.check_transactions);
-    if (!raise.ok()) return undo(raise.status());
-    if (raise->refused) {
-      PassResult r;
-      r.explanations.push_back(*raise->finding);
-      r.always_explained = true;
-      return undo(r);
-    }
-    const int64_t percentile =
-        ctx.enum_option(kMethod) == "percentile" ? ctx.int_option(kPercentile) * 100 : 0;
-    auto ranges = calibrate(model, *ctx.calibration, percentile);
-    ctx.used_calibration = true;
-    if (!ranges.ok())
-      return undo(refuse(absl::StrCat("the float model did not run on the calibration inputs: ",
-                                      ranges.status().message())));
-    cfg_->ranges = std::move(*ranges);
-    auto result = RulePass::run(model, ctx);
-    if (!result.ok() || result->rewrites == 0) {
-      if (result.ok()) result->changed = false;
-      return undo(std::move(result));
-    }
-    model.release(cp);
+    auto result = run_at_opset(
+        model, kOpset, "per-channel DequantizeLinear", ctx.check_transactions,
+        [&]() -> absl::StatusOr<PassResult> {
+          const int64_t percentile =
+              ctx.enum_option(kMethod) == "percentile" ? ctx.int_option(kPercentile) * 100 : 0;
+          auto ranges = calibrate(model, *ctx.calibration, percentile);
+          ctx.used_calibration = true;
+          if (!ranges.ok())
+            return refuse(absl::StrCat("the float model did not run on the calibration inputs: ",
+                                       ranges.status().message()));
+          cfg_->ranges = std::move(*ranges);
+          return RulePass::run(model, ctx);
+        });
     cfg_.reset();
-    if (raise->finding) {
-      result->explanations.push_back(*raise->finding);
-      result->always_explained = true;
-    }
     return result;
   }
 

@@ -453,32 +453,9 @@ class QuantizeWeightsInt4 : public RulePass {
                  {"quantize_matmul", "quantize_gemm", "quantize_gather", "raise_opset"}) {}
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
-    PassResult result;
-    if (!has_candidate(model, *make_config(model, ctx))) return result;
-    const ir::Model::Checkpoint cp = model.checkpoint();
-    auto raise = raise_opset_for_pass(model, kOpset, "DequantizeLinear's block_size and int4",
-                                      ctx.check_transactions);
-    if (!raise.ok() || raise->refused) {
-      model.rollback(cp);
-      RETURN_IF_ERROR(raise.status());
-      result.explanations.push_back(*raise->finding);
-      result.always_explained = true;
-      return result;
-    }
-    auto quantized = RulePass::run(model, ctx);
-    if (!quantized.ok() || quantized->rewrites == 0) {
-      model.rollback(cp);  // the raised imports and IR version too
-      RETURN_IF_ERROR(quantized);
-      quantized->changed = false;
-      return quantized;
-    }
-    model.release(cp);
-    result = std::move(*quantized);
-    if (raise->finding) {
-      result.explanations.push_back(*raise->finding);
-      result.always_explained = true;
-    }
-    return result;
+    if (!has_candidate(model, *make_config(model, ctx))) return PassResult{};
+    return run_at_opset(model, kOpset, "DequantizeLinear's block_size and int4",
+                        ctx.check_transactions, [&] { return RulePass::run(model, ctx); });
   }
 };
 
