@@ -599,6 +599,14 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     std::map<std::string, int64_t> params;
     const uint64_t work_before = work_spent_;
     std::string dims_used;
+    // Inputs too short for the model (a window longer than them, outputs all empty): longer
+    // sizes next, before any smaller ones.
+    auto try_longer_next = [&](const absl::Status& error) {
+      if (!defaulted || options.default_dim != 0) return;
+      const auto longer = longer_sizes(attempts[attempt], error);
+      attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1, longer.begin(),
+                      longer.end());
+    };
     for (int trial = 0; trial < std::max(1, options.trials) && !failure; ++trial) {
       std::map<std::string, Tensor> feeds;
       uint64_t input_bytes = 0;
@@ -627,12 +635,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                          shrinking ? 3 * static_cast<uint64_t>(std::max(1, options.trials)) : 1);
       if (!outputs.ok()) {
         failure = not_verifiable(outputs.status(), "the original model");
-        // A window longer than the input: longer inputs next, before any smaller ones.
-        if (defaulted && options.default_dim == 0) {
-          const auto longer = longer_sizes(attempts[attempt], outputs.status());
-          attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1,
-                          longer.begin(), longer.end());
-        }
+        try_longer_next(outputs.status());
         // Unsupported ops and cancellation do not depend on the dims' sizes; resource limits
         // do only when there are smaller sizes to try.
         if (absl::IsUnimplemented(outputs.status()) || absl::IsDeadlineExceeded(outputs.status()) ||
@@ -649,9 +652,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
         const absl::Status empty = absl::InvalidArgumentError(
             absl::StrCat("every output is empty at ", dims_used, "; longer inputs are needed"));
         failure = not_verifiable(empty, "the original model");
-        const auto longer = longer_sizes(attempts[attempt], empty);
-        attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1, longer.begin(),
-                        longer.end());
+        try_longer_next(empty);
         break;
       }
       feeds_.push_back(std::move(feeds));
