@@ -76,11 +76,27 @@ nlohmann::json verification_json(const VerificationReport& v) {
   for (const auto& t : v.lossy_trials) {
     nlohmann::json measured = nlohmann::json::array();
     for (const auto& e : t.errors) measured.push_back(error_json(e));
+    nlohmann::json tasks = nlohmann::json::array();
+    for (const auto& task : t.tasks) {
+      nlohmann::json figures = nlohmann::json::object();
+      for (const auto& [name, value] : task.figures) figures[name] = number(value);
+      tasks.push_back({{"output", task.output},
+                       {"kind", eval::task_kind_name(task.kind)},
+                       {"threshold", number(task.threshold)},
+                       {"figure", number(task.figure)},
+                       {"judged", task.judged},
+                       {"passed", task.passed},
+                       {"detail", task.detail},
+                       {"origin", task.origin},
+                       {"replaces_value_gate", task.replaces_value_gate},
+                       {"figures", std::move(figures)}});
+    }
     trials.push_back({{"pass", t.pass},
                       {"kept", t.kept},
                       {"measured", t.measured},
                       {"gate", {{"max_rel", t.gate.max_rel}, {"min_cosine", t.gate.min_cosine}}},
                       {"errors", std::move(measured)},
+                      {"tasks", std::move(tasks)},
                       {"verdict", t.verdict}});
   }
   return {{"status", eval::verify_status_name(v.result.status)},
@@ -207,10 +223,18 @@ std::string format_table(const RunSummary& run) {
         out += line("%-30s %14.6g %14.6g %10.6f\n", terminal_safe(e.name).c_str(), e.max_abs, e.rel,
                     e.cosine);
     }
-    for (const auto& t : v.lossy_trials)
+    for (const auto& t : v.lossy_trials) {
       out += line("lossy %s (gate: rel <= %g, cosine >= %g): ", t.pass.c_str(), t.gate.max_rel,
                   t.gate.min_cosine) +
              terminal_safe(t.verdict) + "\n";
+      for (const auto& task : t.tasks)
+        out += "  " + std::string(eval::task_kind_name(task.kind)) + " '" +
+               terminal_safe(task.output) + "': " +
+               (!task.judged  ? std::string("not judged")
+                : task.passed ? line("%.4g >= %g", task.figure, task.threshold)
+                              : line("%.4g < %g, FAILED", task.figure, task.threshold)) +
+               " (" + terminal_safe(task.detail) + "; " + terminal_safe(task.origin) + ")\n";
+    }
   }
   if (!run.build_fingerprint.empty())
     out += "computed by graft " + run.graft_version + ", build " + run.build_fingerprint + "\n";

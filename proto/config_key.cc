@@ -225,6 +225,15 @@ const std::vector<KeyPart>& key_parts() {
         {"verify.dims", kAlways},
         {"verify.default_dim", kAlways}},
        write_memory},
+      // The task gates decide whether a lossy pass stays; in output order, as given (two specs
+      // for one output are refused). Names are length-prefixed: any bytes may be in them.
+      {{{"output_gates", kLossy}},
+       [](const KeyContext& c, KeyText& key) {
+         if (!c.lossy) return;
+         for (const auto& g : c.config.output_gates)
+           key.field(absl::StrCat("gate_output=", g.output.size(), ":", g.output, "=", g.kind,
+                                  g.threshold ? absl::StrCat(":", *g.threshold) : ""));
+       }},
   };
   return parts;
 }

@@ -204,6 +204,15 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   out.fix_dims.insert(config.fix_dims().begin(), config.fix_dims().end());
   for (const auto& [name, shape] : config.fix_shapes())
     out.fix_shapes[name].assign(shape.dims().begin(), shape.dims().end());
+  if (config.output_gates_size() > kMaxOutputGates)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "at most ", kMaxOutputGates, " output_gates, got ", config.output_gates_size()));
+  for (const auto& g : config.output_gates()) {
+    eval::OutputGateSpec spec{.output = g.output(), .kind = g.kind(), .threshold = std::nullopt};
+    if (g.has_threshold()) spec.threshold = g.threshold();
+    RETURN_IF_ERROR(eval::check_output_gate(spec));
+    out.output_gates.push_back(std::move(spec));
+  }
   RETURN_IF_ERROR(check_limits(out));
   RETURN_IF_ERROR(eval::validate(o));
   RETURN_IF_ERROR(resolve_passes(out));
@@ -249,6 +258,12 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   out.mutable_memory_dims()->insert(config.memory_dims.begin(), config.memory_dims.end());
   out.set_memory_default_dim(config.memory_default_dim);
   for (const auto& e : config.explain) out.add_explain(e);
+  for (const auto& g : config.output_gates) {
+    v1::OutputGate& to = *out.add_output_gates();
+    to.set_output(g.output);
+    to.set_kind(g.kind);
+    if (g.threshold) to.set_threshold(*g.threshold);
+  }
   out.mutable_fix_dims()->insert(config.fix_dims.begin(), config.fix_dims.end());
   for (const auto& [name, shape] : config.fix_shapes)
     (*out.mutable_fix_shapes())[name].mutable_dims()->Add(shape.begin(), shape.end());
@@ -368,6 +383,36 @@ void fill_error(const eval::OutputError& e, v1::OutputError* out) {
   out->set_cosine(e.cosine);
 }
 
+void fill_task(const eval::TaskResult& t, v1::TaskCheck* out) {
+  out->set_output(t.output);
+  out->set_kind(eval::task_kind_name(t.kind));
+  out->set_threshold(t.threshold);
+  out->set_figure(t.figure);
+  out->set_judged(t.judged);
+  out->set_passed(t.passed);
+  out->set_detail(t.detail);
+  out->set_origin(t.origin);
+  for (const auto& [name, value] : t.figures) (*out->mutable_figures())[name] = value;
+  for (const auto& name : t.replaces_value_gate) out->add_replaces_value_gate(name);
+}
+
+eval::TaskResult task_from(const v1::TaskCheck& t) {
+  eval::TaskResult r;
+  r.output = t.output();
+  r.kind = eval::task_kind_from_name(t.kind()).value_or(eval::TaskKind::kValues);
+  r.threshold = t.threshold();
+  r.figure = t.figure();
+  r.judged = t.judged();
+  r.passed = t.passed();
+  r.detail = t.detail();
+  r.origin = t.origin();
+  // Sorted by name (a proto map has no order).
+  std::map<std::string, double> figures(t.figures().begin(), t.figures().end());
+  r.figures.assign(figures.begin(), figures.end());
+  r.replaces_value_gate.assign(t.replaces_value_gate().begin(), t.replaces_value_gate().end());
+  return r;
+}
+
 eval::OutputError error_from(const v1::OutputError& e) {
   return {e.name(), e.max_abs(), e.rel(), e.cosine()};
 }
@@ -484,6 +529,7 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
       ot->set_gate_min_cosine(t.gate.min_cosine);
       for (const auto& e : t.errors) fill_error(e, ot->add_errors());
       ot->set_verdict(t.verdict);
+      for (const auto& task : t.tasks) fill_task(task, ot->add_tasks());
     }
   }
 }
@@ -556,6 +602,7 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
                        .errors = {},
                        .verdict = t.verdict()};
       for (const auto& e : t.errors()) trial.errors.push_back(error_from(e));
+      for (const auto& task : t.tasks()) trial.tasks.push_back(task_from(task));
       o.lossy_trials.push_back(std::move(trial));
     }
   }

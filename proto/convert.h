@@ -16,6 +16,8 @@ namespace graft::api {
 
 // The longest explicit pass list a config may give.
 constexpr size_t kMaxPassList = 256;
+// PipelineConfig.output_gates at most.
+constexpr int kMaxOutputGates = 64;
 
 // The payload bytes all verify input sets of one config may hold together: they travel in the
 // call's first message, which graftd accepts up to 8 MiB.

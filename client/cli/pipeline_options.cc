@@ -200,6 +200,14 @@ void add_explain_and_dim_options(CLI::App* cmd, PipelineArgs* args) {
       "give an input static dims before optimizing, INPUT=D,D,... (each >= 1; dims the model "
       "declares static must be equal) (repeatable)"));
   one_value(cmd->add_option(
+      "--gate", args->gates,
+      "how a lossy pass is judged on one output, OUTPUT=KIND[:THRESHOLD]: detection (rows "
+      "matched by label and box IoU >= 0.5; THRESHOLD the least matched share, default 0.9), "
+      "top1 / top5 (the original's top class is the candidate's top one / within its top five "
+      "in THRESHOLD of the rows; 0.9 / 0.99), mask (IoU, 0.9), values (no task judgment); "
+      "graft infers them (detectors with NonMaxSuppression, classifiers, segmenters) and "
+      "reports each (repeatable)"));
+  one_value(cmd->add_option(
       "--dim", args->dims,
       "size of a symbolic dim for the memory estimates of the report, NAME=N; *=N for every "
       "other symbolic or unknown dim (default: the --verify-dim values, else 1) (repeatable)"));
@@ -380,6 +388,16 @@ absl::StatusOr<PipelineConfig> pipeline_config(const PipelineArgs& a) {
   config.onnx_checker = config.shape_inference = a.check;
   config.dump_dir = a.dump_dir;
   config.explain = a.explain;
+  for (const std::string& text : a.gates) {
+    auto spec = eval::parse_output_gate(text);
+    if (!spec.ok())
+      return absl::InvalidArgumentError("--gate: " + std::string(spec.status().message()));
+    if (auto ok = eval::check_output_gate(*spec); !ok.ok())
+      return absl::InvalidArgumentError("--gate: " + std::string(ok.message()));
+    config.output_gates.push_back(std::move(*spec));
+  }
+  if (config.output_gates.size() > static_cast<size_t>(api::kMaxOutputGates))
+    return absl::InvalidArgumentError(absl::StrCat("--gate: at most ", api::kMaxOutputGates));
   RETURN_IF_ERROR(set_pass_options(a.options, &config));
   config.verify = a.verify || !a.verify_data.empty();
   v1::PipelineConfig plain;

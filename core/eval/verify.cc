@@ -669,6 +669,17 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                              " operations, more than the work budget leaves for the candidates")),
                          "the original model");
     if (!failure) {
+      // Calibration sets: the same sizes (params hold the trials' dims), other seeds.
+      for (int k = 0; k < options.calibration_sets; ++k) {
+        std::map<std::string, Tensor> feeds;
+        uint64_t input_bytes = 0;
+        bool unused = false;
+        if (!make_feeds(original, options, attempts[attempt], 1000 + k, params, feeds, input_bytes,
+                        unused, nullptr)
+                 .ok())
+          break;
+        calibration_feeds_.push_back(std::move(feeds));
+      }
       default_dim_used_ =
           defaulted && attempts[attempt].role_divisor == 0 ? attempts[attempt].default_dim : 0;
       if (defaulted) dims_used_ = std::move(dims_used);
@@ -681,6 +692,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
   }
   feeds_.clear();
   expected_.clear();
+  calibration_feeds_.clear();
 }
 
 Verifier::~Verifier() = default;
@@ -713,11 +725,23 @@ VerifyResult Verifier::measure(const ir::Model& candidate) const {
   return compare_runs(candidate, /*lossy=*/true);
 }
 
+size_t Verifier::output_index(const std::string& name) const {
+  return static_cast<size_t>(std::find(output_names_.begin(), output_names_.end(), name) -
+                             output_names_.begin());
+}
+
 VerifyResult Verifier::compare_runs(const ir::Model& candidate, bool lossy) const {
   if (failure_) return *failure_;
   VerifyResult r;
   std::string first;
   std::vector<ErrorSums> sums(output_names_.size());
+  std::vector<TaskJudge> judges;
+  if (lossy)
+    for (const TaskGate& gate : options_.task_gates) {
+      bool known = true;
+      for (const std::string& name : gate.group) known &= output_index(name) < output_names_.size();
+      if (known) judges.emplace_back(gate);
+    }
   // A lossy candidate may take a float input in another float type (float16 inputs): it gets
   // the same values, converted.
   std::map<std::string, int32_t> retyped;
@@ -762,16 +786,54 @@ VerifyResult Verifier::compare_runs(const ir::Model& candidate, bool lossy) cons
       r.message = absl::StrCat(expected.size(), " outputs became ", actual->size());
       return r;
     }
+    // A detection group's outputs that hold its rows are compared on the matched rows only.
+    std::map<size_t, std::pair<Tensor, Tensor>> matched_rows;
+    for (TaskJudge& judge : judges) {
+      if (judge.gate().kind != TaskKind::kDetection) continue;
+      std::vector<size_t> at;
+      std::vector<const Tensor*> a, b;
+      for (const std::string& name : judge.gate().group) {
+        at.push_back(output_index(name));
+        a.push_back(&expected[at.back()]);
+        b.push_back(&(*actual)[at.back()]);
+      }
+      auto match = match_detections(a, b);
+      if (!match.ok()) continue;  // compared as written: a changed row count is a mismatch
+      judge.add(*match);
+      std::vector<int64_t> rows_a, rows_b;
+      for (const auto& [x, y] : match->pairs) {
+        rows_a.push_back(x);
+        rows_b.push_back(y);
+      }
+      for (size_t k = 0; k < at.size(); ++k) {
+        const Tensor &x = *a[k], &y = *b[k];
+        if (x.rank() <= match->axis || y.rank() != x.rank() ||
+            x.dims()[match->axis] != match->original_rows ||
+            y.dims()[match->axis] != match->candidate_rows)
+          continue;
+        auto ga = gather_rows(x, match->axis, rows_a, options_.max_tensor_bytes);
+        auto gb = gather_rows(y, match->axis, rows_b, options_.max_tensor_bytes);
+        if (!ga.ok()) return not_verifiable(ga.status(), "the matched detections");
+        if (!gb.ok()) return not_verifiable(gb.status(), "the matched detections");
+        matched_rows.insert_or_assign(at[k], std::make_pair(std::move(*ga), std::move(*gb)));
+      }
+    }
     for (size_t i = 0; i < expected.size(); ++i) {
-      std::string diff =
-          compare(output_names_[i], expected[i], (*actual)[i], options_, r, &sums[i], lossy);
+      auto rows = matched_rows.find(i);
+      const Tensor& want = rows != matched_rows.end() ? rows->second.first : expected[i];
+      const Tensor& got = rows != matched_rows.end() ? rows->second.second : (*actual)[i];
+      std::string diff = compare(output_names_[i], want, got, options_, r, &sums[i], lossy);
       if (first.empty() && !diff.empty())
         first = feeds_.size() > 1 ? absl::StrCat(diff, " (input set ", trial + 1, ")") : diff;
+      for (TaskJudge& judge : judges)
+        if (judge.gate().kind != TaskKind::kDetection && judge.gate().output == output_names_[i])
+          judge.add(want, got);
     }
   }
   for (size_t i = 0; i < output_names_.size(); ++i)
     if (!expected_.empty() && is_float_type(expected_[0][i].dtype()))
       r.outputs.push_back(error_of(output_names_[i], sums[i]));
+  for (const TaskJudge& judge : judges) r.tasks.push_back(judge.result());
   if (!first.empty()) {
     r.status = VerifyStatus::kMismatch;
     r.message = absl::StrCat(first, "; worst absolute difference ", r.max_abs_diff, " in '",

@@ -15,6 +15,7 @@
 #include <absl/status/statusor.h>
 
 #include "core/eval/kernel.h"
+#include "core/eval/task_gate.h"
 #include "core/eval/tensor.h"
 #include "core/ir/model.h"
 
@@ -51,6 +52,11 @@ struct VerifyOptions {
   int64_t int_max = 3;
   uint32_t seed = 1;
   int trials = 2;  // input sets; each uses seed + trial
+  // Random input sets drawn like the trials' (same sizes and rules) with other seeds (seed +
+  // 1000 + k) and not run: what a pass that learns value ranges calibrates on when no data is
+  // given, so that its error is measured on inputs it did not learn from
+  // (Verifier::calibration_feeds). Ignored with input_sets.
+  int calibration_sets = 0;
   // Float outputs match when |a - b| <= atol + rtol * |a| (NaN == NaN, equal infinities).
   double rtol = 1e-3;
   double atol = 1e-4;
@@ -58,6 +64,10 @@ struct VerifyOptions {
   // maps every non-initializer graph input to a tensor (check_input_sets). Each set is one
   // trial; dims, default_dim, shapes, values, seed and trials are then ignored.
   std::vector<std::map<std::string, Tensor>> input_sets;
+  // What measure() judges beyond each float output's error (task_gate.h: detection groups,
+  // classification, masks). A detection group's outputs are compared on their matched rows, so
+  // a candidate whose row count differs is not a mismatch; check() ignores these.
+  std::vector<TaskGate> task_gates;
   // Per-tensor allocation cap inside the evaluator, and cap on the tensors alive at once.
   uint64_t max_tensor_bytes = kDefaultVerifyMaxTensorBytes;
   uint64_t max_live_bytes = kDefaultVerifyMaxBytes;
@@ -129,6 +139,8 @@ struct VerifyResult {
   std::string worst_output;
   // Per float output (Verifier::measure; check() fills it too).
   std::vector<OutputError> outputs;
+  // Per VerifyOptions::task_gates entry (measure() only).
+  std::vector<TaskResult> tasks;
 };
 
 class Verifier {
@@ -146,6 +158,10 @@ class Verifier {
   const std::string& dims_used() const { return dims_used_; }
   // The input sets every check runs (empty when not usable).
   const std::vector<std::map<std::string, Tensor>>& feeds() const { return feeds_; }
+  // VerifyOptions::calibration_sets input sets (empty when not usable or with given sets).
+  const std::vector<std::map<std::string, Tensor>>& calibration_feeds() const {
+    return calibration_feeds_;
+  }
   const VerifyOptions& options() const { return options_; }
   VerifyResult check(const ir::Model& candidate) const;
   // For a lossy candidate: the same runs, but differing numbers are not a mismatch (the result
@@ -161,11 +177,14 @@ class Verifier {
                                           const std::map<std::string, Tensor>& feeds,
                                           uint64_t share = 1) const;
   VerifyResult compare_runs(const ir::Model& candidate, bool lossy) const;
+  // Position of the output `name` in output_names_ (its size when there is none).
+  size_t output_index(const std::string& name) const;
 
   VerifyOptions options_;
   mutable uint64_t work_spent_ = 0;
   std::vector<std::map<std::string, Tensor>> feeds_;  // per trial
-  std::vector<std::vector<Tensor>> expected_;         // per trial
+  std::vector<std::map<std::string, Tensor>> calibration_feeds_;
+  std::vector<std::vector<Tensor>> expected_;  // per trial
   std::vector<std::string> output_names_;
   int64_t default_dim_used_ = 0;  // 0 when no input has a defaulted dim
   std::string dims_used_;         // "name=[dims], ..." when dims were sized by role

@@ -44,6 +44,10 @@ struct PassResult {
   bool always_explained = false;
   // The pass ran the model on PassContext::calibration (the report says on what).
   bool used_calibration = false;
+  // Non-empty: the pass had work it did not do because the model could not be run (no
+  // calibration inputs, the float model failed on them), and why. A lossy pass so stopped has
+  // its error "not measured", not "changed nothing" (PassStats::unmeasured).
+  std::string unmeasured;
   void add(int64_t n = 1) {
     rewrites += n;
     changed = changed || n > 0;

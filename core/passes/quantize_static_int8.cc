@@ -575,6 +575,7 @@ class QuantizeStaticInt8 : public RulePass {
     if (!has_work(model, cfg_->ops)) return PassResult{};
     auto refuse = [](std::string reason) {
       PassResult r;
+      r.unmeasured = reason;
       r.explanations.push_back({.rule = "calibrate",
                                 .node = "model",
                                 .op = "",

@@ -63,6 +63,10 @@ struct PipelineConfig {
   // see the verification's random inputs, and the pass's report says so
   // (PassStats::calibration).
   std::vector<std::map<std::string, eval::Tensor>> calibration_sets;
+  // How lossy passes are judged per output beyond the value gate (eval/task_gate.h): the kinds
+  // inferred from the model (detection groups, classification, masks), with these choices
+  // applied. A spec naming no output of the model is InvalidArgument.
+  std::vector<eval::OutputGateSpec> output_gates;
   // Sizes for the memory estimates of the report (PipelineReport::memory_before/after and each
   // pass's peak): symbolic dims by name from memory_dims, else from verify_options.dims; other
   // symbolic and unknown dims memory_default_dim, else verify_options.default_dim, else 1.
@@ -121,6 +125,8 @@ struct PassStats {
   // A pass that ran the model to learn its value ranges: on what ("3 calibration sets", or
   // "random inputs (no calibration data): ..." as a warning).
   std::string calibration;
+  // PassResult::unmeasured of its last run.
+  std::string unmeasured;
 };
 
 // One lossy pass tried on top of the exact passes: its error against the original per float
@@ -131,7 +137,8 @@ struct LossyTrial {
   bool measured = false;  // false: the error could not be measured (the verdict says why)
   ErrorGate gate{};
   std::vector<eval::OutputError> errors{};
-  std::string verdict{};  // as PassStats::error_verdict
+  std::string verdict{};                  // as PassStats::error_verdict
+  std::vector<eval::TaskResult> tasks{};  // task-level judgments (eval/task_gate.h)
 };
 
 struct VerificationReport {

@@ -250,6 +250,12 @@ const std::map<std::string, std::function<void(v1::PipelineConfig&)>>& samples()
       {"target_opset", [](C& c) { c.set_target_opset(17); }},
       {"fix_dims", [](C& c) { (*c.mutable_fix_dims())["batch"] = 1; }},
       {"fix_shapes", [](C& c) { (*c.mutable_fix_shapes())["x"].add_dims(3); }},
+      {"output_gates",
+       [](C& c) {
+         auto* g = c.add_output_gates();
+         g->set_output("y");
+         g->set_kind("top1");
+       }},
   };
   return table;
 }
@@ -321,7 +327,7 @@ TEST(ConfigKey, FieldsOutsideTheirScopeLeaveTheKeyAlone) {
   };
   // No lossy pass: the gates, calibration and accept_unmeasured_error mean nothing.
   for (const char* path :
-       {"max_error", "min_cosine", "accept_unmeasured_error", "calibration_sets"})
+       {"max_error", "min_cosine", "accept_unmeasured_error", "calibration_sets", "output_gates"})
     same(path, v1::PipelineConfig{});
   // No verification: its tolerances and random-input settings mean nothing.
   for (const char* path : {"verify.seed", "verify.trials", "verify.rtol", "verify.atol",

@@ -133,6 +133,19 @@ def _fix_dims(items):
     return dims
 
 
+def _gates(items):
+    """--gate OUTPUT=KIND[:THRESHOLD]: the output name is everything before the last '='."""
+    gates = {}
+    for item in items:
+        name, eq, value = item.rpartition("=")
+        if not eq or not name or not value:
+            raise UsageError(f"--gate must look like OUTPUT=KIND[:THRESHOLD], got '{item}'")
+        if name in gates:
+            raise UsageError(f"--gate: output '{name}' is given twice")
+        gates[name] = value
+    return gates
+
+
 def _fix_shapes(items):
     shapes = {}
     for name, value in _pairs("--fix-shape", items):
@@ -228,6 +241,7 @@ def run_optimize(args):
         "target": args.target,
         "fix_dims": _fix_dims(args.fix_dim) or None,
         "fix_shapes": _fix_shapes(args.fix_shape) or None,
+        "gates": _gates(args.gate) or None,
     }
     config.update({name: getattr(args, name) for name in _plain_flags()})
     tls = _tls(args)
@@ -319,6 +333,9 @@ def build_parser(prog=None):
     _add_plain_options(o)
     o.add_argument("--explain", action="append", metavar="PASS[/RULE]",
                    help="report why these rules did not rewrite (repeatable)")
+    o.add_argument("--gate", action="append", default=[], metavar="OUTPUT=KIND[:THRESHOLD]",
+                   help="how a lossy pass is judged on one output: detection, top1, top5, mask "
+                        "or values (default: inferred from the model) (repeatable)")
     o.add_argument("--fix-dim", action="append", default=[], metavar="NAME=N",
                    help="make a symbolic input dim static first (repeatable)")
     o.add_argument("--fix-shape", action="append", default=[], metavar="INPUT=D,D,...",

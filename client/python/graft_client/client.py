@@ -672,7 +672,7 @@ class Client:
                  lookup_first=True, timeout=None, *, max_rounds=10, check=False,
                  external_data_dir=None, keep_external_files=True, progress=None,
                  chunk_bytes=CHUNK_BYTES, explain=None, calibration_data=None, target=None,
-                 fix_dims=None, fix_shapes=None, **options):
+                 fix_dims=None, fix_shapes=None, gates=None, **options):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -693,7 +693,8 @@ class Client:
         (default) or "onnxruntime[:X.Y]" (report.target says which it was optimized for).
         `fix_dims` ({"batch": 1}) and `fix_shapes` ({"x": [1, 3, 224, 224]}) make symbolic input
         dims static before the passes run, so the shape arithmetic that follows folds
-        (Result.fixed_inputs()). `options` are the plain options (None leaves one at its
+        (Result.fixed_inputs()). `gates` ({output: "KIND[:THRESHOLD]"}: detection, top1, top5,
+        mask, values) sets how lossy passes are judged per output (pipeline_config). `options` are the plain options (None leaves one at its
         default), as the server's schema declares them:
 {plain}"""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
@@ -703,7 +704,7 @@ class Client:
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  explain=explain, calibration_data=calibration_data,
                                  target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
-                                 **options)
+                                 gates=gates, **options)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:
@@ -802,17 +803,17 @@ class Client:
     def lookup(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                timeout=None, *, sha256=None, max_rounds=10, check=False, external_data_dir=None,
                keep_external_files=True, target=None, fix_dims=None, fix_shapes=None,
-               explain=None, **options):
+               explain=None, gates=None, **options):
         """The cached Result for `model` (path or bytes; its external-data files are hashed from
         its folder or `external_data_dir`) or for an input digest `sha256=` under this
-        configuration (fix_dims, fix_shapes, explain and the plain options as optimize's),
+        configuration (fix_dims, fix_shapes, explain, gates and the plain options as optimize's),
         downloaded without an upload;
         None when the server has none. A Result found by `sha256=` knows no input files: its
         from_input files cannot be saved."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
-                                 explain=explain, **options)
+                                 explain=explain, gates=gates, **options)
         digest, source = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, True, self._deadline(timeout), source,
                             keep_external_files)
@@ -820,13 +821,13 @@ class Client:
     def is_cached(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                   timeout=None, *, sha256=None, max_rounds=10, check=False,
                   external_data_dir=None, target=None, fix_dims=None, fix_shapes=None,
-                  explain=None, **options):
+                  explain=None, gates=None, **options):
         """Whether the server has a cached result for the model (or input digest) and
-        configuration (fix_dims, fix_shapes, explain and the plain options as optimize's)."""
+        configuration (fix_dims, fix_shapes, explain, gates and the plain options as optimize's)."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
-                                 explain=explain, **options)
+                                 explain=explain, gates=gates, **options)
         digest, _ = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, False, self._deadline(timeout))
 

@@ -264,7 +264,7 @@ def _verify_config(verify):
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
                     max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None,
                     calibration_data=None, target=None, fix_dims=None, fix_shapes=None,
-                    **options):
+                    gates=None, **options):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
@@ -278,7 +278,10 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     the server checks it. `fix_dims` ({dim name: size}, e.g. {"batch": 1}) and `fix_shapes`
     ({input name: [sizes]}, e.g. {"x": [1, 3, 224, 224]}) make symbolic input dims static before
     the passes run, so what follows from them folds (report.fixed_inputs lists the inputs
-    changed); sizes are ints in 1..2^31. `options` are the plain options (PLAIN_OPTIONS, from
+    changed); sizes are ints in 1..2^31. `gates` ({output name: "KIND" or "KIND:THRESHOLD"},
+    KIND one of detection, top1, top5, mask, values) sets how a lossy pass is judged on an
+    output beyond its value gate; graft infers detectors (NonMaxSuppression), classifiers and
+    segmenters itself, and reports each judgment (lossy_trials[i].tasks). `options` are the plain options (PLAIN_OPTIONS, from
     graft.proto's field specs; None leaves one at its default):
 {plain}"""
     config = graft_pb2.PipelineConfig()
@@ -327,7 +330,43 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
         config.explain.extend(explain)
     _set_plain_options(config, options, "pipeline_config")
     _add_fixed(config, fix_dims, fix_shapes)
+    _add_gates(config, gates)
     return config
+
+
+GATE_KINDS = ("values", "detection", "top1", "top5", "mask")
+MAX_OUTPUT_GATES = 64
+
+
+def _add_gates(config, gates):
+    """PipelineConfig.output_gates from {output: "KIND[:THRESHOLD]"}, checked as graftd does."""
+    if gates is None:
+        return
+    if not isinstance(gates, dict):
+        raise InvalidArgumentError("gates must be a dict of output name -> 'KIND[:THRESHOLD]'")
+    if len(gates) > MAX_OUTPUT_GATES:
+        raise InvalidArgumentError(f"at most {MAX_OUTPUT_GATES} output_gates, got {len(gates)}")
+    for output, text in gates.items():
+        if not isinstance(output, str) or not 0 < len(output.encode()) <= 4096:
+            raise InvalidArgumentError("gate: the output name must be 1..4096 bytes")
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"gate for {output!r}: expected 'KIND[:THRESHOLD]', got {text!r}")
+        kind, _, threshold = text.partition(":")
+        if kind not in GATE_KINDS:
+            raise InvalidArgumentError(
+                f"gate for {output!r}: unknown kind {kind!r} ({', '.join(GATE_KINDS)})")
+        gate = config.output_gates.add()
+        gate.output = output
+        gate.kind = kind
+        if threshold:
+            try:
+                value = float(threshold)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"gate for {output!r}: threshold {threshold!r} is not a number") from None
+            if not 0 <= value <= 1:
+                raise InvalidArgumentError(f"gate for {output!r}: threshold {value} is not in [0, 1]")
+            gate.threshold = value
 
 
 pipeline_config.__doc__ = pipeline_config.__doc__.replace("{plain}", plain_options_doc())

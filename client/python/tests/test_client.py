@@ -528,6 +528,23 @@ def test_plain_options_follow_their_specs():
             nowhere.is_cached(b"x", target_opset="17")
 
 
+def test_gates_are_checked_and_sent():
+    """gates={output: "KIND[:THRESHOLD]"} becomes PipelineConfig.output_gates, checked as graftd
+    checks them (kind, threshold in [0, 1])."""
+    from graft_client.config import pipeline_config
+    config = pipeline_config(gates={"boxes": "detection:0.8", "logits": "top1"})
+    got = {g.output: (g.kind, g.threshold if g.HasField("threshold") else None)
+           for g in config.output_gates}
+    assert got == {"boxes": ("detection", 0.8), "logits": ("top1", None)}
+    for bad, message in [({"y": "top7"}, "unknown kind 'top7'"),
+                         ({"y": "mask:1.5"}, "threshold 1.5 is not in [0, 1]"),
+                         ({"y": "mask:x"}, "threshold 'x' is not a number"),
+                         ({"": "mask"}, "1..4096 bytes")]:
+        with pytest.raises(graft_client.InvalidArgumentError) as e:
+            pipeline_config(gates=bad)
+        assert message in str(e.value), (bad, str(e.value))
+
+
 def test_lookup_names_a_result_optimized_with_plain_options(client):
     """A result optimized with target_opset is found by lookup with the same option (the
     option is part of the key), and not without it."""
