@@ -19,6 +19,11 @@ Subcommands, each printing one JSON object on stdout:
   external MODEL OUTDIR
       Re-saves MODEL with all initializers as external data (one file beside it).
 
+  probability-outputs MODEL
+      The main graph outputs graft compares on their own scale (rel = min(rel, max_abs)):
+      computed by Sigmoid, HardSigmoid or Softmax through at most 8 ops that only move values
+      (core/pipeline/pipeline.cc probability_outputs, ir::moves_values).
+
   selftest
       Checks that the structural check flags a hand-made float32 island and Cast pair.
 """
@@ -315,6 +320,29 @@ def cmd_inputs(args):
     print(json.dumps({"inputs": described, "sets": args.sets, "spec": spec_file, "notes": notes}))
 
 
+# ir::moves_values (core/ir/op_params.cc): ops whose output holds input 0's values rearranged.
+MOVES_VALUES = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice"}
+
+
+def cmd_probability_outputs(args):
+    model = onnx.load(args.model, load_external_data=False)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out = []
+    for o in model.graph.output:
+        name = o.name
+        for _ in range(8):
+            n = producer.get(name)
+            if n is None or n.domain not in ("", "ai.onnx"):
+                break
+            if n.op_type in ("Sigmoid", "HardSigmoid", "Softmax"):
+                out.append(o.name)
+                break
+            if n.op_type not in MOVES_VALUES or not n.input:
+                break
+            name = n.input[0]
+    print(json.dumps({"probability": out}))
+
+
 def cmd_external(args):
     model = onnx.load(args.model)
     os.makedirs(args.outdir, exist_ok=True)
@@ -367,10 +395,12 @@ def main():
     c = sub.add_parser("external")
     c.add_argument("model")
     c.add_argument("outdir")
+    d = sub.add_parser("probability-outputs")
+    d.add_argument("model")
     sub.add_parser("selftest")
     args = p.parse_args()
     {"inputs": cmd_inputs, "inspect": cmd_inspect, "external": cmd_external,
-     "selftest": cmd_selftest}[args.cmd](args)
+     "probability-outputs": cmd_probability_outputs, "selftest": cmd_selftest}[args.cmd](args)
 
 
 if __name__ == "__main__":

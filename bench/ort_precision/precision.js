@@ -171,14 +171,16 @@ function runPython(args) {
   return json;
 }
 
-// The O2 pass list, in order, from `graft passes` (levels O1 and O2).
+// The O2 pass list, in order, from `graft passes` (levels O1 and O2), less the passes that run
+// only for another target (fuse_onnxruntime: 'target onnxruntime only'), which graft refuses by
+// name under its default target onnx (as bench/lossy_coverage builds it).
 function o2Passes(graft) {
   const p = spawnSync(graft, ['passes'], { encoding: 'utf8' });
   if (p.status !== 0) throw new Error(`graft passes: exit ${p.status}: ${p.stderr}`);
   const list = [];
   for (const line of p.stdout.split('\n')) {
-    const m = /^(\w+)\s+(O[0-3]|name)\s/.exec(line);
-    if (m && (m[2] === 'O1' || m[2] === 'O2')) list.push(m[1]);
+    const m = /^(\w+)\s+(O[0-3]|name)\s+(.*)/.exec(line);
+    if (m && (m[2] === 'O1' || m[2] === 'O2') && !m[3].includes('target onnxruntime only')) list.push(m[1]);
   }
   if (!list.length) throw new Error('graft passes listed no O1/O2 pass');
   return list;
@@ -340,8 +342,8 @@ const sessionOptions = (level) => ({
 });
 const RUN_OPTIONS = sessionOptions('disabled');
 
-async function runSets(ort, file, sets) {
-  const session = await ort.InferenceSession.create(file, RUN_OPTIONS);
+async function runSets(ort, file, sets, options = RUN_OPTIONS) {
+  const session = await ort.InferenceSession.create(file, options);
   try {
     const outs = [];
     for (const set of sets) outs.push(await session.run(feedsFor(ort, session, set)));
@@ -349,6 +351,42 @@ async function runSets(ort, file, sets) {
   } finally {
     await session.release();
   }
+}
+
+// Per output of the reference, over all input sets: ErrorSums' result for float outputs,
+// { exact } for the others (which must be equal), { problem: 'missing' } when absent.
+function compareRuns(reference, got) {
+  const errs = {};
+  for (const name of reference.outputNames) {
+    const sums = new ErrorSums();
+    let exact = true;
+    for (let k = 0; k < reference.outs.length; k++) {
+      const a = reference.outs[k][name];
+      const b = got.outs[k] && got.outs[k][name];
+      if (!b) {
+        sums.problem = 'missing';
+        break;
+      }
+      if (!isFloat(a.type)) exact = exact && a.data.length === b.data.length && a.data.every((x, i) => x === b.data[i]);
+      sums.add(a, b);
+    }
+    const res = sums.result();
+    if (!isFloat(reference.outs[0][name].type)) res.exact = exact;
+    errs[name] = res;
+  }
+  return errs;
+}
+
+// What ONNX Runtime makes of a quantized graph at its default level: the integer kernels
+// (QLinearConv, QLinearMatMul, QGemm, MatMulIntegerToFloat, MatMulNBits...) of the graph it
+// optimizes to (optimizedModelFilePath, written beside FILE as FILE.ort_all.onnx), op -> count.
+async function ortIntegerKernels(ort, file) {
+  const fused = `${file}.ort_all.onnx`;
+  const s = await ort.InferenceSession.create(file, { ...sessionOptions('all'), optimizedModelFilePath: fused });
+  await s.release();
+  const ops = runPython(['inspect', fused]).ops || {};
+  return Object.fromEntries(Object.entries(ops).filter(([k]) =>
+    /QLinear|QGemm|MatMulInteger|IntegerToFloat|MatMulNBits|DynamicQuantize|QuantizeLinear|DequantizeLinear|ConvInteger/.test(k)));
 }
 
 // ---------------------------------------------------------------- one model
@@ -463,39 +501,15 @@ async function runModel(ort, model, opts, ctx, log) {
     if (variant !== 'fp16') {
       // What ONNX Runtime makes of the quantized graph at its default level: its integer
       // kernels (QLinearConv, QLinearMatMul, QGemm, MatMulIntegerToFloat...) or not.
-      const fused = `${v.file}.ort_all.onnx`;
       try {
-        const s = await ort.InferenceSession.create(v.file, { ...sessionOptions('all'), optimizedModelFilePath: fused });
-        await s.release();
-        const ops = runPython(['inspect', fused]).ops || {};
-        v.ort_fused = Object.fromEntries(Object.entries(ops).filter(([k]) =>
-          /QLinear|QGemm|MatMulInteger|IntegerToFloat|MatMulNBits|DynamicQuantize|QuantizeLinear|DequantizeLinear|ConvInteger/.test(k)));
+        v.ort_fused = await ortIntegerKernels(ort, v.file);
       } catch (e) {
         r.notes.push(`${variant}: ORT optimized graph: ${errorText(e)}`);
       }
     }
     log(`${variant} under ORT`);
     try {
-      const got = await runSets(ort, v.file, sets);
-      const errs = {};
-      for (const name of reference.outputNames) {
-        const sums = new ErrorSums();
-        let exact = true;
-        for (let k = 0; k < sets.length; k++) {
-          const a = reference.outs[k][name];
-          const b = got.outs[k][name];
-          if (!b) {
-            sums.problem = 'missing';
-            break;
-          }
-          if (!isFloat(a.type)) exact = exact && a.data.length === b.data.length && a.data.every((x, i) => x === b.data[i]);
-          sums.add(a, b);
-        }
-        const res = sums.result();
-        if (!isFloat(reference.outs[0][name].type)) res.exact = exact;
-        errs[name] = res;
-      }
-      v.ort_errors = errs;
+      v.ort_errors = compareRuns(reference, await runSets(ort, v.file, sets));
     } catch (e) {
       v.ort_error = `ORT ${variant}: ${errorText(e)}`;
     }
@@ -714,7 +728,13 @@ async function main() {
   process.exitCode = failed.length ? 1 : 0;
 }
 
-main().catch((e) => {
-  console.error(`ort_precision: ${e && e.stack ? e.stack : e}`);
-  process.exit(2);
-});
+// bench/lossy_coverage (ort_cells.js) reuses the input sets, ORT runs and error measure.
+module.exports = { runPython, readInputSets, feedsFor, ErrorSums, isFloat, sessionOptions, runSets, compareRuns,
+  ortIntegerKernels, errorText, CALIBRATION_SETS, CALIBRATION_SEED_OFFSET };
+
+if (require.main === module) {
+  main().catch((e) => {
+    console.error(`ort_precision: ${e && e.stack ? e.stack : e}`);
+    process.exit(2);
+  });
+}
