@@ -115,10 +115,10 @@ class Executor {
     const ir::ExternalData* external = g.model()->external_data().get();
     auto load = [&](const ir::Value* v) -> absl::Status {
       if (env.count(v)) return absl::OkStatus();  // a fed graph input overrides its default
-      // Read in place (the model outlives the run and does not change during it): a run does
-      // not copy the weights. Charged to the budget as a copy would be (Tensor::view_of).
-      ASSIGN_OR_RETURN(env[v],
-                       Tensor::view_of(*v->initializer(), limits_.max_tensor_bytes, external));
+      // Read in place, the model's immutable tensor shared (Tensor::view_of): runs do not copy
+      // the weights. Charged to the budget as a copy would be.
+      ASSIGN_OR_RETURN(
+          env[v], Tensor::view_of(v->shared_initializer(), limits_.max_tensor_bytes, external));
       return absl::OkStatus();
     };
     for (ir::Value* v : g.initializers())
@@ -370,7 +370,6 @@ class Executor {
         return absl::InvalidArgumentError(
             absl::StrCat("function ", n.op_type(), " output ", i, " is not computed"));
       env[n.output(i)] = std::move(it->second);
-      env[n.output(i)].own();  // not a view of the instance's model
     }
     return absl::OkStatus();
   }
@@ -708,7 +707,6 @@ absl::StatusOr<std::vector<Tensor>> run_model(const ir::Model& model,
       for (size_t k = outputs.size() + 1; k < g.outputs().size(); ++k)
         again = again || g.outputs()[k].value == out.value;
       outputs.push_back(again ? it->second : std::move(it->second));
-      outputs.back().own();  // an initializer's view must not outlive the run
     }
     return outputs;
   } catch (const Stop& stop) {

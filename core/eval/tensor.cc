@@ -366,14 +366,16 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
   return t;
 }
 
-absl::StatusOr<Tensor> Tensor::view_of(const TensorProto& proto, uint64_t max_bytes,
-                                       const ir::ExternalData* external) {
+absl::StatusOr<Tensor> Tensor::view_of(std::shared_ptr<const TensorProto> shared,
+                                       uint64_t max_bytes, const ir::ExternalData* external) {
+  if (shared == nullptr) return absl::InvalidArgumentError("no tensor");
+  const TensorProto& proto = *shared;
   const int32_t dtype = proto.data_type();
   const size_t es = storage_size(dtype);
   // Anything else is converted (or unpacked, or normalized: bools) as from_proto does.
   if (ir::is_external(proto) || !proto.has_raw_data() || proto.has_segment() ||
-      dtype == TensorProto::STRING || dtype == TensorProto::BOOL || ir::is_4bit(dtype) ||
-      es == 0 || reinterpret_cast<uintptr_t>(proto.raw_data().data()) % es != 0)
+      dtype == TensorProto::STRING || dtype == TensorProto::BOOL || ir::is_4bit(dtype) || es == 0 ||
+      reinterpret_cast<uintptr_t>(proto.raw_data().data()) % es != 0)
     return from_proto(proto, max_bytes, external);
   std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
   ASSIGN_OR_RETURN(const int64_t n, checked_count(dtype, dims, max_bytes));
@@ -388,6 +390,7 @@ absl::StatusOr<Tensor> Tensor::view_of(const TensorProto& proto, uint64_t max_by
   t.size_ = n;
   t.view_ = proto.raw_data().data();
   t.view_size_ = nbytes;
+  t.keep_ = std::move(shared);
   return t;
 }
 
@@ -396,17 +399,21 @@ void Tensor::own() {
   bytes_.assign(view_, view_size_);
   view_ = nullptr;
   view_size_ = 0;
+  keep_.reset();
 }
 
 // A copy is charged first (charge_ is the first member: it throws Stop before anything is
-// copied), and holds its own bytes even when the source is a view.
+// copied); a view's copy reads the same immutable bytes.
 Tensor::Tensor(const Tensor& other)
     : charge_(other.charge_),
       dtype_(other.dtype_),
       dims_(other.dims_),
       size_(other.size_),
-      bytes_(other.view_ ? std::string(other.view_, other.view_size_) : other.bytes_),
-      strings_(other.strings_) {}
+      bytes_(other.bytes_),
+      strings_(other.strings_),
+      view_(other.view_),
+      view_size_(other.view_size_),
+      keep_(other.keep_) {}
 
 Tensor& Tensor::operator=(const Tensor& other) {
   if (this != &other) *this = Tensor(other);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,17 +41,17 @@ class Tensor {
                                            const ir::ExternalData* external = nullptr);
   // Like from_proto, but a tensor whose raw_data holds its elements as stored (a fixed-size type
   // other than bool and the 4-bit ones, suitably aligned) reads them in place instead of copying
-  // them: `proto` must outlive the tensor and stay unchanged while it lives. Its bytes are
-  // charged to the budget all the same, so a run's memory accounting does not depend on it. A
-  // copy of such a tensor, and writing to it (non-const data(), set_*), copy the bytes. How the
-  // evaluator reads a model's initializers: the weights are not copied on every run, and runs
-  // on other threads read the same bytes.
-  static absl::StatusOr<Tensor> view_of(const onnx::TensorProto& proto, uint64_t max_bytes,
+  // them, and keeps `proto` (immutable) alive for as long as it or a copy of it lives. Its bytes
+  // are charged to the current budget all the same (a copy of it too), so a run's memory
+  // accounting does not depend on whether its tensors are views. Writing to a view (non-const
+  // data(), set_*) first copies its bytes. How the evaluator reads a model's initializers: runs
+  // do not copy the weights, and runs on other threads read the same bytes.
+  static absl::StatusOr<Tensor> view_of(std::shared_ptr<const onnx::TensorProto> proto,
+                                        uint64_t max_bytes,
                                         const ir::ExternalData* external = nullptr);
   // Whether this tensor reads bytes it does not hold (view_of).
   bool is_view() const { return view_ != nullptr; }
-  // Makes this tensor hold its own bytes (copies a view's; nothing otherwise). For tensors
-  // handed beyond what they view.
+  // Makes this tensor hold its own bytes (copies a view's; nothing otherwise).
   void own();
 
   Tensor(const Tensor& other);
@@ -63,7 +64,8 @@ class Tensor {
         bytes_(std::move(other.bytes_)),
         strings_(std::move(other.strings_)),
         view_(std::exchange(other.view_, nullptr)),
-        view_size_(std::exchange(other.view_size_, 0)) {}
+        view_size_(std::exchange(other.view_size_, 0)),
+        keep_(std::move(other.keep_)) {}
   Tensor& operator=(Tensor&& other) noexcept {
     charge_ = std::move(other.charge_);
     dtype_ = other.dtype_;
@@ -73,6 +75,7 @@ class Tensor {
     strings_ = std::move(other.strings_);
     view_ = std::exchange(other.view_, nullptr);
     view_size_ = std::exchange(other.view_size_, 0);
+    keep_ = std::move(other.keep_);
     return *this;
   }
   ~Tensor() = default;
@@ -120,9 +123,11 @@ class Tensor {
   int64_t size_ = 0;
   std::string bytes_;
   std::vector<std::string> strings_;
-  // When set, the elements are these bytes, held elsewhere (view_of), and bytes_ is empty.
+  // When set, the elements are these bytes, held elsewhere (view_of) and kept alive by `keep_`,
+  // and bytes_ is empty.
   const char* view_ = nullptr;
   size_t view_size_ = 0;
+  std::shared_ptr<const void> keep_;
 };
 
 // `x`'s elements read as a tensor of dims `dims` (the same element count: e.g. `x`'s dims with
