@@ -270,7 +270,7 @@ graft::server::ServerConfig soak_server_config() {
   c.max_model_bytes = 24ull << 20;
   c.max_inflight_bytes = 64ull << 20;
   c.verify_max_bytes = 64ull << 20;
-  c.verify_max_work = 200'000'000'000;
+  c.verify_max_work = 200'000'000'000;  // graftd's default (server/config.h)
   c.default_deadline_seconds = 10;
   return c;
 }

@@ -28,7 +28,7 @@ struct ServerConfig {
   uint64_t verify_max_bytes = eval::kDefaultVerifyMaxBytes;
   // Evaluator work of one verified request, all its runs together (original, candidates,
   // bisection); when spent the result is NOT_VERIFIABLE. 0 = no cap (the deadline still holds).
-  uint64_t verify_max_work = 20'000'000'000;
+  uint64_t verify_max_work = 200'000'000'000;
   double default_deadline_seconds = 300;
   double grace_period_seconds = 25;
   std::string log_level = "info";

@@ -115,8 +115,10 @@ class Executor {
     const ir::ExternalData* external = g.model()->external_data().get();
     auto load = [&](const ir::Value* v) -> absl::Status {
       if (env.count(v)) return absl::OkStatus();  // a fed graph input overrides its default
-      ASSIGN_OR_RETURN(env[v],
-                       Tensor::from_proto(*v->initializer(), limits_.max_tensor_bytes, external));
+      // Read in place, the model's immutable tensor shared (Tensor::view_of): runs do not copy
+      // the weights. Charged to the budget as a copy would be.
+      ASSIGN_OR_RETURN(
+          env[v], Tensor::view_of(v->shared_initializer(), limits_.max_tensor_bytes, external));
       return absl::OkStatus();
     };
     for (ir::Value* v : g.initializers())

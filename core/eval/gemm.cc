@@ -34,6 +34,47 @@ ReferenceKernelsScope::ReferenceKernelsScope(bool reference) : previous_(t_refer
 }
 ReferenceKernelsScope::~ReferenceKernelsScope() { t_reference = previous_; }
 
+namespace {
+
+// out[i * cols + j] = op(X)[r0 + i][c0 + j], reading X's elements through `at` (element index).
+template <typename At>
+void pack_with(const GemmOperand& x, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+               double* out, At at) {
+  const int64_t base = x.offset;
+  if (!x.trans) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t from = base + (r0 + i) * x.ld + c0;
+      double* o = out + i * cols;
+      for (int64_t j = 0; j < cols; ++j) o[j] = at(from + j);
+    }
+    return;
+  }
+  // op(X)[r][c] = X[c][r]: X's rows c0.. are read along, the panel's columns written.
+  for (int64_t j = 0; j < cols; ++j) {
+    const int64_t from = base + (c0 + j) * x.ld + r0;
+    for (int64_t i = 0; i < rows; ++i) out[i * cols + j] = at(from + i);
+  }
+}
+
+}  // namespace
+
+void pack_block(const GemmOperand& x, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                double* out) {
+  if (x.data != nullptr) {
+    pack_with(x, r0, rows, c0, cols, out, [p = x.data](int64_t i) { return p[i]; });
+    return;
+  }
+  const Tensor& t = *x.tensor;
+  if (t.dtype() == onnx::TensorProto::FLOAT) {
+    pack_with(x, r0, rows, c0, cols, out,
+              [p = t.data<float>()](int64_t i) { return static_cast<double>(p[i]); });
+  } else if (t.dtype() == onnx::TensorProto::DOUBLE) {
+    pack_with(x, r0, rows, c0, cols, out, [p = t.data<double>()](int64_t i) { return p[i]; });
+  } else {
+    pack_with(x, r0, rows, c0, cols, out, [&t](int64_t i) { return t.get_double(i); });
+  }
+}
+
 void dgemm_block(int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t k, double alpha,
                  const GemmOperand& a, const GemmOperand& b, double* c) {
   single_threaded_once();

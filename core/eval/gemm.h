@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "core/eval/budget.h"
+#include "core/eval/tensor.h"
 
 namespace graft::eval {
 
@@ -34,12 +35,28 @@ class ReferenceKernelsScope {
 };
 
 // A row-major matrix operand of a product: `trans` reads it transposed (op(X) = X^T); `ld` is
-// the distance between consecutive rows of X as stored.
+// the distance between consecutive rows of X as stored. Its elements are doubles at `data`, or
+// (`data` null) the elements of the float tensor `tensor` from element `offset` on, which
+// gemm_by_blocks converts to double a panel at a time, as its blocks need them: a product does
+// not convert a whole operand (a model's weights) into a buffer of its own.
 struct GemmOperand {
   const double* data;
   bool trans;
   int64_t ld;
+  const Tensor* tensor = nullptr;
+  int64_t offset = 0;
 };
+
+// The operand `x` (a float tensor: FLOAT, DOUBLE, FLOAT16, BFLOAT16) from element `offset` on;
+// a DOUBLE tensor is read in place.
+inline GemmOperand tensor_operand(const Tensor& x, int64_t offset, bool trans, int64_t ld) {
+  if (x.dtype() == onnx::TensorProto::DOUBLE) return {x.data<double>() + offset, trans, ld};
+  return {nullptr, trans, ld, &x, offset};
+}
+
+// out (rows x cols, row-major) = the block [r0, r0 + rows) x [c0, c0 + cols) of op(X) as doubles.
+void pack_block(const GemmOperand& x, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                double* out);
 
 // Whether dgemm can take these extents (its integers are 32-bit) and the reference loops are not
 // selected: the kernels run their reference loops otherwise.
@@ -86,12 +103,32 @@ void gemm_by_blocks(int64_t m, int64_t n, int64_t k, double alpha, const GemmOpe
   if (m <= 0 || n <= 0) return;
   const GemmBlocks blk = gemm_blocks(m, n, k);
   Scratch<double> buf(static_cast<size_t>(blk.rows * blk.cols));
+  // Tensor operands: A's rows of a block (rows x k) converted once per row of blocks, B's
+  // columns (k x cols) once per block; dgemm then reads them at their origin.
+  Scratch<double> a_panel, b_panel;
+  if (a.data == nullptr && k > 0) a_panel.resize(static_cast<size_t>(blk.rows * k));
+  if (b.data == nullptr && k > 0) b_panel.resize(static_cast<size_t>(k * blk.cols));
   for (int64_t row0 = 0; row0 < m; row0 += blk.rows) {
     const int64_t rows = std::min(blk.rows, m - row0);
+    GemmOperand pa = a;
+    int64_t a_row0 = row0;
+    if (a.data == nullptr && k > 0) {
+      pack_block(a, row0, rows, 0, k, a_panel.data());
+      pa = {a_panel.data(), false, k};
+      a_row0 = 0;
+    }
     for (int64_t col0 = 0; col0 < n; col0 += blk.cols) {
       const int64_t cols = std::min(blk.cols, n - col0);
+      GemmOperand pb = b;
+      int64_t b_col0 = col0;
+      if (b.data == nullptr && k > 0) {
+        // The same panel again (one block of columns, several of rows) is not converted again.
+        if (col0 != 0 || row0 == 0 || cols != n) pack_block(b, 0, k, col0, cols, b_panel.data());
+        pb = {b_panel.data(), false, cols};
+        b_col0 = 0;
+      }
       init(row0, rows, col0, cols, buf.data());
-      if (k > 0) dgemm_block(row0, rows, col0, cols, k, alpha, a, b, buf.data());
+      if (k > 0) dgemm_block(a_row0, rows, b_col0, cols, k, alpha, pa, pb, buf.data());
       emit(row0, rows, col0, cols, static_cast<const double*>(buf.data()));
     }
   }

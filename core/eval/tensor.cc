@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
+#include <utility>
 
 #include <absl/strings/str_cat.h>
 
@@ -364,6 +366,60 @@ absl::StatusOr<Tensor> Tensor::from_proto(const TensorProto& proto, uint64_t max
   return t;
 }
 
+absl::StatusOr<Tensor> Tensor::view_of(std::shared_ptr<const TensorProto> shared,
+                                       uint64_t max_bytes, const ir::ExternalData* external) {
+  if (shared == nullptr) return absl::InvalidArgumentError("no tensor");
+  const TensorProto& proto = *shared;
+  const int32_t dtype = proto.data_type();
+  const size_t es = storage_size(dtype);
+  // Anything else is converted (or unpacked, or normalized: bools) as from_proto does.
+  if (ir::is_external(proto) || !proto.has_raw_data() || proto.has_segment() ||
+      dtype == TensorProto::STRING || dtype == TensorProto::BOOL || ir::is_4bit(dtype) || es == 0 ||
+      reinterpret_cast<uintptr_t>(proto.raw_data().data()) % es != 0)
+    return from_proto(proto, max_bytes, external);
+  std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+  ASSIGN_OR_RETURN(const int64_t n, checked_count(dtype, dims, max_bytes));
+  const size_t nbytes = static_cast<size_t>(n) * es;
+  if (proto.raw_data().size() != nbytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_data has ", proto.raw_data().size(), " bytes, expected ", nbytes));
+  Tensor t;
+  RETURN_IF_ERROR(t.charge(nbytes));
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.size_ = n;
+  t.view_ = proto.raw_data().data();
+  t.view_size_ = nbytes;
+  t.keep_ = std::move(shared);
+  return t;
+}
+
+void Tensor::own() {
+  if (!view_) return;
+  bytes_.assign(view_, view_size_);
+  view_ = nullptr;
+  view_size_ = 0;
+  keep_.reset();
+}
+
+// A copy is charged first (charge_ is the first member: it throws Stop before anything is
+// copied); a view's copy reads the same immutable bytes.
+Tensor::Tensor(const Tensor& other)
+    : charge_(other.charge_),
+      dtype_(other.dtype_),
+      dims_(other.dims_),
+      size_(other.size_),
+      bytes_(other.bytes_),
+      strings_(other.strings_),
+      view_(other.view_),
+      view_size_(other.view_size_),
+      keep_(other.keep_) {}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) *this = Tensor(other);
+  return *this;
+}
+
 absl::StatusOr<Tensor> Tensor::from_packed_proto(const TensorProto& proto, Tensor t) {
   // One element per storage byte; the message carries ceil(n / 2) packed bytes, in raw_data or
   // one per int32_data entry (whose value is the byte: its low 8 bits, as onnx's numpy_helper
@@ -403,13 +459,13 @@ TensorProto Tensor::to_proto(const std::string& name) const {
   } else if (ir::is_4bit(dtype_)) {
     p.set_raw_data(ir::pack_4bit(data<int8_t>(), static_cast<size_t>(size_)));
   } else {
-    p.set_raw_data(bytes_);
+    p.set_raw_data(data<char>(), bytes());
   }
   return p;
 }
 
 double Tensor::get_double(int64_t i) const {
-  const char* p = bytes_.data();
+  const char* p = data<char>();
   switch (dtype_) {
     case TensorProto::FLOAT:
     case TensorProto::COMPLEX64:  // real part
@@ -430,7 +486,7 @@ double Tensor::get_double(int64_t i) const {
 }
 
 int64_t Tensor::get_int64(int64_t i) const {
-  const char* p = bytes_.data();
+  const char* p = data<char>();
   switch (dtype_) {
     case TensorProto::INT64:
       return reinterpret_cast<const int64_t*>(p)[i];
@@ -467,7 +523,7 @@ int64_t Tensor::get_int64(int64_t i) const {
 }
 
 void Tensor::set_double(int64_t i, double v) {
-  char* p = bytes_.data();
+  char* p = data<char>();
   switch (dtype_) {
     case TensorProto::FLOAT:
       reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
@@ -515,7 +571,7 @@ void Tensor::set_double(int64_t i, double v) {
 }
 
 void Tensor::set_int64(int64_t i, int64_t v) {
-  char* p = bytes_.data();
+  char* p = data<char>();
   switch (dtype_) {
     case TensorProto::INT64:
       reinterpret_cast<int64_t*>(p)[i] = v;
@@ -559,7 +615,9 @@ void Tensor::set_int64(int64_t i, int64_t v) {
 }
 
 bool Tensor::operator==(const Tensor& other) const {
-  return dtype_ == other.dtype_ && dims_ == other.dims_ && bytes_ == other.bytes_ &&
+  return dtype_ == other.dtype_ && dims_ == other.dims_ &&
+         std::string_view(data<char>(), bytes()) ==
+             std::string_view(other.data<char>(), other.bytes()) &&
          strings_ == other.strings_;
 }
 

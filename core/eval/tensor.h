@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <absl/status/statusor.h>
@@ -37,6 +39,46 @@ class Tensor {
   // Unimplemented. ResourceExhausted above `max_bytes`, checked before anything is read.
   static absl::StatusOr<Tensor> from_proto(const onnx::TensorProto& proto, uint64_t max_bytes,
                                            const ir::ExternalData* external = nullptr);
+  // Like from_proto, but a tensor whose raw_data holds its elements as stored (a fixed-size type
+  // other than bool and the 4-bit ones, suitably aligned) reads them in place instead of copying
+  // them, and keeps `proto` (immutable) alive for as long as it or a copy of it lives. Its bytes
+  // are charged to the current budget all the same (a copy of it too), so a run's memory
+  // accounting does not depend on whether its tensors are views. Writing to a view (non-const
+  // data(), set_*) first copies its bytes. How the evaluator reads a model's initializers: runs
+  // do not copy the weights, and runs on other threads read the same bytes.
+  static absl::StatusOr<Tensor> view_of(std::shared_ptr<const onnx::TensorProto> proto,
+                                        uint64_t max_bytes,
+                                        const ir::ExternalData* external = nullptr);
+  // Whether this tensor reads bytes it does not hold (view_of).
+  bool is_view() const { return view_ != nullptr; }
+  // Makes this tensor hold its own bytes (copies a view's; nothing otherwise).
+  void own();
+
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+  Tensor(Tensor&& other) noexcept
+      : charge_(std::move(other.charge_)),
+        dtype_(other.dtype_),
+        dims_(std::move(other.dims_)),
+        size_(other.size_),
+        bytes_(std::move(other.bytes_)),
+        strings_(std::move(other.strings_)),
+        view_(std::exchange(other.view_, nullptr)),
+        view_size_(std::exchange(other.view_size_, 0)),
+        keep_(std::move(other.keep_)) {}
+  Tensor& operator=(Tensor&& other) noexcept {
+    charge_ = std::move(other.charge_);
+    dtype_ = other.dtype_;
+    dims_ = std::move(other.dims_);
+    size_ = other.size_;
+    bytes_ = std::move(other.bytes_);
+    strings_ = std::move(other.strings_);
+    view_ = std::exchange(other.view_, nullptr);
+    view_size_ = std::exchange(other.view_size_, 0);
+    keep_ = std::move(other.keep_);
+    return *this;
+  }
+  ~Tensor() = default;
   onnx::TensorProto to_proto(const std::string& name = "") const;
 
   int32_t dtype() const { return dtype_; }
@@ -44,15 +86,16 @@ class Tensor {
   int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
   int64_t size() const { return size_; }  // element count
   size_t element_size() const;
-  uint64_t bytes() const { return bytes_.size(); }
+  uint64_t bytes() const { return view_ ? view_size_ : bytes_.size(); }
 
   template <typename T>
   T* data() {
+    if (view_) own();
     return reinterpret_cast<T*>(bytes_.data());
   }
   template <typename T>
   const T* data() const {
-    return reinterpret_cast<const T*>(bytes_.data());
+    return reinterpret_cast<const T*>(view_ ? view_ : bytes_.data());
   }
   std::vector<std::string>& strings() { return strings_; }
   const std::vector<std::string>& strings() const { return strings_; }
@@ -80,6 +123,11 @@ class Tensor {
   int64_t size_ = 0;
   std::string bytes_;
   std::vector<std::string> strings_;
+  // When set, the elements are these bytes, held elsewhere (view_of) and kept alive by `keep_`,
+  // and bytes_ is empty.
+  const char* view_ = nullptr;
+  size_t view_size_ = 0;
+  std::shared_ptr<const void> keep_;
 };
 
 // `x`'s elements read as a tensor of dims `dims` (the same element count: e.g. `x`'s dims with

@@ -73,8 +73,11 @@ struct VerifyOptions {
   uint64_t max_live_bytes = kDefaultVerifyMaxBytes;
   // Operations (multiply-adds, elements written) of all the evaluator runs of one verification
   // together: the original's, every candidate's, bisection's. 0 = no cap. When it runs out the
-  // result is not verifiable.
-  uint64_t max_work = 20'000'000'000;
+  // result is not verifiable. The default affords the exact check (2 input sets: the original
+  // and the optimized model, 4 runs) of ViT-B/16 at 224x224 (1.8e10 a run) with room for
+  // bisection, and of r3d_18 at 16x112x112 (4.1e10 a run); some 15 s of dgemm-evaluator time for
+  // ViT-B/16 (docs/performance.md). A request's deadline bounds its time whatever the budget.
+  uint64_t max_work = 200'000'000'000;
   // Polled before every evaluated node; a non-OK status stops verification (the result is then
   // not verifiable, with that status's message). Not part of what the options mean.
   std::function<absl::Status()> should_continue;

@@ -1,6 +1,8 @@
 // Whole-graph execution, and the semantic check it exists for: optimized models compute the
 // same outputs as the originals.
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "core/eval/executor.h"
 #include "core/pipeline/pipeline.h"
@@ -66,6 +68,118 @@ TEST(Executor, LiveTensorsAreFreedAfterTheirLastReaderAndCapped) {
   EXPECT_NE(too_wide.status().message().find("memory budget"), std::string::npos);
   limits.max_live_bytes = 0;  // no cap
   EXPECT_TRUE(eval::run_model(*fan, feeds, limits).ok());
+}
+
+// y = Relu(x W + b) and W itself as a second output, with W and b in raw_data (read in place by
+// the runs) or in float_data (converted on every run, as all initializers were before).
+std::unique_ptr<ir::Model> dense_model(bool raw, int64_t k, int64_t n) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("dense");
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto add_init = [&](const std::string& name, std::vector<int64_t> dims) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    int64_t count = 1;
+    for (int64_t d : dims) {
+      t->add_dims(d);
+      count *= d;
+    }
+    std::vector<float> v(static_cast<size_t>(count));
+    for (float& f : v) f = u(rng);
+    if (raw) {
+      t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+    } else {
+      for (float f : v) t->add_float_data(f);
+    }
+  };
+  add_init("W", {k, n});
+  add_init("b", {n});
+  auto value_info = [](onnx::ValueInfoProto* vi, const std::string& name,
+                       std::vector<int64_t> dims) {
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  value_info(g->add_input(), "x", {3, 5, k});
+  value_info(g->add_output(), "y", {3, 5, n});
+  value_info(g->add_output(), "W", {k, n});
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    onnx::NodeProto* nd = g->add_node();
+    nd->set_op_type(op);
+    for (const auto& i : in) nd->add_input(i);
+    nd->add_output(out);
+  };
+  node("MatMul", {"x", "W"}, "xw");
+  node("Add", {"xw", "b"}, "s");
+  node("Relu", {"s"}, "y");
+  auto model = ir::Model::from_proto(std::move(m));
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+// Runs read the initializers in place (Tensor::view_of) and share them, on any number of
+// threads: the same bits as converting them on every run, the same memory charged, and outputs
+// that stay valid when the model is gone (W, an initializer, is returned as a view of it).
+TEST(Executor, InitializersReadInPlaceAreSharedByConcurrentRuns) {
+  constexpr int64_t k = 96, n = 200;
+  auto raw = dense_model(true, k, n);
+  auto typed = dense_model(false, k, n);
+  ASSERT_TRUE(raw && typed);
+  auto x = eval::Tensor::zeros(onnx::TensorProto::FLOAT, {3, 5, k}, 1 << 20);
+  ASSERT_TRUE(x.ok());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int64_t i = 0; i < x->size(); ++i) x->set_double(i, u(rng));
+  const std::map<std::string, eval::Tensor> feeds{{"x", *x}};
+  eval::RunStats converted_stats, shared_stats;
+  auto converted = eval::run_model(*typed, feeds, {}, &converted_stats);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  std::vector<eval::Tensor> expected;
+  {
+    auto model = dense_model(true, k, n);
+    auto out = eval::run_model(*model, feeds, {}, &shared_stats);
+    ASSERT_TRUE(out.ok()) << out.status();
+    expected = std::move(*out);
+  }  // the model is gone: W, a view of its initializer, keeps that alive
+  ASSERT_EQ(expected.size(), 2u);
+  EXPECT_FALSE(expected[0].is_view());
+  EXPECT_TRUE(expected[1].is_view());
+  EXPECT_TRUE(expected[0] == (*converted)[0]);
+  EXPECT_TRUE(expected[1] == (*converted)[1]);
+  EXPECT_EQ(shared_stats.peak_bytes, converted_stats.peak_bytes);
+  EXPECT_EQ(shared_stats.work, converted_stats.work);
+  // Within a budget that holds one run's tensors but not two copies of the weights per run.
+  eval::Limits limits;
+  limits.max_live_bytes = shared_stats.peak_bytes;
+  std::atomic<int> mismatches{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int r = 0; r < 5; ++r) {
+        eval::RunStats stats;
+        auto out = eval::run_model(*raw, feeds, limits, &stats);
+        if (!out.ok()) {
+          ++failures;
+          continue;
+        }
+        if (!((*out)[0] == expected[0]) || !((*out)[1] == expected[1]) ||
+            stats.peak_bytes != shared_stats.peak_bytes)
+          ++mismatches;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
+  // One byte less than a run charges: refused, as before weights were shared.
+  limits.max_live_bytes = shared_stats.peak_bytes - 1;
+  EXPECT_EQ(eval::run_model(*raw, feeds, limits).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 // Runs a backend test case (model + input_*.pb) and compares with output_*.pb.

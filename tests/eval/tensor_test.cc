@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -344,6 +346,90 @@ TEST(TensorTest, FourBitPackingRoundTripsEveryValue) {
   EXPECT_EQ(ir::dtype_name(ir::kInt4), "int4");
   EXPECT_EQ(ir::dtype_name(ir::kUint4), "uint4");
   EXPECT_EQ(ir::dtype_name(TensorProto::FLOAT), "float");
+}
+
+// view_of reads raw_data in place and keeps the proto alive; what it cannot read as stored it
+// converts as from_proto does.
+TEST(TensorTest, ViewOfReadsRawDataInPlaceAndKeepsItAlive) {
+  TensorProto p = proto_of(TensorProto::FLOAT, {2, 3});
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f, -0.5f, 7.0f};
+  p.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  auto shared = std::make_shared<const TensorProto>(p);
+  const char* bytes = shared->raw_data().data();
+  auto view = Tensor::view_of(shared, kLimit);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_TRUE(view->is_view());
+  EXPECT_EQ(std::as_const(*view).data<char>(), bytes);  // not copied
+  EXPECT_EQ(view->bytes(), 24u);
+  auto copied = Tensor::from_proto(p, kLimit);
+  ASSERT_TRUE(copied.ok());
+  EXPECT_FALSE(copied->is_view());
+  EXPECT_TRUE(*view == *copied);
+  EXPECT_EQ(view->to_proto().raw_data(), p.raw_data());
+  // Copies read the same bytes, which outlive the caller's pointer to the proto.
+  shared.reset();
+  Tensor copy = *view;
+  EXPECT_TRUE(copy.is_view());
+  EXPECT_EQ(std::as_const(copy).data<char>(), bytes);
+  EXPECT_TRUE(copy == *copied);
+  // Writing copies the bytes first: the other views do not change.
+  Tensor moved = std::move(*view);
+  EXPECT_TRUE(moved.is_view());
+  moved.set_double(0, 42.0);
+  EXPECT_FALSE(moved.is_view());
+  EXPECT_EQ(moved.get_double(0), 42.0);
+  EXPECT_EQ(moved.get_double(5), 7.0);
+  EXPECT_TRUE(copy == *copied);
+  copy.own();
+  EXPECT_FALSE(copy.is_view());
+  EXPECT_TRUE(copy == *copied);
+  // Too large, or data that does not match the dims: refused as from_proto refuses.
+  auto p2 = std::make_shared<const TensorProto>(p);
+  EXPECT_EQ(Tensor::view_of(p2, 16).status().code(), absl::StatusCode::kResourceExhausted);
+  TensorProto short_data = p;
+  short_data.mutable_raw_data()->resize(20);
+  EXPECT_EQ(
+      Tensor::view_of(std::make_shared<const TensorProto>(short_data), kLimit).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorTest, ViewOfConvertsWhatItCannotReadAsStored) {
+  TensorProto typed = proto_of(TensorProto::FLOAT, {3});
+  for (float v : {1.0f, 2.0f, 3.0f}) typed.add_float_data(v);
+  TensorProto bools = proto_of(TensorProto::BOOL, {3});
+  bools.set_raw_data(std::string("\x00\x02\x01", 3));
+  TensorProto int4 = proto_of(ir::kInt4, {3});
+  int4.set_raw_data(std::string("\x21\x0f", 2));
+  TensorProto strings = proto_of(TensorProto::STRING, {2});
+  strings.add_string_data("a");
+  strings.add_string_data("bc");
+  for (const TensorProto* p : {&typed, &bools, &int4, &strings}) {
+    auto view = Tensor::view_of(std::make_shared<const TensorProto>(*p), kLimit);
+    auto copied = Tensor::from_proto(*p, kLimit);
+    ASSERT_TRUE(view.ok() && copied.ok()) << p->data_type();
+    EXPECT_FALSE(view->is_view()) << p->data_type();
+    EXPECT_TRUE(*view == *copied) << p->data_type();
+  }
+}
+
+// A view's bytes are charged to the run's budget as a copy's would be, and released with it.
+TEST(TensorTest, ViewIsChargedLikeACopy) {
+  TensorProto proto = proto_of(TensorProto::DOUBLE, {100});
+  proto.set_raw_data(std::string(800, '\0'));
+  auto p = std::make_shared<const TensorProto>(std::move(proto));
+  auto budget = Budget::make(1000, 0);
+  {
+    BudgetScope scope(budget.get());
+    auto view = Tensor::view_of(p, kLimit);
+    ASSERT_TRUE(view.ok());
+    EXPECT_TRUE(view->is_view());
+    EXPECT_EQ(budget->live_bytes(), 800u);
+    auto second = Tensor::view_of(p, kLimit);  // 1600 bytes would pass the budget
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(budget->live_bytes(), 800u);
+  }
+  EXPECT_EQ(budget->live_bytes(), 0u);
+  EXPECT_EQ(budget->peak_bytes(), 800u);
 }
 
 TEST(BroadcastTest, Shapes) {

@@ -194,15 +194,14 @@ absl::Status fused_matmul(KernelContext& ctx) {
   for (int64_t v : batch) batches *= v;
   RETURN_IF_ERROR(ctx.afford(static_cast<double>(batches) * m * n * (k + 1)));
   ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a->dtype(), out_dims));
-  const Scratch<double> av = to_doubles(*a), bv = to_doubles(*b);
   BroadcastIterator it(batch, {abatch, bbatch});
   const int64_t amat = ad[ad.size() - 1] * ad[ad.size() - 2];
   const int64_t bmat = bd[bd.size() - 1] * bd[bd.size() - 2];
   // alpha = 0 stays with the loops: dgemm would skip the product and the NaN of a NaN operand.
   if (alpha != 0 && use_blas(m, n, k, ta ? m : k, tb ? k : n)) {
     for (int64_t p = 0; p < batches; ++p, it.next()) {
-      const GemmOperand pa{av.data() + it.offset(0) * amat, ta, ta ? m : k};
-      const GemmOperand pb{bv.data() + it.offset(1) * bmat, tb, tb ? k : n};
+      const GemmOperand pa = tensor_operand(*a, it.offset(0) * amat, ta, ta ? m : k);
+      const GemmOperand pb = tensor_operand(*b, it.offset(1) * bmat, tb, tb ? k : n);
       gemm_by_blocks(
           m, n, k, alpha, pa, pb,
           [](int64_t, int64_t r, int64_t, int64_t cn, double* c) { std::fill(c, c + r * cn, 0.0); },
@@ -214,6 +213,7 @@ absl::Status fused_matmul(KernelContext& ctx) {
     }
     return absl::OkStatus();
   }
+  const Scratch<double> av = to_doubles(*a), bv = to_doubles(*b);
   for (int64_t p = 0; p < batches; ++p, it.next()) {
     const double* pa = av.data() + it.offset(0) * amat;
     const double* pb = bv.data() + it.offset(1) * bmat;

@@ -88,7 +88,6 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
   ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), out));
   const int64_t nbatch = element_count(batch);
   RETURN_IF_ERROR(check_work(ctx, static_cast<double>(nbatch) * m * n * k));
-  const Scratch<T> av = values<T>(a), bv = values<T>(b);
   if constexpr (std::is_same_v<T, double>) {
     if (use_blas(m, n, k, k, n)) {
       // A batch of A's against one B (weights) is one product of (batch * m) rows.
@@ -97,8 +96,8 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
       if (rows <= std::numeric_limits<int32_t>::max()) {
         BroadcastIterator it(batch, {abatch, bbatch});
         for (int64_t bi = 0; bi < products; ++bi, it.next()) {
-          const GemmOperand pa{av.data() + it.offset(0) * m * k, false, k};
-          const GemmOperand pb{bv.data() + it.offset(1) * k * n, false, n};
+          const GemmOperand pa = tensor_operand(a, it.offset(0) * m * k, false, k);
+          const GemmOperand pb = tensor_operand(b, it.offset(1) * k * n, false, n);
           const int64_t y0 = bi * rows * n;
           gemm_by_blocks(
               rows, n, k, 1.0, pa, pb,
@@ -118,6 +117,7 @@ absl::Status matmul_impl(KernelContext& ctx, const Tensor& a, const Tensor& b) {
   // The reference loops. One output row at a time, l outer and j inner: each element still sums its
   // products in order of l (the same result as a dot product per element), but B is read row by
   // row.
+  const Scratch<T> av = values<T>(a), bv = values<T>(b);
   Scratch<T> acc(static_cast<size_t>(n));
   BroadcastIterator it(batch, {abatch, bbatch});
   int64_t yi = 0;
@@ -171,7 +171,6 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
   }
   ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), {m, n}));
   RETURN_IF_ERROR(check_work(ctx, static_cast<double>(m) * n * k));
-  const Scratch<T> av = values<T>(a), bv = values<T>(b);
   Scratch<T> cv;
   if (c != nullptr) cv = values<T>(*c);
   std::vector<int64_t> cdims = c != nullptr ? c->dims() : std::vector<int64_t>{};
@@ -188,7 +187,8 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
       }();
       const int64_t c_row = cd2[0] == 1 ? 0 : cd2[1], c_col = cd2[1] == 1 ? 0 : 1;
       gemm_by_blocks(
-          m, n, k, alpha, {av.data(), ta, ta ? m : k}, {bv.data(), tb, tb ? k : n},
+          m, n, k, alpha, tensor_operand(a, 0, ta, ta ? m : k),
+          tensor_operand(b, 0, tb, tb ? k : n),
           [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, double* buf) {
             for (int64_t i = 0; i < r; ++i)
               for (int64_t j = 0; j < cn; ++j)
@@ -203,6 +203,7 @@ absl::Status gemm_impl(KernelContext& ctx, const Tensor& a, const Tensor& b, con
     }
   }
   // The reference loops.
+  const Scratch<T> av = values<T>(a), bv = values<T>(b);
   BroadcastIterator it({m, n}, {cdims});
   for (int64_t i = 0; i < m; ++i) {
     spend_work(static_cast<uint64_t>(n) * static_cast<uint64_t>(k));
@@ -610,7 +611,14 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
   const int64_t cg = cin / group, mg = cout / group;
   RETURN_IF_ERROR(
       check_work(ctx, static_cast<double>(y->size()) * cg * static_cast<double>(g.kernel_size)));
-  Scratch<double> xv = to_doubles(*x), wv = to_doubles(*w);
+  // W is converted to double here only for ConvInteger (which subtracts its zero points) and the
+  // reference loops: dgemm's blocks convert the rows of W they read (gemm.h).
+  const int64_t kk = g.kernel_size, rows = cg * kk, total = batch * g.out_size;
+  const int64_t blas_tile = std::min<int64_t>(
+      total, std::max<int64_t>(16, kGemmScratchDoubles / std::max<int64_t>(rows, 1)));
+  const bool blas = use_blas(mg, blas_tile, rows, rows, blas_tile);
+  Scratch<double> xv = to_doubles(*x);
+  Scratch<double> wv = blas && !integer ? Scratch<double>() : to_doubles(*w);
   if (integer) {
     for (double& v : xv) v -= xz[0];
     const int64_t per_m = static_cast<int64_t>(wv.size()) / std::max<int64_t>(cout, 1);
@@ -628,10 +636,6 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
   // With dgemm (gemm.h) each group's outputs of a tile are one product, W's rows of the group
   // (mg x rows) times `cols` (rows x tile), on tiles of up to kGemmScratchDoubles gathered values
   // (at least 16 positions) so the products are large and `cols` stays bounded whatever the model.
-  const int64_t kk = g.kernel_size, rows = cg * kk, total = batch * g.out_size;
-  const int64_t blas_tile = std::min<int64_t>(
-      total, std::max<int64_t>(16, kGemmScratchDoubles / std::max<int64_t>(rows, 1)));
-  const bool blas = use_blas(mg, blas_tile, rows, rows, blas_tile);
   const int64_t tile = blas ? blas_tile : std::min<int64_t>(total, 256);
   Scratch<double> cols(static_cast<size_t>(rows * tile)), acc(static_cast<size_t>(blas ? 0 : tile));
   Scratch<int64_t> offsets(static_cast<size_t>(kk * tile)), nbs(tile), ops(tile);
@@ -680,7 +684,9 @@ absl::Status conv_impl(KernelContext& ctx, bool integer) {
       }
       if (blas) {
         gemm_by_blocks(
-            mg, tn, rows, 1.0, {wv.data() + gr * mg * rows, false, rows},
+            mg, tn, rows, 1.0,
+            integer ? GemmOperand{wv.data() + gr * mg * rows, false, rows}
+                    : tensor_operand(*w, gr * mg * rows, false, rows),
             {cols.data(), false, tile},
             [&](int64_t m0, int64_t r, int64_t, int64_t cn, double* c) {
               for (int64_t i = 0; i < r; ++i)
