@@ -38,8 +38,7 @@ bool holds_nms(const ir::Node& node, std::map<const ir::Node*, bool>& memo) {
 }
 
 // The NonMaxSuppression nodes (or nodes whose bodies hold one) `v` is computed from.
-std::set<const ir::Node*> nms_ancestors(const ir::Value* v,
-                                        std::map<const ir::Node*, bool>& memo) {
+std::set<const ir::Node*> nms_ancestors(const ir::Value* v, std::map<const ir::Node*, bool>& memo) {
   std::set<const ir::Node*> found, seen;
   std::vector<const ir::Node*> stack;
   if (v->producer()) stack.push_back(v->producer());
@@ -175,29 +174,39 @@ std::string fmt(double x) { return absl::StrFormat("%.4g", x); }
 
 const char* task_kind_name(TaskKind kind) {
   switch (kind) {
-    case TaskKind::kValues: return "values";
-    case TaskKind::kDetection: return "detection";
-    case TaskKind::kTop1: return "top1";
-    case TaskKind::kTop5: return "top5";
-    case TaskKind::kMask: return "mask";
+    case TaskKind::kValues:
+      return "values";
+    case TaskKind::kDetection:
+      return "detection";
+    case TaskKind::kTop1:
+      return "top1";
+    case TaskKind::kTop5:
+      return "top5";
+    case TaskKind::kMask:
+      return "mask";
   }
   return "values";
 }
 
 double default_threshold(TaskKind kind) {
   switch (kind) {
-    case TaskKind::kDetection: return 0.9;
-    case TaskKind::kTop1: return 0.9;
-    case TaskKind::kTop5: return 0.99;
-    case TaskKind::kMask: return 0.9;
-    case TaskKind::kValues: return 0;
+    case TaskKind::kDetection:
+      return 0.9;
+    case TaskKind::kTop1:
+      return 0.9;
+    case TaskKind::kTop5:
+      return 0.99;
+    case TaskKind::kMask:
+      return 0.9;
+    case TaskKind::kValues:
+      return 0;
   }
   return 0;
 }
 
 std::optional<TaskKind> task_kind_from_name(std::string_view name) {
-  for (TaskKind k : {TaskKind::kValues, TaskKind::kDetection, TaskKind::kTop1, TaskKind::kTop5,
-                     TaskKind::kMask})
+  for (TaskKind k :
+       {TaskKind::kValues, TaskKind::kDetection, TaskKind::kTop1, TaskKind::kTop5, TaskKind::kMask})
     if (name == task_kind_name(k)) return k;
   return std::nullopt;
 }
@@ -207,12 +216,12 @@ absl::Status check_output_gate(const OutputGateSpec& spec) {
     return absl::InvalidArgumentError("gate: the output name must be 1..4096 bytes");
   const std::string shown = spec.output.substr(0, 200);
   if (!task_kind_from_name(spec.kind))
-    return absl::InvalidArgumentError(
-        absl::StrCat("gate for '", shown, "': unknown kind '", spec.kind.substr(0, 40),
-                     "' (values, detection, top1, top5, mask)"));
+    return absl::InvalidArgumentError(absl::StrCat("gate for '", shown, "': unknown kind '",
+                                                   spec.kind.substr(0, 40),
+                                                   "' (values, detection, top1, top5, mask)"));
   if (spec.threshold && !(*spec.threshold >= 0 && *spec.threshold <= 1))
-    return absl::InvalidArgumentError(absl::StrCat("gate for '", shown, "': threshold ",
-                                                   *spec.threshold, " is not in [0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gate for '", shown, "': threshold ", *spec.threshold, " is not in [0, 1]"));
   return absl::OkStatus();
 }
 
@@ -221,7 +230,8 @@ absl::StatusOr<OutputGateSpec> parse_output_gate(std::string_view view) {
   const size_t eq = text.rfind('=');
   if (eq == std::string::npos || eq == 0)
     return absl::InvalidArgumentError(
-        absl::StrCat("gate '", text, "': expected OUTPUT=KIND[:THRESHOLD], KIND one of values, "
+        absl::StrCat("gate '", text,
+                     "': expected OUTPUT=KIND[:THRESHOLD], KIND one of values, "
                      "detection, top1, top5, mask"));
   OutputGateSpec spec;
   spec.output = text.substr(0, eq);
@@ -295,8 +305,8 @@ absl::StatusOr<std::vector<TaskGate>> task_gates(const ir::Model& model,
     const bool exists = std::any_of(graph.outputs().begin(), graph.outputs().end(),
                                     [&](const auto& o) { return o.value->name() == spec.output; });
     if (!exists)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gate for '", spec.output.substr(0, 200), "': the model has no output of that name"));
+      return absl::InvalidArgumentError(absl::StrCat("gate for '", spec.output.substr(0, 200),
+                                                     "': the model has no output of that name"));
     RETURN_IF_ERROR(check_output_gate(spec));
     if (!named.insert(spec.output).second)
       return absl::InvalidArgumentError(
@@ -341,8 +351,8 @@ absl::StatusOr<std::vector<TaskGate>> task_gates(const ir::Model& model,
   return gates;
 }
 
-absl::StatusOr<Tensor> gather_rows(const Tensor& t, int64_t axis,
-                                   const std::vector<int64_t>& rows, uint64_t max_bytes) {
+absl::StatusOr<Tensor> gather_rows(const Tensor& t, int64_t axis, const std::vector<int64_t>& rows,
+                                   uint64_t max_bytes) {
   if (axis < 0 || axis >= t.rank())
     return absl::InvalidArgumentError("gather_rows: axis out of range");
   std::vector<int64_t> dims = t.dims();
@@ -358,8 +368,8 @@ absl::StatusOr<Tensor> gather_rows(const Tensor& t, int64_t axis,
     for (size_t k = 0; k < rows.size(); ++k) {
       const int64_t r = rows[k];
       if (r < 0 || r >= n) return absl::InvalidArgumentError("gather_rows: row out of range");
-      const int64_t from = (o * n + r) * inner, to = (o * static_cast<int64_t>(rows.size()) +
-                                                      static_cast<int64_t>(k)) * inner;
+      const int64_t from = (o * n + r) * inner,
+                    to = (o * static_cast<int64_t>(rows.size()) + static_cast<int64_t>(k)) * inner;
       if (strings) {
         for (int64_t e = 0; e < inner; ++e) out.strings()[to + e] = t.strings()[from + e];
       } else if (inner > 0) {
@@ -425,9 +435,8 @@ absl::StatusOr<DetectionMatch> match_detections(const std::vector<const Tensor*>
   std::iota(order.begin(), order.end(), 0);
   if (scores >= 0) {
     const Tensor& s = *original[scores];
-    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
-      return s.get_double(x) > s.get_double(y);
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return s.get_double(x) > s.get_double(y); });
   }
   std::vector<double> oc, cc;
   if (boxes >= 0) {
@@ -475,11 +484,11 @@ absl::StatusOr<DetectionMatch> match_detections(const std::vector<const Tensor*>
   }
   if (scores >= 0) {
     for (int64_t i = 0; i < n; ++i)
-      if (!matched[i]) m.max_unmatched_score = std::max(m.max_unmatched_score,
-                                                        original[scores]->get_double(i));
+      if (!matched[i])
+        m.max_unmatched_score = std::max(m.max_unmatched_score, original[scores]->get_double(i));
     for (int64_t j = 0; j < c; ++j)
-      if (!used[j]) m.max_unmatched_score = std::max(m.max_unmatched_score,
-                                                     candidate[scores]->get_double(j));
+      if (!used[j])
+        m.max_unmatched_score = std::max(m.max_unmatched_score, candidate[scores]->get_double(j));
   }
   std::sort(m.pairs.begin(), m.pairs.end());
   return m;
@@ -534,8 +543,7 @@ void TaskJudge::add(const Tensor& a, const Tensor& b) {
       unjudged_ = "not a [batch, classes, H, W] output";
       return;
     }
-    const int64_t batch = a.dims()[0], classes = a.dims()[1],
-                  pixels = a.dims()[2] * a.dims()[3];
+    const int64_t batch = a.dims()[0], classes = a.dims()[1], pixels = a.dims()[2] * a.dims()[3];
     for (int64_t n = 0; n < batch; ++n)
       for (int64_t p = 0; p < pixels; ++p) {
         const int64_t base = n * classes * pixels + p;
@@ -629,7 +637,8 @@ TaskResult TaskJudge::result() const {
                                                 " classes present");
       break;
     }
-    case TaskKind::kValues: break;
+    case TaskKind::kValues:
+      break;
   }
   r.passed = r.figure >= r.threshold;
   return r;

@@ -85,11 +85,11 @@ struct TaskResult {
   std::string output;
   TaskKind kind = TaskKind::kValues;
   double threshold = 0;
-  double figure = 1;     // compared with threshold: kept when figure >= threshold
-  bool judged = true;    // false: nothing to judge on these inputs (empty mask); not gated
-  bool passed = true;    // judged && figure >= threshold, or !judged
-  std::string detail;    // "167 of 168 boxes matched (IoU >= 0.5, mean 0.98) ..."
-  std::string origin;    // TaskGate::origin
+  double figure = 1;   // compared with threshold: kept when figure >= threshold
+  bool judged = true;  // false: nothing to judge on these inputs (empty mask); not gated
+  bool passed = true;  // judged && figure >= threshold, or !judged
+  std::string detail;  // "167 of 168 boxes matched (IoU >= 0.5, mean 0.98) ..."
+  std::string origin;  // TaskGate::origin
   // Named figures for reports: "original_rows", "candidate_rows", "matched", "mean_iou", ...
   std::vector<std::pair<std::string, double>> figures;
   // Outputs this judgment stands for instead of their value gate (their error is still
@@ -105,7 +105,7 @@ struct DetectionMatch {
   int boxes = -1;  // position of the boxes in the group, -1 when there are none
   int64_t original_rows = 0, candidate_rows = 0;
   std::vector<std::pair<int64_t, int64_t>> pairs;
-  std::vector<double> ious;  // per pair; empty when the group has no boxes
+  std::vector<double> ious;        // per pair; empty when the group has no boxes
   double max_unmatched_score = 0;  // highest score of a row left unmatched, either side
   bool has_scores = false;
 };
@@ -114,8 +114,8 @@ absl::StatusOr<DetectionMatch> match_detections(const std::vector<const Tensor*>
                                                 const std::vector<const Tensor*>& candidate);
 
 // `t`'s slices at `rows` along `axis`, in that order (for comparing matched detections).
-absl::StatusOr<Tensor> gather_rows(const Tensor& t, int64_t axis,
-                                   const std::vector<int64_t>& rows, uint64_t max_bytes);
+absl::StatusOr<Tensor> gather_rows(const Tensor& t, int64_t axis, const std::vector<int64_t>& rows,
+                                   uint64_t max_bytes);
 
 // Accumulates one gate's judgment over input sets.
 class TaskJudge {

@@ -52,8 +52,8 @@ Detections grid(int64_t n) {
 }
 
 DetectionMatch match(const Detections& a, const Detections& b) {
-  auto m = eval::match_detections({&a.boxes, &a.scores, &a.labels},
-                                  {&b.boxes, &b.scores, &b.labels});
+  auto m =
+      eval::match_detections({&a.boxes, &a.scores, &a.labels}, {&b.boxes, &b.scores, &b.labels});
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *m : DetectionMatch{};
 }
@@ -149,8 +149,10 @@ TEST(MatchDetections, BatchOfOneLeadingDim) {
 }
 
 TEST(TaskJudge, TopClassesOverRows) {
-  TaskJudge top5(TaskGate{.kind = TaskKind::kTop5, .threshold = 0.99, .output = "y", .group = {"y"}});
-  TaskJudge top1(TaskGate{.kind = TaskKind::kTop1, .threshold = 0.9, .output = "y", .group = {"y"}});
+  TaskJudge top5(
+      TaskGate{.kind = TaskKind::kTop5, .threshold = 0.99, .output = "y", .group = {"y"}});
+  TaskJudge top1(
+      TaskGate{.kind = TaskKind::kTop1, .threshold = 0.9, .output = "y", .group = {"y"}});
   // Two rows of 8 classes: row 0 keeps its top class; in row 1 the original's top (class 7)
   // falls to third place.
   Tensor a = floats({2, 8}, {0, 1, 2, 3, 4, 5, 6, 9, 0, 1, 2, 3, 4, 5, 6, 9});
@@ -162,7 +164,8 @@ TEST(TaskJudge, TopClassesOverRows) {
   EXPECT_DOUBLE_EQ(r1.figure, 0.5);
   EXPECT_FALSE(r1.passed);
   // Far down the ranking: fails top5 too.
-  TaskJudge again(TaskGate{.kind = TaskKind::kTop5, .threshold = 0.99, .output = "y", .group = {"y"}});
+  TaskJudge again(
+      TaskGate{.kind = TaskKind::kTop5, .threshold = 0.99, .output = "y", .group = {"y"}});
   Tensor c = floats({1, 8}, {0, 1, 2, 3, 4, 5, 6, 9});
   Tensor d = floats({1, 8}, {9, 9, 9, 9, 9, 9, 6, 1});
   again.add(c, d);
@@ -170,7 +173,8 @@ TEST(TaskJudge, TopClassesOverRows) {
 }
 
 TEST(TaskJudge, MasksByIoU) {
-  TaskJudge binary(TaskGate{.kind = TaskKind::kMask, .threshold = 0.9, .output = "m", .group = {"m"}});
+  TaskJudge binary(
+      TaskGate{.kind = TaskKind::kMask, .threshold = 0.9, .output = "m", .group = {"m"}});
   // 1x1x2x4 probability map: the original's mask has 4 pixels, the candidate's 5 (one more).
   Tensor a = floats({1, 1, 2, 4}, {0.9, 0.9, 0.9, 0.9, 0.1, 0.1, 0.1, 0.1});
   Tensor b = floats({1, 1, 2, 4}, {0.9, 0.9, 0.9, 0.9, 0.6, 0.1, 0.1, 0.1});
@@ -180,13 +184,15 @@ TEST(TaskJudge, MasksByIoU) {
   EXPECT_DOUBLE_EQ(r.figure, 0.8);
   EXPECT_FALSE(r.passed);
   // An empty original mask judges nothing: the value gate stands.
-  TaskJudge empty(TaskGate{.kind = TaskKind::kMask, .threshold = 0.9, .output = "m", .group = {"m"}});
+  TaskJudge empty(
+      TaskGate{.kind = TaskKind::kMask, .threshold = 0.9, .output = "m", .group = {"m"}});
   Tensor z = floats({1, 1, 2, 4}, std::vector<double>(8, 0.1));
   empty.add(z, z);
   EXPECT_FALSE(empty.result().judged);
   EXPECT_TRUE(empty.result().replaces_value_gate.empty());
   // Two classes per pixel: each pixel's argmax.
-  TaskJudge classes(TaskGate{.kind = TaskKind::kMask, .threshold = 0.5, .output = "m", .group = {"m"}});
+  TaskJudge classes(
+      TaskGate{.kind = TaskKind::kMask, .threshold = 0.5, .output = "m", .group = {"m"}});
   Tensor c = floats({1, 2, 1, 2}, {1, 0, 0, 1});  // pixel 0: class 0, pixel 1: class 1
   Tensor d = floats({1, 2, 1, 2}, {1, 1, 0, 0});  // both class 0
   classes.add(c, d);
@@ -273,11 +279,12 @@ TEST(OutputGates, InferredFromTheModel) {
   ASSERT_TRUE(gates.ok()) << gates.status();
   std::map<std::string, TaskKind> kinds;
   for (const TaskGate& g : *gates) kinds[g.output] = g.kind;
-  EXPECT_EQ(kinds, (std::map<std::string, TaskKind>{
-                       {"logits", TaskKind::kTop5}, {"pair", TaskKind::kTop1}, {"seg", TaskKind::kMask}}));
+  EXPECT_EQ(kinds,
+            (std::map<std::string, TaskKind>{
+                {"logits", TaskKind::kTop5}, {"pair", TaskKind::kTop1}, {"seg", TaskKind::kMask}}));
   // Set by the user: a kind for an output graft does not judge, one turned off, a threshold.
-  gates = eval::task_gates(*cls, {{"feat", "top1", 0.5}, {"seg", "values", {}},
-                                  {"logits", "top5", 0.8}});
+  gates = eval::task_gates(*cls,
+                           {{"feat", "top1", 0.5}, {"seg", "values", {}}, {"logits", "top5", 0.8}});
   ASSERT_TRUE(gates.ok()) << gates.status();
   kinds.clear();
   for (const TaskGate& g : *gates) kinds[g.output] = g.kind;
@@ -325,8 +332,7 @@ class EditDetector : public Pass {
 };
 
 PassSpec edit(int64_t max_out, bool roll) {
-  PassSpec spec{"edit_detector", [=] { return std::make_unique<EditDetector>(max_out, roll); },
-                {}};
+  PassSpec spec{"edit_detector", [=] { return std::make_unique<EditDetector>(max_out, roll); }, {}};
   spec.lossy = true;
   spec.gate = {.max_rel = 0.01, .min_cosine = 0.9995};
   return spec;
