@@ -64,10 +64,14 @@ const ir::Node* source_op(const ir::Value* v) {
   return nullptr;
 }
 
-std::optional<std::vector<int64_t>> declared_dims(const ir::GraphOutput& o) {
+const onnx::TypeProto* declared_tensor_type(const ir::GraphOutput& o) {
   const onnx::TypeProto* type = o.info.has_type() ? &o.info.type() : o.value->type();
-  if (type == nullptr || !type->has_tensor_type() || !type->tensor_type().has_shape())
-    return std::nullopt;
+  return type != nullptr && type->has_tensor_type() ? type : nullptr;
+}
+
+std::optional<std::vector<int64_t>> declared_dims(const ir::GraphOutput& o) {
+  const onnx::TypeProto* type = declared_tensor_type(o);
+  if (type == nullptr || !type->tensor_type().has_shape()) return std::nullopt;
   std::vector<int64_t> dims;
   for (const auto& d : type->tensor_type().shape().dim())
     dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
@@ -75,8 +79,8 @@ std::optional<std::vector<int64_t>> declared_dims(const ir::GraphOutput& o) {
 }
 
 int32_t declared_type(const ir::GraphOutput& o) {
-  const onnx::TypeProto* type = o.info.has_type() ? &o.info.type() : o.value->type();
-  return type != nullptr && type->has_tensor_type() ? type->tensor_type().elem_type() : 0;
+  const onnx::TypeProto* type = declared_tensor_type(o);
+  return type != nullptr ? type->tensor_type().elem_type() : 0;
 }
 
 // A classifier's or segmenter's gate inferred from how the output is computed and read.
@@ -300,7 +304,8 @@ absl::StatusOr<std::vector<TaskGate>> task_gates(const ir::Model& model,
 
   // The user's choices.
   std::set<std::string> named;
-  TaskGate* user_detection = nullptr;
+  // The user's own detection group, by position (gates grows below: no pointer into it).
+  std::optional<size_t> user_detection;
   for (const OutputGateSpec& spec : specs) {
     const bool exists = std::any_of(graph.outputs().begin(), graph.outputs().end(),
                                     [&](const auto& o) { return o.value->name() == spec.output; });
@@ -330,15 +335,15 @@ absl::StatusOr<std::vector<TaskGate>> task_gates(const ir::Model& model,
       continue;
     }
     if (*kind == TaskKind::kDetection) {
-      if (user_detection == nullptr) {
+      if (!user_detection) {
+        user_detection = gates.size();
         gates.push_back(TaskGate{.kind = TaskKind::kDetection,
                                  .threshold = threshold,
                                  .output = spec.output,
                                  .group = {},
                                  .origin = "set by --gate"});
-        user_detection = &gates.back();
       }
-      user_detection->group.push_back(spec.output);
+      gates[*user_detection].group.push_back(spec.output);
       continue;
     }
     gates.push_back(TaskGate{.kind = *kind,
@@ -425,6 +430,7 @@ absl::StatusOr<DetectionMatch> match_detections(const std::vector<const Tensor*>
     bool same_width = true;
     for (int64_t i = m.axis + 1; i < a.rank(); ++i) same_width &= a.dims()[i] == b.dims()[i];
     if (!same_width) continue;
+    m.row_outputs.push_back(k);
     if (!is_float_type(a.dtype()) && a.dtype() != onnx::TensorProto::STRING) ints.push_back(k);
     if (is_float_type(a.dtype()) && static_cast<int>(k) != boxes && a.rank() == m.axis + 1 &&
         scores < 0)
@@ -616,13 +622,11 @@ TaskResult TaskJudge::result() const {
     }
     case TaskKind::kMask: {
       double sum = 0;
-      int64_t present = 0, inter = 0, uni = 0;
+      int64_t present = 0;
       for (const auto& [cls, iu] : mask_)
         if (iu.second > 0) {
           sum += double(iu.first) / iu.second;
           ++present;
-          inter += iu.first;
-          uni += iu.second;
         }
       if (present == 0) {
         r.judged = false;

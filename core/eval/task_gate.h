@@ -103,6 +103,9 @@ struct TaskResult {
 struct DetectionMatch {
   int64_t axis = 0;
   int boxes = -1;  // position of the boxes in the group, -1 when there are none
+  // Positions in the group of the outputs holding the rows (leading dims 1, the row count along
+  // `axis` on each side, the same dims after it): those compared on the matched rows.
+  std::vector<size_t> row_outputs;
   int64_t original_rows = 0, candidate_rows = 0;
   std::vector<std::pair<int64_t, int64_t>> pairs;
   std::vector<double> ious;        // per pair; empty when the group has no boxes

@@ -805,14 +805,9 @@ VerifyResult Verifier::compare_runs(const ir::Model& candidate, bool lossy) cons
         rows_a.push_back(x);
         rows_b.push_back(y);
       }
-      for (size_t k = 0; k < at.size(); ++k) {
-        const Tensor &x = *a[k], &y = *b[k];
-        if (x.rank() <= match->axis || y.rank() != x.rank() ||
-            x.dims()[match->axis] != match->original_rows ||
-            y.dims()[match->axis] != match->candidate_rows)
-          continue;
-        auto ga = gather_rows(x, match->axis, rows_a, options_.max_tensor_bytes);
-        auto gb = gather_rows(y, match->axis, rows_b, options_.max_tensor_bytes);
+      for (size_t k : match->row_outputs) {
+        auto ga = gather_rows(*a[k], match->axis, rows_a, options_.max_tensor_bytes);
+        auto gb = gather_rows(*b[k], match->axis, rows_b, options_.max_tensor_bytes);
         if (!ga.ok()) return not_verifiable(ga.status(), "the matched detections");
         if (!gb.ok()) return not_verifiable(gb.status(), "the matched detections");
         matched_rows.insert_or_assign(at[k], std::make_pair(std::move(*ga), std::move(*gb)));

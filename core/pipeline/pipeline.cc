@@ -651,14 +651,16 @@ class FixedPointDriver {
 // each lossy pass is tried on top, its error measured and held to max_error.
 class VerifiedPipeline {
  public:
+  // `task_gates`: eval::task_gates of the original with the config's output_gates.
   VerifiedPipeline(const std::vector<PassSpec>& specs, const PipelineConfig& config,
-                   std::unique_ptr<ir::Model> original)
+                   std::unique_ptr<ir::Model> original, std::vector<eval::TaskGate> task_gates)
       : specs_(specs),
         config_(config),
         start_(Clock::now()),
         original_(std::move(original)),
         limits_(run_limits(*original_, config)),
-        verifier_(*original_, verify_options(config, *original_)),
+        task_gates_(std::move(task_gates)),
+        verifier_(*original_, verify_options(config, task_gates_)),
         probability_outputs_(probability_outputs(*original_)) {
     for (size_t i = 0; i < specs.size(); ++i)
       if (specs[i].lossy) lossy_.insert(i);
@@ -682,14 +684,12 @@ class VerifiedPipeline {
   }
 
  private:
-  // With the task gates (checked before the run: run_specs_measured), which measure() applies
-  // and check() ignores.
+  // With the task gates, which measure() applies and check() ignores.
   static eval::VerifyOptions verify_options(const PipelineConfig& config,
-                                            const ir::Model& original) {
+                                            const std::vector<eval::TaskGate>& task_gates) {
     eval::VerifyOptions options = config.verify_options;
     options.should_continue = config.should_continue;
-    if (auto gates = eval::task_gates(original, config.output_gates); gates.ok())
-      options.task_gates = std::move(*gates);
+    options.task_gates = task_gates;
     return options;
   }
 
@@ -697,7 +697,7 @@ class VerifiedPipeline {
   // a 224x224 image, 128 tokens; see measure_lossy), and those inputs are what passes that run
   // the model see (PassContext::calibration).
   void make_lossy_verifier() {
-    eval::VerifyOptions options = verify_options(config_, *original_);
+    eval::VerifyOptions options = verify_options(config_, task_gates_);
     options.representative_dims = true;
     // One random input set: at these sizes it holds plenty of values, and each set costs a run
     // of the original and of every candidate (given sets are all used). Without calibration
@@ -1027,6 +1027,7 @@ class VerifiedPipeline {
   const Clock::time_point start_;
   const std::unique_ptr<ir::Model> original_;
   RunLimits limits_;  // of the original, for every run, replay and trial (set in the constructor)
+  const std::vector<eval::TaskGate> task_gates_;  // of the original (output_gates applied)
   const eval::Verifier verifier_;
   std::unique_ptr<eval::Verifier> lossy_verifier_;  // make_lossy_verifier
   const std::set<std::string> probability_outputs_;
@@ -1056,9 +1057,10 @@ absl::StatusOr<PipelineReport> run_specs_measured(std::unique_ptr<ir::Model>& mo
   // work.
   RETURN_IF_ERROR(eval::check_input_sets(*model, config.verify_options.input_sets));
   RETURN_IF_ERROR(eval::check_input_sets(*model, config.calibration_sets, "calibration"));
-  RETURN_IF_ERROR(eval::task_gates(*model, config.output_gates).status());
+  ASSIGN_OR_RETURN(std::vector<eval::TaskGate> task_gates,
+                   eval::task_gates(*model, config.output_gates));
   if (config.verify || any_lossy(specs))
-    return VerifiedPipeline(specs, config, model->clone()).run(model);
+    return VerifiedPipeline(specs, config, model->clone(), std::move(task_gates)).run(model);
   std::vector<PassInstance> passes;
   for (const PassSpec& s : specs) passes.push_back({s.name, s.create(), s.options});
   return run_passes(model, std::move(passes), config);

@@ -303,6 +303,32 @@ TEST(OutputGates, InferredFromTheModel) {
   EXPECT_NE(std::string(refused.status().message()).find("detection group"), std::string::npos);
 }
 
+TEST(OutputGates, UserDetectionGroupCollectsAcrossOtherSpecs) {
+  // Specs for other outputs between two detection specs add gates in between: the group still
+  // collects both (the list grows as it is built).
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N, 4] x) => (float[N, 4] a, float[N, 4] b, float[N, 4] c, float[N, 4] d,
+                          float[N, 4] e) {
+      a = Relu (x)
+      b = Neg (x)
+      c = Abs (x)
+      d = Sigmoid (x)
+      e = Exp (x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto gates = eval::task_gates(*model, {{"a", "detection", {}},
+                                         {"b", "top1", {}},
+                                         {"c", "top1", {}},
+                                         {"e", "top5", {}},
+                                         {"d", "detection", 0.7}});
+  ASSERT_TRUE(gates.ok()) << gates.status();
+  ASSERT_EQ(gates->size(), 4u);
+  EXPECT_EQ(gates->at(0).kind, TaskKind::kDetection);
+  EXPECT_EQ(gates->at(0).group, (std::vector<std::string>{"a", "d"}));
+}
+
 // ------------------------------------------------------------------ the pipeline, lossy passes
 
 // A lossy pass that edits the detector: NonMaxSuppression's max_output_boxes_per_class, or the
