@@ -389,11 +389,11 @@ absl::StatusOr<DetectionMatch> match_detections(const std::vector<const Tensor*>
   if (original.empty() || original.size() != candidate.size())
     return absl::InvalidArgumentError("detection group: no outputs");
   DetectionMatch m;
-  // The boxes: the first float output whose last dim is 4.
+  // The boxes: the first float output [rows, 4] (or [1, rows, 4]), one box per row.
   int boxes = -1;
   for (size_t k = 0; k < original.size(); ++k)
-    if (is_float_type(original[k]->dtype()) && original[k]->rank() >= 2 &&
-        original[k]->dims().back() == 4) {
+    if (const Tensor& t = *original[k]; is_float_type(t.dtype()) && t.dims().back() == 4 &&
+                                        (t.rank() == 2 || (t.rank() == 3 && t.dims()[0] == 1))) {
       boxes = static_cast<int>(k);
       break;
     }

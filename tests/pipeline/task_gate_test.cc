@@ -148,6 +148,16 @@ TEST(MatchDetections, BatchOfOneLeadingDim) {
   EXPECT_EQ(m->pairs[0], std::make_pair(int64_t{1}, int64_t{0}));
 }
 
+TEST(MatchDetections, SeveralBoxesPerRowAreNotReadAsOneBoxPerRow) {
+  // [rows, 2, 4]: two boxes per row; reading its flat values four at a time would pair rows with
+  // the wrong boxes, so it is not taken as the group's boxes.
+  Tensor a = floats({2, 2, 4}, std::vector<double>(16, 1.0));
+  auto m = eval::match_detections({&a}, {&a});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->boxes, -1);
+  EXPECT_TRUE(m->ious.empty());
+}
+
 TEST(TaskJudge, TopClassesOverRows) {
   TaskJudge top5(
       TaskGate{.kind = TaskKind::kTop5, .threshold = 0.99, .output = "y", .group = {"y"}});
