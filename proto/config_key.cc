@@ -1,6 +1,7 @@
 #include "proto/config_key.h"
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 #include <optional>
 
@@ -15,6 +16,14 @@
 namespace graft::api {
 
 namespace {
+
+// A double as the shortest text that reads back as the same double: two settings that differ
+// anywhere give two keys (StrCat keeps 6 digits: 1234567 and 1234568 were one key).
+std::string exact(double v) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
 
 // What every part of the key reads: the config and what resolving it gave.
 struct KeyContext {
@@ -65,11 +74,13 @@ void write_verify(const KeyContext& c, KeyText& key) {
     key.field(absl::StrCat("default_dim=", o.default_dim));
     for (const auto& [name, shape] : o.shapes)
       key.field(absl::StrCat(name, "=[", absl::StrJoin(shape, ","), "]"));
-    for (const auto& [name, value] : o.values) key.field(absl::StrCat(name, "=", value));
-    key.field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",range=", o.float_range,
+    for (const auto& [name, value] : o.values) key.field(absl::StrCat(name, "=", exact(value)));
+    for (const auto& [name, range] : o.ranges)
+      key.field(absl::StrCat(name, " in [", exact(range.first), ",", exact(range.second), "]"));
+    key.field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",range=", exact(o.float_range),
                            ",int_max=", o.int_max));
   }
-  key.field(absl::StrCat("rtol=", o.rtol, ",atol=", o.atol, ",max_bytes=", o.max_tensor_bytes,
+  key.field(absl::StrCat("rtol=", exact(o.rtol), ",atol=", exact(o.atol), ",max_bytes=", o.max_tensor_bytes,
                          ",max_live=", o.max_live_bytes, ",max_work=", o.max_work));
 }
 
@@ -213,6 +224,7 @@ const std::vector<KeyPart>& key_parts() {
         {"verify.default_dim", kVerifyingRandom},
         {"verify.shapes", kVerifyingRandom},
         {"verify.values", kVerifyingRandom},
+        {"verify.ranges", kVerifyingRandom},
         {"verify.seed", kVerifyingRandom},
         {"verify.trials", kVerifyingRandom},
         {"verify.rtol", kVerifying},
@@ -232,7 +244,7 @@ const std::vector<KeyPart>& key_parts() {
          if (!c.lossy) return;
          for (const auto& g : c.config.output_gates)
            key.field(absl::StrCat("gate_output=", g.output.size(), ":", g.output, "=", g.kind,
-                                  g.threshold ? absl::StrCat(":", *g.threshold) : ""));
+                                  g.threshold ? absl::StrCat(":", exact(*g.threshold)) : ""));
        }},
   };
   return parts;

@@ -175,6 +175,7 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   for (const auto& [name, shape] : v.shapes())
     o.shapes[name].assign(shape.dims().begin(), shape.dims().end());
   o.values.insert(v.values().begin(), v.values().end());
+  for (const auto& [name, range] : v.ranges()) o.ranges[name] = {range.low(), range.high()};
   if (v.seed() != 0) o.seed = v.seed();
   if (v.trials() != 0) o.trials = v.trials();
   if (v.has_rtol()) o.rtol = v.rtol();
@@ -240,6 +241,11 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   for (const auto& [name, shape] : o.shapes)
     (*v.mutable_shapes())[name].mutable_dims()->Add(shape.begin(), shape.end());
   v.mutable_values()->insert(o.values.begin(), o.values.end());
+  for (const auto& [name, range] : o.ranges) {
+    v1::ValueRange& r = (*v.mutable_ranges())[name];
+    r.set_low(range.first);
+    r.set_high(range.second);
+  }
   v.set_seed(o.seed);
   v.set_trials(o.trials);
   v.set_rtol(o.rtol);

@@ -63,6 +63,11 @@ void add_verify_options(CLI::App* cmd, PipelineArgs* args) {
       cmd->add_option("--verify-value", args->verify_values,
                       "fill an input with one number instead of random ones, INPUT=V (repeatable)"))
       ->needs(verify);
+  one_value(cmd->add_option("--verify-range", args->verify_ranges,
+                            "draw an input from LOW..HIGH instead of by its role, INPUT=LOW,HIGH "
+                            "(floats uniform in [LOW, HIGH), integers from ceil(LOW) to "
+                            "floor(HIGH); e.g. audio in -0.5,0.5) (repeatable)"))
+      ->needs(verify);
   cmd->add_option("--verify-seed", args->verify_seed, "random input seed")
       ->capture_default_str()
       ->needs(verify);
@@ -264,7 +269,8 @@ absl::Status set_pass_options(const std::vector<std::string>& options, PipelineC
   return absl::OkStatus();
 }
 
-// --verify-dim, --verify-shape, --verify-value: the random inputs' sizes and values.
+// --verify-dim, --verify-shape, --verify-value, --verify-range: the random inputs' sizes and
+// values.
 absl::Status add_random_inputs(const PipelineArgs& a, eval::VerifyOptions* v) {
   std::string name, value;
   for (const auto& d : a.verify_dims) {
@@ -287,6 +293,16 @@ absl::Status add_random_inputs(const PipelineArgs& a, eval::VerifyOptions* v) {
   for (const auto& val : a.verify_values) {
     RETURN_IF_ERROR(split_pair("--verify-value", val, &name, &value));
     RETURN_IF_ERROR(parse_number("--verify-value", value, &v->values[name]));
+  }
+  for (const auto& r : a.verify_ranges) {
+    RETURN_IF_ERROR(split_pair("--verify-range", r, &name, &value));
+    std::vector<std::string> bounds = absl::StrSplit(value, ',');
+    if (bounds.size() != 2)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--verify-range: expected INPUT=LOW,HIGH, got '", r.substr(0, 200), "'"));
+    auto& range = v->ranges[name];
+    RETURN_IF_ERROR(parse_number("--verify-range", bounds[0], &range.first));
+    RETURN_IF_ERROR(parse_number("--verify-range", bounds[1], &range.second));
   }
   return absl::OkStatus();
 }

@@ -26,7 +26,7 @@ struct PipelineArgs {
   std::string dump_dir;
   bool check = false;
   bool verify = false;
-  std::vector<std::string> verify_dims, verify_shapes, verify_values;  // NAME=...
+  std::vector<std::string> verify_dims, verify_shapes, verify_values, verify_ranges;  // NAME=...
   uint32_t verify_seed = 1;
   int verify_trials = 2;
   double verify_rtol = 1e-3, verify_atol = 1e-4;

@@ -204,22 +204,29 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("input '", name, "': negative dim"));
   ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, dims, options.max_tensor_bytes));
   auto fixed = options.values.find(name);
-  std::uniform_real_distribution<double> real(-options.float_range, options.float_range);
+  auto given = options.ranges.find(name);
+  const bool ranged = given != options.ranges.end();
+  std::uniform_real_distribution<double> real(
+      ranged ? given->second.first : -options.float_range,
+      ranged ? given->second.second : options.float_range);
   // Non-negative and small by default, so integer inputs also work as indices and counts; by
-  // use where the model says more (int_range).
+  // use where the model says more (int_range); as given (ranges) before all of that.
   const IntRange range =
-      is_integer_type(dtype) ? int_range(input, options) : IntRange{0, options.int_max};
+      ranged ? IntRange{static_cast<int64_t>(std::ceil(given->second.first)),
+                        static_cast<int64_t>(std::floor(given->second.second))}
+      : is_integer_type(dtype) ? int_range(input, options)
+                               : IntRange{0, options.int_max};
   std::uniform_int_distribution<int64_t> integer(range.lo, std::max(range.lo, range.hi));
   std::uniform_int_distribution<int64_t> boolean(0, 1);
   // A mask is what a tokenizer makes: ones, then padding zeros in at most the last half of each
   // row (its last dim). Random 0/1 would mask whole rows of attention, which no input does and
   // which makes a softmax NaN.
-  if (fixed == options.values.end() && is_integer_type(dtype) && range.positions) {
+  if (fixed == options.values.end() && !ranged && is_integer_type(dtype) && range.positions) {
     const int64_t row = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
     for (int64_t i = 0; i < t.size(); ++i) t.set_int64(i, std::min(i % row, range.hi));
     return t;
   }
-  if (fixed == options.values.end() && is_integer_type(dtype) && range.mask()) {
+  if (fixed == options.values.end() && !ranged && is_integer_type(dtype) && range.mask()) {
     const int64_t row = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
     std::uniform_int_distribution<int64_t> padding(0, row / 2);
     int64_t keep = row;
@@ -394,6 +401,18 @@ absl::Status validate(const VerifyOptions& o) {
       if (!dim_ok(d))
         return absl::InvalidArgumentError(absl::StrCat("verify: shape of '", name, "' has dim ", d,
                                                        " (must be 0..", kMaxDim, ")"));
+  for (const auto& [name, range] : o.ranges) {
+    constexpr double kMaxValue = 9223372036854775807.0;  // 2^63: integer inputs take them too
+    const auto [low, high] = range;
+    if (!(std::fabs(low) < kMaxValue) || !(std::fabs(high) < kMaxValue) || !(low <= high) ||
+        !std::isfinite(high - low))
+      return absl::InvalidArgumentError(
+          absl::StrCat("verify: the range of '", name.substr(0, 200), "' must be LOW <= HIGH, ",
+                       "finite numbers of magnitude below 2^63, got [", low, ", ", high, "]"));
+  }
+  if (o.max_trials < 0 || o.max_trials > kMaxInputSets)
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify: max_trials must be 0..", kMaxInputSets, ", got ", o.max_trials));
   if (o.trials < 1 || o.trials > kMaxInputSets)
     return absl::InvalidArgumentError(
         absl::StrCat("verify: trials must be 1..", kMaxInputSets, ", got ", o.trials));
@@ -558,18 +577,23 @@ std::string unsupported_op_of(const absl::Status& status) {
 
 Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : options_(options) {
   for (const auto& out : original.graph().outputs()) output_names_.push_back(out.value->name());
-  // Shapes describe random inputs; given sets make them irrelevant.
-  for (const auto& [name, shape] : options.input_sets.empty()
-                                       ? options.shapes
-                                       : std::map<std::string, std::vector<int64_t>>{}) {
-    bool found = false;
-    for (const auto& in : original.graph().inputs()) found |= in.value->name() == name;
-    if (!found) {
-      failure_ = not_verifiable(absl::InvalidArgumentError(absl::StrCat(
-                                    "a shape is given for '", name, "', which is no input")),
-                                "inputs");
-      return;
-    }
+  // Shapes and ranges describe random inputs; given sets make them irrelevant.
+  if (options.input_sets.empty()) {
+    auto is_input = [&](const std::string& name) {
+      for (const auto& in : original.graph().inputs())
+        if (in.value->name() == name) return true;
+      return false;
+    };
+    std::vector<std::pair<const char*, const std::string*>> named;
+    for (const auto& [name, shape] : options.shapes) named.emplace_back("shape", &name);
+    for (const auto& [name, range] : options.ranges) named.emplace_back("range", &name);
+    for (const auto& [what, name] : named)
+      if (!is_input(*name)) {
+        failure_ = not_verifiable(absl::InvalidArgumentError(absl::StrCat(
+                                      "a ", what, " is given for '", *name, "', which is no input")),
+                                  "inputs");
+        return;
+      }
   }
   if (!options.input_sets.empty()) {
     for (const auto& feeds : options.input_sets) {
@@ -668,9 +692,37 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                              "at ", dims_used, " the original's runs cost ", used,
                              " operations, more than the work budget leaves for the candidates")),
                          "the original model");
+    // Cheap runs: more sets, while the original's runs together cost at most 1/16 of the
+    // budget (the candidates cost as much again each). A set that cannot be made or run ends
+    // the growth, not the verification.
+    if (!failure && options.max_trials > static_cast<int>(feeds_.size()) && options.max_work &&
+        !feeds_.empty()) {
+      const uint64_t per_set = (work_spent_ - work_before) / feeds_.size();
+      while (static_cast<int>(feeds_.size()) < options.max_trials &&
+             work_spent_ - work_before + per_set <= options.max_work / 16) {
+        std::map<std::string, Tensor> feeds;
+        uint64_t input_bytes = 0;
+        bool unused = false;
+        const int trial = static_cast<int>(feeds_.size());
+        if (!make_feeds(original, options, attempts[attempt], trial, params, feeds, input_bytes,
+                        unused, nullptr)
+                 .ok())
+          break;
+        auto outputs = run(original, feeds, 16);
+        if (!outputs.ok()) break;
+        feeds_.push_back(std::move(feeds));
+        expected_.push_back(std::move(*outputs));
+      }
+    }
     if (!failure) {
-      // Calibration sets: the same sizes (params hold the trials' dims), other seeds.
-      for (int k = 0; k < options.calibration_sets; ++k) {
+      // Calibration sets: the same sizes (params hold the trials' dims), other seeds; with
+      // max_trials, as many as the trials grew to.
+      const int calibration_sets =
+          options.max_trials > 0
+              ? std::max(options.calibration_sets,
+                         options.calibration_sets > 0 ? static_cast<int>(feeds_.size()) : 0)
+              : options.calibration_sets;
+      for (int k = 0; k < calibration_sets; ++k) {
         std::map<std::string, Tensor> feeds;
         uint64_t input_bytes = 0;
         bool unused = false;

@@ -47,11 +47,20 @@ struct VerifyOptions {
   std::map<std::string, std::vector<int64_t>> shapes;
   // Inputs filled with one value (e.g. a sample rate) instead of random numbers.
   std::map<std::string, double> values;
+  // Inputs drawn from [low, high] instead of what their role gives (floats uniform in
+  // [low, high), integers uniform in [ceil(low), floor(high)]): the distribution the model is
+  // served on (audio in [-0.5, 0.5], token ids within a vocabulary). `values` wins over it.
+  std::map<std::string, std::pair<double, double>> ranges;
   // Random float inputs are uniform in [-float_range, float_range]; integers in [0, int_max].
   double float_range = 1.0;
   int64_t int_max = 3;
   uint32_t seed = 1;
   int trials = 2;  // input sets; each uses seed + trial
+  // More random input sets when a run is cheap: after `trials` sets, sets are added (up to
+  // max_trials) while the original's runs together cost at most 1/16 of max_work, and the
+  // calibration sets grow to as many. A lossy candidate's error is the worst over the sets, so a
+  // decoder step (one token a set) is judged on several tokens, not one. 0: exactly `trials`.
+  int max_trials = 0;
   // Random input sets drawn like the trials' (same sizes and rules) with other seeds (seed +
   // 1000 + k) and not run: what a pass that learns value ranges calibrates on when no data is
   // given, so that its error is measured on inputs it did not learn from

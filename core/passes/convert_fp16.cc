@@ -46,6 +46,10 @@
 // "kept_float32" finding; Casts are inserted at the borders of the float32 regions this makes.
 // Values the runs did not reach (a branch not taken) are not judged. Without calibration inputs
 // only the constants are judged.
+//
+// Runtimes: a node whose float16 form a runtime users serve with is known to fail on stays
+// float32, reported as a "kept_float32" finding with the runtime's failure (runtime_risk: ONNX
+// Runtime 1.30's crash on a batch-moving float16 Transpose read by a MatMul).
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -54,6 +58,9 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include "core/eval/executor.h"
 #include "core/ir/op_params.h"
@@ -216,6 +223,7 @@ class Conversion {
       if (conv) {
         std::string why = constant_risk(*n);
         if (why.empty()) why = activation_risk(*n);
+        if (why.empty()) why = runtime_risk(*n);
         if (!why.empty()) {
           conv = false;
           kept_[n] = std::move(why);
@@ -299,6 +307,32 @@ class Conversion {
       if (std::string why = check(v, "output"); !why.empty()) return why;
     for (const ir::Value* v : n.inputs())
       if (std::string why = check(v, "input"); !why.empty()) return why;
+    return "";
+  }
+
+  // Why `n` stays float32 because a runtime fails on its float16 form, or "" (see the file
+  // comment): a Transpose that moves the leading axis behind the others ([1, ..., r-2, 0, r-1]
+  // or [1, ..., r-1, 0], rank >= 3), read by a MatMul as its first operand, is fused by ONNX
+  // Runtime's level-'all' CPU optimizer into a batch-transposing FusedMatMul, and for a float16
+  // Transpose (with or without a Cast to float32 between) that ends the process with SIGSEGV
+  // (onnxruntime 1.30; bench/lossy_coverage: ocr_rec_opset11). In float32 it loads and runs.
+  static std::string runtime_risk(const ir::Node& n) {
+    if (!n.is("Transpose") || !n.output(0)) return "";
+    const auto perm = ir::transpose_perm(n);
+    if (!perm || perm->size() < 3) return "";
+    const int64_t r = static_cast<int64_t>(perm->size());
+    bool batch = true, batch_and_last = true;
+    for (int64_t i = 0; i + 2 < r; ++i)
+      batch = batch_and_last = batch && (*perm)[i] == i + 1;
+    batch = batch && (*perm)[r - 2] == 0 && (*perm)[r - 1] == r - 1;
+    batch_and_last = batch_and_last && (*perm)[r - 2] == r - 1 && (*perm)[r - 1] == 0;
+    if (!batch && !batch_and_last) return "";
+    for (const auto& u : n.output(0)->uses())
+      if (u.index == 0 && u.node->is_onnx_domain() && u.node->is("MatMul"))
+        return absl::StrCat("its perm [", absl::StrJoin(*perm, ", "), "] read by MatMul '",
+                            u.node->name().empty() ? u.node->output(0)->name() : u.node->name(),
+                            "' is fused by ONNX Runtime's level-'all' CPU optimizer into a "
+                            "FusedMatMul that crashes in float16 (onnxruntime 1.30)");
     return "";
   }
 

@@ -104,6 +104,16 @@ bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> rea
   return true;
 }
 
+const ir::Value* viewed_graph_output(const ir::Value* v, int depth) {
+  for (int i = 0; i < depth && v; ++i) {
+    const ir::Node* p = v->producer();
+    if (!p || !p->is_onnx_domain() || !ir::moves_values(*p) || p->inputs().empty()) return nullptr;
+    v = p->input(0);
+    if (v && v->is_graph_output()) return v;
+  }
+  return nullptr;
+}
+
 bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {
   for (const auto& a : n.attributes())
     if (std::find(known.begin(), known.end(), a.name()) == known.end()) return false;

@@ -88,6 +88,10 @@ ir::Node* only_reader(const ir::Value* v);
 // several readers inside the pattern (e.g. x - mean, read by both the variance and the quotient
 // of a layer normalization).
 bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> readers);
+// The graph output `v` is a view of (the same values moved: Transpose, Reshape, Squeeze...; see
+// ir::moves_values), through at least one such op and at most `depth`, or nullptr: a decoder's
+// key cache read transposed by attention is a view of the `present` output.
+const ir::Value* viewed_graph_output(const ir::Value* v, int depth = 8);
 
 // True if every attribute of `n` is named in `known`. An attribute outside it may change the
 // meaning of the node (or come from an op version the pass does not reason about).

@@ -129,6 +129,12 @@ TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
   EXPECT_TRUE(json["verification"]["rolled_back"].empty());
   EXPECT_LT(json["verification"]["max_abs_diff"].get<double>(), 1e-3);
 
+  // --verify-range draws the input from the given range; the result says it verified.
+  CliRun ranged = graft("optimize --local --verify --verify-range x=0,1 " + kExample.string() +
+                        " --report " + report.string());
+  ASSERT_EQ(ranged.code, 0) << ranged.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(report))["verification"]["status"], "verified");
+
   // Without --verify there is no verification entry.
   CliRun plain = graft("optimize --local " + kExample.string() + " --report " + report.string());
   ASSERT_EQ(plain.code, 0) << plain.err;
@@ -136,7 +142,9 @@ TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
 
   for (const std::string bad :
        {"--verify-dim batch=2", "--verify --verify-shape x=1,three", "--verify --verify-dim x",
-        "--verify --verify-trials 0", "--verify --verify-value sr=abc"}) {
+        "--verify --verify-trials 0", "--verify --verify-value sr=abc",
+        "--verify --verify-range x=1", "--verify --verify-range x=1,-1",
+        "--verify --verify-range x=a,b", "--verify-range x=0,1"}) {
     CliRun b = graft("optimize --local " + bad + " " + kExample.string());
     EXPECT_EQ(b.code, 2) << bad << ": " << b.err;
   }

@@ -242,6 +242,52 @@ TEST(ConvertFp16, AdjacentCastPairThatChangesNothingIsRemoved) {
   EXPECT_EQ(producer(g, "y")->input(0)->producer()->input(0)->producer()->op_type(), "Relu");
 }
 
+TEST(ConvertFp16, ABatchMovingTransposeReadByMatMulStaysFloat32) {
+  // ocr_rec_opset11's head: Transpose(perm [1, 0, 2]) -> MatMul with a constant weight. In
+  // float16 ONNX Runtime 1.30 at level 'all' fuses it into a batch-transposing FusedMatMul and
+  // crashes; the Transpose stays float32 (Casts around it), the MatMul and its weight are
+  // converted. Perms that do not move the leading axis that way ([0, 2, 1]; [1, 0, 2] read by
+  // a Relu) and the second MatMul operand are converted as usual.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[5,1,4] x, float[5,4,1] z) => (float[1,5,3] y, float[1,5,4] r, float[5,1,3] q,
+                                         float[1,5,5] u)
+      <float[4,3] w = {0.5, -1.0, 0.25, 2.0, 1.5, -0.75, 0.125, 1.0, -2.0, 0.5, 0.25, 1.0}> {
+      a = Relu (x)
+      t = Transpose <perm = [1, 0, 2]> (a)
+      y = MatMul (t, w)
+      r = Relu (t)
+      s = Transpose <perm = [0, 2, 1]> (z)
+      q = MatMul (s, w)
+      v = Transpose <perm = [1, 2, 0]> (a)
+      u = MatMul (t, v)
+    }
+  )");
+  ASSERT_TRUE(model);
+  auto original = model->clone();
+  auto result = run_pass(*model, "convert_fp16");
+  EXPECT_TRUE(result.changed);
+  ASSERT_EQ(result.explanations.size(), 1u);
+  const RuleExplanation& e = result.explanations[0];
+  EXPECT_EQ(e.rule, "kept_float32");
+  EXPECT_EQ(e.op, "Transpose");
+  EXPECT_EQ(e.node, "t");
+  EXPECT_NE(e.reason.find("perm [1, 0, 2] read by MatMul 'y'"), std::string::npos) << e.reason;
+  const ir::Graph& g = model->graph();
+  EXPECT_EQ(g.lookup("t")->elem_type(), kF32);
+  EXPECT_EQ(g.lookup("s")->elem_type(), kF16);
+  EXPECT_EQ(g.lookup("v")->elem_type(), kF16);  // MatMul's second operand
+  EXPECT_EQ(g.find_local("w")->initializer()->data_type(), kF16);
+  EXPECT_EQ(producer(g, "y")->input(0)->producer()->op_type(), "MatMul");
+  EXPECT_EQ(onnx_errors(*model), "");
+  EXPECT_EQ(fp16_region_errors(*model, {}, kept_float32_nodes(result)), "");
+  eval::VerifyOptions tolerance;
+  tolerance.rtol = 1e-2;
+  tolerance.atol = 1e-2;
+  auto outcome = eval::verify(*original, *model, tolerance);
+  EXPECT_EQ(outcome.status, eval::VerifyStatus::kVerified) << outcome.message;
+}
+
 TEST(ConvertFp16, AConstantBeyondFloat16KeepsItsReaderInFloat32AndSaysWhy) {
   // A BatchNormalization variance of 1e7 (ppocrv4_det has 1.05e7 to 9.8e7): clamped to 65504 it
   // would change the normalization; the node stays float32 between Casts, its constants too,

@@ -351,6 +351,56 @@ TEST(QuantizeStaticInt8, ElementwiseOnlyBetweenQuantizedValues) {
     }
 }
 
+// Attention over a KV cache: the keys are also the `present` output, which attention reads
+// transposed. The scores' MatMul stays float (ONNX Runtime's level-'all' optimizer would move
+// the pair on the transposed keys onto `present`, quantizing the whole cache it returns); the
+// same MatMul on keys that are no graph output is quantized.
+TEST(QuantizeStaticInt8, AttentionOnAKvCacheOutputStaysFloat) {
+  auto sets = [] {
+    std::vector<std::map<std::string, eval::Tensor>> out(1);
+    std::vector<float> q(8), past(12), k(4);
+    // Each spans [-2, 2], the range of the random inputs the outputs are compared on.
+    auto span = [](std::vector<float>& v) {
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = -2.0f + 4.0f * static_cast<float>(i) / static_cast<float>(v.size() - 1);
+    };
+    span(q);
+    span(past);
+    span(k);
+    out[0].emplace("q", make<float>(TensorProto::FLOAT, {1, 2, 4}, q));
+    out[0].emplace("past", make<float>(TensorProto::FLOAT, {1, 3, 4}, past));
+    out[0].emplace("k", make<float>(TensorProto::FLOAT, {1, 1, 4}, k));
+    return out;
+  };
+  auto scores_quantized = [](const ir::Model& m) {
+    for (const ir::Node* n : m.graph().nodes())
+      if (n->is("MatMul")) return n->input(1)->producer()->is("DequantizeLinear");
+    return false;
+  };
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,4] q, float[1,3,4] past, float[1,1,4] k) => (float[1,4,4] present,
+                                                              float[1,2,4] y) {
+      present = Concat <axis = 1> (past, k)
+      kt = Transpose <perm = [0, 2, 1]> (present)
+      y = MatMul (q, kt)
+    }
+  )",
+                    quantized(sets()));
+
+  auto no_cache = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,4] q, float[1,3,4] past, float[1,1,4] k) => (float[1,2,4] y) {
+      keys = Concat <axis = 1> (past, k)
+      kt = Transpose <perm = [0, 2, 1]> (keys)
+      y = MatMul (q, kt)
+    }
+  )",
+                              quantized(sets()));
+  ASSERT_NE(no_cache, nullptr);
+  EXPECT_TRUE(scores_quantized(*no_cache));
+}
+
 // A residual block quantized through the pipeline: the gate accepts it, and it is reported.
 TEST(QuantizeStaticInt8, ResidualBlockThroughThePipelineIsWithinItsGate) {
   auto m = parse_text(R"(

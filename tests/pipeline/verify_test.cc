@@ -1,6 +1,9 @@
 // Numeric verification: the Verifier on its own (inputs from options, tolerances, reasons), and
 // the pipeline's use of it: a pass that changes the outputs is found by bisection among the
 // pass runs, rolled back, and the model is optimized again without it.
+#include <limits>
+#include <set>
+
 #include <absl/strings/str_cat.h>
 
 #include "core/eval/verify.h"
@@ -397,6 +400,81 @@ TEST(Verifier, IntegerInputsTakeTheValuesTheModelReadsThemAs) {
   EXPECT_GE(span("ids").first, 0);
   EXPECT_EQ(span("attention"), (std::pair<int64_t, int64_t>(0, 1)));
   EXPECT_EQ(span("count").second, options.int_max);
+}
+
+TEST(Verifier, GivenRangesOverrideWhatTheRoleGives) {
+  // ids would span the 50-row table and audio [-1, 1]; the ranges say [10, 12] and
+  // [-0.5, 0.5). A range on a name that is no input, or LOW > HIGH, is refused.
+  std::string table;
+  for (int i = 0; i < 100; ++i) absl::StrAppend(&table, i ? ", " : "", "0.5");
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[1, 256] ids, float[1, 4096] audio) => (float[1, 256, 2] e, float[1, 4096] a)
+      <float[50, 2] table = {)",
+                                       table, R"(}> {
+      e = Gather (table, ids)
+      a = Identity (audio)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.trials = 1;
+  options.ranges["ids"] = {9.5, 12.0};
+  options.ranges["audio"] = {-0.5, 0.5};
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable());
+  const auto& feeds = verifier.feeds().at(0);
+  std::set<int64_t> ids;
+  for (int64_t i = 0; i < feeds.at("ids").size(); ++i) ids.insert(feeds.at("ids").get_int64(i));
+  EXPECT_EQ(ids, (std::set<int64_t>{10, 11, 12}));
+  double lo = 1, hi = -1;
+  for (int64_t i = 0; i < feeds.at("audio").size(); ++i) {
+    lo = std::min(lo, feeds.at("audio").get_double(i));
+    hi = std::max(hi, feeds.at("audio").get_double(i));
+  }
+  EXPECT_GE(lo, -0.5);
+  EXPECT_LT(hi, 0.5);
+  EXPECT_LT(lo, -0.45);  // the whole range is used, not a corner of it
+  EXPECT_GT(hi, 0.45);
+
+  options.ranges["nothing"] = {0, 1};
+  eval::Verifier unknown(*model, options);
+  EXPECT_FALSE(unknown.usable());
+  EXPECT_NE(unknown.check(*model).message.find("a range is given for 'nothing', which is no input"),
+            std::string::npos)
+      << unknown.check(*model).message;
+  options.ranges.erase("nothing");
+  options.ranges["audio"] = {1, -1};
+  EXPECT_TRUE(absl::IsInvalidArgument(eval::validate(options)));
+  options.ranges["audio"] = {0, std::numeric_limits<double>::infinity()};
+  EXPECT_TRUE(absl::IsInvalidArgument(eval::validate(options)));
+}
+
+TEST(Verifier, CheapRunsGetMoreInputSetsUpToMaxTrials) {
+  // A run of this model costs next to nothing: with max_trials 5 the verifier makes 5 sets
+  // (each a distinct draw) and as many calibration sets; a budget a few runs big stops the
+  // growth early; without max_trials it makes exactly `trials`.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, 64] x) => (float[1, 64] y) {
+      y = Relu (x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.trials = 1;
+  options.calibration_sets = 1;
+  EXPECT_EQ(eval::Verifier(*model, options).feeds().size(), 1u);
+  options.max_trials = 5;
+  eval::Verifier grown(*model, options);
+  ASSERT_EQ(grown.feeds().size(), 5u);
+  EXPECT_EQ(grown.calibration_feeds().size(), 5u);
+  EXPECT_NE(grown.feeds()[0].at("x").get_double(0), grown.feeds()[4].at("x").get_double(0));
+  EXPECT_EQ(grown.check(*model).status, eval::VerifyStatus::kVerified);
+  options.max_work = 16 * 64 * 2;  // Relu's work on one set is 64: room for two sets in 1/16
+  EXPECT_EQ(eval::Verifier(*model, options).feeds().size(), 2u);
+  options.max_trials = 17;
+  EXPECT_TRUE(absl::IsInvalidArgument(eval::validate(options)));
 }
 
 // Hugging Face decoders slice their rotary cache to the total length at run time and gather it

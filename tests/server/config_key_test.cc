@@ -74,6 +74,7 @@ std::vector<std::pair<std::string, v1::PipelineConfig>> golden_configs() {
     v.set_default_dim(16);
     (*v.mutable_shapes())["x"].add_dims(2);
     (*v.mutable_values())["k"] = 1.5;
+    (*v.mutable_ranges())["x"].set_high(0.25);
     out.emplace_back("verify_random", c);
     (*v.add_input_sets()->mutable_tensors())["x"] = tensor_bytes("x", 1.0f);
     out.emplace_back("verify_inputs", c);
@@ -121,22 +122,24 @@ std::vector<std::pair<std::string, v1::PipelineConfig>> golden_configs() {
 
 // The verified configs' keys include the work budget (max_work=...): they changed when its
 // default went from 2e10 to 2e11, as they must (a result not verifiable under the old budget may
-// verify under the new one).
+// verify under the new one). They changed again when numbers (tolerances, values, ranges, gate
+// thresholds) began to be written exactly (atol=1e-04; StrCat kept 6 digits, so settings that
+// differed in the 7th were one key) and verify.ranges was added (verify_random).
 TEST(ConfigKey, KeysOfExistingConfigsAreUnchanged) {
   const std::map<std::string, std::string> golden = {
       {"small", "e7ca3115fd5bb53e04b55db7f118c88305542267ff6c4de508aeaaaa0e657c3d"},
       {"rounds", "5ed1c953eb990f2312d822d15c4a3fafd9f3ec1694280ef5d84ea7523eff994a"},
       {"checks", "e633d66f223067b27912f45663e72aa259e6964d370f965770fc204b8d061581"},
-      {"verify", "ac86c93354dedaeeec379c15c463b94c34db06964f89c97373004ad578825964"},
-      {"verify_random", "022784433e8d3248719b0aa06b3ab206be5cb6e80e4bde7e1c5bd1ceb1391028"},
-      {"verify_inputs", "f6bb5a99deb7b48731fbcbe6ee4c2c004acc66570e0d3800564faf03d7baaa01"},
+      {"verify", "01b8345400f5eba9ac43bd1e30edda7da29c53da84b3a4a9d278f6f54d342228"},
+      {"verify_random", "57e8dd82c118951cccd457f07de9d40f6df9450a9f730012d119bfc9b6501db3"},
+      {"verify_inputs", "aa19797bb09e3f2a49f20951756716979bd91567fa3bf2cc71d9ffe0cd8b5f53"},
       {"target", "61b62da267636c9c1caeb22eda9ff977e4508a182cea1a5e531ec679d34b9740"},
       {"target_opset", "f5d9c6973acc38a41f36eaf2864cd69deec75197bdce73246d4314200ae8d1df"},
       {"fix", "b016a3cf216692051006876c77ce4cbc9ccff58f226bf7a3a0259c5f7bcf4214"},
       {"explain", "beb2378a8d7e233bb699075e9394ff4ca6207649d71d4f66ba764638a2a37560"},
       {"memory", "76f2f87ce1cc4d3f6e55614a4387cb7cd84d64f0a2d64e6cb993ed7fc735c467"},
-      {"lossy", "73399544d0f66f4586dafd0605b825a8c09727cfbd50f33d706a5ada7ee807f6"},
-      {"lossy_gates", "555fe9669d8ec43515ab6dc67e613adff0cadc2f6261d434c7c054bfe848c17a"},
+      {"lossy", "40f99600d90b3f8b0cc11250350e2b0793357b60ad86ad0841b6d475a0551a68"},
+      {"lossy_gates", "c92511d72e5d55a3413fca984fd7cac41b3c9cbb0c29dd4125ad31a0bae6a765"},
   };
   for (const auto& [name, config] : golden_configs()) {
     auto key = key_of(config);
@@ -233,6 +236,12 @@ const std::map<std::string, std::function<void(v1::PipelineConfig&)>>& samples()
       {"verify.default_dim", [](C& c) { c.mutable_verify()->set_default_dim(16); }},
       {"verify.shapes", [](C& c) { (*c.mutable_verify()->mutable_shapes())["x"].add_dims(2); }},
       {"verify.values", [](C& c) { (*c.mutable_verify()->mutable_values())["k"] = 1.5; }},
+      {"verify.ranges",
+       [](C& c) {
+         auto& r = (*c.mutable_verify()->mutable_ranges())["x"];
+         r.set_low(-0.5);
+         r.set_high(0.5);
+       }},
       {"verify.seed", [](C& c) { c.mutable_verify()->set_seed(7); }},
       {"verify.trials", [](C& c) { c.mutable_verify()->set_trials(3); }},
       {"verify.rtol", [](C& c) { c.mutable_verify()->set_rtol(0.01); }},
@@ -334,12 +343,13 @@ TEST(ConfigKey, FieldsOutsideTheirScopeLeaveTheKeyAlone) {
     same(path, v1::PipelineConfig{});
   // No verification: its tolerances and random-input settings mean nothing.
   for (const char* path : {"verify.seed", "verify.trials", "verify.rtol", "verify.atol",
-                           "verify.shapes", "verify.values"})
+                           "verify.shapes", "verify.values", "verify.ranges"})
     same(path, v1::PipelineConfig{});
   // Given inputs replace the random ones: their settings mean nothing then.
   v1::PipelineConfig given;
   samples().at("verify.input_sets")(given);
-  for (const char* path : {"verify.seed", "verify.trials", "verify.shapes", "verify.values"})
+  for (const char* path :
+       {"verify.seed", "verify.trials", "verify.shapes", "verify.values", "verify.ranges"})
     same(path, given);
 }
 
