@@ -80,8 +80,9 @@ void write_verify(const KeyContext& c, KeyText& key) {
     key.field(absl::StrCat("seed=", o.seed, ",trials=", o.trials, ",range=", exact(o.float_range),
                            ",int_max=", o.int_max));
   }
-  key.field(absl::StrCat("rtol=", exact(o.rtol), ",atol=", exact(o.atol), ",max_bytes=", o.max_tensor_bytes,
-                         ",max_live=", o.max_live_bytes, ",max_work=", o.max_work));
+  key.field(absl::StrCat("rtol=", exact(o.rtol), ",atol=", exact(o.atol),
+                         ",max_bytes=", o.max_tensor_bytes, ",max_live=", o.max_live_bytes,
+                         ",max_work=", o.max_work));
 }
 
 // Fixed input dims change the model itself.

@@ -298,8 +298,8 @@ absl::Status add_random_inputs(const PipelineArgs& a, eval::VerifyOptions* v) {
     RETURN_IF_ERROR(split_pair("--verify-range", r, &name, &value));
     std::vector<std::string> bounds = absl::StrSplit(value, ',');
     if (bounds.size() != 2)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--verify-range: expected INPUT=LOW,HIGH, got '", r.substr(0, 200), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--verify-range: expected INPUT=LOW,HIGH, got '", r.substr(0, 200), "'"));
     auto& range = v->ranges[name];
     RETURN_IF_ERROR(parse_number("--verify-range", bounds[0], &range.first));
     RETURN_IF_ERROR(parse_number("--verify-range", bounds[1], &range.second));

@@ -206,16 +206,14 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
   auto fixed = options.values.find(name);
   auto given = options.ranges.find(name);
   const bool ranged = given != options.ranges.end();
-  std::uniform_real_distribution<double> real(
-      ranged ? given->second.first : -options.float_range,
-      ranged ? given->second.second : options.float_range);
+  std::uniform_real_distribution<double> real(ranged ? given->second.first : -options.float_range,
+                                              ranged ? given->second.second : options.float_range);
   // Non-negative and small by default, so integer inputs also work as indices and counts; by
   // use where the model says more (int_range); as given (ranges) before all of that.
-  const IntRange range =
-      ranged ? IntRange{static_cast<int64_t>(std::ceil(given->second.first)),
-                        static_cast<int64_t>(std::floor(given->second.second))}
-      : is_integer_type(dtype) ? int_range(input, options)
-                               : IntRange{0, options.int_max};
+  const IntRange range = ranged ? IntRange{static_cast<int64_t>(std::ceil(given->second.first)),
+                                           static_cast<int64_t>(std::floor(given->second.second))}
+                         : is_integer_type(dtype) ? int_range(input, options)
+                                                  : IntRange{0, options.int_max};
   std::uniform_int_distribution<int64_t> integer(range.lo, std::max(range.lo, range.hi));
   std::uniform_int_distribution<int64_t> boolean(0, 1);
   // A mask is what a tokenizer makes: ones, then padding zeros in at most the last half of each
@@ -589,9 +587,10 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     for (const auto& [name, range] : options.ranges) named.emplace_back("range", &name);
     for (const auto& [what, name] : named)
       if (!is_input(*name)) {
-        failure_ = not_verifiable(absl::InvalidArgumentError(absl::StrCat(
-                                      "a ", what, " is given for '", *name, "', which is no input")),
-                                  "inputs");
+        failure_ =
+            not_verifiable(absl::InvalidArgumentError(absl::StrCat("a ", what, " is given for '",
+                                                                   *name, "', which is no input")),
+                           "inputs");
         return;
       }
   }

@@ -322,17 +322,23 @@ class Conversion {
     if (!perm || perm->size() < 3) return "";
     const int64_t r = static_cast<int64_t>(perm->size());
     bool batch = true, batch_and_last = true;
-    for (int64_t i = 0; i + 2 < r; ++i)
-      batch = batch_and_last = batch && (*perm)[i] == i + 1;
+    for (int64_t i = 0; i + 2 < r; ++i) batch = batch_and_last = batch && (*perm)[i] == i + 1;
     batch = batch && (*perm)[r - 2] == 0 && (*perm)[r - 1] == r - 1;
     batch_and_last = batch_and_last && (*perm)[r - 2] == r - 1 && (*perm)[r - 1] == 0;
     if (!batch && !batch_and_last) return "";
-    for (const auto& u : n.output(0)->uses())
-      if (u.index == 0 && u.node->is_onnx_domain() && u.node->is("MatMul"))
-        return absl::StrCat("its perm [", absl::StrJoin(*perm, ", "), "] read by MatMul '",
-                            u.node->name().empty() ? u.node->output(0)->name() : u.node->name(),
-                            "' is fused by ONNX Runtime's level-'all' CPU optimizer into a "
-                            "FusedMatMul that crashes in float16 (onnxruntime 1.30)");
+    // Readers through Casts too: the pass's own boundary Casts on a later run, or ONNX
+    // Runtime's (it runs a float16 MatMul in float32 between Casts) crash it the same way.
+    std::vector<const ir::Value*> values = {n.output(0)};
+    for (size_t i = 0; i < values.size() && i < 8; ++i)
+      for (const auto& u : values[i]->uses()) {
+        if (!u.node->is_onnx_domain()) continue;
+        if (u.node->is("Cast") && u.node->output(0)) values.push_back(u.node->output(0));
+        if (u.index == 0 && u.node->is("MatMul"))
+          return absl::StrCat("its perm [", absl::StrJoin(*perm, ", "), "] read by MatMul '",
+                              u.node->name().empty() ? u.node->output(0)->name() : u.node->name(),
+                              "' is fused by ONNX Runtime's level-'all' CPU optimizer into a "
+                              "FusedMatMul that crashes in float16 (onnxruntime 1.30)");
+      }
     return "";
   }
 

@@ -281,6 +281,11 @@ TEST(ConvertFp16, ABatchMovingTransposeReadByMatMulStaysFloat32) {
   EXPECT_EQ(producer(g, "y")->input(0)->producer()->op_type(), "MatMul");
   EXPECT_EQ(onnx_errors(*model), "");
   EXPECT_EQ(fp16_region_errors(*model, {}, kept_float32_nodes(result)), "");
+  // The next round sees the Transpose read through the Cast the first one inserted: it stays
+  // float32 (was converted there, and the Casts around it removed).
+  auto again = run_pass(*model, "convert_fp16");
+  EXPECT_FALSE(again.changed);
+  EXPECT_EQ(g.lookup("t")->elem_type(), kF32);
   eval::VerifyOptions tolerance;
   tolerance.rtol = 1e-2;
   tolerance.atol = 1e-2;

@@ -1450,8 +1450,8 @@ TEST(Graftd, ConfigNumbersAreBounded) {
     (*c.mutable_verify()->mutable_values())["x"] = v;
     expect_invalid(c, "'x'");
   }
-  for (auto [low, high] : {std::pair{1.0, -1.0}, std::pair{0.0, std::nan("")},
-                           std::pair{-1e300, 1e300}}) {
+  for (auto [low, high] :
+       {std::pair{1.0, -1.0}, std::pair{0.0, std::nan("")}, std::pair{-1e300, 1e300}}) {
     auto c = o2();
     c.mutable_verify()->set_enabled(true);
     auto& r = (*c.mutable_verify()->mutable_ranges())["x"];
