@@ -125,6 +125,9 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
 struct IntRange {
   int64_t lo = 0, hi = 0;
   bool positions = false;
+  // For positions into a table computed at run time: that table and the axis read.
+  const ir::Value* table = nullptr;
+  int64_t axis = 0;
   bool mask() const { return !positions && lo == 0 && hi == 1; }
 };
 
@@ -162,7 +165,8 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
       if (!table) {
         const int64_t rows = source_rows(n->input(0), n->attr_int("axis", 0), 8);
         if (rows == 0) continue;
-        return IntRange{0, rows > 0 ? rows - 1 : std::numeric_limits<int64_t>::max(), true};
+        return IntRange{0, rows > 0 ? rows - 1 : std::numeric_limits<int64_t>::max(), true,
+                        n->input(0), n->attr_int("axis", 0)};
       }
       int64_t axis = n->attr_int("axis", 0);
       if (axis < 0) axis += table->dims_size();
@@ -280,6 +284,39 @@ absl::Status make_feeds(const ir::Model& original, const VerifyOptions& options,
     feeds.emplace(in.value->name(), std::move(t));
   }
   return absl::OkStatus();
+}
+
+// Positions into a table the graph computes at run time (a rotary cache sliced to the total
+// length, past + sequence): which inputs they are, and the table each indexes.
+struct PositionInput {
+  std::string name;
+  const ir::Value* table;
+  int64_t axis;
+};
+std::vector<PositionInput> position_inputs(const ir::Model& original,
+                                           const VerifyOptions& options) {
+  std::vector<PositionInput> out;
+  for (const auto& in : original.graph().inputs()) {
+    const ir::Value* v = in.value;
+    if (v->is_initializer() || options.values.count(v->name()) || options.ranges.count(v->name()))
+      continue;
+    const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : v->type();
+    if (!type || !type->has_tensor_type() || !is_integer_type(type->tensor_type().elem_type()))
+      continue;
+    const IntRange r = int_range(v, options);
+    if (r.positions && r.table) out.push_back({v->name(), r.table, r.axis});
+  }
+  return out;
+}
+
+// Shifts positions so that a sequence of `seq` tokens sits at the end of a table of `rows`:
+// arange(rows - seq, rows) per row, which is arange(past, past + seq) when the table is cut to
+// the total length. Positions that already reach the end are left as they are.
+void shift_positions(Tensor& t, int64_t rows) {
+  const int64_t seq = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
+  const int64_t offset = rows - seq;
+  if (offset <= 0) return;
+  for (int64_t i = 0; i < t.size(); ++i) t.set_int64(i, offset + i % seq);
 }
 
 VerifyResult not_verifiable(const absl::Status& status, std::string_view what) {
@@ -609,6 +646,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     return;
   }
   std::vector<Sizing> attempts = sizes_to_try(options);
+  const std::vector<PositionInput> positions = position_inputs(original, options);
   std::optional<VerifyResult> first_failure;
   bool stop = false;
   for (size_t attempt = 0; attempt < attempts.size() && !stop; ++attempt) {
@@ -620,6 +658,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     // share of what is left, so that smaller ones still can.
     const bool shrinking = options.representative_dims && attempt + 1 < attempts.size();
     std::map<std::string, int64_t> params;
+    std::map<std::string, int64_t> position_rows;  // PositionInput name -> its table's rows
     const uint64_t work_before = work_spent_;
     std::string dims_used;
     // Inputs too short for the model (a window longer than them, outputs all empty): longer
@@ -639,6 +678,22 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
         failure = not_verifiable(st, "inputs");
         break;
       }
+      // Positions into a table cut to the total length at run time: the first set's run (with
+      // positions 0, 1, ..., which any such table holds) tells the table's rows, and every set
+      // then takes the last positions, arange(past, past + seq).
+      if (trial == 0 && !positions.empty()) {
+        position_rows.clear();
+        const ValueObserver observe = [&](const ir::Value& v, const Tensor& t) {
+          for (const PositionInput& p : positions) {
+            const int64_t axis = p.axis < 0 ? p.axis + t.rank() : p.axis;
+            if (&v == p.table && axis >= 0 && axis < t.rank())
+              position_rows.try_emplace(p.name, t.dims()[static_cast<size_t>(axis)]);
+          }
+        };
+        (void)run(original, feeds, shrinking ? 3 * static_cast<uint64_t>(options.trials) : 1,
+                  &observe);
+      }
+      for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
       if (attempt > 0 && !options.representative_dims &&
           input_bytes > options.max_auto_input_bytes) {
         failure = first_failure;  // larger sizes only grow; report the smallest size's error
@@ -707,6 +762,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                         unused, nullptr)
                  .ok())
           break;
+        for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
         auto outputs = run(original, feeds, 16);
         if (!outputs.ok()) break;
         feeds_.push_back(std::move(feeds));
@@ -729,6 +785,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                         unused, nullptr)
                  .ok())
           break;
+        for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
         calibration_feeds_.push_back(std::move(feeds));
       }
       default_dim_used_ =
@@ -750,7 +807,8 @@ Verifier::~Verifier() = default;
 
 absl::StatusOr<std::vector<Tensor>> Verifier::run(const ir::Model& model,
                                                   const std::map<std::string, Tensor>& feeds,
-                                                  uint64_t share) const {
+                                                  uint64_t share,
+                                                  const ValueObserver* observer) const {
   Limits limits;
   limits.max_tensor_bytes = options_.max_tensor_bytes;
   limits.max_live_bytes = options_.max_live_bytes;
@@ -763,7 +821,7 @@ absl::StatusOr<std::vector<Tensor>> Verifier::run(const ir::Model& model,
     limits.max_work = (options_.max_work - work_spent_) / std::max<uint64_t>(share, 1);
   }
   RunStats stats;
-  auto outputs = run_model(model, feeds, limits, &stats);
+  auto outputs = run_model(model, feeds, limits, &stats, observer);
   work_spent_ += stats.work;
   return outputs;
 }

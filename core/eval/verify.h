@@ -14,6 +14,7 @@
 
 #include <absl/status/statusor.h>
 
+#include "core/eval/executor.h"
 #include "core/eval/kernel.h"
 #include "core/eval/task_gate.h"
 #include "core/eval/tensor.h"
@@ -187,7 +188,8 @@ class Verifier {
   // 1/`share` of what is left.
   absl::StatusOr<std::vector<Tensor>> run(const ir::Model& model,
                                           const std::map<std::string, Tensor>& feeds,
-                                          uint64_t share = 1) const;
+                                          uint64_t share = 1,
+                                          const ValueObserver* observer = nullptr) const;
   VerifyResult compare_runs(const ir::Model& candidate, bool lossy) const;
   // Position of the output `name` in output_names_ (its size when there is none).
   size_t output_index(const std::string& name) const;

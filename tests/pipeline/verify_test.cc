@@ -510,6 +510,54 @@ TEST(Verifier, PositionIdsIntoASlicedCacheCountAlongTheSequence) {
   }
 }
 
+// A decoder step: the cache is cut to the total length, past + seq (Hugging Face's rotary
+// cache sliced by the key cache's length plus the new tokens), and the new tokens' positions are
+// the last ones, arange(past, past + seq): 5 and 6 after a past of 5, not 0 and 1 (what the
+// model would compute for the first two tokens of a prompt).
+TEST(Verifier, PositionIdsOfADecoderStepFollowThePast) {
+  std::string cache;
+  for (int i = 0; i < 64 * 2; ++i) absl::StrAppend(&cache, i ? ", " : "", i);
+  auto model = parse_text(
+      absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, seq, 2] x, float[1, past, 2] past_key, int64[1, seq] position_ids)
+        => (float[1, seq, 2] y)
+      <float[64, 2] cos_cached = {)",
+                   cache, R"(}, int64[1] zero = {0}, int64[1] one = {1}, int64[1] two = {2}> {
+      xs = Shape (x)
+      ps = Shape (past_key)
+      seq_len = Slice (xs, one, two)
+      past_len = Slice (ps, one, two)
+      total = Add (past_len, seq_len)
+      cos = Slice (cos_cached, zero, total, zero)
+      picked = Gather (cos, position_ids)
+      y = Add (x, picked)
+    }
+  )"));
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.dims["seq"] = 2;
+  options.dims["past"] = 5;
+  options.trials = 1;
+  options.max_trials = 3;
+  options.calibration_sets = 1;
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable()) << verifier.check(*model).message;
+  ASSERT_EQ(verifier.feeds().size(), 3u);
+  for (const auto* sets : {&verifier.feeds(), &verifier.calibration_feeds()})
+    for (const auto& feeds : *sets) {
+      const eval::Tensor& ids = feeds.at("position_ids");
+      ASSERT_EQ(ids.size(), 2);
+      EXPECT_EQ(ids.get_int64(0), 5);
+      EXPECT_EQ(ids.get_int64(1), 6);
+    }
+  // A value given for them wins.
+  options.values["position_ids"] = 1;
+  eval::Verifier given(*model, options);
+  ASSERT_TRUE(given.usable());
+  EXPECT_EQ(given.feeds().at(0).at("position_ids").get_int64(1), 1);
+}
+
 // A raw-audio front-end's first convolution spans 400 samples: the usual sizes (128 by role;
 // 1, 16, 64, 256 otherwise) are shorter than its window. After such a failure longer inputs are
 // tried (by role: 1024, then 16000 samples, one second at 16 kHz), so the model is judged.
