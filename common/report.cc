@@ -99,6 +99,11 @@ nlohmann::json verification_json(const VerificationReport& v) {
                       {"tasks", std::move(tasks)},
                       {"verdict", t.verdict}});
   }
+  auto notes_json = [](const std::vector<eval::InputNote>& notes) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& n : notes) out.push_back({{"name", n.name}, {"dims", n.dims}, {"how", n.how}});
+    return out;
+  };
   return {{"status", eval::verify_status_name(v.result.status)},
           {"message", v.result.message},
           {"unsupported_op", v.result.unsupported_op},
@@ -110,7 +115,9 @@ nlohmann::json verification_json(const VerificationReport& v) {
           {"lossy_passes", v.lossy_passes},
           {"max_error", v.max_error ? nlohmann::json(*v.max_error) : nlohmann::json(nullptr)},
           {"errors", errors},
-          {"lossy_trials", trials}};
+          {"lossy_trials", trials},
+          {"inputs", notes_json(v.inputs)},
+          {"lossy_inputs", notes_json(v.lossy_inputs)}};
 }
 
 nlohmann::json memory_json(const MemoryStats& m) {
@@ -222,6 +229,17 @@ std::string format_table(const RunSummary& run) {
       for (const auto& e : v.errors)
         out += line("%-30s %14.6g %14.6g %10.6f\n", terminal_safe(e.name).c_str(), e.max_abs, e.rel,
                     e.cosine);
+    }
+    const bool lossy = !v.lossy_inputs.empty();
+    for (const auto* notes : {&v.inputs, &v.lossy_inputs}) {
+      if (notes->empty()) continue;
+      out += notes == &v.inputs ? (lossy ? "inputs (exact check):\n" : "inputs:\n")
+                                : "inputs (lossy passes' error):\n";
+      for (const auto& n : *notes) {
+        std::string dims;
+        for (int64_t d : n.dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+        out += "  " + terminal_safe(n.name) + " [" + dims + "]: " + terminal_safe(n.how) + "\n";
+      }
     }
     for (const auto& t : v.lossy_trials) {
       out += line("lossy %s (gate: rel <= %g, cosine >= %g): ", t.pass.c_str(), t.gate.max_rel,

@@ -128,6 +128,7 @@ struct IntRange {
   // For positions into a table computed at run time: that table and the axis read.
   const ir::Value* table = nullptr;
   int64_t axis = 0;
+  std::string why{};  // the use that says so, for the report (InputNote)
   bool mask() const { return !positions && lo == 0 && hi == 1; }
 };
 
@@ -157,7 +158,13 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
         u.index == (ms ? 1 : 3)) {
       const onnx::TensorProto* cache = ir::constant_header(n->input(ms ? 2 : 1));
       if (cache && cache->dims_size() == 2 && cache->dims(0) > 0)
-        return IntRange{0, cache->dims(0) - 1};
+        return IntRange{
+            0,
+            cache->dims(0) - 1,
+            false,
+            nullptr,
+            0,
+            absl::StrCat("position ids of ", n->op_type(), " (a cache of ", cache->dims(0), " rows)")};
     }
     if (!n->is_onnx_domain()) continue;
     if (n->is("Gather") && u.index == 1 && n->input(0)) {
@@ -165,18 +172,31 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
       if (!table) {
         const int64_t rows = source_rows(n->input(0), n->attr_int("axis", 0), 8);
         if (rows == 0) continue;
-        return IntRange{0, rows > 0 ? rows - 1 : std::numeric_limits<int64_t>::max(), true,
-                        n->input(0), n->attr_int("axis", 0)};
+        return IntRange{0,
+                        rows > 0 ? rows - 1 : std::numeric_limits<int64_t>::max(),
+                        true,
+                        n->input(0),
+                        n->attr_int("axis", 0),
+                        absl::StrCat("positions into '", n->input(0)->name(),
+                                     "', a table computed at run time")};
       }
       int64_t axis = n->attr_int("axis", 0);
       if (axis < 0) axis += table->dims_size();
       if (axis >= 0 && axis < table->dims_size() && table->dims(static_cast<int>(axis)) > 0)
-        return IntRange{0, table->dims(static_cast<int>(axis)) - 1};
+        return IntRange{0,
+                        table->dims(static_cast<int>(axis)) - 1,
+                        false,
+                        nullptr,
+                        0,
+                        absl::StrCat("indices into '", n->input(0)->name(), "' (",
+                                     table->dims(static_cast<int>(axis)), " rows)")};
     }
-    if (n->is("Where") && u.index == 0) return IntRange{0, 1};
+    if (n->is("Where") && u.index == 0)
+      return IntRange{0, 1, false, nullptr, 0, "a mask: a Where condition"};
     if (n->is("Sub") && u.index == 1 && n->input(0)) {
       auto values = ir::constant_doubles(n->input(0));
-      if (values && values->size() == 1 && (*values)[0] == 1) return IntRange{0, 1};
+      if (values && values->size() == 1 && (*values)[0] == 1)
+        return IntRange{0, 1, false, nullptr, 0, "a mask: read as 1 - m"};
     }
     if ((n->is("Cast") || (ir::moves_values(*n) && u.index == 0)) && n->output(0))
       if (auto r = range_by_use(n->output(0), depth - 1)) return r;
@@ -186,14 +206,15 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
 
 IntRange int_range(const ir::Value* input, const VerifyOptions& options) {
   if (auto r = range_by_use(input, 8)) return *r;
-  if (absl::StrContains(absl::AsciiStrToLower(input->name()), "mask")) return {0, 1};
-  return {0, std::max<int64_t>(0, options.int_max)};
+  if (absl::StrContains(absl::AsciiStrToLower(input->name()), "mask"))
+    return {0, 1, false, nullptr, 0, "a mask (by its name)"};
+  return {0, std::max<int64_t>(0, options.int_max), false, nullptr, 0, "no use says more"};
 }
 
 absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto* type,
                                   const VerifyOptions& options, Sizing sizing,
                                   std::map<std::string, int64_t>& params, bool* defaulted,
-                                  std::mt19937& rng) {
+                                  std::mt19937& rng, std::string* how) {
   const std::string& name = input->name();
   if (!type || !type->has_tensor_type() || !type->tensor_type().has_elem_type())
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is not a typed tensor"));
@@ -215,7 +236,11 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
   // Non-negative and small by default, so integer inputs also work as indices and counts; by
   // use where the model says more (int_range); as given (ranges) before all of that.
   const IntRange range = ranged ? IntRange{static_cast<int64_t>(std::ceil(given->second.first)),
-                                           static_cast<int64_t>(std::floor(given->second.second))}
+                                           static_cast<int64_t>(std::floor(given->second.second)),
+                                           false,
+                                           nullptr,
+                                           0,
+                                           "given"}
                          : is_integer_type(dtype) ? int_range(input, options)
                                                   : IntRange{0, options.int_max};
   std::uniform_int_distribution<int64_t> integer(range.lo, std::max(range.lo, range.hi));
@@ -226,6 +251,8 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
   if (fixed == options.values.end() && !ranged && is_integer_type(dtype) && range.positions) {
     const int64_t row = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
     for (int64_t i = 0; i < t.size(); ++i) t.set_int64(i, std::min(i % row, range.hi));
+    *how = absl::StrCat("positions 0..", std::min(row - 1, range.hi),
+                        " along the last axis: ", range.why);
     return t;
   }
   if (fixed == options.values.end() && !ranged && is_integer_type(dtype) && range.mask()) {
@@ -236,8 +263,23 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
       if (i % row == 0) keep = row - padding(rng);
       t.set_int64(i, i % row < keep ? 1 : 0);
     }
+    *how =
+        absl::StrCat("ones, then padding zeros in at most the last half of each row: ", range.why);
     return t;
   }
+  if (fixed != options.values.end())
+    *how = absl::StrCat("value ", fixed->second, " (given)");
+  else if (ranged)
+    *how = is_float_type(dtype)
+               ? absl::StrCat("uniform in [", given->second.first, ", ", given->second.second,
+                              ") (given)")
+               : absl::StrCat("integers in [", range.lo, ", ", range.hi, "] (given)");
+  else if (is_float_type(dtype))
+    *how = absl::StrCat("uniform in [", -options.float_range, ", ", options.float_range, ")");
+  else if (dtype == onnx::TensorProto::BOOL)
+    *how = "false or true";
+  else
+    *how = absl::StrCat("integers in [", range.lo, ", ", range.hi, "]: ", range.why);
   for (int64_t i = 0; i < t.size(); ++i) {
     if (fixed != options.values.end()) {
       if (is_float_type(dtype))
@@ -269,14 +311,17 @@ std::vector<Sizing> sizes_to_try(const VerifyOptions& options) {
 absl::Status make_feeds(const ir::Model& original, const VerifyOptions& options, Sizing sizing,
                         int trial, std::map<std::string, int64_t>& params,
                         std::map<std::string, Tensor>& feeds, uint64_t& input_bytes,
-                        bool& defaulted, std::string* dims_used) {
+                        bool& defaulted, std::string* dims_used,
+                        std::vector<InputNote>* notes = nullptr) {
   std::mt19937 rng(options.seed + static_cast<uint32_t>(trial));
   for (const auto& in : original.graph().inputs()) {
     // An initializer listed as an input keeps its default in both models.
     if (in.value->is_initializer()) continue;
     const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
+    std::string how;
     ASSIGN_OR_RETURN(Tensor t,
-                     make_input(in.value, type, options, sizing, params, &defaulted, rng));
+                     make_input(in.value, type, options, sizing, params, &defaulted, rng, &how));
+    if (notes) notes->push_back({in.value->name(), t.dims(), std::move(how)});
     input_bytes += t.bytes();
     if (dims_used)
       absl::StrAppend(dims_used, dims_used->empty() ? "" : ", ", in.value->name(), "=",
@@ -643,6 +688,13 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       feeds_.push_back(feeds);
       expected_.push_back(std::move(*outputs));
     }
+    for (const auto& in : original.graph().inputs()) {
+      auto t = options.input_sets[0].find(in.value->name());
+      if (t == options.input_sets[0].end()) continue;
+      input_notes_.push_back({t->first, t->second.dims(),
+                              absl::StrCat("given (", options.input_sets.size(),
+                                           options.input_sets.size() == 1 ? " set)" : " sets)")});
+    }
     return;
   }
   std::vector<Sizing> attempts = sizes_to_try(options);
@@ -659,6 +711,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     const bool shrinking = options.representative_dims && attempt + 1 < attempts.size();
     std::map<std::string, int64_t> params;
     std::map<std::string, int64_t> position_rows;  // PositionInput name -> its table's rows
+    std::vector<InputNote> notes;                  // how the first set's inputs were made
     const uint64_t work_before = work_spent_;
     std::string dims_used;
     // Inputs too short for the model (a window longer than them, outputs all empty): longer
@@ -673,7 +726,8 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       std::map<std::string, Tensor> feeds;
       uint64_t input_bytes = 0;
       if (auto st = make_feeds(original, options, attempts[attempt], trial, params, feeds,
-                               input_bytes, defaulted, trial == 0 ? &dims_used : nullptr);
+                               input_bytes, defaulted, trial == 0 ? &dims_used : nullptr,
+                               trial == 0 ? &notes : nullptr);
           !st.ok()) {
         failure = not_verifiable(st, "inputs");
         break;
@@ -692,6 +746,14 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
         };
         (void)run(original, feeds, shrinking ? 3 * static_cast<uint64_t>(options.trials) : 1,
                   &observe);
+        for (InputNote& note : notes) {
+          auto rows = position_rows.find(note.name);
+          const int64_t seq = note.dims.empty() ? 1 : std::max<int64_t>(note.dims.back(), 1);
+          if (rows != position_rows.end() && rows->second > seq)
+            note.how = absl::StrCat("positions ", rows->second - seq, "..", rows->second - 1,
+                                    ": the last rows of a table the graph cuts to ", rows->second,
+                                    " rows at run time (past + sequence)");
+        }
       }
       for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
       if (attempt > 0 && !options.representative_dims &&
@@ -791,6 +853,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       default_dim_used_ =
           defaulted && attempts[attempt].role_divisor == 0 ? attempts[attempt].default_dim : 0;
       if (defaulted) dims_used_ = std::move(dims_used);
+      input_notes_ = std::move(notes);
       failure_.reset();
       return;
     }
@@ -938,6 +1001,7 @@ VerifyResult Verifier::compare_runs(const ir::Model& candidate, bool lossy) cons
     if (!expected_.empty() && is_float_type(expected_[0][i].dtype()))
       r.outputs.push_back(error_of(output_names_[i], sums[i]));
   for (const TaskJudge& judge : judges) r.tasks.push_back(judge.result());
+  r.inputs = input_notes_;
   if (!first.empty()) {
     r.status = VerifyStatus::kMismatch;
     r.message = absl::StrCat(first, "; worst absolute difference ", r.max_abs_diff, " in '",

@@ -140,6 +140,16 @@ struct OutputError {
   double cosine = 1;
 };
 
+// How one input of the compared sets was made: its dims in the first set, and "how": the
+// distribution and the reason ("uniform in [-1, 1)", "integers in [0, 49]: indices into
+// 'table' (50 rows)", "positions 256..256: the last rows of a table cut at run time to 257
+// rows (past + sequence)", "value 16000 (given)", "given" for recorded sets).
+struct InputNote {
+  std::string name;
+  std::vector<int64_t> dims;
+  std::string how;
+};
+
 struct VerifyResult {
   VerifyStatus status = VerifyStatus::kNotVerifiable;
   // Human-readable: why it is not verifiable, or where the worst difference is.
@@ -154,6 +164,8 @@ struct VerifyResult {
   std::vector<OutputError> outputs;
   // Per VerifyOptions::task_gates entry (measure() only).
   std::vector<TaskResult> tasks;
+  // The inputs compared on, in graph input order (Verifier::inputs()).
+  std::vector<InputNote> inputs;
 };
 
 class Verifier {
@@ -169,6 +181,8 @@ class Verifier {
   bool usable() const { return !failure_.has_value(); }
   // "name=[dims], ..." of the inputs when representative_dims sized them, else "".
   const std::string& dims_used() const { return dims_used_; }
+  // How each input of the sets was made (empty when not usable).
+  const std::vector<InputNote>& inputs() const { return input_notes_; }
   // The input sets every check runs (empty when not usable).
   const std::vector<std::map<std::string, Tensor>>& feeds() const { return feeds_; }
   // VerifyOptions::calibration_sets input sets (empty when not usable or with given sets).
@@ -198,6 +212,7 @@ class Verifier {
   mutable uint64_t work_spent_ = 0;
   std::vector<std::map<std::string, Tensor>> feeds_;  // per trial
   std::vector<std::map<std::string, Tensor>> calibration_feeds_;
+  std::vector<InputNote> input_notes_;
   std::vector<std::vector<Tensor>> expected_;  // per trial
   std::vector<std::string> output_names_;
   int64_t default_dim_used_ = 0;  // 0 when no input has a defaulted dim

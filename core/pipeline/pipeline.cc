@@ -1002,6 +1002,8 @@ class VerifiedPipeline {
     v.lossy_passes = kept_lossy_;
     v.max_error = config_.max_error;
     v.lossy_trials = std::move(lossy_trials_);
+    v.inputs = verifier_.inputs();
+    if (lossy_verifier_ && lossy_verifier_->usable()) v.lossy_inputs = lossy_verifier_->inputs();
     for (PassStats& s : report.passes)
       if (auto it = verdicts_.find(s.name); it != verdicts_.end()) s.error_verdict = it->second;
     add_excluded_passes(report);

@@ -152,6 +152,9 @@ struct VerificationReport {
   std::optional<double> max_error;
   std::vector<eval::OutputError> errors{};
   std::vector<LossyTrial> lossy_trials;  // every lossy pass tried, kept or not, in order
+  // How the inputs were made: of the exact check (its sizes), and of the lossy passes' measure
+  // (representative sizes; empty when no lossy pass ran or it could not run the model).
+  std::vector<eval::InputNote> inputs, lossy_inputs;
 };
 
 struct PipelineReport {

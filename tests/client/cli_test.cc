@@ -133,7 +133,14 @@ TEST(Cli, VerifyReportsTheComparisonAndRejectsBadFlags) {
   CliRun ranged = graft("optimize --local --verify --verify-range x=0,1 " + kExample.string() +
                         " --report " + report.string());
   ASSERT_EQ(ranged.code, 0) << ranged.err;
-  EXPECT_EQ(nlohmann::json::parse(read_file(report))["verification"]["status"], "verified");
+  const auto ranged_json = nlohmann::json::parse(read_file(report))["verification"];
+  EXPECT_EQ(ranged_json["status"], "verified");
+  ASSERT_EQ(ranged_json["inputs"].size(), 1u);
+  EXPECT_EQ(ranged_json["inputs"][0]["name"], "x");
+  EXPECT_EQ(ranged_json["inputs"][0]["how"], "uniform in [0, 1) (given)");
+  EXPECT_NE((ranged.out + ranged.err).find("  x ["), std::string::npos) << ranged.out;
+  EXPECT_NE((ranged.out + ranged.err).find("]: uniform in [0, 1) (given)"), std::string::npos)
+      << ranged.out;
 
   // Without --verify there is no verification entry.
   CliRun plain = graft("optimize --local " + kExample.string() + " --report " + report.string());

@@ -4,6 +4,7 @@
 // whose boxes are dropped or moved off their scores is rolled back.
 #include <algorithm>
 #include <cmath>
+#include <regex>
 
 #include "core/eval/task_gate.h"
 #include "core/eval/verify.h"
@@ -391,11 +392,17 @@ TEST(DetectionGate, OneBoxMorePerClassIsKeptWithItsMatchedBoxFigures) {
   EXPECT_EQ(r.kind, TaskKind::kDetection);
   EXPECT_TRUE(r.passed) << r.detail;
   std::map<std::string, double> f(r.figures.begin(), r.figures.end());
-  // Every original detection matched exactly; the candidate has one or two more (one per class
-  // when enough boxes pass the threshold).
+  // Every original detection matched exactly; the candidate has one or two more per input set
+  // (one per class when enough boxes pass the threshold). A run of this model is cheap, so the
+  // lossy measure uses several sets (VerifyOptions::max_trials).
+  std::smatch sets;
+  const std::string& message = report->verification.result.message;
+  ASSERT_TRUE(std::regex_search(message, sets, std::regex("measured on ([0-9]+) input sets")))
+      << message;
+  EXPECT_GT(std::stoi(sets[1]), 1);
   EXPECT_EQ(f["matched"], f["original_rows"]);
   EXPECT_GT(f["candidate_rows"], f["original_rows"]);
-  EXPECT_LE(f["candidate_rows"], f["original_rows"] + 2);
+  EXPECT_LE(f["candidate_rows"], f["original_rows"] + 2 * std::stoi(sets[1]));
   EXPECT_EQ(f["min_iou"], 1);
   EXPECT_NE(t.verdict.find("detection of 'boxes'"), std::string::npos) << t.verdict;
   EXPECT_EQ(count_ops(*model, "NonMaxSuppression"), 2);  // in the If's branches

@@ -400,6 +400,14 @@ TEST(Verifier, IntegerInputsTakeTheValuesTheModelReadsThemAs) {
   EXPECT_GE(span("ids").first, 0);
   EXPECT_EQ(span("attention"), (std::pair<int64_t, int64_t>(0, 1)));
   EXPECT_EQ(span("count").second, options.int_max);
+  // The report says how each was made, and why.
+  ASSERT_EQ(verifier.inputs().size(), 3u);
+  EXPECT_EQ(verifier.inputs()[0].how, "integers in [0, 49]: indices into 'table' (50 rows)");
+  EXPECT_EQ(verifier.inputs()[0].dims, (std::vector<int64_t>{1, 64}));
+  EXPECT_NE(verifier.inputs()[1].how.find("a mask: read as 1 - m"), std::string::npos)
+      << verifier.inputs()[1].how;
+  EXPECT_EQ(verifier.inputs()[2].how, "integers in [0, 3]: no use says more");
+  EXPECT_EQ(verifier.check(*model).inputs.size(), 3u);
 }
 
 TEST(Verifier, GivenRangesOverrideWhatTheRoleGives) {
@@ -436,6 +444,9 @@ TEST(Verifier, GivenRangesOverrideWhatTheRoleGives) {
   EXPECT_LT(hi, 0.5);
   EXPECT_LT(lo, -0.45);  // the whole range is used, not a corner of it
   EXPECT_GT(hi, 0.45);
+  ASSERT_EQ(verifier.inputs().size(), 2u);
+  EXPECT_EQ(verifier.inputs()[0].how, "integers in [10, 12] (given)");
+  EXPECT_EQ(verifier.inputs()[1].how, "uniform in [-0.5, 0.5) (given)");
 
   options.ranges["nothing"] = {0, 1};
   eval::Verifier unknown(*model, options);
@@ -551,6 +562,9 @@ TEST(Verifier, PositionIdsOfADecoderStepFollowThePast) {
       EXPECT_EQ(ids.get_int64(0), 5);
       EXPECT_EQ(ids.get_int64(1), 6);
     }
+  EXPECT_EQ(verifier.inputs().at(2).how,
+            "positions 5..6: the last rows of a table the graph cuts to 7 rows at run time (past "
+            "+ sequence)");
   // A value given for them wins.
   options.values["position_ids"] = 1;
   eval::Verifier given(*model, options);
