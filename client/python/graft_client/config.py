@@ -17,8 +17,8 @@ from .errors import InvalidArgumentError
 DEFAULT_MAX_ROUNDS = 10
 # eval::VerifyOptions' defaults, which the C++ CLI always sends.
 VERIFY_DEFAULTS = {"seed": 1, "trials": 2, "rtol": 1e-3, "atol": 1e-4, "default_dim": 0}
-_VERIFY_KEYS = {"dims", "default_dim", "shapes", "values", "seed", "trials", "rtol", "atol",
-                "input_sets"}
+_VERIFY_KEYS = {"dims", "default_dim", "shapes", "values", "ranges", "seed", "trials", "rtol",
+                "atol", "input_sets"}
 # eval::kMaxInputSets: recorded input sets one verification runs at most.
 MAX_INPUT_SETS = 16
 MAX_PASS_LIST = 256
@@ -247,6 +247,20 @@ def _verify_config(verify):
                     f"verify: the value of '{name}' must be a finite number of magnitude "
                     f"below 2^63, got {value}")
             v.values[str(name)] = value
+        for name, bounds in (verify.get("ranges") or {}).items():
+            try:
+                low, high = (float(b) for b in bounds)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(
+                    f"verify: the range of '{str(name)[:200]}' must be (low, high), got "
+                    f"{bounds!r}") from None
+            if not (math.isfinite(low) and math.isfinite(high) and low <= high
+                    and max(abs(low), abs(high)) < 9223372036854775807.0):
+                raise InvalidArgumentError(
+                    f"verify: the range of '{str(name)[:200]}' must be LOW <= HIGH, finite "
+                    f"numbers of magnitude below 2^63, got [{low}, {high}]")
+            v.ranges[str(name)].low = low
+            v.ranges[str(name)].high = high
         if verify.get("input_sets") is not None:
             _add_input_sets(v.input_sets, verify["input_sets"])
     elif verify not in (None, False):
@@ -267,7 +281,7 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
                     gates=None, **options):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
-    True, a dict (dims, default_dim, shapes, values, seed, trials, rtol, atol) or a VerifyConfig;
+    True, a dict (dims, default_dim, shapes, values, ranges, seed, trials, rtol, atol) or a VerifyConfig;
     `check` runs the ONNX checker and strict shape inference after each changing pass; `explain`
     (a list of "PASS" or "PASS/RULE", or one such string) asks why those rules did not rewrite
     (report.passes[i].explanations). `calibration_data` (a list of {input name: tensor} dicts,

@@ -554,3 +554,20 @@ def test_lookup_names_a_result_optimized_with_plain_options(client):
     assert not client.is_cached(model)
     found = client.lookup(model, target_opset=17)
     assert found is not None and found.report.input_sha256
+
+
+def test_verify_ranges_are_checked_and_sent():
+    """verify={"ranges": {input: (low, high)}} becomes VerifyConfig.ranges, checked as graftd
+    checks them (finite, low <= high)."""
+    from graft_client.config import pipeline_config
+    config = pipeline_config(verify={"ranges": {"audio": (-0.5, 0.5), "ids": [0, 31999]}})
+    got = {name: (r.low, r.high) for name, r in config.verify.ranges.items()}
+    assert got == {"audio": (-0.5, 0.5), "ids": (0.0, 31999.0)}
+    assert config.verify.enabled
+    for bad, message in [({"x": (1, -1)}, "must be LOW <= HIGH"),
+                         ({"x": (0, float("inf"))}, "must be LOW <= HIGH"),
+                         ({"x": (0,)}, "must be (low, high)"),
+                         ({"x": "ab"}, "must be (low, high)")]:
+        with pytest.raises(graft_client.InvalidArgumentError) as e:
+            pipeline_config(verify={"ranges": bad})
+        assert message in str(e.value), (bad, str(e.value))
