@@ -129,6 +129,10 @@ struct IntRange {
   const ir::Value* table = nullptr;
   int64_t axis = 0;
   std::string why{};  // the use that says so, for the report (InputNote)
+  // A selector (a scalar compared with constants: a sample rate, a mode id): the values the
+  // graph tests, taken in turn by the input sets (odd sets, when one value is tested for
+  // equality, take half of it: the other branch).
+  std::vector<int64_t> selects{};
   bool mask() const { return !positions && lo == 0 && hi == 1; }
 };
 
@@ -145,6 +149,15 @@ int64_t source_rows(const ir::Value* table, int64_t axis, int depth) {
     table = p->input(0);
   }
   return -1;
+}
+
+// True when `v` is declared with static dims holding one element (a scalar, [1], [1, 1]).
+bool one_element(const ir::Value* v) {
+  const onnx::TypeProto* t = v->type();
+  if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) return false;
+  for (const auto& d : t->tensor_type().shape().dim())
+    if (!d.has_dim_value() || d.dim_value() != 1) return false;
+  return true;
 }
 
 std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
@@ -191,6 +204,27 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
                         absl::StrCat("indices into '", n->input(0)->name(), "' (",
                                      table->dims(static_cast<int>(axis)), " rows)")};
     }
+    if ((n->is("Equal") || n->is("Greater") || n->is("Less") || n->is("GreaterOrEqual") ||
+         n->is("LessOrEqual")) &&
+        n->inputs().size() == 2 && one_element(v)) {
+      const ir::Value* other = n->input(1 - u.index);
+      auto c = other ? ir::constant_ints(other) : std::nullopt;  // integer inputs: int constants
+      if (c && c->size() == 1 && std::llabs((*c)[0]) < (int64_t{1} << 60)) {
+        const int64_t k = (*c)[0];
+        IntRange r{
+            k,
+            k,
+            false,
+            nullptr,
+            0,
+            absl::StrCat("a selector: ", n->op_type(), " '", n->name(), "' tests it against ", k)};
+        r.selects = {k};
+        // The other branch: for x > k (or k < x) and x <= k, k + 1; for x < k and x >= k, k - 1.
+        const bool above = (u.index == 0) == (n->is("Greater") || n->is("LessOrEqual"));
+        r.selects.push_back(n->is("Equal") ? k / 2 : above ? k + 1 : k - 1);
+        return r;
+      }
+    }
     if (n->is("Where") && u.index == 0)
       return IntRange{0, 1, false, nullptr, 0, "a mask: a Where condition"};
     if (n->is("Sub") && u.index == 1 && n->input(0)) {
@@ -214,7 +248,7 @@ IntRange int_range(const ir::Value* input, const VerifyOptions& options) {
 absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto* type,
                                   const VerifyOptions& options, Sizing sizing,
                                   std::map<std::string, int64_t>& params, bool* defaulted,
-                                  std::mt19937& rng, std::string* how) {
+                                  std::mt19937& rng, int trial, std::string* how) {
   const std::string& name = input->name();
   if (!type || !type->has_tensor_type() || !type->tensor_type().has_elem_type())
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is not a typed tensor"));
@@ -253,6 +287,13 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
     for (int64_t i = 0; i < t.size(); ++i) t.set_int64(i, std::min(i % row, range.hi));
     *how = absl::StrCat("positions 0..", std::min(row - 1, range.hi),
                         " along the last axis: ", range.why);
+    return t;
+  }
+  if (fixed == options.values.end() && !ranged && !range.selects.empty()) {
+    const int64_t value = range.selects[static_cast<size_t>(trial) % range.selects.size()];
+    for (int64_t i = 0; i < t.size(); ++i) t.set_int64(i, value);
+    *how = absl::StrCat(absl::StrJoin(range.selects, ", then "),
+                        ", in turn over the input sets (each branch): ", range.why);
     return t;
   }
   if (fixed == options.values.end() && !ranged && is_integer_type(dtype) && range.mask()) {
@@ -299,10 +340,13 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
 
 // The sizes tried, in order, until the original runs: by role from the full sizes down
 // (representative_dims), else the first of 1, 16, 64, 256 (a window larger than the input means
-// the dims are too small), or default_dim alone.
+// the dims are too small), or default_dim alone. By role, one size for every dim comes last:
+// dims the graph ties without naming them alike (silero_vad's state [2, ?, 128] and its audio
+// [?, ?], both batch) only agree when all dims are one size.
 std::vector<Sizing> sizes_to_try(const VerifyOptions& options) {
   if (options.default_dim > 0) return {{options.default_dim, 0}};
-  if (options.representative_dims) return {{1, 1}, {1, 4}, {1, 16}, {1, 0}};
+  if (options.representative_dims)
+    return {{1, 1}, {1, 4}, {1, 16}, {1, 0}, {16, 0}, {64, 0}, {256, 0}};
   return {{1, 0}, {16, 0}, {64, 0}, {256, 0}};
 }
 
@@ -319,8 +363,8 @@ absl::Status make_feeds(const ir::Model& original, const VerifyOptions& options,
     if (in.value->is_initializer()) continue;
     const onnx::TypeProto* type = in.info.has_type() ? &in.info.type() : in.value->type();
     std::string how;
-    ASSIGN_OR_RETURN(Tensor t,
-                     make_input(in.value, type, options, sizing, params, &defaulted, rng, &how));
+    ASSIGN_OR_RETURN(Tensor t, make_input(in.value, type, options, sizing, params, &defaulted, rng,
+                                          trial, &how));
     if (notes) notes->push_back({in.value->name(), t.dims(), std::move(how)});
     input_bytes += t.bytes();
     if (dims_used)

@@ -663,7 +663,7 @@ class VerifiedPipeline {
         original_(std::move(original)),
         limits_(run_limits(*original_, config)),
         task_gates_(std::move(task_gates)),
-        verifier_(*original_, verify_options(config, task_gates_)),
+        verifier_(*original_, exact_options(config, task_gates_)),
         probability_outputs_(probability_outputs(*original_)) {
     for (size_t i = 0; i < specs.size(); ++i)
       if (specs[i].lossy) lossy_.insert(i);
@@ -693,6 +693,17 @@ class VerifiedPipeline {
     eval::VerifyOptions options = config.verify_options;
     options.should_continue = config.should_continue;
     options.task_gates = task_gates;
+    return options;
+  }
+
+  // The exact check runs at the sizes models are served at too (representative_dims: a 224x224
+  // image, 128 tokens, 1 s of audio, shrinking when the budget or the model needs it) unless the
+  // request names a size for every other dim (default_dim): a convolution checked on a 1x1
+  // image never exercises its padding, strides or pooling windows.
+  static eval::VerifyOptions exact_options(const PipelineConfig& config,
+                                           const std::vector<eval::TaskGate>& task_gates) {
+    eval::VerifyOptions options = verify_options(config, task_gates);
+    if (options.default_dim == 0 && options.input_sets.empty()) options.representative_dims = true;
     return options;
   }
 

@@ -572,6 +572,40 @@ TEST(Verifier, PositionIdsOfADecoderStepFollowThePast) {
   EXPECT_EQ(given.feeds().at(0).at("position_ids").get_int64(1), 1);
 }
 
+// A selector: a sample rate compared with the one the model was built for picks a branch.
+// The input sets take the value tested (16000) and another (8000) in turn, so both branches
+// run; without it [0, int_max] would only ever reach the else branch.
+TEST(Verifier, SelectorScalarsTakeTheValuesTheGraphTests) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1, 4] x, int64 sr, int64[1] mode) => (float[1, 4] y, float[1, 4] z) {
+      rate = Constant <value = int64 {16000}> ()
+      is16k = Equal (sr, rate)
+      y = If (is16k) <
+        then_branch = t () => (float[1, 4] a) { a = Neg (x) },
+        else_branch = e () => (float[1, 4] b) { b = Abs (x) }
+      >
+      two = Constant <value = int64[1] {2}> ()
+      big = Greater (two, mode)
+      z = Where (big, x, x)
+    }
+  )");
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.trials = 2;
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable()) << verifier.check(*model).message;
+  ASSERT_EQ(verifier.feeds().size(), 2u);
+  EXPECT_EQ(verifier.feeds()[0].at("sr").get_int64(0), 16000);
+  EXPECT_EQ(verifier.feeds()[1].at("sr").get_int64(0), 8000);
+  // 2 > mode: 2 (false), then 1 (true).
+  EXPECT_EQ(verifier.feeds()[0].at("mode").get_int64(0), 2);
+  EXPECT_EQ(verifier.feeds()[1].at("mode").get_int64(0), 1);
+  EXPECT_NE(verifier.inputs().at(1).how.find("16000, then 8000, in turn over the input sets"),
+            std::string::npos)
+      << verifier.inputs().at(1).how;
+}
+
 // A raw-audio front-end's first convolution spans 400 samples: the usual sizes (128 by role;
 // 1, 16, 64, 256 otherwise) are shorter than its window. After such a failure longer inputs are
 // tried (by role: 1024, then 16000 samples, one second at 16 kHz), so the model is judged.
