@@ -68,6 +68,17 @@ int count_casts_to(const ir::Model& model, int32_t to) {
   return n;
 }
 
+// The one finding of `result`: a kept_float32 at `node` (`op`) whose reason contains `why`.
+void expect_one_kept(const PassResult& result, const std::string& op, const std::string& node,
+                     const std::string& why) {
+  ASSERT_EQ(result.explanations.size(), 1u);
+  const RuleExplanation& e = result.explanations[0];
+  EXPECT_EQ(e.rule, "kept_float32");
+  EXPECT_EQ(e.op, op);
+  EXPECT_EQ(e.node, node);
+  EXPECT_NE(e.reason.find(why), std::string::npos) << e.reason;
+}
+
 TEST(ConvertFp16, MatMulAddReluGetsFloat16WeightsAndBoundaryCasts) {
   auto model = convert(R"(
     <ir_version: 8, opset_import: ["" : 13]>
@@ -267,12 +278,7 @@ TEST(ConvertFp16, ABatchMovingTransposeReadByMatMulStaysFloat32) {
   auto original = model->clone();
   auto result = run_pass(*model, "convert_fp16");
   EXPECT_TRUE(result.changed);
-  ASSERT_EQ(result.explanations.size(), 1u);
-  const RuleExplanation& e = result.explanations[0];
-  EXPECT_EQ(e.rule, "kept_float32");
-  EXPECT_EQ(e.op, "Transpose");
-  EXPECT_EQ(e.node, "t");
-  EXPECT_NE(e.reason.find("perm [1, 0, 2] read by MatMul 'y'"), std::string::npos) << e.reason;
+  expect_one_kept(result, "Transpose", "t", "perm [1, 0, 2] read by MatMul 'y'");
   const ir::Graph& g = model->graph();
   EXPECT_EQ(g.lookup("t")->elem_type(), kF32);
   EXPECT_EQ(g.lookup("s")->elem_type(), kF16);
@@ -311,14 +317,8 @@ TEST(ConvertFp16, AConstantBeyondFloat16KeepsItsReaderInFloat32AndSaysWhy) {
   auto original = model->clone();
   auto result = run_pass(*model, "convert_fp16");
   EXPECT_TRUE(result.changed);
-  ASSERT_EQ(result.explanations.size(), 1u);
-  const RuleExplanation& e = result.explanations[0];
-  EXPECT_EQ(e.rule, "kept_float32");
-  EXPECT_EQ(e.op, "BatchNormalization");
-  EXPECT_EQ(e.node, "n");
-  EXPECT_NE(e.reason.find("constant 'v' has 2 of 2 values beyond float16's range"),
-            std::string::npos)
-      << e.reason;
+  expect_one_kept(result, "BatchNormalization", "n",
+                  "constant 'v' has 2 of 2 values beyond float16's range");
   EXPECT_TRUE(result.always_explained);
   const ir::Graph& g = model->graph();
   EXPECT_EQ(g.find_local("v")->initializer()->data_type(), kF32);

@@ -362,11 +362,17 @@ TEST(PipelineVerify, FailingOptimizedModelCountsAsMismatch) {
   EXPECT_EQ(count_ops(*model, "Mul"), 1);
 }
 
+// "0.5, 0.5, ..." (`n` values): the data of a constant table in ONNX text.
+std::string halves(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) absl::StrAppend(&out, i ? ", " : "", "0.5");
+  return out;
+}
+
 TEST(Verifier, IntegerInputsTakeTheValuesTheModelReadsThemAs) {
   // ids index a 50-row table (Gather): they span it; the mask feeds 1 - m: 0 or 1; `count` is
   // read by nothing that says more: [0, int_max].
-  std::string table;
-  for (int i = 0; i < 100; ++i) absl::StrAppend(&table, i ? ", " : "", "0.5");
+  const std::string table = halves(100);
   auto model = parse_text(absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (int64[1, 64] ids, int64[1, 64] attention, int64[1, 64] count) => (float[1, 64, 2] e,
@@ -413,8 +419,7 @@ TEST(Verifier, IntegerInputsTakeTheValuesTheModelReadsThemAs) {
 TEST(Verifier, GivenRangesOverrideWhatTheRoleGives) {
   // ids would span the 50-row table and audio [-1, 1]; the ranges say [10, 12] and
   // [-0.5, 0.5). A range on a name that is no input, or LOW > HIGH, is refused.
-  std::string table;
-  for (int i = 0; i < 100; ++i) absl::StrAppend(&table, i ? ", " : "", "0.5");
+  const std::string table = halves(100);
   auto model = parse_text(absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (int64[1, 256] ids, float[1, 4096] audio) => (float[1, 256, 2] e, float[1, 4096] a)
