@@ -1,6 +1,7 @@
 #include "core/eval/verify.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -72,6 +73,49 @@ int64_t role_size(const onnx::TypeProto::Tensor& tt, int index) {
 // Dims of a main graph input: an explicit shape, else the declared dims with symbolic ones
 // resolved from the options, then by `sizing` (a dim_param keeps the size it first got, in
 // `params`).
+// A dim_param that is a sum of names and integers, as exporters write tied dims
+// ("past_sequence_length + 1", "past_sequence_length + sequence_length"): its terms with their
+// signs, or nullopt for a plain name (or anything else).
+struct DimTerm {
+  int sign;
+  std::string name;  // empty: a constant
+  int64_t value;
+};
+std::optional<std::vector<DimTerm>> dim_expression(const std::string& param) {
+  if (param.find_first_of("+-") == std::string::npos) return std::nullopt;
+  std::vector<DimTerm> terms;
+  int sign = 1;
+  size_t i = 0;
+  auto skip = [&] {
+    while (i < param.size() && param[i] == ' ') ++i;
+  };
+  while (true) {
+    skip();
+    const size_t start = i;
+    while (i < param.size() && (std::isalnum(static_cast<unsigned char>(param[i])) ||
+                                param[i] == '_' || param[i] == '.'))
+      ++i;
+    const std::string term = param.substr(start, i - start);
+    if (term.empty() || term.size() > 18) return std::nullopt;
+    if (std::all_of(term.begin(), term.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      // Bounded so that the sum of at most 8 terms cannot overflow (dims are at most 2^31).
+      const int64_t v = std::stoll(term);
+      if (v > (int64_t{1} << 31)) return std::nullopt;
+      terms.push_back({sign, "", v});
+    } else if (std::isdigit(static_cast<unsigned char>(term[0])))
+      return std::nullopt;
+    else
+      terms.push_back({sign, term, 0});
+    skip();
+    if (i == param.size()) break;
+    if (param[i] != '+' && param[i] != '-') return std::nullopt;
+    sign = param[i] == '+' ? 1 : -1;
+    ++i;
+  }
+  if (terms.size() < 2 || terms.size() > 8) return std::nullopt;
+  return terms;
+}
+
 absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
                                                 const onnx::TypeProto::Tensor& tt,
                                                 const VerifyOptions& options, Sizing sizing,
@@ -108,6 +152,21 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
       const int64_t role = role_size(tt, static_cast<int>(dims.size()));
       size = std::max<int64_t>(
           1, (role == 128 ? role * sizing.time_multiplier : role) / sizing.role_divisor);
+    }
+    // A sum of other dims ("past_sequence_length + 1"): each named term takes its own size
+    // (given, already chosen, or this dim's role size, shared from then on), the sum is the dim.
+    if (auto terms = d.has_dim_param() ? dim_expression(d.dim_param()) : std::nullopt) {
+      int64_t sum = 0;
+      for (const DimTerm& t : *terms) {
+        int64_t v = t.value;
+        if (!t.name.empty()) {
+          auto given = options.dims.find(t.name);
+          v = given != options.dims.end() ? given->second
+                                          : params.try_emplace(t.name, size).first->second;
+        }
+        sum += t.sign * v;
+      }
+      if (sum >= 1 && sum <= (int64_t{1} << 31)) size = sum;
     }
     if (d.has_dim_param()) params[d.dim_param()] = size;
     dims.push_back(size);

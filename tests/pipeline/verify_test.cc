@@ -611,6 +611,50 @@ TEST(Verifier, SelectorScalarsTakeTheValuesTheGraphTests) {
       << verifier.inputs().at(1).how;
 }
 
+// Exporters name tied dims by expressions: Optimum's decoders declare the attention mask
+// [batch_size, past_sequence_length + 1] beside a cache [batch_size, heads, past_sequence_length,
+// head_size]. The sum is taken from its terms' sizes, whichever input comes first.
+TEST(Verifier, DimExpressionsAreTheSumOfTheirTerms) {
+  for (bool mask_first : {true, false}) {
+    auto model = parse_text(mask_first ? R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      g (int64[batch, total] attention_mask, float[batch, 2, past, 4] past_key)
+          => (int64[batch, total] m, float[batch, 2, past, 4] k) {
+        m = Identity (attention_mask)
+        k = Identity (past_key)
+      }
+    )"
+                                       : R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      g (float[batch, 2, past, 4] past_key, int64[batch, total] attention_mask)
+          => (int64[batch, total] m, float[batch, 2, past, 4] k) {
+        m = Identity (attention_mask)
+        k = Identity (past_key)
+      }
+    )");
+    ASSERT_TRUE(model);
+    ir::Graph& g = model->graph();
+    const size_t at = mask_first ? 0 : 1;
+    onnx::TypeProto type = g.inputs()[at].info.type();
+    type.mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_param("past + 1");
+    g.set_input_type(at, type);
+    for (const char* past : {"", "past"}) {
+      eval::VerifyOptions options;
+      options.trials = 1;
+      options.representative_dims = true;
+      if (*past) options.dims[past] = 7;
+      eval::Verifier verifier(*model, options);
+      ASSERT_TRUE(verifier.usable()) << verifier.check(*model).message;
+      const auto& feeds = verifier.feeds().at(0);
+      const int64_t cache = feeds.at("past_key").dims()[2];
+      EXPECT_EQ(feeds.at("attention_mask").dims()[1], cache + 1) << mask_first << past;
+      if (*past) {
+        EXPECT_EQ(cache, 7);
+      }
+    }
+  }
+}
+
 // A raw-audio front-end's first convolution spans 400 samples: the usual sizes (128 by role;
 // 1, 16, 64, 256 otherwise) are shorter than its window. After such a failure longer inputs are
 // tried (by role: 1024, then 16000 samples, one second at 16 kHz), so the model is judged.
