@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 
 #include <absl/strings/ascii.h>
 #include <absl/strings/match.h>
@@ -26,53 +27,6 @@ std::string dims_string(const std::vector<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
 
-// How the random inputs' symbolic dims are sized in one attempt: every one default_dim, or by
-// role (VerifyOptions::representative_dims) divided by role_divisor.
-struct Sizing {
-  int64_t default_dim = 1;
-  int64_t role_divisor = 0;  // 0: default_dim for all
-  // Sequence and time dims (role size 128) times this: tried when a window (a convolution's
-  // receptive field, a pool) is larger than the input, as an audio front-end's is on 128
-  // samples; 125 gives 16000, one second at 16 kHz.
-  int64_t time_multiplier = 1;
-};
-
-// Whether a failed run of the original says its inputs were too short: a window larger than
-// the input, or outputs that are all empty (a front-end that drops its last frame).
-bool too_short(const absl::Status& error) {
-  return absl::StrContains(error.message(), "window larger than") ||
-         absl::StrContains(error.message(), "every output is empty");
-}
-
-// The sizes tried after `failed` when its inputs were too short: longer sequences and time axes,
-// not smaller ones; none otherwise.
-std::vector<Sizing> longer_sizes(const Sizing& failed, const absl::Status& error) {
-  if (!too_short(error) || failed.time_multiplier > 1) return {};
-  if (failed.role_divisor > 0) return {{1, 1, 8}, {1, 1, 125}};
-  return {{1024, 0, 1}, {16384, 0, 1}};
-}
-
-// The size of symbolic dim `index` of an input by its role: a leading (batch) dim 1, an image's
-// height and width (a rank-4 float input with 1, 3 or 4 channels, NCHW or NHWC) 224, any other
-// (sequence, time, count) 128.
-int64_t role_size(const onnx::TypeProto::Tensor& tt, int index) {
-  const int rank = tt.shape().dim_size();
-  if (index == 0 && rank >= 2) return 1;
-  if (rank == 4 && is_float_type(tt.elem_type())) {
-    auto fixed = [&](int i) {
-      const auto& d = tt.shape().dim(i);
-      return d.has_dim_value() ? d.dim_value() : -1;
-    };
-    auto channels = [&](int i) { return fixed(i) == 1 || fixed(i) == 3 || fixed(i) == 4; };
-    if (channels(1) && index >= 2) return 224;
-    if (!channels(1) && channels(3) && (index == 1 || index == 2)) return 224;
-  }
-  return 128;
-}
-
-// Dims of a main graph input: an explicit shape, else the declared dims with symbolic ones
-// resolved from the options, then by `sizing` (a dim_param keeps the size it first got, in
-// `params`).
 // A dim_param that is a sum of names and integers, as exporters write tied dims
 // ("past_sequence_length + 1", "past_sequence_length + sequence_length"): its terms with their
 // signs, or nullopt for a plain name (or anything else).
@@ -116,6 +70,96 @@ std::optional<std::vector<DimTerm>> dim_expression(const std::string& param) {
   return terms;
 }
 
+// How the random inputs' symbolic dims are sized in one attempt: every one default_dim, or by
+// role (VerifyOptions::representative_dims) divided by role_divisor.
+struct Sizing {
+  int64_t default_dim = 1;
+  int64_t role_divisor = 0;  // 0: default_dim for all
+  // Sequence and time dims (role size 128) times this: tried when a window (a convolution's
+  // receptive field, a pool) is larger than the input, as an audio front-end's is on 128
+  // samples; 125 gives 16000, one second at 16 kHz.
+  int64_t time_multiplier = 1;
+  // A tie the graph implies between dims it names apart: sum[0] = sum[1] + sum[2] (a decoder's
+  // total_sequence = past_sequence + sequence). Empty: none.
+  std::vector<std::string> sum = {};
+};
+
+// The ties to try when the original does not run at role sizes for a reason other than length
+// (a shape mismatch): one dim the sum of two others, among the dim_params of the main graph's
+// inputs that are not leading (batch) dims, given or expressions; the last dim of an integer
+// input (a mask's length) first. Only for 3 to 5 such names (at most 30 ties).
+std::vector<std::vector<std::string>> dim_ties(const ir::Model& model,
+                                               const VerifyOptions& options) {
+  std::vector<std::string> names, masks;
+  std::set<std::string> leading;
+  for (const auto& in : model.graph().inputs()) {
+    if (in.value->is_initializer() || !in.info.type().has_tensor_type() ||
+        options.shapes.count(in.value->name()))
+      continue;
+    const auto& tt = in.info.type().tensor_type();
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      const auto& d = tt.shape().dim(i);
+      if (!d.has_dim_param() || d.dim_param().empty() || options.dims.count(d.dim_param()) ||
+          dim_expression(d.dim_param()))
+        continue;
+      if (i == 0 && tt.shape().dim_size() >= 2) leading.insert(d.dim_param());
+      if (std::find(names.begin(), names.end(), d.dim_param()) == names.end())
+        names.push_back(d.dim_param());
+      if (i == tt.shape().dim_size() - 1 && is_integer_type(tt.elem_type()))
+        masks.push_back(d.dim_param());
+    }
+  }
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [&](const std::string& n) { return leading.count(n) > 0; }),
+              names.end());
+  if (names.size() < 3 || names.size() > 5) return {};
+  std::stable_partition(names.begin(), names.end(), [&](const std::string& n) {
+    return std::find(masks.begin(), masks.end(), n) != masks.end();
+  });
+  std::vector<std::vector<std::string>> ties;
+  for (size_t c = 0; c < names.size(); ++c)
+    for (size_t a = 0; a < names.size(); ++a)
+      for (size_t b = a + 1; b < names.size(); ++b)
+        if (a != c && b != c) ties.push_back({names[c], names[a], names[b]});
+  return ties;
+}
+
+// Whether a failed run of the original says its inputs were too short: a window larger than
+// the input, or outputs that are all empty (a front-end that drops its last frame).
+bool too_short(const absl::Status& error) {
+  return absl::StrContains(error.message(), "window larger than") ||
+         absl::StrContains(error.message(), "every output is empty");
+}
+
+// The sizes tried after `failed` when its inputs were too short: longer sequences and time axes,
+// not smaller ones; none otherwise.
+std::vector<Sizing> longer_sizes(const Sizing& failed, const absl::Status& error) {
+  if (!too_short(error) || failed.time_multiplier > 1) return {};
+  if (failed.role_divisor > 0) return {{1, 1, 8}, {1, 1, 125}};
+  return {{1024, 0, 1}, {16384, 0, 1}};
+}
+
+// The size of symbolic dim `index` of an input by its role: a leading (batch) dim 1, an image's
+// height and width (a rank-4 float input with 1, 3 or 4 channels, NCHW or NHWC) 224, any other
+// (sequence, time, count) 128.
+int64_t role_size(const onnx::TypeProto::Tensor& tt, int index) {
+  const int rank = tt.shape().dim_size();
+  if (index == 0 && rank >= 2) return 1;
+  if (rank == 4 && is_float_type(tt.elem_type())) {
+    auto fixed = [&](int i) {
+      const auto& d = tt.shape().dim(i);
+      return d.has_dim_value() ? d.dim_value() : -1;
+    };
+    auto channels = [&](int i) { return fixed(i) == 1 || fixed(i) == 3 || fixed(i) == 4; };
+    if (channels(1) && index >= 2) return 224;
+    if (!channels(1) && channels(3) && (index == 1 || index == 2)) return 224;
+  }
+  return 128;
+}
+
+// Dims of a main graph input: an explicit shape, else the declared dims with symbolic ones
+// resolved from the options, then by `sizing` (a dim_param keeps the size it first got, in
+// `params`).
 absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
                                                 const onnx::TypeProto::Tensor& tt,
                                                 const VerifyOptions& options, Sizing sizing,
@@ -152,6 +196,16 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
       const int64_t role = role_size(tt, static_cast<int>(dims.size()));
       size = std::max<int64_t>(
           1, (role == 128 ? role * sizing.time_multiplier : role) / sizing.role_divisor);
+    }
+    // A tie being tried (Sizing::sum): the sum of its two terms, each sized once and shared.
+    if (d.has_dim_param() && !sizing.sum.empty() && d.dim_param() == sizing.sum[0]) {
+      int64_t sum = 0;
+      for (size_t t = 1; t < sizing.sum.size(); ++t) {
+        auto given = options.dims.find(sizing.sum[t]);
+        sum += given != options.dims.end() ? given->second
+                                           : params.try_emplace(sizing.sum[t], size).first->second;
+      }
+      if (sum >= 1 && sum <= (int64_t{1} << 31)) size = sum;
     }
     // A sum of other dims ("past_sequence_length + 1"): each named term takes its own size
     // (given, already chosen, or this dim's role size, shared from then on), the sum is the dim.
@@ -801,6 +855,7 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
     return;
   }
   std::vector<Sizing> attempts = sizes_to_try(options);
+  bool ties_tried = false;
   const std::vector<PositionInput> positions = position_inputs(original, options);
   std::optional<VerifyResult> first_failure;
   bool stop = false;
@@ -824,6 +879,20 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       const auto longer = longer_sizes(attempts[attempt], error);
       attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1, longer.begin(),
                       longer.end());
+      // A shape mismatch at the first role sizes: the dims the graph ties, tried next at the
+      // same sizes (once).
+      if (longer.empty() && !ties_tried && attempts[attempt].role_divisor > 0 &&
+          attempts[attempt].sum.empty() && absl::IsInvalidArgument(error)) {
+        ties_tried = true;
+        std::vector<Sizing> tied;
+        for (auto& tie : dim_ties(original, options)) {
+          Sizing t = attempts[attempt];
+          t.sum = std::move(tie);
+          tied.push_back(std::move(t));
+        }
+        attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1, tied.begin(),
+                        tied.end());
+      }
     };
     for (int trial = 0; trial < std::max(1, options.trials) && !failure; ++trial) {
       std::map<std::string, Tensor> feeds;
@@ -955,6 +1024,9 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       }
       default_dim_used_ =
           defaulted && attempts[attempt].role_divisor == 0 ? attempts[attempt].default_dim : 0;
+      if (defaulted && !attempts[attempt].sum.empty())
+        absl::StrAppend(&dims_used, " (", attempts[attempt].sum[0], " = ", attempts[attempt].sum[1],
+                        " + ", attempts[attempt].sum[2], ")");
       if (defaulted) dims_used_ = std::move(dims_used);
       input_notes_ = std::move(notes);
       failure_.reset();

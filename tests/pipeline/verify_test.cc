@@ -655,6 +655,34 @@ TEST(Verifier, DimExpressionsAreTheSumOfTheirTerms) {
   }
 }
 
+// Dims the graph ties without naming the tie: a decoder's mask spans the cache and the new
+// tokens (total = past + seq), which one size for each name (128) breaks. After the shape error
+// the ties among the names are tried at the same sizes, and the one that runs is used.
+TEST(Verifier, DimsTheGraphTiesAreFoundBySum) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[b, seq, 4] x, float[b, past, 4] past_key, float[b, total] mask)
+        => (float[b, total, 4] y) {
+      kv = Concat <axis = 1> (past_key, x)
+      axes = Constant <value = int64[1] {2}> ()
+      m = Unsqueeze (mask, axes)
+      y = Mul (kv, m)
+    }
+  )");
+  ASSERT_TRUE(model);
+  eval::VerifyOptions options;
+  options.trials = 1;
+  options.representative_dims = true;
+  eval::Verifier verifier(*model, options);
+  ASSERT_TRUE(verifier.usable()) << verifier.check(*model).message;
+  const auto& feeds = verifier.feeds().at(0);
+  EXPECT_EQ(feeds.at("x").dims()[1], 128);
+  EXPECT_EQ(feeds.at("past_key").dims()[1], 128);
+  EXPECT_EQ(feeds.at("mask").dims()[1], 256);
+  EXPECT_NE(verifier.check(*model).message.find("(total = seq + past)"), std::string::npos)
+      << verifier.check(*model).message;
+}
+
 // A raw-audio front-end's first convolution spans 400 samples: the usual sizes (128 by role;
 // 1, 16, 64, 256 otherwise) are shorter than its window. After such a failure longer inputs are
 // tried (by role: 1024, then 16000 samples, one second at 16 kHz), so the model is judged.
