@@ -50,6 +50,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/ir/tensor.h"
+#include "core/passes/opset.h"
 #include "core/passes/passes.h"
 #include "core/passes/patterns/attention.h"
 #include "core/passes/patterns/rotary.h"
@@ -417,23 +418,7 @@ class FuseOnnxRuntime : public RulePass {
   FuseOnnxRuntime() : RulePass("fuse_onnxruntime", make_rules, kRuleNames) {}
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     if (!ctx.target.onnxruntime()) return PassResult{};
-    const int64_t imported = model.graph().opset(kMicrosoftDomain);
-    if (imported != 0 && imported != 1)
-      return PassResult{};  // a version the rules were not written for
-    // The import is journaled: taking the checkpoint back removes it again.
-    const ir::Model::Checkpoint cp = model.checkpoint();
-    if (imported == 0)
-      model.edit_opset_imports(nullptr, [](ir::Model::OpsetImports& imports) {
-        auto* op = imports.Add();
-        op->set_domain(kMicrosoftDomain);
-        op->set_version(1);
-      });
-    absl::StatusOr<PassResult> result = RulePass::run(model, ctx);
-    if (imported == 0 && (!result.ok() || !result->changed))
-      model.rollback(cp);
-    else
-      model.release(cp);
-    return result;
+    return run_with_import(model, kMicrosoftDomain, 1, [&] { return RulePass::run(model, ctx); });
   }
 };
 

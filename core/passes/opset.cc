@@ -752,4 +752,25 @@ absl::StatusOr<PassResult> run_at_opset(ir::Model& model, int64_t target, std::s
   return result;
 }
 
+absl::StatusOr<PassResult> run_with_import(
+    ir::Model& model, std::string_view domain, int64_t version,
+    const std::function<absl::StatusOr<PassResult>()>& body) {
+  const int64_t imported = model.graph().opset(domain);
+  if (imported != 0 && imported != version) return PassResult{};
+  // The import is journaled: taking the checkpoint back removes it again.
+  const ir::Model::Checkpoint cp = model.checkpoint();
+  if (imported == 0)
+    model.edit_opset_imports(nullptr, [&](ir::Model::OpsetImports& imports) {
+      auto* op = imports.Add();
+      op->set_domain(std::string(domain));
+      op->set_version(version);
+    });
+  absl::StatusOr<PassResult> result = body();
+  if (imported == 0 && (!result.ok() || !result->changed))
+    model.rollback(cp);
+  else
+    model.release(cp);
+  return result;
+}
+
 }  // namespace graft

@@ -123,4 +123,12 @@ absl::StatusOr<PassResult> run_at_opset(ir::Model& model, int64_t target, std::s
                                         bool check_transactions,
                                         const std::function<absl::StatusOr<PassResult>()>& body);
 
+// For a pass that writes ops of another domain (com.microsoft): runs `body` with `domain`
+// imported at `version` into the model (graphs of the main graph's scope); the import is taken
+// back when `body` fails or changes nothing. A model importing another version of the domain is
+// left alone (an empty result: the rules were not written for it).
+absl::StatusOr<PassResult> run_with_import(ir::Model& model, std::string_view domain,
+                                           int64_t version,
+                                           const std::function<absl::StatusOr<PassResult>()>& body);
+
 }  // namespace graft

@@ -55,6 +55,9 @@ const std::vector<OrtKernel>& ort_kernel_table() {
       {kMicrosoftDomain, "SkipLayerNormalization", {1, 18}, {kFloat16}},
       {kMicrosoftDomain, "SkipSimplifiedLayerNormalization", {1, 16}, {kFloat, kDouble}},
       {kMicrosoftDomain, "SkipSimplifiedLayerNormalization", {1, 18}, {kFloat16}},
+      // int4/uint4 tables with float scales, as quantize_weights_int4 writes them (1.19 added
+      // the op; 1.20 is written, the table erring towards not emitting).
+      {kMicrosoftDomain, "GatherBlockQuantized", {1, 20}, {kFloat}},
       {kMicrosoftDomain, "Gelu", {1, 10}, {kFloat}},
       {kMicrosoftDomain, "BiasGelu", {1, 10}, {kFloat}},
       {kMicrosoftDomain, "FastGelu", {1, 10}, {kFloat}},

@@ -3,6 +3,8 @@
 // malformed operand refused with an error, never a crash.
 #include <string>
 
+#include <absl/strings/str_cat.h>
+
 #include "tests/eval/kernel_testing.h"
 
 namespace graft::eval {
@@ -308,6 +310,66 @@ TEST(ContribKernels, MalformedOperandsAreErrors) {
           << c.what << ": " << result.status();
     }
   }
+}
+
+// GatherBlockQuantized: the rows gathered, then dequantized with their blocks' scales (and
+// zero points), equal to DequantizeLinear of the whole table then Gather; negative ids count from
+// the end. Malformed attributes and operands are errors.
+TEST(ContribKernels, GatherBlockQuantizedIsDequantizeThenGather) {
+  constexpr const char* kImports21 =
+      R"(<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>)";
+  std::string table, scales, zeros;
+  for (int i = 0; i < 5 * 32; ++i) absl::StrAppend(&table, i ? ", " : "", (i * 7) % 16 - 8);
+  for (int i = 0; i < 5 * 2; ++i) absl::StrAppend(&scales, i ? ", " : "", 0.125 * (i + 1));
+  const std::string sig = absl::StrCat(R"(g (int64[3] ids) => (float[3, 32] y)
+      <int4[5, 32] q = {)",
+                                       table, R"(}, float[5, 2] s = {)", scales, "}>");
+  expect_same(std::string(kImports21) + sig + R"( {
+      y = com.microsoft.GatherBlockQuantized <block_size = 16> (q, ids, s)
+    })",
+              std::string(kImports21) + sig + R"( {
+      d = DequantizeLinear <axis = 1, block_size = 16> (q, s)
+      y = Gather (d, ids)
+    })",
+              0, 0);
+  std::string utable, uzeros;
+  for (int i = 0; i < 5 * 32; ++i) absl::StrAppend(&utable, i ? ", " : "", (i * 5) % 16);
+  for (int i = 0; i < 5 * 2; ++i) absl::StrAppend(&uzeros, i ? ", " : "", (i * 3) % 16);
+  const std::string usig = absl::StrCat(R"(g (int64[3] ids) => (float[3, 32] y)
+      <uint4[5, 32] q = {)",
+                                        utable, R"(}, float[5, 2] s = {)", scales,
+                                        R"(}, uint4[5, 2] z = {)", uzeros, "}>");
+  expect_same(std::string(kImports21) + usig + R"( {
+      y = com.microsoft.GatherBlockQuantized <block_size = 16> (q, ids, s, z)
+    })",
+              std::string(kImports21) + usig + R"( {
+      d = DequantizeLinear <axis = 1, block_size = 16> (q, s, z)
+      y = Gather (d, ids)
+    })",
+              0, 0);
+
+  // Errors, not crashes: block sizes, scales' dims, an index outside the table.
+  Tensor q = make<int8_t>(ir::kInt4, {4, 32}, std::vector<int8_t>(128, 1));
+  Tensor s = make<float>(onnx::TensorProto::FLOAT, {4, 2}, std::vector<float>(8, 0.5f));
+  Tensor s_bad = make<float>(onnx::TensorProto::FLOAT, {4, 3}, std::vector<float>(12, 0.5f));
+  Tensor ids = ints({0, -1});
+  Tensor far = ints({4});
+  const std::string node = std::string(kImports21) +
+                           "g (int4[4, 32] q, int64[2] i, float[4, 2] s) => (float[2, 32] y) { y = "
+                           "com.microsoft.GatherBlockQuantized <block_size = BS> (q, i, s) }";
+  auto with_block = [&](const std::string& bs) {
+    std::string t = node;
+    t.replace(t.find("BS"), 2, bs);
+    return t;
+  };
+  std::vector<Tensor> out;
+  ASSERT_TRUE(run(with_block("16"), {&q, &ids, &s}, &out).ok());
+  EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{2, 32}));
+  EXPECT_EQ(out[0].get_double(0), 0.5);
+  EXPECT_TRUE(absl::IsInvalidArgument(run(with_block("8"), {&q, &ids, &s}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(run(with_block("24"), {&q, &ids, &s}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(run(with_block("16"), {&q, &ids, &s_bad}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(run(with_block("16"), {&q, &far, &s}, &out)));
 }
 
 }  // namespace

@@ -419,6 +419,80 @@ absl::Status attention(KernelContext& ctx) {
       out);
 }
 
+// com.microsoft GatherBlockQuantized (4-bit data, as ONNX Runtime's CPU kernel takes it): rows of
+// a block-quantized table gathered along gather_axis, then dequantized, (q - zero_point) * scale,
+// with the scale and zero point of each element's block along quantize_axis (blocks of
+// block_size, a power of two >= 16; scales and zero points the data's dims but
+// ceil(dim / block_size) on that axis; no zero point: 0). int4 or uint4 data (bits 4); the
+// uint8-packed form (MatMulNBits' layout, zero point 8) is not run. An index outside the table
+// is an error, as for Gather.
+absl::Status gather_block_quantized(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(const Tensor* data, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* indices, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* scales, required(ctx, 2));
+  const Tensor* zero_points = ctx.input(3);
+  if (data->dtype() != ir::kInt4 && data->dtype() != ir::kUint4)
+    return unimplemented(ctx, "data of a type other than int4 and uint4");
+  if (ctx.node.attr_int("bits", 4) != 4) return invalid(ctx, "bits must be 4 for 4-bit data");
+  RETURN_IF_ERROR(require_float(ctx, *scales));
+  if (!is_integer_type(indices->dtype())) return invalid(ctx, "indices must be integers");
+  if (zero_points && zero_points->dtype() != data->dtype())
+    return invalid(ctx, "zero_points must have the data's type");
+  const int64_t r = data->rank();
+  int64_t gather_axis = ctx.node.attr_int("gather_axis", 0);
+  int64_t quantize_axis = ctx.node.attr_int("quantize_axis", 1);
+  if (r == 0 || !normalize_axis(gather_axis, r) || !normalize_axis(quantize_axis, r))
+    return invalid(ctx, "gather_axis or quantize_axis outside the data's rank");
+  const int64_t block = ctx.node.attr_int("block_size", 128);
+  if (block < 16 || (block & (block - 1)) != 0)
+    return invalid(ctx, "block_size must be a power of 2 of at least 16");
+  const auto& dd = data->dims();
+  if (scales->rank() != r) return invalid(ctx, "data and scales must have the same rank");
+  for (int64_t a = 0; a < r; ++a) {
+    const int64_t want = a == quantize_axis ? (dd[a] + block - 1) / block : dd[a];
+    if (scales->dims()[a] != want) return invalid(ctx, "scales' dims do not match the data's");
+  }
+  if (zero_points && zero_points->dims() != scales->dims())
+    return invalid(ctx, "zero_points must have the scales' dims");
+  const int64_t rows = dd[gather_axis];
+  std::vector<int64_t> idx(indices->size());
+  for (int64_t i = 0; i < indices->size(); ++i) {
+    int64_t v = indices->get_int64(i);
+    if (v < -rows || v >= rows)
+      return invalid(ctx, "index ", v, " out of range [", -rows, ",", rows, ")");
+    idx[i] = v < 0 ? v + rows : v;
+  }
+  std::vector<int64_t> out_dims(dd.begin(), dd.begin() + gather_axis);
+  out_dims.insert(out_dims.end(), indices->dims().begin(), indices->dims().end());
+  out_dims.insert(out_dims.end(), dd.begin() + gather_axis + 1, dd.end());
+  const int64_t outer = product(dd, 0, gather_axis);
+  const int64_t inner = product(dd, gather_axis + 1, r);
+  RETURN_IF_ERROR(ctx.afford(static_cast<double>(outer) * static_cast<double>(idx.size()) *
+                             static_cast<double>(inner)));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, scales->dtype(), out_dims));
+  // Data strides, and the scales' (its quantize_axis dim is the block count).
+  std::vector<int64_t> dstride(r, 1), sstride(r, 1);
+  for (int64_t a = r - 1; a-- > 0;) {
+    dstride[a] = dstride[a + 1] * dd[a + 1];
+    sstride[a] = sstride[a + 1] * scales->dims()[a + 1];
+  }
+  int64_t out = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t row : idx)
+      for (int64_t e = 0; e < inner; ++e, ++out) {
+        const int64_t at = (o * rows + row) * inner + e;
+        int64_t s = 0;
+        for (int64_t a = 0, rest = at; a < r; ++a) {
+          const int64_t pos = rest / dstride[a];
+          rest -= pos * dstride[a];
+          s += (a == quantize_axis ? pos / block : pos) * sstride[a];
+        }
+        const double zp = zero_points ? static_cast<double>(zero_points->get_int64(s)) : 0.0;
+        store(y, out, (static_cast<double>(data->get_int64(at)) - zp) * scales->get_double(s));
+      }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void register_contrib_kernels() {
@@ -431,6 +505,7 @@ void register_contrib_kernels() {
   register_kernel(ms, "SkipSimplifiedLayerNormalization", 1, 0, skip_simplified_layer_norm);
   register_kernel(ms, "FusedMatMul", 1, 0, fused_matmul);
   register_kernel(ms, "Attention", 1, 0, attention);
+  register_kernel(ms, "GatherBlockQuantized", 1, 0, gather_block_quantized);
 }
 
 }  // namespace graft::eval
