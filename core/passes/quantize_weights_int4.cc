@@ -7,6 +7,8 @@
 //     -> MatMul(x, DequantizeLinear(...)) [* alpha] [+ beta * C]
 //   Gather(E, ids)          E: constant float32 [V, D] (embeddings), axis 0
 //     -> Gather(DequantizeLinear<axis=1, block_size=B>(E_q, scale[, zero_point]), ids)
+//   Gather<axis=1>(E, ids)  E: [D, V] (a table stored transposed, shared with a tied LM head)
+//     -> Gather<axis=1>(DequantizeLinear<axis=0, block_size=B>(E_q, scale[, zero_point]), ids)
 //
 // W_q is int4 (option symmetric, the default: zero point 0, scale max|w| / 7 per block, values in
 // [-7, 7]) or uint4 with a uint4 zero point (range [min(0, min w), max(0, max w)] over 15 steps
@@ -36,7 +38,7 @@
 // Left alone: weights that are not constant float32 2-D tensors, have fewer than
 // min_weight_elements elements, hold a NaN or infinity, or have a block whose scale underflows
 // float; activations that are not float32; Gemm with transA = 1, unknown attributes, or beta != 1
-// with a C that is not constant; Gather on another axis; excluded ops and nodes.
+// with a C that is not constant; Gather of a table that is not 2-D; excluded ops and nodes.
 //
 // Memory: a weight is read in place (Float32View), block by block; the only allocations are the
 // packed result (half a byte per element) and the scales.
@@ -116,11 +118,20 @@ std::optional<std::pair<int64_t, int64_t>> weight_dims(const ir::Value* w, const
   return std::pair<int64_t, int64_t>{rows, cols};
 }
 
-// A Gather the gather rule would rewrite: a 2-D table quantized along its last axis.
+// The axis a Gather reads a 2-D table along (0: rows, an embedding [V, D]; 1: columns, the same
+// table stored [D, V], as one transposed copy shared with a tied LM head is), or -1.
+int64_t gather_axis(const ir::Node& n) {
+  int64_t axis = n.attr_int("axis", 0);
+  if (axis < 0) axis += 2;
+  return axis == 0 || axis == 1 ? axis : -1;
+}
+
+// A Gather the gather rule would rewrite: a 2-D table, quantized in blocks across the axis the
+// Gather reads along (so that a gathered row or column holds whole blocks).
 bool gather_candidate(const ir::Node& n, const Config& cfg) {
   return !cfg.skip_gather && n.is("Gather") && !excluded_node(n, cfg.exclude_nodes) &&
          n.inputs().size() == 2 && n.input(1) && n.outputs().size() == 1 && n.output(0) &&
-         only_attributes(n, {"axis"}) && n.attr_int("axis", 0) == 0 && weight_dims(n.input(0), cfg);
+         only_attributes(n, {"axis"}) && gather_axis(n) >= 0 && weight_dims(n.input(0), cfg);
 }
 
 // `table` is also read by a Gather that will be quantized: its quantized form is kept in the
@@ -378,14 +389,22 @@ bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
   return true;
 }
 
-// Gather(E, ids) -> Gather(DequantizeLinear<axis=1>(E_q, scale[, zero_point]), ids).
+// Gather(E, ids) -> Gather(DequantizeLinear<axis=1>(E_q, scale[, zero_point]), ids); along
+// columns (axis 1, E [D, V]) DequantizeLinear<axis=0>; for ONNX Runtime 1.20+ one
+// GatherBlockQuantized instead.
 bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   if (!gather_candidate(node, cfg)) {
-    if (node.attr_int("axis", 0) != 0) return no_match(node, "axis is not 0");
+    if (gather_axis(node) < 0) return no_match(node, "the axis is not one of a 2-D table's");
     return false;
   }
   auto dims = weight_dims(node.input(0), cfg);
-  WeightRef ref{.source = node.input(0), .transposed = true, .k = dims->second, .n = dims->first};
+  // Along rows, E [V, D]: blocks along D, the table's layout (stored [V, D]). Along columns,
+  // E [D, V]: the MatMul layout (blocks along axis 0), which a tied LM head reading E shares.
+  const int64_t axis = gather_axis(node);
+  WeightRef ref{.source = node.input(0),
+                .transposed = axis == 0,
+                .k = axis == 0 ? dims->second : dims->first,
+                .n = axis == 0 ? dims->first : dims->second};
   auto q = quantized(ref, /*natural=*/true, cfg, rw);
   if (!q)
     return no_match(node,
@@ -398,15 +417,15 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
     std::vector<ir::Value*> inputs{q->q, node.input(1), q->scale};
     if (q->zero_point) inputs.push_back(q->zero_point);
     ir::Node* gbq = rw.add_node(g, "GatherBlockQuantized", inputs, 1, &node, kMicrosoftDomain);
-    rw.set_attr(gbq, int_attr("gather_axis", 0));
-    rw.set_attr(gbq, int_attr("quantize_axis", 1));
+    rw.set_attr(gbq, int_attr("gather_axis", axis));
+    rw.set_attr(gbq, int_attr("quantize_axis", 1 - axis));
     rw.set_attr(gbq, int_attr("block_size", cfg.block));
     rw.set_attr(gbq, int_attr("bits", 4));
     return rw.replace_node(&node, {gbq->output(0)});
   }
   std::vector<ir::Value*> inputs{q->q, q->scale};
   if (q->zero_point) inputs.push_back(q->zero_point);
-  ir::Value* table = dequantize(g, inputs, 1, cfg, node, rw);
+  ir::Value* table = dequantize(g, inputs, 1 - axis, cfg, node, rw);
   ir::Node* gather = rw.add_node(g, "Gather", {table, node.input(1)}, 1, &node);
   for (const auto& a : node.attributes()) rw.set_attr(gather, a);
   return rw.replace_node(&node, {gather->output(0)});

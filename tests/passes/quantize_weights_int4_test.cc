@@ -217,6 +217,58 @@ TEST(QuantizeWeightsInt4, TablesAreGatheredBeforeTheyAreDequantizedForOnnxRuntim
   ASSERT_NE(old, nullptr);
   EXPECT_EQ(count_ops(*old, "GatherBlockQuantized"), 0);
   EXPECT_EQ(count_ops(*old, "Gather"), 1);
+
+  // What reads the gathered rows is still known to be float32 (the op's shape rule): the
+  // projection after the embedding is quantized too (it was left float, "A is not known to be
+  // float32", and GPT-2's file grew instead of shrinking).
+  auto chain = run_rewrite(PassRef(kPass).for_target("onnxruntime:1.20"), R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (int64[2] ids) => (float[2,2] y)
+      <float[3,4] e = {0.25, -0.5, 1.75, 0, 3.5, 0.5, -1, 0, 0, 0, 0, 0},
+       float[4,2] w = {0.5, -1.75, 0.25, 0.5, -0.75, 0, 1.75, -0.25}> {
+      emb = Gather (e, ids)
+      y = MatMul (emb, w)
+    }
+  )",
+                           quantized(2));
+  ASSERT_NE(chain, nullptr);
+  EXPECT_EQ(count_ops(*chain, "GatherBlockQuantized"), 1);
+  EXPECT_EQ(count_ops(*chain, "DequantizeLinear"), 1);  // w's
+}
+
+// The table stored transposed, [D, V], read by Gather along axis 1 and by the LM head as is (what
+// O2 leaves of GPT-2's tied wte: one constant for both). Before, axis 1 was left alone: the float
+// table stayed for the Gather beside the head's int4 copy, and the file did not shrink. Now one
+// int4 copy (blocks along D) serves both, for either target.
+TEST(QuantizeWeightsInt4, ATableGatheredAlongColumnsSharesTheHeadsInt4Copy) {
+  const char* kColumns = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (int64[2] ids, float[2,4] h) => (float[4,2] emb, float[2,3] logits)
+      <float[4,3] e = {0.25, 3.5, 0, -0.5, 0.5, 0, 1.75, -1, 0, 0, 0, 0}> {
+      emb = Gather <axis = 1> (e, ids)
+      logits = MatMul (h, e)
+    }
+  )";
+  for (const char* target : {"onnx", "onnxruntime:1.20"}) {
+    auto m = run_rewrite(PassRef(kPass).for_target(target), kColumns, quantized(2));
+    ASSERT_NE(m, nullptr) << target;
+    int int4_tensors = 0, float_tables = 0;
+    for (ir::Value* v : m->graph().initializers()) {
+      int4_tensors += v->initializer()->data_type() == ir::kInt4;
+      float_tables += v->initializer()->data_type() == onnx::TensorProto::FLOAT &&
+                      v->initializer()->dims_size() == 2 && v->initializer()->dims(1) == 3 &&
+                      v->initializer()->dims(0) == 4;
+    }
+    EXPECT_EQ(int4_tensors, 1) << target;
+    EXPECT_EQ(float_tables, 0) << target;
+    const bool ort = std::string(target) != "onnx";
+    EXPECT_EQ(count_ops(*m, "GatherBlockQuantized"), ort ? 1 : 0) << target;
+    for (const ir::Node* n : m->graph().nodes())
+      if (n->is("GatherBlockQuantized")) {
+        EXPECT_EQ(n->attr_int("gather_axis", -1), 1);
+        EXPECT_EQ(n->attr_int("quantize_axis", -1), 0);
+      }
+  }
 }
 
 TEST(QuantizeWeightsInt4, ExcludedGatherLeavesTheTableFloatAndTheHeadGetsItsOwnCopy) {
@@ -377,8 +429,8 @@ TEST(QuantizeWeightsInt4, LeavesAloneWhatItDoesNotHandleAndKeepsTheOpset) {
            // Gemm with beta != 1 and a C computed at run time
            "g (float[3,4] a, float[2] c) => (float[3,2] y) <float[4,2] w = " + w +
                "> { y = Gemm <beta = 0.5> (a, w, c) }",
-           // a Gather along axis 1
-           "g (int64[2] i) => (float[4,2] y) <float[4,2] w = " + w +
+           // a Gather of a 3-D table (along axis 1 of a 2-D one is handled: above)
+           "g (int64[2] i) => (float[1,2,2] y) <float[1,4,2] w = " + w +
                "> { y = Gather <axis = 1> (w, i) }",
            // a Transpose that is not [1, 0]'s
            "g (float[3,4] a) => (float[3,2] y) <float[4,2] w = " + w +

@@ -73,6 +73,25 @@ TensorFact attention(const Node& n, size_t output, bool* partial) {
                                     dq && *dq % heads == 0 ? Dim::of(*dq / heads) : Dim{}});
 }
 
+// GatherBlockQuantized: Gather's dims (the data's, the gather_axis one replaced by the indices'
+// dims) with the scales' element type. Packed uint8 data (two 4-bit values a byte along the last
+// axis) is left unknown.
+TensorFact gather_block_quantized(const Node& n, size_t, bool* partial) {
+  const TensorFact& data = input_fact(n, 0);
+  const TensorFact& ids = input_fact(n, 1);
+  const int32_t type = input_fact(n, 2).elem_type;
+  if (!data.has_rank || !ids.has_rank || data.dims.empty() || data.elem_type == TensorProto::UINT8)
+    return with_type(unknown(partial), type);
+  const auto r = static_cast<int64_t>(data.dims.size());
+  int64_t axis = n.attr_int("gather_axis", 0);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return with_type(unknown(partial), type);
+  std::vector<Dim> dims(data.dims.begin(), data.dims.begin() + axis);
+  dims.insert(dims.end(), ids.dims.begin(), ids.dims.end());
+  dims.insert(dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+  return TensorFact::of_rank(type, std::move(dims));
+}
+
 }  // namespace
 
 void add_contrib_rules(Table& t) {
@@ -84,6 +103,7 @@ void add_contrib_rules(Table& t) {
   t.add({"com.microsoft:FusedMatMul"}, fused_matmul);
   t.add({"com.microsoft:Attention"}, attention);
   t.add({"com.microsoft:RotaryEmbedding"}, same_as_input);
+  t.add({"com.microsoft:GatherBlockQuantized"}, gather_block_quantized);
 }
 
 }  // namespace graft::ir::shape_rules
