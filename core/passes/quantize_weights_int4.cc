@@ -533,7 +533,8 @@ PassInfo quantize_weights_int4_pass() {
                    min_weight_elements_option(),
                    exclude_ops_option({}, {"MatMul", "Gemm", "Gather"},
                                       "op types left in float (Gather: constant tables such as "
-                                      "embeddings, dequantized whole before the Gather)"),
+                                      "embeddings, dequantized whole before the Gather, or row by "
+                                      "row by GatherBlockQuantized for ONNX Runtime 1.20+)"),
                    exclude_nodes_option()}});
 }
 
