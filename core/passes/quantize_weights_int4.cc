@@ -136,9 +136,11 @@ bool gather_candidate(const ir::Node& n, const Config& cfg) {
 
 // `table` is also read by a Gather that will be quantized: its quantized form is kept in the
 // table's layout so that one copy serves both.
-bool gathered(const ir::Value* table, const Config& cfg) {
+bool gathered(const ir::Value* table, const Config& cfg, int64_t axis = -1) {
   for (const ir::Use& u : table->uses())
-    if (u.index == 0 && gather_candidate(*u.node, cfg)) return true;
+    if (u.index == 0 && gather_candidate(*u.node, cfg) &&
+        (axis < 0 || gather_axis(*u.node) == axis))
+      return true;
   return false;
 }
 
@@ -229,20 +231,26 @@ std::optional<Packed> quantize_blocks(const At& at, int64_t k, int64_t n, bool n
 }
 
 // The quantized form of `ref`'s source (blocks along the [K, N] matrix's K), made once per
-// source and axis. `natural`: stored in the source's layout; otherwise [K, N].
-std::optional<Quantized> quantized(const WeightRef& ref, bool natural, Config& cfg, Rewriter& rw) {
+// source, axis and layout. `nk`: stored [N, K] (a transposed source's own layout, or a [K, N]
+// source transposed, as GatherBlockQuantized reads a table gathered along columns); otherwise
+// [K, N].
+// With `any_layout`, a copy already made in the other layout is returned (the caller reads it
+// through Transposes): a head after its table's Gather reuses the table's copy.
+std::optional<Quantized> quantized(const WeightRef& ref, bool nk, Config& cfg, Rewriter& rw,
+                                   bool any_layout = false) {
   const int axis = ref.transposed ? 1 : 0;
-  const std::pair<const ir::Value*, int> key{ref.source, axis};
+  const std::pair<const ir::Value*, int> key{ref.source, axis + (nk ? 2 : 0)};
   auto it = cfg.made->quantized.find(key);
   if (it != cfg.made->quantized.end()) return it->second;
+  if (any_layout) {
+    it = cfg.made->quantized.find({ref.source, axis + (nk ? 0 : 2)});
+    if (it != cfg.made->quantized.end()) return it->second;
+  }
   const int64_t k = ref.k, n = ref.n, blocks = k / cfg.block + (k % cfg.block != 0);
   const uint64_t added = static_cast<uint64_t>((k * n + 1) / 2) +
                          static_cast<uint64_t>(blocks * n) * (cfg.symmetric ? 4 : 5) + 64;
   if (cfg.max_weight_bytes != 0 && cfg.made->weight_bytes + added > cfg.max_weight_bytes)
     return std::nullopt;
-  // [K, N] when the source is [K, N]; a transposed source [N, K] is stored [N, K] (natural) or
-  // [K, N].
-  const bool nk = ref.transposed && natural;
   std::optional<Packed> p;
   {
     auto w = float32_constant(ref.source);  // read in place, released after quantizing
@@ -290,9 +298,11 @@ ir::Value* dequantize(ir::Graph& g, const std::vector<ir::Value*>& inputs, int64
 // The dequantized [K, N] weight for a MatMul-like `node`.
 ir::Value* dequantized_weight(const WeightRef& ref, ir::Node& node, Config& cfg, Rewriter& rw) {
   // Tied to a Gather: one copy in the table's layout, read here through Transposes (which
-  // ONNX Runtime folds). Otherwise [K, N], read as is.
-  const bool natural = ref.transposed && gathered(ref.source, cfg);
-  auto q = quantized(ref, natural, cfg, rw);
+  // ONNX Runtime folds). So is a [K, N] table GatherBlockQuantized reads along columns (it is
+  // stored [N, K] for it). Otherwise [K, N], read as is.
+  const bool nk = (ref.transposed && gathered(ref.source, cfg)) ||
+                  (!ref.transposed && cfg.gather_block_quantized && gathered(ref.source, cfg, 1));
+  auto q = quantized(ref, nk, cfg, rw, /*any_layout=*/true);
   if (!q)
     return no_match(node,
                     "the weight holds a NaN or an infinity, a block's scale would "
@@ -405,23 +415,37 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
                 .transposed = axis == 0,
                 .k = axis == 0 ? dims->second : dims->first,
                 .n = axis == 0 ? dims->first : dims->second};
-  auto q = quantized(ref, /*natural=*/true, cfg, rw);
+  // GatherBlockQuantized gathers rows of a [V, D] table: a table gathered along columns is
+  // stored transposed for it, and its result transposed back.
+  const auto ids_rank = node.input(1)->rank();
+  const bool gbq = cfg.gather_block_quantized && (axis == 0 || ids_rank);
+  auto q = quantized(ref, /*nk=*/axis == 0 || gbq, cfg, rw);
   if (!q)
     return no_match(node,
                     "the table holds a NaN or an infinity, a block's scale would "
                     "underflow, or the weight budget is spent");
   ir::Graph& g = *node.graph();
-  if (cfg.gather_block_quantized) {
-    // GatherBlockQuantized(E_q, ids, scale[, zero_point]): the same int4 table (a tied LM head
-    // still reads it through DequantizeLinear), its rows gathered before they are dequantized.
+  if (gbq) {
+    // GatherBlockQuantized(E_q [V, D], ids, scale[, zero_point]): the same int4 table (a tied
+    // LM head still reads it through DequantizeLinear), its rows gathered before they are
+    // dequantized.
     std::vector<ir::Value*> inputs{q->q, node.input(1), q->scale};
     if (q->zero_point) inputs.push_back(q->zero_point);
-    ir::Node* gbq = rw.add_node(g, "GatherBlockQuantized", inputs, 1, &node, kMicrosoftDomain);
-    rw.set_attr(gbq, int_attr("gather_axis", axis));
-    rw.set_attr(gbq, int_attr("quantize_axis", 1 - axis));
-    rw.set_attr(gbq, int_attr("block_size", cfg.block));
-    rw.set_attr(gbq, int_attr("bits", 4));
-    return rw.replace_node(&node, {gbq->output(0)});
+    ir::Node* gq = rw.add_node(g, "GatherBlockQuantized", inputs, 1, &node, kMicrosoftDomain);
+    rw.set_attr(gq, int_attr("gather_axis", 0));
+    rw.set_attr(gq, int_attr("quantize_axis", 1));
+    rw.set_attr(gq, int_attr("block_size", cfg.block));
+    rw.set_attr(gq, int_attr("bits", 4));
+    ir::Value* y = gq->output(0);
+    if (axis == 1) {
+      // [ids..., D] -> [D, ids...], what Gather<axis=1> of [D, V] gives.
+      std::vector<int64_t> perm{*ids_rank};
+      for (int64_t i = 0; i < *ids_rank; ++i) perm.push_back(i);
+      ir::Node* t = rw.add_node(g, "Transpose", {y}, 1, &node);
+      rw.set_attr(t, ints_attr("perm", perm));
+      y = t->output(0);
+    }
+    return rw.replace_node(&node, {y});
   }
   std::vector<ir::Value*> inputs{q->q, q->scale};
   if (q->zero_point) inputs.push_back(q->zero_point);

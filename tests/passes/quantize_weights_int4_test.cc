@@ -239,7 +239,8 @@ TEST(QuantizeWeightsInt4, TablesAreGatheredBeforeTheyAreDequantizedForOnnxRuntim
 // The table stored transposed, [D, V], read by Gather along axis 1 and by the LM head as is (what
 // O2 leaves of GPT-2's tied wte: one constant for both). Before, axis 1 was left alone: the float
 // table stayed for the Gather beside the head's int4 copy, and the file did not shrink. Now one
-// int4 copy (blocks along D) serves both, for either target.
+// int4 copy (blocks along D) serves both, for either target; outputs are compared with the
+// original's by run_rewrite.
 TEST(QuantizeWeightsInt4, ATableGatheredAlongColumnsSharesTheHeadsInt4Copy) {
   const char* kColumns = R"(
     <ir_version: 8, opset_import: ["" : 17]>
@@ -263,10 +264,15 @@ TEST(QuantizeWeightsInt4, ATableGatheredAlongColumnsSharesTheHeadsInt4Copy) {
     EXPECT_EQ(float_tables, 0) << target;
     const bool ort = std::string(target) != "onnx";
     EXPECT_EQ(count_ops(*m, "GatherBlockQuantized"), ort ? 1 : 0) << target;
+    // GatherBlockQuantized gathers rows: the table is stored [V, D] for it (the head reads it
+    // through Transposes, which ONNX Runtime folds before fusing MatMulNBits), and its result
+    // is transposed back to Gather<axis=1>'s [D, ids...].
     for (const ir::Node* n : m->graph().nodes())
       if (n->is("GatherBlockQuantized")) {
-        EXPECT_EQ(n->attr_int("gather_axis", -1), 1);
-        EXPECT_EQ(n->attr_int("quantize_axis", -1), 0);
+        EXPECT_EQ(n->attr_int("gather_axis", -1), 0);
+        EXPECT_EQ(n->attr_int("quantize_axis", -1), 1);
+        ASSERT_EQ(n->output(0)->uses().size(), 1u);
+        EXPECT_TRUE(n->output(0)->uses()[0].node->is("Transpose"));
       }
   }
 }
