@@ -402,6 +402,16 @@ void fill_task(const eval::TaskResult& t, v1::TaskCheck* out) {
   for (const auto& name : t.replaces_value_gate) out->add_replaces_value_gate(name);
 }
 
+void fill_note(const eval::InputNote& n, v1::InputNote* out) {
+  out->set_name(n.name);
+  out->mutable_dims()->Add(n.dims.begin(), n.dims.end());
+  out->set_how(n.how);
+}
+
+eval::InputNote note_from(const v1::InputNote& n) {
+  return {n.name(), std::vector<int64_t>(n.dims().begin(), n.dims().end()), n.how()};
+}
+
 eval::TaskResult task_from(const v1::TaskCheck& t) {
   eval::TaskResult r;
   r.output = t.output();
@@ -537,16 +547,8 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
       ot->set_verdict(t.verdict);
       for (const auto& task : t.tasks) fill_task(task, ot->add_tasks());
     }
-    auto fill_notes = [](const std::vector<eval::InputNote>& notes, auto* out) {
-      for (const auto& n : notes) {
-        v1::InputNote* o = out->Add();
-        o->set_name(n.name);
-        o->mutable_dims()->Add(n.dims.begin(), n.dims.end());
-        o->set_how(n.how);
-      }
-    };
-    fill_notes(v.inputs, o->mutable_inputs());
-    fill_notes(v.lossy_inputs, o->mutable_lossy_inputs());
+    for (const auto& n : v.inputs) fill_note(n, o->add_inputs());
+    for (const auto& n : v.lossy_inputs) fill_note(n, o->add_lossy_inputs());
   }
 }
 
@@ -621,14 +623,8 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
       for (const auto& task : t.tasks()) trial.tasks.push_back(task_from(task));
       o.lossy_trials.push_back(std::move(trial));
     }
-    auto notes_from = [](const auto& notes) {
-      std::vector<eval::InputNote> out;
-      for (const auto& n : notes)
-        out.push_back({n.name(), std::vector<int64_t>(n.dims().begin(), n.dims().end()), n.how()});
-      return out;
-    };
-    o.inputs = notes_from(v.inputs());
-    o.lossy_inputs = notes_from(v.lossy_inputs());
+    for (const auto& n : v.inputs()) o.inputs.push_back(note_from(n));
+    for (const auto& n : v.lossy_inputs()) o.lossy_inputs.push_back(note_from(n));
   }
   return r;
 }

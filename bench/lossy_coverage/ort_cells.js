@@ -41,8 +41,7 @@ function loadOrt() {
 // the matched shares of the original's and the candidate's rows.
 
 function value(t, i) {
-  const v = t.data[i];
-  return typeof v === 'bigint' ? Number(v) : Number(v);
+  return Number(t.data[i]);  // bigint (int64 labels) too
 }
 
 function boxIou(a, i, b, j) {

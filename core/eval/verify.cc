@@ -79,17 +79,18 @@ struct Sizing {
   // receptive field, a pool) is larger than the input, as an audio front-end's is on 128
   // samples; 125 gives 16000, one second at 16 kHz.
   int64_t time_multiplier = 1;
-  // A tie the graph implies between dims it names apart: sum[0] = sum[1] + sum[2] (a decoder's
+  // A tie the graph implies between dims it names apart: `tied` = the sum of `tie` (a decoder's
   // total_sequence = past_sequence + sequence). Empty: none.
-  std::vector<std::string> sum = {};
+  std::string tied = {};
+  std::vector<DimTerm> tie = {};
 };
 
 // The ties to try when the original does not run at role sizes for a reason other than length
 // (a shape mismatch): one dim the sum of two others, among the dim_params of the main graph's
 // inputs that are not leading (batch) dims, given or expressions; the last dim of an integer
 // input (a mask's length) first. Only for 3 to 5 such names (at most 30 ties).
-std::vector<std::vector<std::string>> dim_ties(const ir::Model& model,
-                                               const VerifyOptions& options) {
+std::vector<std::pair<std::string, std::vector<DimTerm>>> dim_ties(const ir::Model& model,
+                                                                   const VerifyOptions& options) {
   std::vector<std::string> names, masks;
   std::set<std::string> leading;
   for (const auto& in : model.graph().inputs()) {
@@ -116,11 +117,11 @@ std::vector<std::vector<std::string>> dim_ties(const ir::Model& model,
   std::stable_partition(names.begin(), names.end(), [&](const std::string& n) {
     return std::find(masks.begin(), masks.end(), n) != masks.end();
   });
-  std::vector<std::vector<std::string>> ties;
+  std::vector<std::pair<std::string, std::vector<DimTerm>>> ties;
   for (size_t c = 0; c < names.size(); ++c)
     for (size_t a = 0; a < names.size(); ++a)
       for (size_t b = a + 1; b < names.size(); ++b)
-        if (a != c && b != c) ties.push_back({names[c], names[a], names[b]});
+        if (a != c && b != c) ties.push_back({names[c], {{1, names[a], 0}, {1, names[b], 0}}});
   return ties;
 }
 
@@ -197,19 +198,14 @@ absl::StatusOr<std::vector<int64_t>> input_dims(const std::string& name,
       size = std::max<int64_t>(
           1, (role == 128 ? role * sizing.time_multiplier : role) / sizing.role_divisor);
     }
-    // A tie being tried (Sizing::sum): the sum of its two terms, each sized once and shared.
-    if (d.has_dim_param() && !sizing.sum.empty() && d.dim_param() == sizing.sum[0]) {
-      int64_t sum = 0;
-      for (size_t t = 1; t < sizing.sum.size(); ++t) {
-        auto given = options.dims.find(sizing.sum[t]);
-        sum += given != options.dims.end() ? given->second
-                                           : params.try_emplace(sizing.sum[t], size).first->second;
-      }
-      if (sum >= 1 && sum <= (int64_t{1} << 31)) size = sum;
-    }
-    // A sum of other dims ("past_sequence_length + 1"): each named term takes its own size
-    // (given, already chosen, or this dim's role size, shared from then on), the sum is the dim.
-    if (auto terms = d.has_dim_param() ? dim_expression(d.dim_param()) : std::nullopt) {
+    // A sum of other dims, written in the name ("past_sequence_length + 1") or a tie being tried
+    // (Sizing::tie): each named term takes its own size (given, already chosen, or this dim's
+    // role size, shared from then on), the sum is the dim.
+    std::optional<std::vector<DimTerm>> terms;
+    if (d.has_dim_param())
+      terms = !sizing.tie.empty() && d.dim_param() == sizing.tied ? sizing.tie
+                                                                  : dim_expression(d.dim_param());
+    if (terms) {
       int64_t sum = 0;
       for (const DimTerm& t : *terms) {
         int64_t v = t.value;
@@ -284,13 +280,9 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
         u.index == (ms ? 1 : 3)) {
       const onnx::TensorProto* cache = ir::constant_header(n->input(ms ? 2 : 1));
       if (cache && cache->dims_size() == 2 && cache->dims(0) > 0)
-        return IntRange{
-            0,
-            cache->dims(0) - 1,
-            false,
-            nullptr,
-            0,
-            absl::StrCat("position ids of ", n->op_type(), " (a cache of ", cache->dims(0), " rows)")};
+        return IntRange{.hi = cache->dims(0) - 1,
+                        .why = absl::StrCat("position ids of ", n->op_type(), " (a cache of ",
+                                            cache->dims(0), " rows)")};
     }
     if (!n->is_onnx_domain()) continue;
     if (n->is("Gather") && u.index == 1 && n->input(0)) {
@@ -298,24 +290,19 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
       if (!table) {
         const int64_t rows = source_rows(n->input(0), n->attr_int("axis", 0), 8);
         if (rows == 0) continue;
-        return IntRange{0,
-                        rows > 0 ? rows - 1 : std::numeric_limits<int64_t>::max(),
-                        true,
-                        n->input(0),
-                        n->attr_int("axis", 0),
-                        absl::StrCat("positions into '", n->input(0)->name(),
-                                     "', a table computed at run time")};
+        return IntRange{.hi = rows > 0 ? rows - 1 : std::numeric_limits<int64_t>::max(),
+                        .positions = true,
+                        .table = n->input(0),
+                        .axis = n->attr_int("axis", 0),
+                        .why = absl::StrCat("positions into '", n->input(0)->name(),
+                                            "', a table computed at run time")};
       }
       int64_t axis = n->attr_int("axis", 0);
       if (axis < 0) axis += table->dims_size();
       if (axis >= 0 && axis < table->dims_size() && table->dims(static_cast<int>(axis)) > 0)
-        return IntRange{0,
-                        table->dims(static_cast<int>(axis)) - 1,
-                        false,
-                        nullptr,
-                        0,
-                        absl::StrCat("indices into '", n->input(0)->name(), "' (",
-                                     table->dims(static_cast<int>(axis)), " rows)")};
+        return IntRange{.hi = table->dims(static_cast<int>(axis)) - 1,
+                        .why = absl::StrCat("indices into '", n->input(0)->name(), "' (",
+                                            table->dims(static_cast<int>(axis)), " rows)")};
     }
     if ((n->is("Equal") || n->is("Greater") || n->is("Less") || n->is("GreaterOrEqual") ||
          n->is("LessOrEqual")) &&
@@ -324,26 +311,23 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
       auto c = other ? ir::constant_ints(other) : std::nullopt;  // integer inputs: int constants
       if (c && c->size() == 1 && std::llabs((*c)[0]) < (int64_t{1} << 60)) {
         const int64_t k = (*c)[0];
-        IntRange r{
-            k,
-            k,
-            false,
-            nullptr,
-            0,
-            absl::StrCat("a selector: ", n->op_type(), " '", n->name(), "' tests it against ", k)};
-        r.selects = {k};
         // The other branch: for x > k (or k < x) and x <= k, k + 1; for x < k and x >= k, k - 1.
         const bool above = (u.index == 0) == (n->is("Greater") || n->is("LessOrEqual"));
-        r.selects.push_back(n->is("Equal") ? k / 2 : above ? k + 1 : k - 1);
-        return r;
+        return IntRange{.lo = k,
+                        .hi = k,
+                        .why = absl::StrCat("a selector: ", n->op_type(), " '", n->name(),
+                                            "' tests it against ", k),
+                        .selects = {k, n->is("Equal") ? k / 2
+                                       : above        ? k + 1
+                                                      : k - 1}};
       }
     }
     if (n->is("Where") && u.index == 0)
-      return IntRange{0, 1, false, nullptr, 0, "a mask: a Where condition"};
+      return IntRange{.hi = 1, .why = "a mask: a Where condition"};
     if (n->is("Sub") && u.index == 1 && n->input(0)) {
       auto values = ir::constant_doubles(n->input(0));
       if (values && values->size() == 1 && (*values)[0] == 1)
-        return IntRange{0, 1, false, nullptr, 0, "a mask: read as 1 - m"};
+        return IntRange{.hi = 1, .why = "a mask: read as 1 - m"};
     }
     if ((n->is("Cast") || (ir::moves_values(*n) && u.index == 0)) && n->output(0))
       if (auto r = range_by_use(n->output(0), depth - 1)) return r;
@@ -354,8 +338,8 @@ std::optional<IntRange> range_by_use(const ir::Value* v, int depth) {
 IntRange int_range(const ir::Value* input, const VerifyOptions& options) {
   if (auto r = range_by_use(input, 8)) return *r;
   if (absl::StrContains(absl::AsciiStrToLower(input->name()), "mask"))
-    return {0, 1, false, nullptr, 0, "a mask (by its name)"};
-  return {0, std::max<int64_t>(0, options.int_max), false, nullptr, 0, "no use says more"};
+    return {.hi = 1, .why = "a mask (by its name)"};
+  return {.hi = std::max<int64_t>(0, options.int_max), .why = "no use says more"};
 }
 
 absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto* type,
@@ -382,14 +366,12 @@ absl::StatusOr<Tensor> make_input(const ir::Value* input, const onnx::TypeProto*
                                               ranged ? given->second.second : options.float_range);
   // Non-negative and small by default, so integer inputs also work as indices and counts; by
   // use where the model says more (int_range); as given (ranges) before all of that.
-  const IntRange range = ranged ? IntRange{static_cast<int64_t>(std::ceil(given->second.first)),
-                                           static_cast<int64_t>(std::floor(given->second.second)),
-                                           false,
-                                           nullptr,
-                                           0,
-                                           "given"}
-                         : is_integer_type(dtype) ? int_range(input, options)
-                                                  : IntRange{0, options.int_max};
+  const IntRange range =
+      ranged ? IntRange{.lo = static_cast<int64_t>(std::ceil(given->second.first)),
+                        .hi = static_cast<int64_t>(std::floor(given->second.second)),
+                        .why = "given"}
+      : is_integer_type(dtype) ? int_range(input, options)
+                               : IntRange{0, options.int_max};
   std::uniform_int_distribution<int64_t> integer(range.lo, std::max(range.lo, range.hi));
   std::uniform_int_distribution<int64_t> boolean(0, 1);
   // A mask is what a tokenizer makes: ones, then padding zeros in at most the last half of each
@@ -513,12 +495,14 @@ std::vector<PositionInput> position_inputs(const ir::Model& original,
 
 // Shifts positions so that a sequence of `seq` tokens sits at the end of a table of `rows`:
 // arange(rows - seq, rows) per row, which is arange(past, past + seq) when the table is cut to
-// the total length. Positions that already reach the end are left as they are.
-void shift_positions(Tensor& t, int64_t rows) {
+// the total length. Positions that already reach the end are left as they are. Returns the first
+// position, 0 when nothing moved.
+int64_t shift_positions(Tensor& t, int64_t rows) {
   const int64_t seq = t.dims().empty() ? 1 : std::max<int64_t>(t.dims().back(), 1);
   const int64_t offset = rows - seq;
-  if (offset <= 0) return;
+  if (offset <= 0) return 0;
   for (int64_t i = 0; i < t.size(); ++i) t.set_int64(i, offset + i % seq);
+  return offset;
 }
 
 VerifyResult not_verifiable(const absl::Status& status, std::string_view what) {
@@ -882,17 +866,31 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       // A shape mismatch at the first role sizes: the dims the graph ties, tried next at the
       // same sizes (once).
       if (longer.empty() && !ties_tried && attempts[attempt].role_divisor > 0 &&
-          attempts[attempt].sum.empty() && absl::IsInvalidArgument(error)) {
+          attempts[attempt].tie.empty() && absl::IsInvalidArgument(error)) {
         ties_tried = true;
         std::vector<Sizing> tied;
-        for (auto& tie : dim_ties(original, options)) {
+        for (auto& [dim, terms] : dim_ties(original, options)) {
           Sizing t = attempts[attempt];
-          t.sum = std::move(tie);
+          t.tied = std::move(dim);
+          t.tie = std::move(terms);
           tied.push_back(std::move(t));
         }
         attempts.insert(attempts.begin() + static_cast<std::ptrdiff_t>(attempt) + 1, tied.begin(),
                         tied.end());
       }
+    };
+    // An input set beyond the trials' (seeded by `trial`), at the sizes they settled on and with
+    // their positions: more measured sets, and the calibration sets.
+    auto another_set = [&](int trial) -> std::optional<std::map<std::string, Tensor>> {
+      std::map<std::string, Tensor> feeds;
+      uint64_t input_bytes = 0;
+      bool unused = false;
+      if (!make_feeds(original, options, attempts[attempt], trial, params, feeds, input_bytes,
+                      unused, nullptr)
+               .ok())
+        return std::nullopt;
+      for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
+      return feeds;
     };
     for (int trial = 0; trial < std::max(1, options.trials) && !failure; ++trial) {
       std::map<std::string, Tensor> feeds;
@@ -918,16 +916,16 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
         };
         (void)run(original, feeds, shrinking ? 3 * static_cast<uint64_t>(options.trials) : 1,
                   &observe);
-        for (InputNote& note : notes) {
-          auto rows = position_rows.find(note.name);
-          const int64_t seq = note.dims.empty() ? 1 : std::max<int64_t>(note.dims.back(), 1);
-          if (rows != position_rows.end() && rows->second > seq)
-            note.how = absl::StrCat("positions ", rows->second - seq, "..", rows->second - 1,
-                                    ": the last rows of a table the graph cuts to ", rows->second,
-                                    " rows at run time (past + sequence)");
-        }
       }
-      for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
+      for (const auto& [name, rows] : position_rows) {
+        const int64_t first = shift_positions(feeds.at(name), rows);
+        if (trial == 0 && first > 0)
+          for (InputNote& note : notes)
+            if (note.name == name)
+              note.how = absl::StrCat("positions ", first, "..", rows - 1,
+                                      ": the last rows of a table the graph cuts to ", rows,
+                                      " rows at run time (past + sequence)");
+      }
       if (attempt > 0 && !options.representative_dims &&
           input_bytes > options.max_auto_input_bytes) {
         failure = first_failure;  // larger sizes only grow; report the smallest size's error
@@ -988,18 +986,11 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
       const uint64_t per_set = (work_spent_ - work_before) / feeds_.size();
       while (static_cast<int>(feeds_.size()) < options.max_trials &&
              work_spent_ - work_before + per_set <= options.max_work / 16) {
-        std::map<std::string, Tensor> feeds;
-        uint64_t input_bytes = 0;
-        bool unused = false;
-        const int trial = static_cast<int>(feeds_.size());
-        if (!make_feeds(original, options, attempts[attempt], trial, params, feeds, input_bytes,
-                        unused, nullptr)
-                 .ok())
-          break;
-        for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
-        auto outputs = run(original, feeds, 16);
+        auto feeds = another_set(static_cast<int>(feeds_.size()));
+        if (!feeds) break;
+        auto outputs = run(original, *feeds, 16);
         if (!outputs.ok()) break;
-        feeds_.push_back(std::move(feeds));
+        feeds_.push_back(std::move(*feeds));
         expected_.push_back(std::move(*outputs));
       }
     }
@@ -1012,21 +1003,14 @@ Verifier::Verifier(const ir::Model& original, const VerifyOptions& options) : op
                          options.calibration_sets > 0 ? static_cast<int>(feeds_.size()) : 0)
               : options.calibration_sets;
       for (int k = 0; k < calibration_sets; ++k) {
-        std::map<std::string, Tensor> feeds;
-        uint64_t input_bytes = 0;
-        bool unused = false;
-        if (!make_feeds(original, options, attempts[attempt], 1000 + k, params, feeds, input_bytes,
-                        unused, nullptr)
-                 .ok())
-          break;
-        for (const auto& [name, rows] : position_rows) shift_positions(feeds.at(name), rows);
-        calibration_feeds_.push_back(std::move(feeds));
+        auto feeds = another_set(1000 + k);
+        if (!feeds) break;
+        calibration_feeds_.push_back(std::move(*feeds));
       }
       default_dim_used_ =
           defaulted && attempts[attempt].role_divisor == 0 ? attempts[attempt].default_dim : 0;
-      if (defaulted && !attempts[attempt].sum.empty())
-        absl::StrAppend(&dims_used, " (", attempts[attempt].sum[0], " = ", attempts[attempt].sum[1],
-                        " + ", attempts[attempt].sum[2], ")");
+      if (const Sizing& s = attempts[attempt]; defaulted && !s.tie.empty())
+        absl::StrAppend(&dims_used, " (", s.tied, " = ", s.tie[0].name, " + ", s.tie[1].name, ")");
       if (defaulted) dims_used_ = std::move(dims_used);
       input_notes_ = std::move(notes);
       failure_.reset();

@@ -134,12 +134,19 @@ bool gather_candidate(const ir::Node& n, const Config& cfg) {
          only_attributes(n, {"axis"}) && gather_axis(n) >= 0 && weight_dims(n.input(0), cfg);
 }
 
-// `table` is also read by a Gather that will be quantized: its quantized form is kept in the
-// table's layout so that one copy serves both.
-bool gathered(const ir::Value* table, const Config& cfg, int64_t axis = -1) {
+// A Gather candidate GatherBlockQuantized will read (the target has it): along rows, or along
+// columns when the indices' rank is known (the rows it gives are transposed back).
+bool read_by_gbq(const ir::Node& gather, const Config& cfg) {
+  return cfg.gather_block_quantized && (gather_axis(gather) == 0 || gather.input(1)->rank());
+}
+
+// `table` is also read by a Gather that will be quantized (and, with `columns_by_gbq`, that
+// gathers its columns through GatherBlockQuantized): its quantized form is kept in the layout
+// that Gather reads, so that one copy serves both.
+bool gathered(const ir::Value* table, const Config& cfg, bool columns_by_gbq = false) {
   for (const ir::Use& u : table->uses())
     if (u.index == 0 && gather_candidate(*u.node, cfg) &&
-        (axis < 0 || gather_axis(*u.node) == axis))
+        (!columns_by_gbq || (gather_axis(*u.node) == 1 && read_by_gbq(*u.node, cfg))))
       return true;
   return false;
 }
@@ -300,8 +307,8 @@ ir::Value* dequantized_weight(const WeightRef& ref, ir::Node& node, Config& cfg,
   // Tied to a Gather: one copy in the table's layout, read here through Transposes (which
   // ONNX Runtime folds). So is a [K, N] table GatherBlockQuantized reads along columns (it is
   // stored [N, K] for it). Otherwise [K, N], read as is.
-  const bool nk = (ref.transposed && gathered(ref.source, cfg)) ||
-                  (!ref.transposed && cfg.gather_block_quantized && gathered(ref.source, cfg, 1));
+  const bool nk = ref.transposed ? gathered(ref.source, cfg)
+                                 : gathered(ref.source, cfg, /*columns_by_gbq=*/true);
   auto q = quantized(ref, nk, cfg, rw, /*any_layout=*/true);
   if (!q)
     return no_match(node,
@@ -417,8 +424,7 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
                 .n = axis == 0 ? dims->first : dims->second};
   // GatherBlockQuantized gathers rows of a [V, D] table: a table gathered along columns is
   // stored transposed for it, and its result transposed back.
-  const auto ids_rank = node.input(1)->rank();
-  const bool gbq = cfg.gather_block_quantized && (axis == 0 || ids_rank);
+  const bool gbq = read_by_gbq(node, cfg);
   auto q = quantized(ref, /*nk=*/axis == 0 || gbq, cfg, rw);
   if (!q)
     return no_match(node,
@@ -439,8 +445,9 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
     ir::Value* y = gq->output(0);
     if (axis == 1) {
       // [ids..., D] -> [D, ids...], what Gather<axis=1> of [D, V] gives.
-      std::vector<int64_t> perm{*ids_rank};
-      for (int64_t i = 0; i < *ids_rank; ++i) perm.push_back(i);
+      const int64_t ids_rank = *node.input(1)->rank();
+      std::vector<int64_t> perm{ids_rank};
+      for (int64_t i = 0; i < ids_rank; ++i) perm.push_back(i);
       ir::Node* t = rw.add_node(g, "Transpose", {y}, 1, &node);
       rw.set_attr(t, ints_attr("perm", perm));
       y = t->output(0);
