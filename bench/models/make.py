@@ -702,36 +702,50 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+def repeat_kv(x, n_rep):
+    """transformers' repeat_kv: [batch, kv_heads, seq, dim] -> [batch, kv_heads * n_rep, seq, dim]
+    by Expand and Reshape, each key/value head shared by n_rep query heads (grouped-query
+    attention)."""
+    if n_rep == 1:
+        return x
+    batch, kv_heads, seq, dim = x.shape
+    x = x[:, :, None, :, :].expand(batch, kv_heads, n_rep, seq, dim)
+    return x.reshape(batch, kv_heads * n_rep, seq, dim)
+
+
 class HFLlamaAttention(nn.Module):
-    def __init__(self, hidden, heads, max_positions):
+    def __init__(self, hidden, heads, max_positions, kv_heads=None):
         super().__init__()
         self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
+        self.kv_heads = kv_heads or heads
         self.q_proj = nn.Linear(hidden, hidden, bias=False)
-        self.k_proj = nn.Linear(hidden, hidden, bias=False)
-        self.v_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(hidden, hidden, bias=False)
         self.rotary_emb = HFLlamaRotaryEmbedding(self.head_dim, max_positions)
 
     def forward(self, x, mask, position_ids, past_key, past_value):
         bsz, q_len, _ = x.size()
-        q, k, v = (p(x).view(bsz, q_len, self.heads, self.head_dim).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        q = self.q_proj(x).view(bsz, q_len, self.heads, self.head_dim).transpose(1, 2)
+        k, v = (p(x).view(bsz, q_len, self.kv_heads, self.head_dim).transpose(1, 2)
+                for p in (self.k_proj, self.v_proj))
         kv_seq_len = k.shape[-2] + past_key.shape[-2]
         cos, sin = self.rotary_emb(v, seq_len=kv_seq_len)
         q, k = apply_rotary_pos_emb(q, k, cos, sin, position_ids)
-        k = torch.cat([past_key, k], dim=2)
+        k = torch.cat([past_key, k], dim=2)  # the cache keeps kv_heads heads
         v = torch.cat([past_value, v], dim=2)
-        w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim) + mask
+        n_rep = self.heads // self.kv_heads
+        w = torch.matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) / math.sqrt(self.head_dim) + mask
         w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(w, v).transpose(1, 2).reshape(bsz, q_len, self.hidden)
+        out = torch.matmul(w, repeat_kv(v, n_rep)).transpose(1, 2).reshape(bsz, q_len, self.hidden)
         return self.o_proj(out), k, v
 
 
 class HFLlamaLayer(nn.Module):
-    def __init__(self, hidden, heads, intermediate, max_positions):
+    def __init__(self, hidden, heads, intermediate, max_positions, kv_heads=None):
         super().__init__()
         self.input_layernorm = RMSNorm(hidden)
-        self.self_attn = HFLlamaAttention(hidden, heads, max_positions)
+        self.self_attn = HFLlamaAttention(hidden, heads, max_positions, kv_heads)
         self.post_attention_layernorm = RMSNorm(hidden)
         self.mlp = LlamaMLP(hidden, intermediate)
 
@@ -758,11 +772,12 @@ def hf_decoder_mask(attention_mask, q_len, past_len, dtype=torch.float32):
 
 class HFLlamaDecoder(nn.Module):
     def __init__(self, vocab=32000, hidden=256, heads=4, intermediate=688, layers=2,
-                 max_positions=2048):
+                 max_positions=2048, kv_heads=None):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, hidden)
-        self.layers = nn.ModuleList(HFLlamaLayer(hidden, heads, intermediate, max_positions)
-                                    for _ in range(layers))
+        self.layers = nn.ModuleList(
+            HFLlamaLayer(hidden, heads, intermediate, max_positions, kv_heads)
+            for _ in range(layers))
         self.norm = RMSNorm(hidden)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
 
