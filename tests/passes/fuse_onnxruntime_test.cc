@@ -346,6 +346,18 @@ TEST(FuseOnnxRuntime, RotaryBecomesRotaryEmbedding) {
                  rotary_options(1));
 }
 
+TEST(FuseOnnxRuntime, RotaryOverTablesSlicedAtRunTime) {
+  // transformers' cos_cached[:seq_len]: the caches are the whole tables' first halves and the
+  // Slices, with the length computed for them, are gone.
+  expect_rewrite("fuse_onnxruntime", rotary_sliced(rotary_at17()),
+                 absl::StrCat(R"(<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+    g (float[2,2,3,4] x, int64[2,3] ids) => (float[2,2,3,4] y) <)",
+                              rotary_caches_decl(), R"(> {
+      y = com.microsoft.RotaryEmbedding (x, ids, cos_cache, sin_cache)
+    })"),
+                 rotary_options(1));
+}
+
 TEST(FuseOnnxRuntime, RotaryInsideIfBranch) {
   auto model = run_rewrite("fuse_onnxruntime", rotary_inside_if(rotary_at17()), rewrites(1));
   ASSERT_TRUE(model);

@@ -72,6 +72,23 @@ inline std::string with(std::string text, const std::string& from, const std::st
   return text;
 }
 
+// rotary_block's `text` with each table sliced to its leading rows before the Gather, as
+// transformers' cos_cached[:seq_len] exports: Slice(table, 0, total, axis 0), `total` computed at
+// run time (x's sequence length + 2 = the table's 5 rows). `slice` replaces the Slice's inputs
+// after the table (default: starts, ends, axes).
+inline std::string rotary_sliced(std::string text, const std::string& slice = "zero, total, zero") {
+  text = with(text, "      gc = Gather (cos_table, ids)\n",
+              absl::StrCat(R"(      seq = Shape <start = 2, end = 3> (x)
+      total = Add (seq, two)
+      cut_cos = Slice (cos_table, )",
+                           slice, R"()
+      gc = Gather (cut_cos, ids)
+)"));
+  return with(text, "      gs = Gather (sin_table, ids)\n",
+              absl::StrCat("      cut_sin = Slice (sin_table, ", slice,
+                           ")\n      gs = Gather (cut_sin, ids)\n"));
+}
+
 // rotary_block's `text` with the rotary inside the then-branch of an If on a new input `cond`
 // (the else-branch passes x through), reading x, the ids and the tables from the main graph.
 inline std::string rotary_inside_if(std::string text) {

@@ -1,5 +1,6 @@
 #include "core/passes/patterns/rotary.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -100,7 +101,25 @@ struct GatheredTable {
   ir::Value* ids = nullptr;
   ir::Node* unsqueeze = nullptr;
   ir::Node* gather = nullptr;
+  ir::Node* slice = nullptr;  // the table's leading rows, when it is sliced first
 };
+
+// `slice` takes a 2-D table's leading rows, [0, end) on axis 0 with step 1, whatever `end` is
+// (transformers' cos_cached[:seq_len], seq_len the total length read at run time): a Gather
+// by position ids reads the same rows from it as from the whole table.
+bool leading_rows(const ir::Node& slice) {
+  const size_t n = slice.inputs().size();
+  if (n < 3 || n > 5 || !only_attributes(slice, {})) return false;
+  auto is = [&](size_t i, int64_t value, std::initializer_list<int64_t> also = {}) {
+    std::optional<eval::Tensor> t = constant_tensor(slice.input(i), 64);
+    if (!t || t->rank() != 1 || t->size() != 1 || !is_integer_type(t->dtype())) return false;
+    const int64_t v = t->get_int64(0);
+    return v == value || std::find(also.begin(), also.end(), v) != also.end();
+  };
+  const bool no_axes = n < 4 || !slice.input(3);
+  const bool no_steps = n < 5 || !slice.input(4);
+  return is(1, 0) && (no_axes || is(3, 0, {-2})) && (no_steps || is(4, 1));
+}
 std::optional<GatheredTable> gathered_table(ir::Value* v, const ir::Node& root, const char* what) {
   GatheredTable t;
   t.unsqueeze = producer(v, "Unsqueeze");
@@ -118,6 +137,10 @@ std::optional<GatheredTable> gathered_table(ir::Value* v, const ir::Node& root, 
     });
   t.table = t.gather->input(0);
   t.ids = t.gather->input(1);
+  if (ir::Node* slice = producer(t.table, "Slice"); slice && leading_rows(*slice)) {
+    t.slice = slice;
+    t.table = slice->input(0);
+  }
   const TensorProto* c = constant_header(t.table);
   if (!c || c->dims_size() != 2)
     return no_match_with(root,
@@ -167,6 +190,9 @@ std::optional<RotaryMatch> match_rotary(ir::Node& add) {
   m.sin_table = s->table;
   m.shared = {c->unsqueeze, c->gather};
   if (s->unsqueeze != c->unsqueeze) m.shared.insert(m.shared.end(), {s->unsqueeze, s->gather});
+  for (ir::Node* slice : {c->slice, s->slice})
+    if (slice && std::find(m.shared.begin(), m.shared.end(), slice) == m.shared.end())
+      m.shared.push_back(slice);
   // Types and shapes: x (B, N, S, D) of float or float16, the tables (P, D) of its type, the
   // position ids int64 (B, S).
   m.elem_type = m.x->elem_type();
@@ -254,8 +280,9 @@ bool replace_rotary(Rewriter& rw, const RotaryMatch& m, ir::Value* y) {
   if (!rw.replace_node(m.block.front(), {y})) return false;
   for (size_t i = 1; i < m.block.size(); ++i) rw.erase(m.block[i]);
   // Kept while another rotary reads them (a Gather may appear twice: cos and sin of one table).
+  // With them goes what only they read: a Slice's end computed at run time.
   for (ir::Node* n : m.shared)
-    if (!n->dead()) rw.erase(n);
+    if (!n->dead()) rw.erase_unread_producers(n->output(0));
   return true;
 }
 

@@ -7,6 +7,8 @@
 //   rotate_half(x) = Concat(Neg(x2), x1, axis = last), x1 and x2 x's halves along its last axis:
 //                    Slice(x, 0..D/2) and Slice(x, D/2..D), or the two outputs of a Split
 //   cos = Unsqueeze(Gather(cos_table, position_ids), axes = [1]), sin likewise
+//   cos_table: a constant, or its leading rows Slice(constant, 0, end) on axis 0 (transformers'
+//              cos_cached[:seq_len], end the total length read at run time)
 //
 // x is (B, N, S, D): heads before the sequence, D known and even; position_ids int64 of rank 2;
 // the tables are constants (P, D) of x's element type (float or float16) whose two halves
@@ -22,8 +24,14 @@
 // x's (B, S) read at run time): the decomposition's broadcast, exactly; only ids larger than x
 // (x itself broadcast, which a rotary never does) end in the fused op's error.
 //
-// Every value between x and y is read only by the pattern; the Unsqueezes and Gathers may be
-// shared (one per layer serves Q and K) and are erased with the last rotary that reads them.
+// A table sliced to its leading rows gives a position id the row the whole table gives; only
+// ids at or past the slice's end differ, which the decomposition's Gather rejects (an error)
+// and the fused op reads from the whole table (ids past the table's own rows are rejected by
+// both). The fused op reads the whole constant; the Slice goes with the last rotary reading it.
+//
+// Every value between x and y is read only by the pattern; the Unsqueezes, Gathers and Slices
+// may be shared (one per layer serves Q and K) and are erased with the last rotary that reads
+// them.
 #pragma once
 
 #include <optional>

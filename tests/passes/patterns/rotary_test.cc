@@ -96,6 +96,32 @@ TEST(RotaryPattern, SaysWhyALookAlikeIsNoRotary) {
   EXPECT_TRUE(reasons(*model).empty());
 }
 
+TEST(RotaryPattern, TablesSlicedToTheirLeadingRowsAtRunTime) {
+  auto model = parse_text(rotary_sliced(rotary_block()));
+  ASSERT_TRUE(model);
+  std::optional<RotaryMatch> m = match_rotary(root_of(*model));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->cos_table->name(), "cos_table");  // the whole constant, through the Slice
+  EXPECT_EQ(m->sin_table->name(), "sin_table");
+  EXPECT_EQ(names(m->shared),
+            (std::vector<std::string>{"cos", "gc", "sin", "gs", "cut_cos", "cut_sin"}));
+  // Axes and steps may be left out (axis 0, step 1) or given as -2 and 1.
+  for (const char* form : {"zero, total", "zero, total, last2, one"}) {
+    std::string text = rotary_sliced(rotary_block(), form);
+    text = with(text, "int64[1] zero = {0},", "int64[1] last2 = {-2}, int64[1] zero = {0},");
+    model = parse_text(text);
+    ASSERT_TRUE(model);
+    EXPECT_TRUE(match_rotary(root_of(*model))) << form;
+  }
+  // Not the leading rows: from row 1, along the other axis, every second row.
+  for (const char* form : {"one, total, zero", "zero, total, one", "zero, total, zero, two"}) {
+    model = parse_text(rotary_sliced(rotary_block(), form));
+    ASSERT_TRUE(model);
+    EXPECT_EQ(reasons(*model), std::vector<std::string>{"cos's table is not a 2-D constant"})
+        << form;
+  }
+}
+
 TEST(RotaryPattern, CachesAreTheFirstHalvesMadeOncePerTable) {
   auto model = parse_text(rotary_block());
   ASSERT_TRUE(model);
