@@ -26,7 +26,8 @@
 //    elsewhere too (a pre-LN residual stream), is the op's fourth output.
 //  - rotary_embedding (on by default: llama_block ran 3-5% faster under ONNX Runtime 1.30 on
 //    CPU than with the decomposition, docs/performance.md): x * cos + rotate_half(x) * sin with cos
-//    and sin gathered from constant tables by position ids (core/passes/patterns/rotary.h, shared
+//    and sin gathered by position ids from constant tables, or from their leading rows sliced at
+//    run time (transformers' cos_cached[:seq_len]) (core/passes/patterns/rotary.h, shared
 //    with fuse_blocks, which emits the standard op at opset 23)
 //      -> RotaryEmbedding(x, position_ids, cos_cache, sin_cache), the caches the tables' first
 //    halves (the ids expanded to x's batch and sequence where facts do not show them equal). ONNX
@@ -176,12 +177,11 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   if (sdp->select) return no_match(root, "a boolean mask (Where) is not fused into Attention");
   ir::Value* mask = sdp->mask;
   const double scale = sdp->scale;
-  ir::Node* qk = sdp->qk;
   Block block = {&root, merge};
   for (ir::Node* n : sdp->nodes()) block.push_back(n);
   // Q: Transpose(split, [0, 2, 1, 3]); K^T: Transpose(split, [0, 2, 3, 1]); V as Q.
-  ir::Node* tq = absorbed_producer(qk->input(0), "Transpose", root);
-  ir::Node* tk = absorbed_producer(qk->input(1), "Transpose", root);
+  ir::Node* tq = absorbed_producer(sdp->q(), "Transpose", root);
+  ir::Node* tk = absorbed_producer(sdp->kt(), "Transpose", root);
   ir::Node* tv = absorbed_producer(context->input(1), "Transpose", root);
   if (!tq || !tk || !tv || !has_perm(*tq, {0, 2, 1, 3}) || !has_perm(*tk, {0, 2, 3, 1}) ||
       !has_perm(*tv, {0, 2, 1, 3}))

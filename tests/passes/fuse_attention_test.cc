@@ -81,6 +81,39 @@ TEST(FuseAttention, UnscaledUnmaskedWithAnyKeyTransposeAndOneSharedKeyValueHead)
   EXPECT_EQ(count_ops(*m, "Transpose"), 1);
 }
 
+TEST(FuseAttention, TheScaleSplitOntoQAndKIsOneScale) {
+  // torch's export of scaled_dot_product_attention: Q * sqrt(s) and K^T * sqrt(s), s = 1/2 here.
+  std::string text = sdpa(kQkv,
+                          "kt0 = Transpose <perm = [0, 1, 3, 2]> (k)\n      qs = Mul (q, h)\n"
+                          "      kt = Mul (h, kt0)",
+                          "", "");
+  text.replace(text.find("s0 = MatMul (q, kt)"), 19, "s0 = MatMul (qs, kt)");
+  text.replace(text.find("<float c = {0.5},"), 17,
+               "<float h = {0.7071067811865476}, float c = {0.5},");
+  auto m = run_rewrite("fuse_attention", text, rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "Attention"), 1);
+  EXPECT_EQ(count_ops(*m, "Mul"), 0);
+  EXPECT_EQ(count_ops(*m, "Transpose"), 0);  // K^T's Transpose undone: Attention takes K
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (n->op_type() == "Attention") {
+      EXPECT_FLOAT_EQ(n->attr_float("scale", 0.0f), 0.5f);
+    }
+  }
+  // Only constant scalars move into the scale: a Mul by a tensor (per batch here) stays, and
+  // what it computes is attention's Q and K^T.
+  const std::string scalar = "<float h = {0.7071067811865476},";
+  text.replace(text.find(scalar), scalar.size(), "<float[2,1,1,1] h = {0.7, 0.8},");
+  m = run_rewrite("fuse_attention", text, rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "Mul"), 2);
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (n->op_type() == "Attention") {
+      EXPECT_FLOAT_EQ(n->attr_float("scale", 0.0f), 1.0f);
+    }
+  }
+}
+
 TEST(FuseAttention, CausalWhereAndPaddingMaskBecomeOneAdditiveMask) {
   // GPT-2: Where(causal, scores, float's lowest) + the padding mask -> Attention with
   // Where(causal, mask, lowest + mask).

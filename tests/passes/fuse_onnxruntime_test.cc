@@ -114,6 +114,27 @@ TEST(FuseOnnxRuntime, AttentionWithTheQueryScaledAfterItsProjection) {
   }
 }
 
+TEST(FuseOnnxRuntime, AttentionWithTheScaleSplitOntoQAndK) {
+  // torch's export of scaled_dot_product_attention: Q * sqrt(s) and K^T * sqrt(s) (s = 1/sqrt(H)
+  // computed from the head size, constants once it is known), no scale on the scores.
+  std::string text = attention_model("float[2,3,4] x", "s2 = Identity (s0)", "float",
+                                     ", float root = {0.8408964152537145}");
+  text.replace(text.find("s0 = MatMul (q, kt)"), 19,
+               "qs = Mul (q, root)\n      kts = Mul (root, kt)\n      s0 = MatMul (qs, kts)");
+  text.replace(text.find("s1 = Mul (s0, scale)"), 20, "");
+  text.replace(text.find("s2 = Identity (s0)"), 18, "");
+  text.replace(text.find("Softmax <axis = -1> (s2)"), 24, "Softmax <axis = -1> (s0)");
+  auto m = run_rewrite("fuse_onnxruntime", text, rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "Attention"), 1);
+  EXPECT_EQ(count_ops(*m, "Mul"), 0);
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (n->op_type() == "Attention") {
+      EXPECT_FLOAT_EQ(n->attr_float("scale", 0.0f), 0.70710677f);
+    }
+  }
+}
+
 TEST(FuseOnnxRuntime, AttentionWithoutMaskAndDivByScale) {
   // Scores divided by sqrt(H) instead of multiplied: scale = 1 / 1.4142...
   std::string text = attention_model("float[2,3,4] x", "s2 = Identity (s1)", "float",

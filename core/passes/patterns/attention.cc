@@ -15,6 +15,8 @@ std::vector<ir::Node*> ScaledDotProduct::nodes() const {
   if (select) all.push_back(select);
   if (scaling) all.push_back(scaling);
   all.push_back(qk);
+  for (ir::Node* n : operand_scaling)
+    if (n) all.push_back(n);
   return all;
 }
 
@@ -110,6 +112,25 @@ std::optional<ScaledDotProduct> match_scaled_dot_product(ir::Node& out) {
     m.scaling = scaled;
   }
   if (m.qk->inputs().size() != 2) return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    m.operands[i] = m.qk->input(i);
+    ir::Node* mul = absorbed_producer(m.operands[i], "Mul", out);
+    if (!mul || mul->inputs().size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      const std::optional<double> c = constant_scalar(mul->input(1 - side));
+      if (!c || *c == 0 || !std::isfinite(*c) ||
+          !broadcasts_into(mul->input(1 - side), mul->input(side)))
+        continue;
+      m.scale *= *c;
+      m.operand_scaling[i] = mul;
+      m.operands[i] = mul->input(side);
+      break;
+    }
+  }
+  if (m.scale == 0 || !std::isfinite(m.scale)) {
+    no_match(out, "the scales multiply to zero or overflow");
+    return std::nullopt;
+  }
   return m;
 }
 

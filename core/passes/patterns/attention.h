@@ -3,7 +3,9 @@
 // Runtime's):
 //
 //   scores = MatMul(Q, K^T), optionally scaled by a constant scalar (Mul by it, either operand
-//            order, or Div by it)
+//            order, or Div by it), and Q and K^T each optionally a Mul by a constant scalar
+//            (the scale split onto both as sqrt(scale), as torch's export of
+//            scaled_dot_product_attention writes it; constants once the head size is known)
 //   scores = Where(allowed, scores, fill), optionally: a boolean mask (a causal one, as GPT-2
 //            writes it) with `fill` a constant scalar of at most kMaskedScore (or -inf)
 //   scores = Add(scores, mask), optionally (either operand order; the mask may itself be a Mul,
@@ -38,11 +40,14 @@ struct ScaledDotProduct {
   ir::Value* allowed = nullptr;
   ir::Value* fill = nullptr;
   ir::Node* scaling = nullptr;  // Mul / Div by the constant; nullptr without
-  double scale = 1.0;           // what Q K^T is multiplied by
-  ir::Node* qk = nullptr;       // MatMul(Q, K^T)
+  double scale = 1.0;           // what Q K^T is multiplied by (all the scalings together)
+  ir::Node* qk = nullptr;       // MatMul(Q', K^T')
+  // Q' = Q * c and K^T' = K^T * c: the Muls (nullptr without) and Q and K^T under them.
+  ir::Node* operand_scaling[2] = {nullptr, nullptr};
+  ir::Value* operands[2] = {nullptr, nullptr};
 
-  ir::Value* q() const { return qk->input(0); }
-  ir::Value* kt() const { return qk->input(1); }
+  ir::Value* q() const { return operands[0]; }
+  ir::Value* kt() const { return operands[1]; }
   ir::Value* v() const { return out->input(1); }
   // The scores as Q K^T gives them, scaled (the operand the masks apply to).
   ir::Value* scores() const { return scaling ? scaling->output(0) : qk->output(0); }
