@@ -14,7 +14,7 @@
 //
 // `rss` runs in a process of its own per file: it loads ORT, creates one session with THREADS
 // intra-op threads, runs the first input set RUNS times and prints { base_kb, peak_kb }, the
-// process's resident size before the session and its peak (getrusage's ru_maxrss) after.
+// process's resident size before the session and its peak (VmHWM) after.
 
 'use strict';
 
@@ -106,18 +106,20 @@ async function pairs(ort, job) {
   return out;
 }
 
-function residentKb() {
-  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+// From /proc/self/status: VmRSS (resident now) or VmHWM (the peak). Not getrusage's ru_maxrss,
+// which Linux carries across execve: a child of a large process reports its parent's peak.
+function statusKb(field) {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(fs.readFileSync('/proc/self/status', 'utf8'));
   return m ? Number(m[1]) : null;
 }
 
 async function rss(ort, file, setsDir, threads, runs) {
   const set = precision.readInputSets(setsDir)[0];
-  const base = residentKb();
+  const base = statusKb('VmRSS');
   const s = await ort.InferenceSession.create(file, options('all', threads));
   const feeds = precision.feedsFor(ort, s, set);
   for (let i = 0; i < runs; i++) await s.run(feeds);
-  const peak = process.resourceUsage().maxRSS; // kB
+  const peak = statusKb('VmHWM');
   await s.release();
   return { base_kb: base, peak_kb: peak };
 }

@@ -118,8 +118,37 @@ bool fold_slice(ir::Node& n, Rewriter& rw) {
       &n, ir::make_int64_tensor({static_cast<int64_t>(values.size())}, values));
 }
 
+// Shape<start, end>(Transpose(x, perm)), the Transpose's only reader: Gather(Shape(x),
+// perm[start:end]), the input's dims in the transposed order; the Transpose, computed for its
+// dims alone, goes (as many nodes, one copy less at run time). An export reads a query's length
+// off its heads for a causal mask's slice, and that is all that reads them once attention is
+// fused from the 3-D queries.
+bool shape_of_transpose(ir::Node& n, Rewriter& rw) {
+  ir::Node* t = producer(n.input(0), "Transpose");
+  if (!t || !n.is_onnx_domain() || t->graph() != n.graph() || t->outputs().size() != 1 ||
+      !single_use(t->output(0)) || t->output(0)->is_graph_output())
+    return false;
+  const ir::TensorFact& f = t->input(0)->fact();
+  if (!f.has_rank) return false;
+  auto perm = ir::transpose_perm(*t, static_cast<int64_t>(f.dims.size()));
+  if (!perm || perm->size() != f.dims.size()) return false;
+  auto range = ir::shape_range(n, static_cast<int64_t>(perm->size()));
+  if (!range) return false;
+  const std::vector<int64_t> picked(perm->begin() + range->first, perm->begin() + range->second);
+  ir::Graph& g = *n.graph();
+  ir::Node* shape = rw.add_node(g, "Shape", {t->input(0)}, 1, &n);
+  ir::Value* indices = rw.add_constant(
+      g, ir::make_int64_tensor({static_cast<int64_t>(picked.size())}, picked), "transposed_dims");
+  ir::Node* gather = rw.add_node(g, "Gather", {shape->output(0), indices}, 1, &n);
+  rw.set_attr(gather, int_attr("axis", 0));
+  if (!rw.replace_node(&n, {gather->output(0)})) return false;
+  rw.erase(t);
+  return true;
+}
+
 std::vector<Rule> shape_rules() {
   return {{"shape", {"Shape"}, fold_shape},
+          {"shape_of_transpose", {"Shape"}, shape_of_transpose},
           {"size", {"Size"}, fold_size},
           {"gather_of_shape", {"Gather"}, fold_gather},
           {"slice_of_shape", {"Slice"}, fold_slice}};

@@ -124,8 +124,35 @@ std::optional<Projection> projection(ir::Value* v, const ir::Node& root) {
   return p;
 }
 
-// Heads split: Reshape(projection, [B?, S?, N, H]) with N * H the projection's width and the
-// first two dims kept (0, or the same size as the input's by facts).
+// Heads split: Reshape(x, [B?, S?, N, H]) of a 3-D x (B, S, N * H) with the first two dims kept
+// (0, or the same size as x's by facts), the Reshape read only by the pattern.
+struct HeadsReshape {
+  ir::Node* reshape = nullptr;
+  ir::Value* x = nullptr;
+  int64_t heads = 0, head = 0;
+};
+
+std::optional<HeadsReshape> heads_reshape(ir::Value* v, const ir::Node& root) {
+  ir::Node* reshape = absorbed_producer(v, "Reshape", root);
+  if (!reshape || reshape->inputs().size() != 2 || reshape->attr_int("allowzero", 0) != 0)
+    return std::nullopt;
+  auto shape = constant_ints(reshape->input(1));
+  if (!shape || shape->size() != 4 || (*shape)[2] <= 0 || (*shape)[3] <= 0) return std::nullopt;
+  const ir::TensorFact& in = reshape->input(0)->fact();
+  if (!in.has_rank || in.dims.size() != 3) return std::nullopt;
+  if (in.dims[2].known() && in.dims[2].value != (*shape)[2] * (*shape)[3]) return std::nullopt;
+  // The sequence dim may be -1 (Whisper's view(bsz, -1, N, H)): with the batch kept and the last
+  // dim known to be N * H, it is the input's sequence length.
+  const bool inferred_sequence = (*shape)[1] == -1 && (*shape)[0] == 0 && in.dims[2].known();
+  for (int d = 0; d < 2; ++d) {
+    if ((*shape)[d] == 0 || (d == 1 && inferred_sequence)) continue;
+    if (!in.dims[d].known() || in.dims[d].value != (*shape)[d]) return std::nullopt;
+  }
+  return HeadsReshape{reshape, reshape->input(0), (*shape)[2], (*shape)[3]};
+}
+
+// Heads split from a projection: Reshape(projection, [B?, S?, N, H]) with N * H the projection's
+// width.
 struct Split {
   Projection proj;
   int64_t heads = 0, head = 0;
@@ -133,21 +160,11 @@ struct Split {
 };
 
 std::optional<Split> split_heads(ir::Value* v, const ir::Node& root) {
-  ir::Node* reshape = absorbed_producer(v, "Reshape", root);
-  if (!reshape || reshape->inputs().size() != 2 || reshape->attr_int("allowzero", 0) != 0)
-    return std::nullopt;
-  auto shape = constant_ints(reshape->input(1));
-  if (!shape || shape->size() != 4 || (*shape)[2] <= 0 || (*shape)[3] <= 0) return std::nullopt;
-  auto proj = projection(reshape->input(0), root);
-  if (!proj || (*shape)[2] * (*shape)[3] != proj->cols) return std::nullopt;
-  // The leading dims: copied (0) or equal to the input's by facts.
-  const ir::TensorFact& in = reshape->input(0)->fact();
-  if (!in.has_rank || in.dims.size() != 3) return std::nullopt;
-  for (int d = 0; d < 2; ++d) {
-    if ((*shape)[d] == 0) continue;
-    if (!in.dims[d].known() || in.dims[d].value != (*shape)[d]) return std::nullopt;
-  }
-  Split s{*proj, (*shape)[2], (*shape)[3], {reshape}};
+  auto r = heads_reshape(v, root);
+  if (!r) return std::nullopt;
+  auto proj = projection(r->x, root);
+  if (!proj || r->heads * r->head != proj->cols) return std::nullopt;
+  Split s{*proj, r->heads, r->head, {r->reshape}};
   s.nodes.insert(s.nodes.end(), proj->nodes.begin(), proj->nodes.end());
   return s;
 }
@@ -172,6 +189,8 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   if (!merge || !has_perm(*merge, {0, 2, 1, 3})) return false;
   ir::Node* context = absorbed_producer(merge->input(0), "MatMul", root);
   if (!context) return false;
+  // Values concatenated to a cache: attention_with_cache's case.
+  if (context->inputs().size() == 2 && producer(context->input(1), "Concat")) return false;
   std::optional<ScaledDotProduct> sdp = match_scaled_dot_product(*context);
   if (!sdp) return false;
   if (sdp->select) return no_match(root, "a boolean mask (Where) is not fused into Attention");
@@ -264,6 +283,217 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   for (ir::Node* t : {tq, tk, tv}) rw.erase(t);
   for (const Split* s : {&*q, &*k, &*v})
     for (ir::Node* n : s->nodes) rw.erase(n);
+  return true;
+}
+
+// ------------------------------------------------------------------------ attention_with_cache
+
+// Heads split from a 3-D value and moved before the sequence: Transpose(Reshape(x, [B?, S?, N,
+// H]), [0, 2, 1, 3]), both read only by the pattern.
+struct CacheHeads {
+  HeadsReshape r;
+  ir::Node* transpose = nullptr;
+  ir::Node* rotary = nullptr;  // com.microsoft RotaryEmbedding of the 4-D heads, or nullptr
+};
+
+// The producer `op` of `v` in root's graph with one output, `v` read once besides Shape nodes
+// (exports read the queries' length off their heads for the causal mask's slice): those keep
+// what they read, the pattern's nodes are erased once nothing else reads them.
+ir::Node* producer_besides_shapes(ir::Value* v, std::string_view op, const ir::Node& root) {
+  ir::Node* p = producer(v, op);
+  if (!p || p->graph() != root.graph() || p->outputs().size() != 1) return nullptr;
+  int others = 0;
+  for (const ir::Use& use : v->uses())
+    if (!use.node->is("Shape")) ++others;
+  return others == 1 && !v->is_graph_output() ? p : nullptr;
+}
+
+// The heads, optionally rotated by com.microsoft RotaryEmbedding (this pass's rotary_embedding
+// rule's output: 4-D input, only its own attributes) read only by the pattern.
+std::optional<CacheHeads> heads_first(ir::Value* v, const ir::Node& root) {
+  CacheHeads h;
+  if (ir::Node* p = v->producer();
+      p && p->domain() == kMicrosoftDomain && p->op_type() == "RotaryEmbedding" && single_use(v) &&
+      p->graph() == root.graph() && p->outputs().size() == 1 && p->inputs().size() == 4 &&
+      only_attributes(*p, {"interleaved", "num_heads"})) {
+    h.rotary = p;
+    v = p->input(0);
+  }
+  h.transpose = producer_besides_shapes(v, "Transpose", root);
+  if (!h.transpose || !has_perm(*h.transpose, {0, 2, 1, 3})) return std::nullopt;
+  auto r = heads_reshape(h.transpose->input(0), root);
+  if (!r) return std::nullopt;
+  h.r = *r;
+  return h;
+}
+
+// What MultiHeadAttention reads for `h`: its 3-D value, rotated there (RotaryEmbedding's 3-D
+// form, num_heads heads) when the heads were.
+ir::Value* cache_input(const CacheHeads& h, Rewriter& rw, ir::Graph& g) {
+  if (!h.rotary) return h.r.x;
+  std::vector<ir::Value*> inputs = {h.r.x, h.rotary->input(1), h.rotary->input(2),
+                                    h.rotary->input(3)};
+  ir::Node* r = rw.add_node(g, "RotaryEmbedding", inputs, 1, h.rotary, kMicrosoftDomain);
+  if (const auto* a = h.rotary->attr("interleaved")) rw.set_attr(r, *a);
+  rw.set_attr(r, int_attr("num_heads", h.r.heads));
+  return r->output(0);
+}
+
+// The cache Concat(past, new heads) along the sequence axis (2 of 4), in root's graph.
+bool cache_concat(const ir::Node* concat, const ir::Node& root) {
+  if (!concat || concat->inputs().size() != 2 || concat->graph() != root.graph() ||
+      !only_attributes(*concat, {"axis"}))
+    return false;
+  return ir::normalize_axis(concat->attr_int("axis", 0), 4) == 2;
+}
+
+// The caches' other readers: Shape nodes (an export reads the total length off the keys for the
+// causal mask's slice) and graph outputs. A Shape would read MultiHeadAttention's present output,
+// which the mask feeding the op would then depend on: a cycle. So each Shape of Concat(past,
+// new) along axis 2 is computed from what the op reads instead, Shape(past) with the new
+// length added at axis 2 (Shape(new3d)[1], new3d the (B, L, N * H) value the op reads), the
+// Shape's start and end kept. False when another reader exists.
+bool cache_readers_fit(const ir::Node& concat, const ir::Node& pattern_reader) {
+  for (const ir::Use& use : concat.output(0)->uses())
+    if (use.node != &pattern_reader && !use.node->is("Shape")) return false;
+  return true;
+}
+
+void rewrite_cache_shapes(const ir::Node& concat, const ir::Node& pattern_reader, ir::Value* new3d,
+                          Rewriter& rw) {
+  ir::Graph& g = *concat.graph();
+  const std::vector<ir::Use> uses = concat.output(0)->uses();
+  for (const ir::Use& use : uses) {
+    ir::Node* shape = use.node;
+    if (shape == &pattern_reader || !shape->is("Shape")) continue;
+    const auto range = ir::shape_range(*shape, 4);
+    if (!range) continue;  // left reading the cache: the rewrite then fails on the cycle
+    const auto [from, to] = *range;
+    ir::Node* past = rw.add_node(g, "Shape", {concat.input(0)}, 1, shape);
+    for (const auto& a : shape->attributes()) rw.set_attr(past, a);
+    ir::Value* result = past->output(0);
+    if (from <= 2 && 2 < to) {
+      ir::Node* length = rw.add_node(g, "Shape", {new3d}, 1, shape);
+      if (shape->opset() >= 15) {
+        rw.set_attr(length, int_attr("start", 1));
+        rw.set_attr(length, int_attr("end", 2));
+      } else {
+        ir::Value* one = rw.add_constant(g, ir::make_int64_tensor({1}, {1}), "cache_sequence_axis");
+        length = rw.add_node(g, "Gather", {length->output(0), one}, 1, shape);
+      }
+      std::vector<int64_t> at(static_cast<size_t>(to - from), 0);
+      at[static_cast<size_t>(2 - from)] = 1;
+      ir::Value* onehot =
+          rw.add_constant(g, ir::make_int64_tensor({to - from}, at), "cache_length_axis");
+      ir::Node* added = rw.add_node(g, "Mul", {onehot, length->output(0)}, 1, shape);
+      result = rw.add_node(g, "Add", {past->output(0), added->output(0)}, 1, shape)->output(0);
+    }
+    rw.replace_node(shape, {result});
+  }
+}
+
+// Self-attention reading and extending a KV cache, as decoders with past export it (GPT-2,
+// LLaMA without grouped heads, Whisper's decoder): K = Concat(past_key, heads(k)) and V =
+// Concat(past_value, heads(v)) along the sequence, which are also the `present` outputs; Q =
+// heads(q), each optionally rotated (RotaryEmbedding, this pass's rotary_embedding rule); then
+// attention's scaled dot product (core/passes/patterns/attention.h) with K^T = Transpose(K,
+// [0, 1, 3, 2]), and the heads moved back behind the sequence (the root, Transpose [0, 2, 1, 3]):
+//   -> Reshape(MultiHeadAttention(q, k, v, attention_bias = the masks as one additive mask,
+//                                 past_key, past_value), [0, 0, N, Hv]),
+//      its present_key and present_value in place of the caches
+// q, k and v are the 3-D (B, S, N * H) values the heads were split from (rotated in that form,
+// RotaryEmbedding with num_heads). The root's readers merge the heads as they did (GPT-2 reshapes
+// them to 2-D for its Gemm, LLaMA to 3-D): the two Reshapes fold into one. The masks' sum must
+// be (B or 1, 1 or N, S, T): a padding mask of one query row is expanded over the queries. Keys
+// and values with fewer heads than the queries (grouped-query attention: repeat_kv's Expand) are
+// another pattern.
+bool attention_with_cache(ir::Node& root, Rewriter& rw, const Target& target) {
+  if (root.graph()->opset(kMicrosoftDomain) != 1) return false;  // a function body
+  if (!has_perm(root, {0, 2, 1, 3}) || root.inputs().size() != 1) return false;
+  ir::Node* context = absorbed_producer(root.input(0), "MatMul", root);
+  if (!context || context->inputs().size() != 2) return false;
+  ir::Node* vcat = producer(context->input(1), "Concat");
+  if (!vcat) return false;  // no cache: the attention rule's case
+  std::optional<ScaledDotProduct> sdp = match_scaled_dot_product(*context);
+  if (!sdp) return false;
+  ir::Node* kt = absorbed_producer(sdp->kt(), "Transpose", root);
+  ir::Node* kcat = kt ? producer(kt->input(0), "Concat") : nullptr;
+  if (!kt || !has_perm(*kt, {0, 1, 3, 2}) || !cache_concat(kcat, root) || !cache_concat(vcat, root))
+    return no_match(root,
+                    "the keys and values are not caches Concat(past, new) along the sequence, "
+                    "read as Transpose(keys, [0, 1, 3, 2])");
+  if (!cache_readers_fit(*kcat, *kt) || !cache_readers_fit(*vcat, *context))
+    return no_match(root, "a cache is read by other nodes than the attention and Shape");
+  auto q = heads_first(sdp->q(), root);
+  auto k = heads_first(kcat->input(1), root);
+  auto v = heads_first(vcat->input(1), root);
+  if (!q || !k || !v || v->rotary)
+    return no_match(root,
+                    "Q or the new keys or values are not 3-D values split into heads (Reshape, "
+                    "Transpose [0, 2, 1, 3]; Q and K optionally rotated by RotaryEmbedding)");
+  const int64_t heads = q->r.heads, head = q->r.head, vhead = v->r.head;
+  if (k->r.heads != heads || v->r.heads != heads || k->r.head != head)
+    return no_match(root, "Q, K and V differ in heads or head size (grouped heads?)");
+  ir::Value* past_key = kcat->input(0);
+  ir::Value* past_value = vcat->input(0);
+  for (const auto& [past, size] : {std::pair{past_key, head}, std::pair{past_value, vhead}}) {
+    const ir::TensorFact& f = past->fact();
+    if (!f.has_rank || f.dims.size() != 4 || (f.dims[1].known() && f.dims[1].value != heads) ||
+        (f.dims[3].known() && f.dims[3].value != size))
+      return no_match(root, "a past is not (B, N, P, H) of the queries' heads");
+  }
+  const int32_t dtype = q->r.x->elem_type();
+  for (const ir::Value* x : {k->r.x, v->r.x, past_key, past_value})
+    if (x->elem_type() != dtype)
+      return no_match(root, "Q, K, V and the pasts differ in element type");
+  if (!target.has_kernel(kMicrosoftDomain, "MultiHeadAttention", dtype))
+    return no_match_with(root, [&] {
+      return absl::StrCat("target ", target.str(),
+                          " has no MultiHeadAttention kernel for element type ",
+                          TensorProto::DataType_Name(static_cast<TensorProto::DataType>(dtype)));
+    });
+  const ir::TensorFact& qf = q->r.x->fact();
+  // The masks: one additive tensor of Q's type, rank 4 as MultiHeadAttention's attention_bias
+  // wants it. Broadcasting into the scores (B, N, S, T), its batch and head dims are already 1
+  // or the scores' (ONNX's broadcast rule); its query dim is expanded to S unless facts show it
+  // is S, since a mask of one row (a padding mask) is valid for the decomposition at any S and
+  // for the op only at S = 1. A key dim of 1 while T > 1 (a mask constant over the keys) is
+  // left to the op's own check: an error, never another result.
+  const ir::Value* masks = sdp->select ? sdp->allowed : sdp->mask;
+  bool expand = false;
+  if (masks) {
+    for (const ir::Value* m : {sdp->mask, sdp->allowed})
+      if (m && !(m->fact().has_rank && m->fact().dims.size() == 4))
+        return no_match(root, "a mask is not known to be 4-D");
+    if (sdp->mask && sdp->mask->elem_type() != dtype)
+      return no_match(root, "the additive mask is not of Q's type");
+    const bool one_query = qf.has_rank && qf.dims[1].known() && qf.dims[1].value == 1;
+    for (const ir::Value* m : {sdp->mask, sdp->allowed})
+      if (m && !one_query && !(qf.has_rank && m->fact().dims[2].same_as(qf.dims[1]))) expand = true;
+  }
+  ir::Graph& g = *root.graph();
+  rewrite_cache_shapes(*kcat, *kt, k->r.x, rw);
+  rewrite_cache_shapes(*vcat, *context, v->r.x, rw);
+  ir::Value* bias = masks ? additive_mask(*sdp, rw, &root) : nullptr;
+  if (bias && expand) bias = expand_mask_queries(rw, &root, bias, 4, q->r.x, 1);
+  ir::Node* fused = rw.add_node(g, "MultiHeadAttention",
+                                {cache_input(*q, rw, g), cache_input(*k, rw, g), v->r.x, nullptr,
+                                 nullptr, bias, past_key, past_value},
+                                3, &root, kMicrosoftDomain);
+  rw.set_attr(fused, int_attr("num_heads", heads));
+  rw.set_attr(fused, float_attr("scale", sdp->scale));
+  ir::Value* shape =
+      rw.add_constant(g, ir::make_int64_tensor({4}, {0, 0, heads, vhead}), "attention_heads");
+  ir::Node* split = rw.add_node(g, "Reshape", {fused->output(0), shape}, 1, &root);
+  if (!rw.replace_node(&root, {split->output(0)}) ||
+      !rw.replace_all_uses(kcat->output(0), fused->output(1)) ||
+      !rw.replace_all_uses(vcat->output(0), fused->output(2)))
+    return false;
+  for (ir::Node* n : sdp->nodes()) rw.erase(n);
+  for (ir::Node* n : {kt, kcat, vcat}) rw.erase(n);
+  for (const CacheHeads* h : {&*q, &*k, &*v})
+    for (ir::Node* n : {h->rotary, h->transpose, h->r.reshape})
+      if (n) rw.erase(n);
   return true;
 }
 
@@ -377,7 +607,8 @@ bool rotary_embedding(ir::Node& add, Rewriter& rw, const Target& target) {
 
 // -------------------------------------------------------------------------------------- pass
 
-const std::vector<std::string> kRuleNames = {"attention", "skip_layer_norm", "rotary_embedding"};
+const std::vector<std::string> kRuleNames = {"attention", "attention_with_cache", "skip_layer_norm",
+                                             "rotary_embedding"};
 constexpr char kFusions[] = "fusions";
 
 std::vector<Rule> make_rules(ir::Model&, const PassContext& ctx) {
@@ -394,6 +625,13 @@ std::vector<Rule> make_rules(ir::Model&, const PassContext& ctx) {
                      [target](ir::Node& n, Rewriter& rw) { return attention(n, rw, target); },
                      "",
                      13});
+  if (on("attention_with_cache"))
+    rules.push_back(
+        {"attention_with_cache",
+         {"Transpose"},
+         [target](ir::Node& n, Rewriter& rw) { return attention_with_cache(n, rw, target); },
+         "",
+         13});
   if (on("skip_layer_norm"))
     rules.push_back({"skip_layer_norm",
                      {"LayerNormalization"},
@@ -430,10 +668,12 @@ PassInfo fuse_onnxruntime_pass() {
        .level = 2,
        .target = Target::Kind::kOnnxRuntime,
        .description =
-           "ONNX Runtime's fused kernels (com.microsoft Attention, RotaryEmbedding; "
+           "ONNX Runtime's fused kernels (com.microsoft Attention, MultiHeadAttention with a KV "
+           "cache, RotaryEmbedding; "
            "SkipLayerNormalization by option) for blocks its own optimizer leaves apart; "
            "target onnxruntime only",
-       .options = {list_option(kFusions, {"attention", "rotary_embedding"}, kRuleNames,
+       .options = {list_option(kFusions, {"attention", "attention_with_cache", "rotary_embedding"},
+                               kRuleNames,
                                "the fusions to make (each a rule of this pass); "
                                "skip_layer_norm is off by default: measured slower than "
                                "LayerNormalization + Add under ONNX Runtime 1.30 on CPU "

@@ -53,6 +53,24 @@ TEST(ShapeFacts, RulesPropagateDimsAndSymbols) {
   EXPECT_EQ(fact(*model, "m"), "BOOL[*]");
 }
 
+TEST(ShapeFacts, SliceBoundsReadAtRunTimeKeepTheOtherAxes) {
+  // GPT-2's causal mask, a (1, 1, 1024, 1024) buffer cut to the lengths at run time: axes 0 and
+  // 1 keep their dims; without a constant `axes` nothing is known but the rank.
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,16,16] table, int64[1] from, int64[1] to) => (float[1,1,?,?] y, float[?,?,?,?] z)
+      <int64[1] two = {2}, int64[2] last = {2, 3}> {
+      a = Slice (table, from, to, two)
+      y = Slice (a, from, to, last)
+      z = Slice (table, from, to)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "a"), "FLOAT[1,1,?,16]");
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[1,1,?,?]");
+  EXPECT_EQ(fact(*model, "z"), "FLOAT[?,?,?,?]");
+}
+
 // Rules are looked up by op type in the default ONNX domain only: a custom op named like a
 // standard one, or an op without a rule, gets no fact from them.
 TEST(ShapeFacts, RulesAreFoundByOpTypeInTheOnnxDomain) {

@@ -233,6 +233,33 @@ TEST(FoldShapes, SymbolicAndUnknownDimsStay) {
   EXPECT_EQ(count_ops(*model, "Size"), 1);
 }
 
+TEST(FoldShapes, TheShapeOfATransposeOnlyAShapeReadsComesFromItsInput) {
+  // A query's heads read only for their length (GPT-2's causal slice, once attention is fused
+  // from the 3-D queries): the Transpose goes, the dims are the input's, permuted.
+  expect_rewrite("fold_shapes", R"(
+    <ir_version: 8, opset_import: ["" : 15]>
+    g (float[B,S,2,3] x) => (int64[2] s) {
+      t = Transpose <perm = [0, 2, 1, 3]> (x)
+      s = Shape <start = 1, end = 3> (t)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 15]>
+    g (float[B,S,2,3] x) => (int64[2] s) <int64[2] picked = {2, 1}> {
+      xs = Shape (x)
+      s = Gather <axis = 0> (xs, picked)
+    }
+  )");
+  // A Transpose that something else reads too stays, and so does its Shape.
+  expect_no_rewrite("fold_shapes", R"(
+    <ir_version: 8, opset_import: ["" : 15]>
+    g (float[B,S,2,3] x) => (int64[2] s, float[B,2,S,3] t) {
+      t = Transpose <perm = [0, 2, 1, 3]> (x)
+      s = Shape <start = 1, end = 3> (t)
+    }
+  )");
+}
+
 TEST(FoldShapes, CustomOpOutputHasNoShape) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 13, "custom" : 1]>

@@ -337,6 +337,129 @@ TEST(FuseOnnxRuntime, SkipLayerNormLookAlikesStay) {
   EXPECT_EQ(same_outputs(*before, *m, 1, 1e-2, 1e-2), "");
 }
 
+// ------------------------------------------------------------------------ attention_with_cache
+// A decoder's self-attention with a KV cache, as GPT-2's export writes it: q3, k3, v3 (1, 2, 4)
+// split into 2 heads of 2, the new keys and values appended to the pasts (1, 2, 3, 2) along the
+// sequence (the present outputs), scores scaled and masked, Softmax, times V, heads merged.
+// `mask_lines` compute `mask` (1, 1, 2, 5).
+std::string cached_attention(const std::string& mask_lines = "",
+                             const std::string& mask_input = ", float[1,1,2,5] mask",
+                             const std::string& extra = "") {
+  return R"(<ir_version: 8, opset_import: ["" : 17]>
+    g (float[1,2,4] q3, float[1,2,4] k3, float[1,2,4] v3, float[1,2,3,2] past_key,
+       float[1,2,3,2] past_value)" +
+         mask_input +
+         R"() => (float[1,2,4] y, float[1,2,5,2] present_key, float[1,2,5,2] present_value)
+      <int64[4] split = {0, 0, 2, 2}, int64[3] merge = {0, 0, 4}, float half = {0.5})" +
+         extra + R"(> {)" + mask_lines + R"(
+      q4 = Reshape (q3, split)
+      q = Transpose <perm = [0, 2, 1, 3]> (q4)
+      k4 = Reshape (k3, split)
+      k = Transpose <perm = [0, 2, 1, 3]> (k4)
+      v4 = Reshape (v3, split)
+      v = Transpose <perm = [0, 2, 1, 3]> (v4)
+      present_key = Concat <axis = 2> (past_key, k)
+      present_value = Concat <axis = -2> (past_value, v)
+      kt = Transpose <perm = [0, 1, 3, 2]> (present_key)
+      s0 = MatMul (q, kt)
+      s1 = Mul (s0, half)
+      s2 = Add (s1, mask)
+      p = Softmax <axis = -1> (s2)
+      c0 = MatMul (p, present_value)
+      c1 = Transpose <perm = [0, 2, 1, 3]> (c0)
+      y = Reshape (c1, merge)
+    })";
+}
+
+TEST(FuseOnnxRuntime, AttentionWithACacheBecomesMultiHeadAttention) {
+  expect_rewrite("fuse_onnxruntime", cached_attention(),
+                 R"(<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+    g (float[1,2,4] q3, float[1,2,4] k3, float[1,2,4] v3, float[1,2,3,2] past_key,
+       float[1,2,3,2] past_value, float[1,1,2,5] mask)
+      => (float[1,2,4] y, float[1,2,5,2] present_key, float[1,2,5,2] present_value)
+      <int64[3] merge = {0, 0, 4}, int64[4] heads = {0, 0, 2, 2}> {
+      o, present_key, present_value = com.microsoft.MultiHeadAttention <num_heads = 2, scale = 0.5>
+          (q3, k3, v3, , , mask, past_key, past_value)
+      o4 = Reshape (o, heads)
+      y = Reshape (o4, merge)
+    })",
+                 rewrites(1));
+}
+
+TEST(FuseOnnxRuntime, ACacheLengthReadOffTheCacheIsComputedFromThePast) {
+  // GPT-2 slices its causal mask to the total length read off the keys' cache: that Shape is
+  // computed from the past and the new keys (reading the op's present would form a cycle), and a
+  // one-row padding mask is expanded over the queries.
+  const std::string lines = R"(
+      total = Shape <start = 2, end = 3> (present_key)
+      causal = Slice (table, zero, total, three)
+      mask = Add (causal, pad))";
+  auto m = run_rewrite("fuse_onnxruntime",
+                       cached_attention(lines, ", float[1,1,1,5] pad",
+                                        ", float[1,1,2,8] table = {0, 0, 0, 0, -1e9, -1e9, -1e9, "
+                                        "-1e9, 0, 0, 0, 0, 0, -1e9, -1e9, -1e9}, int64[1] zero = "
+                                        "{0}, int64[1] three = {3}"),
+                       rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "MultiHeadAttention"), 1);
+  EXPECT_EQ(count_ops(*m, "Concat"), 0);
+  EXPECT_EQ(count_ops(*m, "Softmax"), 0);
+  const ir::Node* shape = producer(*m, "total");
+  ASSERT_NE(shape, nullptr);
+  EXPECT_EQ(shape->op_type(), "Add");  // Shape(past_key)[2:3] + 1 * Shape(k3)[1:2]
+}
+
+TEST(FuseOnnxRuntime, AttentionWithACacheLookAlikesStay) {
+  // Fewer key/value heads than query heads (grouped-query attention's caches): another pattern.
+  std::string gqa = cached_attention();
+  gqa = with(gqa, "float[1,2,3,2] past_key", "float[1,1,3,2] past_key");
+  gqa = with(gqa, "float[1,2,3,2] past_value", "float[1,1,3,2] past_value");
+  gqa = with(gqa, "float[1,2,4] k3, float[1,2,4] v3", "float[1,2,2] k3, float[1,2,2] v3");
+  gqa = with(gqa, "int64[3] merge = {0, 0, 4},",
+             "int64[3] merge = {0, 0, 4}, int64[4] kvsplit = {0, 0, 1, 2},");
+  gqa = with(gqa, "k4 = Reshape (k3, split)", "k4 = Reshape (k3, kvsplit)");
+  gqa = with(gqa, "v4 = Reshape (v3, split)", "v4 = Reshape (v3, kvsplit)");
+  gqa = with(gqa, "float[1,2,5,2] present_key, float[1,2,5,2] present_value",
+             "float[1,1,5,2] present_key, float[1,1,5,2] present_value");
+  expect_no_rewrite("fuse_onnxruntime", gqa);
+  // The cache read by another op than the attention and Shape.
+  std::string read =
+      with(cached_attention(), "=> (float[1,2,4] y,", "=> (float[1,2,5,2] twice, float[1,2,4] y,");
+  read = with(read, "      y = Reshape (c1, merge)",
+              "      y = Reshape (c1, merge)\n      twice = Add (present_key, present_key)");
+  expect_no_rewrite("fuse_onnxruntime", read);
+  // A target without the kernel (MultiHeadAttention's CPU kernel: ONNX Runtime 1.15).
+  expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnxruntime:1.14"), cached_attention());
+}
+
+TEST(FuseOnnxRuntime, RotatedQueriesAndKeysWithACacheAreRotatedIn3D) {
+  // LLaMA: Q and K rotated in heads (RotaryEmbedding, as this pass's rotary rule writes it) are
+  // rotated in MultiHeadAttention's 3-D form instead (num_heads = 2).
+  std::string text = cached_attention("", ", float[1,1,2,5] mask, int64[1,2] ids",
+                                      ", float[8,1] cos = {1, 0.5, 0.25, 0, -0.25, -0.5, -0.75, "
+                                      "-1}, float[8,1] sin = {0, 0.8, 0.9, 1, 0.9, 0.8, 0.6, 0}");
+  text =
+      with(text, R"(opset_import: ["" : 17])", R"(opset_import: ["" : 17, "com.microsoft" : 1])");
+  text = with(text, "      q = Transpose <perm = [0, 2, 1, 3]> (q4)",
+              "      qh = Transpose <perm = [0, 2, 1, 3]> (q4)\n      q = "
+              "com.microsoft.RotaryEmbedding (qh, ids, cos, sin)");
+  text = with(text, "      k = Transpose <perm = [0, 2, 1, 3]> (k4)",
+              "      kh = Transpose <perm = [0, 2, 1, 3]> (k4)\n      k = "
+              "com.microsoft.RotaryEmbedding (kh, ids, cos, sin)");
+  auto m = run_rewrite("fuse_onnxruntime", text, rewrites(1));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(count_ops(*m, "MultiHeadAttention"), 1);
+  EXPECT_EQ(count_ops(*m, "Transpose"), 0);
+  int rotated = 0;
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (n->op_type() != "RotaryEmbedding") continue;
+    ++rotated;
+    EXPECT_EQ(n->attr_int("num_heads", 0), 2);
+    EXPECT_TRUE(n->input(0)->name() == "q3" || n->input(0)->name() == "k3");
+  }
+  EXPECT_EQ(rotated, 2);
+}
+
 // ---------------------------------------------------------------------------- rotary_embedding
 // The rotary block of tests/passes/rotary_model.h (its matcher's cases are in
 // tests/passes/patterns/rotary_test.cc; fuse_blocks' rule, which shares it, has the look-alikes).

@@ -419,6 +419,111 @@ absl::Status attention(KernelContext& ctx) {
       out);
 }
 
+// com.microsoft MultiHeadAttention(query, key, value, bias?, key_padding_mask?, attention_bias?,
+// past_key?, past_value?) -> output, present_key?, present_value?, in the form Graft emits for a
+// decoder's self-attention with a KV cache: query (B, S, D), key (B, L, D) and value (B, L, Dv),
+// 3-D, split into num_heads heads; past_key (B, N, P, H) and past_value (B, N, P, Hv), both or
+// neither; present_key/present_value the past followed by the new keys/values (B, N, P + L, .);
+// scores scale * Q K^T (scale default 1/sqrt(H)) plus attention_bias (B or 1, N or 1, S, P + L).
+// Packed or 5-D query/key/value, 4-D keys (a cross-attention cache), bias, key_padding_mask,
+// the inputs after past_value and unidirectional (whose masked value the schema leaves to the
+// kernel) are Unimplemented.
+absl::Status multi_head_attention(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(const Tensor* query, float_input(ctx, 0));
+  if (ctx.input(1) == nullptr || ctx.input(2) == nullptr)
+    return unimplemented(ctx, "packed query, key and value");
+  ASSIGN_OR_RETURN(const Tensor* key, float_input(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* value, float_input(ctx, 2));
+  if (ctx.input(3) != nullptr) return unimplemented(ctx, "bias");
+  if (ctx.input(4) != nullptr) return unimplemented(ctx, "key_padding_mask");
+  for (size_t i = 8; i < ctx.node.inputs().size(); ++i)
+    if (ctx.input(i) != nullptr) return unimplemented(ctx, "inputs after past_value");
+  ASSIGN_OR_RETURN(const int64_t heads, positive_attr(ctx, "num_heads"));
+  if (query->rank() != 3 || key->rank() != 3 || value->rank() != 3)
+    return unimplemented(ctx, "query, key or value other than 3-D (batch, sequence, hidden)");
+  const int64_t batch = query->dims()[0], seq = query->dims()[1], dq = query->dims()[2];
+  const int64_t len = key->dims()[1], dv = value->dims()[2];
+  if (key->dims()[0] != batch || value->dims()[0] != batch || value->dims()[1] != len ||
+      key->dims()[2] != dq || key->dtype() != query->dtype() || value->dtype() != query->dtype())
+    return invalid(
+        ctx,
+        "key must be (batch, kv_sequence, hidden) and value (batch, kv_sequence, v_hidden) "
+        "of query's batch, type and (key) hidden size");
+  if (dq % heads != 0 || dv % heads != 0)
+    return invalid(ctx, "the hidden sizes are not divisible by num_heads");
+  const int64_t head = dq / heads, vhead = dv / heads;
+  const Tensor* past_key = ctx.input(6);
+  const Tensor* past_value = ctx.input(7);
+  if ((past_key == nullptr) != (past_value == nullptr))
+    return invalid(ctx, "past_key and past_value come together");
+  int64_t past = 0;
+  if (past_key != nullptr) {
+    const auto& pk = past_key->dims();
+    const auto& pv = past_value->dims();
+    if (past_key->dtype() != query->dtype() || past_value->dtype() != query->dtype() ||
+        pk.size() != 4 || pv.size() != 4 || pk[0] != batch || pv[0] != batch || pk[1] != heads ||
+        pv[1] != heads || pk[3] != head || pv[3] != vhead || pk[2] != pv[2])
+      return invalid(ctx,
+                     "past_key and past_value must be (batch, num_heads, past_sequence, head "
+                     "size) of query's type");
+    past = pk[2];
+  }
+  const Heads h{batch, heads, heads, seq, past + len, head, vhead};
+  ASSIGN_OR_RETURN(const Tensor* ab, attention_bias(ctx, 5, h, query->dtype()));
+  double scale = ctx.node.attr_float("scale", 0.0f);
+  if (!std::isfinite(scale)) return invalid(ctx, "scale is not finite");
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(head));
+  if (ctx.node.attr_int("unidirectional", 0) != 0) return unimplemented(ctx, "unidirectional");
+  const double elements =
+      static_cast<double>(batch) * heads *
+      (seq * static_cast<double>(head) + h.total * static_cast<double>(head + vhead));
+  if (elements > static_cast<double>(ctx.limits.max_tensor_bytes))
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ctx.node.op_type(), ": Q, K and V would exceed the tensor size limit"));
+  RETURN_IF_ERROR(ctx.afford(elements));
+  // Heads first: q (B, N, S, H); k and v (B, N, P + L, .), the past first.
+  Scratch<double> q(batch * heads * seq * head), k(batch * heads * h.total * head),
+      v(batch * heads * h.total * vhead);
+  auto split = [&](const Tensor& from, int64_t rows, int64_t size, int64_t at, int64_t stride,
+                   Scratch<double>& to) {
+    const Scratch<double> x = to_doubles(from);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t n = 0; n < heads; ++n)
+          for (int64_t e = 0; e < size; ++e)
+            to[((b * heads + n) * stride + at + r) * size + e] =
+                x[((b * rows + r) * heads + n) * size + e];
+  };
+  auto copy_past = [&](const Tensor& from, int64_t size, Scratch<double>& to) {
+    const Scratch<double> x = to_doubles(from);
+    for (int64_t bn = 0; bn < batch * heads; ++bn)
+      for (int64_t t = 0; t < past * size; ++t)
+        to[bn * h.total * size + t] = x[bn * past * size + t];
+  };
+  split(*query, seq, head, 0, seq, q);
+  split(*key, len, head, past, h.total, k);
+  split(*value, len, vhead, past, h.total, v);
+  if (past_key != nullptr) {
+    copy_past(*past_key, head, k);
+    copy_past(*past_value, vhead, v);
+  }
+  for (size_t o : {size_t{1}, size_t{2}}) {
+    if (ctx.node.outputs().size() <= o || ctx.node.output(o) == nullptr) continue;
+    const int64_t size = o == 1 ? head : vhead;
+    ASSIGN_OR_RETURN(Tensor * present,
+                     ctx.make_output(o, query->dtype(), {batch, heads, h.total, size}));
+    store_all(present, o == 1 ? k : v);
+  }
+  const Scratch<double> abv = ab ? to_doubles(*ab) : Scratch<double>(0);
+  ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, query->dtype(), {batch, seq, dv}));
+  return attend(
+      ctx, h, q, k, v, AttendOptions{.scale = scale},
+      [&](int64_t b, int64_t n, int64_t i, int64_t j) {
+        return bias_value(ab, abv, h, b, n, i, j);
+      },
+      out);
+}
+
 // com.microsoft GatherBlockQuantized (4-bit data, as ONNX Runtime's CPU kernel takes it): rows of
 // a block-quantized table gathered along gather_axis, then dequantized, (q - zero_point) * scale,
 // with the scale and zero point of each element's block along quantize_axis (blocks of
@@ -505,6 +610,7 @@ void register_contrib_kernels() {
   register_kernel(ms, "SkipSimplifiedLayerNormalization", 1, 0, skip_simplified_layer_norm);
   register_kernel(ms, "FusedMatMul", 1, 0, fused_matmul);
   register_kernel(ms, "Attention", 1, 0, attention);
+  register_kernel(ms, "MultiHeadAttention", 1, 0, multi_head_attention);
   register_kernel(ms, "GatherBlockQuantized", 1, 0, gather_block_quantized);
 }
 

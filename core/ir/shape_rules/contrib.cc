@@ -73,6 +73,35 @@ TensorFact attention(const Node& n, size_t output, bool* partial) {
                                     dq && *dq % heads == 0 ? Dim::of(*dq / heads) : Dim{}});
 }
 
+// MultiHeadAttention (query, key, value 3-D): output (B, S, Dv) with value's Dv; present_key and
+// present_value (B, N, P + L, H or Hv) with P the past's length (0 without past) and L key's.
+TensorFact multi_head_attention(const Node& n, size_t output, bool* partial) {
+  const TensorFact& query = input_fact(n, 0);
+  const TensorFact& key = input_fact(n, 1);
+  const TensorFact& value = input_fact(n, 2);
+  const int32_t type = query.elem_type;
+  const int64_t heads = n.attr_int("num_heads", 0);
+  if (!query.has_rank || query.dims.size() != 3 || !key.has_rank || key.dims.size() != 3 ||
+      !value.has_rank || value.dims.size() != 3 || heads <= 0)
+    return with_type(unknown(partial), type);
+  if (output == 0) return TensorFact::of_rank(type, {query.dims[0], query.dims[1], value.dims[2]});
+  if (output > 2) return with_type(unknown(partial), type);
+  const Dim& width = output == 1 ? key.dims[2] : value.dims[2];
+  Dim total;
+  const TensorFact& past = input_fact(n, output == 1 ? 6 : 7);
+  if (n.input(6) == nullptr) {
+    total = key.dims[1];
+  } else if (past.has_rank && past.dims.size() == 4 && past.dims[2].known() &&
+             key.dims[1].known()) {
+    total = checked_add(past.dims[2].value, key.dims[1].value);
+  } else {
+    *partial = true;
+  }
+  return TensorFact::of_rank(
+      type, {query.dims[0], Dim::of(heads), total,
+             width.known() && width.value % heads == 0 ? Dim::of(width.value / heads) : Dim{}});
+}
+
 // GatherBlockQuantized: Gather's dims (the data's, the gather_axis one replaced by the indices'
 // dims) with the scales' element type. Packed uint8 data (two 4-bit values a byte along the last
 // axis) is left unknown.
@@ -102,6 +131,7 @@ void add_contrib_rules(Table& t) {
         skip_norm);
   t.add({"com.microsoft:FusedMatMul"}, fused_matmul);
   t.add({"com.microsoft:Attention"}, attention);
+  t.add({"com.microsoft:MultiHeadAttention"}, multi_head_attention);
   t.add({"com.microsoft:RotaryEmbedding"}, same_as_input);
   t.add({"com.microsoft:GatherBlockQuantized"}, gather_block_quantized);
 }

@@ -247,6 +247,21 @@ TensorFact slice(const Node& n, size_t, bool* partial) {
   if (!p) {
     may_know_more(n, partial);
     out.dims.assign(x.dims.size(), Dim{});
+    // Bounds read at run time (a causal mask cut to the sequence's length): the axes a constant
+    // `axes` input does not name keep their dims.
+    if (n.opset() >= 10 && n.inputs().size() >= 4 && n.input(3) != nullptr) {
+      if (auto axes = constant_ints(n.input(3))) {
+        out.dims = x.dims;
+        for (int64_t a : *axes) {
+          auto axis = normalize_axis(a, rank);
+          if (!axis) {
+            out.dims.assign(x.dims.size(), Dim{});
+            break;
+          }
+          out.dims[static_cast<size_t>(*axis)] = Dim{};
+        }
+      }
+    }
     return out;
   }
   out.dims = x.dims;
