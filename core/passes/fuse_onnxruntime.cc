@@ -73,6 +73,16 @@ bool has_perm(const ir::Node& transpose, const std::vector<int64_t>& perm) {
   return p && *p == perm;
 }
 
+// A cache repeated for groups of query heads, as transformers' repeat_kv writes it:
+// Reshape(Expand(Unsqueeze(Concat(past, new), axis 2), ...), ...). Only recognized, to say why it
+// is not fused.
+bool repeated_cache(const ir::Value* v) {
+  const ir::Node* reshape = producer(v, "Reshape");
+  const ir::Node* expand = reshape ? producer(reshape->input(0), "Expand") : nullptr;
+  const ir::Node* unsqueeze = expand ? producer(expand->input(0), "Unsqueeze") : nullptr;
+  return unsqueeze && producer(unsqueeze->input(0), "Concat");
+}
+
 // One projection of attention: x @ W (+ b) with W a 2-D float constant [D_in, D] and b a 1-D
 // constant [D] (either operand order of the Add), optionally times a constant scalar (a query
 // scaled right after its projection, as Whisper's encoder writes it), which scales the scores.
@@ -189,8 +199,11 @@ bool attention(ir::Node& root, Rewriter& rw, const Target& target) {
   if (!merge || !has_perm(*merge, {0, 2, 1, 3})) return false;
   ir::Node* context = absorbed_producer(merge->input(0), "MatMul", root);
   if (!context) return false;
-  // Values concatenated to a cache: attention_with_cache's case.
-  if (context->inputs().size() == 2 && producer(context->input(1), "Concat")) return false;
+  // Values concatenated to a cache (repeated for grouped heads or not): attention_with_cache's
+  // case.
+  if (context->inputs().size() == 2 &&
+      (producer(context->input(1), "Concat") || repeated_cache(context->input(1))))
+    return false;
   std::optional<ScaledDotProduct> sdp = match_scaled_dot_product(*context);
   if (!sdp) return false;
   if (sdp->select) return no_match(root, "a boolean mask (Where) is not fused into Attention");
@@ -413,6 +426,11 @@ bool attention_with_cache(ir::Node& root, Rewriter& rw, const Target& target) {
   ir::Node* context = absorbed_producer(root.input(0), "MatMul", root);
   if (!context || context->inputs().size() != 2) return false;
   ir::Node* vcat = producer(context->input(1), "Concat");
+  if (!vcat && repeated_cache(context->input(1)))
+    return no_match(root,
+                    "the keys and values are shared by groups of query heads (repeat_kv): "
+                    "MultiHeadAttention wants one per head, and GroupQueryAttention assumes "
+                    "right padding, which the graph does not show");
   if (!vcat) return false;  // no cache: the attention rule's case
   std::optional<ScaledDotProduct> sdp = match_scaled_dot_product(*context);
   if (!sdp) return false;
