@@ -897,14 +897,18 @@ class WhisperDecoder(nn.Module):
                                     for _ in range(layers))
         self.layer_norm = nn.LayerNorm(hidden)
 
-    def forward(self, input_ids, encoder_hidden_states, past_key_values):
-        past_len = past_key_values[0][0].shape[2]
+    def embed(self, input_ids, past_len):
+        """The tokens' embeddings with their positions, and the causal mask over past + new."""
         seq = input_ids.shape[1]
         # Learned positions sliced at the past length, as Whisper's embed_positions does.
         positions = self.embed_positions.weight[past_len:past_len + seq]
         x = self.embed_tokens(input_ids) + positions
         mask = torch.full((seq, seq), torch.finfo(x.dtype).min).triu(1)
         mask = torch.cat([torch.zeros(seq, past_len), mask], dim=-1)[None, None]
+        return x, mask
+
+    def forward(self, input_ids, encoder_hidden_states, past_key_values):
+        x, mask = self.embed(input_ids, past_key_values[0][0].shape[2])
         presents = []
         for layer, past in zip(self.layers, past_key_values):
             x, k, v = layer(x, encoder_hidden_states, past, mask)

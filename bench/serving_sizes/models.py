@@ -176,12 +176,7 @@ class WhisperDecoderWithPast(make.WhisperDecoder):
                                     for _ in range(layers))
 
     def forward(self, input_ids, past_key_values):
-        past_len = past_key_values[0][0].shape[2]
-        seq = input_ids.shape[1]
-        positions = self.embed_positions.weight[past_len:past_len + seq]
-        x = self.embed_tokens(input_ids) + positions
-        mask = torch.full((seq, seq), torch.finfo(x.dtype).min).triu(1)
-        mask = torch.cat([torch.zeros(seq, past_len), mask], dim=-1)[None, None]
+        x, mask = self.embed(input_ids, past_key_values[0][0].shape[2])
         presents = []
         for layer, (sk, sv, ck, cv) in zip(self.layers, past_key_values):
             x, k, v = layer(x, (sk, sv), (ck, cv), mask)

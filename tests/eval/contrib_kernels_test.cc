@@ -234,6 +234,61 @@ TEST(ContribKernels, AttentionWithPastConcatenatesKeysAndValues) {
   expect_same(fused, reference);
 }
 
+TEST(ContribKernels, MultiHeadAttentionAppendsToThePastAndAddsTheBias) {
+  // q, k, v (2, 3, 4) in 2 heads of 2, pasts (2, 2, 1, 2), attention_bias (2, 1, 3, 4):
+  // present = past then the new keys (values); the output attends over all 4 positions.
+  const std::string sig =
+      "g (float[2,3,4] q3, float[2,3,4] k3, float[2,3,4] v3, float[2,1,3,4] ab, float[2,2,1,2] pk, "
+      "float[2,2,1,2] pv) => (float[2,3,4] y, float[2,2,4,2] present_key, float[2,2,4,2] "
+      "present_value)";
+  const std::string fused = std::string(kImports) + sig + R"( {
+      y, present_key, present_value = com.microsoft.MultiHeadAttention <num_heads = 2, scale = 0.25>
+          (q3, k3, v3, , , ab, pk, pv)
+    })";
+  const std::string reference = std::string(kImports) + sig +
+                                R"( <int64[4] split = {0, 0, 2, 2}, int64[3] merge = {0, 0, 4},
+      float scale = {0.25}> {
+      q2 = Reshape (q3, split)
+      q = Transpose <perm = [0, 2, 1, 3]> (q2)
+      k2 = Reshape (k3, split)
+      kn = Transpose <perm = [0, 2, 1, 3]> (k2)
+      v2 = Reshape (v3, split)
+      vn = Transpose <perm = [0, 2, 1, 3]> (v2)
+      present_key = Concat <axis = 2> (pk, kn)
+      present_value = Concat <axis = 2> (pv, vn)
+      kt = Transpose <perm = [0, 1, 3, 2]> (present_key)
+      s0 = MatMul (q, kt)
+      s1 = Mul (s0, scale)
+      s2 = Add (s1, ab)
+      pr = Softmax <axis = -1> (s2)
+      c0 = MatMul (pr, present_value)
+      c1 = Transpose <perm = [0, 2, 1, 3]> (c0)
+      y = Reshape (c1, merge)
+    })";
+  expect_same(fused, reference);
+  // Without past or bias, the default scale 1/sqrt(H).
+  const std::string plain_sig =
+      "g (float[2,3,4] q3, float[2,3,4] k3, float[2,3,4] v3) => (float[2,3,4] y)";
+  expect_same(std::string(kImports) + plain_sig +
+                  " { y = com.microsoft.MultiHeadAttention <num_heads = 2> (q3, k3, v3) }",
+              std::string(kImports) + plain_sig +
+                  R"( <int64[4] split = {0, 0, 2, 2}, int64[3] merge = {0, 0, 4},
+      float scale = {0.7071067811865476}> {
+      q2 = Reshape (q3, split)
+      q = Transpose <perm = [0, 2, 1, 3]> (q2)
+      k2 = Reshape (k3, split)
+      kt = Transpose <perm = [0, 2, 3, 1]> (k2)
+      v2 = Reshape (v3, split)
+      v = Transpose <perm = [0, 2, 1, 3]> (v2)
+      s0 = MatMul (q, kt)
+      s1 = Mul (s0, scale)
+      pr = Softmax <axis = -1> (s1)
+      c0 = MatMul (pr, v)
+      c1 = Transpose <perm = [0, 2, 1, 3]> (c0)
+      y = Reshape (c1, merge)
+    })");
+}
+
 // Malformed operands: an error naming the op, never a crash or a wrong-size read.
 TEST(ContribKernels, MalformedOperandsAreErrors) {
   struct Case {
@@ -291,6 +346,37 @@ TEST(ContribKernels, MalformedOperandsAreErrors) {
        std::string(kImports) + R"(g (float[2,3,0] x, float[0,3000000000] w) => (float[2,3,4] y) {
          y = com.microsoft.Attention <num_heads = 1> (x, w) })",
        {make<float>(f, {2, 3, 0}, {}), make<float>(f, {0, 3000000000}, {})}},
+      {"MultiHeadAttention past_key without past_value",
+       std::string(kImports) +
+           R"(g (float[2,3,4] q, float[2,2,1,2] pk) => (float[2,3,4] y) {
+         y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, q, q, , , , pk) })",
+       {x3, make<float>(f, {2, 2, 1, 2}, {})}},
+      {"MultiHeadAttention past of another head size",
+       std::string(kImports) +
+           R"(g (float[2,3,4] q, float[2,2,1,3] pk) => (float[2,3,4] y) {
+         y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, q, q, , , , pk, pk) })",
+       {x3, make<float>(f, {2, 2, 1, 3}, {})}},
+      {"MultiHeadAttention key of another width",
+       std::string(kImports) + R"(g (float[2,3,4] q, float[2,3,6] k) => (float[2,3,4] y) {
+         y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, k, q) })",
+       {x3, make<float>(f, {2, 3, 6}, {})}},
+      {"MultiHeadAttention bias of the wrong shape",
+       std::string(kImports) + R"(g (float[2,3,4] q, float[2,1,3,5] ab) => (float[2,3,4] y) {
+         y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, q, q, , , ab) })",
+       {x3, make<float>(f, {2, 1, 3, 5}, {})}},
+      {"MultiHeadAttention packed (no key)",
+       std::string(kImports) + R"(g (float[2,3,4] q) => (float[2,3,4] y) {
+         y = com.microsoft.MultiHeadAttention <num_heads = 2> (q) })",
+       {x3}},
+      {"MultiHeadAttention unidirectional",
+       std::string(kImports) + R"(g (float[2,3,4] q) => (float[2,3,4] y) {
+         y = com.microsoft.MultiHeadAttention <num_heads = 2, unidirectional = 1> (q, q, q) })",
+       {x3}},
+      {"MultiHeadAttention huge heads of nothing",
+       std::string(kImports) +
+           R"(g (float[2,3,0] q, float[2,3000000000,0] k) => (float[2,3,0] y) {
+         y = com.microsoft.MultiHeadAttention <num_heads = 1> (q, k, k) })",
+       {make<float>(f, {2, 3, 0}, {}), make<float>(f, {2, 3000000000, 0}, {})}},
       {"FusedMatMul inner dims differ",
        std::string(kImports) + R"(g (float[2,3] a, float[4,5] b) => (float[2,5] y) {
          y = com.microsoft.FusedMatMul (a, b) })",

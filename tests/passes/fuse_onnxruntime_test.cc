@@ -7,6 +7,7 @@
 // (core/eval/kernels/contrib.cc, itself checked against decompositions in
 // tests/eval/contrib_kernels_test.cc). The ONNX checker accepts the results: nodes of a custom
 // domain are checked for their domain's import only.
+#include <cmath>
 #include <string>
 
 #include "tests/passes/rotary_model.h"
@@ -78,6 +79,14 @@ std::unique_ptr<ir::Model> float16_weights(const std::string& text) {
   return model;
 }
 
+// The scale attribute of the model's one com.microsoft Attention (NaN and a failure if none).
+float attention_scale(const ir::Model& model) {
+  for (const ir::Node* n : model.graph().nodes())
+    if (n->op_type() == "Attention") return n->attr_float("scale", 0.0f);
+  ADD_FAILURE() << "no Attention";
+  return NAN;
+}
+
 TEST(FuseOnnxRuntime, AttentionWithPaddingMaskBecomesAttention) {
   // A (B, 1, 1, T) padding mask: expanded over the query axis into attention_bias.
   auto m = run_rewrite(
@@ -107,11 +116,7 @@ TEST(FuseOnnxRuntime, AttentionWithTheQueryScaledAfterItsProjection) {
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Attention"), 1);
   EXPECT_EQ(count_ops(*m, "Mul"), 0);
-  for (const ir::Node* n : m->graph().nodes()) {
-    if (n->op_type() == "Attention") {
-      EXPECT_FLOAT_EQ(n->attr_float("scale", 0.0f), 0.5f);
-    }
-  }
+  EXPECT_FLOAT_EQ(attention_scale(*m), 0.5f);
 }
 
 TEST(FuseOnnxRuntime, AttentionWithTheScaleSplitOntoQAndK) {
@@ -128,11 +133,7 @@ TEST(FuseOnnxRuntime, AttentionWithTheScaleSplitOntoQAndK) {
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "Attention"), 1);
   EXPECT_EQ(count_ops(*m, "Mul"), 0);
-  for (const ir::Node* n : m->graph().nodes()) {
-    if (n->op_type() == "Attention") {
-      EXPECT_FLOAT_EQ(n->attr_float("scale", 0.0f), 0.70710677f);
-    }
-  }
+  EXPECT_FLOAT_EQ(attention_scale(*m), 0.70710677f);
 }
 
 TEST(FuseOnnxRuntime, AttentionWithoutMaskAndDivByScale) {
