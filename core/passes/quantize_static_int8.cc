@@ -248,7 +248,8 @@ bool already_quantized(const ir::Node& n) {
     if (in && in->elem_type() == TensorProto::FLOAT && !is_op(in->producer(), "DequantizeLinear"))
       return false;
   const ir::Value* y = n.outputs().empty() ? nullptr : n.output(0);
-  return !y || y->elem_type() != TensorProto::FLOAT || y->uses().empty() || existing_pair(y);
+  return !y || y->elem_type() != TensorProto::FLOAT || y->uses().empty() || existing_pair(y) ||
+         returned_as_graph_output(y);
 }
 
 // The output quantization of a quantized node's output `y`. When `y`'s only reader is a Relu
@@ -257,6 +258,11 @@ bool already_quantized(const ir::Node& n) {
 // pair saturates what it would cut) and `y` takes its place.
 bool quantize_output(ir::Value* y, const Config& cfg, Rewriter& rw, const ir::Node& origin) {
   if (existing_pair(y) || y->uses().empty()) return true;  // a graph output only: float
+  // Values the model returns stay float, also when they are moved first: a decoder's new keys
+  // and values, appended to the cache that is its `present` output (their readers in the
+  // graph, the attention among them, read them float; the MatMul computing them still runs in
+  // 8 bits, its output in float).
+  if (returned_as_graph_output(y)) return true;
   if (y->uses().size() == 1 && !y->is_graph_output()) {
     ir::Node* act = y->uses()[0].node;
     ir::Value* a = act->outputs().empty() ? nullptr : act->output(0);

@@ -114,6 +114,27 @@ const ir::Value* viewed_graph_output(const ir::Value* v, int depth) {
   return nullptr;
 }
 
+const ir::Value* returned_as_graph_output(const ir::Value* v, int depth) {
+  std::vector<std::pair<const ir::Value*, int>> todo = {{v, 0}};
+  for (int looked = 0; !todo.empty() && looked < 64; ++looked) {
+    const auto [value, steps] = todo.back();
+    todo.pop_back();
+    if (value->is_graph_output()) return value;
+    if (steps == depth) continue;
+    for (const ir::Use& use : value->uses()) {
+      const ir::Node* n = use.node;
+      if (!n->is_onnx_domain() || n->outputs().empty() || !n->output(0)) continue;
+      if (n->is("Concat") || (ir::moves_values(*n) && use.index == 0)) {
+        todo.emplace_back(n->output(0), steps + 1);
+      } else if (n->is("Split") && use.index == 0) {
+        for (const ir::Value* part : n->outputs())
+          if (part) todo.emplace_back(part, steps + 1);
+      }
+    }
+  }
+  return nullptr;
+}
+
 bool only_attributes(const ir::Node& n, std::initializer_list<std::string_view> known) {
   for (const auto& a : n.attributes())
     if (std::find(known.begin(), known.end(), a.name()) == known.end()) return false;

@@ -92,6 +92,11 @@ bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> rea
 // ir::moves_values), through at least one such op and at most `depth`, or nullptr: a decoder's
 // key cache read transposed by attention is a view of the `present` output.
 const ir::Value* viewed_graph_output(const ir::Value* v, int depth = 8);
+// The graph output that `v`'s values reach unchanged, or nullptr: `v` itself, or one computed
+// from it by ops that move values (ir::moves_values), Splits and Concats that hold it, at most
+// `depth` of them along the way (and 64 nodes looked at): a decoder's new keys, split from a
+// fused projection, reshaped into heads and appended to the cache, reach the `present` output.
+const ir::Value* returned_as_graph_output(const ir::Value* v, int depth = 8);
 
 // True if every attribute of `n` is named in `known`. An attribute outside it may change the
 // meaning of the node (or come from an op version the pass does not reason about).

@@ -401,6 +401,42 @@ TEST(QuantizeStaticInt8, AttentionOnAKvCacheOutputStaysFloat) {
   EXPECT_TRUE(scores_quantized(*no_cache));
 }
 
+// The new keys a projection computes, reshaped and appended to the cache the model returns:
+// the MatMul runs in 8 bits (its input and weight dequantized) but its output gets no pair, so
+// the cache holds float values; the same projection whose output is not returned gets its pair.
+TEST(QuantizeStaticInt8, NewKeysAppendedToTheReturnedCacheStayFloat) {
+  const std::string cache = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2] a, float[1,3,2] past) => (float[1,4,2] present)
+      <float[2,2] w = {1.27, 0, 0, 0.635}, int64[3] shape = {1, 1, 2}> {
+      k = MatMul (a, w)
+      k3 = Reshape (k, shape)
+      present = Concat <axis = 1> (past, k3)
+    }
+  )";
+  auto sets = calibration("a", {1, 2}, {0.0f, 2.55f});
+  sets[0].emplace("past", make<float>(TensorProto::FLOAT, {1, 3, 2}, {0, 1, 2, -1, -2, 0.5}));
+  auto m = run_rewrite(kPass, cache, quantized(sets));
+  ASSERT_NE(m, nullptr);
+  const ir::Node* mm = only_node(m->graph(), "MatMul");
+  ASSERT_NE(mm, nullptr);
+  EXPECT_TRUE(mm->input(0)->producer()->is("DequantizeLinear"));
+  EXPECT_TRUE(mm->input(1)->producer()->is("DequantizeLinear"));
+  EXPECT_EQ(count_ops(*m, "QuantizeLinear"), 1);  // the input's pair only
+  // A second run changes nothing (the float output is what the rules leave).
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  const PassResult again = run_pass(*m, kPass, {}, &c);
+  EXPECT_FALSE(again.changed);
+
+  std::string hidden = cache;
+  hidden.replace(hidden.find("=> (float[1,4,2] present)"), 25, "=> (float[1,4,2] out)");
+  hidden.replace(hidden.find("present = Concat"), 16, "joined = Concat");
+  hidden.insert(hidden.rfind("    }"), "      out = Relu (joined)\n");
+  auto h = run_rewrite(kPass, hidden, quantized(sets));
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(count_ops(*h, "QuantizeLinear"), 2);  // the input's and the output's pairs
+}
+
 // A residual block quantized through the pipeline: the gate accepts it, and it is reported.
 TEST(QuantizeStaticInt8, ResidualBlockThroughThePipelineIsWithinItsGate) {
   auto m = parse_text(R"(
