@@ -1,7 +1,9 @@
 // Times kv_attention.py's two forms against each other under ONNX Runtime 'all', interleaved
 // (runs alternate, the order swapped every pair), at decode sizes (one query after a past of
-// 256 and 1024) and a 128-token prompt, at 1 and 2 threads; checks the outputs are equal.
-//   node --expose-gc bench/serving_sizes/kv_attention.js DIR [--heads 12] [--head-size 64] [--runs 400]
+// 256 and 1024) and a 128-token prompt, at 1 and 2 threads; checks the outputs are equal. No
+// garbage collection between runs: with it, one-thread runs of a few hundred microseconds took
+// milliseconds on this machine (both forms alike).
+//   node bench/serving_sizes/kv_attention.js DIR [--heads 12] [--head-size 64] [--runs 400]
 'use strict';
 const path = require('path');
 const { median } = require('../ort_parity/ort_common');
@@ -37,7 +39,7 @@ async function main() {
       let diff = 0;
       for (const o of ['y', 'present_key', 'present_value'])
         for (let i = 0; i < ya[o].data.length; i++) diff = Math.max(diff, Math.abs(ya[o].data[i] - yb[o].data[i]));
-      const time = async (x) => { global.gc(); const t0 = process.hrtime.bigint(); await x.run(feeds); return Number(process.hrtime.bigint() - t0) / 1e3; };
+      const time = async (x) => { const t0 = process.hrtime.bigint(); await x.run(feeds); return Number(process.hrtime.bigint() - t0) / 1e3; };
       for (let i = 0; i < 20; i++) { await time(a); await time(b); }
       const ta = [], tb = [], ratios = [];
       for (let i = 0; i < runs; i++) {

@@ -372,6 +372,19 @@ std::string cached_attention(const std::string& mask_lines = "",
     })";
 }
 
+// attention_with_cache is off by default (measured no faster, docs/performance.md).
+const PassOptions kWithCache = {{"fusions", "attention,attention_with_cache,rotary_embedding"}};
+
+RewriteOptions with_cache(int64_t count) {
+  RewriteOptions o = rewrites(count);
+  o.pass_options = kWithCache;
+  return o;
+}
+
+TEST(FuseOnnxRuntime, AttentionWithACacheIsNotADefaultFusion) {
+  expect_no_rewrite("fuse_onnxruntime", cached_attention());
+}
+
 TEST(FuseOnnxRuntime, AttentionWithACacheBecomesMultiHeadAttention) {
   expect_rewrite("fuse_onnxruntime", cached_attention(),
                  R"(<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
@@ -384,7 +397,7 @@ TEST(FuseOnnxRuntime, AttentionWithACacheBecomesMultiHeadAttention) {
       o4 = Reshape (o, heads)
       y = Reshape (o4, merge)
     })",
-                 rewrites(1));
+                 with_cache(1));
 }
 
 TEST(FuseOnnxRuntime, ACacheLengthReadOffTheCacheIsComputedFromThePast) {
@@ -400,7 +413,7 @@ TEST(FuseOnnxRuntime, ACacheLengthReadOffTheCacheIsComputedFromThePast) {
                                         ", float[1,1,2,8] table = {0, 0, 0, 0, -1e9, -1e9, -1e9, "
                                         "-1e9, 0, 0, 0, 0, 0, -1e9, -1e9, -1e9}, int64[1] zero = "
                                         "{0}, int64[1] three = {3}"),
-                       rewrites(1));
+                       with_cache(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "MultiHeadAttention"), 1);
   EXPECT_EQ(count_ops(*m, "Concat"), 0);
@@ -422,15 +435,16 @@ TEST(FuseOnnxRuntime, AttentionWithACacheLookAlikesStay) {
   gqa = with(gqa, "v4 = Reshape (v3, split)", "v4 = Reshape (v3, kvsplit)");
   gqa = with(gqa, "float[1,2,5,2] present_key, float[1,2,5,2] present_value",
              "float[1,1,5,2] present_key, float[1,1,5,2] present_value");
-  expect_no_rewrite("fuse_onnxruntime", gqa);
+  expect_no_rewrite("fuse_onnxruntime", gqa, with_cache(-1));
   // The cache read by another op than the attention and Shape.
   std::string read =
       with(cached_attention(), "=> (float[1,2,4] y,", "=> (float[1,2,5,2] twice, float[1,2,4] y,");
   read = with(read, "      y = Reshape (c1, merge)",
               "      y = Reshape (c1, merge)\n      twice = Add (present_key, present_key)");
-  expect_no_rewrite("fuse_onnxruntime", read);
+  expect_no_rewrite("fuse_onnxruntime", read, with_cache(-1));
   // A target without the kernel (MultiHeadAttention's CPU kernel: ONNX Runtime 1.15).
-  expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnxruntime:1.14"), cached_attention());
+  expect_no_rewrite(PassRef("fuse_onnxruntime").for_target("onnxruntime:1.14"), cached_attention(),
+                    with_cache(-1));
 }
 
 TEST(FuseOnnxRuntime, RotatedQueriesAndKeysWithACacheAreRotatedIn3D) {
@@ -447,7 +461,7 @@ TEST(FuseOnnxRuntime, RotatedQueriesAndKeysWithACacheAreRotatedIn3D) {
   text = with(text, "      k = Transpose <perm = [0, 2, 1, 3]> (k4)",
               "      kh = Transpose <perm = [0, 2, 1, 3]> (k4)\n      k = "
               "com.microsoft.RotaryEmbedding (kh, ids, cos, sin)");
-  auto m = run_rewrite("fuse_onnxruntime", text, rewrites(1));
+  auto m = run_rewrite("fuse_onnxruntime", text, with_cache(1));
   ASSERT_TRUE(m);
   EXPECT_EQ(count_ops(*m, "MultiHeadAttention"), 1);
   EXPECT_EQ(count_ops(*m, "Transpose"), 0);
