@@ -64,6 +64,7 @@ using onnx::TensorProto;
 
 constexpr char kPerChannel[] = "per_channel";
 constexpr char kWeightType[] = "weight_type";
+constexpr char kReduceRange[] = "reduce_range";
 
 struct Config {
   WeightQuantization weights;
@@ -347,6 +348,7 @@ std::vector<Rule> quantize_rules(ir::Model& model, const PassContext& ctx) {
   auto cfg = std::make_shared<Config>();
   cfg->weights.per_channel = ctx.bool_option(kPerChannel);
   cfg->weights.uint8 = ctx.enum_option(kWeightType) == "uint8";
+  cfg->weights.reduce_range = !cfg->weights.uint8 && ctx.bool_option(kReduceRange);
   cfg->min_elements = ctx.int_option(kMinWeightElements);
   const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
   cfg->skip_matmul = excluded_op(exclude, "MatMul");
@@ -427,7 +429,15 @@ PassInfo quantize_dynamic_int8_pass() {
            enum_option(kWeightType, "uint8", {"int8", "uint8"},
                        "uint8: asymmetric, exact under ONNX Runtime on every x86 CPU; "
                        "int8: symmetric, zero point 0 (ONNX Runtime saturates its "
-                       "products on x86 without VNNI)"),
+                       "products on x86 without VNNI unless reduce_range)"),
+           // int8 weights in 7 bits: no 16-bit sum of two products reaches saturation, so
+           // ONNX Runtime's u8s8 kernels are exact on every x86 CPU, and they are the fast
+           // path on CPUs with VNNI (docs/performance.md: 0.34x against uint8's 0.63x on
+           // BERT-base at 128 tokens).
+           boolean_option(kReduceRange, false,
+                          "weight_type=int8 only: weights in [-64, 63] (7 bits), so ONNX "
+                          "Runtime's u8s8 products do not saturate on x86 without VNNI, at "
+                          "twice the weight rounding"),
            // Below 4096 elements the DynamicQuantizeLinear, Cast and Muls cost more per
            // run than the 8-bit product saves.
            min_weight_elements_option(),

@@ -58,6 +58,23 @@ TEST(QuantizeDynamicInt8, MatMulPerTensorInt8) {
   EXPECT_EQ(count_ops(*m, "MatMul"), 0);
 }
 
+TEST(QuantizeDynamicInt8, ReduceRangeUsesSevenBitInt8Weights) {
+  // max |w| = 1.27 over 63 steps: scale 1.27 / 63, values round(w * 63 / 1.27) in [-64, 63]
+  // (0.5 -> 25, -1 -> -50, 1.27 -> 63, 0.25 -> 12, 0 -> 0, -0.1 -> -5).
+  auto m = run_rewrite(kPass, kMatMul, quantized(1, {{"reduce_range", "true"}}));
+  ASSERT_NE(m, nullptr);
+  const ir::Node* mm = only_node(m->graph(), "MatMulInteger");
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(ir::read_int64s(*mm->input(1)->initializer()),
+            (std::vector<int64_t>{25, -50, 63, 12, 0, -5}));
+  // uint8 weights have no 7-bit form: the option changes nothing there.
+  auto u = run_rewrite(kPass, kMatMul,
+                       quantized(1, {{"reduce_range", "true"}, {"weight_type", "uint8"}}));
+  auto plain = run_rewrite(kPass, kMatMul, quantized(1, {{"weight_type", "uint8"}}));
+  ASSERT_TRUE(u && plain);
+  EXPECT_EQ(canonical_text(*u), canonical_text(*plain));
+}
+
 TEST(QuantizeDynamicInt8, ReportsRuleCountsAndSecondRunIsNoOp) {
   auto m = parse_text(kMatMul);
   ASSERT_NE(m, nullptr);
