@@ -365,10 +365,12 @@ bool cache_concat(const ir::Node* concat, const ir::Node& root) {
 // which the mask feeding the op would then depend on: a cycle. So each Shape of Concat(past,
 // new) along axis 2 is computed from what the op reads instead, Shape(past) with the new
 // length added at axis 2 (Shape(new3d)[1], new3d the (B, L, N * H) value the op reads), the
-// Shape's start and end kept. False when another reader exists.
+// Shape's start and end kept. False when another reader exists (or a Shape with attributes
+// other than those).
 bool cache_readers_fit(const ir::Node& concat, const ir::Node& pattern_reader) {
   for (const ir::Use& use : concat.output(0)->uses())
-    if (use.node != &pattern_reader && !use.node->is("Shape")) return false;
+    if (use.node != &pattern_reader && !(use.node->is("Shape") && ir::shape_range(*use.node, 4)))
+      return false;
   return true;
 }
 
@@ -379,9 +381,7 @@ void rewrite_cache_shapes(const ir::Node& concat, const ir::Node& pattern_reader
   for (const ir::Use& use : uses) {
     ir::Node* shape = use.node;
     if (shape == &pattern_reader || !shape->is("Shape")) continue;
-    const auto range = ir::shape_range(*shape, 4);
-    if (!range) continue;  // left reading the cache: the rewrite then fails on the cycle
-    const auto [from, to] = *range;
+    const auto [from, to] = *ir::shape_range(*shape, 4);  // cache_readers_fit checked it
     ir::Node* past = rw.add_node(g, "Shape", {concat.input(0)}, 1, shape);
     for (const auto& a : shape->attributes()) rw.set_attr(past, a);
     ir::Value* result = past->output(0);

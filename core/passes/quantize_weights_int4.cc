@@ -206,16 +206,25 @@ struct BlockScale {
   int zero_point = 0;
 };
 
-std::optional<BlockScale> block_scale(const float* v, int64_t len, double lo, double hi,
-                                      const Config& cfg) {
+// The integer `v` rounds to at `c`: int4 in [-8, 7], uint4 in [0, 15] (zero point included).
+double level(double v, const BlockScale& c, const Config& cfg) {
+  return std::clamp(std::nearbyint(v / c.scale) + c.zero_point, cfg.symmetric ? -8.0 : 0.0,
+                    cfg.symmetric ? 7.0 : 15.0);
+}
+
+// The block's `len` values `v` (finite): their range, holding 0, then the choice above.
+std::optional<BlockScale> block_scale(const float* v, int64_t len, const Config& cfg) {
+  double lo = 0, hi = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    lo = std::min<double>(lo, v[i]);
+    hi = std::max<double>(hi, v[i]);
+  }
   BlockScale best;
   if (lo == 0 && hi == 0) return best;
-  const double qmin = cfg.symmetric ? -8 : 0, qmax = cfg.symmetric ? 7 : 15;
-  auto error = [&](double scale, int zp) {
+  auto error = [&](const BlockScale& c) {
     double e = 0;
     for (int64_t i = 0; i < len; ++i) {
-      const double q = std::clamp(std::nearbyint(v[i] / scale) + zp, qmin, qmax);
-      const double d = v[i] - scale * (q - zp);
+      const double d = v[i] - c.scale * (level(v[i], c, cfg) - c.zero_point);
       e += d * d;
     }
     return e;
@@ -231,10 +240,10 @@ std::optional<BlockScale> block_scale(const float* v, int64_t len, double lo, do
   best = candidate(lo, hi);
   if (!(best.scale >= FLT_MIN) || !std::isfinite(best.scale)) return std::nullopt;
   if (!cfg.scale_search) return best;
-  double best_error = error(best.scale, best.zero_point);
+  double best_error = error(best);
   auto consider = [&](BlockScale c) {
     if (!(c.scale >= FLT_MIN) || !std::isfinite(c.scale)) return;
-    const double e = error(c.scale, c.zero_point);
+    const double e = error(c);
     if (e < best_error) best = c, best_error = e;
   };
   for (int j = 1; j < 8 && best_error > 0; ++j) {
@@ -248,9 +257,7 @@ std::optional<BlockScale> block_scale(const float* v, int64_t len, double lo, do
   auto refit = [&](BlockScale c) {
     double wq = 0, qq = 0;
     for (int64_t i = 0; i < len; ++i) {
-      const double q =
-          std::clamp(std::nearbyint(double{v[i]} / c.scale) + c.zero_point, qmin, qmax) -
-          c.zero_point;
+      const double q = level(v[i], c, cfg) - c.zero_point;
       wq += v[i] * q;
       qq += q * q;
     }
@@ -278,7 +285,6 @@ std::optional<Packed> quantize_blocks(const At& at, int64_t k, int64_t n, bool n
   p.q.assign(static_cast<size_t>((k * n + 1) / 2), '\0');
   p.scale.assign(static_cast<size_t>(blocks * n), 1.0f);
   if (!cfg.symmetric) p.zero_point.assign(static_cast<size_t>(blocks * n), 0);
-  std::vector<double> lo(static_cast<size_t>(n)), hi(static_cast<size_t>(n));
   // One block row, column by column: values[c * block + (r - r0)].
   std::vector<float> values(static_cast<size_t>(n * cfg.block));
   auto put = [&](int64_t index, int v) {
@@ -288,30 +294,21 @@ std::optional<Packed> quantize_blocks(const At& at, int64_t k, int64_t n, bool n
   };
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t r0 = b * cfg.block, r1 = std::min(k, r0 + cfg.block), len = r1 - r0;
-    std::fill(lo.begin(), lo.end(), 0.0);
-    std::fill(hi.begin(), hi.end(), 0.0);
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t c = 0; c < n; ++c) {
         const float v = at(r, c);
         if (!std::isfinite(v)) return std::nullopt;
         values[static_cast<size_t>(c * cfg.block + (r - r0))] = v;
-        lo[static_cast<size_t>(c)] = std::min<double>(lo[static_cast<size_t>(c)], v);
-        hi[static_cast<size_t>(c)] = std::max<double>(hi[static_cast<size_t>(c)], v);
       }
     for (int64_t c = 0; c < n; ++c) {
       const float* v = values.data() + c * cfg.block;
-      const auto chosen =
-          block_scale(v, len, lo[static_cast<size_t>(c)], hi[static_cast<size_t>(c)], cfg);
+      const auto chosen = block_scale(v, len, cfg);
       if (!chosen) return std::nullopt;
       const size_t s = static_cast<size_t>(nk ? c * blocks + b : b * n + c);
       p.scale[s] = chosen->scale;
       if (!cfg.symmetric) p.zero_point[s] = static_cast<int8_t>(chosen->zero_point);
-      for (int64_t r = r0; r < r1; ++r) {
-        const double q =
-            std::nearbyint(v[r - r0] / static_cast<double>(chosen->scale)) + chosen->zero_point;
-        put(nk ? c * k + r : r * n + c,
-            static_cast<int>(cfg.symmetric ? std::clamp(q, -8.0, 7.0) : std::clamp(q, 0.0, 15.0)));
-      }
+      for (int64_t r = r0; r < r1; ++r)
+        put(nk ? c * k + r : r * n + c, static_cast<int>(level(v[r - r0], *chosen, cfg)));
     }
   }
   return p;
