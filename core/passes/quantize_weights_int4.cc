@@ -23,6 +23,13 @@
 // it instead: GatherBlockQuantized<gather_axis=0, quantize_axis=1, block_size=B, bits=4>(E_q, ids,
 // scale[, zero_point]) dequantizes only the rows gathered, from the same int4 initializer.
 //
+// For a target whose ONNX Runtime has com.microsoft MatMulNBits (option matmul_nbits, on by
+// default) a MatMul/Gemm weight not shared with a quantized table is written in that op's own
+// form instead: MatMulNBits<K, N, bits=4, block_size=B, accuracy_level>(x, B_q [N, blocks, B/2]
+// uint8, scale [N * blocks][, zero_point]) (the int4 values plus 8, its default zero point), the
+// node ONNX Runtime would otherwise build from DequantizeLinear + MatMul at every session
+// creation: the same values, the same kernel, less creation time.
+//
 // Tied embeddings: an embedding read by a Gather and, through Transpose(perm [1, 0]), by a MatMul
 // (the LM head) is quantized once, in the table's layout (blocks along D, which is the MatMul's
 // K): the MatMul reads DequantizeLinear<axis=0>(Transpose(E_q), Transpose(scale)), which ONNX
@@ -74,6 +81,8 @@ using onnx::TensorProto;
 constexpr char kBlockSize[] = "block_size";
 constexpr char kSymmetric[] = "symmetric";
 constexpr char kScaleSearch[] = "scale_search";
+constexpr char kMatMulNBits[] = "matmul_nbits";
+constexpr char kAccuracyLevel[] = "accuracy_level";
 
 // DequantizeLinear's block_size and the 4-bit types exist from opset 21.
 constexpr int64_t kOpset = 21;
@@ -107,6 +116,10 @@ struct Config {
   // Tables are read by com.microsoft GatherBlockQuantized (the target's ONNX Runtime has it):
   // only the rows gathered are dequantized.
   bool gather_block_quantized = false;
+  // MatMul/Gemm weights are written as com.microsoft MatMulNBits (the target's ONNX Runtime has
+  // it and option matmul_nbits is on), with this accuracy_level.
+  bool matmul_nbits = false;
+  int64_t accuracy_level = 4;
   std::shared_ptr<Made> made = std::make_shared<Made>();
 };
 
@@ -314,19 +327,51 @@ std::optional<Packed> quantize_blocks(const At& at, int64_t k, int64_t n, bool n
   return p;
 }
 
+// MatMulNBits' layout of packed [N, K] values (nk, as quantize_blocks writes them): B [N, blocks,
+// B / 2] uint8, each column's K values padded to whole blocks with the zero point, int4 values
+// stored with 8 added (its default zero point; uint4 ones as they are); scales [N * blocks] in
+// the same order; uint4 zero points [N * ceil(blocks / 2)], two a byte, the low nibble first.
+void to_matmul_nbits(Packed& p, int64_t k, int64_t n, const Config& cfg) {
+  const int64_t blocks = k / cfg.block + (k % cfg.block != 0), padded = blocks * cfg.block;
+  std::vector<int8_t> values(static_cast<size_t>(n * k));
+  ir::unpack_4bit(p.q.data(), values.size(), cfg.symmetric, values.data());
+  std::vector<int8_t> b(static_cast<size_t>(n * padded));
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t r = 0; r < padded; ++r) {
+      const size_t zp = static_cast<size_t>(c * blocks + r / cfg.block);
+      b[static_cast<size_t>(c * padded + r)] = static_cast<int8_t>(
+          r < k ? values[static_cast<size_t>(c * k + r)] + (cfg.symmetric ? 8 : 0)
+                : (cfg.symmetric ? 8 : p.zero_point[zp]));
+    }
+  p.q = ir::pack_4bit(b.data(), b.size());
+  if (cfg.symmetric) return;
+  // Each column's zero points padded to a whole byte.
+  const int64_t cols = (blocks + 1) / 2;
+  std::vector<int8_t> zp(static_cast<size_t>(n * cols * 2), 0);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t kb = 0; kb < blocks; ++kb)
+      zp[static_cast<size_t>(c * cols * 2 + kb)] =
+          p.zero_point[static_cast<size_t>(c * blocks + kb)];
+  p.zero_point = std::move(zp);
+}
+
+// How a quantized weight is stored: [K, N] (blocks along axis 0), [N, K] (a transposed source's
+// own layout, or a [K, N] source transposed, as GatherBlockQuantized reads a table gathered along
+// columns), or MatMulNBits' packed uint8 [N, blocks, B / 2].
+enum class Layout { kKN = 0, kNK = 2, kMatMulNBits = 4 };
+
 // The quantized form of `ref`'s source (blocks along the [K, N] matrix's K), made once per
-// source, axis and layout. `nk`: stored [N, K] (a transposed source's own layout, or a [K, N]
-// source transposed, as GatherBlockQuantized reads a table gathered along columns); otherwise
-// [K, N].
-// With `any_layout`, a copy already made in the other layout is returned (the caller reads it
-// through Transposes): a head after its table's Gather reuses the table's copy.
-std::optional<Quantized> quantized(const WeightRef& ref, bool nk, Config& cfg, Rewriter& rw,
+// source, axis and layout. With `any_layout`, a copy already made in the other of [K, N] and
+// [N, K] is returned (the caller reads it through Transposes): a head after its table's Gather
+// reuses the table's copy.
+std::optional<Quantized> quantized(const WeightRef& ref, Layout layout, Config& cfg, Rewriter& rw,
                                    bool any_layout = false) {
+  const bool nk = layout != Layout::kKN;
   const int axis = ref.transposed ? 1 : 0;
-  const std::pair<const ir::Value*, int> key{ref.source, axis + (nk ? 2 : 0)};
+  const std::pair<const ir::Value*, int> key{ref.source, axis + static_cast<int>(layout)};
   auto it = cfg.made->quantized.find(key);
   if (it != cfg.made->quantized.end()) return it->second;
-  if (any_layout) {
+  if (any_layout && layout != Layout::kMatMulNBits) {
     it = cfg.made->quantized.find({ref.source, axis + (nk ? 0 : 2)});
     if (it != cfg.made->quantized.end()) return it->second;
   }
@@ -347,20 +392,38 @@ std::optional<Quantized> quantized(const WeightRef& ref, bool nk, Config& cfg, R
   if (!p) return std::nullopt;
   ir::Graph& g = *ref.source->owner();
   const std::string name = ref.source->name();
-  const std::vector<int64_t> dims = nk ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
-  const std::vector<int64_t> sdims =
-      nk ? std::vector<int64_t>{n, blocks} : std::vector<int64_t>{blocks, n};
   Quantized out;
-  out.transposed = nk;
-  TensorProto qt;
-  qt.set_data_type(cfg.symmetric ? ir::kInt4 : ir::kUint4);
-  for (int64_t d : dims) qt.add_dims(d);
-  qt.set_raw_data(std::move(p->q));
-  out.q = rw.add_constant(g, std::move(qt), name + "_q4");
-  out.scale = rw.add_constant(g, ir::make_float32_tensor(sdims, p->scale), name + "_scale");
-  if (!cfg.symmetric)
-    out.zero_point = rw.add_constant(g, ir::make_4bit_tensor(ir::kUint4, sdims, p->zero_point),
-                                     name + "_zero_point");
+  if (layout == Layout::kMatMulNBits) {
+    to_matmul_nbits(*p, k, n, cfg);
+    TensorProto qt;
+    qt.set_data_type(TensorProto::UINT8);
+    for (int64_t d : {n, blocks, cfg.block / 2}) qt.add_dims(d);
+    qt.set_raw_data(std::move(p->q));
+    out.q = rw.add_constant(g, std::move(qt), name + "_nbits");
+    out.scale =
+        rw.add_constant(g, ir::make_float32_tensor({n * blocks}, p->scale), name + "_nbits_scale");
+    if (!cfg.symmetric) {
+      TensorProto zt;
+      zt.set_data_type(TensorProto::UINT8);
+      zt.add_dims(static_cast<int64_t>(p->zero_point.size() / 2));
+      zt.set_raw_data(ir::pack_4bit(p->zero_point.data(), p->zero_point.size()));
+      out.zero_point = rw.add_constant(g, std::move(zt), name + "_nbits_zero_point");
+    }
+  } else {
+    const std::vector<int64_t> dims = nk ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+    const std::vector<int64_t> sdims =
+        nk ? std::vector<int64_t>{n, blocks} : std::vector<int64_t>{blocks, n};
+    out.transposed = nk;
+    TensorProto qt;
+    qt.set_data_type(cfg.symmetric ? ir::kInt4 : ir::kUint4);
+    for (int64_t d : dims) qt.add_dims(d);
+    qt.set_raw_data(std::move(p->q));
+    out.q = rw.add_constant(g, std::move(qt), name + "_q4");
+    out.scale = rw.add_constant(g, ir::make_float32_tensor(sdims, p->scale), name + "_scale");
+    if (!cfg.symmetric)
+      out.zero_point = rw.add_constant(g, ir::make_4bit_tensor(ir::kUint4, sdims, p->zero_point),
+                                       name + "_zero_point");
+  }
   cfg.made->quantized[key] = out;
   cfg.made->weight_bytes += added;
   rw.model().on_undo([made = cfg.made, key, added] {
@@ -386,7 +449,7 @@ ir::Value* dequantized_weight(const WeightRef& ref, ir::Node& node, Config& cfg,
   // stored [N, K] for it). Otherwise [K, N], read as is.
   const bool nk = ref.transposed ? gathered(ref.source, cfg)
                                  : gathered(ref.source, cfg, /*columns_by_gbq=*/true);
-  auto q = quantized(ref, nk, cfg, rw, /*any_layout=*/true);
+  auto q = quantized(ref, nk ? Layout::kNK : Layout::kKN, cfg, rw, /*any_layout=*/true);
   if (!q)
     return no_match(node,
                     "the weight holds a NaN or an infinity, a block's scale would "
@@ -401,6 +464,40 @@ ir::Value* dequantized_weight(const WeightRef& ref, ir::Node& node, Config& cfg,
       v = t->output(0);
     }
   return dequantize(g, inputs, 0, cfg, node, rw);
+}
+
+// Whether a MatMul-like node reading `ref` with activation `x` becomes MatMulNBits: the target
+// has it, the activation has a known rank of at least 2, and no Gather reads the weight (a tied
+// table keeps one copy, in the Gather's layout, which the head reads through DequantizeLinear).
+bool use_matmul_nbits(const WeightRef& ref, const ir::Value* x, const Config& cfg) {
+  const auto r = x->rank();
+  if (!cfg.matmul_nbits || !r || *r < 2 || gathered(ref.source, cfg) ||
+      gathered(ref.source, cfg, /*columns_by_gbq=*/true))
+    return false;
+  // A Gather already rewritten made the table's copy.
+  for (int key : {0, 1, 2, 3})
+    if (cfg.made->quantized.count({ref.source, key})) return false;
+  return true;
+}
+
+// MatMulNBits(x, B, scales[, zero_points]) <K, N, bits = 4, block_size, accuracy_level>: x @ the
+// quantized [K, N] weight, for `node`.
+ir::Value* matmul_nbits(ir::Value* x, const WeightRef& ref, ir::Node& node, Config& cfg,
+                        Rewriter& rw) {
+  auto q = quantized(ref, Layout::kMatMulNBits, cfg, rw);
+  if (!q)
+    return no_match(node,
+                    "the weight holds a NaN or an infinity, a block's scale would "
+                    "underflow, or the weight budget is spent");
+  std::vector<ir::Value*> inputs{x, q->q, q->scale};
+  if (q->zero_point) inputs.push_back(q->zero_point);
+  ir::Node* mm = rw.add_node(*node.graph(), "MatMulNBits", inputs, 1, &node, kMicrosoftDomain);
+  rw.set_attr(mm, int_attr("K", ref.k));
+  rw.set_attr(mm, int_attr("N", ref.n));
+  rw.set_attr(mm, int_attr("bits", 4));
+  rw.set_attr(mm, int_attr(kBlockSize, cfg.block));
+  rw.set_attr(mm, int_attr(kAccuracyLevel, cfg.accuracy_level));
+  return mm->output(0);
 }
 
 bool float32_activation(const ir::Node& node, const ir::Value* x) {
@@ -426,9 +523,14 @@ bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
     return no_match(node,
                     "the weight is not a constant float32 2-D tensor (or its Transpose) "
                     "of at least min_weight_elements elements");
-  ir::Value* w = dequantized_weight(*ref, node, cfg, rw);
-  if (!w) return false;
-  rw.set_input(&node, 1, w);
+  if (use_matmul_nbits(*ref, node.input(0), cfg)) {
+    ir::Value* y = matmul_nbits(node.input(0), *ref, node, cfg, rw);
+    if (!y || !rw.replace_node(&node, {y})) return false;
+  } else {
+    ir::Value* w = dequantized_weight(*ref, node, cfg, rw);
+    if (!w) return false;
+    rw.set_input(&node, 1, w);
+  }
   drop_transpose(*ref, rw);
   return true;
 }
@@ -461,11 +563,15 @@ bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
     return no_match(node,
                     "B is not a constant float32 2-D tensor of at least "
                     "min_weight_elements elements");
-  ir::Value* w = dequantized_weight(*ref, node, cfg, rw);
-  if (!w) return false;
   ir::Graph& g = *node.graph();
   const std::string name = node.output(0)->name();
-  ir::Value* y = rw.add_node(g, "MatMul", {x, w}, 1, &node)->output(0);
+  ir::Value* y = nullptr;
+  if (use_matmul_nbits(*ref, x, cfg)) {
+    y = matmul_nbits(x, *ref, node, cfg, rw);
+  } else if (ir::Value* w = dequantized_weight(*ref, node, cfg, rw)) {
+    y = rw.add_node(g, "MatMul", {x, w}, 1, &node)->output(0);
+  }
+  if (!y) return false;
   if (alpha != 1) {
     ir::Value* a = rw.add_constant(g, ir::make_float32_tensor({}, {static_cast<float>(alpha)}),
                                    name + "_alpha");
@@ -502,7 +608,7 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   // GatherBlockQuantized gathers rows of a [V, D] table: a table gathered along columns is
   // stored transposed for it, and its result transposed back.
   const bool gbq = read_by_gbq(node, cfg);
-  auto q = quantized(ref, /*nk=*/axis == 0 || gbq, cfg, rw);
+  auto q = quantized(ref, axis == 0 || gbq ? Layout::kNK : Layout::kKN, cfg, rw);
   if (!q)
     return no_match(node,
                     "the table holds a NaN or an infinity, a block's scale would "
@@ -555,6 +661,10 @@ std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
   cfg->gather_block_quantized =
       ctx.target.has_kernel(kMicrosoftDomain, "GatherBlockQuantized", TensorProto::FLOAT) &&
       model.graph().opset(kMicrosoftDomain) <= 1;
+  cfg->matmul_nbits = ctx.bool_option(kMatMulNBits) &&
+                      ctx.target.has_kernel(kMicrosoftDomain, "MatMulNBits", TensorProto::FLOAT) &&
+                      model.graph().opset(kMicrosoftDomain) <= 1;
+  cfg->accuracy_level = ctx.int_option(kAccuracyLevel);
   cfg->made->weight_bytes = model.initializer_bytes();
   return cfg;
 }
@@ -609,7 +719,7 @@ class QuantizeWeightsInt4 : public RulePass {
       return run_at_opset(model, kOpset, "DequantizeLinear's block_size and int4",
                           ctx.check_transactions, [&] { return RulePass::run(model, ctx); });
     };
-    if (!cfg->gather_block_quantized) return body();
+    if (!cfg->gather_block_quantized && !cfg->matmul_nbits) return body();
     return run_with_import(model, kMicrosoftDomain, 1, body);
   }
 };
@@ -632,7 +742,8 @@ PassInfo quantize_weights_int4_pass() {
        .description =
            "MatMul/Gemm weights and Gather tables (constant float32 2-D) become int4 (or uint4) "
            "block-wise, read through DequantizeLinear (opset 21; ONNX Runtime fuses it into "
-           "MatMulNBits) (lossy; by name only)",
+           "MatMulNBits), or for --target onnxruntime written as com.microsoft MatMulNBits "
+           "(lossy; by name only)",
        .options = {enum_option(kBlockSize, "32", {"16", "32", "64", "128", "256"},
                                "elements per scale along the reduction axis (K; a table's last "
                                "axis); ONNX Runtime's MatMulNBits takes powers of two >= 16"),
@@ -643,6 +754,17 @@ PassInfo quantize_weights_int4_pass() {
                                   "per block, the scale (and zero point) of least squared error "
                                   "among the range shrunk by up to 28% and a least-squares refit; "
                                   "false: the block's range, rounded to nearest"),
+                   boolean_option(kMatMulNBits, true,
+                                  "for a target whose ONNX Runtime has com.microsoft MatMulNBits "
+                                  "(1.18+): MatMul/Gemm weights written as MatMulNBits, which ONNX "
+                                  "Runtime otherwise forms from DequantizeLinear + MatMul at every "
+                                  "session creation (0.59x the creation time on the LLaMA-shaped "
+                                  "decoder, outputs identical); a table's tied head stays "
+                                  "DequantizeLinear + MatMul, sharing the table's copy"),
+                   integer_option(kAccuracyLevel, 4, 0, 4,
+                                  "MatMulNBits' accuracy_level: 4 lets ONNX Runtime quantize the "
+                                  "activations to int8 per block (what it does with the fused "
+                                  "form, and its fast path), 0 or 1 computes in float32"),
                    min_weight_elements_option(),
                    exclude_ops_option({}, {"MatMul", "Gemm", "Gather"},
                                       "op types left in float (Gather: constant tables such as "

@@ -58,6 +58,9 @@ const std::vector<OrtKernel>& ort_kernel_table() {
       // int4/uint4 tables with float scales, as quantize_weights_int4 writes them (1.19 added
       // the op; 1.20 is written, the table erring towards not emitting).
       {kMicrosoftDomain, "GatherBlockQuantized", {1, 20}, {kFloat}},
+      // 4-bit weights in blocks along K with accuracy_level, as quantize_weights_int4 writes them
+      // (1.17 added the op; 1.18 is written, the table erring towards not emitting).
+      {kMicrosoftDomain, "MatMulNBits", {1, 18}, {kFloat}},
       {kMicrosoftDomain, "Gelu", {1, 10}, {kFloat}},
       {kMicrosoftDomain, "BiasGelu", {1, 10}, {kFloat}},
       {kMicrosoftDomain, "FastGelu", {1, 10}, {kFloat}},

@@ -458,5 +458,108 @@ TEST(ContribKernels, GatherBlockQuantizedIsDequantizeThenGather) {
   EXPECT_TRUE(absl::IsInvalidArgument(run(with_block("16"), {&q, &far, &s}, &out)));
 }
 
+// MatMulNBits: A @ W with W read from 4-bit blocks along K, column by column (two values a byte,
+// low nibble first, zero point 8 or given per block, packed two a byte), equal to
+// DequantizeLinear of the same int4 (uint4) [K, N] matrix blocked along axis 0 then MatMul. K = 40
+// is not a multiple of the block (16): the last block is padded. A bias is added per column.
+// Malformed attributes and operands are errors.
+TEST(ContribKernels, MatMulNBitsIsDequantizeThenMatMul) {
+  constexpr const char* kImports21 =
+      R"(<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>)";
+  constexpr int K = 40, N = 3, B = 16, kBlocks = 3;
+  auto qv = [](int k, int n) { return (k * 7 + n * 5) % 16 - 8; };  // int4 values, [K, N]
+  auto zv = [](int n, int kb) { return (n * 3 + kb * 5) % 16; };    // uint4 zero points
+  std::string kn, ukn, packed, upacked, scales_kn, scales_n, zeros_kn, zeros_packed, bias;
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < N; ++n) {
+      absl::StrAppend(&kn, k + n ? ", " : "", qv(k, n));
+      absl::StrAppend(&ukn, k + n ? ", " : "", qv(k, n) + 8);
+    }
+  for (int n = 0; n < N; ++n)
+    for (int kb = 0; kb < kBlocks; ++kb)
+      for (int e = 0; e < B; e += 2) {
+        auto at = [&](int k) { return k < K ? qv(k, n) + 8 : 8; };
+        const int k = kb * B + e;
+        absl::StrAppend(&packed, n + kb + e ? ", " : "", at(k) | (at(k + 1) << 4));
+      }
+  upacked = packed;  // the same stored values, read against explicit zero points below
+  for (int kb = 0; kb < kBlocks; ++kb)
+    for (int n = 0; n < N; ++n) {
+      absl::StrAppend(&scales_kn, kb + n ? ", " : "", 0.0625 * (kb * N + n + 1));
+      absl::StrAppend(&zeros_kn, kb + n ? ", " : "", zv(n, kb));
+    }
+  for (int n = 0; n < N; ++n) {
+    for (int kb = 0; kb < kBlocks; ++kb)
+      absl::StrAppend(&scales_n, n + kb ? ", " : "", 0.0625 * (kb * N + n + 1));
+    absl::StrAppend(&zeros_packed, n ? ", " : "", zv(n, 0) | (zv(n, 1) << 4), ", ", zv(n, 2));
+    absl::StrAppend(&bias, n ? ", " : "", 0.5 * n - 0.25);
+  }
+  const std::string a_sig = "g (float[2, 2, 40] a) => (float[2, 2, 3] y)";
+  // Zero point 8: the signed int4 values.
+  expect_same(absl::StrCat(kImports21, a_sig, " <uint8[3, 3, 8] b = {", packed, "}, float[9] s = {",
+                           scales_n, R"(}> {
+      y = com.microsoft.MatMulNBits <K = 40, N = 3, bits = 4, block_size = 16,
+                                     accuracy_level = 4> (a, b, s)
+    })"),
+              absl::StrCat(kImports21, a_sig, " <int4[40, 3] q = {", kn, "}, float[3, 3] s = {",
+                           scales_kn, R"(}> {
+      w = DequantizeLinear <axis = 0, block_size = 16> (q, s)
+      y = MatMul (a, w)
+    })"),
+              1e-6, 1e-5);
+  // Explicit zero points and a bias.
+  expect_same(
+      absl::StrCat(kImports21, a_sig, " <uint8[3, 3, 8] b = {", upacked, "}, float[3, 3] s = {",
+                   scales_n, "}, uint8[6] z = {", zeros_packed, "}, float[3] c = {", bias, R"(}> {
+      y = com.microsoft.MatMulNBits <K = 40, N = 3, bits = 4, block_size = 16> (a, b, s, z, , c)
+    })"),
+      absl::StrCat(kImports21, a_sig, " <uint4[40, 3] q = {", ukn, "}, float[3, 3] s = {",
+                   scales_kn, "}, uint4[3, 3] z = {", zeros_kn, "}, float[3] c = {", bias,
+                   R"(}> {
+      w = DequantizeLinear <axis = 0, block_size = 16> (q, s, z)
+      p = MatMul (a, w)
+      y = Add (p, c)
+    })"),
+      1e-6, 1e-5);
+
+  // Errors, not crashes.
+  Tensor a = make<float>(onnx::TensorProto::FLOAT, {2, 40}, std::vector<float>(80, 0.5f));
+  Tensor a_bad = make<float>(onnx::TensorProto::FLOAT, {2, 39}, std::vector<float>(78, 0.5f));
+  Tensor b = make<uint8_t>(onnx::TensorProto::UINT8, {3, 3, 8}, std::vector<uint8_t>(72, 0x98));
+  Tensor b_bad = make<uint8_t>(onnx::TensorProto::UINT8, {3, 2, 8}, std::vector<uint8_t>(48, 1));
+  Tensor s = make<float>(onnx::TensorProto::FLOAT, {9}, std::vector<float>(9, 0.5f));
+  Tensor s_bad = make<float>(onnx::TensorProto::FLOAT, {8}, std::vector<float>(8, 0.5f));
+  const std::string node = std::string(kImports21) +
+                           "g (float[2, 40] a, uint8[3, 3, 8] b, float[9] s) => (float[2, 3] y) { "
+                           "y = com.microsoft.MatMulNBits <ATTRS> (a, b, s) }";
+  auto with = [&](const std::string& attrs) {
+    std::string t = node;
+    t.replace(t.find("ATTRS"), 5, attrs);
+    return t;
+  };
+  const std::string good = "K = 40, N = 3, bits = 4, block_size = 16";
+  std::vector<Tensor> out;
+  ASSERT_TRUE(run(with(good), {&a, &b, &s}, &out).ok());
+  EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{2, 3}));
+  EXPECT_DOUBLE_EQ(out[0].get_double(0), 20 * 0.5 * 0.5);  // stored 8, 9: 0 and 1 alternately
+  EXPECT_TRUE(absl::IsInvalidArgument(run(with(good), {&a_bad, &b, &s}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(run(with(good), {&a, &b_bad, &s}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(run(with(good), {&a, &b, &s_bad}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      run(with("K = 40, N = 3, bits = 4, block_size = 8"), {&a, &b, &s}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      run(with("K = 40, N = 3, bits = 4, block_size = 24"), {&a, &b, &s}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      run(with("K = 40, N = 3, block_size = 16, accuracy_level = 5"), {&a, &b, &s}, &out)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(run(with("K = 0, N = 3, block_size = 16"), {&a, &b, &s}, &out)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(run(with("K = 40, N = 4, block_size = 16"), {&a, &b, &s}, &out)));
+  EXPECT_TRUE(absl::IsUnimplemented(
+      run(with("K = 40, N = 3, bits = 8, block_size = 16"), {&a, &b, &s}, &out)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      run(with("K = 40, N = 3, block_size = 9223372036854775807"), {&a, &b, &s}, &out)));
+}
+
 }  // namespace
 }  // namespace graft::eval

@@ -134,6 +134,22 @@ TEST(ShapeFacts, RotaryEmbeddingKeepsTheShape) {
   EXPECT_TRUE(ir::fact_exact(*any_value(*model, "z")));
 }
 
+// com.microsoft MatMulNBits: the activation's dims with the last one N, its element type, exact;
+// an N that is not positive leaves the shape unknown.
+TEST(ShapeFacts, MatMulNBitsHasTheActivationsDimsButTheLast) {
+  auto model = parse_text(R"(
+    <ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+    g (float[N,S,40] a, uint8[5,3,8] b, float[15] s) => (float[N,S,5] y, float[N,S,5] z) {
+      y = com.microsoft.MatMulNBits <K = 40, N = 5, bits = 4, block_size = 16> (a, b, s)
+      z = com.microsoft.MatMulNBits <K = 40, N = 0, bits = 4, block_size = 16> (a, b, s)
+    }
+  )");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(fact(*model, "y"), "FLOAT[N,S,5]");
+  EXPECT_TRUE(ir::fact_exact(*any_value(*model, "y")));
+  EXPECT_FALSE(ir::fact_exact(*any_value(*model, "z")));
+}
+
 // The ops that made real models need libonnx's inference: sliding windows, Resize, recurrent
 // ops. With a symbolic batch no fact is complete; they are exact, so libonnx is not asked.
 TEST(ShapeFacts, WindowsResizeAndRecurrentOpsAreExact) {

@@ -10,6 +10,8 @@
 #include <random>
 #include <string>
 
+#include <absl/strings/str_cat.h>
+
 #include "core/eval/executor.h"
 #include "core/ir/external_data.h"
 #include "core/ir/op_params.h"
@@ -234,7 +236,102 @@ TEST(QuantizeWeightsInt4, TablesAreGatheredBeforeTheyAreDequantizedForOnnxRuntim
                            quantized(2));
   ASSERT_NE(chain, nullptr);
   EXPECT_EQ(count_ops(*chain, "GatherBlockQuantized"), 1);
-  EXPECT_EQ(count_ops(*chain, "DequantizeLinear"), 1);  // w's
+  EXPECT_EQ(count_ops(*chain, "MatMulNBits"), 1);  // w's
+  EXPECT_EQ(count_ops(*chain, "DequantizeLinear"), 0);
+}
+
+// For ONNX Runtime 1.18 and later a MatMul weight is written as com.microsoft MatMulNBits, the
+// node ONNX Runtime builds from DequantizeLinear + MatMul at every session creation: B [N,
+// blocks, block / 2] uint8, each column's int4 values plus 8 (its default zero point), padded to
+// the block with 8, the low nibble first; scales [N * blocks]. Column 0 {2, 1, -3, 7} is stored
+// {10, 9, 5, 15}: bytes 9 << 4 | 10 = 154, 15 << 4 | 5 = 245; column 1 {-7, 2, 0, -1}: 161, 120.
+// An older ONNX Runtime, and matmul_nbits=false, keep the DequantizeLinear form.
+TEST(QuantizeWeightsInt4, MatMulForOnnxRuntimeIsWrittenAsMatMulNBits) {
+  expect_rewrite(PassRef(kPass).for_target("onnxruntime:1.20"), kMatMul, R"(
+    <ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+    g (float[3,4] a) => (float[3,2] y)
+      <uint8[2,1,8] b = {154, 245, 136, 136, 136, 136, 136, 136,
+                         161, 120, 136, 136, 136, 136, 136, 136}, float[2] s = {0.25, 0.25}> {
+      y = com.microsoft.MatMulNBits <K = 4, N = 2, accuracy_level = 4, bits = 4,
+                                     block_size = 16> (a, b, s)
+    }
+  )",
+                 quantized(1));
+  for (auto [target, options] : {std::pair<const char*, PassOptions>{"onnxruntime:1.17", {}},
+                                 {"onnxruntime:1.20", {{"matmul_nbits", "false"}}}}) {
+    auto m = run_rewrite(PassRef(kPass).for_target(target), kMatMul, quantized(1, options));
+    ASSERT_NE(m, nullptr) << target;
+    EXPECT_EQ(count_ops(*m, "MatMulNBits"), 0) << target;
+    EXPECT_EQ(count_ops(*m, "DequantizeLinear"), 1) << target;
+  }
+}
+
+// What MatMulNBits computes has a known shape (its shape rule: the activation's dims, the last
+// one N): the MatMul it feeds has a known rank too and is written as MatMulNBits as well.
+TEST(QuantizeWeightsInt4, AChainOfMatMulsAllBecomeMatMulNBits) {
+  auto m = run_rewrite(PassRef(kPass).for_target("onnxruntime:1.20"), R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[3,4] a) => (float[3,2] y)
+      <float[4,4] w = {1.75, 0.5, -0.25, 0, 0.25, -1.75, 0.5, 1.75,
+                       -0.5, 0, 1.75, -0.75, 0, 0.25, 0, 0.5},
+       float[4,2] v = {0.5, -1.75, 0.25, 0.5, -0.75, 0, 1.75, -0.25}> {
+      h = MatMul (a, w)
+      r = Relu (h)
+      y = MatMul (r, v)
+    }
+  )",
+                       quantized(2));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "MatMulNBits"), 2);
+  EXPECT_EQ(count_ops(*m, "DequantizeLinear"), 0);
+}
+
+// MatMulNBits holds the same values as the DequantizeLinear form: on seeded random weights (K 40:
+// three blocks of 16, the last one padded; an odd count of uint4 zero points per column), a 3-D
+// activation and a Gemm with transB, alpha and C, the two quantized models compute the same
+// outputs, int4 and uint4, at every accuracy level the option takes.
+TEST(QuantizeWeightsInt4, MatMulNBitsComputesWhatTheDequantizeFormComputes) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  auto values = [&](int count) {
+    std::string out;
+    for (int i = 0; i < count; ++i) absl::StrAppend(&out, i ? ", " : "", normal(rng));
+    return out;
+  };
+  const std::string text = absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,40] a, float[4,40] b) => (float[2,3,5] y, float[4,6] z)
+      <float[40,5] w = {)",
+                                        values(200), R"(}, float[6,40] v = {)", values(240),
+                                        R"(}, float[6] c = {)", values(6), R"(}> {
+      y = MatMul (a, w)
+      z = Gemm <transB = 1, alpha = 0.5, beta = 2.0> (b, v, c)
+    }
+  )");
+  auto original = parse_text(text);
+  ASSERT_NE(original, nullptr);
+  for (const char* symmetric : {"true", "false"})
+    for (const char* level : {"0", "4"}) {
+      PassOptions options = small({{"symmetric", symmetric}, {"accuracy_level", level}});
+      auto nbits = original->clone();
+      PassResult r = run_pass(*nbits, PassRef(kPass).for_target("onnxruntime:1.20"), options);
+      EXPECT_EQ(r.rewrites, 2) << symmetric;
+      EXPECT_EQ(count_ops(*nbits, "MatMulNBits"), 2) << symmetric;
+      EXPECT_EQ(count_ops(*nbits, "DequantizeLinear"), 0) << symmetric;
+      for (const ir::Node* n : nbits->graph().nodes())
+        if (n->is("MatMulNBits")) {
+          EXPECT_EQ(n->attr_int("accuracy_level", -1), std::stoll(level));
+          EXPECT_EQ(n->inputs().size(), std::string(symmetric) == "true" ? 3u : 4u);
+        }
+      auto dq = original->clone();
+      options.emplace("matmul_nbits", "false");
+      run_pass(*dq, PassRef(kPass).for_target("onnxruntime:1.20"), options);
+      EXPECT_EQ(count_ops(*dq, "DequantizeLinear"), 2) << symmetric;
+      for (uint32_t seed : {1u, 2u})
+        EXPECT_EQ(same_outputs(*dq, *nbits, seed, 1e-6, 1e-6), "") << symmetric << " " << seed;
+      // Not the float model's outputs: the weights moved (the comparison can fail).
+      EXPECT_NE(same_outputs(*original, *nbits, 1, 1e-6, 1e-6), "") << symmetric;
+    }
 }
 
 // The table stored transposed, [D, V], read by Gather along axis 1 and by the LM head as is (what

@@ -598,6 +598,93 @@ absl::Status gather_block_quantized(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// com.microsoft MatMulNBits(A, B, scales[, zero_points][, g_idx][, bias]) with 4-bit weights:
+// Y [..., N] = A [..., K] @ W, W [K, N] read from B [N, ceil(K / block_size), block_size / 2]
+// (uint8, two values a byte, the low nibble first, blocks along K per column n), W[k, n] =
+// (q - zero_point) * scale with the scale [n * blocks + k / block_size] (scales: N * blocks
+// values, 1-D or [N, blocks]) and the zero point 8 or, given, the 4-bit one packed two a byte
+// per column ([N * ceil(blocks / 2)] uint8). accuracy_level (0-4) is how ONNX Runtime may
+// compute the product (4: A quantized to int8 per block); the evaluator computes in double.
+// Other bit widths, float zero points and g_idx are Unimplemented.
+absl::Status matmul_nbits(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(const Tensor* a, required(ctx, 0));
+  ASSIGN_OR_RETURN(const Tensor* b, required(ctx, 1));
+  ASSIGN_OR_RETURN(const Tensor* scales, required(ctx, 2));
+  const Tensor* zero_points = ctx.input(3);
+  if (a->dtype() != TensorProto::FLOAT) return unimplemented(ctx, "A of a type other than float");
+  if (scales->dtype() != a->dtype()) return invalid(ctx, "scales must have A's type");
+  if (b->dtype() != TensorProto::UINT8) return invalid(ctx, "B must be uint8");
+  if (ctx.node.attr_int("bits", 4) != 4) return unimplemented(ctx, "bits other than 4");
+  if (ctx.input(4) != nullptr) return unimplemented(ctx, "g_idx");
+  if (zero_points && zero_points->dtype() != TensorProto::UINT8)
+    return unimplemented(ctx, "zero_points of a type other than uint8");
+  const int64_t level = ctx.node.attr_int("accuracy_level", 0);
+  if (level < 0 || level > 4) return invalid(ctx, "accuracy_level must be in [0, 4]");
+  const int64_t k = ctx.node.attr_int("K", -1), n = ctx.node.attr_int("N", -1);
+  const int64_t block = ctx.node.attr_int("block_size", -1);
+  if (k < 1 || n < 1) return invalid(ctx, "K and N must be positive");
+  if (block < 16 || (block & (block - 1)) != 0 || block > (int64_t{1} << 20))
+    return invalid(ctx, "block_size must be a power of 2 of at least 16");
+  const int64_t blocks = k / block + (k % block != 0), blob = block / 2;
+  if (b->dims() != std::vector<int64_t>{n, blocks, blob})
+    return invalid(ctx, "B must be [N, ceil(K / block_size), block_size / 2]");
+  if (scales->size() != n * blocks || scales->rank() < 1 || scales->rank() > 2 ||
+      scales->dims()[0] != (scales->rank() == 1 ? n * blocks : n))
+    return invalid(ctx,
+                   "scales must hold N * ceil(K / block_size) values ([N * blocks] or [N, "
+                   "blocks])");
+  const int64_t zp_cols = (blocks + 1) / 2;
+  if (zero_points && (zero_points->rank() != 1 || zero_points->size() != n * zp_cols))
+    return invalid(ctx, "zero_points must be [N * ceil(blocks / 2)]");
+  ASSIGN_OR_RETURN(const Tensor* bias, optional_vector(ctx, 5, n, a->dtype(), "bias"));
+  if (a->rank() < 1 || a->dims().back() != k) return invalid(ctx, "A's last dim must be K");
+  const int64_t m = a->size() / k;
+  std::vector<int64_t> out_dims = a->dims();
+  out_dims.back() = n;
+  RETURN_IF_ERROR(ctx.afford(static_cast<double>(m) * n * (k + 1) + static_cast<double>(n) * k));
+  // W^T [N, K] in float (what DequantizeLinear would have given), then the product.
+  ASSIGN_OR_RETURN(Tensor wt,
+                   Tensor::zeros(TensorProto::FLOAT, {n, k}, ctx.limits.max_tensor_bytes));
+  const auto* q = b->data<uint8_t>();
+  float* w = wt.data<float>();
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      const double s = scales->get_double(c * blocks + kb);
+      int zp = 8;
+      if (zero_points) {
+        const uint8_t byte = zero_points->data<uint8_t>()[c * zp_cols + kb / 2];
+        zp = kb % 2 ? byte >> 4 : byte & 0x0f;
+      }
+      const uint8_t* row = q + (c * blocks + kb) * blob;
+      for (int64_t e = 0, r = kb * block; e < block && r < k; ++e, ++r) {
+        const int v = e % 2 ? row[e / 2] >> 4 : row[e / 2] & 0x0f;
+        w[c * k + r] = static_cast<float>((v - zp) * s);
+      }
+    }
+  spend_work(static_cast<uint64_t>(n * k));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a->dtype(), out_dims));
+  auto bias_at = [&](int64_t j) { return bias ? bias->get_double(j) : 0.0; };
+  if (use_blas(m, n, k, k, k)) {
+    gemm_by_blocks(
+        m, n, k, 1.0, tensor_operand(*a, 0, false, k), tensor_operand(wt, 0, true, k),
+        [](int64_t, int64_t r, int64_t, int64_t cn, double* c) { std::fill(c, c + r * cn, 0.0); },
+        [&](int64_t row0, int64_t r, int64_t col0, int64_t cn, const double* c) {
+          for (int64_t i = 0; i < r; ++i)
+            for (int64_t j = 0; j < cn; ++j)
+              store(y, (row0 + i) * n + col0 + j, c[i * cn + j] + bias_at(col0 + j));
+        });
+    return absl::OkStatus();
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t r = 0; r < k; ++r) acc += a->get_double(i * k + r) * w[j * k + r];
+      store(y, i * n + j, acc + bias_at(j));
+    }
+  spend_work(static_cast<uint64_t>(m * n * k));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void register_contrib_kernels() {
@@ -612,6 +699,7 @@ void register_contrib_kernels() {
   register_kernel(ms, "Attention", 1, 0, attention);
   register_kernel(ms, "MultiHeadAttention", 1, 0, multi_head_attention);
   register_kernel(ms, "GatherBlockQuantized", 1, 0, gather_block_quantized);
+  register_kernel(ms, "MatMulNBits", 1, 0, matmul_nbits);
 }
 
 }  // namespace graft::eval

@@ -121,6 +121,16 @@ TensorFact gather_block_quantized(const Node& n, size_t, bool* partial) {
   return TensorFact::of_rank(type, std::move(dims));
 }
 
+// MatMulNBits: A's dims with the last one N (the attribute), A's element type.
+TensorFact matmul_nbits(const Node& n, size_t, bool* partial) {
+  const TensorFact& a = input_fact(n, 0);
+  const int64_t cols = n.attr_int("N", -1);
+  if (!a.has_rank || a.dims.empty() || cols < 1) return with_type(unknown(partial), a.elem_type);
+  std::vector<Dim> dims = a.dims;
+  dims.back() = Dim::of(cols);
+  return TensorFact::of_rank(a.elem_type, std::move(dims));
+}
+
 }  // namespace
 
 void add_contrib_rules(Table& t) {
@@ -134,6 +144,7 @@ void add_contrib_rules(Table& t) {
   t.add({"com.microsoft:MultiHeadAttention"}, multi_head_attention);
   t.add({"com.microsoft:RotaryEmbedding"}, same_as_input);
   t.add({"com.microsoft:GatherBlockQuantized"}, gather_block_quantized);
+  t.add({"com.microsoft:MatMulNBits"}, matmul_nbits);
 }
 
 }  // namespace graft::ir::shape_rules
