@@ -376,7 +376,9 @@ std::optional<Quantized> quantized(const WeightRef& ref, Layout layout, Config& 
     if (it != cfg.made->quantized.end()) return it->second;
   }
   const int64_t k = ref.k, n = ref.n, blocks = k / cfg.block + (k % cfg.block != 0);
-  const uint64_t added = static_cast<uint64_t>((k * n + 1) / 2) +
+  // MatMulNBits pads each column to whole blocks.
+  const int64_t stored = layout == Layout::kMatMulNBits ? n * blocks * cfg.block : k * n;
+  const uint64_t added = static_cast<uint64_t>((stored + 1) / 2) +
                          static_cast<uint64_t>(blocks * n) * (cfg.symmetric ? 4 : 5) + 64;
   if (cfg.max_weight_bytes != 0 && cfg.made->weight_bytes + added > cfg.max_weight_bytes)
     return std::nullopt;
@@ -474,7 +476,8 @@ bool use_matmul_nbits(const WeightRef& ref, const ir::Value* x, const Config& cf
   if (!cfg.matmul_nbits || !r || *r < 2 || gathered(ref.source, cfg) ||
       gathered(ref.source, cfg, /*columns_by_gbq=*/true))
     return false;
-  // A Gather already rewritten made the table's copy.
+  // A Gather already rewritten made the table's copy ([K, N] or [N, K], blocked along either
+  // axis: the keys below Layout::kMatMulNBits).
   for (int key : {0, 1, 2, 3})
     if (cfg.made->quantized.count({ref.source, key})) return false;
   return true;
