@@ -1,0 +1,190 @@
+// optimize_loops: loop-invariant code motion for Loop and Scan bodies, as Grappler's
+// LoopOptimizer does for TensorFlow's while loops. A body node whose inputs are all loop
+// invariant (values of an enclosing graph, the body's own constants, or results of other
+// invariant nodes) computes the same value on every iteration; it moves out of the body, before
+// the loop, into the loop's graph, and the body reads its result from there (ONNX bodies read
+// enclosing values by name). Exported decoders carry such nodes: a cross-attention's key and
+// value projections of the encoder's output, a mask built from an outer length, a weight
+// transposed per step.
+//
+//   y = Loop (M, cond, v) <body = (i, c, v_in) => (c_out, v_out) {
+//         t = Mul (outer_a, outer_b)          // invariant: both outer values
+//         w = Add (t, body_constant)          // invariant: t and a body constant
+//         v_out = Add (v_in, w)               // reads a carried value: stays
+//       }>
+//   ->
+//   t = Mul (outer_a, outer_b)
+//   w = Add (t, body_constant')               // the constant moved out with it
+//   y = Loop (M, cond, v) <body = (i, c, v_in) => (c_out, v_out) { v_out = Add (v_in, w) }>
+//
+// Exact: the moved nodes compute the same values from the same inputs, once instead of once per
+// iteration. But once also when the loop would have run zero times, where a moved node that
+// fails (a Reshape to an impossible shape, a Gather out of range) would fail a model that did
+// not; so a body is only emptied of its invariants when it provably runs at least once:
+//   - Loop: the trip count is absent or a constant >= 1, and the initial condition absent or a
+//     constant true;
+//   - Scan (opset 9+): some scan input has a known length of at least 1 along its scan axis.
+// Otherwise the rule says why and changes nothing. Not moved: nodes with subgraphs (a nested
+// Loop or If stays whole; its own invariants are moved out of it first, into this body, and
+// from there further when they are invariant here too), nondeterministic nodes (a random
+// generator draws anew per iteration), and Constant nodes that no moved node reads (nothing to
+// gain). A body constant that a moved node reads moves out with it (the body's remaining readers
+// read the moved copy: the node count never rises); a moved value the body returns as an output
+// is returned through an Identity (an ONNX graph's outputs are its own values).
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+
+#include "core/ir/op_params.h"
+#include "core/passes/passes.h"
+#include "core/passes/queries.h"
+#include "core/passes/rules.h"
+
+namespace graft {
+
+namespace {
+
+ir::Graph* body_of(const ir::Node& n) {
+  for (const auto& sub : n.subgraphs())
+    if (sub.attr_name == "body" && sub.index == -1) return sub.graph.get();
+  return nullptr;
+}
+
+bool is_loop(const ir::Node& n) { return n.is("Loop") || n.is("Scan"); }
+
+// Why the body of `loop` may run zero times; empty when it provably runs at least once.
+std::string zero_trip_reason(const ir::Node& loop) {
+  if (loop.is("Loop")) {
+    if (const ir::Value* m = loop.input(0)) {
+      const auto trips = ir::constant_ints(m);
+      if (!trips || trips->size() != 1) return "the trip count is not a constant";
+      if ((*trips)[0] < 1) return "the trip count is below 1";
+    }
+    if (const ir::Value* cond = loop.input(1)) {
+      const auto go = ir::constant_ints(cond);
+      if (!go || go->size() != 1) return "the initial condition is not a constant";
+      if ((*go)[0] == 0) return "the initial condition is false";
+    }
+    return "";
+  }
+  if (loop.opset() < 9) return "Scan-8 (a batch axis and sequence lengths) is not handled";
+  const int64_t scans = loop.attr_int("num_scan_inputs", -1);
+  const auto count = static_cast<int64_t>(loop.inputs().size());
+  if (scans < 1 || scans > count) return "num_scan_inputs is not a count of its inputs";
+  const auto axes = loop.attr_ints("scan_input_axes");
+  for (int64_t k = 0; k < scans; ++k) {
+    const ir::Value* x = loop.input(static_cast<size_t>(count - scans + k));
+    if (!x || !x->fact().has_rank) continue;
+    const auto rank = static_cast<int64_t>(x->fact().dims.size());
+    const int64_t axis = axes && static_cast<int64_t>(axes->size()) == scans ? (*axes)[k] : 0;
+    const auto a = ir::normalize_axis(axis, rank);
+    if (!a) continue;
+    const ir::Dim& d = x->fact().dims[static_cast<size_t>(*a)];
+    if (d.known() && d.value >= 1) return "";
+  }
+  return "no scan input has a known length of at least 1";
+}
+
+// The nodes of `body` that compute the same value on every iteration, in topological order.
+std::vector<ir::Node*> invariant_nodes(const ir::Graph& body) {
+  std::unordered_set<const ir::Node*> invariant;
+  std::vector<ir::Node*> order;
+  auto invariant_value = [&](const ir::Value* v) {
+    if (v == nullptr || v->owner() != &body) return true;  // absent, or an enclosing value
+    if (v->is_constant()) return true;
+    return v->producer() != nullptr && invariant.count(v->producer()) > 0;
+  };
+  for (ir::Node* n : body.nodes()) {
+    if (!n->subgraphs().empty() || is_nondeterministic(*n)) continue;
+    // An Identity the body returns an enclosing value through (what a move leaves behind).
+    if (n->is("Identity") && n->output(0) && n->output(0)->is_output_of(body)) continue;
+    bool all = true;
+    for (const ir::Value* v : n->inputs()) all = all && invariant_value(v);
+    if (!all) continue;
+    invariant.insert(n);
+    order.push_back(n);
+  }
+  // Constant nodes only move with a moved reader.
+  std::unordered_set<const ir::Node*> read;
+  for (const ir::Node* n : order)
+    if (!n->is("Constant"))
+      for (const ir::Value* v : n->inputs())
+        if (v && v->producer()) read.insert(v->producer());
+  std::vector<ir::Node*> moved;
+  for (ir::Node* n : order)
+    if (!n->is("Constant") || read.count(n)) moved.push_back(n);
+  return moved;
+}
+
+// Moves the invariant nodes of `loop`'s body (after those of the loops directly in it) into the
+// loop's graph. True if something moved.
+bool hoist(ir::Node& loop, Rewriter& rw, int depth = 0) {
+  ir::Graph* body = body_of(loop);
+  if (body == nullptr) return no_match(loop, "no body");
+  bool changed = false;
+  if (depth < 64)
+    for (ir::Node* n : body->nodes())
+      if (!n->dead() && is_loop(*n)) changed = hoist(*n, rw, depth + 1) || changed;
+  const std::vector<ir::Node*> moved = invariant_nodes(*body);
+  const bool worth = std::any_of(moved.begin(), moved.end(),
+                                 [](const ir::Node* n) { return !n->is("Constant"); });
+  if (!worth) return changed || no_match(loop, "no body node is loop invariant");
+  if (const std::string why = zero_trip_reason(loop); !why.empty())
+    return changed || no_match(loop, absl::StrCat("the body may run zero times (", why,
+                                                  "): a moved node would run where the loop "
+                                                  "does not"));
+  ir::Graph& g = *loop.graph();
+  // Body constants the moved nodes read -> their copies in `g`.
+  std::unordered_map<const ir::Value*, ir::Value*> copies;
+  std::vector<ir::Value*> moved_constants;
+  for (const ir::Node* n : moved)
+    for (ir::Value* v : n->inputs())
+      if (v && v->owner() == body && v->is_initializer() && !copies.count(v)) {
+        copies[v] = rw.add_constant(g, *v->initializer(), v->name());
+        moved_constants.push_back(v);
+      }
+  std::vector<const ir::Node*> srcs(moved.begin(), moved.end());
+  std::vector<ir::Node*> copied = g.copy_nodes(srcs, [&](ir::Value* v) -> ir::Value* {
+    auto it = copies.find(v);
+    return it == copies.end() ? v : it->second;
+  });
+  if (copied.size() != moved.size())
+    return changed || no_match(loop, "the invariant nodes could not be copied out");
+  for (size_t k = 0; k < moved.size(); ++k)
+    for (size_t i = 0; i < moved[k]->outputs().size(); ++i)
+      if (ir::Value* out = moved[k]->output(i))
+        if (!rw.replace_all_uses(out, copied[k]->output(i), /*allow_identity=*/true,
+                                 /*keep_name=*/true))
+          return changed || no_match(*moved[k], "its result could not be redirected");
+  for (ir::Value* v : moved_constants)
+    if (!v->dead() && v->use_count() > 0) rw.replace_all_uses(v, copies[v]);
+  for (auto it = moved.rbegin(); it != moved.rend(); ++it)
+    if (!(*it)->dead()) rw.erase(*it);
+  for (ir::Value* v : moved_constants)
+    if (!v->dead()) rw.erase_if_unused(v);
+  return true;
+}
+
+std::vector<Rule> loop_rules() {
+  return {{"hoist_invariants", {"Loop", "Scan"}, [](ir::Node& n, Rewriter& rw) {
+             return hoist(n, rw);
+           }}};
+}
+
+}  // namespace
+
+PassInfo optimize_loops_pass() {
+  return describe({.name = "optimize_loops",
+                   .level = 2,
+                   .description = "nodes of Loop and Scan bodies that compute the same value on "
+                                  "every iteration move before the loop (bodies that provably "
+                                  "run at least once)",
+                   .options = {}},
+                  {loop_rules});
+}
+
+}  // namespace graft

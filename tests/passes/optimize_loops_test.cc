@@ -1,0 +1,216 @@
+// optimize_loops: golden rewrites of Loop and Scan bodies (outputs compared with the original's
+// by the evaluator, which runs both), the bodies it must leave alone and why, nesting, and the
+// backend test models with loops.
+#include <filesystem>
+#include <string>
+
+#include "core/eval/executor.h"
+#include "core/ir/model.h"
+#include "tests/testing.h"
+
+namespace graft::testing {
+namespace {
+
+constexpr char kPass[] = "optimize_loops";
+
+// t and w depend only on outer values and a body constant: they move before the Loop, the
+// constant with them; the body keeps what reads the carried value.
+TEST(OptimizeLoops, InvariantNodesMoveBeforeTheLoop) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, float[2] a, float[2] b) => (float[2] y)
+      <int64 trips = {3}, bool go = {1}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo)
+        <float[2] k = {0.5, -1.0}> {
+        co = Identity (c)
+        t = Mul (a, b)
+        w = Add (t, k)
+        vo = Add (v, w)
+      }>
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, float[2] a, float[2] b) => (float[2] y)
+      <int64 trips = {3}, bool go = {1}, float[2] moved_k = {0.5, -1.0}> {
+      t = Mul (a, b)
+      w = Add (t, moved_k)
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        vo = Add (v, w)
+      }>
+    }
+  )",
+                 rewrites(1));
+}
+
+// A Scan over a known length: the invariant product moves; a value the body returns is returned
+// through an Identity.
+TEST(OptimizeLoops, ScanOverAKnownLengthAndAnInvariantOutput) {
+  auto m = expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] s0, float[4,2] xs, float[2] a) => (float[2] s, float[4,2] ys, float[4,2] zs) {
+      s, ys, zs = Scan (s0, xs) <num_scan_inputs = 1, body = body (float[2] si, float[2] x)
+          => (float[2] so, float[2] y, float[2] z) {
+        z = Neg (a)
+        y = Mul (x, z)
+        so = Add (si, y)
+      }>
+    }
+  )",
+                          R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] s0, float[4,2] xs, float[2] a) => (float[2] s, float[4,2] ys, float[4,2] zs) {
+      minus_a = Neg (a)
+      s, ys, zs = Scan (s0, xs) <num_scan_inputs = 1, body = body (float[2] si, float[2] x)
+          => (float[2] so, float[2] y, float[2] z) {
+        z = Identity (minus_a)
+        y = Mul (x, z)
+        so = Add (si, y)
+      }>
+    }
+  )",
+                          rewrites(1));
+  ASSERT_NE(m, nullptr);
+}
+
+// A body that may run zero times keeps its invariants (a moved node would run, and could fail,
+// where the loop does not), and says why; so does a body without invariants. Random generators
+// and nodes with subgraphs never move.
+TEST(OptimizeLoops, BodiesThatMayNotRunOrHaveNoInvariantsAreLeftAlone) {
+  const std::string body = R"(<body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        t = Mul (a, a)
+        vo = Add (v, t)
+      }>)";
+  for (const std::string& header : {
+           std::string("g (float[2] x, float[2] a, int64 trips) => (float[2] y) <bool go = {1}>"),
+           std::string("g (float[2] x, float[2] a) => (float[2] y) <int64 trips = {0}, bool go "
+                       "= {1}>"),
+           std::string("g (float[2] x, float[2] a, bool go) => (float[2] y) <int64 trips = {3}>"),
+           std::string("g (float[2] x, float[2] a) => (float[2] y) <int64 trips = {3}, bool go "
+                       "= {0}>")}) {
+    expect_no_rewrite(kPass, R"(<ir_version: 8, opset_import: ["" : 17]>
+      )" + header + R"( {
+        y = Loop (trips, go, x) )" + body + R"(
+      })");
+  }
+  // No invariant: everything reads the carried value; a random draw per iteration.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x) => (float[2] y) <int64 trips = {3}, bool go = {1}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        r = RandomUniform <shape = [2]> ()
+        vo = Add (v, r)
+      }>
+    }
+  )",
+                    compare_outputs(Outputs::kNotCompared));  // the evaluator has no RandomUniform
+  // A Scan whose length is unknown (may be 0).
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] s0, float[N,2] xs, float[2] a) => (float[2] s) {
+      s = Scan (s0, xs) <num_scan_inputs = 1, body = body (float[2] si, float[2] x) => (float[2] so) {
+        z = Neg (a)
+        y = Mul (x, z)
+        so = Add (si, y)
+      }>
+    }
+  )");
+}
+
+// Nested loops: the inner body's invariant moves to the outer body, and from there before the
+// outer loop when it is invariant there too (here it reads only a main-graph input); the inner
+// node that reads the outer loop's carried value moves only as far as the outer body.
+TEST(OptimizeLoops, NestedLoopsMoveInvariantsAsFarAsTheyCan) {
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, float[2] a) => (float[2] y) <int64 trips = {2}, bool go = {1}> {
+      y = Loop (trips, go, x) <body = outer (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        vo = Loop (trips, go, v) <body = inner (int64 j, bool d, float[2] u) => (bool do, float[2] uo) {
+          do = Identity (d)
+          p = Mul (a, a)
+          q = Mul (v, p)
+          uo = Add (u, q)
+        }>
+      }>
+    }
+  )",
+                       rewrites(1));
+  ASSERT_NE(m, nullptr);
+  // p = Mul (a, a) is now in the main graph, q = Mul (v, p) in the outer body, the inner body
+  // keeps only do and uo.
+  EXPECT_EQ(op_types(m->graph()), (std::vector<std::string>{"Mul", "Loop"}));
+  const ir::Node* outer = only_node(m->graph(), "Loop");
+  ASSERT_NE(outer, nullptr);
+  const ir::Graph& outer_body = *outer->subgraphs().at(0).graph;
+  EXPECT_EQ(op_types(outer_body), (std::vector<std::string>{"Identity", "Mul", "Loop"}));
+  const ir::Node* inner = only_node(outer_body, "Loop");
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(op_types(*inner->subgraphs().at(0).graph),
+            (std::vector<std::string>{"Identity", "Add"}));
+}
+
+// A decoding loop as TorchScript exports it (tests/data/make_greedy_decoder_loop.py: bench/models/
+// make.py's GreedyDecoder, one Loop of 8 iterations of 8 unrolled steps): the projections of the
+// encoder's memory to keys and values, recomputed every iteration, move before the Loop; the
+// outputs stay the same on the evaluator.
+TEST(OptimizeLoops, ATorchScriptDecodingLoopComputesItsCrossAttentionKeysOnce) {
+  auto loaded = ir::Model::load_file(
+      (std::filesystem::path(GRAFT_SOURCE_DIR) / "tests" / "data" / "greedy_decoder_loop.onnx")
+          .string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ir::Model& model = **loaded;
+  auto body_matmuls = [&] {
+    const ir::Node* loop = only_node(model.graph(), "Loop");
+    if (loop == nullptr) return -1;
+    int count = 0;
+    for (const ir::Node* n : loop->subgraphs().at(0).graph->nodes()) count += n->is("MatMul");
+    return count;
+  };
+  auto main_matmuls = [&] {
+    int count = 0;
+    for (const ir::Node* n : model.graph().nodes()) count += n->is("MatMul");
+    return count;
+  };
+  const int body_before = body_matmuls(), main_before = main_matmuls();
+  ASSERT_GT(body_before, 0);
+  PassResult r = run_pass_checked(model, kPass);
+  EXPECT_EQ(r.rewrites, 1);
+  EXPECT_EQ(body_matmuls(), body_before - 2);  // memory @ Wk and memory @ Wv
+  EXPECT_EQ(main_matmuls(), main_before + 2);
+  EXPECT_EQ(onnx_errors(model), "");
+}
+
+// The ONNX backend test models with Loop or Scan: whatever moves, the outputs stay the same
+// (run_pass_checked compares them on the evaluator) and the ONNX checker accepts the result.
+TEST(OptimizeLoops, BackendModelsWithLoopsStayEqual) {
+  const std::filesystem::path dir = onnx_testdata_dir();
+  if (dir.empty()) GTEST_SKIP() << "no ONNX backend test data";
+  int seen = 0;
+  for (const char* name : {"test_loop11", "test_loop13_seq", "test_scan9_sum", "test_scan_sum",
+                           "test_range_float_type_positive_delta_expanded",
+                           "test_range_int32_type_negative_delta_expanded"}) {
+    const std::filesystem::path file = dir / "node" / name / "model.onnx";
+    if (!std::filesystem::exists(file)) continue;
+    auto loaded = ir::Model::load_file(file.string());
+    ASSERT_TRUE(loaded.ok()) << name << ": " << loaded.status();
+    ir::Model& model = **loaded;
+    const auto sets = load_test_data_sets(file.parent_path(), model);
+    run_pass(model, kPass);
+    EXPECT_EQ(onnx_errors(model), "") << name;
+    for (const RecordedSet& set : sets) {
+      auto outs = eval::run_model(model, set.inputs, {});
+      if (absl::IsUnimplemented(outs.status())) continue;  // sequences the evaluator lacks
+      ASSERT_TRUE(outs.ok()) << name << ": " << outs.status();
+      EXPECT_EQ(compare_recorded(*outs, set.outputs), "") << name;
+    }
+    ++seen;
+  }
+  EXPECT_GT(seen, 0);
+}
+
+}  // namespace
+}  // namespace graft::testing
