@@ -31,6 +31,13 @@
 // gain). A body constant that a moved node reads moves out with it (the body's remaining readers
 // read the moved copy: the node count never rises); a moved value the body returns as an output
 // is returned through an Identity (an ONNX graph's outputs are its own values).
+//
+// Rule fold_single_trip: a Loop whose trip count is a constant 1 (initial condition absent or a
+// constant true) runs its body exactly once; the body's nodes take its place, reading the
+// iteration number 0, the condition and the initial carried values; its scan outputs are the
+// body's one value each, Unsqueezed to a leading axis of 1. Exporters leave such Loops where a
+// Python loop ran once at export time, and unrolling leaves a remainder of one; inlined, the
+// body's nodes meet the rest of the graph's folding and fusions.
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -169,10 +176,88 @@ bool hoist(ir::Node& loop, Rewriter& rw, int depth = 0) {
   return true;
 }
 
+// Loop(M = 1, cond = true, v...) runs its body exactly once: the body's nodes replace it, with
+// the iteration number 0, the condition and the initial carried values for its inputs; the
+// final carried values are the body's, and each scan output is the body's one value with a
+// leading axis of 1 (Unsqueeze). The body's own condition output is not read (one trip either
+// way).
+bool fold_single_trip(ir::Node& loop, Rewriter& rw) {
+  const ir::Value* m = loop.input(0);
+  const auto trips = m ? ir::constant_ints(m) : std::nullopt;
+  if (!trips || trips->size() != 1 || (*trips)[0] != 1)
+    return no_match(loop, "the trip count is not a constant 1");
+  if (const ir::Value* cond = loop.input(1)) {
+    const auto go = ir::constant_ints(cond);
+    if (!go || go->size() != 1 || (*go)[0] == 0)
+      return no_match(loop, "the initial condition is not a constant true");
+  }
+  const ir::Graph* body = body_of(loop);
+  if (body == nullptr || body->rest().sparse_initializer_size() > 0)
+    return no_match(loop, "no body, or a body with sparse initializers");
+  const size_t carried = loop.inputs().size() < 2 ? 0 : loop.inputs().size() - 2;
+  if (body->inputs().size() != carried + 2 || body->outputs().size() < carried + 1 ||
+      loop.outputs().size() != body->outputs().size() - 1)
+    return no_match(loop, "the body's inputs and outputs do not match the Loop's");
+  for (size_t j = carried + 1; j < body->outputs().size(); ++j)
+    if (loop.output(j - 1) && body->outputs()[j].value->elem_type() == 0)
+      return no_match(loop, "a scan output is not known to be a tensor");
+  ir::Graph& g = *loop.graph();
+  std::unordered_map<const ir::Value*, ir::Value*> map;
+  map[body->inputs()[0].value] =
+      rw.add_constant(g, ir::make_int64_tensor({}, {0}), body->inputs()[0].value->name());
+  ir::Value* cond = loop.input(1);
+  if (cond == nullptr && body->inputs()[1].value->use_count() > 0) {
+    onnx::TensorProto t;
+    t.set_data_type(onnx::TensorProto::BOOL);
+    t.add_int32_data(1);
+    cond = rw.add_constant(g, std::move(t), body->inputs()[1].value->name());
+  }
+  map[body->inputs()[1].value] = cond;
+  for (size_t k = 0; k < carried; ++k) {
+    if (loop.input(2 + k) == nullptr) return no_match(loop, "a carried value has no initial value");
+    map[body->inputs()[2 + k].value] = loop.input(2 + k);
+  }
+  for (ir::Value* init : body->initializers())
+    if (init->use_count() > 0) map[init] = rw.add_constant(g, *init->initializer(), init->name());
+  auto mapped = [&](ir::Value* v) -> ir::Value* {
+    auto it = map.find(v);
+    return it == map.end() ? v : it->second;
+  };
+  std::vector<const ir::Node*> srcs;
+  for (const ir::Node* n : body->nodes()) srcs.push_back(n);
+  std::vector<ir::Node*> copied = g.copy_nodes(srcs, mapped);
+  if (!srcs.empty() && copied.size() != srcs.size())
+    return no_match(loop, "the body's nodes could not be copied out");
+  for (size_t k = 0; k < srcs.size(); ++k)
+    for (size_t i = 0; i < srcs[k]->outputs().size(); ++i)
+      if (ir::Value* out = srcs[k]->output(i)) map[out] = copied[k]->output(i);
+  for (size_t j = 1; j < body->outputs().size(); ++j) {
+    ir::Value* out = loop.output(j - 1);
+    if (out == nullptr || out->use_count() == 0) continue;
+    ir::Value* result = mapped(body->outputs()[j].value);
+    if (j > carried) {  // a scan output: one iteration's value, stacked along a new axis 0
+      ir::Node* u = nullptr;
+      if (g.opset("") >= 13) {
+        u = rw.add_node(g, "Unsqueeze",
+                        {result, rw.add_constant(g, ir::make_int64_tensor({1}, {0}), "axes")}, 1,
+                        &loop);
+      } else {
+        u = rw.add_node(g, "Unsqueeze", {result}, 1, &loop);
+        rw.set_attr(u, ints_attr("axes", {0}));
+      }
+      result = u->output(0);
+    }
+    if (!rw.replace_all_uses(out, result, /*allow_identity=*/true))
+      return no_match(loop, "an output could not be redirected");
+  }
+  return rw.erase(&loop);
+}
+
 std::vector<Rule> loop_rules() {
-  return {{"hoist_invariants", {"Loop", "Scan"}, [](ir::Node& n, Rewriter& rw) {
-             return hoist(n, rw);
-           }}};
+  return {{"hoist_invariants", {"Loop", "Scan"},
+           [](ir::Node& n, Rewriter& rw) { return hoist(n, rw); }},
+          {"fold_single_trip", {"Loop"},
+           [](ir::Node& n, Rewriter& rw) { return fold_single_trip(n, rw); }}};
 }
 
 }  // namespace
@@ -182,7 +267,7 @@ PassInfo optimize_loops_pass() {
                    .level = 2,
                    .description = "nodes of Loop and Scan bodies that compute the same value on "
                                   "every iteration move before the loop (bodies that provably "
-                                  "run at least once)",
+                                  "run at least once); a Loop of one trip becomes its body",
                    .options = {}},
                   {loop_rules});
 }

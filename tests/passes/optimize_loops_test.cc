@@ -184,6 +184,37 @@ TEST(OptimizeLoops, ATorchScriptDecodingLoopComputesItsCrossAttentionKeysOnce) {
   EXPECT_EQ(onnx_errors(model), "");
 }
 
+// A Loop of one trip becomes its body: the iteration number 0, the initial carried value, and
+// the scan output stacked along a new axis of 1. Two trips stay a Loop.
+TEST(OptimizeLoops, ALoopOfOneTripBecomesItsBody) {
+  const std::string loop = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x) => (float[2] y, float[1,2] ys) <int64 trips = {TRIPS}, bool go = {1}> {
+      y, ys = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo, float[2] so) {
+        co = Identity (c)
+        f = Cast <to = 1> (i)
+        vo = Add (v, f)
+        so = Mul (vo, vo)
+      }>
+    }
+  )";
+  auto with = [&](const std::string& trips) {
+    std::string t = loop;
+    t.replace(t.find("TRIPS"), 5, trips);
+    return t;
+  };
+  auto m = run_rewrite(kPass, with("1"), rewrites(1));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "Loop"), 0);
+  EXPECT_EQ(count_ops(*m, "Unsqueeze"), 1);
+  const std::string two = with("2");
+  auto parsed = parse_text(two);
+  ASSERT_NE(parsed, nullptr);
+  PassResult r = run_pass(*parsed, kPass);
+  EXPECT_EQ(r.rules["fold_single_trip"], 0);
+  EXPECT_EQ(count_ops(*parsed, "Loop"), 1);
+}
+
 // The ONNX backend test models with Loop or Scan: whatever moves, the outputs stay the same
 // (run_pass_checked compares them on the evaluator) and the ONNX checker accepts the result.
 TEST(OptimizeLoops, BackendModelsWithLoopsStayEqual) {
