@@ -137,8 +137,8 @@ bool hoist(ir::Node& loop, Rewriter& rw, int depth = 0) {
     for (ir::Node* n : body->nodes())
       if (!n->dead() && is_loop(*n)) changed = hoist(*n, rw, depth + 1) || changed;
   const std::vector<ir::Node*> moved = invariant_nodes(*body);
-  const bool worth = std::any_of(moved.begin(), moved.end(),
-                                 [](const ir::Node* n) { return !n->is("Constant"); });
+  const bool worth =
+      std::any_of(moved.begin(), moved.end(), [](const ir::Node* n) { return !n->is("Constant"); });
   if (!worth) return changed || no_match(loop, "no body node is loop invariant");
   if (const std::string why = zero_trip_reason(loop); !why.empty())
     return changed || no_match(loop, absl::StrCat("the body may run zero times (", why,
@@ -254,10 +254,12 @@ bool fold_single_trip(ir::Node& loop, Rewriter& rw) {
 }
 
 std::vector<Rule> loop_rules() {
-  return {{"hoist_invariants", {"Loop", "Scan"},
+  return {{"hoist_invariants",
+           {"Loop", "Scan"},
            [](ir::Node& n, Rewriter& rw) { return hoist(n, rw); }},
-          {"fold_single_trip", {"Loop"},
-           [](ir::Node& n, Rewriter& rw) { return fold_single_trip(n, rw); }}};
+          {"fold_single_trip", {"Loop"}, [](ir::Node& n, Rewriter& rw) {
+             return fold_single_trip(n, rw);
+           }}};
 }
 
 }  // namespace

@@ -71,6 +71,7 @@
 #include "core/passes/passes.h"
 #include "core/passes/quantization.h"
 #include "core/passes/rules.h"
+#include "core/passes/weights.h"
 
 namespace graft {
 
@@ -123,15 +124,8 @@ struct Config {
   std::shared_ptr<Made> made = std::make_shared<Made>();
 };
 
-// A constant float32 2-D weight big enough to quantize: its dims.
 std::optional<std::pair<int64_t, int64_t>> weight_dims(const ir::Value* w, const Config& cfg) {
-  const auto* h = w ? constant_header(w) : nullptr;
-  if (!h || h->data_type() != TensorProto::FLOAT || h->dims_size() != 2) return std::nullopt;
-  const int64_t rows = h->dims(0), cols = h->dims(1);
-  if (rows <= 0 || cols <= 0 || rows > (int64_t{1} << 40) / cols) return std::nullopt;
-  if (rows * cols < cfg.min_elements) return std::nullopt;
-  if (ir::is_external(*h) && !ir::external_data_of(w)) return std::nullopt;
-  return std::pair<int64_t, int64_t>{rows, cols};
+  return constant_matrix_dims(w, cfg.min_elements);
 }
 
 // The axis a Gather reads a 2-D table along (0: rows, an embedding [V, D]; 1: columns, the same
@@ -167,32 +161,8 @@ bool gathered(const ir::Value* table, const Config& cfg, bool columns_by_gbq = f
   return false;
 }
 
-// The weight of a MatMul-like node: `source` [rows, cols] read as the [K, N] matrix either as is
-// (blocks along axis 0) or transposed (Transpose(perm [1, 0]) or Gemm's transB: blocks along
-// axis 1).
-struct WeightRef {
-  ir::Value* source = nullptr;
-  bool transposed = false;
-  ir::Node* transpose = nullptr;  // the Transpose node read, when there is one
-  int64_t k = 0, n = 0;
-};
-
 std::optional<WeightRef> matmul_weight(ir::Value* w, bool trans_b, const Config& cfg) {
-  WeightRef ref;
-  ref.source = w;
-  ref.transposed = trans_b;
-  if (ir::Node* t = producer(w, "Transpose"); t && !trans_b) {
-    auto perm = transpose_perm(*t, 2);
-    if (!perm || *perm != std::vector<int64_t>{1, 0} || !t->input(0)) return std::nullopt;
-    ref.source = t->input(0);
-    ref.transposed = true;
-    ref.transpose = t;
-  }
-  auto dims = weight_dims(ref.source, cfg);
-  if (!dims) return std::nullopt;
-  ref.k = ref.transposed ? dims->second : dims->first;
-  ref.n = ref.transposed ? dims->first : dims->second;
-  return ref;
+  return read_matmul_weight(w, trans_b, cfg.min_elements);
 }
 
 // The packed values, scales and zero points of a [K, N] matrix read through `at(r, c)`, blocks of

@@ -283,4 +283,33 @@ ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vect
   return n.output(0);
 }
 
+std::optional<std::pair<int64_t, int64_t>> constant_matrix_dims(const ir::Value* w,
+                                                                int64_t min_elements) {
+  const auto* h = w ? constant_header(w) : nullptr;
+  if (!h || h->data_type() != onnx::TensorProto::FLOAT || h->dims_size() != 2) return std::nullopt;
+  const int64_t rows = h->dims(0), cols = h->dims(1);
+  if (rows <= 0 || cols <= 0 || rows > (int64_t{1} << 40) / cols) return std::nullopt;
+  if (rows * cols < min_elements) return std::nullopt;
+  if (ir::is_external(*h) && !ir::external_data_of(w)) return std::nullopt;
+  return std::pair<int64_t, int64_t>{rows, cols};
+}
+
+std::optional<WeightRef> read_matmul_weight(ir::Value* w, bool trans_b, int64_t min_elements) {
+  WeightRef ref;
+  ref.source = w;
+  ref.transposed = trans_b;
+  if (ir::Node* t = producer(w, "Transpose"); t && !trans_b) {
+    auto perm = transpose_perm(*t, 2);
+    if (!perm || *perm != std::vector<int64_t>{1, 0} || !t->input(0)) return std::nullopt;
+    ref.source = t->input(0);
+    ref.transposed = true;
+    ref.transpose = t;
+  }
+  auto dims = constant_matrix_dims(ref.source, min_elements);
+  if (!dims) return std::nullopt;
+  ref.k = ref.transposed ? dims->second : dims->first;
+  ref.n = ref.transposed ? dims->first : dims->second;
+  return ref;
+}
+
 }  // namespace graft

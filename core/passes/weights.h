@@ -46,4 +46,26 @@ std::optional<std::vector<double>> per_channel(const LinearOp& op, const ir::Val
 ir::Value* fold_channel_affine(Rewriter& rw, const LinearOp& op, const std::vector<double>& scale,
                                const std::vector<double>& shift);
 
+// ---------------------------------------------------------- the [K, N] weight of a product
+// What the weight rewrites (quantize_weights_int4, factorize_low_rank) read of a MatMul-like
+// node's constant weight, without decoding it.
+
+// The dims of `w` when it is a constant float32 2-D tensor of at least `min_elements` elements
+// (its payload in memory or readable through the model's ExternalData); nullopt otherwise.
+std::optional<std::pair<int64_t, int64_t>> constant_matrix_dims(const ir::Value* w,
+                                                                int64_t min_elements);
+
+// The weight of a MatMul-like node: `source` [rows, cols] read as the [K, N] matrix either as is
+// or transposed (through Transpose(perm [1, 0]), or Gemm's transB).
+struct WeightRef {
+  ir::Value* source = nullptr;
+  bool transposed = false;
+  ir::Node* transpose = nullptr;  // the Transpose node read, when there is one
+  int64_t k = 0, n = 0;
+};
+
+// `w`, a MatMul's B (Gemm's, read transposed when `trans_b`), as a WeightRef: a constant_matrix
+// itself, or the Transpose(perm [1, 0]) of one (not with `trans_b`). nullopt otherwise.
+std::optional<WeightRef> read_matmul_weight(ir::Value* w, bool trans_b, int64_t min_elements);
+
 }  // namespace graft

@@ -83,16 +83,17 @@ TEST(OptimizeLoops, BodiesThatMayNotRunOrHaveNoInvariantsAreLeftAlone) {
         t = Mul (a, a)
         vo = Add (v, t)
       }>)";
-  for (const std::string& header : {
-           std::string("g (float[2] x, float[2] a, int64 trips) => (float[2] y) <bool go = {1}>"),
-           std::string("g (float[2] x, float[2] a) => (float[2] y) <int64 trips = {0}, bool go "
-                       "= {1}>"),
-           std::string("g (float[2] x, float[2] a, bool go) => (float[2] y) <int64 trips = {3}>"),
-           std::string("g (float[2] x, float[2] a) => (float[2] y) <int64 trips = {3}, bool go "
-                       "= {0}>")}) {
+  for (const std::string& header :
+       {std::string("g (float[2] x, float[2] a, int64 trips) => (float[2] y) <bool go = {1}>"),
+        std::string("g (float[2] x, float[2] a) => (float[2] y) <int64 trips = {0}, bool go "
+                    "= {1}>"),
+        std::string("g (float[2] x, float[2] a, bool go) => (float[2] y) <int64 trips = {3}>"),
+        std::string("g (float[2] x, float[2] a) => (float[2] y) <int64 trips = {3}, bool go "
+                    "= {0}>")}) {
     expect_no_rewrite(kPass, R"(<ir_version: 8, opset_import: ["" : 17]>
       )" + header + R"( {
-        y = Loop (trips, go, x) )" + body + R"(
+        y = Loop (trips, go, x) )" +
+                                 body + R"(
       })");
   }
   // No invariant: everything reads the carried value; a random draw per iteration.
