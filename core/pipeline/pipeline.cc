@@ -567,6 +567,10 @@ class FixedPointDriver {
                           : absl::StrCat(n, n == 1 ? " calibration set" : " calibration sets");
     }
     if (config_.explain.empty() && !result.always_explained) return;
+    // A pass whose findings are its report (factorize_low_rank's weights, convert_fp16's nodes
+    // kept float32) keeps those of the last run that changed the model: a later run that finds
+    // nothing more to do no longer sees what the first one did.
+    if (result.always_explained && !result.changed && s.changed_runs > 0) return;
     s.explanations = std::move(result.explanations);
     s.explanations_dropped = result.explanations_dropped;
   }
