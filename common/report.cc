@@ -163,7 +163,9 @@ std::string explanation_lines(const PipelineReport& r) {
   std::string out;
   for (const PassStats& p : r.passes) {
     if (p.explanations.empty() && p.explanations_dropped == 0) continue;
-    out += p.name + ": findings, and why rules did not rewrite (findings from its last run that changed the model, reasons from its last run):\n";
+    out += p.name +
+           ": findings, and why rules did not rewrite (findings from its last run that changed the "
+           "model, reasons from its last run):\n";
     for (const RuleExplanation& e : p.explanations) {
       std::string where = terminal_safe(e.node) + " (" + terminal_safe(e.op) + ")";
       if (!e.graph.empty()) where += " in graph " + terminal_safe(e.graph);

@@ -282,8 +282,8 @@ class FactorizeLowRank final : public Pass {
     if (node.inputs().size() < 2 || node.inputs().size() > 3 || node.outputs().size() != 1 ||
         !node.output(0) || node.attr_int("group", 1) != 1)
       return false;
-    if (!only_attributes(node, {"auto_pad", "dilations", "group", "kernel_shape", "pads",
-                                "strides"}))
+    if (!only_attributes(node,
+                         {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}))
       return false;
     ir::Value* x = node.input(0);
     if (!x || x->elem_type() != TensorProto::FLOAT) return false;
@@ -309,7 +309,8 @@ class FactorizeLowRank final : public Pass {
       return ir::make_float32_tensor(dims, values);
     };
     // First: r outputs from C inputs, A^T [r, C]; second: M outputs from r, B^T [M, r].
-    std::vector<float> first(static_cast<size_t>(f->rank * c)), second(static_cast<size_t>(m * f->rank));
+    std::vector<float> first(static_cast<size_t>(f->rank * c)),
+        second(static_cast<size_t>(m * f->rank));
     for (int64_t j = 0; j < f->rank; ++j) {
       for (int64_t i = 0; i < c; ++i)
         first[static_cast<size_t>(j * c + i)] = f->a[static_cast<size_t>(i * f->rank + j)];
@@ -349,8 +350,7 @@ PassInfo factorize_low_rank_pass() {
                                "share of the squared singular values each weight keeps"),
                    enum_option(kMaxError, "0.1", {"0.01", "0.02", "0.05", "0.1", "0.2", "0.3"},
                                "largest relative (Frobenius) reconstruction error of a weight"),
-                   integer_option(kMinWeightElements, 65536, 0,
-                                  std::numeric_limits<int64_t>::max(),
+                   integer_option(kMinWeightElements, 65536, 0, std::numeric_limits<int64_t>::max(),
                                   "weights with fewer elements stay as they are"),
                    integer_option(kMaxWeightElements, int64_t{1} << 24, 1, int64_t{1} << 28,
                                   "weights with more elements are not decomposed (the SVD's "

@@ -8,6 +8,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/pipeline/pipeline.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -84,38 +85,69 @@ TEST(FactorizeLowRank, AFullRankRandomWeightIsKeptAndTheReportSaysWhy) {
 }
 
 TEST(FactorizeLowRank, GemmKeepsAlphaBetaAndCAndReadsTransB) {
-  auto m = run_rewrite(kPass, absl::StrCat(R"(
+  auto m = run_rewrite(
+      kPass,
+      absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[5,64] x) => (float[5,40] y) <float[40,64] w = {)",
-                                           matrix(40, 64, 2, 3), R"(}, float[40] c = {)",
-                                           matrix(1, 40, 0, 4), R"(}> {
+                   matrix(40, 64, 2, 3), R"(}, float[40] c = {)", matrix(1, 40, 0, 4), R"(}> {
       y = Gemm <transB = 1, alpha = 0.5, beta = 2.0> (x, w, c)
     })"),
-                       lossy(1));
+      lossy(1));
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "MatMul"), 1);
   EXPECT_EQ(count_ops(*m, "Gemm"), 1);
 }
 
 TEST(FactorizeLowRank, APointwiseConvBecomesTwoPointwiseConvs) {
-  auto m = run_rewrite(kPass, absl::StrCat(R"(
+  auto m = run_rewrite(
+      kPass,
+      absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[1,64,6,6] x) => (float[1,48,3,3] y) <float[48,64,1,1] w = {)",
-                                           matrix(48, 64, 4, 5), R"(}, float[48] b = {)",
-                                           matrix(1, 48, 0, 6), R"(}> {
+                   matrix(48, 64, 4, 5), R"(}, float[48] b = {)", matrix(1, 48, 0, 6), R"(}> {
       y = Conv <strides = [2, 2], kernel_shape = [1, 1]> (x, w, b)
     })"),
-                       lossy(1));
+      lossy(1));
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "Conv"), 2);
   // A grouped or 3x3 convolution is left alone.
-  expect_no_rewrite(kPass, absl::StrCat(R"(
+  expect_no_rewrite(kPass,
+                    absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[1,8,6,6] x) => (float[1,8,4,4] y) <float[8,8,3,3] w = {)",
-                                        matrix(8, 72, 1, 7), R"(}> {
+                                 matrix(8, 72, 1, 7), R"(}> {
       y = Conv (x, w)
     })"),
                     lossy(-1));
+}
+
+// Through the pipeline (which runs a pass again until it changes nothing): the gate judges the
+// model, and the report keeps the factorized weight's finding from the run that factorized it.
+TEST(FactorizeLowRank, ThePipelineReportsTheFactorizedWeight) {
+  PipelineConfig config = test_pipeline_config();
+  config.passes = {kPass};
+  config.pass_options[kPass]["min_weight_elements"] = "0";
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[5,64] x) => (float[5,48] y) <float[64,48] w = {)",
+                                       matrix(64, 48, 3, 1), R"(}> {
+      y = MatMul (x, w)
+    })"));
+  ASSERT_NE(model, nullptr);
+  auto report = run_pipeline(model, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const PassStats* s = nullptr;
+  for (const PassStats& p : report->passes)
+    if (p.name == kPass) s = &p;
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->rewrites, 1);
+  bool found = false;
+  for (const auto& e : s->explanations)
+    found = found || (e.rule == "factorized" && e.reason.find("rank 3 of 48") != std::string::npos);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(report->verification.lossy_passes, std::vector<std::string>{kPass});
+  EXPECT_EQ(count_ops(*model, "MatMul"), 2);
 }
 
 // The weights of a trained model (PP-OCRv4's text recognizer, its attention and MLP blocks):
