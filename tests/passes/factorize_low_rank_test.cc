@@ -38,6 +38,17 @@ std::string matrix(int rows, int cols, int rank, uint32_t seed) {
   return out;
 }
 
+// y = MatMul (x [5, K], w [K, N]) with `w` of `rank` (0: full-rank Gaussian), seeded.
+std::string matmul_model(int k, int n, int rank, uint32_t seed) {
+  return absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[5,)",
+                      k, R"(] x) => (float[5,)", n, R"(] y) <float[)", k, ",", n, R"(] w = {)",
+                      matrix(k, n, rank, seed), R"(}> {
+      y = MatMul (x, w)
+    })");
+}
+
 RewriteOptions lossy(int64_t count) {
   RewriteOptions r = count < 0 ? RewriteOptions{} : rewrites(count);
   r.pass_options = {{"min_weight_elements", "0"}};
@@ -53,12 +64,7 @@ bool reported(const PassResult& r, const std::string& rule, const std::string& t
 }
 
 TEST(FactorizeLowRank, AWeightOfRankThreeBecomesTwoFactorsOfRankThree) {
-  const std::string text = absl::StrCat(R"(
-    <ir_version: 8, opset_import: ["" : 17]>
-    g (float[5,64] x) => (float[5,48] y) <float[64,48] w = {)",
-                                        matrix(64, 48, 3, 1), R"(}> {
-      y = MatMul (x, w)
-    })");
+  const std::string text = matmul_model(64, 48, 3, 1);
   auto m = run_rewrite(kPass, text, lossy(1));
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "MatMul"), 2);
@@ -69,12 +75,7 @@ TEST(FactorizeLowRank, AWeightOfRankThreeBecomesTwoFactorsOfRankThree) {
 }
 
 TEST(FactorizeLowRank, AFullRankRandomWeightIsKeptAndTheReportSaysWhy) {
-  auto model = parse_text(absl::StrCat(R"(
-    <ir_version: 8, opset_import: ["" : 17]>
-    g (float[5,64] x) => (float[5,64] y) <float[64,64] w = {)",
-                                       matrix(64, 64, 0, 2), R"(}> {
-      y = MatMul (x, w)
-    })"));
+  auto model = parse_text(matmul_model(64, 64, 0, 2));
   ASSERT_NE(model, nullptr);
   PassResult r = run_pass(*model, kPass, {{"min_weight_elements", "0"}});
   EXPECT_FALSE(r.changed);
@@ -128,12 +129,7 @@ TEST(FactorizeLowRank, ThePipelineReportsTheFactorizedWeight) {
   PipelineConfig config = test_pipeline_config();
   config.passes = {kPass};
   config.pass_options[kPass]["min_weight_elements"] = "0";
-  auto model = parse_text(absl::StrCat(R"(
-    <ir_version: 8, opset_import: ["" : 17]>
-    g (float[5,64] x) => (float[5,48] y) <float[64,48] w = {)",
-                                       matrix(64, 48, 3, 1), R"(}> {
-      y = MatMul (x, w)
-    })"));
+  auto model = parse_text(matmul_model(64, 48, 3, 1));
   ASSERT_NE(model, nullptr);
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
