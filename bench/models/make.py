@@ -671,26 +671,24 @@ def raft_small():
 
 
 class GreedyDecoder(nn.Module):
-    """Greedy decoding for a fixed number of steps, written naively: the cross-attention's keys
-    and values of the encoder's memory are projected inside the loop, every step. Scripted
-    (torch.jit.script), so the loop is exported as an ONNX Loop. TorchScript unrolls a loop of
-    constant trip count: 64 steps become one Loop of 8 iterations of 8 steps (torch 1.13; 40
-    steps were unrolled whole, no Loop left)."""
+    """Greedy decoding up to `max_length` steps (an input, as decoders are exported), written
+    naively: the cross-attention's keys and values of the encoder's memory are projected inside
+    the loop, every step. Scripted (torch.jit.script), so the loop is exported as an ONNX Loop
+    whose trip count is the input."""
 
-    def __init__(self, vocab: int, hidden: int, steps: int):
+    def __init__(self, vocab: int, hidden: int):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
         self.k = nn.Linear(hidden, hidden)
         self.v = nn.Linear(hidden, hidden)
         self.q = nn.Linear(hidden, hidden)
         self.out = nn.Linear(hidden, vocab)
-        self.steps = steps
         self.scale = 1.0 / math.sqrt(hidden)
 
-    def forward(self, memory: torch.Tensor, start: torch.Tensor):
+    def forward(self, memory: torch.Tensor, start: torch.Tensor, max_length: torch.Tensor):
         token = start
         tokens = start
-        for _ in range(self.steps):
+        for _ in range(int(max_length)):
             keys = self.k(memory)  # the same every step
             values = self.v(memory)
             q = self.q(self.embed(token))
@@ -700,21 +698,22 @@ class GreedyDecoder(nn.Module):
         return tokens
 
 
-def greedy_loop_export(vocab=64, hidden=32, steps=64, frames=10):
-    net = torch.jit.script(GreedyDecoder(vocab, hidden, steps).eval())
+def greedy_loop_export(vocab=64, hidden=32, frames=10, steps=8):
+    net = torch.jit.script(GreedyDecoder(vocab, hidden).eval())
     return Export(net, inputs={"memory": torch.randn(1, frames, hidden),
-                               "start": torch.zeros(1, 1, dtype=torch.long)},
+                               "start": torch.zeros(1, 1, dtype=torch.long),
+                               "max_length": torch.tensor(steps)},
                   outputs=["tokens"],
                   dynamic_axes={"memory": {0: "batch", 1: "frames"}, "start": {0: "batch"},
-                                "tokens": {0: "batch"}},
-                  ranges={"start": (0, vocab)})
+                                "tokens": {0: "batch", 1: "length"}},
+                  ranges={"start": (0, vocab)}, values={"max_length": steps})
 
 
 @model("greedy_decoder_loop")
 def greedy_decoder_loop():
-    # Whisper-base-sized cross-attention (hidden 512 over 1500 encoder frames at serving size):
-    # the projections optimize_loops moves out of the Loop dominate each step.
-    ex = greedy_loop_export(vocab=1000, hidden=512, steps=64, frames=16)
+    # Whisper-base-sized cross-attention (hidden 512 over 1500 encoder frames at serving size),
+    # 64 steps: the projections optimize_loops moves out of the Loop dominate each step.
+    ex = greedy_loop_export(vocab=1000, hidden=512, frames=16, steps=64)
     ex.shapes = {"memory": [1, 1500, 512]}
     return ex
 

@@ -20,11 +20,15 @@
 // Exact: the moved nodes compute the same values from the same inputs, once instead of once per
 // iteration. But once also when the loop would have run zero times, where a moved node that
 // fails (a Reshape to an impossible shape, a Gather out of range) would fail a model that did
-// not; so a body is only emptied of its invariants when it provably runs at least once:
+// not; so a body is only emptied of all its invariants when it provably runs at least once:
 //   - Loop: the trip count is absent or a constant >= 1, and the initial condition absent or a
 //     constant true;
 //   - Scan (opset 9+): some scan input has a known length of at least 1 along its scan axis.
-// Otherwise the rule says why and changes nothing. Not moved: nodes with subgraphs (a nested
+// Otherwise (a trip count read from an input, as a decoder's maximum length is) only invariant
+// nodes that cannot fail move (cannot_fail: elementwise math on operands that broadcast whatever
+// their sizes, products whose inner dims are the same, Transpose, Softmax, Cast...); a loop that
+// then runs zero times computes them once for nothing, at most one iteration's cost. If none
+// qualifies the rule says why. Not moved: nodes with subgraphs (a nested
 // Loop or If stays whole; its own invariants are moved out of it first, into this body, and
 // from there further when they are invariant here too), nondeterministic nodes (a random
 // generator draws anew per iteration), and Constant nodes that no moved node reads (nothing to
@@ -96,8 +100,65 @@ std::string zero_trip_reason(const ir::Node& loop) {
   return "no scan input has a known length of at least 1";
 }
 
-// The nodes of `body` that compute the same value on every iteration, in topological order.
-std::vector<ir::Node*> invariant_nodes(const ir::Graph& body) {
+bool same_dim(const ir::Dim& a, const ir::Dim& b) {
+  if (a.known() || b.known()) return a.value == b.value;
+  return a.is_symbol() && b.is_symbol() && a.symbol == b.symbol && a.anonymous == b.anonymous;
+}
+
+// Whether `small` broadcasts onto `big` whatever the sizes at run time: each of its dims (from
+// the right) is 1 or the same as big's.
+bool broadcasts_onto(const ir::TensorFact& small, const ir::TensorFact& big) {
+  if (!small.has_rank || !big.has_rank || small.dims.size() > big.dims.size()) return false;
+  for (size_t i = 0; i < small.dims.size(); ++i) {
+    const ir::Dim& d = small.dims[small.dims.size() - 1 - i];
+    if (!(d.known() && d.value == 1) && !same_dim(d, big.dims[big.dims.size() - 1 - i]))
+      return false;
+  }
+  return true;
+}
+
+// Whether `n` cannot fail at run time on inputs of the kinds its facts say: elementwise math on
+// operands that broadcast whatever their sizes, products whose inner dims are the same, moves
+// of a known rank. What may move out of a body that can run zero times: there it runs once for
+// nothing (its cost, bounded by one iteration's), but never makes a model fail that did not.
+bool cannot_fail(const ir::Node& n) {
+  static const std::unordered_set<std::string> kUnary = {
+      "Abs", "Cast", "Erf", "Exp", "Identity", "Neg", "Relu", "Shape", "Sigmoid", "Size", "Tanh"};
+  if (!n.is_onnx_domain()) return false;
+  if (n.is("Constant") || kUnary.count(n.op_type())) return true;
+  const ir::Value* a = n.input(0);
+  const ir::Value* b = n.input(1);
+  if (n.is("Add") || n.is("Sub") || n.is("Mul") || n.is("Div")) {
+    if (!a || !b || n.inputs().size() != 2) return false;
+    if (n.is("Div") && !is_float_type(a->elem_type())) return false;  // integer division by 0
+    return broadcasts_onto(a->fact(), b->fact()) || broadcasts_onto(b->fact(), a->fact());
+  }
+  if (n.is("MatMul")) {
+    if (!a || !b) return false;
+    const ir::TensorFact &fa = a->fact(), &fb = b->fact();
+    if (!fa.has_rank || !fb.has_rank || fa.dims.size() < 2 || fb.dims.size() < 2) return false;
+    if (!same_dim(fa.dims.back(), fb.dims[fb.dims.size() - 2])) return false;
+    if (fb.dims.size() == 2) return true;
+    if (fa.dims.size() != fb.dims.size()) return false;
+    for (size_t i = 0; i + 2 < fa.dims.size(); ++i)
+      if (!same_dim(fa.dims[i], fb.dims[i])) return false;
+    return true;
+  }
+  if (n.is("Transpose") || n.is("Softmax") || n.is("LogSoftmax")) {
+    const auto rank = a ? a->rank() : std::nullopt;
+    if (!rank) return false;
+    if (n.is("Transpose")) {
+      const auto perm = n.attr_ints("perm");
+      return !perm || static_cast<int64_t>(perm->size()) == *rank;
+    }
+    return ir::normalize_axis(n.attr_int("axis", -1), *rank).has_value();
+  }
+  return false;
+}
+
+// The nodes of `body` that compute the same value on every iteration, in topological order
+// (with `cannot_fail_only`, those that also cannot fail, and what only they feed).
+std::vector<ir::Node*> invariant_nodes(const ir::Graph& body, bool cannot_fail_only = false) {
   std::unordered_set<const ir::Node*> invariant;
   std::vector<ir::Node*> order;
   auto invariant_value = [&](const ir::Value* v) {
@@ -107,6 +168,7 @@ std::vector<ir::Node*> invariant_nodes(const ir::Graph& body) {
   };
   for (ir::Node* n : body.nodes()) {
     if (!n->subgraphs().empty() || is_nondeterministic(*n)) continue;
+    if (cannot_fail_only && !cannot_fail(*n)) continue;
     // An Identity the body returns an enclosing value through (what a move leaves behind).
     if (n->is("Identity") && n->output(0) && n->output(0)->is_output_of(body)) continue;
     bool all = true;
@@ -136,14 +198,21 @@ bool hoist(ir::Node& loop, Rewriter& rw, int depth = 0) {
   if (depth < 64)
     for (ir::Node* n : body->nodes())
       if (!n->dead() && is_loop(*n)) changed = hoist(*n, rw, depth + 1) || changed;
-  const std::vector<ir::Node*> moved = invariant_nodes(*body);
-  const bool worth =
-      std::any_of(moved.begin(), moved.end(), [](const ir::Node* n) { return !n->is("Constant"); });
-  if (!worth) return changed || no_match(loop, "no body node is loop invariant");
-  if (const std::string why = zero_trip_reason(loop); !why.empty())
-    return changed || no_match(loop, absl::StrCat("the body may run zero times (", why,
-                                                  "): a moved node would run where the loop "
-                                                  "does not"));
+  auto worth = [](const std::vector<ir::Node*>& nodes) {
+    return std::any_of(nodes.begin(), nodes.end(),
+                       [](const ir::Node* n) { return !n->is("Constant"); });
+  };
+  std::vector<ir::Node*> moved = invariant_nodes(*body);
+  if (!worth(moved)) return changed || no_match(loop, "no body node is loop invariant");
+  if (const std::string why = zero_trip_reason(loop); !why.empty()) {
+    // Only what cannot fail moves: where the loop does not run, it runs for nothing.
+    moved = invariant_nodes(*body, /*cannot_fail_only=*/true);
+    if (!worth(moved))
+      return changed || no_match(loop, absl::StrCat("the body may run zero times (", why,
+                                                    "), and no invariant node is one that "
+                                                    "cannot fail: a moved node would run, and "
+                                                    "could fail, where the loop does not"));
+  }
   ir::Graph& g = *loop.graph();
   // Body constants the moved nodes read -> their copies in `g`.
   std::unordered_map<const ir::Value*, ir::Value*> copies;
@@ -268,8 +337,9 @@ PassInfo optimize_loops_pass() {
   return describe({.name = "optimize_loops",
                    .level = 2,
                    .description = "nodes of Loop and Scan bodies that compute the same value on "
-                                  "every iteration move before the loop (bodies that provably "
-                                  "run at least once); a Loop of one trip becomes its body",
+                                  "every iteration move before the loop (from a body that may "
+                                  "run zero times, only those that cannot fail); a Loop of one "
+                                  "trip becomes its body",
                    .options = {}},
                   {loop_rules});
 }

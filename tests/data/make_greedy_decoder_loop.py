@@ -1,8 +1,7 @@
 #!/usr/bin/python3
 """Writes tests/data/greedy_decoder_loop.onnx, the optimize_loops test's fixture: bench/models/
-make.py's GreedyDecoder at toy size (vocab 64, hidden 32, 64 steps: TorchScript exports one Loop
-of 8 iterations of 8 unrolled steps, projecting the encoder's memory to keys and values inside
-its body), exported by make.py's driver (torch.onnx.export, opset 17,
+make.py's GreedyDecoder at toy size (vocab 64, hidden 32: one Loop whose trip count is the
+max_length input, projecting the encoder's memory to keys and values inside its body), exported by make.py's driver (torch.onnx.export, opset 17,
 seeded weights).
 
 Usage: /usr/bin/python3 tests/data/make_greedy_decoder_loop.py

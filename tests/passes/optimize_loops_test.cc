@@ -74,13 +74,14 @@ TEST(OptimizeLoops, ScanOverAKnownLengthAndAnInvariantOutput) {
   ASSERT_NE(m, nullptr);
 }
 
-// A body that may run zero times keeps its invariants (a moved node would run, and could fail,
-// where the loop does not), and says why; so does a body without invariants. Random generators
-// and nodes with subgraphs never move.
+// A body that may run zero times keeps the invariants that can fail (here a Gather: a moved one
+// would run, and could fail, where the loop does not), and says why; so does a body without
+// invariants. Random generators and nodes with subgraphs never move.
 TEST(OptimizeLoops, BodiesThatMayNotRunOrHaveNoInvariantsAreLeftAlone) {
-  const std::string body = R"(<body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+  const std::string body = R"(<body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo)
+          <int64[2] idx = {1, 0}> {
         co = Identity (c)
-        t = Mul (a, a)
+        t = Gather (a, idx)
         vo = Add (v, t)
       }>)";
   for (const std::string& header :
@@ -108,17 +109,47 @@ TEST(OptimizeLoops, BodiesThatMayNotRunOrHaveNoInvariantsAreLeftAlone) {
     }
   )",
                     compare_outputs(Outputs::kNotCompared));  // the evaluator has no RandomUniform
-  // A Scan whose length is unknown (may be 0).
+  // A Scan whose length is unknown (may be 0), its invariant a Gather (which can fail).
   expect_no_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[2] s0, float[N,2] xs, float[2] a) => (float[2] s) {
-      s = Scan (s0, xs) <num_scan_inputs = 1, body = body (float[2] si, float[2] x) => (float[2] so) {
-        z = Neg (a)
+      s = Scan (s0, xs) <num_scan_inputs = 1, body = body (float[2] si, float[2] x) => (float[2] so)
+          <int64[2] idx = {1, 0}> {
+        z = Gather (a, idx)
         y = Mul (x, z)
         so = Add (si, y)
       }>
     }
   )");
+}
+
+// A decoder's loop whose trip count is an input (its maximum length): the invariant projection
+// of the outer memory (a product with the same inner dims, a bias that broadcasts whatever the
+// batch and length) cannot fail, so it moves even though the loop may run zero times; the
+// invariant Reshape, which could fail, stays in the body.
+TEST(OptimizeLoops, WithATripCountFromAnInputOnlyWhatCannotFailMoves) {
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[B,T,4] memory, float[B,3] x, int64 trips) => (float[B,3] y)
+      <bool go = {1}, float[4,3] w = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+       float[3] bias = {1, 0, -1}, int64[2] flat = {-1, 3}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[B,3] v) => (bool co, float[B,3] vo) {
+        co = Identity (c)
+        p = MatMul (memory, w)
+        k = Add (p, bias)
+        r = Reshape (k, flat)
+        s = ReduceSum <keepdims = 0> (r)
+        vo = Add (v, s)
+      }>
+    }
+  )",
+                       rewrites(1));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(op_types(m->graph()), (std::vector<std::string>{"MatMul", "Add", "Loop"}));
+  const ir::Node* loop = only_node(m->graph(), "Loop");
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(op_types(*loop->subgraphs().at(0).graph),
+            (std::vector<std::string>{"Identity", "Reshape", "ReduceSum", "Add"}));
 }
 
 // Nested loops: the inner body's invariant moves to the outer body, and from there before the
@@ -155,9 +186,9 @@ TEST(OptimizeLoops, NestedLoopsMoveInvariantsAsFarAsTheyCan) {
 }
 
 // A decoding loop as TorchScript exports it (tests/data/make_greedy_decoder_loop.py: bench/models/
-// make.py's GreedyDecoder, one Loop of 8 iterations of 8 unrolled steps): the projections of the
-// encoder's memory to keys and values, recomputed every iteration, move before the Loop; the
-// outputs stay the same on the evaluator.
+// make.py's GreedyDecoder, one Loop whose trip count is the max_length input): the projections of
+// the encoder's memory to keys and values, recomputed every iteration, cannot fail and move
+// before the Loop; the outputs stay the same on the evaluator.
 TEST(OptimizeLoops, ATorchScriptDecodingLoopComputesItsCrossAttentionKeysOnce) {
   auto loaded = ir::Model::load_file(
       (std::filesystem::path(GRAFT_SOURCE_DIR) / "tests" / "data" / "greedy_decoder_loop.onnx")
