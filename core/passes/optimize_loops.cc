@@ -125,6 +125,9 @@ bool cannot_fail(const ir::Node& n) {
   static const std::unordered_set<std::string> kUnary = {
       "Abs", "Cast", "Erf", "Exp", "Identity", "Neg", "Relu", "Shape", "Sigmoid", "Size", "Tanh"};
   if (!n.is_onnx_domain()) return false;
+  if (n.is("Cast") && (!n.input(0) || n.input(0)->elem_type() == onnx::TensorProto::STRING ||
+                       n.input(0)->elem_type() == 0))
+    return false;  // a string that does not parse as a number fails
   if (n.is("Constant") || kUnary.count(n.op_type())) return true;
   const ir::Value* a = n.input(0);
   const ir::Value* b = n.input(1);
