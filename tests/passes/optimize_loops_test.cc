@@ -109,6 +109,18 @@ TEST(OptimizeLoops, BodiesThatMayNotRunOrHaveNoInvariantsAreLeftAlone) {
     }
   )",
                     compare_outputs(Outputs::kNotCompared));  // the evaluator has no RandomUniform
+  // A Cast from strings can fail (a string that is not a number): it stays too.
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, string[2] words, int64 trips) => (float[2] y) <bool go = {1}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        n = Cast <to = 1> (words)
+        vo = Add (v, n)
+      }>
+    }
+  )",
+                    compare_outputs(Outputs::kNotCompared));  // random strings do not parse
   // A Scan whose length is unknown (may be 0), its invariant a Gather (which can fail).
   expect_no_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 17]>
