@@ -15,10 +15,11 @@
 // multiply-adds per row than W. Trained weights are often close to low rank; random (Gaussian)
 // weights are not (their singular values spread evenly): on them nothing qualifies, as it should.
 //
-// Every weight tried is reported (always, as findings): the rank chosen, the fraction of bytes
-// and multiply-adds kept, the reconstruction error, or why it stayed (the rank the energy needs
-// saves too little, too small, too large to decompose). The model's error is measured and gated
-// like every lossy pass's (docs/quantization.md).
+// A weight several nodes read is left alone (factorized per reader it would be stored once per
+// reader). Every weight tried is reported (always, as findings): the rank chosen, the fraction of
+// bytes and multiply-adds kept, the reconstruction error, or why it stayed (the rank the energy
+// needs saves too little, too small, too large to decompose). The model's error is measured and
+// gated like every lossy pass's (docs/quantization.md).
 //
 // The SVD is LAPACK's dgesdd (divide and conquer) from OpenBLAS, the library the evaluator's
 // products use, on the weight in double. Its cost grows as K N min(K, N): weights above
@@ -213,6 +214,12 @@ class FactorizeLowRank final : public Pass {
     return n.output(0) ? n.output(0)->name() : std::string();
   }
 
+  // A weight several nodes read would be stored once per reader, factorized.
+  static std::string shared_note(int64_t k, int64_t n) {
+    return absl::StrCat("[", k, ", ", n, "]: read by several nodes; factorized for each it would ",
+                        "be stored once per reader: kept");
+  }
+
   // Whether the weight's size is one to try; `note` says why not when it is big enough to tell.
   static bool sized(int64_t k, int64_t n, const Config& cfg, std::string* note) {
     if (k * n < cfg.min_elements) return false;  // below the size users asked about: silent
@@ -241,6 +248,11 @@ class FactorizeLowRank final : public Pass {
     if (!x || x->elem_type() != TensorProto::FLOAT) return false;
     auto ref = read_matmul_weight(node.input(1), gemm && node.attr_int("transB", 0) != 0, 0);
     if (!ref || !sized(ref->k, ref->n, cfg, note)) return false;
+    if (ref->source->use_count() > 1 ||
+        (ref->transpose && ref->transpose->output(0)->use_count() > 1)) {
+      *note = shared_note(ref->k, ref->n);
+      return false;
+    }
     auto w = float32_constant(ref->source);
     if (!w || w->size() != ref->k * ref->n) return false;
     std::optional<Factors> f;
@@ -293,6 +305,10 @@ class FactorizeLowRank final : public Pass {
       if (h->dims(i) != 1) return false;
     const int64_t m = h->dims(0), c = h->dims(1);
     if (m <= 0 || c <= 0 || !sized(c, m, cfg, note)) return false;
+    if (node.input(1)->use_count() > 1) {
+      *note = shared_note(c, m) + " (1x1 Conv)";
+      return false;
+    }
     auto w = float32_constant(node.input(1));
     if (!w || w->size() != m * c) return false;
     // As a product: y[m] = sum_c W[m, c] x[c], the [K = C, N = M] matrix W^T.

@@ -74,6 +74,21 @@ TEST(FactorizeLowRank, AWeightOfRankThreeBecomesTwoFactorsOfRankThree) {
   EXPECT_TRUE(reported(r, "factorized", "rank 3 of 48")) << r.explanations.size();
 }
 
+// A weight two MatMuls read stays: factorized per reader it would be stored twice.
+TEST(FactorizeLowRank, AWeightReadTwiceIsKept) {
+  auto model = parse_text(absl::StrCat(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[5,64] x, float[5,64] z) => (float[5,48] y, float[5,48] u) <float[64,48] w = {)",
+                                       matrix(64, 48, 3, 1), R"(}> {
+      y = MatMul (x, w)
+      u = MatMul (z, w)
+    })"));
+  ASSERT_NE(model, nullptr);
+  PassResult r = run_pass(*model, kPass, {{"min_weight_elements", "0"}});
+  EXPECT_FALSE(r.changed);
+  EXPECT_TRUE(reported(r, "kept", "read by several nodes"));
+}
+
 TEST(FactorizeLowRank, AFullRankRandomWeightIsKeptAndTheReportSaysWhy) {
   auto model = parse_text(matmul_model(64, 64, 0, 2));
   ASSERT_NE(model, nullptr);
