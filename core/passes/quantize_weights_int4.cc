@@ -121,6 +121,9 @@ struct Config {
   // it and option matmul_nbits is on), with this accuracy_level.
   bool matmul_nbits = false;
   int64_t accuracy_level = 4;
+  // The opset the rules need: 21 (DequantizeLinear's block_size and the 4-bit types), or any
+  // when every weight becomes MatMulNBits (uint8 data) and no table is quantized.
+  int64_t min_opset = kOpset;
   std::shared_ptr<Made> made = std::make_shared<Made>();
 };
 
@@ -416,6 +419,8 @@ ir::Value* dequantize(ir::Graph& g, const std::vector<ir::Value*>& inputs, int64
 
 // The dequantized [K, N] weight for a MatMul-like `node`.
 ir::Value* dequantized_weight(const WeightRef& ref, ir::Node& node, Config& cfg, Rewriter& rw) {
+  if (node.graph()->opset("") < kOpset)
+    return no_match(node, "the DequantizeLinear form needs opset 21, which was not raised");
   // Tied to a Gather: one copy in the table's layout, read here through Transposes (which
   // ONNX Runtime folds). So is a [K, N] table GatherBlockQuantized reads along columns (it is
   // stored [N, K] for it). Otherwise [K, N], read as is.
@@ -618,6 +623,24 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   return rw.replace_node(&node, {gather->output(0)});
 }
 
+// Whether some node would be quantized in the standard form (DequantizeLinear, int4 tensors:
+// opset 21 and IR 10): a table, or a weight MatMulNBits cannot take (headers and facts only).
+bool needs_standard_form(const ir::Model& model, const Config& cfg) {
+  for (ir::Graph* g : model.all_graphs())
+    for (ir::Node* n : g->nodes()) {
+      if (excluded_node(*n, cfg.exclude_nodes)) continue;
+      if (n->is("Gather") && gather_candidate(*n, cfg)) return true;
+      const bool mm = n->is("MatMul") && !cfg.skip_matmul && n->attributes().empty();
+      const bool gemm = n->is("Gemm") && !cfg.skip_gemm && n->attr_int("transA", 0) == 0;
+      if (!(mm || gemm) || n->inputs().size() < 2 || n->outputs().size() != 1 ||
+          !float32_activation(*n, n->input(0)))
+        continue;
+      auto ref = matmul_weight(n->input(1), gemm && n->attr_int("transB", 0) != 0, cfg);
+      if (ref && !use_matmul_nbits(*ref, n->input(0), cfg)) return true;
+    }
+  return false;
+}
+
 std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
   auto cfg = std::make_shared<Config>();
   cfg->block = std::stoll(ctx.enum_option(kBlockSize));
@@ -639,6 +662,7 @@ std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
                       model.graph().opset(kMicrosoftDomain) <= 1;
   cfg->accuracy_level = ctx.int_option(kAccuracyLevel);
   cfg->made->weight_bytes = model.initializer_bytes();
+  cfg->min_opset = cfg->matmul_nbits && !needs_standard_form(model, *cfg) ? 1 : kOpset;
   return cfg;
 }
 
@@ -647,17 +671,17 @@ std::vector<Rule> rules_for(const std::shared_ptr<Config>& cfg) {
            {"MatMul"},
            [cfg](ir::Node& n, Rewriter& rw) { return quantize_matmul(n, *cfg, rw); },
            "",
-           kOpset},
+           cfg->min_opset},
           {"quantize_gemm",
            {"Gemm"},
            [cfg](ir::Node& n, Rewriter& rw) { return quantize_gemm(n, *cfg, rw); },
            "",
-           kOpset},
+           cfg->min_opset},
           {"quantize_gather",
            {"Gather"},
            [cfg](ir::Node& n, Rewriter& rw) { return quantize_gather(n, *cfg, rw); },
            "",
-           kOpset}};
+           cfg->min_opset}};
 }
 
 // Whether some node would be quantized once the opset allows it (headers and facts only).
@@ -688,7 +712,9 @@ class QuantizeWeightsInt4 : public RulePass {
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     auto cfg = make_config(model, ctx);
     if (!has_candidate(model, *cfg)) return PassResult{};
-    auto body = [&] {
+    auto body = [&]() -> absl::StatusOr<PassResult> {
+      // Every weight MatMulNBits: the model's opset is enough (nothing of opset 21 is written).
+      if (cfg->min_opset < kOpset) return RulePass::run(model, ctx);
       return run_at_opset(model, kOpset, "DequantizeLinear's block_size and int4",
                           ctx.check_transactions, [&] { return RulePass::run(model, ctx); });
     };
