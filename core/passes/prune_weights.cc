@@ -25,6 +25,7 @@
 #include "core/passes/float32_view.h"
 #include "core/passes/passes.h"
 #include "core/passes/quantization.h"
+#include "core/passes/rewriter.h"
 
 namespace graft {
 
@@ -45,8 +46,8 @@ struct Config {
 
 // How a weight's elements are laid out: k along the reduction axis per output, n outputs.
 struct Layout {
-  int64_t k = 0;       // elements along the reduction axis (per output)
-  int64_t n = 0;       // outputs
+  int64_t k = 0;        // elements along the reduction axis (per output)
+  int64_t n = 0;        // outputs
   bool k_major = true;  // element (r, c) at r * n + c (MatMul B [K, N]); else c * k + r
 };
 
@@ -68,6 +69,7 @@ class PruneWeights final : public Pass {
 
     PassResult result;
     result.always_explained = true;
+    Rewriter rw(model);
     std::unordered_set<const ir::Value*> done;
     for (ir::Graph* g : model.all_graphs())
       for (ir::Node* node : g->nodes()) {
@@ -82,7 +84,7 @@ class PruneWeights final : public Pass {
         ir::Value* w = node->input(1);
         if (!layout || layout->k * layout->n < cfg.min_elements || done.count(w)) continue;
         std::string note;
-        if (prune(w, *layout, cfg, &note)) {
+        if (prune(w, *layout, cfg, rw, &note)) {
           done.insert(w);
           result.add();
         }
@@ -118,9 +120,11 @@ class PruneWeights final : public Pass {
     return Layout{per, h->dims(0), false};
   }
 
-  static bool prune(ir::Value* w, const Layout& l, const Config& cfg, std::string* note) {
-    if (!w->is_constant()) {
-      *note = "not an initializer (a Constant node or an overridable graph input): kept";
+  static bool prune(ir::Value* w, const Layout& l, const Config& cfg, Rewriter& rw,
+                    std::string* note) {
+    ir::Node* constant = w->producer();
+    if (!w->is_constant() && !(constant && constant->is("Constant"))) {
+      *note = "not a constant (an overridable graph input): kept";
       return false;
     }
     auto view = float32_constant(w);
@@ -138,8 +142,8 @@ class PruneWeights final : public Pass {
     };
     if (cfg.two_four) {
       if (l.k % 4 != 0) {
-        *note = absl::StrFormat("%d elements along the reduction axis, not a multiple of 4: kept",
-                                l.k);
+        *note =
+            absl::StrFormat("%d elements along the reduction axis, not a multiple of 4: kept", l.k);
         return false;
       }
       for (int64_t c = 0; c < l.n; ++c)
@@ -154,9 +158,11 @@ class PruneWeights final : public Pass {
     } else {
       std::vector<float> mags(v.size());
       for (size_t i = 0; i < v.size(); ++i) mags[i] = std::fabs(v[i]);
-      const auto cut = static_cast<size_t>(std::floor(cfg.sparsity * static_cast<double>(v.size())));
+      const auto cut =
+          static_cast<size_t>(std::floor(cfg.sparsity * static_cast<double>(v.size())));
       if (cut == 0) return false;
-      std::nth_element(mags.begin(), mags.begin() + static_cast<std::ptrdiff_t>(cut - 1), mags.end());
+      std::nth_element(mags.begin(), mags.begin() + static_cast<std::ptrdiff_t>(cut - 1),
+                       mags.end());
       const float threshold = mags[cut - 1];
       // Ties at the threshold: zero only as many as the share allows.
       size_t below = 0;
@@ -187,7 +193,10 @@ class PruneWeights final : public Pass {
     std::vector<int64_t> dims(h->dims().begin(), h->dims().end());
     TensorProto t = ir::make_float32_tensor(dims, v);
     t.set_name(w->name());
-    w->set_initializer(std::move(t));  // journaled: a rolled-back pass restores it
+    if (w->is_constant())
+      w->set_initializer(std::move(t));  // journaled: a rolled-back pass restores it
+    else if (!rw.replace_with_constant(constant, std::move(t)))
+      return false;
     *note = absl::StrFormat("%s: %.1f%% zeros, %.3g of the squared magnitude removed",
                             cfg.two_four ? "2:4" : "unstructured",
                             100.0 * static_cast<double>(zeros) / static_cast<double>(v.size()),

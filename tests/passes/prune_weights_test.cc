@@ -24,7 +24,8 @@ std::string model_text(int k, int n, uint32_t seed) {
   for (int i = 0; i < k * n; ++i) absl::StrAppend(&w, i ? ", " : "", normal(rng));
   return absl::StrCat(R"(
     <ir_version: 8, opset_import: ["" : 17]>
-    g (float[3,)", k, R"(] x) => (float[3,)", n, R"(] y) <float[)", k, ",", n, "] w = {", w,
+    g (float[3,)",
+                      k, R"(] x) => (float[3,)", n, R"(] y) <float[)", k, ",", n, "] w = {", w,
                       R"(}> {
       y = MatMul (x, w)
     })");
@@ -58,6 +59,26 @@ TEST(PruneWeights, UnstructuredZeroesTheSmallestShare) {
   // A second run finds it already as sparse: no change (the pipeline's fixed point ends).
   PassResult again = run_pass(*model, kPass, {{"min_weight_elements", "0"}, {"sparsity", "75"}});
   EXPECT_FALSE(again.changed);
+}
+
+// A weight held by a Constant node (what opset-9 exporters such as Paddle2ONNX write) is pruned
+// the same way.
+TEST(PruneWeights, AConstantNodesWeightToo) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[3,4] x) => (float[3,2] y) {
+      w = Constant <value = float[4,2] {0.5, -0.25, 0.125, 1.0, -2.0, 0.0625, 0.75, -1.5}> ()
+      y = MatMul (x, w)
+    }
+  )");
+  ASSERT_NE(model, nullptr);
+  PassResult r = run_pass(*model, kPass, {{"min_weight_elements", "0"}});
+  EXPECT_EQ(r.rewrites, 1);
+  const ir::Value* w = model->graph().find_local("w");
+  ASSERT_NE(w, nullptr);
+  int zeros = 0;
+  for (double v : values_of(w)) zeros += v == 0;
+  EXPECT_EQ(zeros, 4);  // 0.0625, 0.125, -0.25 and 0.5 (the four smallest magnitudes)
 }
 
 TEST(PruneWeights, TwoOfFourAlongTheReductionAxis) {
