@@ -194,8 +194,11 @@ std::optional<AxesParam> squeeze_axes(const Node& n) {
   } else if (n.input(1)) {
     if (!(axes = constant_ints(n.input(1)))) return std::nullopt;
   }
-  // An empty axes list means "every dim of size 1" like an absent one.
-  if (!axes || axes->empty())
+  // An axes list given empty: ONNX Runtime squeezes every dim of size 1, as without axes; ONNX's
+  // reference implementation (numpy's squeeze over no axis) and Graft's evaluator squeeze none.
+  // The spec is silent, so what such a node computes is not known: nullopt, nothing is built on it.
+  if (axes && axes->empty()) return std::nullopt;
+  if (!axes)
     p.all = true;
   else
     p.axes = std::move(*axes);

@@ -78,7 +78,8 @@ std::vector<int64_t> slice_indices(int64_t len, int64_t start, int64_t end, int6
 std::optional<std::pair<int64_t, int64_t>> shape_range(const Node& n, int64_t rank);
 
 // Axes of Squeeze/Unsqueeze (attribute before opset 13, input since). `all` is set for a
-// Squeeze without axes (every dim of size 1 goes).
+// Squeeze without axes (every dim of size 1 goes); nullopt for axes given empty, which runtimes
+// read differently (ONNX Runtime: every dim of size 1; ONNX's reference: none).
 struct AxesParam {
   bool all = false;
   std::vector<int64_t> axes;

@@ -32,6 +32,31 @@ TEST(OpParams, SliceIndicesFollowOnnxClamping) {
   EXPECT_EQ(ir::slice_indices(3, 1, least, least), (Indices{1}));
 }
 
+// Squeeze's axes: absent means every dim of size 1; given, those; given empty (an attribute with
+// no values, or an empty axes input) is read differently by runtimes (ONNX Runtime: every dim of
+// size 1; ONNX's reference implementation: none): unknown, so that no pass builds on it (the
+// verify fuzzer found shape_op_chain turning Unsqueeze + such a Squeeze into a Reshape that
+// dropped a dim the evaluator kept).
+TEST(OpParams, SqueezeAxesGivenEmptyAreUnknown) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,1,3] x) => (float[2,3] a, float[2,3] b, float[2,1,3] c) <int64[1] one = {1},
+                                                                      int64[0] none = {}> {
+      a = Squeeze (x)
+      b = Squeeze (x, one)
+      c = Squeeze (x, none)
+    }
+  )");
+  ASSERT_NE(model, nullptr);
+  auto all = ir::squeeze_axes(*producer(model->graph(), "a"));
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->all);
+  auto one = ir::squeeze_axes(*producer(model->graph(), "b"));
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->axes, (Indices{1}));
+  EXPECT_FALSE(ir::squeeze_axes(*producer(model->graph(), "c")));
+}
+
 TEST(OpParams, ShapeRangeReadsStartAndEnd) {
   auto model = parse_text(R"(
     <ir_version: 8, opset_import: ["" : 15]>
