@@ -98,6 +98,12 @@ PassResult run_pass_checked(ir::Model& model, const PassRef& pass, const PassOpt
   return result;
 }
 
+const PassStats* stats_of(const PipelineReport& report, const std::string& pass) {
+  for (const PassStats& p : report.passes)
+    if (p.name == pass) return &p;
+  return nullptr;
+}
+
 PipelineConfig test_pipeline_config() {
   PipelineConfig config;
   config.check_unchanged = true;

@@ -59,6 +59,8 @@ PassResult run_pass(ir::Model& model, const PassRef& pass, const PassOptions& op
 PassResult run_pass_checked(ir::Model& model, const PassRef& pass, const PassOptions& options = {});
 // The default PipelineConfig with check_unchanged on: what tests that run the pipeline use.
 PipelineConfig test_pipeline_config();
+// The stats of pass `pass` in a pipeline report (nullptr if it did not run).
+const PassStats* stats_of(const PipelineReport& report, const std::string& pass);
 
 // ------------------------------------------------------------------------- golden rewrite tests
 

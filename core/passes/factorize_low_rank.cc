@@ -59,10 +59,8 @@ constexpr char kMaxWeightElements[] = "max_weight_elements";
 struct Config {
   double energy = 0.99;
   double max_error = 0.1;
-  int64_t min_elements = 65536;
   int64_t max_elements = int64_t{1} << 24;
-  bool skip_matmul = false, skip_gemm = false, skip_conv = false;
-  std::vector<std::string> exclude_nodes;  // sorted
+  WeightFilter filter;
 };
 
 // The two factors of a [K, N] matrix, row-major: a [K, r], b [r, N].
@@ -174,28 +172,20 @@ class FactorizeLowRank final : public Pass {
     Config cfg;
     cfg.energy = std::stod(ctx.enum_option(kEnergy));
     cfg.max_error = std::stod(ctx.enum_option(kMaxError));
-    cfg.min_elements = ctx.int_option(kMinWeightElements);
     cfg.max_elements = ctx.int_option(kMaxWeightElements);
-    const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
-    cfg.skip_matmul = excluded_op(exclude, "MatMul");
-    cfg.skip_gemm = excluded_op(exclude, "Gemm");
-    cfg.skip_conv = excluded_op(exclude, "Conv");
-    cfg.exclude_nodes = ctx.list_option(kExcludeNodes);
-    std::sort(cfg.exclude_nodes.begin(), cfg.exclude_nodes.end());
+    cfg.filter = weight_filter(ctx);
 
     PassResult result;
     result.always_explained = true;
     Rewriter rw(model);
     for (ir::Graph* g : model.all_graphs())
       for (ir::Node* node : g->nodes()) {
-        if (node->dead() || excluded_node(*node, cfg.exclude_nodes)) continue;
+        if (node->dead()) continue;
         std::string note;
         bool done = false;
-        if (node->is("MatMul") && !cfg.skip_matmul)
+        if ((node->is("MatMul") || node->is("Gemm")) && !cfg.filter.skips(*node, node->op_type()))
           done = product(*node, cfg, rw, &note);
-        else if (node->is("Gemm") && !cfg.skip_gemm)
-          done = product(*node, cfg, rw, &note);
-        else if (node->is("Conv") && !cfg.skip_conv)
+        else if (node->is("Conv") && !cfg.filter.skips(*node, "Conv"))
           done = pointwise_conv(*node, cfg, rw, &note);
         if (done) result.add();
         if (!note.empty())
@@ -222,7 +212,7 @@ class FactorizeLowRank final : public Pass {
 
   // Whether the weight's size is one to try; `note` says why not when it is big enough to tell.
   static bool sized(int64_t k, int64_t n, const Config& cfg, std::string* note) {
-    if (k * n < cfg.min_elements) return false;  // below the size users asked about: silent
+    if (k * n < cfg.filter.min_elements) return false;  // below the size users asked about: silent
     if (k * n > cfg.max_elements) {
       *note = absl::StrCat("[", k, ", ", n, "]: above max_weight_elements (", cfg.max_elements,
                            "), not decomposed");

@@ -39,9 +39,7 @@ constexpr char kPattern[] = "pattern";
 struct Config {
   double sparsity = 0.5;
   bool two_four = false;
-  int64_t min_elements = 4096;
-  bool skip_matmul = false, skip_gemm = false, skip_conv = false;
-  std::vector<std::string> exclude_nodes;  // sorted
+  WeightFilter filter;
 };
 
 // How a weight's elements are laid out: k along the reduction axis per output, n outputs.
@@ -59,13 +57,7 @@ class PruneWeights final : public Pass {
     Config cfg;
     cfg.sparsity = std::stod(ctx.enum_option(kSparsity)) / 100.0;
     cfg.two_four = ctx.enum_option(kPattern) == "2:4";
-    cfg.min_elements = ctx.int_option(kMinWeightElements);
-    const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
-    cfg.skip_matmul = excluded_op(exclude, "MatMul");
-    cfg.skip_gemm = excluded_op(exclude, "Gemm");
-    cfg.skip_conv = excluded_op(exclude, "Conv");
-    cfg.exclude_nodes = ctx.list_option(kExcludeNodes);
-    std::sort(cfg.exclude_nodes.begin(), cfg.exclude_nodes.end());
+    cfg.filter = weight_filter(ctx);
 
     PassResult result;
     result.always_explained = true;
@@ -73,16 +65,18 @@ class PruneWeights final : public Pass {
     std::unordered_set<const ir::Value*> done;
     for (ir::Graph* g : model.all_graphs())
       for (ir::Node* node : g->nodes()) {
-        if (node->dead() || excluded_node(*node, cfg.exclude_nodes)) continue;
+        if (node->dead()) continue;
         std::optional<Layout> layout;
-        if (node->is("MatMul") && !cfg.skip_matmul && node->attributes().empty())
+        if (node->is("MatMul") && node->attributes().empty())
           layout = matrix_layout(node->input(1), /*trans=*/false);
-        else if (node->is("Gemm") && !cfg.skip_gemm)
+        else if (node->is("Gemm"))
           layout = matrix_layout(node->input(1), node->attr_int("transB", 0) != 0);
-        else if (node->is("Conv") && !cfg.skip_conv)
+        else if (node->is("Conv"))
           layout = conv_layout(node->input(1));
         ir::Value* w = node->input(1);
-        if (!layout || layout->k * layout->n < cfg.min_elements || done.count(w)) continue;
+        if (!layout || cfg.filter.skips(*node, node->op_type()) ||
+            layout->k * layout->n < cfg.filter.min_elements || done.count(w))
+          continue;
         std::string note;
         if (prune(w, *layout, cfg, rw, &note)) {
           done.insert(w);

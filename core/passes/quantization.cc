@@ -23,6 +23,15 @@ bool excluded_op(const std::vector<std::string>& excluded, std::string_view op) 
   return std::find(excluded.begin(), excluded.end(), op) != excluded.end();
 }
 
+WeightFilter weight_filter(const PassContext& ctx) {
+  WeightFilter f;
+  f.min_elements = ctx.int_option(kMinWeightElements);
+  f.exclude_ops = ctx.list_option(kExcludeOps);
+  f.exclude_nodes = ctx.list_option(kExcludeNodes);
+  std::sort(f.exclude_nodes.begin(), f.exclude_nodes.end());
+  return f;
+}
+
 std::optional<ActivationQuantization> activation_params(double lo, double hi, bool uint8) {
   if (!std::isfinite(lo) || !std::isfinite(hi)) return std::nullopt;
   lo = std::min(lo, 0.0);

@@ -15,6 +15,7 @@
 
 #include "core/ir/model.h"
 #include "core/passes/options.h"
+#include "core/passes/pass.h"
 
 namespace graft {
 
@@ -122,5 +123,18 @@ OptionSpec exclude_nodes_option(
     std::string help = "node names left in float (in the main graph and If/Loop/Scan bodies)");
 // Whether `op` is in an exclude_ops value.
 bool excluded_op(const std::vector<std::string>& excluded, std::string_view op);
+
+// Which weight readers a weight rewrite leaves alone, read once from the three options above (a
+// pass that declares all three: the quantizers of weights, factorize_low_rank, prune_weights).
+struct WeightFilter {
+  int64_t min_elements = 0;
+  std::vector<std::string> exclude_ops;
+  std::vector<std::string> exclude_nodes;  // sorted
+  // Whether node `n` of op type `op` (one of exclude_ops' choices) is left alone by option.
+  bool skips(const ir::Node& n, std::string_view op) const {
+    return excluded_op(exclude_ops, op) || excluded_node(n, exclude_nodes);
+  }
+};
+WeightFilter weight_filter(const PassContext& ctx);
 
 }  // namespace graft

@@ -108,12 +108,8 @@ struct Config {
   int64_t block = 32;
   bool symmetric = true;
   bool scale_search = true;
-  int64_t min_elements = 4096;
-  bool skip_matmul = false;
-  bool skip_gemm = false;
-  bool skip_gather = false;
-  std::vector<std::string> exclude_nodes;  // sorted
-  uint64_t max_weight_bytes = 0;           // 0 = no limit
+  WeightFilter filter;
+  uint64_t max_weight_bytes = 0;  // 0 = no limit
   // Tables are read by com.microsoft GatherBlockQuantized (the target's ONNX Runtime has it):
   // only the rows gathered are dequantized.
   bool gather_block_quantized = false;
@@ -128,7 +124,7 @@ struct Config {
 };
 
 std::optional<std::pair<int64_t, int64_t>> weight_dims(const ir::Value* w, const Config& cfg) {
-  return constant_matrix_dims(w, cfg.min_elements);
+  return constant_matrix_dims(w, cfg.filter.min_elements);
 }
 
 // The axis a Gather reads a 2-D table along (0: rows, an embedding [V, D]; 1: columns, the same
@@ -142,9 +138,9 @@ int64_t gather_axis(const ir::Node& n) {
 // A Gather the gather rule would rewrite: a 2-D table, quantized in blocks across the axis the
 // Gather reads along (so that a gathered row or column holds whole blocks).
 bool gather_candidate(const ir::Node& n, const Config& cfg) {
-  return !cfg.skip_gather && n.is("Gather") && !excluded_node(n, cfg.exclude_nodes) &&
-         n.inputs().size() == 2 && n.input(1) && n.outputs().size() == 1 && n.output(0) &&
-         only_attributes(n, {"axis"}) && gather_axis(n) >= 0 && weight_dims(n.input(0), cfg);
+  return n.is("Gather") && !cfg.filter.skips(n, "Gather") && n.inputs().size() == 2 && n.input(1) &&
+         n.outputs().size() == 1 && n.output(0) && only_attributes(n, {"axis"}) &&
+         gather_axis(n) >= 0 && weight_dims(n.input(0), cfg);
 }
 
 // A Gather candidate GatherBlockQuantized will read (the target has it): along rows, or along
@@ -165,7 +161,7 @@ bool gathered(const ir::Value* table, const Config& cfg, bool columns_by_gbq = f
 }
 
 std::optional<WeightRef> matmul_weight(ir::Value* w, bool trans_b, const Config& cfg) {
-  return read_matmul_weight(w, trans_b, cfg.min_elements);
+  return read_matmul_weight(w, trans_b, cfg.filter.min_elements);
 }
 
 // The packed values, scales and zero points of a [K, N] matrix read through `at(r, c)`, blocks of
@@ -491,8 +487,8 @@ void drop_transpose(const WeightRef& ref, Rewriter& rw) {
 }
 
 bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_matmul || excluded_node(node, cfg.exclude_nodes) || node.inputs().size() != 2 ||
-      node.outputs().size() != 1 || !node.attributes().empty())
+  if (cfg.filter.skips(node, "MatMul") || node.inputs().size() != 2 || node.outputs().size() != 1 ||
+      !node.attributes().empty())
     return false;
   if (!float32_activation(node, node.input(0)))
     return no_match(node, "the activation is not known to be float32");
@@ -515,8 +511,8 @@ bool quantize_matmul(ir::Node& node, Config& cfg, Rewriter& rw) {
 
 // Gemm(A, B, C) = alpha * A * B' + beta * C -> MatMul(A, dequantized B') [* alpha] [+ beta * C].
 bool quantize_gemm(ir::Node& node, Config& cfg, Rewriter& rw) {
-  if (cfg.skip_gemm || excluded_node(node, cfg.exclude_nodes) || node.inputs().size() < 2 ||
-      node.inputs().size() > 3 || node.outputs().size() != 1 || !node.output(0) ||
+  if (cfg.filter.skips(node, "Gemm") || node.inputs().size() < 2 || node.inputs().size() > 3 ||
+      node.outputs().size() != 1 || !node.output(0) ||
       !only_attributes(node, {"alpha", "beta", "transA", "transB"}))
     return false;
   if (node.attr_int("transA", 0) != 0) return no_match(node, "transA is set");
@@ -623,22 +619,31 @@ bool quantize_gather(ir::Node& node, Config& cfg, Rewriter& rw) {
   return rw.replace_node(&node, {gather->output(0)});
 }
 
-// Whether some node would be quantized in the standard form (DequantizeLinear, int4 tensors:
-// opset 21 and IR 10): a table, or a weight MatMulNBits cannot take (headers and facts only).
-bool needs_standard_form(const ir::Model& model, const Config& cfg) {
+// What a run would quantize, from headers and facts only: whether anything (once the opset
+// allows it), and whether something in the standard form (DequantizeLinear, int4 tensors: opset
+// 21 and IR 10): a table, or a weight MatMulNBits cannot take.
+struct Candidates {
+  bool any = false;
+  bool standard_form = false;
+};
+
+Candidates candidates(const ir::Model& model, const Config& cfg) {
+  Candidates c;
   for (ir::Graph* g : model.all_graphs())
     for (ir::Node* n : g->nodes()) {
-      if (excluded_node(*n, cfg.exclude_nodes)) continue;
-      if (n->is("Gather") && gather_candidate(*n, cfg)) return true;
-      const bool mm = n->is("MatMul") && !cfg.skip_matmul && n->attributes().empty();
-      const bool gemm = n->is("Gemm") && !cfg.skip_gemm && n->attr_int("transA", 0) == 0;
+      if (n->is("Gather") && gather_candidate(*n, cfg)) return {true, true};
+      const bool mm = n->is("MatMul") && !cfg.filter.skips(*n, "MatMul") && n->attributes().empty();
+      const bool gemm =
+          n->is("Gemm") && !cfg.filter.skips(*n, "Gemm") && n->attr_int("transA", 0) == 0;
       if (!(mm || gemm) || n->inputs().size() < 2 || n->outputs().size() != 1 ||
           !float32_activation(*n, n->input(0)))
         continue;
       auto ref = matmul_weight(n->input(1), gemm && n->attr_int("transB", 0) != 0, cfg);
-      if (ref && !use_matmul_nbits(*ref, n->input(0), cfg)) return true;
+      if (!ref) continue;
+      c.any = true;
+      if (!use_matmul_nbits(*ref, n->input(0), cfg)) return {true, true};
     }
-  return false;
+  return c;
 }
 
 std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
@@ -646,13 +651,7 @@ std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
   cfg->block = std::stoll(ctx.enum_option(kBlockSize));
   cfg->symmetric = ctx.bool_option(kSymmetric);
   cfg->scale_search = ctx.bool_option(kScaleSearch);
-  cfg->min_elements = ctx.int_option(kMinWeightElements);
-  const std::vector<std::string>& exclude = ctx.list_option(kExcludeOps);
-  cfg->skip_matmul = excluded_op(exclude, "MatMul");
-  cfg->skip_gemm = excluded_op(exclude, "Gemm");
-  cfg->skip_gather = excluded_op(exclude, "Gather");
-  cfg->exclude_nodes = ctx.list_option(kExcludeNodes);
-  std::sort(cfg->exclude_nodes.begin(), cfg->exclude_nodes.end());
+  cfg->filter = weight_filter(ctx);
   cfg->max_weight_bytes = ctx.max_weight_bytes;
   cfg->gather_block_quantized =
       ctx.target.has_kernel(kMicrosoftDomain, "GatherBlockQuantized", TensorProto::FLOAT) &&
@@ -662,7 +661,7 @@ std::shared_ptr<Config> make_config(ir::Model& model, const PassContext& ctx) {
                       model.graph().opset(kMicrosoftDomain) <= 1;
   cfg->accuracy_level = ctx.int_option(kAccuracyLevel);
   cfg->made->weight_bytes = model.initializer_bytes();
-  cfg->min_opset = cfg->matmul_nbits && !needs_standard_form(model, *cfg) ? 1 : kOpset;
+  cfg->min_opset = cfg->matmul_nbits && !candidates(model, *cfg).standard_form ? 1 : kOpset;
   return cfg;
 }
 
@@ -684,22 +683,6 @@ std::vector<Rule> rules_for(const std::shared_ptr<Config>& cfg) {
            cfg->min_opset}};
 }
 
-// Whether some node would be quantized once the opset allows it (headers and facts only).
-bool has_candidate(const ir::Model& model, const Config& cfg) {
-  for (ir::Graph* g : model.all_graphs())
-    for (ir::Node* n : g->nodes()) {
-      if (excluded_node(*n, cfg.exclude_nodes)) continue;
-      if (n->is("Gather") && gather_candidate(*n, cfg)) return true;
-      const bool mm = n->is("MatMul") && !cfg.skip_matmul && n->attributes().empty();
-      const bool gemm = n->is("Gemm") && !cfg.skip_gemm && n->attr_int("transA", 0) == 0;
-      if ((mm || gemm) && n->inputs().size() >= 2 && n->outputs().size() == 1 &&
-          float32_activation(*n, n->input(0)) &&
-          matmul_weight(n->input(1), gemm && n->attr_int("transB", 0) != 0, cfg))
-        return true;
-    }
-  return false;
-}
-
 class QuantizeWeightsInt4 : public RulePass {
  public:
   QuantizeWeightsInt4()
@@ -711,7 +694,7 @@ class QuantizeWeightsInt4 : public RulePass {
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     auto cfg = make_config(model, ctx);
-    if (!has_candidate(model, *cfg)) return PassResult{};
+    if (!candidates(model, *cfg).any) return PassResult{};
     auto body = [&]() -> absl::StatusOr<PassResult> {
       // Every weight MatMulNBits: the model's opset is enough (nothing of opset 21 is written).
       if (cfg->min_opset < kOpset) return RulePass::run(model, ctx);

@@ -148,9 +148,7 @@ TEST(FactorizeLowRank, ThePipelineReportsTheFactorizedWeight) {
   ASSERT_NE(model, nullptr);
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
-  const PassStats* s = nullptr;
-  for (const PassStats& p : report->passes)
-    if (p.name == kPass) s = &p;
+  const PassStats* s = stats_of(*report, kPass);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->rewrites, 1);
   bool found = false;

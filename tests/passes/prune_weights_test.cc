@@ -112,9 +112,7 @@ TEST(PruneWeights, ThePipelineRollsBackWhatItsGateRefuses) {
   const std::vector<double> before = weight(*model);
   auto report = run_pipeline(model, config);
   ASSERT_TRUE(report.ok()) << report.status();
-  const PassStats* s = nullptr;
-  for (const PassStats& p : report->passes)
-    if (p.name == kPass) s = &p;
+  const PassStats* s = stats_of(*report, kPass);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->rollbacks, 1);
   EXPECT_EQ(weight(*model), before);

@@ -141,12 +141,6 @@ TEST(Lossy, MeasureComparesOutputsWhoseTypeBecameFloat16ByValue) {
   EXPECT_EQ(verifier.measure(*other).status, eval::VerifyStatus::kMismatch);
 }
 
-const PassStats* stats_of(const PipelineReport& r, const std::string& pass) {
-  for (const PassStats& p : r.passes)
-    if (p.name == pass) return &p;
-  return nullptr;
-}
-
 TEST(Lossy, WithinItsDefaultGateTheResultIsAcceptedAndSaysSo) {
   auto model = parse_text(kModel);
   ASSERT_TRUE(model);
