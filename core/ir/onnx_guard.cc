@@ -279,21 +279,38 @@ const std::map<std::string, Check, std::less<>>& checks() {
   return *table;
 }
 
+// Every op: libonnx hands an inference function a null type for an input it knows nothing of (a
+// graph input declared without a type, the output of a node whose inference failed), and some
+// functions propagate from it unchecked (EyeLike reads it through propagateShape: a null
+// dereference; found by the verify fuzzer). A required input without a type fails inference for
+// the node instead. `required[i]`: formal input i is neither optional nor variadic (an absent
+// optional input is null too, and is fine).
+void check_typed_inputs(const InferenceContext& ctx, const std::vector<bool>& required) {
+  const size_t n = std::min(ctx.getNumInputs(), required.size());
+  for (size_t i = 0; i < n; ++i)
+    if (required[i] && ctx.getInputType(i) == nullptr)
+      fail_shape_inference("input ", i, " has no type");
+}
+
 class GuardedRegistry final : public onnx::ISchemaRegistry {
  public:
   GuardedRegistry() {
     for (const onnx::OpSchema& s : onnx::OpSchemaRegistry::get_all_schemas_with_history()) {
       if (!s.domain().empty() || !s.has_type_and_shape_inference_function()) continue;
-      auto check = checks().find(s.Name());
-      if (check == checks().end()) continue;
       const onnx::OpSchema* original =
           onnx::OpSchemaRegistry::Schema(s.Name(), s.SinceVersion(), s.domain());
       if (!original) continue;
+      std::vector<bool> required;
+      for (const auto& formal : original->inputs())
+        required.push_back(formal.GetOption() == onnx::OpSchema::Single);
+      auto check = checks().find(s.Name());
       onnx::OpSchema copy = *original;
       copy.TypeAndShapeInferenceFunction(
-          [check = check->second,
+          [required = std::move(required),
+           check = check == checks().end() ? Check() : check->second,
            infer = original->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
-            check(ctx);
+            check_typed_inputs(ctx, required);
+            if (check) check(ctx);
             infer(ctx);
           });
       wrapped_.emplace(original, std::move(copy));

@@ -331,6 +331,27 @@ TEST(OnnxGuard, LayerNormalizationAxisOutOfRange) {
             std::string::npos);
 }
 
+TEST(OnnxGuard, RequiredInputsWithoutAType) {
+  // A graph input declared without a type: libonnx's EyeLike propagates its (null) type through
+  // propagateShape, a null dereference (the verify fuzzer's find). Every op's inference now fails
+  // cleanly on a required input without a type; an absent optional input is fine.
+  onnx::ModelProto eye = parse_proto(R"(
+    <ir_version: 8, opset_import: ["" : 9]>
+    g (float[3,4] x) => (float[3,4] y) {
+      y = EyeLike <dtype = 1> (x)
+    }
+  )");
+  eye.mutable_graph()->mutable_input(0)->clear_type();
+  EXPECT_NE(strict_error(eye).find("input 0 has no type"), std::string::npos);
+  EXPECT_EQ(strict_error(parse_proto(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,3] x, int64[2] starts, int64[2] ends) => (float y) {
+      y = Slice (x, starts, ends, , )
+    }
+  )")),
+            "");
+}
+
 TEST(OnnxGuard, InitializersHoldingNoValue) {
   // libonnx reads value 0 of Range's scalars and of TopK's K without checking it is stored.
   onnx::ModelProto range = parse_proto(R"(
