@@ -184,6 +184,12 @@ std::string format_table(const RunSummary& run) {
   std::string out;
   // --fix-dim, --fix-shape: the inputs made static before the passes ran.
   for (const auto& fixed : r.fixed_inputs) out += "fixed input " + terminal_safe(fixed) + "\n";
+  // --io-layout: the values served in another layout, and the Transposes that left.
+  for (const auto& change : r.layout_changes) out += "layout " + terminal_safe(change) + "\n";
+  if (!r.layout_changes.empty())
+    out += line("layout: %lld Transpose nodes in the model as given, %lld in the result\n",
+                static_cast<long long>(r.transposes_before),
+                static_cast<long long>(r.transposes_after));
   out += line("%-22s %5s %10s %17s %25s %25s %9s  %s\n", "pass", "runs", "time ms", "nodes",
               "initializer bytes", "peak activations", "rewrites", "rolled back");
   for (const PassStats& p : r.passes) {
@@ -315,6 +321,9 @@ nlohmann::json to_json(const RunSummary& run) {
                         {"value_info_refined", r.value_info_refined},
                         {"target", r.target},
                         {"fixed_inputs", r.fixed_inputs},
+                        {"layout_changes", r.layout_changes},
+                        {"transposes_before", r.transposes_before},
+                        {"transposes_after", r.transposes_after},
                         {"verification", verification_json(r.verification)},
                         {"memory",
                          {{"before", memory_json(r.memory_before)},

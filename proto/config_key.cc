@@ -85,7 +85,7 @@ void write_verify(const KeyContext& c, KeyText& key) {
                          ",max_work=", o.max_work));
 }
 
-// Fixed input dims change the model itself.
+// Fixed input dims and changed layouts change the model itself.
 void write_fixed(const KeyContext& c, KeyText& key) {
   if (!c.config.fix_dims.empty()) {
     key.field("fix_dims");
@@ -99,6 +99,13 @@ void write_fixed(const KeyContext& c, KeyText& key) {
     for (const auto& [name, shape] : c.config.fix_shapes) {
       key.field(name);
       key.field(absl::StrJoin(shape, ","));
+    }
+  }
+  if (!c.config.io_layout.empty()) {
+    key.field("io_layout");
+    for (const auto& [name, layout] : c.config.io_layout) {
+      key.field(name);
+      key.field(layout);
     }
   }
 }
@@ -231,7 +238,7 @@ const std::vector<KeyPart>& key_parts() {
         {"verify.rtol", kVerifying},
         {"verify.atol", kVerifying}},
        write_verify},
-      {{{"fix_dims", kAlways}, {"fix_shapes", kAlways}}, write_fixed},
+      {{{"fix_dims", kAlways}, {"fix_shapes", kAlways}, {"io_layout", kAlways}}, write_fixed},
       {{{"explain", kAlways}}, write_explain},
       {{{"memory_dims", kAlways},
         {"memory_default_dim", kAlways},

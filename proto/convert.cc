@@ -205,6 +205,7 @@ absl::StatusOr<PipelineConfig> from_proto(const v1::PipelineConfig& config) {
   out.fix_dims.insert(config.fix_dims().begin(), config.fix_dims().end());
   for (const auto& [name, shape] : config.fix_shapes())
     out.fix_shapes[name].assign(shape.dims().begin(), shape.dims().end());
+  out.io_layout.insert(config.io_layout().begin(), config.io_layout().end());
   if (config.output_gates_size() > kMaxOutputGates)
     return absl::InvalidArgumentError(absl::StrCat(
         "at most ", kMaxOutputGates, " output_gates, got ", config.output_gates_size()));
@@ -273,6 +274,7 @@ v1::PipelineConfig to_proto(const PipelineConfig& config) {
   out.mutable_fix_dims()->insert(config.fix_dims.begin(), config.fix_dims.end());
   for (const auto& [name, shape] : config.fix_shapes)
     (*out.mutable_fix_shapes())[name].mutable_dims()->Add(shape.begin(), shape.end());
+  out.mutable_io_layout()->insert(config.io_layout.begin(), config.io_layout.end());
   return out;
 }
 
@@ -512,6 +514,9 @@ void fill_report(const PipelineReport& r, v1::OptimizeReport* out) {
   out->mutable_memory_dims()->insert(r.memory_dims.begin(), r.memory_dims.end());
   out->set_memory_default_dim(r.memory_default_dim);
   for (const auto& line : r.fixed_inputs) out->add_fixed_inputs(line);
+  for (const auto& line : r.layout_changes) out->add_layout_changes(line);
+  out->set_transposes_before(r.transposes_before);
+  out->set_transposes_after(r.transposes_after);
   const VerificationReport& v = r.verification;
   if (v.requested) {
     auto* o = out->mutable_verification();
@@ -593,6 +598,9 @@ PipelineReport to_pipeline_report(const v1::OptimizeReport& in) {
   r.memory_dims.insert(in.memory_dims().begin(), in.memory_dims().end());
   r.memory_default_dim = in.memory_default_dim();
   r.fixed_inputs.assign(in.fixed_inputs().begin(), in.fixed_inputs().end());
+  r.layout_changes.assign(in.layout_changes().begin(), in.layout_changes().end());
+  r.transposes_before = in.transposes_before();
+  r.transposes_after = in.transposes_after();
   const v1::Verification& v = in.verification();
   if (v.status() != v1::Verification::NOT_REQUESTED) {
     VerificationReport& o = r.verification;

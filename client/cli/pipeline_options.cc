@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include <absl/strings/ascii.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
 
@@ -205,6 +206,13 @@ void add_explain_and_dim_options(CLI::App* cmd, PipelineArgs* args) {
       "give an input static dims before optimizing, INPUT=D,D,... (each >= 1; dims the model "
       "declares static must be equal) (repeatable)"));
   one_value(cmd->add_option(
+      "--io-layout", args->io_layouts,
+      "serve an input or output in another memory layout, NAME=NHWC (the model computes in "
+      "NCHW), NCHW (from NHWC), NWC/NCW or NDHWC/NCDHW: its declared dims are permuted and "
+      "Transposes at the boundary are moved inward until they cancel or meet a "
+      "layout-sensitive op (the report counts those left); verification inputs are in the new "
+      "layout (repeatable)"));
+  one_value(cmd->add_option(
       "--gate", args->gates,
       "how a lossy pass is judged on one output, OUTPUT=KIND[:THRESHOLD]: detection (rows "
       "matched by label and box IoU >= 0.5; THRESHOLD the least matched share, default 0.9), "
@@ -307,7 +315,7 @@ absl::Status add_random_inputs(const PipelineArgs& a, eval::VerifyOptions* v) {
   return absl::OkStatus();
 }
 
-// --fix-dim, --fix-shape: the input dims made static before optimizing.
+// --fix-dim, --fix-shape: the input dims made static before optimizing; --io-layout.
 absl::Status add_fixed_dims(const PipelineArgs& a, PipelineConfig* config) {
   std::string name, value;
   for (const auto& d : a.fix_dims) {
@@ -331,6 +339,14 @@ absl::Status add_fixed_dims(const PipelineArgs& a, PipelineConfig* config) {
     if (!added && it->second != dims)
       return absl::InvalidArgumentError(
           absl::StrCat("--fix-shape: input '", name, "' is given two shapes"));
+  }
+  for (const auto& l : a.io_layouts) {
+    RETURN_IF_ERROR(split_pair("--io-layout", l, &name, &value));
+    value = absl::AsciiStrToUpper(value);
+    auto [it, added] = config->io_layout.emplace(name, value);
+    if (!added && it->second != value)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--io-layout: '", name.substr(0, 200), "' is given two layouts"));
   }
   return absl::OkStatus();
 }

@@ -37,6 +37,7 @@ struct PipelineArgs {
   std::vector<std::string> calibration_data;  // --calibration-data: the same form
   std::vector<std::string> dims;              // NAME=N for the memory estimates
   std::vector<std::string> fix_dims, fix_shapes;  // NAME=N, INPUT=D,D,...: made static first
+  std::vector<std::string> io_layouts;            // NAME=LAYOUT: served in another layout
   std::vector<std::string> explain;               // PASS or PASS/RULE
   std::vector<std::string> gates;                 // OUTPUT=KIND[:THRESHOLD]
   // The plain options' flags (graft.proto's fields with a (graft.v1.field) spec): each flag's

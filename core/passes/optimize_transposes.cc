@@ -85,6 +85,9 @@ enum class Kind {
   kSqueeze,
   kUnsqueeze,
   kAxisOp,  // Softmax, LogSoftmax, Hardmax from 13
+  // Layout-sensitive ops, moved only by convert_layout (PipelineConfig::layout_sensitive_ops):
+  kResize,      // Resize from 11: constant scales or sizes remapped
+  kGlobalPool,  // GlobalAveragePool/GlobalMaxPool: ReduceMean/ReduceMax over the moved axes
 };
 
 struct OpInfo {
@@ -93,7 +96,7 @@ struct OpInfo {
   std::vector<std::string_view> attributes;  // every attribute the rule understands
 };
 
-const OpInfo* op_info(const ir::Node& n) {
+const OpInfo* op_info(const ir::Node& n, bool layout_sensitive) {
   static const std::unordered_map<std::string_view, OpInfo> kOps = [] {
     std::unordered_map<std::string_view, OpInfo> ops;
     for (std::string_view op :
@@ -137,14 +140,28 @@ const OpInfo* op_info(const ir::Node& n) {
       ops.emplace(op, OpInfo{Kind::kAxisOp, 13, {"axis"}});
     return ops;
   }();
+  static const std::unordered_map<std::string_view, OpInfo> kLayoutSensitive = {
+      {"Resize",
+       {Kind::kResize,
+        11,
+        {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+         "extrapolation_value", "mode", "nearest_mode", "antialias", "keep_aspect_ratio_policy"}}},
+      {"GlobalAveragePool", {Kind::kGlobalPool, 1, {}}},
+      {"GlobalMaxPool", {Kind::kGlobalPool, 1, {}}}};
   if (!n.is_onnx_domain()) return nullptr;
-  auto it = kOps.find(n.op_type());
-  if (it == kOps.end() || n.opset() < it->second.min_opset) return nullptr;
+  const OpInfo* info = nullptr;
+  if (auto it = kOps.find(n.op_type()); it != kOps.end()) {
+    info = &it->second;
+  } else if (auto ls = kLayoutSensitive.find(n.op_type());
+             layout_sensitive && ls != kLayoutSensitive.end()) {
+    info = &ls->second;
+  }
+  if (!info || n.opset() < info->min_opset) return nullptr;
   for (const auto& a : n.attributes())
-    if (std::find(it->second.attributes.begin(), it->second.attributes.end(), a.name()) ==
-        it->second.attributes.end())
+    if (std::find(info->attributes.begin(), info->attributes.end(), a.name()) ==
+        info->attributes.end())
       return nullptr;
-  return &it->second;
+  return info;
 }
 
 bool is_identity(const Perm& p) {
@@ -208,6 +225,7 @@ using Edit = std::function<void(ir::Node& rebuilt, Rewriter& rw)>;
 
 struct Moved {
   ir::Node* node;
+  std::string op_type;          // of the rebuilt node: the old one's when empty
   std::vector<Perm> out_perms;  // per output
   Edit edit;
 };
@@ -215,7 +233,8 @@ struct Moved {
 // The plan of one rewrite: what moves and what it costs.
 class Plan {
  public:
-  Plan(ir::Node& root, Perm p) : root_(root), g_(*root.graph()) {
+  Plan(ir::Node& root, Perm p, bool layout_sensitive)
+      : root_(root), g_(*root.graph()), layout_sensitive_(layout_sensitive) {
     s_.perm_of.emplace(root.output(0), std::move(p));
     s_.values.push_back(root.output(0));
   }
@@ -250,6 +269,7 @@ class Plan {
 
   ir::Node& root_;
   ir::Graph& g_;
+  const bool layout_sensitive_;  // kResize and kGlobalPool move too
   struct NewConstant {
     std::vector<int64_t> dims;  // the constant's dims with leading 1s up to the rank
     Perm perm;                  // inverse of the permutation its reader's operand carries
@@ -319,7 +339,7 @@ bool Plan::build() {
 }
 
 bool Plan::plan_node(ir::Node& n, const Perm& q) {
-  const OpInfo* info = op_info(n);
+  const OpInfo* info = op_info(n, layout_sensitive_);
   if (!info || n.outputs().empty()) return false;
   const size_t r = q.size();
   // Data operands: which inputs move with the transpose.
@@ -357,7 +377,10 @@ bool Plan::plan_node(ir::Node& n, const Perm& q) {
   std::vector<Perm> out_perms;
   auto edit = plan_params(n, info->kind, q, &out_perms);
   if (!edit || out_perms.size() != n.outputs().size()) return false;
-  s_.moved.push_back(Moved{&n, std::move(out_perms), std::move(*edit)});
+  std::string op_type;
+  if (info->kind == Kind::kGlobalPool)
+    op_type = n.op_type() == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
+  s_.moved.push_back(Moved{&n, std::move(op_type), std::move(out_perms), std::move(*edit)});
   for (auto& [slot, dims] : operands.constants)
     s_.new_constants.emplace(slot, NewConstant{std::move(dims), inverse(q), {}});
   for (auto& [slot, t] : operands.absorbed) {
@@ -562,6 +585,41 @@ std::optional<Edit> Plan::plan_params(ir::Node& n, Kind kind, const Perm& q,
       out_perms->push_back(drop_axes(q, *normal));
       return opset >= 13 ? ints_input(1, *mapped, "_axes") : ints_attribute("axes", *mapped);
     }
+    case Kind::kResize: {
+      // Resize interpolates each axis on its own (nearest, linear, cubic; antialiased too), so
+      // it computes the same on the untransposed value with its per-axis parameters moved.
+      // tf_crop_and_resize reads roi per axis as well: not taken.
+      auto p = ir::resize_params(n);
+      if (!p || n.outputs().size() != 1 ||
+          n.attr_string("coordinate_transformation_mode", "") == "tf_crop_and_resize")
+        return std::nullopt;
+      same();
+      if (p->sizes) {
+        if (p->sizes->size() != q.size()) return std::nullopt;
+        std::vector<int64_t> sizes(q.size());
+        for (size_t i = 0; i < q.size(); ++i) sizes[static_cast<size_t>(q[i])] = (*p->sizes)[i];
+        return ints_input(3, sizes, "_sizes");
+      }
+      if (p->scales->size() != q.size()) return std::nullopt;
+      std::vector<float> scales(q.size());
+      for (size_t i = 0; i < q.size(); ++i)
+        scales[static_cast<size_t>(q[i])] = static_cast<float>((*p->scales)[i]);
+      return [scales](ir::Node& m, Rewriter& rw) {
+        const int64_t len = static_cast<int64_t>(scales.size());
+        rw.set_input(&m, 2,
+                     rw.add_constant(*m.graph(), ir::make_float32_tensor({len}, scales),
+                                     m.output(0)->name() + "_scales"));
+      };
+    }
+    case Kind::kGlobalPool: {
+      // Rebuilt as ReduceMean/ReduceMax (keepdims) over the axes the spatial ones move to.
+      if (n.outputs().size() != 1 || r < 3) return std::nullopt;
+      std::vector<int64_t> axes;
+      for (int64_t a = 2; a < r; ++a) axes.push_back(q[static_cast<size_t>(a)]);
+      std::sort(axes.begin(), axes.end());
+      same();
+      return opset >= 18 ? ints_input(1, axes, "_axes") : ints_attribute("axes", axes);
+    }
     case Kind::kUnsqueeze: {
       auto axes = ir::unsqueeze_axes(n);
       if (!axes || axes->empty() || n.outputs().size() != 1) return std::nullopt;
@@ -657,7 +715,8 @@ bool Plan::apply(Rewriter& rw) {
         inputs.push_back(in);
       }
     }
-    ir::Node* rebuilt = rw.add_node(g_, old.op_type(), inputs, old.outputs().size(), &old);
+    ir::Node* rebuilt = rw.add_node(g_, m.op_type.empty() ? old.op_type() : m.op_type, inputs,
+                                    old.outputs().size(), &old);
     for (const auto& a : old.attributes()) rw.set_attr(rebuilt, a);
     m.edit(*rebuilt, rw);
     for (size_t k = 0; k < old.outputs().size(); ++k)
@@ -692,7 +751,7 @@ bool Plan::apply(Rewriter& rw) {
 }
 
 // Transpose(x, p) moved down through the ops it feeds (see the top of the file).
-bool push_transpose(ir::Node& t, Rewriter& rw) {
+bool push_transpose(ir::Node& t, Rewriter& rw, bool layout_sensitive) {
   ir::Value* x = t.input(0);
   if (!x || t.outputs().size() != 1 || !t.output(0) || t.output(0)->uses().empty()) return false;
   std::optional<int64_t> rank = x->rank();
@@ -700,7 +759,7 @@ bool push_transpose(ir::Node& t, Rewriter& rw) {
   if (!p || p->empty() || is_identity(*p)) return false;
   if (x->rank() != static_cast<int64_t>(p->size()))
     return no_match(t, "its input's rank is not known to match the permutation");
-  Plan plan(t, *p);
+  Plan plan(t, *p, layout_sensitive);
   if (!plan.build())
     return no_match(t,
                     "no reader it can move through (elementwise, broadcasting with a constant, "
@@ -783,11 +842,19 @@ bool transpose_tied_constant(ir::Node& t, Rewriter& rw) {
 }
 
 std::vector<Rule> transpose_rules() {
-  return {{"push_transpose", {"Transpose"}, push_transpose},
+  return {{"push_transpose",
+           {"Transpose"},
+           [](ir::Node& t, Rewriter& rw) { return push_transpose(t, rw, false); }},
           {"transpose_tied_constant", {"Transpose"}, transpose_tied_constant}};
 }
 
 }  // namespace
+
+std::vector<Rule> layout_sensitive_transpose_rules() {
+  return {{"push_transpose", {"Transpose"}, [](ir::Node& t, Rewriter& rw) {
+             return push_transpose(t, rw, true);
+           }}};
+}
 
 PassInfo optimize_transposes_pass() {
   return describe(

@@ -16,6 +16,8 @@ std::vector<Rule> arithmetic_rules();     // simplify_arithmetic.cc
 std::vector<Rule> chain_rules();          // simplify_chains.cc
 std::vector<Rule> reshape_chain_rules();  // reshape_chains.cc (in fold_shapes)
 std::vector<Rule> pad_fusion_rules();     // fuse_pad.cc (in fuse_conv_batchnorm)
+// optimize_transposes' push_transpose taking layout-sensitive ops too (in convert_layout).
+std::vector<Rule> layout_sensitive_transpose_rules();  // optimize_transposes.cc
 
 // Every pass's descriptor, `PassInfo name_pass()`, defined at the end of core/passes/<name>.cc.
 #define GRAFT_PASS(name) PassInfo name##_pass();

@@ -14,28 +14,27 @@ namespace graft {
 
 namespace {
 
-// Names in messages: the model's (and the client's) as given, cut to this many bytes.
-constexpr size_t kMaxNameBytes = 200;
-// Names a message lists at most.
-constexpr size_t kMaxListed = 20;
-
 std::string cut(const std::string& name) {
   return name.size() > kMaxNameBytes ? name.substr(0, kMaxNameBytes) + "..." : name;
 }
 
-std::string quoted(const std::string& name) { return "'" + cut(name) + "'"; }
+}  // namespace
 
-// "a, b, c" of at most kMaxListed names, each cut, with how many more there are.
-std::string listing(const std::set<std::string>& names) {
+std::string quoted_name(const std::string& name) { return "'" + cut(name) + "'"; }
+
+std::string name_listing(const std::set<std::string>& names) {
   std::vector<std::string> shown;
   for (const auto& n : names) {
-    if (shown.size() == kMaxListed) break;
-    shown.push_back(quoted(n));
+    if (shown.size() == kMaxListedNames) break;
+    shown.push_back(quoted_name(n));
   }
   std::string out = absl::StrJoin(shown, ", ");
-  if (names.size() > kMaxListed) absl::StrAppend(&out, " and ", names.size() - kMaxListed, " more");
+  if (names.size() > kMaxListedNames)
+    absl::StrAppend(&out, " and ", names.size() - kMaxListedNames, " more");
   return out;
 }
+
+namespace {
 
 bool is_static(const onnx::TensorShapeProto::Dimension& d) {
   return d.has_dim_value() && d.dim_value() >= 0;
@@ -58,9 +57,9 @@ struct Binding {
 
 // "fix_dims makes 'N' 2" / "fix_shapes gives input 'x' dim 0 ('N') 3".
 std::string binding_text(const std::string& name, const Binding& b) {
-  if (!b.input) return absl::StrCat("fix_dims makes ", quoted(name), " ", b.size);
-  return absl::StrCat("fix_shapes gives input ", quoted(*b.input), " dim ", b.dim, " (",
-                      quoted(name), ") ", b.size);
+  if (!b.input) return absl::StrCat("fix_dims makes ", quoted_name(name), " ", b.size);
+  return absl::StrCat("fix_shapes gives input ", quoted_name(*b.input), " dim ", b.dim, " (",
+                      quoted_name(name), ") ", b.size);
 }
 
 // Verification settings that contradict the fixed sizes: a verify shape of input `name` giving
@@ -79,11 +78,11 @@ absl::Status check_verify(const std::string& name, const onnx::TypeProto& before
     const int64_t size = dims.dim(k).dim_value();
     if (given != verify.shapes.end() && given->second[static_cast<size_t>(k)] != size)
       return absl::InvalidArgumentError(absl::StrCat(
-          "verify: the shape of ", quoted(name), " gives dim ", k, " size ",
+          "verify: the shape of ", quoted_name(name), " gives dim ", k, " size ",
           given->second[static_cast<size_t>(k)], ", but fix_dims/fix_shapes fix it to ", size));
     if (!was || !is_symbol(*was)) continue;
     if (auto d = verify.dims.find(was->dim_param()); d != verify.dims.end() && d->second != size)
-      return absl::InvalidArgumentError(absl::StrCat("verify: dim ", quoted(was->dim_param()),
+      return absl::InvalidArgumentError(absl::StrCat("verify: dim ", quoted_name(was->dim_param()),
                                                      " is ", d->second,
                                                      ", but fix_dims/fix_shapes fix it to ", size));
   }
@@ -119,19 +118,20 @@ absl::Status check_fix_config(const std::map<std::string, int64_t>& dims,
   for (const auto& [name, size] : dims) {
     if (name.empty()) return absl::InvalidArgumentError("fix_dims: a dim name is empty");
     if (size < kMinFixedDim || size > kMaxFixedDim)
-      return absl::InvalidArgumentError(
-          absl::StrCat("fix_dims: the size of ", quoted(name), " must be ", range, ", got ", size));
+      return absl::InvalidArgumentError(absl::StrCat("fix_dims: the size of ", quoted_name(name),
+                                                     " must be ", range, ", got ", size));
   }
   for (const auto& [name, shape] : shapes) {
     if (name.empty()) return absl::InvalidArgumentError("fix_shapes: an input name is empty");
     if (shape.size() > kMaxFixRank)
-      return absl::InvalidArgumentError(absl::StrCat("fix_shapes: the shape of ", quoted(name),
+      return absl::InvalidArgumentError(absl::StrCat("fix_shapes: the shape of ", quoted_name(name),
                                                      " has ", shape.size(), " dims, at most ",
                                                      kMaxFixRank));
     for (size_t k = 0; k < shape.size(); ++k)
       if (shape[k] < kMinFixedDim || shape[k] > kMaxFixedDim)
-        return absl::InvalidArgumentError(absl::StrCat("fix_shapes: dim ", k, " of ", quoted(name),
-                                                       " must be ", range, ", got ", shape[k]));
+        return absl::InvalidArgumentError(absl::StrCat("fix_shapes: dim ", k, " of ",
+                                                       quoted_name(name), " must be ", range,
+                                                       ", got ", shape[k]));
   }
   return absl::OkStatus();
 }
@@ -156,12 +156,12 @@ absl::Status fix_input_dims(ir::Model& model, const std::map<std::string, int64_
       std::set<std::string> valid;
       for (const auto& in : inputs)
         if (!in.value->is_initializer()) valid.insert(in.value->name());
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fix_shapes: ", quoted(name),
-          " is not an input of the model; its inputs: ", valid.empty() ? "none" : listing(valid)));
+      return absl::InvalidArgumentError(absl::StrCat("fix_shapes: ", quoted_name(name),
+                                                     " is not an input of the model; its inputs: ",
+                                                     valid.empty() ? "none" : name_listing(valid)));
     }
     const ir::GraphInput& in = inputs[at->second];
-    const std::string where = absl::StrCat("fix_shapes: input ", quoted(name));
+    const std::string where = absl::StrCat("fix_shapes: input ", quoted_name(name));
     if (in.value->is_initializer())
       return absl::InvalidArgumentError(absl::StrCat(
           where, " has an initializer, a default the caller may override: it cannot be fixed"));
@@ -198,10 +198,10 @@ absl::Status fix_input_dims(ir::Model& model, const std::map<std::string, int64_
   }
   for (const auto& [name, size] : dims) {
     if (carried.count(name) || carried_by_defaults.count(name)) continue;
-    return absl::InvalidArgumentError(
-        absl::StrCat("fix_dims: no input dim is named ", quoted(name), "; ",
-                     carried.empty() ? "the inputs have no named dims"
-                                     : absl::StrCat("the inputs' dim names: ", listing(carried))));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fix_dims: no input dim is named ", quoted_name(name), "; ",
+        carried.empty() ? "the inputs have no named dims"
+                        : absl::StrCat("the inputs' dim names: ", name_listing(carried))));
   }
 
   // The new declarations, all checked before any is written: an error leaves the model as it was.
@@ -230,10 +230,10 @@ absl::Status fix_input_dims(ir::Model& model, const std::map<std::string, int64_
       if (!size) continue;
       if (in.value->is_initializer())
         return absl::InvalidArgumentError(
-            absl::StrCat("input ", quoted(in.value->name()),
+            absl::StrCat("input ", quoted_name(in.value->name()),
                          " has an initializer, a default the caller may "
                          "override, and its dim ",
-                         k, " is ", quoted(d->dim_param()),
+                         k, " is ", quoted_name(d->dim_param()),
                          ", which this request "
                          "fixes to ",
                          *size, ": an input with an initializer cannot be fixed"));
@@ -249,7 +249,7 @@ absl::Status fix_input_dims(ir::Model& model, const std::map<std::string, int64_
 
   for (auto& [i, type] : updates) {
     if (changed)
-      changed->push_back(absl::StrCat(quoted(inputs[i].value->name()), ": ",
+      changed->push_back(absl::StrCat(quoted_name(inputs[i].value->name()), ": ",
                                       dims_text(inputs[i].info.type()), " -> ", dims_text(type)));
     g.set_input_type(i, type);
   }

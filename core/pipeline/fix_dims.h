@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ inline constexpr int64_t kMinFixedDim = 1;
 // The most entries fix_dims and fix_shapes may hold each, and the longest shape fix_shapes gives.
 inline constexpr size_t kMaxFixEntries = 4096;
 inline constexpr size_t kMaxFixRank = 1024;
+
+// Names from a model or a client in messages are cut to this many bytes; a message lists at
+// most kMaxListedNames of them.
+inline constexpr size_t kMaxNameBytes = 200;
+inline constexpr size_t kMaxListedNames = 20;
+
+// "'name'", cut to kMaxNameBytes.
+std::string quoted_name(const std::string& name);
+// "'a', 'b', 'c'" of at most kMaxListedNames names, each quoted_name, with how many more.
+std::string name_listing(const std::set<std::string>& names);
 
 // A declared tensor type's dims as text: "[batch,3,?,224]" ("?" an unknown dim; dim names cut
 // to 200 bytes, at most 64 dims shown), or "(no shape)".

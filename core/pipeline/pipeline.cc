@@ -33,6 +33,7 @@
 #include "core/passes/registry.h"
 #include "core/passes/rules.h"
 #include "core/pipeline/fix_dims.h"
+#include "core/pipeline/io_layout.h"
 
 namespace graft {
 
@@ -203,6 +204,7 @@ absl::Status check_explain(const PipelineConfig& config, const std::vector<std::
 absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& config) {
   RETURN_IF_ERROR(check_rounds(config));
   RETURN_IF_ERROR(check_fix_config(config.fix_dims, config.fix_shapes));
+  RETURN_IF_ERROR(check_io_layout_config(config.io_layout));
   std::vector<std::string> names;
   if (config.passes.empty()) {
     if (config.level < 0 || config.level > kMaxLevel)
@@ -211,6 +213,13 @@ absl::StatusOr<std::vector<PassSpec>> resolve_pipeline(const PipelineConfig& con
     names = passes_for_level(config.level, config.target);
   } else {
     names = config.passes;
+  }
+  // layout_sensitive_ops adds convert_layout after optimize_transposes (or at the end of an
+  // explicit list without it).
+  if (config.layout_sensitive_ops &&
+      std::find(names.begin(), names.end(), "convert_layout") == names.end()) {
+    auto at = std::find(names.begin(), names.end(), "optimize_transposes");
+    names.insert(at == names.end() ? at : at + 1, "convert_layout");
   }
   std::vector<std::string> valid;
   for (const auto& p : all_passes()) valid.push_back(p.name);
@@ -1105,6 +1114,11 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
   const bool verifies = config.verify || any_lossy(specs);
   RETURN_IF_ERROR(fix_input_dims(*model, config.fix_dims, config.fix_shapes, &fixed_inputs,
                                  verifies ? &config.verify_options : nullptr));
+  // A layout change too: after the dims are fixed (they name the dims as the model declares
+  // them), before anything records the interface.
+  std::vector<std::string> layout_changes;
+  const int64_t transposes_before = config.io_layout.empty() ? 0 : count_transposes(*model);
+  RETURN_IF_ERROR(convert_io_layout(*model, config.io_layout, &layout_changes));
   DimBindings dims;
   const SizeRule rule = memory_size_rule(config, &dims);
   MemoryStats before = estimate_memory(*model, dims, rule.default_dim);
@@ -1114,6 +1128,11 @@ absl::StatusOr<PipelineReport> run_specs(std::unique_ptr<ir::Model>& model,
   report.memory_dims = std::move(dims);
   report.memory_default_dim = rule.default_dim;
   report.fixed_inputs = std::move(fixed_inputs);
+  if (!config.io_layout.empty()) {
+    report.layout_changes = std::move(layout_changes);
+    report.transposes_before = transposes_before;
+    report.transposes_after = count_transposes(*model);
+  }
   return report;
 }
 

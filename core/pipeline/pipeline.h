@@ -93,6 +93,11 @@ struct PipelineConfig {
   // run_specs (InvalidArgument).
   std::map<std::string, int64_t> fix_dims;
   std::map<std::string, std::vector<int64_t>> fix_shapes;
+  // Inputs and outputs served in another layout, by name (core/pipeline/io_layout.h): "NHWC"
+  // for a model computing in NCHW, and so on. Applied after fix_dims, before anything else; it
+  // changes the interface as fix_dims does (the passes keep the converted one and are verified
+  // against the converted model). Checked by resolve_pipeline; against the model by run_specs.
+  std::map<std::string, std::string> io_layout;
 };
 
 // The most PipelineConfig::explain entries a request may give.
@@ -177,6 +182,11 @@ struct PipelineReport {
   // PipelineConfig::fix_dims/fix_shapes: per input whose declaration changed, in input order,
   // "'x': [batch,3,H,W] -> [1,3,224,224]" (names from the model, cut to 200 bytes).
   std::vector<std::string> fixed_inputs;
+  // PipelineConfig::io_layout: per value whose layout changed, inputs first, "input 'x': NCHW
+  // [1,3,224,224] -> NHWC [1,224,224,3]"; and the Transpose nodes (every graph) of the model as
+  // given and as returned (0 and 0 without io_layout).
+  std::vector<std::string> layout_changes;
+  int64_t transposes_before = 0, transposes_after = 0;
 };
 
 // The sizes the report's memory estimates use for `config` (see PipelineConfig::memory_dims).

@@ -96,6 +96,12 @@ std::vector<std::pair<std::string, v1::PipelineConfig>> golden_configs() {
     out.emplace_back("fix", c);
   }
   {
+    auto c = small();
+    (*c.mutable_io_layout())["x"] = "NHWC";
+    c.set_layout_sensitive_ops(true);
+    out.emplace_back("io_layout", c);
+  }
+  {
     v1::PipelineConfig c;
     c.add_passes("eliminate_noop");
     c.add_explain("eliminate_noop");
@@ -136,6 +142,7 @@ TEST(ConfigKey, KeysOfExistingConfigsAreUnchanged) {
       {"target", "61b62da267636c9c1caeb22eda9ff977e4508a182cea1a5e531ec679d34b9740"},
       {"target_opset", "f5d9c6973acc38a41f36eaf2864cd69deec75197bdce73246d4314200ae8d1df"},
       {"fix", "b016a3cf216692051006876c77ce4cbc9ccff58f226bf7a3a0259c5f7bcf4214"},
+      {"io_layout", "c4d046248fc1440dbe43fcc4c5f56f34b33e45eec5b4ec774a4a7176fcf8cc38"},
       {"explain", "beb2378a8d7e233bb699075e9394ff4ca6207649d71d4f66ba764638a2a37560"},
       {"memory", "76f2f87ce1cc4d3f6e55614a4387cb7cd84d64f0a2d64e6cb993ed7fc735c467"},
       {"lossy", "40f99600d90b3f8b0cc11250350e2b0793357b60ad86ad0841b6d475a0551a68"},
@@ -262,6 +269,8 @@ const std::map<std::string, std::function<void(v1::PipelineConfig&)>>& samples()
       {"target_opset", [](C& c) { c.set_target_opset(17); }},
       {"fix_dims", [](C& c) { (*c.mutable_fix_dims())["batch"] = 1; }},
       {"fix_shapes", [](C& c) { (*c.mutable_fix_shapes())["x"].add_dims(3); }},
+      {"io_layout", [](C& c) { (*c.mutable_io_layout())["x"] = "NHWC"; }},
+      {"layout_sensitive_ops", [](C& c) { c.set_layout_sensitive_ops(true); }},
       {"output_gates",
        [](C& c) {
          auto* g = c.add_output_gates();

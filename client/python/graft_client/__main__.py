@@ -155,6 +155,17 @@ def _fix_shapes(items):
     return shapes
 
 
+def _io_layouts(items):
+    """--io-layout NAME=LAYOUT: the layout upper-cased (pipeline_config checks it), as graft
+    does."""
+    layouts = {}
+    for name, value in _pairs("--io-layout", items):
+        layout = value.upper() if value.isascii() else value
+        if layouts.setdefault(name, layout) != layout:
+            raise UsageError(f"--io-layout: '{name[:200]}' is given two layouts")
+    return layouts
+
+
 def _tls(args):
     if args.tls or args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name:
         return TlsConfig(ca=args.tls_ca or None, cert=args.tls_cert or None,
@@ -241,6 +252,7 @@ def run_optimize(args):
         "target": args.target,
         "fix_dims": _fix_dims(args.fix_dim) or None,
         "fix_shapes": _fix_shapes(args.fix_shape) or None,
+        "io_layout": _io_layouts(args.io_layout) or None,
         "gates": _gates(args.gate) or None,
     }
     config.update({name: getattr(args, name) for name in _plain_flags()})
@@ -340,6 +352,10 @@ def build_parser(prog=None):
                    help="make a symbolic input dim static first (repeatable)")
     o.add_argument("--fix-shape", action="append", default=[], metavar="INPUT=D,D,...",
                    help="give an input static dims first (repeatable)")
+    o.add_argument("--io-layout", action="append", default=[], metavar="NAME=LAYOUT",
+                   help="serve an input or output in another memory layout: NHWC (the model "
+                        "computes in NCHW), NCHW (from NHWC), NWC/NCW or NDHWC/NCDHW; the "
+                        "Transposes at the boundary are moved inward (repeatable)")
     o.add_argument("--no-lookup", action="store_true",
                    help="upload without first asking the server's cache")
     o.add_argument("--report-json", metavar="FILE",

@@ -258,6 +258,16 @@ class Result:
         "'x': [batch,3,H,W] -> [1,3,224,224]", in input order."""
         return list(self.report.fixed_inputs)
 
+    def layout_changes(self):
+        """The inputs and outputs io_layout served in another layout: a list of lines
+        "input 'x': NCHW [1,3,224,224] -> NHWC [1,224,224,3]", inputs first."""
+        return list(self.report.layout_changes)
+
+    def transposes(self):
+        """(before, after): the Transpose nodes of the model as given and of the result, in
+        every graph; both 0 without io_layout."""
+        return (self.report.transposes_before, self.report.transposes_after)
+
     def lossy_trials(self):
         """Each lossy pass tried: a list of dicts with pass, kept, measured, gate (max_rel,
         min_cosine), errors (output, max_abs, rel, cosine) and verdict, in order."""
@@ -672,7 +682,7 @@ class Client:
                  lookup_first=True, timeout=None, *, max_rounds=10, check=False,
                  external_data_dir=None, keep_external_files=True, progress=None,
                  chunk_bytes=CHUNK_BYTES, explain=None, calibration_data=None, target=None,
-                 fix_dims=None, fix_shapes=None, gates=None, **options):
+                 fix_dims=None, fix_shapes=None, gates=None, io_layout=None, **options):
         """Optimizes `model` (a path, or bytes) and returns a Result.
 
         External-data files are found in the model's tensors and read from its folder (or
@@ -693,9 +703,14 @@ class Client:
         (default) or "onnxruntime[:X.Y]" (report.target says which it was optimized for).
         `fix_dims` ({"batch": 1}) and `fix_shapes` ({"x": [1, 3, 224, 224]}) make symbolic input
         dims static before the passes run, so the shape arithmetic that follows folds
-        (Result.fixed_inputs()). `gates` ({output: "KIND[:THRESHOLD]"}: detection, top1, top5,
-        mask, values) sets how lossy passes are judged per output (pipeline_config). `options` are the plain options (None leaves one at its
-        default), as the server's schema declares them:
+        (Result.fixed_inputs()). `io_layout` ({"x": "NHWC"}: input or output name -> NHWC, NCHW,
+        NWC, NCW, NDHWC or NCDHW) serves those values in that layout, the model computing in the
+        counterpart; the Transposes this adds are moved inward by the passes (with the plain
+        option layout_sensitive_ops=True also through Resize and global pools)
+        (Result.layout_changes(), Result.transposes()). `gates` ({output: "KIND[:THRESHOLD]"}:
+        detection, top1, top5, mask, values) sets how lossy passes are judged per output
+        (pipeline_config). `options` are the plain options (None leaves one at its default), as
+        the server's schema declares them:
 {plain}"""
         if not 0 < chunk_bytes <= MAX_MESSAGE_BYTES - 4096:
             raise InvalidArgumentError(f"chunk_bytes must be in (0, {MAX_MESSAGE_BYTES - 4096}]")
@@ -704,7 +719,7 @@ class Client:
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  explain=explain, calibration_data=calibration_data,
                                  target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
-                                 gates=gates, **options)
+                                 gates=gates, io_layout=io_layout, **options)
         source = _Model(model, external_data_dir)
         source.hash_files()
         if lookup_first:
@@ -803,17 +818,16 @@ class Client:
     def lookup(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                timeout=None, *, sha256=None, max_rounds=10, check=False, external_data_dir=None,
                keep_external_files=True, target=None, fix_dims=None, fix_shapes=None,
-               explain=None, gates=None, **options):
+               explain=None, gates=None, io_layout=None, **options):
         """The cached Result for `model` (path or bytes; its external-data files are hashed from
         its folder or `external_data_dir`) or for an input digest `sha256=` under this
-        configuration (fix_dims, fix_shapes, explain, gates and the plain options as optimize's),
-        downloaded without an upload;
-        None when the server has none. A Result found by `sha256=` knows no input files: its
+        configuration (fix_dims, fix_shapes, io_layout, explain, gates and the plain options as
+        optimize's), downloaded without an upload; None when the server has none. A Result found by `sha256=` knows no input files: its
         from_input files cannot be saved."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
-                                 explain=explain, gates=gates, **options)
+                                 explain=explain, gates=gates, io_layout=io_layout, **options)
         digest, source = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, True, self._deadline(timeout), source,
                             keep_external_files)
@@ -821,13 +835,14 @@ class Client:
     def is_cached(self, model=None, level="O2", passes=None, verify=None, pass_options=None,
                   timeout=None, *, sha256=None, max_rounds=10, check=False,
                   external_data_dir=None, target=None, fix_dims=None, fix_shapes=None,
-                  explain=None, gates=None, **options):
+                  explain=None, gates=None, io_layout=None, **options):
         """Whether the server has a cached result for the model (or input digest) and
-        configuration (fix_dims, fix_shapes, explain, gates and the plain options as optimize's)."""
+        configuration (fix_dims, fix_shapes, io_layout, explain, gates and the plain options as
+        optimize's)."""
         config = pipeline_config(level=level, passes=passes, pass_options=pass_options,
                                  verify=verify, max_rounds=max_rounds, check=check,
                                  target=target, fix_dims=fix_dims, fix_shapes=fix_shapes,
-                                 explain=explain, gates=gates, **options)
+                                 explain=explain, gates=gates, io_layout=io_layout, **options)
         digest, _ = self._source(model, sha256, external_data_dir)
         return self._lookup(digest, config, False, self._deadline(timeout))
 

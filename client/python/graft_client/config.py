@@ -30,6 +30,10 @@ MIN_FIXED_DIM = 1
 MAX_FIXED_DIM = 2**31
 MAX_FIX_ENTRIES = 4096
 MAX_FIX_RANK = 1024
+# core/pipeline/io_layout.h: the layouts PipelineConfig.io_layout may name (each served for its
+# counterpart: NHWC <-> NCHW, NWC <-> NCW, NDHWC <-> NCDHW) and the most entries it may hold.
+IO_LAYOUTS = ("NHWC", "NCHW", "NWC", "NCW", "NDHWC", "NCDHW")
+MAX_IO_LAYOUTS = 4096
 
 
 def _plain_options():
@@ -219,6 +223,34 @@ def _add_fixed(config, fix_dims, fix_shapes):
                 shape.dims.append(_fixed_size(f"fix_shapes: dim {k} of '{name[:200]}'", d))
 
 
+def _add_io_layout(config, io_layout):
+    """io_layout ({input or output name: layout}) into `config`, each layout upper-cased (as
+    the C++ CLI's --io-layout does) and checked as graftd checks it."""
+    if io_layout is None:
+        return
+    if not isinstance(io_layout, dict):
+        raise InvalidArgumentError(
+            f"io_layout must be a dict of input or output name -> layout, got "
+            f"{type(io_layout).__name__}")
+    if len(io_layout) > MAX_IO_LAYOUTS:
+        raise InvalidArgumentError(
+            f"io_layout: at most {MAX_IO_LAYOUTS} names, got {len(io_layout)}")
+    for name, layout in io_layout.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"io_layout: names must be non-empty strings, got {name!r}")
+        if not isinstance(layout, str):
+            raise InvalidArgumentError(
+                f"io_layout: the layout of '{name[:200]}' must be a string, one of "
+                f"{', '.join(IO_LAYOUTS)}, got {layout!r}")
+        # ASCII letters only: str.upper() would turn some other letters into ASCII ones.
+        upper = layout.upper() if layout.isascii() else layout
+        if upper not in IO_LAYOUTS:
+            raise InvalidArgumentError(
+                f"io_layout: '{name[:200]}' is given {layout[:200]!r}; layouts: "
+                f"{', '.join(IO_LAYOUTS)}")
+        config.io_layout[name] = upper
+
+
 def _verify_config(verify):
     """A VerifyConfig from None/False (off), True (defaults), a dict or a VerifyConfig."""
     v = graft_pb2.VerifyConfig()
@@ -278,7 +310,7 @@ def _verify_config(verify):
 def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
                     max_rounds=DEFAULT_MAX_ROUNDS, check=False, explain=None,
                     calibration_data=None, target=None, fix_dims=None, fix_shapes=None,
-                    gates=None, **options):
+                    gates=None, io_layout=None, **options):
     """A graft_pb2.PipelineConfig: `passes` (a list of names, or a comma-separated string)
     replaces the level's set; `pass_options` maps pass -> {option: value}; `verify` is None/False,
     True, a dict (dims, default_dim, shapes, values, ranges, seed, trials, rtol, atol) or a VerifyConfig;
@@ -292,7 +324,11 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
     the server checks it. `fix_dims` ({dim name: size}, e.g. {"batch": 1}) and `fix_shapes`
     ({input name: [sizes]}, e.g. {"x": [1, 3, 224, 224]}) make symbolic input dims static before
     the passes run, so what follows from them folds (report.fixed_inputs lists the inputs
-    changed); sizes are ints in 1..2^31. `gates` ({output name: "KIND" or "KIND:THRESHOLD"},
+    changed); sizes are ints in 1..2^31. `io_layout` ({input or output name: layout}, e.g.
+    {"x": "NHWC"}; layouts NHWC, NCHW, NWC, NCW, NDHWC, NCDHW, any case) serves those values of
+    the main graph in that layout, the model computing in its counterpart (NHWC <-> NCHW, NWC
+    <-> NCW, NDHWC <-> NCDHW): declared dims permuted, Transposes at the boundary moved inward
+    by the passes (report.layout_changes, report.transposes_before/after). `gates` ({output name: "KIND" or "KIND:THRESHOLD"},
     KIND one of detection, top1, top5, mask, values) sets how a lossy pass is judged on an
     output beyond its value gate; graft infers detectors (NonMaxSuppression), classifiers and
     segmenters itself, and reports each judgment (lossy_trials[i].tasks). `options` are the plain options (PLAIN_OPTIONS, from
@@ -344,6 +380,7 @@ def pipeline_config(level="O2", passes=None, pass_options=None, verify=None,
         config.explain.extend(explain)
     _set_plain_options(config, options, "pipeline_config")
     _add_fixed(config, fix_dims, fix_shapes)
+    _add_io_layout(config, io_layout)
     _add_gates(config, gates)
     return config
 

@@ -111,3 +111,38 @@ def near_miss_layer_norm_bytes(seed):
                               producer_name="graft_client tests")
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def conv_relu_bytes(seed):
+    """Conv -> Relu on x [1,3,8,8] (NCHW) giving y [1,4,8,8]: for io_layout, the model computes
+    in NCHW and a caller serves x in NHWC."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.uniform(-1, 1, size=(4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, f"conv_relu_{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="graft_client tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def relu_pool_bytes(seed):
+    """Relu -> GlobalAveragePool on x [1,4,8,8] giving y [1,4,1,1] (no weights: the graph's
+    name carries the seed). With x and y served in NHWC, the Transposes at both ends cancel only
+    through the pool (layout_sensitive_ops)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool")]
+    graph = helper.make_graph(
+        nodes, f"relu_pool_{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="graft_client tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()

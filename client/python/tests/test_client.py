@@ -14,8 +14,8 @@ import pytest
 
 import graft_client
 from graft_client import graft_pb2
-from models import (conv_bn_bytes, conv_bn_model, external_model, node_count,
-                    save_with_external_data, with_location)
+from models import (conv_bn_bytes, conv_bn_model, conv_relu_bytes, external_model, node_count,
+                    relu_pool_bytes, save_with_external_data, with_location)
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens there: a call would fail UNAVAILABLE
 
@@ -442,6 +442,133 @@ def test_fixed_sizes_are_checked_before_any_call(kwargs, text):
             assert text in str(error.value), str(error.value)
 
 
+def graft_cli():
+    """The C++ CLI of this build (GRAFT_CLI), or None when it is not built."""
+    cli = os.environ.get("GRAFT_CLI",
+                         str(Path(__file__).resolve().parents[3] / "build" / "client" / "graft"))
+    return cli if os.access(cli, os.X_OK) else None
+
+
+def declared_dims(value):
+    return [d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def test_io_layout_serves_an_input_in_another_layout(client, tmp_path):
+    """io_layout reaches the server: the result reads x in NHWC (its declaration permuted, the
+    output's kept), the report says so and counts the Transposes; it keys the cache as the C++
+    CLI's --io-layout does (a lower-case layout is the same entry), and a name the model does
+    not have is InvalidArgumentError from the server."""
+    a = tmp_path / "a.onnx"
+    a.write_bytes(conv_relu_bytes(seed=130))
+    result = client.optimize(a, io_layout={"x": "NHWC"}, verify=True)
+    model = onnx.load_from_string(result.model_bytes)
+    onnx.checker.check_model(model)
+    assert [v.name for v in model.graph.input] == ["x"]
+    assert declared_dims(model.graph.input[0]) == [1, 8, 8, 3]
+    assert declared_dims(model.graph.output[0]) == [1, 4, 8, 8]
+    changes = result.layout_changes()
+    assert len(changes) == 1 and changes[0].startswith("input 'x': NCHW"), changes
+    assert changes == list(result.report.layout_changes)
+    transposes = sum(n.op_type == "Transpose" for n in model.graph.node)
+    assert result.transposes() == (0, transposes) and transposes >= 1
+    assert (result.report.transposes_before, result.report.transposes_after) == (0, transposes)
+    assert result.report.verification.status == graft_pb2.Verification.VERIFIED
+    report = result.report_dict()
+    assert report["layout_changes"] == changes
+    assert report["transposes_after"] == str(transposes)  # proto3 JSON: int64 as a string
+    # The same request is a hit, spelt in lower case too; without the layout another entry.
+    assert client.is_cached(a, io_layout={"x": "nhwc"}, verify=True)
+    assert not client.is_cached(a, verify=True)
+    assert not client.is_cached(a, io_layout={"x": "NHWC"})
+    found = client.lookup(a, io_layout={"x": "nhwc"}, verify=True)
+    assert found is not None and found.model_bytes == result.model_bytes
+    assert found.layout_changes() == changes and found.transposes() == result.transposes()
+    plain = client.optimize(a, io_layout={"x": "nhwc"})
+    assert not plain.lookup_hit and plain.layout_changes() == changes
+    cli = graft_cli()
+    if cli:
+        run = subprocess.run([cli, "lookup", str(a), "--io-layout", "x=nhwc", "--server",
+                              client.target], capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+    # Without io_layout nothing changes, and the counts stay 0.
+    unchanged = client.optimize(a)
+    assert unchanged.layout_changes() == [] and unchanged.transposes() == (0, 0)
+    assert declared_dims(onnx.load_from_string(unchanged.model_bytes).graph.input[0]) == \
+        [1, 3, 8, 8]
+    with pytest.raises(graft_client.InvalidArgumentError, match="'nope'"):
+        client.optimize(a, io_layout={"nope": "NHWC"}, lookup_first=False)
+    with pytest.raises(graft_client.InvalidArgumentError, match="'x'"):
+        client.optimize(a, io_layout={"x": "NWC"}, lookup_first=False)  # rank 4, not 3
+
+
+def test_layout_sensitive_ops_take_transposes_through_a_pool(client):
+    """layout_sensitive_ops=True (a plain option) adds the pass convert_layout, which takes the
+    input's Transpose through GlobalAveragePool so that it cancels the output's: 2 Transposes
+    left without it, none with it. An input and an output are both reported, inputs first; the
+    option is part of the cache key."""
+    model = relu_pool_bytes(seed=131)
+    layouts = {"y": "NHWC", "x": "NHWC"}
+    default = client.optimize(model, io_layout=layouts, verify=True)
+    assert "convert_layout" not in [p.name for p in default.report.passes]
+    assert default.transposes() == (0, 2)
+    sensitive = client.optimize(model, io_layout=layouts, layout_sensitive_ops=True, verify=True)
+    assert not sensitive.lookup_hit
+    assert "convert_layout" in [p.name for p in sensitive.report.passes if p.changed_runs]
+    assert sensitive.transposes() == (0, 0)
+    for result in (default, sensitive):
+        assert result.report.verification.status == graft_pb2.Verification.VERIFIED
+        changes = result.layout_changes()
+        assert len(changes) == 2, changes
+        assert changes[0].startswith("input 'x': NCHW [1,4,8,8] -> NHWC [1,8,8,4]"), changes
+        assert changes[1].startswith("output 'y': NCHW [1,4,1,1] -> NHWC [1,1,1,4]"), changes
+        out = onnx.load_from_string(result.model_bytes)
+        assert declared_dims(out.graph.input[0]) == [1, 8, 8, 4]
+        assert declared_dims(out.graph.output[0]) == [1, 1, 1, 4]
+        assert result.transposes()[1] == sum(n.op_type == "Transpose" for n in out.graph.node)
+    assert client.is_cached(model, io_layout=layouts, layout_sensitive_ops=True, verify=True)
+    assert client.lookup(model, io_layout=layouts, layout_sensitive_ops=False, verify=True) \
+        .model_bytes == default.model_bytes
+
+
+def test_io_layout_is_upper_cased_into_the_config():
+    from graft_client.config import IO_LAYOUTS, MAX_IO_LAYOUTS, pipeline_config
+    assert set(IO_LAYOUTS) == {"NHWC", "NCHW", "NWC", "NCW", "NDHWC", "NCDHW"}
+    config = pipeline_config(io_layout={"x": "nhwc", "y": "NCdhw", "z": "NWC"})
+    assert dict(config.io_layout) == {"x": "NHWC", "y": "NCDHW", "z": "NWC"}
+    assert not config.layout_sensitive_ops
+    for empty in (None, {}):
+        assert len(pipeline_config(io_layout=empty).io_layout) == 0
+    many = {f"v{k}": "NCHW" for k in range(MAX_IO_LAYOUTS)}
+    assert len(pipeline_config(io_layout=many).io_layout) == MAX_IO_LAYOUTS
+    assert pipeline_config(layout_sensitive_ops=True).layout_sensitive_ops
+    with pytest.raises(graft_client.InvalidArgumentError, match="layout_sensitive_ops must be a bool"):
+        pipeline_config(layout_sensitive_ops="yes")
+
+
+@pytest.mark.parametrize("io_layout, text", [
+    ([("x", "NHWC")], "io_layout must be a dict of input or output name -> layout, got list"),
+    ("x=NHWC", "io_layout must be a dict"),
+    ({"": "NHWC"}, "io_layout: names must be non-empty strings, got ''"),
+    ({1: "NHWC"}, "io_layout: names must be non-empty strings, got 1"),
+    ({"x": "HWCN"}, "io_layout: 'x' is given 'HWCN'; layouts: NHWC, NCHW, NWC, NCW, NDHWC, "
+                    "NCDHW"),
+    ({"x": ""}, "io_layout: 'x' is given ''"),
+    ({"x": "nhwc "}, "io_layout: 'x' is given 'nhwc '"),
+    ({"x": "\uff4ehwc"}, "layouts: NHWC"),  # a full-width n is not upper-cased to N
+    ({"x": 4}, "io_layout: the layout of 'x' must be a string, one of NHWC, NCHW"),
+    ({"x": None}, "the layout of 'x' must be a string"),
+    ({f"v{k}": "NHWC" for k in range(4097)}, "io_layout: at most 4096 names, got 4097"),
+])
+def test_io_layout_is_checked_before_any_call(io_layout, text):
+    """A bad io_layout is InvalidArgumentError from the client itself: the server (unreachable
+    here) is never asked."""
+    with graft_client.Client(UNREACHABLE, timeout=10) as nowhere:
+        for call in (nowhere.optimize, nowhere.lookup, nowhere.is_cached):
+            with pytest.raises(graft_client.InvalidArgumentError) as error:
+                call(conv_bn_bytes(seed=117), io_layout=io_layout)
+            assert text in str(error.value), str(error.value)
+
+
 # --- A fake server (fakes.py): what the client sends, and what it does with a hostile answer -
 
 
@@ -457,6 +584,27 @@ def test_every_model_call_carries_the_digest_header(fake_server):
     digest = hashlib.sha256(model).hexdigest()
     assert fake.metadata["Lookup"][graft_client.SHA256_METADATA] == digest
     assert fake.metadata["Optimize"][graft_client.SHA256_METADATA] == digest
+
+
+def test_io_layout_is_sent_and_the_report_read(fake_server):
+    """io_layout and layout_sensitive_ops reach Lookup and Optimize as PipelineConfig fields;
+    the report's layout_changes and Transpose counts are the Result's, in its JSON and HTML."""
+    lines = ["input 'x': NCHW [1,3,8,8] -> NHWC [1,8,8,3]",
+             "output 'y': NCHW [1,4,8,8] -> NHWC [1,8,8,4]"]
+    fake, target = fake_server(lambda: [chunk(b"out"), report(
+        b"out", layout_changes=lines, transposes_before=1, transposes_after=2)])
+    with graft_client.Client(target, timeout=10) as c:
+        result = c.optimize(conv_bn_bytes(seed=118), io_layout={"x": "nhwc", "y": "NHWC"},
+                            layout_sensitive_ops=True)
+    for config in (fake.lookups[0].config, fake.starts[0].config):
+        assert dict(config.io_layout) == {"x": "NHWC", "y": "NHWC"}
+        assert config.layout_sensitive_ops
+    assert result.layout_changes() == lines
+    assert result.transposes() == (1, 2)
+    data = result.report_dict()
+    assert (data["layout_changes"], data["transposes_before"], data["transposes_after"]) == \
+        (lines, "1", "2")
+    assert graft_client.embedded_report(result.report_html())["report"] == data
 
 
 @pytest.mark.parametrize("answer, error, text", [

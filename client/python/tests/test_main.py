@@ -16,7 +16,7 @@ import graft_client
 from graft_client import __main__ as cli
 from graft_client._stubs import graft_pb2_grpc
 from graft_client.errors import error_for
-from models import conv_bn_bytes, conv_bn_model
+from models import conv_bn_bytes, conv_bn_model, conv_relu_bytes
 
 
 def run_module(*args, stdin=None, cwd=None):
@@ -226,3 +226,53 @@ def test_plain_options_are_flags_from_the_schema(graftd, model, tmp_path):
     bad = run_module("optimize", model(62), "--server", graftd.address, "--min-cosine", "2")
     assert bad.returncode == 2
     assert b"min_cosine must be a number in [-1, 1]" in bad.stderr
+
+
+def test_io_layout_flags_reach_the_server(fake_server, model, capsys):
+    """--io-layout NAME=LAYOUT (repeatable, the layout upper-cased) and --layout-sensitive-ops
+    (a plain option's flag) become the PipelineConfig's io_layout and layout_sensitive_ops;
+    malformed or contradictory ones are usage errors before any call."""
+    from fakes import chunk, report
+    fake, target = fake_server(lambda: [chunk(b"out"), report(b"out")])
+    source = model(8207)
+    code, _, err = run_main(capsys, "optimize", source, "--server", target, "--io-layout",
+                            "X=nhwc", "--io-layout", "Y=NHWC", "--io-layout", "X=NHWC",
+                            "--layout-sensitive-ops", "-q")
+    assert (code, err) == (0, "")
+    for config in (fake.lookups[0].config, fake.starts[0].config):
+        assert dict(config.io_layout) == {"X": "NHWC", "Y": "NHWC"}
+        assert config.layout_sensitive_ops
+    code, _, err = run_main(capsys, "optimize", source, "--server", target, "-q")
+    assert code == 0 and not fake.lookups[-1].config.io_layout
+    assert not fake.lookups[-1].config.layout_sensitive_ops
+    calls = len(fake.lookups)
+    for args, start in [
+            (["--io-layout", "X"], "graft_client: --io-layout must look like NAME=VALUE, got 'X'"),
+            (["--io-layout", "=NHWC"], "graft_client: --io-layout must look like NAME=VALUE"),
+            (["--io-layout", "X=NHWC", "--io-layout", "X=nchw"],
+             "graft_client: --io-layout: 'X' is given two layouts"),
+            (["--io-layout", "X=HWCN"], "graft_client: INVALID_ARGUMENT: io_layout: 'X' is given "
+                                        "'HWCN'; layouts: NHWC, NCHW, NWC, NCW, NDHWC, NCDHW")]:
+        code, _, err = run_main(capsys, "optimize", source, "--server", target, *args)
+        assert code == 2, (args, err)
+        assert err.startswith(start), (args, err)
+    assert len(fake.lookups) == calls  # none of them reached the server
+
+
+def test_io_layout_end_to_end(graftd, tmp_path):
+    """--io-layout against graftd: the written model reads x in NHWC and the JSON report lists
+    the change and the Transpose counts."""
+    source, out, report = tmp_path / "m.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    source.write_bytes(conv_relu_bytes(8208))
+    r = run_module("optimize", source, "-o", out, "--server", graftd.address, "--io-layout",
+                   "x=nhwc", "--report-json", report, "-q")
+    assert r.returncode == 0, r.stderr
+    optimized = onnx.load(str(out))
+    assert [d.dim_value for d in optimized.graph.input[0].type.tensor_type.shape.dim] == \
+        [1, 8, 8, 3]
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert len(data["layout_changes"]) == 1
+    assert data["layout_changes"][0].startswith("input 'x': NCHW")
+    assert data["transposes_before"] == "0"
+    assert data["transposes_after"] == str(
+        sum(n.op_type == "Transpose" for n in optimized.graph.node))
