@@ -18,16 +18,16 @@
 namespace graft {
 
 PassInfo convert_layout_pass() {
-  return describe({.name = "convert_layout",
-                   .level = 2,
-                   .by_name_only = true,
-                   .description =
-                       "Transposes moved down as optimize_transposes does, and through Resize "
-                       "and GlobalAveragePool/GlobalMaxPool too, so fewer remain after an "
-                       "--io-layout change (by name, or --layout-sensitive-ops); the interface "
-                       "change itself is --io-layout",
-                   .options = {}},
-                  {layout_sensitive_transpose_rules});
+  return describe(
+      {.name = "convert_layout",
+       .level = 2,
+       .by_name_only = true,
+       .description = "Transposes moved down as optimize_transposes does, and through Resize "
+                      "and GlobalAveragePool/GlobalMaxPool too, so fewer remain after an "
+                      "--io-layout change (by name, or --layout-sensitive-ops); the interface "
+                      "change itself is --io-layout",
+       .options = {}},
+      {layout_sensitive_transpose_rules});
 }
 
 }  // namespace graft

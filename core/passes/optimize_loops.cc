@@ -42,6 +42,13 @@
 // body's one value each, Unsqueezed to a leading axis of 1. Exporters leave such Loops where a
 // Python loop ran once at export time, and unrolling leaves a remainder of one; inlined, the
 // body's nodes meet the rest of the graph's folding and fusions.
+//
+// Rule fold_zero_trip: a Loop whose trip count is a constant of at most 0, or whose initial
+// condition is a constant false, never runs its body (the condition is tested before the first
+// iteration): its carried outputs are their initial values and each scan output read is an
+// empty tensor [0, per-iteration dims], made only when the body's per-iteration value has a
+// known element type and static dims (else the rule says why and the Loop stays).
+
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -325,12 +332,56 @@ bool fold_single_trip(ir::Node& loop, Rewriter& rw) {
   return rw.erase(&loop);
 }
 
+bool fold_zero_trip(ir::Node& loop, Rewriter& rw) {
+  const ir::Value* m = loop.input(0);
+  const ir::Value* cond = loop.input(1);
+  const auto trips = m ? ir::constant_ints(m) : std::nullopt;
+  const auto go = cond ? ir::constant_ints(cond) : std::nullopt;
+  const bool no_trip = trips && trips->size() == 1 && (*trips)[0] <= 0;
+  const bool never = go && go->size() == 1 && (*go)[0] == 0;
+  if (!no_trip && !never)
+    return no_match(loop, "neither a constant trip count of 0 nor a constant false condition");
+  const ir::Graph* body = body_of(loop);
+  const size_t carried = loop.inputs().size() < 2 ? 0 : loop.inputs().size() - 2;
+  if (body == nullptr || body->inputs().size() != carried + 2 ||
+      body->outputs().size() < carried + 1 || loop.outputs().size() != body->outputs().size() - 1)
+    return no_match(loop, "the body's inputs and outputs do not match the Loop's");
+  ir::Graph& g = *loop.graph();
+  std::vector<ir::Value*> results(loop.outputs().size(), nullptr);
+  for (size_t k = 0; k < carried; ++k) {
+    if (!loop.output(k) || loop.output(k)->use_count() == 0) continue;
+    if (loop.input(2 + k) == nullptr) return no_match(loop, "a carried value has no initial value");
+    results[k] = loop.input(2 + k);
+  }
+  for (size_t j = carried; j < loop.outputs().size(); ++j) {
+    ir::Value* out = loop.output(j);
+    if (!out || out->use_count() == 0) continue;
+    const ir::Value* each = body->outputs()[j + 1].value;
+    auto dims = each->static_shape();
+    if (!dims || each->elem_type() == 0)
+      return no_match(loop,
+                      "a scan output read has no known element type or static per-iteration "
+                      "dims, so its empty value cannot be written");
+    onnx::TensorProto empty;
+    empty.set_data_type(each->elem_type());
+    empty.add_dims(0);
+    for (int64_t d : *dims) empty.add_dims(d);
+    results[j] = rw.add_constant(g, std::move(empty), out->name());
+  }
+  if (!rw.replace_node(&loop, results))
+    return no_match(loop, "an output could not be replaced by its initial value");
+  return true;
+}
+
 std::vector<Rule> loop_rules() {
   return {{"hoist_invariants",
            {"Loop", "Scan"},
            [](ir::Node& n, Rewriter& rw) { return hoist(n, rw); }},
-          {"fold_single_trip", {"Loop"}, [](ir::Node& n, Rewriter& rw) {
-             return fold_single_trip(n, rw);
+          {"fold_single_trip",
+           {"Loop"},
+           [](ir::Node& n, Rewriter& rw) { return fold_single_trip(n, rw); }},
+          {"fold_zero_trip", {"Loop"}, [](ir::Node& n, Rewriter& rw) {
+             return fold_zero_trip(n, rw);
            }}};
 }
 
@@ -342,7 +393,7 @@ PassInfo optimize_loops_pass() {
                    .description = "nodes of Loop and Scan bodies that compute the same value on "
                                   "every iteration move before the loop (from a body that may "
                                   "run zero times, only those that cannot fail); a Loop of one "
-                                  "trip becomes its body",
+                                  "trip becomes its body, one of no trip its initial values",
                    .options = {}},
                   {loop_rules});
 }

@@ -8,8 +8,8 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/base/status.h"
-#include "core/pipeline/fix_dims.h"
 #include "core/passes/queries.h"
+#include "core/pipeline/fix_dims.h"
 
 namespace graft {
 
@@ -17,9 +17,9 @@ namespace {
 
 // Each layout and the one the model is taken to compute in.
 const std::map<std::string, std::string>& counterparts() {
-  static const std::map<std::string, std::string> kPairs = {
-      {"NCHW", "NHWC"}, {"NHWC", "NCHW"},   {"NCW", "NWC"},
-      {"NWC", "NCW"},   {"NCDHW", "NDHWC"}, {"NDHWC", "NCDHW"}};
+  static const std::map<std::string, std::string> kPairs = {{"NCHW", "NHWC"},   {"NHWC", "NCHW"},
+                                                            {"NCW", "NWC"},     {"NWC", "NCW"},
+                                                            {"NCDHW", "NDHWC"}, {"NDHWC", "NCDHW"}};
   return kPairs;
 }
 
@@ -76,9 +76,10 @@ absl::StatusOr<Conversion> plan(const ir::Graph& g, const std::string& name,
   if (in) {
     const ir::GraphInput& gi = g.inputs()[*in];
     if (gi.value->is_initializer())
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, " has an initializer, a default the caller may override: its layout cannot "
-                 "change"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       " has an initializer, a default the caller may override: its layout cannot "
+                       "change"));
     info = &gi.info;
     c.input = true;
     c.index = *in;
@@ -87,11 +88,12 @@ absl::StatusOr<Conversion> plan(const ir::Graph& g, const std::string& name,
     const ir::Value* v = go.value;
     if (v->is_graph_input() || v->is_initializer() || v->producer() == nullptr)
       return absl::InvalidArgumentError(
-          absl::StrCat(where, " is an output no node computes (an input or an initializer): "
-                              "its layout cannot change"));
+          absl::StrCat(where,
+                       " is an output no node computes (an input or an initializer): "
+                       "its layout cannot change"));
     if (v->output_refs().size() != 1)
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, " is given as an output more than once: its layout cannot change"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is given as an output more than once: its layout cannot change"));
     info = &go.info;
     c.index = *out;
   }
@@ -100,13 +102,13 @@ absl::StatusOr<Conversion> plan(const ir::Graph& g, const std::string& name,
     return absl::InvalidArgumentError(absl::StrCat(where, " is not a tensor"));
   if (!type.tensor_type().has_shape())
     return absl::InvalidArgumentError(
-        absl::StrCat(where, " declares no shape, so its rank is unknown; give it with --fix-shape "
-                            "(inputs) or declare it in the model"));
+        absl::StrCat(where,
+                     " declares no shape, so its rank is unknown; give it with --fix-shape "
+                     "(inputs) or declare it in the model"));
   const int rank = type.tensor_type().shape().dim_size();
   if (rank != static_cast<int>(to.size()))
-    return absl::InvalidArgumentError(absl::StrCat(where, " has rank ", rank, " ",
-                                                   dims_text(type), "; ", to, " needs rank ",
-                                                   to.size()));
+    return absl::InvalidArgumentError(absl::StrCat(where, " has rank ", rank, " ", dims_text(type),
+                                                   "; ", to, " needs rank ", to.size()));
   c.type = type;
   auto* dims = c.type.mutable_tensor_type()->mutable_shape();
   const std::vector<int64_t> perm = layout_perm(c.from, c.to);
@@ -128,8 +130,8 @@ const std::vector<std::string>& io_layout_names() {
 
 absl::Status check_io_layout_config(const std::map<std::string, std::string>& layouts) {
   if (layouts.size() > kMaxIoLayouts)
-    return absl::InvalidArgumentError(absl::StrCat("io_layout: ", layouts.size(),
-                                                   " entries, at most ", kMaxIoLayouts));
+    return absl::InvalidArgumentError(
+        absl::StrCat("io_layout: ", layouts.size(), " entries, at most ", kMaxIoLayouts));
   for (const auto& [name, layout] : layouts) {
     if (name.empty()) return absl::InvalidArgumentError("io_layout: an empty name");
     if (!counterparts().count(layout)) {
@@ -171,11 +173,10 @@ absl::Status convert_io_layout(ir::Model& model, const std::map<std::string, std
       t->set_attr(ints_attr("perm", layout_perm(c.to, c.from)));
       for (const ir::Use& u : uses) u.node->set_input(static_cast<size_t>(u.index), t->output(0));
       if (changed)
-        changed->push_back(absl::StrCat("input ", quoted_name(x->name()), ": ", c.from, " ",
-                                        dims_text(g.inputs()[c.index].info.type()), " -> ", c.to,
-                                        " ", dims_text(c.type),
-                                        layout_note(g.inputs()[c.index].info.type(), c.from,
-                                                    c.to)));
+        changed->push_back(absl::StrCat(
+            "input ", quoted_name(x->name()), ": ", c.from, " ",
+            dims_text(g.inputs()[c.index].info.type()), " -> ", c.to, " ", dims_text(c.type),
+            layout_note(g.inputs()[c.index].info.type(), c.from, c.to)));
       g.set_input_type(c.index, c.type);
     } else {
       ir::Value* y = g.outputs()[c.index].value;
@@ -190,11 +191,10 @@ absl::Status convert_io_layout(ir::Model& model, const std::map<std::string, std
       t->set_input(0, v);
       for (const ir::Use& u : uses) u.node->set_input(static_cast<size_t>(u.index), v);
       if (changed)
-        changed->push_back(absl::StrCat("output ", quoted_name(y->name()), ": ", c.from, " ",
-                                        dims_text(g.outputs()[c.index].info.type()), " -> ", c.to,
-                                        " ", dims_text(c.type),
-                                        layout_note(g.outputs()[c.index].info.type(), c.from,
-                                                    c.to)));
+        changed->push_back(absl::StrCat(
+            "output ", quoted_name(y->name()), ": ", c.from, " ",
+            dims_text(g.outputs()[c.index].info.type()), " -> ", c.to, " ", dims_text(c.type),
+            layout_note(g.outputs()[c.index].info.type(), c.from, c.to)));
       g.set_output_type(c.index, c.type);
     }
   }
