@@ -126,63 +126,66 @@ TEST(SparseInitializers, HostileTensorsAreRefused) {
   struct Case {
     const char* what;
     SparseTensorProto sparse;
+    const char* reason = "";  // in the error message
   };
   std::vector<Case> cases;
-  cases.push_back({"index out of range", float_sparse({2, 3}, {1, 2}, {1, 6})});
-  cases.push_back({"negative index", float_sparse({2, 3}, {1, 2}, {-1, 2})});
-  cases.push_back({"duplicate", float_sparse({2, 3}, {1, 2}, {3, 3})});
-  cases.push_back({"unsorted", float_sparse({2, 3}, {1, 2}, {4, 3})});
-  cases.push_back({"coordinate out of its dim", float_sparse({2, 3}, {1}, {0, 3}, true)});
-  cases.push_back({"coordinates unsorted", float_sparse({2, 3}, {1, 2}, {1, 0, 0, 2}, true)});
+  cases.push_back({"index out of range", float_sparse({2, 3}, {1, 2}, {1, 6}), "is outside the 6 elements"});
+  cases.push_back({"negative index", float_sparse({2, 3}, {1, 2}, {-1, 2}), "is outside the 6 elements"});
+  cases.push_back({"duplicate", float_sparse({2, 3}, {1, 2}, {3, 3}), "ascending, without duplicates"});
+  cases.push_back({"unsorted", float_sparse({2, 3}, {1, 2}, {4, 3}), "ascending, without duplicates"});
+  cases.push_back({"coordinate out of its dim", float_sparse({2, 3}, {1}, {0, 3}, true), "is outside dim 3"});
+  cases.push_back({"coordinates unsorted", float_sparse({2, 3}, {1, 2}, {1, 0, 0, 2}, true), "ascending, without duplicates"});
   {
     SparseTensorProto s = float_sparse({2, 3}, {1, 2}, {0, 1});
     s.mutable_values()->add_dims(1);  // values [2, 1]
-    cases.push_back({"values of rank 2", s});
+    cases.push_back({"values of rank 2", s, "shape [NNZ]"});
   }
   {
     SparseTensorProto s = float_sparse({2, 3}, {1, 2}, {0, 1});
     s.mutable_values()->set_dims(0, 3);  // 3 values declared, 2 stored
-    cases.push_back({"values shorter than their dims", s});
+    cases.push_back({"values shorter than their dims", s, "payload does not match"});
   }
   {
     SparseTensorProto s = float_sparse({2, 3}, {1, 2}, {0, 1});
     s.mutable_indices()->set_dims(0, 3);
-    cases.push_back({"indices dims not [NNZ]", s});
+    cases.push_back({"indices dims not [NNZ]", s, "indices of shape [3]"});
   }
   {
     SparseTensorProto s = float_sparse({2, 3}, {1, 2}, {0, 1});
     s.mutable_indices()->set_data_type(TensorProto::INT32);
-    cases.push_back({"int32 indices", s});
+    cases.push_back({"int32 indices", s, "must be INT64"});
   }
   {
     SparseTensorProto s = float_sparse({2, 3}, {1}, {0});
     s.clear_indices();
-    cases.push_back({"values without indices", s});
+    cases.push_back({"values without indices", s, "without indices"});
   }
-  cases.push_back({"dim 0", float_sparse({2, 0}, {}, {})});
-  cases.push_back({"negative dim", float_sparse({-2, 3}, {}, {})});
-  cases.push_back({"rank 0", float_sparse({}, {}, {})});
+  cases.push_back({"dim 0", float_sparse({2, 0}, {}, {}), "dims must be positive"});
+  cases.push_back({"negative dim", float_sparse({-2, 3}, {}, {}), "dims must be positive"});
+  cases.push_back({"rank 0", float_sparse({}, {}, {}), "rank 0"});
   // One value, dims asking for 2^62 elements (and 2^64 bytes: the product saturates).
-  cases.push_back({"huge dims", float_sparse({int64_t{1} << 31, int64_t{1} << 31}, {1}, {0})});
+  cases.push_back({"huge dims", float_sparse({int64_t{1} << 31, int64_t{1} << 31}, {1}, {0}), "dense form would take"});
   cases.push_back({"dims product overflows",
-                   float_sparse({int64_t{1} << 40, int64_t{1} << 40, 8}, {1}, {0})});
+                   float_sparse({int64_t{1} << 40, int64_t{1} << 40, 8}, {1}, {0}), "dense form would take 18446744073709551615 bytes"});
   // Within int64 but past what this small model may take dense.
-  cases.push_back({"past the dense budget", float_sparse({int64_t{1} << 30}, {1}, {0})});
+  cases.push_back({"past the dense budget", float_sparse({int64_t{1} << 30}, {1}, {0}), "dense form would take 4294967296 bytes"});
   {
     SparseTensorProto s = float_sparse({4}, {1}, {0});
     s.mutable_values()->set_data_type(TensorProto::STRING);
-    cases.push_back({"string values", s});
+    cases.push_back({"string values", s, "does not read sparse"});
   }
   {
     SparseTensorProto s = float_sparse({4}, {1}, {0});
     s.mutable_values()->set_name("");
-    cases.push_back({"unnamed", s});
+    cases.push_back({"unnamed", s, "unnamed sparse initializer"});
   }
   for (const Case& c : cases) {
     auto model = load(add_model(c.sparse, {2, 3}));
     ASSERT_FALSE(model.ok()) << c.what;
     EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
     EXPECT_NE(model.status().message().find("invalid model"), std::string::npos)
+        << c.what << ": " << model.status();
+    EXPECT_NE(model.status().message().find(c.reason), std::string::npos)
         << c.what << ": " << model.status();
   }
 }
