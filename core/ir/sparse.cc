@@ -75,9 +75,9 @@ absl::StatusOr<TensorProto> densify(const SparseTensorProto& sparse, uint64_t ma
   }
   const uint64_t dense_bytes = sat_mul(count, es);
   if (dense_bytes > max_dense_bytes)
-    return bad_sparse(sparse, absl::StrCat("its dense form would take ", dense_bytes,
-                                           " bytes, more than the ", max_dense_bytes,
-                                           " bytes allowed for this model"));
+    return bad_sparse(
+        sparse, absl::StrCat("its dense form would take ", dense_bytes, " bytes, more than the ",
+                             max_dense_bytes, " bytes allowed for this model"));
   if (static_cast<uint64_t>(nnz) > count)
     return bad_sparse(sparse, absl::StrCat(nnz, " values for ", count, " elements"));
   std::optional<std::string> payload = dense_payload(values);
@@ -94,8 +94,9 @@ absl::StatusOr<TensorProto> densify(const SparseTensorProto& sparse, uint64_t ma
     if (indices.dims_size() != 1 && !coordinates)
       return bad_sparse(sparse, "indices must be of shape [NNZ] or [NNZ, rank]");
     if (indices.dims(0) != nnz || (coordinates && indices.dims(1) != rank))
-      return bad_sparse(sparse, absl::StrCat("indices of shape [", absl::StrJoin(indices.dims(), ", "),
-                                             "] for ", nnz, " values of rank ", rank));
+      return bad_sparse(
+          sparse, absl::StrCat("indices of shape [", absl::StrJoin(indices.dims(), ", "), "] for ",
+                               nnz, " values of rank ", rank));
     // Bounded: nnz <= count, and count * es fits max_dense_bytes.
     std::optional<std::vector<int64_t>> raw = read_int64s(indices);
     if (!raw) return bad_sparse(sparse, "indices whose payload does not match their dims");
@@ -149,7 +150,8 @@ std::optional<SparseSize> sparse_size(const TensorProto& dense) {
   const size_t es = element_size(dense.data_type());
   SparseSize size;
   size.elements = static_cast<int64_t>(payload->size() / es);
-  for (size_t at = 0; at < payload->size(); at += es) size.nonzeros += !is_zero(payload->data() + at, es);
+  for (size_t at = 0; at < payload->size(); at += es)
+    size.nonzeros += !is_zero(payload->data() + at, es);
   size.dense_bytes = payload->size();
   size.sparse_bytes = static_cast<uint64_t>(size.nonzeros) * (es + sizeof(int64_t));
   return size;

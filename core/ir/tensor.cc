@@ -128,7 +128,8 @@ namespace {
 template <typename T>
 bool read_raw(const std::string& raw, int64_t count, std::vector<T>& out) {
   // Divided, not multiplied: a hostile count times sizeof(T) wraps around to raw.size().
-  if (count < 0 || raw.size() % sizeof(T) != 0 || raw.size() / sizeof(T) != static_cast<size_t>(count))
+  if (count < 0 || raw.size() % sizeof(T) != 0 ||
+      raw.size() / sizeof(T) != static_cast<size_t>(count))
     return false;
   out.resize(count);
   if (count) std::memcpy(out.data(), raw.data(), raw.size());

@@ -6,7 +6,8 @@
 //
 // A weight is stored sparse when it has at least `min_elements` elements, at least
 // `min_zero_percent` of them are zero, and its COO parts ((element size + 8) bytes per non-zero)
-// are smaller than its dense payload. Numeric types of 1, 2, 4 or 8 bytes (ir::sparse_element_type).
+// are smaller than its dense payload. Numeric types of 1, 2, 4 or 8 bytes
+// (ir::sparse_element_type).
 //
 // Left alone:
 //  - models before IR version 6, which has no sparse initializers (the IR version is not raised:
@@ -69,10 +70,10 @@ class StoreSparse final : public Pass {
              .node = v->name(),
              .op = "initializer",
              .graph = g->parent() ? g->name() : "",
-             .reason = absl::StrFormat("%.1f%% zeros: %d bytes dense, %d bytes sparse",
-                                       100.0 * static_cast<double>(zeros) /
-                                           static_cast<double>(size->elements),
-                                       size->dense_bytes, size->sparse_bytes)});
+             .reason = absl::StrFormat(
+                 "%.1f%% zeros: %d bytes dense, %d bytes sparse",
+                 100.0 * static_cast<double>(zeros) / static_cast<double>(size->elements),
+                 size->dense_bytes, size->sparse_bytes)});
       }
     return result;
   }
@@ -88,10 +89,11 @@ PassInfo store_sparse_pass() {
        .description = "initializers that are mostly zeros are saved as ONNX sparse initializers "
                       "(COO): a smaller file, the same values (lossless; IR version >= 6; by "
                       "name only)",
-       .options = {integer_option(kMinZeroPercent, 50, 1, 100,
-                                  "the least percentage of zero elements a stored-sparse weight has"),
-                   integer_option(kMinElements, 1024, 1, std::numeric_limits<int64_t>::max(),
-                                  "initializers with fewer elements stay dense")}});
+       .options = {
+           integer_option(kMinZeroPercent, 50, 1, 100,
+                          "the least percentage of zero elements a stored-sparse weight has"),
+           integer_option(kMinElements, 1024, 1, std::numeric_limits<int64_t>::max(),
+                          "initializers with fewer elements stay dense")}});
 }
 
 }  // namespace graft

@@ -129,12 +129,18 @@ TEST(SparseInitializers, HostileTensorsAreRefused) {
     const char* reason = "";  // in the error message
   };
   std::vector<Case> cases;
-  cases.push_back({"index out of range", float_sparse({2, 3}, {1, 2}, {1, 6}), "is outside the 6 elements"});
-  cases.push_back({"negative index", float_sparse({2, 3}, {1, 2}, {-1, 2}), "is outside the 6 elements"});
-  cases.push_back({"duplicate", float_sparse({2, 3}, {1, 2}, {3, 3}), "ascending, without duplicates"});
-  cases.push_back({"unsorted", float_sparse({2, 3}, {1, 2}, {4, 3}), "ascending, without duplicates"});
-  cases.push_back({"coordinate out of its dim", float_sparse({2, 3}, {1}, {0, 3}, true), "is outside dim 3"});
-  cases.push_back({"coordinates unsorted", float_sparse({2, 3}, {1, 2}, {1, 0, 0, 2}, true), "ascending, without duplicates"});
+  cases.push_back(
+      {"index out of range", float_sparse({2, 3}, {1, 2}, {1, 6}), "is outside the 6 elements"});
+  cases.push_back(
+      {"negative index", float_sparse({2, 3}, {1, 2}, {-1, 2}), "is outside the 6 elements"});
+  cases.push_back(
+      {"duplicate", float_sparse({2, 3}, {1, 2}, {3, 3}), "ascending, without duplicates"});
+  cases.push_back(
+      {"unsorted", float_sparse({2, 3}, {1, 2}, {4, 3}), "ascending, without duplicates"});
+  cases.push_back(
+      {"coordinate out of its dim", float_sparse({2, 3}, {1}, {0, 3}, true), "is outside dim 3"});
+  cases.push_back({"coordinates unsorted", float_sparse({2, 3}, {1, 2}, {1, 0, 0, 2}, true),
+                   "ascending, without duplicates"});
   {
     SparseTensorProto s = float_sparse({2, 3}, {1, 2}, {0, 1});
     s.mutable_values()->add_dims(1);  // values [2, 1]
@@ -164,11 +170,14 @@ TEST(SparseInitializers, HostileTensorsAreRefused) {
   cases.push_back({"negative dim", float_sparse({-2, 3}, {}, {}), "dims must be positive"});
   cases.push_back({"rank 0", float_sparse({}, {}, {}), "rank 0"});
   // One value, dims asking for 2^62 elements (and 2^64 bytes: the product saturates).
-  cases.push_back({"huge dims", float_sparse({int64_t{1} << 31, int64_t{1} << 31}, {1}, {0}), "dense form would take"});
+  cases.push_back({"huge dims", float_sparse({int64_t{1} << 31, int64_t{1} << 31}, {1}, {0}),
+                   "dense form would take"});
   cases.push_back({"dims product overflows",
-                   float_sparse({int64_t{1} << 40, int64_t{1} << 40, 8}, {1}, {0}), "dense form would take 18446744073709551615 bytes"});
+                   float_sparse({int64_t{1} << 40, int64_t{1} << 40, 8}, {1}, {0}),
+                   "dense form would take 18446744073709551615 bytes"});
   // Within int64 but past what this small model may take dense.
-  cases.push_back({"past the dense budget", float_sparse({int64_t{1} << 30}, {1}, {0}), "dense form would take 4294967296 bytes"});
+  cases.push_back({"past the dense budget", float_sparse({int64_t{1} << 30}, {1}, {0}),
+                   "dense form would take 4294967296 bytes"});
   {
     SparseTensorProto s = float_sparse({4}, {1}, {0});
     s.mutable_values()->set_data_type(TensorProto::STRING);

@@ -77,11 +77,13 @@ TEST(StoreSparse, ThresholdAndSize) {
   // 47% zeros at a 40% threshold: COO (12 bytes a float32 value) larger than dense.
   model = parse_text(model_text(60));
   ASSERT_NE(model, nullptr);
-  EXPECT_FALSE(run_pass(*model, kPass, {{"min_elements", "16"}, {"min_zero_percent", "40"}}).changed);
+  EXPECT_FALSE(
+      run_pass(*model, kPass, {{"min_elements", "16"}, {"min_zero_percent", "40"}}).changed);
   // 70% zeros at a 70% threshold: stored.
   model = parse_text(model_text(90));
   ASSERT_NE(model, nullptr);
-  EXPECT_TRUE(run_pass(*model, kPass, {{"min_elements", "16"}, {"min_zero_percent", "70"}}).changed);
+  EXPECT_TRUE(
+      run_pass(*model, kPass, {{"min_elements", "16"}, {"min_zero_percent", "70"}}).changed);
   // Fewer elements than min_elements: kept dense.
   model = parse_text(model_text(128));
   ASSERT_NE(model, nullptr);
