@@ -15,6 +15,7 @@ ModelFingerprint fingerprint(const ir::Model& model) {
     for (ir::Value* v : g->initializers()) {
       onnx::TensorProto stub;
       stub.add_int64_data(static_cast<int64_t>(fp.tensors.size()));
+      stub.add_int64_data(v->stored_sparse() ? 1 : 0);  // storage is structure too
       fp.tensors.push_back(v->shared_initializer());
       v->set_initializer(std::move(stub));
     }

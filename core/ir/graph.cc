@@ -30,6 +30,13 @@ void Value::set_initializer(onnx::TensorProto tensor) {
   for (const Use& u : uses_) u.node->edited();
 }
 
+void Value::set_stored_sparse(bool sparse) {
+  if (sparse == stored_sparse_) return;
+  if (owner_) owner_->model()->on_undo([this, old = stored_sparse_] { stored_sparse_ = old; });
+  stored_sparse_ = sparse;
+  if (owner_) owner_->model()->touch();
+}
+
 void Value::drop_fact() {
   Model* model = owner_ ? owner_->model() : nullptr;
   if (model && model->journaling() && (fact_gen_ != 0 || inferred_)) {
@@ -505,6 +512,7 @@ class NodeCopier {
       Value* v = copies_.count(init) ? copies_[init] : define(d, init);
       // Shared, like a clone's: tensors are immutable, and saving writes the value's name.
       v->initializer_ = init->initializer_;
+      v->stored_sparse_ = init->stored_sparse_;
       v->init_order_ = d.next_init_order_++;
       d.initializers_.push_back(v);
     }

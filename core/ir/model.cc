@@ -3,6 +3,8 @@
 
 #include "core/base/status.h"
 #include "core/ir/operands.h"
+#include "core/ir/saturating.h"
+#include "core/ir/sparse.h"
 #include "core/paths/beneath.h"
 #include "core/paths/files.h"
 
@@ -41,7 +43,8 @@ std::vector<std::unique_ptr<T>> release_all(google::protobuf::RepeatedPtrField<T
 
 class Loader {
  public:
-  explicit Loader(Model* model) : model_(model) {}
+  // `dense_budget`: the most bytes the model's sparse initializers may take dense, all together.
+  Loader(Model* model, uint64_t dense_budget) : model_(model), dense_budget_(dense_budget) {}
 
   // Loads `src` (consumed) into `g`. Node inputs and outputs are resolved in scope, subgraphs
   // recursively; the graph is then sorted topologically.
@@ -75,9 +78,30 @@ class Loader {
       v->init_order_ = g->next_init_order_++;
       g->initializers_.push_back(v);
     }
-    for (const auto& sparse : g->rest_.sparse_initializer()) {
-      const std::string& name = sparse.values().name();
-      if (!name.empty() && !g->find_local(name)) define(g, name);
+    // Sparse initializers become dense ones marked stored_sparse; those in external data stay
+    // opaque in rest_ (their names defined, without a tensor).
+    auto sparse = release_all(g->rest_.mutable_sparse_initializer());
+    std::set<std::string> opaque;
+    for (auto& s : sparse) {
+      const std::string& name = s->values().name();
+      if (name.empty())
+        return bad_model(absl::StrCat("graph '", gname, "' has an unnamed sparse initializer"));
+      Value* v = g->find_local(name);
+      if ((v && (!v->graph_input_ || v->initializer_)) || opaque.count(name))
+        return bad_model(absl::StrCat("initializer '", name, "' is defined twice"));
+      if (is_external(s->values()) || is_external(s->indices())) {
+        if (!v) define(g, name);
+        opaque.insert(name);
+        g->rest_.mutable_sparse_initializer()->AddAllocated(s.release());
+        continue;
+      }
+      ASSIGN_OR_RETURN(onnx::TensorProto dense, densify(*s, dense_budget_));
+      dense_budget_ -= tensor_bytes(dense);
+      if (!v) v = define(g, name);
+      v->initializer_ = std::make_shared<const onnx::TensorProto>(std::move(dense));
+      v->stored_sparse_ = true;
+      v->init_order_ = g->next_init_order_++;
+      g->initializers_.push_back(v);
     }
 
     std::vector<Node*> loaded;
@@ -202,6 +226,7 @@ class Loader {
   }
 
   Model* model_;
+  uint64_t dense_budget_;
 };
 
 Model::Model() : graph_(std::make_unique<Graph>(this, nullptr)) {}
@@ -209,11 +234,15 @@ Model::~Model() = default;
 
 absl::StatusOr<std::unique_ptr<Model>> Model::from_proto(onnx::ModelProto&& proto) {
   if (!proto.has_graph()) return bad_model("the model has no graph");
+  // Sparse initializers are held dense: at most kSparseExpansion times the model's size (at
+  // least kSparseDenseFloor bytes) in all, so a few bytes cannot ask for gigabytes.
+  const uint64_t dense_budget =
+      std::max<uint64_t>(kSparseDenseFloor, sat_mul(proto.ByteSizeLong(), kSparseExpansion));
   auto model = std::make_unique<Model>();
   model->rest_.Swap(&proto);
   std::unique_ptr<onnx::GraphProto> graph(model->rest_.release_graph());
   auto functions = release_all(model->rest_.mutable_functions());
-  Loader loader(model.get());
+  Loader loader(model.get(), dense_budget);
   model->functions_.resize(functions.size());
   for (size_t i = 0; i < functions.size(); ++i)
     RETURN_IF_ERROR(loader.load_function(&model->functions_[i], functions[i].get()));
@@ -254,6 +283,13 @@ void Graph::save(onnx::GraphProto* out, bool move_tensors) {
     info->set_name(in.value->name());
   }
   for (Value* v : initializers()) {
+    if (v->stored_sparse_) {
+      if (auto sparse = sparsify(*v->initializer_)) {
+        sparse->mutable_values()->set_name(v->name());
+        out->add_sparse_initializer()->Swap(&*sparse);
+        continue;
+      }
+    }
     auto* t = out->add_initializer();
     if (move_tensors && v->initializer_.use_count() == 1) {
       // This model is the only owner: hand the bytes over instead of copying them.
@@ -373,78 +409,6 @@ void for_each_tensor(onnx::ModelProto* m, const std::function<void(onnx::TensorP
     for_each_tensor(t.mutable_initialization(), f);
     for_each_tensor(t.mutable_algorithm(), f);
   }
-}
-
-// The little-endian payload of an in-memory tensor of a fixed-size type, from raw_data or its
-// typed field (ONNX's storage rules); nullopt when the field does not match the dims.
-std::optional<std::string> raw_payload(const onnx::TensorProto& t) {
-  const size_t es = element_size(t.data_type());
-  auto count = element_count(t);
-  if (!count) return std::nullopt;
-  const uint64_t n = static_cast<uint64_t>(*count);
-  std::string out;
-  if (is_4bit(t.data_type())) {  // one packed byte per int32_data entry
-    if (static_cast<uint64_t>(t.int32_data_size()) != n / 2 + n % 2) return std::nullopt;
-    for (int32_t b : t.int32_data()) out.push_back(static_cast<char>(b & 0xff));
-    return out;
-  }
-  if (es == 0) return std::nullopt;
-  auto put = [&](const auto& field, auto tag, uint64_t per_element) -> bool {
-    using T = decltype(tag);
-    if (static_cast<uint64_t>(field.size()) != n * per_element) return false;
-    out.resize(field.size() * sizeof(T));
-    for (int i = 0; i < field.size(); ++i) {
-      const T v = static_cast<T>(field.Get(i));
-      std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
-    }
-    return true;
-  };
-  bool ok = false;
-  switch (t.data_type()) {
-    case onnx::TensorProto::FLOAT:
-      ok = put(t.float_data(), float{}, 1);
-      break;
-    case onnx::TensorProto::COMPLEX64:
-      ok = put(t.float_data(), float{}, 2);
-      break;
-    case onnx::TensorProto::DOUBLE:
-      ok = put(t.double_data(), double{}, 1);
-      break;
-    case onnx::TensorProto::COMPLEX128:
-      ok = put(t.double_data(), double{}, 2);
-      break;
-    case onnx::TensorProto::INT64:
-      ok = put(t.int64_data(), int64_t{}, 1);
-      break;
-    case onnx::TensorProto::UINT64:
-      ok = put(t.uint64_data(), uint64_t{}, 1);
-      break;
-    case onnx::TensorProto::UINT32:
-      ok = put(t.uint64_data(), uint32_t{}, 1);
-      break;
-    case onnx::TensorProto::INT32:
-      ok = put(t.int32_data(), int32_t{}, 1);
-      break;
-    case onnx::TensorProto::INT16:
-      ok = put(t.int32_data(), int16_t{}, 1);
-      break;
-    case onnx::TensorProto::UINT16:
-    case onnx::TensorProto::FLOAT16:
-    case onnx::TensorProto::BFLOAT16:
-      ok = put(t.int32_data(), uint16_t{}, 1);
-      break;
-    case onnx::TensorProto::INT8:
-      ok = put(t.int32_data(), int8_t{}, 1);
-      break;
-    case onnx::TensorProto::UINT8:
-    case onnx::TensorProto::BOOL:
-      ok = put(t.int32_data(), uint8_t{}, 1);
-      break;
-    default:
-      break;
-  }
-  if (!ok) return std::nullopt;
-  return out;
 }
 
 std::string external_location(const onnx::TensorProto& t) {
@@ -602,7 +566,7 @@ absl::StatusOr<Model::SavedModel> Model::serialize_with_external(const ExternalW
     if (t->has_raw_data()) {
       payload = t->raw_data();
     } else {
-      converted = raw_payload(*t);
+      converted = typed_payload(*t);
       if (!converted) return;
       payload = *converted;
     }
@@ -673,6 +637,7 @@ class Cloner {
       // owner_ is set in wire(): a value's scope may differ from the graph storing it.
       nv->graph_input_ = v->graph_input_;
       nv->initializer_ = v->initializer_;
+      nv->stored_sparse_ = v->stored_sparse_;
       if (v->info_) nv->info_ = std::make_unique<onnx::ValueInfoProto>(*v->info_);
       nv->info_order_ = v->info_order_;
       nv->init_order_ = v->init_order_;

@@ -2,9 +2,12 @@
 // the Values they define; Values know their producer and every use (also uses from nested
 // subgraphs, which capture outer values by name in ONNX).
 //
-// Everything the IR does not model explicitly (doc strings, metadata, unknown fields, sparse
-// initializers, quantization annotations, training info) stays in "rest" protos with the
-// modelled fields cleared, so a load/save round trip is lossless.
+// Everything the IR does not model explicitly (doc strings, metadata, unknown fields,
+// quantization annotations, training info) stays in "rest" protos with the modelled fields
+// cleared, so a load/save round trip is lossless. Sparse initializers are loaded as dense
+// initializers marked Value::stored_sparse (saved sparse again), except those whose values or
+// indices are external data: those stay opaque in the graph's rest (named values without a
+// tensor, which passes leave alone).
 //
 // Mutation rules for passes:
 //  - nodes() returns a snapshot (a copy) in topological order; mutating while iterating it is
@@ -78,7 +81,14 @@ class Value {
     return initializer_;
   }
   // Replaces the tensor of an existing initializer (its name is forced to this value's name).
+  // Whether it is stored sparse stays as it was.
   void set_initializer(onnx::TensorProto tensor);
+  // An initializer saved as an ONNX sparse initializer (graph.sparse_initializer, COO: sparse.h)
+  // rather than a dense one: loaded from one, or chosen by store_sparse. Storage only: the IR,
+  // the passes and the evaluator see the dense tensor. Saving writes it sparse when its tensor
+  // can be (sparse_size), dense otherwise. Journaled.
+  bool stored_sparse() const { return stored_sparse_; }
+  void set_stored_sparse(bool sparse);
 
   // Declared type: value_info entry, graph input/output declaration, or initializer.
   const onnx::TypeProto* type() const;
@@ -120,6 +130,7 @@ class Value {
   std::vector<std::pair<Graph*, int>> output_refs_;  // graph outputs naming this value
   bool graph_input_ = false;
   bool dead_ = false;
+  bool stored_sparse_ = false;
   std::shared_ptr<const onnx::TensorProto> initializer_;
   mutable std::unique_ptr<onnx::TypeProto> initializer_type_;  // derived, cached
   std::unique_ptr<onnx::ValueInfoProto> info_;                 // graph value_info entry
@@ -266,7 +277,7 @@ class Graph {
   // returns the value the copy reads instead, which must be in scope in this graph (nullptr makes
   // a node input absent). Returns {}, with nothing changed, when the copy cannot be made (or
   // `srcs` is empty): a subgraph output `outer` maps to nullptr, or a subgraph holding sparse
-  // initializers (named values the IR keeps as opaque protos).
+  // initializers in external data (named values the IR keeps as opaque protos).
   std::vector<Node*> copy_nodes(const std::vector<const Node*>& srcs,
                                 const std::function<Value*(Value*)>& outer);
   // Creates an initializer value with a fresh name derived from `name_hint`.
@@ -334,7 +345,8 @@ class Graph {
 
   Model* model_;
   Node* parent_;
-  onnx::GraphProto rest_;  // name, doc_string, sparse_initializer, quantization_annotation...
+  // name, doc_string, quantization_annotation..., sparse initializers in external data
+  onnx::GraphProto rest_;
   std::vector<std::unique_ptr<Node>> nodes_;
   mutable std::vector<Node*> order_;
   mutable bool order_valid_ = false;

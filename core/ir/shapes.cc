@@ -325,6 +325,9 @@ void FactEngine::run_inference(Model& m) {
   m.inference_done_ = true;
   if (!libonnx_knows(m) || has_huge_shape_tensor(m) || has_deep_function_calls(m)) return;
   auto copy = m.clone();
+  // libonnx types a sparse initializer as a sparse tensor, which no operator takes.
+  for (Graph* g : copy->all_graphs())
+    for (Value* v : g->initializers()) v->set_stored_sparse(false);
   for (Value* v : copy->graph().initializers()) {
     const TensorProto& t = *v->initializer();
     if (tensor_bytes(t) <= kStubBytes && !is_external(t)) continue;

@@ -127,7 +127,10 @@ namespace {
 
 template <typename T>
 bool read_raw(const std::string& raw, int64_t count, std::vector<T>& out) {
-  if (raw.size() != static_cast<size_t>(count) * sizeof(T)) return false;
+  // Divided, not multiplied: a hostile count times sizeof(T) wraps around to raw.size().
+  if (count < 0 || raw.size() % sizeof(T) != 0 ||
+      raw.size() / sizeof(T) != static_cast<size_t>(count))
+    return false;
   out.resize(count);
   if (count) std::memcpy(out.data(), raw.data(), raw.size());
   return true;
@@ -333,6 +336,85 @@ std::optional<onnx::TensorProto> float_to_half_tensor(const onnx::TensorProto& t
   }
   out.set_raw_data(std::move(raw));
   return out;
+}
+
+std::optional<std::string> typed_payload(const onnx::TensorProto& t) {
+  const size_t es = element_size(t.data_type());
+  auto count = element_count(t);
+  if (!count) return std::nullopt;
+  const uint64_t n = static_cast<uint64_t>(*count);
+  std::string out;
+  if (is_4bit(t.data_type())) {  // one packed byte per int32_data entry
+    if (static_cast<uint64_t>(t.int32_data_size()) != n / 2 + n % 2) return std::nullopt;
+    for (int32_t b : t.int32_data()) out.push_back(static_cast<char>(b & 0xff));
+    return out;
+  }
+  if (es == 0) return std::nullopt;
+  auto put = [&](const auto& field, auto tag, uint64_t per_element) -> bool {
+    using T = decltype(tag);
+    if (static_cast<uint64_t>(field.size()) != n * per_element) return false;
+    out.resize(field.size() * sizeof(T));
+    for (int i = 0; i < field.size(); ++i) {
+      const T v = static_cast<T>(field.Get(i));
+      std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+    }
+    return true;
+  };
+  bool ok = false;
+  switch (t.data_type()) {
+    case TensorProto::FLOAT:
+      ok = put(t.float_data(), float{}, 1);
+      break;
+    case TensorProto::COMPLEX64:
+      ok = put(t.float_data(), float{}, 2);
+      break;
+    case TensorProto::DOUBLE:
+      ok = put(t.double_data(), double{}, 1);
+      break;
+    case TensorProto::COMPLEX128:
+      ok = put(t.double_data(), double{}, 2);
+      break;
+    case TensorProto::INT64:
+      ok = put(t.int64_data(), int64_t{}, 1);
+      break;
+    case TensorProto::UINT64:
+      ok = put(t.uint64_data(), uint64_t{}, 1);
+      break;
+    case TensorProto::UINT32:
+      ok = put(t.uint64_data(), uint32_t{}, 1);
+      break;
+    case TensorProto::INT32:
+      ok = put(t.int32_data(), int32_t{}, 1);
+      break;
+    case TensorProto::INT16:
+      ok = put(t.int32_data(), int16_t{}, 1);
+      break;
+    case TensorProto::UINT16:
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
+      ok = put(t.int32_data(), uint16_t{}, 1);
+      break;
+    case TensorProto::INT8:
+      ok = put(t.int32_data(), int8_t{}, 1);
+      break;
+    case TensorProto::UINT8:
+    case TensorProto::BOOL:
+      ok = put(t.int32_data(), uint8_t{}, 1);
+      break;
+    default:
+      break;
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+std::optional<std::string> dense_payload(const TensorProto& t) {
+  if (is_external(t) || t.has_segment()) return std::nullopt;
+  if (!t.has_raw_data()) return typed_payload(t);
+  auto count = element_count(t);
+  const auto expected = count ? payload_size(t.data_type(), *count) : std::nullopt;
+  if (!expected || t.raw_data().size() != *expected) return std::nullopt;
+  return t.raw_data();
 }
 
 }  // namespace graft::ir

@@ -39,6 +39,12 @@ std::optional<int64_t> element_count(const onnx::TensorProto& t);
 uint64_t tensor_bytes(const onnx::TensorProto& t);
 // True if the tensor's payload is stored outside the proto (ONNX external data).
 bool is_external(const onnx::TensorProto& t);
+// The little-endian payload of an in-memory tensor of a fixed-size or 4-bit type, as raw_data
+// would hold it: from its typed field (ONNX's storage rules: typed_payload) or from raw_data
+// (dense_payload, which takes either); nullopt when the payload does not match the dims, for
+// strings and undefined types, and (dense_payload) for external or segmented tensors.
+std::optional<std::string> typed_payload(const onnx::TensorProto& t);
+std::optional<std::string> dense_payload(const onnx::TensorProto& t);
 
 // 4-bit elements packed two per byte, the first in the low nibble: `values` (their low nibbles;
 // callers keep them in the type's range) packed into ceil(n / 2) bytes, and `count` elements

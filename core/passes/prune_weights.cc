@@ -8,9 +8,9 @@
 // Weights: the constant float32 B of MatMul and Gemm and W of Conv, at least min_weight_elements
 // elements. A weight several nodes read is pruned once (the same tensor). What a pruned model
 // gains is in its storage and in runtimes with sparse kernels; ONNX Runtime's CPU kernels are
-// dense, so on them only the file can shrink, and only when stored sparse. Every weight pruned
-// is reported with the sparsity reached (zeros it already had count), and the model's error is
-// measured and gated like every lossy pass's (docs/quantization.md).
+// dense, so on them only the file can shrink, and only when stored sparse (store_sparse). Every
+// weight pruned is reported with the sparsity reached (zeros it already had count), and the
+// model's error is measured and gated like every lossy pass's (docs/quantization.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

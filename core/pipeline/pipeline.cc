@@ -29,6 +29,7 @@
 #include "core/ir/onnx_guard.h"
 #include "core/ir/op_params.h"
 #include "core/ir/saturating.h"
+#include "core/ir/sparse.h"
 #include "core/passes/opset.h"
 #include "core/passes/registry.h"
 #include "core/passes/rules.h"
@@ -157,6 +158,8 @@ absl::Status onnx_check(const ir::Model& model, bool shape_inference, std::strin
   try {
     onnx::checker::check_model(proto);
     if (shape_inference) {
+      // The checker saw them sparse; inference sees them as the tensors they are.
+      ir::densify_sparse_initializers(proto.mutable_graph());
       onnx::ShapeInferenceOptions options{/*check_type=*/true, /*error_mode=*/1,
                                           /*enable_data_propagation=*/false};
       onnx::shape_inference::InferShapes(proto, ir::guarded_schemas(), options);
