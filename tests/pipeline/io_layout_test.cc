@@ -5,7 +5,7 @@
 // the model left as it was.
 #include "core/pipeline/io_layout.h"
 
-#include <numeric>
+#include <cmath>
 
 #include "core/eval/executor.h"
 #include "core/ir/fingerprint.h"
@@ -57,7 +57,8 @@ constexpr char kTf2onnx[] = R"(
 eval::Tensor ramp(const std::vector<int64_t>& dims) {
   auto t = eval::Tensor::zeros(onnx::TensorProto::FLOAT, dims, 1 << 20);
   EXPECT_TRUE(t.ok());
-  for (int64_t i = 0; i < t->size(); ++i) t->set_double(i, 0.37 * i - 3.0 * (i % 5));
+  for (int64_t i = 0; i < t->size(); ++i)
+    t->set_double(i, std::sin(0.37 * static_cast<double>(i)) * (1 + i % 3));
   return *std::move(t);
 }
 
@@ -156,6 +157,36 @@ TEST(IoLayout, CancelsAgainstTheModelsOwnTransposes) {
   auto got = eval::run_model(*model, {{"x", transposed(x, {0, 3, 1, 2})}});
   ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
   EXPECT_EQ(compare_recorded((*got)[0], transposed((*want)[0], {0, 3, 1, 2})), "");
+}
+
+// What an exporter wrote (PaddleOCR's direction classifier, opset 9: a Conv stem after the
+// input): served NHWC it keeps one Transpose, before the first Conv, and computes the same.
+TEST(IoLayout, APaddleExportServedChannelsLast) {
+  const std::string file = std::string(GRAFT_SOURCE_DIR) + "/models/ppocr_mobile_v2_cls.onnx";
+  auto original = ir::Model::load_file(file);
+  auto loaded = ir::Model::load_file(file);
+  ASSERT_TRUE(original.ok() && loaded.ok()) << original.status();
+  std::unique_ptr<ir::Model> model = *std::move(loaded);
+  auto report = run_pipeline(model, converting({{"x", "NHWC"}}));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->verification.result.status, eval::VerifyStatus::kVerified);
+  EXPECT_EQ(report->transposes_before, 0);
+  EXPECT_EQ(report->transposes_after, 1);
+  const ir::Node* t =
+      producer(*model, model->graph().inputs()[0].value->uses()[0].node->output(0)->name());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->op_type(), "Transpose");
+  ASSERT_EQ(t->output(0)->uses().size(), 1u);
+  EXPECT_EQ(t->output(0)->uses()[0].node->op_type(), "Conv");
+  EXPECT_EQ(onnx_errors(*model), "");
+
+  const eval::Tensor x = ramp({1, 3, 48, 192});
+  auto want = eval::run_model(**original, {{"x", x}});
+  auto got = eval::run_model(*model, {{"x", transposed(x, {0, 2, 3, 1})}});
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t i = 0; i < want->size(); ++i)
+    EXPECT_EQ(compare_recorded((*got)[i], (*want)[i]), "") << "output " << i;
 }
 
 // An input that already looks channels-last gets a note: [1,8,6,3] read as NCHW would have 8
