@@ -5,6 +5,8 @@
 // Scan and function calls with client-chosen graphs. Limits are small so each run is fast: a
 // model that needs more memory is not verifiable, which is a correct answer.
 //
+// The input's size (mod 4) also chooses a layout change and --layout-sensitive-ops (see below).
+//
 // Properties beyond "no crash, no sanitizer report": the pipeline only stops for the deadline
 // given here, no pass is rolled back (neither for breaking the graph nor for changing the
 // outputs: either is a pass bug the pipeline only contained), no pass that reports "unchanged"
@@ -61,6 +63,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return thread_cpu_seconds() < deadline ? absl::OkStatus()
                                            : absl::DeadlineExceededError("fuzz input deadline");
   };
+
+  // The input's size also picks a layout change (--io-layout) of the first input of rank 3 to 5
+  // that is not an output, and --layout-sensitive-ops, so the boundary Transposes and the
+  // transpose rules meet client graphs too.
+  const size_t pick = size % 4;
+  if (pick & 1) {
+    static const char* const kLayouts[] = {"NWC", "NHWC", "NDHWC"};
+    for (const auto& in : (*model)->graph().inputs()) {
+      const auto& type = in.info.type();
+      if (in.value->is_initializer() || in.value->is_graph_output() || !type.has_tensor_type() ||
+          !type.tensor_type().has_shape())
+        continue;
+      const int rank = type.tensor_type().shape().dim_size();
+      if (rank < 3 || rank > 5) continue;
+      config.io_layout[in.value->name()] = kLayouts[rank - 3];
+      break;
+    }
+  }
+  config.layout_sensitive_ops = (pick & 2) != 0;
 
   auto report = graft::run_pipeline(*model, config);
   if (!report.ok()) {
