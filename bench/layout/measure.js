@@ -19,7 +19,7 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { makeFeeds, timeInterleaved, moreSessions, timeCreates, errorText, countOps } = require('../ort_parity/ort_common');
+const { makeFeeds, timeInterleaved, moreSessions, timeCreates, errorText, countOps, cpuInfo } = require('../ort_parity/ort_common');
 const precision = require('../ort_precision/precision');
 
 function loadOrt() {
@@ -63,7 +63,7 @@ async function main() {
   const notes = [];
   const feeds = makeFeeds(ort, original.inputMetadata, { shapes: job.shapes || {} }, 1, notes, []);
   const want = await original.run(feeds);
-  const out = { cpu: os.cpus()[0].model, level, notes, variants: {} };
+  const out = { cpu: cpuInfo(), load_before: fs.readFileSync('/proc/loadavg', 'utf8').trim(), level, notes, variants: {} };
   for (const [key, v] of Object.entries(job.variants)) {
     const r = { file: v.file, bytes: fs.statSync(v.file).size };
     out.variants[key] = r;

@@ -23,7 +23,7 @@
 const fs = require('fs');
 const path = require('path');
 const precision = require('../ort_precision/precision');
-const { timeInterleaved, moreSessions, median, errorText } = require('../ort_parity/ort_common');
+const { timeInterleaved, moreSessions, median, errorText, cpuInfo } = require('../ort_parity/ort_common');
 
 const ORT_DIR = path.join(__dirname, '..', 'ort_precision');
 
@@ -160,7 +160,7 @@ async function errors(ort, job) {
 async function latency(ort, job) {
   const sets = precision.readInputSets(job.sets);
   const opts = { reps: job.reps || 40, warmup: job.warmup ?? 5, minTimeMs: job.minTimeMs ?? 2000 };
-  const out = { load_before: fs.readFileSync('/proc/loadavg', 'utf8').trim(), results: {} };
+  const out = { cpu: cpuInfo(), load_before: fs.readFileSync('/proc/loadavg', 'utf8').trim(), results: {} };
   for (const threads of job.threads || [1]) {
     const so = { ...precision.sessionOptions(job.level || 'all'), intraOpNumThreads: threads };
     for (const [key, file] of Object.entries(job.pairs)) {

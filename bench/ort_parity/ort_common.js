@@ -493,6 +493,24 @@ async function timeCreates(ort, fileA, fileB, n, sessionOptions) {
   return { a, b, ratio: median(a.map((x, i) => x / b[i])) };
 }
 
+// The CPU a figure holds on: its model name and its int8 dot-product support, which decides
+// whether ONNX Runtime's int8 kernels pay (AVX-512 VNNI or AVX-VNNI; "avx2 only" without them,
+// where int8 can be slower than float).
+function cpuInfo() {
+  let text = '';
+  try {
+    text = fs.readFileSync('/proc/cpuinfo', 'utf8');
+  } catch (e) {
+    return { model: 'unknown', isa: [], int8: 'unknown' };
+  }
+  const model = (/^model name\s*:\s*(.+)$/m.exec(text) || [])[1] || 'unknown';
+  const flags = new Set(((/^flags\s*:\s*(.+)$/m.exec(text) || [])[1] || '').split(/\s+/));
+  const isa = ['avx2', 'avx512f', 'avx512_vnni', 'avx_vnni', 'amx_int8'].filter((f) => flags.has(f));
+  const int8 = flags.has('avx512_vnni') ? 'AVX-512 VNNI' : flags.has('avx_vnni') ? 'AVX-VNNI'
+    : flags.has('avx2') ? 'AVX2 only (no VNNI)' : 'no AVX2';
+  return { model: model.trim(), isa, int8 };
+}
+
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   const n = s.length;
@@ -561,6 +579,7 @@ module.exports = {
   moreSessions,
   timeCreates,
   median,
+  cpuInfo,
   errorText,
   fmtErr,
   fmtMs,

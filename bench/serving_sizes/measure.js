@@ -21,7 +21,7 @@
 const fs = require('fs');
 const path = require('path');
 const precision = require('../ort_precision/precision');
-const { timeInterleaved, moreSessions, timeCreates, median, errorText } = require('../ort_parity/ort_common');
+const { timeInterleaved, moreSessions, timeCreates, median, errorText, cpuInfo } = require('../ort_parity/ort_common');
 
 const ORT_DIR = path.join(__dirname, '..', 'ort_precision');
 
@@ -42,7 +42,7 @@ async function pairs(ort, job) {
   const sets = precision.readInputSets(job.sets);
   const level = job.level || 'all';
   const opts = { reps: job.reps ?? 20, warmup: job.warmup ?? 3, minTimeMs: job.minTimeMs ?? 3000 };
-  const out = { load_before: fs.readFileSync('/proc/loadavg', 'utf8').trim(), variants: {}, original: {} };
+  const out = { cpu: cpuInfo(), load_before: fs.readFileSync('/proc/loadavg', 'utf8').trim(), variants: {}, original: {} };
   const log = (m) => console.error(`  ${m}`);
 
   let reference = null;
