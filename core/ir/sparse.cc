@@ -80,7 +80,8 @@ absl::StatusOr<TensorProto> densify(const SparseTensorProto& sparse, uint64_t ma
                              max_dense_bytes, " bytes allowed for this model"));
   if (static_cast<uint64_t>(nnz) > count)
     return bad_sparse(sparse, absl::StrCat(nnz, " values for ", count, " elements"));
-  std::optional<std::string> payload = dense_payload(values);
+  std::string storage;
+  const std::optional<std::string_view> payload = payload_view(values, &storage);
   if (!payload) return bad_sparse(sparse, "values whose payload does not match their dims [NNZ]");
 
   std::vector<int64_t> linear;
@@ -141,11 +142,22 @@ absl::StatusOr<TensorProto> densify(const SparseTensorProto& sparse, uint64_t ma
   return dense;
 }
 
-std::optional<SparseSize> sparse_size(const TensorProto& dense) {
+namespace {
+
+// The payload of `dense` when it may be stored sparse (a type sparse_element_type takes, rank
+// >= 1, positive dims; payload_view's conditions): a view, copied only from typed fields.
+std::optional<std::string_view> sparse_payload(const TensorProto& dense, std::string* storage) {
   if (!sparse_element_type(dense.data_type()) || dense.dims_size() == 0) return std::nullopt;
   for (int64_t d : dense.dims())
     if (d <= 0) return std::nullopt;
-  std::optional<std::string> payload = dense_payload(dense);
+  return payload_view(dense, storage);
+}
+
+}  // namespace
+
+std::optional<SparseSize> sparse_size(const TensorProto& dense) {
+  std::string storage;
+  const std::optional<std::string_view> payload = sparse_payload(dense, &storage);
   if (!payload) return std::nullopt;
   const size_t es = element_size(dense.data_type());
   SparseSize size;
@@ -158,8 +170,9 @@ std::optional<SparseSize> sparse_size(const TensorProto& dense) {
 }
 
 std::optional<SparseTensorProto> sparsify(const TensorProto& dense) {
-  if (!sparse_size(dense)) return std::nullopt;
-  const std::string payload = *dense_payload(dense);
+  std::string storage;
+  const std::optional<std::string_view> payload = sparse_payload(dense, &storage);
+  if (!payload) return std::nullopt;
   const size_t es = element_size(dense.data_type());
   SparseTensorProto out;
   for (int64_t d : dense.dims()) out.add_dims(d);
@@ -171,9 +184,9 @@ std::optional<SparseTensorProto> sparsify(const TensorProto& dense) {
   std::string* value_bytes = values->mutable_raw_data();
   std::string* index_bytes = indices->mutable_raw_data();
   int64_t nnz = 0;
-  for (size_t at = 0; at < payload.size(); at += es) {
-    if (is_zero(payload.data() + at, es)) continue;
-    value_bytes->append(payload.data() + at, es);
+  for (size_t at = 0; at < payload->size(); at += es) {
+    if (is_zero(payload->data() + at, es)) continue;
+    value_bytes->append(payload->data() + at, es);
     const int64_t index = static_cast<int64_t>(at / es);
     char le[sizeof(int64_t)];
     std::memcpy(le, &index, sizeof(index));  // little-endian hosts only, as raw_data everywhere

@@ -408,13 +408,18 @@ std::optional<std::string> typed_payload(const onnx::TensorProto& t) {
   return out;
 }
 
-std::optional<std::string> dense_payload(const TensorProto& t) {
+std::optional<std::string_view> payload_view(const TensorProto& t, std::string* storage) {
   if (is_external(t) || t.has_segment()) return std::nullopt;
-  if (!t.has_raw_data()) return typed_payload(t);
+  if (!t.has_raw_data()) {
+    std::optional<std::string> typed = typed_payload(t);
+    if (!typed) return std::nullopt;
+    *storage = *std::move(typed);
+    return std::string_view(*storage);
+  }
   auto count = element_count(t);
   const auto expected = count ? payload_size(t.data_type(), *count) : std::nullopt;
   if (!expected || t.raw_data().size() != *expected) return std::nullopt;
-  return t.raw_data();
+  return std::string_view(t.raw_data());
 }
 
 }  // namespace graft::ir

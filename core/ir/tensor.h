@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -40,11 +41,12 @@ uint64_t tensor_bytes(const onnx::TensorProto& t);
 // True if the tensor's payload is stored outside the proto (ONNX external data).
 bool is_external(const onnx::TensorProto& t);
 // The little-endian payload of an in-memory tensor of a fixed-size or 4-bit type, as raw_data
-// would hold it: from its typed field (ONNX's storage rules: typed_payload) or from raw_data
-// (dense_payload, which takes either); nullopt when the payload does not match the dims, for
-// strings and undefined types, and (dense_payload) for external or segmented tensors.
+// would hold it: from its typed field (ONNX's storage rules: typed_payload), or either way
+// (payload_view: a view of raw_data itself, not a copy, or of `storage`, which then holds
+// typed_payload's bytes); nullopt when the payload does not match the dims, for strings and
+// undefined types, and (payload_view) for external or segmented tensors.
 std::optional<std::string> typed_payload(const onnx::TensorProto& t);
-std::optional<std::string> dense_payload(const onnx::TensorProto& t);
+std::optional<std::string_view> payload_view(const onnx::TensorProto& t, std::string* storage);
 
 // 4-bit elements packed two per byte, the first in the low nibble: `values` (their low nibbles;
 // callers keep them in the type's range) packed into ceil(n / 2) bytes, and `count` elements

@@ -64,24 +64,9 @@ eval::Tensor ramp(const std::vector<int64_t>& dims) {
 
 // `t` transposed: result dim i is t's dim perm[i].
 eval::Tensor transposed(const eval::Tensor& t, const std::vector<int64_t>& perm) {
-  std::vector<int64_t> dims;
-  for (int64_t p : perm) dims.push_back(t.dims()[p]);
-  auto out = eval::Tensor::zeros(t.dtype(), dims, 1 << 20);
-  EXPECT_TRUE(out.ok());
-  const size_t rank = dims.size();
-  std::vector<int64_t> in_strides(rank, 1);
-  for (size_t k = rank - 1; k > 0; --k) in_strides[k - 1] = in_strides[k] * t.dims()[k];
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t i = 0; i < out->size(); ++i) {
-    int64_t src = 0;
-    for (size_t k = 0; k < rank; ++k) src += index[k] * in_strides[perm[k]];
-    out->set_double(i, t.get_double(src));
-    for (size_t k = rank; k-- > 0;) {
-      if (++index[k] < dims[k]) break;
-      index[k] = 0;
-    }
-  }
-  return *std::move(out);
+  auto out = eval::transposed(t, t.dims(), perm, 1 << 24);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *std::move(out) : eval::Tensor();
 }
 
 std::vector<int64_t> declared(const onnx::ValueInfoProto& info) {
