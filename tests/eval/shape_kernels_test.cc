@@ -113,6 +113,18 @@ TEST(ShapeKernelsTest, PadModes) {
                 {&x, &too_much}, &out)
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // A crop larger than the axis is refused even when a pad at the other end keeps the sum valid
+  // (the coordinates would not fit in int64).
+  for (std::vector<int64_t> p : {std::vector<int64_t>{std::numeric_limits<int64_t>::min(),
+                                                      std::numeric_limits<int64_t>::max()},
+                                 std::vector<int64_t>{6, -5}, std::vector<int64_t>{-4, 5}}) {
+    Tensor far = ints(p);
+    EXPECT_EQ(run(model(13, "(float[3] x, int64[2] p) => (float[4] y)", "y = Pad (x, p)"),
+                  {&x, &far}, &out)
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << p[0] << "," << p[1];
+  }
 }
 
 TEST(ShapeKernelsTest, SplitForms) {

@@ -976,6 +976,11 @@ absl::Status pad_kernel(KernelContext& ctx) {
   }
   std::vector<int64_t> dims(r);
   for (int64_t a = 0; a < r; ++a) {
+    // A negative pad crops, by at most the axis: a larger one (with a large pad at the other
+    // end to keep the sum valid) would place the data far outside every int64 coordinate.
+    if (begin[a] < -x.dims()[a] || end[a] < -x.dims()[a]) {
+      return invalid(ctx, "pads for axis ", a, " crop more than the axis holds");
+    }
     int64_t d;
     if (__builtin_add_overflow(x.dims()[a], begin[a], &d) ||
         __builtin_add_overflow(d, end[a], &d) || d < 0) {
