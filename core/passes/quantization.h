@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <absl/status/statusor.h>
 #include <onnx/onnx_pb.h>
 
 #include "core/ir/model.h"
@@ -136,5 +138,34 @@ struct WeightFilter {
   }
 };
 WeightFilter weight_filter(const PassContext& ctx);
+
+// The serving CPU's 8-bit dot products, which decide whether integer kernels pay (ONNX Runtime's
+// int8 can be slower than float without them) and whether u8 x s8 sums saturate in 16 bits.
+enum class Int8Cpu {
+  kAvx2,     // x86 with AVX2 and no VNNI (or less than AVX2): pairs of products summed in 16 bits
+  kAvxVnni,  // x86 AVX-VNNI (256-bit VPDPBUSD)
+  kAvx512Vnni,  // x86 AVX-512 VNNI
+  kOther,       // not x86 (ARM's dot products differ; nothing is assumed)
+};
+// The CPU this process runs on (cpuid, and the OS saving the registers it needs).
+Int8Cpu detected_int8_cpu();
+// "avx2", "avx-vnni", "avx512-vnni", "other"; and back (nullopt for anything else).
+std::string_view int8_cpu_name(Int8Cpu cpu);
+std::optional<Int8Cpu> parse_int8_cpu(std::string_view name);
+inline bool has_int8_dot(Int8Cpu cpu) {
+  return cpu == Int8Cpu::kAvxVnni || cpu == Int8Cpu::kAvx512Vnni;
+}
+// The option naming the serving CPU (kServingCpu), shared by the int8 passes. Its default is the
+// machine Graft runs on, resolved when the pass is described, so a key and a report always hold
+// a CPU, never "auto".
+inline constexpr char kServingCpu[] = "serving_cpu";
+OptionSpec serving_cpu_option();
+// The serving CPU a run's options name.
+Int8Cpu serving_cpu(const PassContext& ctx);
+// A note for a run whose serving CPU lacks 8-bit dot products, else "".
+std::string int8_cpu_note(Int8Cpu cpu, bool detected);
+// Adds that note to a run of an int8 pass that changed the model, as a finding every report
+// shows (rule kServingCpu, at "model").
+void note_serving_cpu(const PassContext& ctx, absl::StatusOr<PassResult>& result);
 
 }  // namespace graft

@@ -394,12 +394,17 @@ class QuantizeDynamicInt8 : public RulePass {
   QuantizeDynamicInt8()
       : RulePass("quantize_dynamic_int8", quantize_rules,
                  {"quantize_matmul", "quantize_gemm", "quantize_conv", "quantize_gather",
-                  "raise_opset"}) {}
+                  "raise_opset", kServingCpu}) {}
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
-    if (model.opset("") >= 11) return RulePass::run(model, ctx);
+    auto run_rules = [&] {
+      auto result = RulePass::run(model, ctx);
+      note_serving_cpu(ctx, result);
+      return result;
+    };
+    if (model.opset("") >= 11) return run_rules();
     return run_at_opset(model, kMinRaisableOpset, "DynamicQuantizeLinear", ctx.check_transactions,
-                        [&] { return RulePass::run(model, ctx); });
+                        run_rules);
   }
 };
 
@@ -434,6 +439,7 @@ PassInfo quantize_dynamic_int8_pass() {
            // ONNX Runtime's u8s8 kernels are exact on every x86 CPU, and they are the fast
            // path on CPUs with VNNI (docs/performance.md: 0.34x against uint8's 0.63x on
            // BERT-base at 128 tokens).
+           serving_cpu_option(),
            boolean_option(kReduceRange, false,
                           "weight_type=int8 only: weights in [-64, 63] (7 bits), so ONNX "
                           "Runtime's u8s8 products do not saturate on x86 without VNNI, at "

@@ -87,9 +87,9 @@ constexpr char kSharedWeights[] = "shared_weights";
 // The op types the pass can quantize (option op_types).
 const std::vector<std::string>& quantizable_ops() {
   static const std::vector<std::string> ops = {
-      "Add",           "AveragePool", "Concat", "Conv",    "Gemm", "GlobalAveragePool",
-      "GlobalMaxPool", "LeakyRelu",   "MatMul", "MaxPool", "Mul",  "Sigmoid",
-      "Softmax"};
+      "Add",           "AveragePool", "Concat",    "Conv",      "Gemm",   "GlobalAveragePool",
+      "GlobalMaxPool", "HardSigmoid", "HardSwish", "LeakyRelu", "MatMul", "MaxPool",
+      "Mul",           "Sigmoid",     "Softmax"};
   return ops;
 }
 
@@ -377,6 +377,86 @@ bool quantize_elementwise(ir::Node& n, Config& cfg, Rewriter& rw) {
   return quantize_output(n.output(0), cfg, rw, n);
 }
 
+// A scalar constant `c` stored in 8 bits exactly at the top of the type's range (uint8 255 or 0
+// with zero point 255; int8 +-127), dequantized.
+ir::Value* dequantized_scalar(double c, const Config& cfg, Rewriter& rw, ir::Graph& g,
+                              const ir::Node& origin, const std::string& hint) {
+  const int32_t type = act_type(cfg);
+  const double steps = cfg.act_uint8 ? 255 : 127;
+  int32_t q = 0, zp = 0;
+  if (cfg.act_uint8)
+    (c >= 0 ? q : zp) = 255;
+  else
+    q = c >= 0 ? 127 : -127;
+  ir::Value* data = rw.add_constant(g, zero_point_tensor(type, q), hint + "_quantized");
+  ir::Value* scale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {std::abs(c) / steps}), hint + "_scale");
+  ir::Value* zero = rw.add_constant(g, zero_point_tensor(type, zp), hint + "_zero_point");
+  return rw.add_node(g, "DequantizeLinear", {data, scale, zero}, 1, &origin)->output(0);
+}
+
+// HardSigmoid(v) = clip(alpha v + beta, 0, 1) = clip(alpha (v + beta / alpha), 0, 1), alpha > 0,
+// written as integer arithmetic ONNX Runtime has (it has no integer HardSigmoid or HardSwish):
+//
+//   u = Add(DQ(v), DQ(beta / alpha))                   QLinearAdd
+//   Q(u, scale 1 / (255 alpha), zero point qmin)       saturates at alpha u = 0 and 1: the clip
+//   DQ(., scale 1 / 255, zero point qmin)              the same bytes read as values in [0, 1]
+//
+// DQ(Q(u)) = clamp(round(255 alpha u), 0, 255) / 255: HardSigmoid rounded to 1/255 steps.
+// HardSwish(x) = x * HardSigmoid<1/6, 1/2>(x) becomes that and a Mul of two 8-bit values
+// (QLinearMul), its output quantized with HardSwish's calibrated range. MobileNetV3's blocks then
+// stay integer from one convolution to the next, where they ran in float between a
+// DequantizeLinear and a QuantizeLinear.
+bool quantize_hard_sigmoid(ir::Node& n, Config& cfg, Rewriter& rw) {
+  if (!allowed(n, cfg)) return no_match(n, "excluded");
+  if (n.inputs().size() != 1 || !n.input(0) || !float_output(n))
+    return no_match(n, "the input or output is not float32");
+  ir::Value* x = n.input(0);
+  if (x->elem_type() != TensorProto::FLOAT) return no_match(n, "the input is not float32");
+  const bool swish = n.is("HardSwish");
+  const double alpha = swish ? 1.0 / 6 : n.attr_float("alpha", 0.2f);
+  const double beta = swish ? 0.5 : n.attr_float("beta", 0.5f);
+  if (!(alpha > 0) || !std::isfinite(alpha) || !std::isfinite(beta) ||
+      !(1 / (255 * alpha) > std::numeric_limits<float>::min()) || !(std::abs(beta / alpha) < 1e30))
+    return no_match(n, "alpha is not positive (or alpha, beta not usable as 8-bit scales)");
+  if (!quantized_source(x, cfg))
+    return no_match(n, "the input is not computed in 8 bits (a constant, or a float op's output)");
+  if (viewed_graph_output(x)) return no_match(n, "the input is a view of a graph output");
+  auto qx = params_of(x, cfg);
+  if (!qx) return no_match(n, "the input has no calibrated range");
+  // A HardSigmoid the model returns stays float, as every returned value does.
+  if (!swish && returned_as_graph_output(n.output(0)))
+    return no_match(n, "the output is returned by the model (it stays float)");
+  std::optional<ActivationQuantization> qy;
+  if (swish) {
+    qy = params_of(n.output(0), cfg);
+    if (!qy) return no_match(n, "the output has no calibrated range");
+  }
+  ir::Graph& g = *n.graph();
+  ir::Value* xd = dequantized(x, *qx, cfg, rw, n);
+  ir::Value* u = xd;
+  if (beta != 0) {
+    ir::Value* shift = dequantized_scalar(beta / alpha, cfg, rw, g, n, n.name() + "_shift");
+    u = rw.add_node(g, "Add", {xd, shift}, 1, &n)->output(0);
+  }
+  const int32_t zp = cfg.act_uint8 ? 0 : -128;
+  ir::Value* q_scale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1 / (255 * alpha)}), n.name() + "_scale");
+  ir::Value* dq_scale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1.0 / 255}), n.name() + "_unit_scale");
+  ir::Value* zero = rw.add_constant(g, zero_point_tensor(act_type(cfg), zp), n.name() + "_zero");
+  ir::Node* q = rw.add_node(g, "QuantizeLinear", {u, q_scale, zero}, 1, &n);
+  ir::Value* hs =
+      rw.add_node(g, "DequantizeLinear", {q->output(0), dq_scale, zero}, 1, &n)->output(0);
+  if (!swish) return rw.replace_node(&n, {hs});
+  ir::Node* mul = rw.add_node(g, "Mul", {xd, hs}, 1, &n);
+  if (!rw.replace_node(&n, {mul->output(0)})) return false;
+  ir::Value* y = mul->output(0);
+  if (existing_pair(y) || y->uses().empty() || returned_as_graph_output(y)) return true;
+  dequantized(y, *qy, cfg, rw, *mul);
+  return true;
+}
+
 // MaxPool and GlobalMaxPool: the output takes the input's scale and zero point.
 bool quantize_max_pool(ir::Node& n, Config& cfg, Rewriter& rw) {
   if (!allowed(n, cfg)) return no_match(n, "excluded");
@@ -548,7 +628,10 @@ std::shared_ptr<Config> make_config(const ir::Model& model, const PassContext& c
   auto cfg = std::make_shared<Config>();
   cfg->weights.per_channel = ctx.bool_option(kPerChannel);
   cfg->weights.uint8 = ctx.enum_option(kWeightType) == "uint8";
-  cfg->weights.reduce_range = ctx.bool_option(kReduceRange);
+  // auto: 7-bit weights only where 16-bit sums would saturate (x86 without VNNI).
+  const std::string& reduce = ctx.enum_option(kReduceRange);
+  cfg->weights.reduce_range =
+      reduce == "true" || (reduce == "auto" && serving_cpu(ctx) == Int8Cpu::kAvx2);
   cfg->act_uint8 = ctx.enum_option(kActivationType) == "uint8";
   cfg->shared_weights = ctx.bool_option(kSharedWeights);
   cfg->ops = ctx.list_option(kOpTypes);
@@ -562,14 +645,16 @@ std::vector<Rule> quantize_rules(std::shared_ptr<Config> cfg) {
   auto rule = [cfg](bool (*f)(ir::Node&, Config&, Rewriter&)) {
     return [cfg, f](ir::Node& n, Rewriter& rw) { return f(n, *cfg, rw); };
   };
-  return {{"quantize_weighted", {"Conv", "Gemm", "MatMul"}, rule(quantize_weighted), "", 13},
-          {"quantize_max_pool", {"MaxPool", "GlobalMaxPool"}, rule(quantize_max_pool), "", 13},
-          {"quantize_elementwise",
-           {"Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "LeakyRelu", "Sigmoid",
-            "Softmax"},
-           rule(quantize_elementwise),
-           "",
-           13}};
+  return {
+      {"quantize_weighted", {"Conv", "Gemm", "MatMul"}, rule(quantize_weighted), "", 13},
+      {"quantize_max_pool", {"MaxPool", "GlobalMaxPool"}, rule(quantize_max_pool), "", 13},
+      {"quantize_hard_sigmoid", {"HardSigmoid", "HardSwish"}, rule(quantize_hard_sigmoid), "", 13},
+      {"quantize_elementwise",
+       {"Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "LeakyRelu", "Sigmoid",
+        "Softmax"},
+       rule(quantize_elementwise),
+       "",
+       13}};
 }
 
 // Raises the opset to 13 if below, calibrates, then runs the rules. When there is work but it
@@ -581,7 +666,8 @@ class QuantizeStaticInt8 : public RulePass {
   QuantizeStaticInt8()
       : RulePass("quantize_static_int8",
                  [this](ir::Model&, const PassContext&) { return quantize_rules(cfg_); },
-                 {"quantize_weighted", "quantize_max_pool", "quantize_elementwise", "calibrate"}) {}
+                 {"quantize_weighted", "quantize_max_pool", "quantize_hard_sigmoid",
+                  "quantize_elementwise", "calibrate", kServingCpu}) {}
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     cfg_ = make_config(model, ctx);
@@ -612,7 +698,9 @@ class QuantizeStaticInt8 : public RulePass {
             return refuse(absl::StrCat("the float model did not run on the calibration inputs: ",
                                        ranges.status().message()));
           cfg_->ranges = std::move(*ranges);
-          return RulePass::run(model, ctx);
+          auto result = RulePass::run(model, ctx);
+          note_serving_cpu(ctx, result);
+          return result;
         });
     cfg_.reset();
     return result;
@@ -649,9 +737,11 @@ PassInfo quantize_static_int8_pass() {
            boolean_option(kSharedWeights, false,
                           "also quantize a weight other nodes read in float (a tied embedding's "
                           "LM head): faster, but the model holds both copies"),
-           boolean_option(kReduceRange, true,
-                          "int8 weights in [-64, 63]: no saturation in the 16-bit sums of "
-                          "x86 CPUs without VNNI, at twice the weight rounding"),
+           serving_cpu_option(),
+           enum_option(kReduceRange, "auto", {"auto", "true", "false"},
+                       "int8 weights in [-64, 63]: no saturation in the 16-bit sums of "
+                       "x86 CPUs without VNNI, at twice the weight rounding (auto: when "
+                       "serving_cpu is avx2)"),
            enum_option(kMethod, "minmax", {"minmax", "percentile"},
                        "activation ranges: the extremes seen, or percentiles (outliers clipped)"),
            integer_option(kPercentile, 9999, 5000, 10000,

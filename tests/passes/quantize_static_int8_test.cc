@@ -1,12 +1,17 @@
 // quantize_static_int8: golden QDQ rewrites with ranges from given calibration inputs, the
 // ReLU folded into the output's saturation (exact), what it leaves alone, and that a second
 // run (or a pipeline round with fold_constants) does not undo or redo it.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <absl/strings/str_cat.h>
+
 #include "core/ir/op_params.h"
+#include "core/passes/quantization.h"
 #include "core/passes/registry.h"
 #include "core/passes/rewriter.h"
 #include "tests/eval/kernel_testing.h"
@@ -69,21 +74,57 @@ TEST(QuantizeStaticInt8, MatMulPerChannelGolden) {
   ASSERT_NE(m, nullptr);
 }
 
-TEST(QuantizeStaticInt8, ReduceRangeUsesSevenBitWeights) {
-  auto m = run_rewrite(kPass, kMatMul, quantized(calibration("a", {1, 2}, {0.0f, 2.55f})));
-  ASSERT_NE(m, nullptr);
-  bool found = false;
-  for (const ir::Node* n : m->graph().nodes()) {
-    if (!n->is("DequantizeLinear") || !n->input(0)->is_constant()) continue;
-    const auto& t = *n->input(0)->initializer();
-    ASSERT_EQ(t.data_type(), TensorProto::INT8);
-    for (char c : t.raw_data()) {
-      EXPECT_LE(static_cast<int8_t>(c), 63);
-      EXPECT_GE(static_cast<int8_t>(c), -64);
+// reduce_range=auto follows serving_cpu: 7-bit weights for a CPU without VNNI (its 16-bit sums
+// would saturate), the full 8 bits with VNNI; true and false force it.
+TEST(QuantizeStaticInt8, ReduceRangeFollowsTheServingCpu) {
+  auto largest_weight = [](PassOptions options) {
+    auto m = run_rewrite(kPass, kMatMul,
+                         quantized(calibration("a", {1, 2}, {0.0f, 2.55f}), std::move(options)));
+    int largest = -1;
+    if (m)
+      for (const ir::Node* n : m->graph().nodes()) {
+        if (!n->is("DequantizeLinear") || !n->input(0)->is_constant()) continue;
+        const auto& t = *n->input(0)->initializer();
+        EXPECT_EQ(t.data_type(), TensorProto::INT8);
+        for (char c : t.raw_data())
+          largest = std::max(largest, std::abs(int{static_cast<int8_t>(c)}));
+      }
+    return largest;
+  };
+  EXPECT_EQ(largest_weight({{"serving_cpu", "avx2"}}), 63);
+  EXPECT_EQ(largest_weight({{"serving_cpu", "avx512-vnni"}}), 127);
+  EXPECT_EQ(largest_weight({{"serving_cpu", "avx-vnni"}}), 127);
+  EXPECT_EQ(largest_weight({{"serving_cpu", "avx512-vnni"}, {"reduce_range", "true"}}), 63);
+  EXPECT_EQ(largest_weight({{"serving_cpu", "avx2"}, {"reduce_range", "false"}}), 127);
+}
+
+// The report says when the serving CPU lacks 8-bit dot products, and only then; the option's
+// default is this machine's CPU.
+TEST(QuantizeStaticInt8, NotesAServingCpuWithoutDotProducts) {
+  auto sets = calibration("a", {1, 2}, {0.0f, 2.55f});
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  auto note = [&](PassOptions options) {
+    auto m = parse_text(kMatMul);
+    EXPECT_NE(m, nullptr);
+    const PassResult r = run_pass(*m, kPass, std::move(options), &c);
+    EXPECT_TRUE(r.changed);
+    for (const auto& e : r.explanations)
+      if (e.rule == "serving_cpu") return e.reason;
+    return std::string();
+  };
+  EXPECT_NE(note({{"serving_cpu", "avx2"}}).find("no 8-bit dot-product instructions (VNNI)"),
+            std::string::npos);
+  EXPECT_EQ(note({{"serving_cpu", "avx512-vnni"}}), "");
+  EXPECT_EQ(note({{"serving_cpu", "other"}}), "");
+  const PassInfo* info = find_pass(kPass);
+  ASSERT_NE(info, nullptr);
+  bool listed = false;
+  for (const OptionSpec& o : info->options)
+    if (o.name == "serving_cpu") {
+      listed = true;
+      EXPECT_EQ(std::get<std::string>(o.default_value), int8_cpu_name(detected_int8_cpu()));
     }
-    found = true;
-  }
-  EXPECT_TRUE(found);
+  EXPECT_TRUE(listed);
 }
 
 // The input's scale: minmax takes the outlier (100 / 255); percentile 90% of {0..9, 100} takes
@@ -127,7 +168,8 @@ const char kConvRelu[] = R"(
 
 TEST(QuantizeStaticInt8, ConvBiasReluFoldedIntoTheOutputPair) {
   auto m = run_rewrite(kPass, kConvRelu,
-                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f})));
+                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f}),
+                                 {{"reduce_range", "true"}}));
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "Relu"), 0);
   EXPECT_EQ(count_ops(*m, "Conv"), 2);
@@ -170,7 +212,8 @@ TEST(QuantizeStaticInt8, ReluRemovalIsExact) {
 
 TEST(QuantizeStaticInt8, SecondRunChangesNothing) {
   auto m = run_rewrite(kPass, kConvRelu,
-                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f})));
+                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f}),
+                                 {{"reduce_range", "true"}}));
   ASSERT_NE(m, nullptr);
   auto sets = calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f});
   CalibrationInputs c{.sets = &sets, .limits = {}};
@@ -182,7 +225,8 @@ TEST(QuantizeStaticInt8, SecondRunChangesNothing) {
 // every pipeline round, and runtimes need the pair to fuse).
 TEST(QuantizeStaticInt8, FoldConstantsKeepsDequantizedWeights) {
   auto m = run_rewrite(kPass, kConvRelu,
-                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f})));
+                       quantized(calibration("x", {1, 1, 2, 2}, {0.0f, 0.5f, 1.0f, 2.55f}),
+                                 {{"reduce_range", "true"}}));
   ASSERT_NE(m, nullptr);
   const int before = count_ops(*m, "DequantizeLinear");
   run_pass(*m, "fold_constants");
@@ -349,6 +393,119 @@ TEST(QuantizeStaticInt8, ElementwiseOnlyBetweenQuantizedValues) {
       EXPECT_TRUE(n->input(1)->is_constant()) << "the bias stays a float constant";
       EXPECT_EQ(n->input(1)->elem_type(), TensorProto::FLOAT);
     }
+}
+
+// HardSwish after a convolution (MobileNetV3's block) becomes integer arithmetic ONNX Runtime
+// has: x + 3 (QLinearAdd), quantized at scale 6/255 and read back at 1/255 (the clip to [0, 1] of
+// HardSigmoid), times x (QLinearMul). Nothing float is left between the two convolutions, and
+// the result is within a few 8-bit steps of the float model's.
+TEST(QuantizeStaticInt8, HardSwishBecomesIntegerArithmetic) {
+  RewriteOptions r = quantized(
+      calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}));
+  // Steps: x 8/255 (the Conv's output), HardSigmoid 1/255, HardSwish's output 4.375/255.
+  r.rtol = 0;
+  r.atol = 0.06;
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 14]>
+    g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
+      a = Conv (x, w1)
+      h = HardSwish (a)
+      y = Conv (h, w2)
+    }
+  )",
+                       r);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "HardSwish"), 0);
+  EXPECT_EQ(count_ops(*m, "Add"), 1);
+  EXPECT_EQ(count_ops(*m, "Mul"), 1);
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (!n->is("Add") && !n->is("Mul")) continue;
+    for (const ir::Value* in : n->inputs())
+      EXPECT_TRUE(in->producer()->is("DequantizeLinear")) << n->op_type();
+    ASSERT_EQ(n->output(0)->uses().size(), 1u);
+    const ir::Node* q = n->output(0)->uses()[0].node;
+    ASSERT_TRUE(q->is("QuantizeLinear")) << n->op_type();
+    const ir::Node* dq = q->output(0)->uses()[0].node;
+    ASSERT_TRUE(dq->is("DequantizeLinear"));
+    if (n->is("Add")) {
+      // 3 stored exactly at the top of uint8; the clip's pair: 6/255 in, 1/255 out.
+      const ir::Node* shift = n->input(1)->producer();
+      EXPECT_NEAR(255 * ir::constant_doubles(shift->input(1))->at(0), 3.0, 1e-6);
+      EXPECT_NEAR(ir::constant_doubles(q->input(1))->at(0), 6.0 / 255, 1e-9);
+      EXPECT_NEAR(ir::constant_doubles(dq->input(1))->at(0), 1.0 / 255, 1e-9);
+      EXPECT_EQ(ir::constant_ints(dq->input(2))->at(0), 0);
+      EXPECT_EQ(n->output(0)->uses().size(), 1u);
+      // The Mul reads the [0, 1] values.
+      ASSERT_EQ(dq->output(0)->uses().size(), 1u);
+      EXPECT_TRUE(dq->output(0)->uses()[0].node->is("Mul"));
+    }
+  }
+}
+
+// HardSigmoid with its own alpha and beta (Paddle's squeeze-excitation: 0.2, 0.5), read by a
+// Mul as SE blocks do: x + beta/alpha, quantized at 1/(255 alpha). With int8 activations the
+// zero point is -128 on both sides of the clip's pair.
+TEST(QuantizeStaticInt8, HardSigmoidTakesItsAlphaAndBeta) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {0.5}> {
+      a = Conv (x, w1)
+      s = HardSigmoid <alpha = 0.2, beta = 0.5> (a)
+      m = Mul (a, s)
+      y = Conv (m, w2)
+    }
+  )";
+  for (const char* type : {"uint8", "int8"}) {
+    RewriteOptions r = quantized(
+        calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}),
+        {{"activation_type", type}});
+    r.rtol = 0;
+    r.atol = 0.06;
+    auto m = run_rewrite(kPass, text, r);
+    ASSERT_NE(m, nullptr) << type;
+    EXPECT_EQ(count_ops(*m, "HardSigmoid"), 0) << type;
+    int clips = 0;
+    for (const ir::Node* n : m->graph().nodes()) {
+      if (!n->is("Add")) continue;
+      EXPECT_NEAR(ir::constant_doubles(n->input(1)->producer()->input(1))->at(0) *
+                      (type == std::string("uint8") ? 255 : 127),
+                  2.5, 1e-6);
+      const ir::Node* q = n->output(0)->uses()[0].node;
+      const ir::Node* dq = q->output(0)->uses()[0].node;
+      EXPECT_NEAR(ir::constant_doubles(q->input(1))->at(0), 1 / (255 * 0.2), 1e-7);
+      EXPECT_NEAR(ir::constant_doubles(dq->input(1))->at(0), 1.0 / 255, 1e-9);
+      EXPECT_EQ(ir::constant_ints(q->input(2))->at(0), type == std::string("uint8") ? 0 : -128);
+      EXPECT_EQ(ir::constant_ints(dq->input(2))->at(0), type == std::string("uint8") ? 0 : -128);
+      ++clips;
+    }
+    EXPECT_EQ(clips, 1) << type;
+    // The SE Mul reads two 8-bit values.
+    for (const ir::Node* n : m->graph().nodes()) {
+      if (!n->is("Mul")) continue;
+      for (const ir::Value* in : n->inputs())
+        EXPECT_TRUE(in->producer()->is("DequantizeLinear")) << type;
+    }
+  }
+}
+
+// What the rule leaves: a HardSigmoid of a float value (the model's input), one with a negative
+// alpha, and one the model returns.
+TEST(QuantizeStaticInt8, HardSigmoidItCannotWriteInIntegersStaysFloat) {
+  const auto sets = calibration("x", {1, 1, 1, 4}, {-4.0f, -1.0f, 1.0f, 4.0f});
+  for (const char* body :
+       {"s = HardSigmoid (x)\n y = Conv (s, w1)",
+        "a = Conv (x, w1)\n s = HardSigmoid <alpha = -0.2> (a)\n y = Conv (s, w1)",
+        "a = Conv (x, w1)\n y = HardSigmoid (a)"}) {
+    auto m = parse_text(absl::StrCat(R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      g (float[1,1,1,4] x) => (float[1,1,1,4] y) <float[1,1,1,1] w1 = {1.0}> {
+      )",
+                                     body, "}"));
+    ASSERT_NE(m, nullptr) << body;
+    CalibrationInputs c{.sets = &sets, .limits = {}};
+    run_pass(*m, kPass, {}, &c);
+    EXPECT_EQ(count_ops(*m, "HardSigmoid"), 1) << body;
+  }
 }
 
 // Attention over a KV cache: the keys are also the `present` output, which attention reads
