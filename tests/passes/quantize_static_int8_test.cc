@@ -37,6 +37,8 @@ std::vector<std::map<std::string, eval::Tensor>> calibration(const std::string& 
 RewriteOptions quantized(std::vector<std::map<std::string, eval::Tensor>> sets,
                          PassOptions options = {}) {
   RewriteOptions r = rewrites(-1);
+  // The tests' convolutions read one channel: quantized unless a test says otherwise.
+  options.emplace("min_conv_channels", "0");
   r.pass_options = std::move(options);
   r.calibration = std::move(sets);
   // Inputs in [-2, 2] (same_outputs) against a calibrated range of about [0, 2.55]: values
@@ -395,6 +397,34 @@ TEST(QuantizeStaticInt8, ElementwiseOnlyBetweenQuantizedValues) {
     }
 }
 
+// A dense convolution over fewer than min_conv_channels (default 4) input channels, an image
+// stem, stays float; the next one, over 4 channels, is quantized.
+TEST(QuantizeStaticInt8, ImageStemStaysFloat) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,3,2,2] x) => (float[1,4,2,2] y)
+      <float[4,3,1,1] w1 = {1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1},
+       float[4,4,1,1] w2 = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}> {
+      a = Conv (x, w1)
+      y = Conv (a, w2)
+    }
+  )";
+  const auto sets = calibration("x", {1, 3, 2, 2}, {-6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5});
+  auto weight_types = [&](PassOptions options) {
+    RewriteOptions r = quantized(sets, std::move(options));
+    r.rtol = 0;
+    r.atol = 0.5;  // steps of about 0.06 (x) and 0.12 (a's sum of three channels)
+    auto m = run_rewrite(kPass, text, r);
+    std::vector<bool> quantized_weight;
+    if (m)
+      for (const ir::Node* n : m->graph().nodes())
+        if (n->is("Conv")) quantized_weight.push_back(n->input(1)->producer() != nullptr);
+    return quantized_weight;
+  };
+  EXPECT_EQ(weight_types({{"min_conv_channels", "4"}}), (std::vector<bool>{false, true}));
+  EXPECT_EQ(weight_types({{"min_conv_channels", "0"}}), (std::vector<bool>{true, true}));
+}
+
 // HardSwish after a convolution (MobileNetV3's block) becomes integer arithmetic ONNX Runtime
 // has: x + 3 (QLinearAdd), quantized at scale 6/255 and read back at 1/255 (the clip to [0, 1] of
 // HardSigmoid), times x (QLinearMul). Nothing float is left between the two convolutions, and
@@ -612,6 +642,7 @@ TEST(QuantizeStaticInt8, ResidualBlockThroughThePipelineIsWithinItsGate) {
   ASSERT_NE(m, nullptr);
   PipelineConfig config = test_pipeline_config();
   config.passes = {kPass};
+  config.pass_options[kPass] = {{"min_conv_channels", "0"}};  // the block has 2 channels
   auto report = run_pipeline(m, config);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->passes.size(), 1u);
