@@ -47,10 +47,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <absl/status/statusor.h>
@@ -409,18 +411,54 @@ ir::Value* dequantized_scalar(double c, const Config& cfg, Rewriter& rw, ir::Gra
 // (QLinearMul), its output quantized with HardSwish's calibrated range. MobileNetV3's blocks then
 // stay integer from one convolution to the next, where they ran in float between a
 // DequantizeLinear and a QuantizeLinear.
-bool quantize_hard_sigmoid(ir::Node& n, Config& cfg, Rewriter& rw) {
-  if (!allowed(n, cfg)) return no_match(n, "excluded");
-  if (n.inputs().size() != 1 || !n.input(0) || !float_output(n))
-    return no_match(n, "the input or output is not float32");
-  ir::Value* x = n.input(0);
-  if (x->elem_type() != TensorProto::FLOAT) return no_match(n, "the input is not float32");
+// HardSigmoid's alpha and beta (HardSwish's 1/6 and 1/2) when the rewrite can use them: alpha
+// > 0, and both usable as 8-bit scales and shifts.
+std::optional<std::pair<double, double>> hard_sigmoid_params(const ir::Node& n) {
   const bool swish = n.is("HardSwish");
   const double alpha = swish ? 1.0 / 6 : n.attr_float("alpha", 0.2f);
   const double beta = swish ? 0.5 : n.attr_float("beta", 0.5f);
   if (!(alpha > 0) || !std::isfinite(alpha) || !std::isfinite(beta) ||
       !(1 / (255 * alpha) > std::numeric_limits<float>::min()) || !(std::abs(beta / alpha) < 1e30))
-    return no_match(n, "alpha is not positive (or alpha, beta not usable as 8-bit scales)");
+    return std::nullopt;
+  return std::make_pair(alpha, beta);
+}
+
+// The clip of HardSigmoid on u = v + beta / alpha: u quantized at scale 1 / (255 alpha) (zero
+// point the type's lowest), read back at 1 / 255.
+ir::Value* clipped_pair(ir::Value* u, double alpha, const Config& cfg, Rewriter& rw,
+                        const ir::Node& origin) {
+  ir::Graph& g = *origin.graph();
+  const int32_t zp = cfg.act_uint8 ? 0 : -128;
+  ir::Value* q_scale =
+      rw.add_constant(g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1 / (255 * alpha)}),
+                      origin.name() + "_scale");
+  ir::Value* dq_scale = rw.add_constant(
+      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1.0 / 255}), origin.name() + "_unit_scale");
+  ir::Value* zero =
+      rw.add_constant(g, zero_point_tensor(act_type(cfg), zp), origin.name() + "_zero");
+  ir::Node* q = rw.add_node(g, "QuantizeLinear", {u, q_scale, zero}, 1, &origin);
+  return rw.add_node(g, "DequantizeLinear", {q->output(0), dq_scale, zero}, 1, &origin)->output(0);
+}
+
+// The HardSigmoid that alone reads a Conv's output `y` (a squeeze-excitation gate), when
+// quantize_weighted can fold it: the Conv adds beta / alpha through its bias and its output pair
+// is the clip, so the gate costs no node at all.
+ir::Node* foldable_hard_sigmoid(const ir::Node& n, const Config& cfg) {
+  const ir::Value* y = n.output(0);
+  if (!n.is("Conv") || y->uses().size() != 1 || y->is_graph_output()) return nullptr;
+  ir::Node* h = y->uses()[0].node;
+  if (!is_op(h, "HardSigmoid") || h->graph() != n.graph() || !allowed(*h, cfg) ||
+      !hard_sigmoid_params(*h) || !float_output(*h) || returned_as_graph_output(h->output(0)))
+    return nullptr;
+  return h;
+}
+
+// Replaces `n`, which computes HardSigmoid (or with `swish`, HardSwish) of `x` with `alpha` and
+// `beta`, by the integer form above. The checks every form shares come first.
+bool rewrite_hard_sigmoid(ir::Node& n, ir::Value* x, double alpha, double beta, bool swish,
+                          Config& cfg, Rewriter& rw) {
+  if (!float_output(n) || x->elem_type() != TensorProto::FLOAT)
+    return no_match(n, "the input or output is not float32");
   if (!quantized_source(x, cfg))
     return no_match(n, "the input is not computed in 8 bits (a constant, or a float op's output)");
   if (viewed_graph_output(x)) return no_match(n, "the input is a view of a graph output");
@@ -441,15 +479,7 @@ bool quantize_hard_sigmoid(ir::Node& n, Config& cfg, Rewriter& rw) {
     ir::Value* shift = dequantized_scalar(beta / alpha, cfg, rw, g, n, n.name() + "_shift");
     u = rw.add_node(g, "Add", {xd, shift}, 1, &n)->output(0);
   }
-  const int32_t zp = cfg.act_uint8 ? 0 : -128;
-  ir::Value* q_scale = rw.add_constant(
-      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1 / (255 * alpha)}), n.name() + "_scale");
-  ir::Value* dq_scale = rw.add_constant(
-      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1.0 / 255}), n.name() + "_unit_scale");
-  ir::Value* zero = rw.add_constant(g, zero_point_tensor(act_type(cfg), zp), n.name() + "_zero");
-  ir::Node* q = rw.add_node(g, "QuantizeLinear", {u, q_scale, zero}, 1, &n);
-  ir::Value* hs =
-      rw.add_node(g, "DequantizeLinear", {q->output(0), dq_scale, zero}, 1, &n)->output(0);
+  ir::Value* hs = clipped_pair(u, alpha, cfg, rw, n);
   if (!swish) return rw.replace_node(&n, {hs});
   ir::Node* mul = rw.add_node(g, "Mul", {xd, hs}, 1, &n);
   if (!rw.replace_node(&n, {mul->output(0)})) return false;
@@ -457,6 +487,58 @@ bool quantize_hard_sigmoid(ir::Node& n, Config& cfg, Rewriter& rw) {
   if (existing_pair(y) || y->uses().empty() || returned_as_graph_output(y)) return true;
   dequantized(y, *qy, cfg, rw, *mul);
   return true;
+}
+
+bool quantize_hard_sigmoid(ir::Node& n, Config& cfg, Rewriter& rw) {
+  if (!allowed(n, cfg)) return no_match(n, "excluded");
+  if (n.inputs().size() != 1 || !n.input(0)) return false;
+  auto params = hard_sigmoid_params(n);
+  if (!params)
+    return no_match(n, "alpha is not positive (or alpha, beta not usable as 8-bit scales)");
+  return rewrite_hard_sigmoid(n, n.input(0), params->first, params->second, n.is("HardSwish"), cfg,
+                              rw);
+}
+
+// The value v of `Add(v, c)` or `Add(c, v)`, c the scalar constant `shift`; nullptr otherwise.
+ir::Value* shifted_by(const ir::Value* sum, double shift) {
+  const ir::Node* add = sum ? sum->producer() : nullptr;
+  if (!is_op(add, "Add") || add->inputs().size() != 2 || !add->input(0) || !add->input(1))
+    return nullptr;
+  for (size_t i = 0; i < 2; ++i)
+    if (constant_scalar(add->input(1 - i)) == shift) return add->input(i);
+  return nullptr;
+}
+
+// HardSwish as Paddle and older exporters write it, x * Clip(x + 3, 0, 6) / 6 (or * (1/6); the
+// product in either order; Clip's bounds as attributes or inputs): the same integer form, the
+// Div (or Mul) replaced and the nodes only it read removed. HardSwish in op_types turns it on.
+bool quantize_written_hard_swish(ir::Node& n, Config& cfg, Rewriter& rw) {
+  if (!std::binary_search(cfg.ops.begin(), cfg.ops.end(), "HardSwish") ||
+      excluded_node(n, cfg.exclude_nodes) || n.inputs().size() != 2 || !n.input(0) || !n.input(1))
+    return false;
+  auto by = constant_scalar(n.input(1));
+  if (!by || !(n.is("Div") ? *by == 6 : std::abs(*by * 6 - 1) < 1e-6)) return false;
+  ir::Value* product = n.input(0);
+  const ir::Node* mul = product->producer();
+  if (!is_op(mul, "Mul") || mul->inputs().size() != 2 || !mul->input(0) || !mul->input(1) ||
+      product->uses().size() != 1 || product->is_graph_output())
+    return false;
+  for (size_t i = 0; i < 2; ++i) {
+    ir::Value* x = mul->input(i);
+    const ir::Value* clipped = mul->input(1 - i);
+    const ir::Node* clip = clipped->producer();
+    if (!is_op(clip, "Clip") || clipped->uses().size() != 1 || clipped->is_graph_output() ||
+        clip->inputs().empty() || !clip->input(0))
+      continue;
+    auto bounds = ir::clip_params(*clip);
+    if (!bounds || bounds->min != 0.0 || bounds->max != 6.0) continue;
+    const ir::Value* sum = clip->input(0);
+    if (shifted_by(sum, 3.0) != x || sum->uses().size() != 1 || sum->is_graph_output()) continue;
+    if (!rewrite_hard_sigmoid(n, x, 1.0 / 6, 0.5, /*swish=*/true, cfg, rw)) return false;
+    rw.erase_unread_producers(product);  // the Mul, Clip and Add
+    return true;
+  }
+  return false;
 }
 
 // MaxPool and GlobalMaxPool: the output takes the input's scale and zero point.
@@ -537,12 +619,20 @@ ir::Value* quantized_weight(ir::Node& n, ir::Value* w, int64_t& channels,
 }
 
 // A bias [channels] as int32 with scale s_x * s_w[c], zero point 0; nullptr when a value does
-// not fit int32 (or is not finite).
+// not fit int32 (or is not finite). `shift` is added to every value first; `b` nullptr stands
+// for zeros.
 ir::Value* quantized_bias(ir::Node& n, ir::Value* b, int64_t channels, float x_scale,
-                          const std::vector<float>& w_scales, Config& cfg, Rewriter& rw) {
-  auto c = float_constant(b);
-  if (!c || c->dtype != TensorProto::FLOAT || c->dims != std::vector<int64_t>{channels})
-    return nullptr;
+                          const std::vector<float>& w_scales, Config& cfg, Rewriter& rw,
+                          double shift = 0) {
+  std::vector<double> values(static_cast<size_t>(channels), 0.0);
+  if (b != nullptr) {
+    auto c = float_constant(b);
+    if (!c || c->dtype != TensorProto::FLOAT || c->dims != std::vector<int64_t>{channels})
+      return nullptr;
+    values = std::move(c->values);
+  }
+  for (double& v : values) v += shift;
+  const std::string hint = b != nullptr ? b->name() : n.name() + "_bias";
   std::string bytes(static_cast<size_t>(4 * channels), '\0');
   std::vector<double> scales(static_cast<size_t>(channels));
   for (int64_t i = 0; i < channels; ++i) {
@@ -550,20 +640,20 @@ ir::Value* quantized_bias(ir::Node& n, ir::Value* b, int64_t channels, float x_s
         static_cast<float>(x_scale * w_scales[w_scales.size() == 1 ? 0 : static_cast<size_t>(i)]));
     if (!(s > 0) || !std::isfinite(s)) return nullptr;
     scales[static_cast<size_t>(i)] = s;
-    const double v = std::nearbyint(c->values[static_cast<size_t>(i)] / s);
+    const double v = std::nearbyint(values[static_cast<size_t>(i)] / s);
     if (!(std::abs(v) < 2147483647.0)) return nullptr;
     const int32_t q = static_cast<int32_t>(v);
     std::memcpy(bytes.data() + 4 * i, &q, 4);
   }
   ir::Graph& g = *n.graph();
   ir::Value* data = rw.add_constant(
-      g, byte_tensor(TensorProto::INT32, {channels}, std::move(bytes)), b->name() + "_quantized");
+      g, byte_tensor(TensorProto::INT32, {channels}, std::move(bytes)), hint + "_quantized");
   ir::Value* scale = rw.add_constant(
-      g, ir::make_float_tensor(TensorProto::FLOAT, {channels}, scales), b->name() + "_scale");
+      g, ir::make_float_tensor(TensorProto::FLOAT, {channels}, scales), hint + "_scale");
   ir::Value* zp = rw.add_constant(g,
                                   byte_tensor(TensorProto::INT32, {channels},
                                               std::string(static_cast<size_t>(4 * channels), '\0')),
-                                  b->name() + "_zero_point");
+                                  hint + "_zero_point");
   ir::Node* dq = rw.add_node(g, "DequantizeLinear", {data, scale, zp}, 1, &n);
   rw.set_attr(dq, int_attr("axis", 0));
   cfg.weight_bytes += static_cast<uint64_t>(12 * channels);
@@ -587,9 +677,10 @@ bool quantize_weighted(ir::Node& n, Config& cfg, Rewriter& rw) {
         n.attr_float("beta", 1.0f) != 1.0f)
       return no_match(n, "Gemm with transA, alpha or beta");
   }
-  // An image stem (a dense convolution over 3 channels): the integer kernel's reduction is too
-  // short to pay (MobileNetV3-Large's 3x3 stem: 333 us in int8 against 184 us in float under
-  // ONNX Runtime, AVX-512 VNNI; bench/int8_cnn).
+  // An image stem (a dense convolution over 3 channels), when asked: MobileNetV3-Large's 3x3 stem
+  // took 333 us in int8 against 184 us in float under ONNX Runtime (AVX-512 VNNI), but leaving
+  // it float made ResNet, GoogLeNet and SqueezeNet far slower (bench/int8_cnn), so it is off by
+  // default.
   if (n.is("Conv") && n.attr_int("group", 1) == 1) {
     const auto* h = constant_header(w);
     if (h && h->dims_size() >= 2 && h->dims(1) < cfg.min_conv_channels)
@@ -617,6 +708,19 @@ bool quantize_weighted(ir::Node& n, Config& cfg, Rewriter& rw) {
   if (!wd) return no_match(n, "the weight is not a finite float32 constant it can quantize");
   rw.set_input(&n, 1, wd);
   rw.set_input(&n, 0, dequantized(x, *qx, cfg, rw, n));
+  if (ir::Node* gate = foldable_hard_sigmoid(n, cfg)) {
+    // HardSigmoid(y) = clip(alpha (y + beta / alpha), 0, 1): the bias takes beta / alpha, the
+    // output pair clips, and the gate's readers read it.
+    const auto [alpha, beta] = *hard_sigmoid_params(*gate);
+    ir::Value* b = n.inputs().size() > 2 ? n.input(2) : nullptr;
+    ir::Value* bd = quantized_bias(n, b, channels, qx->scale, w_scales, cfg, rw, beta / alpha);
+    if (bd == nullptr) return no_match(n, "the bias shifted by a HardSigmoid does not fit int32");
+    if (n.inputs().size() > 2)
+      rw.set_input(&n, 2, bd);
+    else
+      rw.set_inputs(&n, {n.input(0), n.input(1), bd});
+    return rw.replace_node(gate, {clipped_pair(n.output(0), alpha, cfg, rw, *gate)});
+  }
   if (n.inputs().size() > 2 && n.input(2)) {
     // Conv's B, Gemm's C when it is one value per output channel: int32; else left float.
     if (ir::Value* bd = quantized_bias(n, n.input(2), channels, qx->scale, w_scales, cfg, rw))
@@ -633,6 +737,23 @@ bool has_work(const ir::Model& model, const std::vector<std::string>& ops) {
         !already_quantized(*n))
       return true;
   return false;
+}
+
+// "left in float: Add 3, Conv 1 (...)": the main graph's nodes of the quantized op types the
+// run left float, by type, or "" when there are none.
+std::string left_in_float(const ir::Model& model, const std::vector<std::string>& ops) {
+  std::map<std::string, int64_t> count;
+  for (const ir::Node* n : model.graph().nodes())
+    if (n->is_onnx_domain() && std::binary_search(ops.begin(), ops.end(), n->op_type()) &&
+        !already_quantized(*n))
+      ++count[n->op_type()];
+  if (count.empty()) return "";
+  std::string text = "left in float:";
+  for (const auto& [op, k] : count) absl::StrAppend(&text, " ", op, " ", k, ",");
+  text.pop_back();
+  return absl::StrCat(text,
+                      " (by design: a bias or a float op's input, an image stem; --explain "
+                      "quantize_static_int8 gives each node's reason)");
 }
 
 // The pass's configuration for one run (ranges filled by QuantizeStaticInt8::run).
@@ -662,6 +783,7 @@ std::vector<Rule> quantize_rules(std::shared_ptr<Config> cfg) {
       {"quantize_weighted", {"Conv", "Gemm", "MatMul"}, rule(quantize_weighted), "", 13},
       {"quantize_max_pool", {"MaxPool", "GlobalMaxPool"}, rule(quantize_max_pool), "", 13},
       {"quantize_hard_sigmoid", {"HardSigmoid", "HardSwish"}, rule(quantize_hard_sigmoid), "", 13},
+      {"quantize_written_hard_swish", {"Div", "Mul"}, rule(quantize_written_hard_swish), "", 13},
       {"quantize_elementwise",
        {"Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "LeakyRelu", "Sigmoid",
         "Softmax"},
@@ -680,7 +802,8 @@ class QuantizeStaticInt8 : public RulePass {
       : RulePass("quantize_static_int8",
                  [this](ir::Model&, const PassContext&) { return quantize_rules(cfg_); },
                  {"quantize_weighted", "quantize_max_pool", "quantize_hard_sigmoid",
-                  "quantize_elementwise", "calibrate", kServingCpu}) {}
+                  "quantize_written_hard_swish", "quantize_elementwise", "calibrate", kServingCpu,
+                  "left_in_float"}) {}
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     cfg_ = make_config(model, ctx);
@@ -713,6 +836,12 @@ class QuantizeStaticInt8 : public RulePass {
           cfg_->ranges = std::move(*ranges);
           auto result = RulePass::run(model, ctx);
           note_serving_cpu(ctx, result);
+          if (std::string left = left_in_float(model, cfg_->ops);
+              result.ok() && result->changed && !left.empty()) {
+            result->explanations.push_back(
+                {.rule = "left_in_float", .node = "model", .op = "", .graph = "", .reason = left});
+            result->always_explained = true;
+          }
           return result;
         });
     cfg_.reset();
@@ -747,9 +876,9 @@ PassInfo quantize_static_int8_pass() {
            enum_option(kWeightType, "int8", {"int8", "uint8"},
                        "weights: int8 symmetric or uint8 asymmetric"),
            boolean_option(kPerChannel, true, "one weight scale per output channel"),
-           integer_option(kMinConvChannels, 4, 0, std::numeric_limits<int32_t>::max(),
-                          "a dense Conv over fewer input channels (an image stem) stays float: "
-                          "its integer kernel is slower there (0: quantize every Conv)"),
+           integer_option(kMinConvChannels, 0, 0, std::numeric_limits<int32_t>::max(),
+                          "a dense Conv over fewer input channels (an image stem) stays float "
+                          "(0, the default: quantize every Conv; 4 pays on MobileNetV3 only)"),
            boolean_option(kSharedWeights, false,
                           "also quantize a weight other nodes read in float (a tied embedding's "
                           "LM head): faster, but the model holds both copies"),

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,8 +38,6 @@ std::vector<std::map<std::string, eval::Tensor>> calibration(const std::string& 
 RewriteOptions quantized(std::vector<std::map<std::string, eval::Tensor>> sets,
                          PassOptions options = {}) {
   RewriteOptions r = rewrites(-1);
-  // The tests' convolutions read one channel: quantized unless a test says otherwise.
-  options.emplace("min_conv_channels", "0");
   r.pass_options = std::move(options);
   r.calibration = std::move(sets);
   // Inputs in [-2, 2] (same_outputs) against a calibrated range of about [0, 2.55]: values
@@ -397,8 +396,8 @@ TEST(QuantizeStaticInt8, ElementwiseOnlyBetweenQuantizedValues) {
     }
 }
 
-// A dense convolution over fewer than min_conv_channels (default 4) input channels, an image
-// stem, stays float; the next one, over 4 channels, is quantized.
+// With min_conv_channels (default 0: off), a dense convolution over fewer input channels, an
+// image stem, stays float; the next one, over 4 channels, is quantized.
 TEST(QuantizeStaticInt8, ImageStemStaysFloat) {
   const char* text = R"(
     <ir_version: 8, opset_import: ["" : 13]>
@@ -422,7 +421,17 @@ TEST(QuantizeStaticInt8, ImageStemStaysFloat) {
     return quantized_weight;
   };
   EXPECT_EQ(weight_types({{"min_conv_channels", "4"}}), (std::vector<bool>{false, true}));
-  EXPECT_EQ(weight_types({{"min_conv_channels", "0"}}), (std::vector<bool>{true, true}));
+  EXPECT_EQ(weight_types({}), (std::vector<bool>{true, true}));
+  // Every report counts what stayed float, by op type.
+  auto m = parse_text(text);
+  ASSERT_NE(m, nullptr);
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  const PassResult r = run_pass(*m, kPass, {{"min_conv_channels", "4"}}, &c);
+  EXPECT_TRUE(r.always_explained);
+  std::string left;
+  for (const auto& e : r.explanations)
+    if (e.rule == "left_in_float") left = e.reason;
+  EXPECT_EQ(left.rfind("left in float: Conv 1 (", 0), 0u) << left;
 }
 
 // HardSwish after a convolution (MobileNetV3's block) becomes integer arithmetic ONNX Runtime
@@ -472,6 +481,44 @@ TEST(QuantizeStaticInt8, HardSwishBecomesIntegerArithmetic) {
   }
 }
 
+// HardSwish as Paddle (opset 9) and older exporters write it, x * Clip(x + 3, 0, 6) / 6, and with
+// * (1/6) and the product's operands swapped: the same integer arithmetic, nothing of the float
+// form left.
+TEST(QuantizeStaticInt8, WrittenOutHardSwishBecomesIntegerArithmetic) {
+  for (const char* form :
+       {"c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (a, c)\n h = Div (m, six)",
+        "c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (c, a)\n h = Mul (m, sixth)"}) {
+    RewriteOptions r = quantized(
+        calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}));
+    r.rtol = 0;
+    r.atol = 0.06;
+    auto m = run_rewrite(kPass,
+                         absl::StrCat(R"(
+      <ir_version: 7, opset_import: ["" : 9]>
+      g (float[1,1,2,4] x) => (float[1,1,2,4] y)
+        <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}, float three = {3.0},
+         float six = {6.0}, float sixth = {0.16666667}> {
+        a = Conv (x, w1)
+        s = Add (a, three)
+        )",
+                                      form, R"(
+        y = Conv (h, w2)
+      }
+    )"),
+                         r);
+    ASSERT_NE(m, nullptr) << form;
+    EXPECT_EQ(count_ops(*m, "Clip"), 0) << form;
+    EXPECT_EQ(count_ops(*m, "Div"), 0) << form;
+    EXPECT_EQ(count_ops(*m, "Mul"), 1) << form;
+    EXPECT_EQ(count_ops(*m, "Add"), 1) << form;
+    for (const ir::Node* n : m->graph().nodes()) {
+      if (!n->is("Add") && !n->is("Mul")) continue;
+      for (const ir::Value* in : n->inputs())
+        EXPECT_TRUE(in->producer()->is("DequantizeLinear")) << form;
+    }
+  }
+}
+
 // HardSigmoid with its own alpha and beta (Paddle's squeeze-excitation: 0.2, 0.5), read by a
 // Mul as SE blocks do: x + beta/alpha, quantized at 1/(255 alpha). With int8 activations the
 // zero point is -128 on both sides of the clip's pair.
@@ -516,6 +563,52 @@ TEST(QuantizeStaticInt8, HardSigmoidTakesItsAlphaAndBeta) {
         EXPECT_TRUE(in->producer()->is("DequantizeLinear")) << type;
     }
   }
+}
+
+// A squeeze-excitation gate, HardSigmoid alone reading a Conv (here without the pool before it,
+// whose one value per channel a single calibration set cannot range): folded into that Conv, whose
+// bias takes beta / alpha (in int32) and whose output pair is the clip. No Add and no HardSigmoid
+// remain; the gate's Mul reads two 8-bit values.
+TEST(QuantizeStaticInt8, SqueezeExcitationGateFoldsIntoItsConv) {
+  RewriteOptions r = quantized(
+      calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}));
+  r.rtol = 0;
+  r.atol = 0.06;
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,4] x) => (float[1,1,2,4] y)
+      <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] wf = {2.0}, float[1] bf = {0.25},
+       float[1,1,1,1] w2 = {0.5}> {
+      a = Conv (x, w1)
+      f = Conv (a, wf, bf)
+      s = HardSigmoid <alpha = 0.2, beta = 0.5> (f)
+      m = Mul (a, s)
+      y = Conv (m, w2)
+    }
+  )",
+                       r);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "HardSigmoid"), 0);
+  EXPECT_EQ(count_ops(*m, "Add"), 0);
+  bool folded = false;
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (!n->is("Conv") || n->inputs().size() < 3) continue;
+    const ir::Node* q = n->output(0)->uses()[0].node;
+    if (!q->is("QuantizeLinear") ||
+        std::abs(ir::constant_doubles(q->input(1))->at(0) - 1 / (255 * 0.2)) > 1e-7)
+      continue;
+    // The bias: (0.25 + 2.5) / (s_a * s_w) in int32.
+    const ir::Node* bias = n->input(2)->producer();
+    const double step = ir::constant_doubles(bias->input(1))->at(0);
+    int32_t b;
+    std::memcpy(&b, bias->input(0)->initializer()->raw_data().data(), 4);
+    EXPECT_EQ(b, static_cast<int32_t>(std::nearbyint(2.75 / step)));
+    const ir::Node* dq = q->output(0)->uses()[0].node;
+    EXPECT_NEAR(ir::constant_doubles(dq->input(1))->at(0), 1.0 / 255, 1e-9);
+    EXPECT_TRUE(dq->output(0)->uses()[0].node->is("Mul"));
+    folded = true;
+  }
+  EXPECT_TRUE(folded);
 }
 
 // What the rule leaves: a HardSigmoid of a float value (the model's input), one with a negative
@@ -642,7 +735,6 @@ TEST(QuantizeStaticInt8, ResidualBlockThroughThePipelineIsWithinItsGate) {
   ASSERT_NE(m, nullptr);
   PipelineConfig config = test_pipeline_config();
   config.passes = {kPass};
-  config.pass_options[kPass] = {{"min_conv_channels", "0"}};  // the block has 2 channels
   auto report = run_pipeline(m, config);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->passes.size(), 1u);
