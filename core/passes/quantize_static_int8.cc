@@ -863,8 +863,8 @@ PassInfo quantize_static_int8_pass() {
        .by_name_only = true,
        .description =
            "calibrated 8-bit quantization in QDQ form (QuantizeLinear/DequantizeLinear around "
-           "Conv, MatMul, Gemm, Add, Mul, Concat, pools, Sigmoid, Softmax; int8 per-channel "
-           "weights, int32 biases), "
+           "Conv, MatMul, Gemm, Add, Mul, Concat, pools, Sigmoid, Softmax; HardSigmoid and "
+           "HardSwish as integer Add/Mul; int8 per-channel weights, int32 biases), "
            "which ONNX Runtime fuses into QLinearConv/QLinearMatMul (lossy; by name only)",
        .options = {
            list_option(kOpTypes, quantizable_ops(), quantizable_ops(),
