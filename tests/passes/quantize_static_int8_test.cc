@@ -48,6 +48,17 @@ RewriteOptions quantized(std::vector<std::map<std::string, eval::Tensor>> sets,
   return r;
 }
 
+// Calibrated on x in [-4, 4], a 1x1 Conv's output over HardSwish's bend (steps: x 8/255,
+// HardSigmoid 1/255), compared within a few 8-bit steps of the float model.
+RewriteOptions over_the_bend(PassOptions options = {}) {
+  RewriteOptions r = quantized(
+      calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}),
+      std::move(options));
+  r.rtol = 0;
+  r.atol = 0.06;
+  return r;
+}
+
 // a [1, 2] in [0, 2.55] (scale 0.01, zero point 0); W columns max 1.27 and 0.635 (int8 scales
 // 0.01 and 0.005 with the full range, values 127).
 const char kMatMul[] = R"(
@@ -439,11 +450,7 @@ TEST(QuantizeStaticInt8, ImageStemStaysFloat) {
 // HardSigmoid), times x (QLinearMul). Nothing float is left between the two convolutions, and
 // the result is within a few 8-bit steps of the float model's.
 TEST(QuantizeStaticInt8, HardSwishBecomesIntegerArithmetic) {
-  RewriteOptions r = quantized(
-      calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}));
-  // Steps: x 8/255 (the Conv's output), HardSigmoid 1/255, HardSwish's output 4.375/255.
-  r.rtol = 0;
-  r.atol = 0.06;
+  RewriteOptions r = over_the_bend();
   auto m = run_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 14]>
     g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
@@ -488,10 +495,7 @@ TEST(QuantizeStaticInt8, WrittenOutHardSwishBecomesIntegerArithmetic) {
   for (const char* form :
        {"c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (a, c)\n h = Div (m, six)",
         "c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (c, a)\n h = Mul (m, sixth)"}) {
-    RewriteOptions r = quantized(
-        calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}));
-    r.rtol = 0;
-    r.atol = 0.06;
+    RewriteOptions r = over_the_bend();
     auto m = run_rewrite(kPass,
                          absl::StrCat(R"(
       <ir_version: 7, opset_import: ["" : 9]>
@@ -533,11 +537,7 @@ TEST(QuantizeStaticInt8, HardSigmoidTakesItsAlphaAndBeta) {
     }
   )";
   for (const char* type : {"uint8", "int8"}) {
-    RewriteOptions r = quantized(
-        calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}),
-        {{"activation_type", type}});
-    r.rtol = 0;
-    r.atol = 0.06;
+    RewriteOptions r = over_the_bend({{"activation_type", type}});
     auto m = run_rewrite(kPass, text, r);
     ASSERT_NE(m, nullptr) << type;
     EXPECT_EQ(count_ops(*m, "HardSigmoid"), 0) << type;
@@ -570,10 +570,7 @@ TEST(QuantizeStaticInt8, HardSigmoidTakesItsAlphaAndBeta) {
 // bias takes beta / alpha (in int32) and whose output pair is the clip. No Add and no HardSigmoid
 // remain; the gate's Mul reads two 8-bit values.
 TEST(QuantizeStaticInt8, SqueezeExcitationGateFoldsIntoItsConv) {
-  RewriteOptions r = quantized(
-      calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}));
-  r.rtol = 0;
-  r.atol = 0.06;
+  RewriteOptions r = over_the_bend();
   auto m = run_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 13]>
     g (float[1,1,2,4] x) => (float[1,1,2,4] y)
