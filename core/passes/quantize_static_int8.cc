@@ -214,9 +214,17 @@ ir::Value* existing_pair(const ir::Value* x) {
 
 // The quantization `x` has or would get: its pair's if it has one (or is a DequantizeLinear's
 // output), else from its calibrated range.
-std::optional<ActivationQuantization> params_of(const ir::Value* x, const Config& cfg) {
+std::optional<ActivationQuantization> params_of(const ir::Value* x, const Config& cfg,
+                                                int depth = 0) {
   if (is_op(x->producer(), "DequantizeLinear")) return pair_params(*x->producer());
   if (const ir::Value* dq = existing_pair(x)) return pair_params(*dq->producer());
+  // A view (Reshape, Transpose, Slice, ...) takes its source's quantization: its values are a
+  // subset of the source's, and ONNX Runtime drops the pairs around a view only when their
+  // scales are equal (ShuffleNet's channel split, a Slice, was left float between them).
+  if (const ir::Node* p = x->producer(); p != nullptr && depth < 8 && ir::moves_values(*p) &&
+                                         !p->inputs().empty() && p->input(0) &&
+                                         p->input(0)->elem_type() == TensorProto::FLOAT)
+    if (auto q = params_of(p->input(0), cfg, depth + 1)) return q;
   auto it = cfg.ranges.find(x->name());
   if (it == cfg.ranges.end() || it->second.non_finite || !(it->second.lo <= it->second.hi))
     return std::nullopt;

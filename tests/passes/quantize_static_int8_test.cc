@@ -445,6 +445,40 @@ TEST(QuantizeStaticInt8, ImageStemStaysFloat) {
   EXPECT_EQ(left.rfind("left in float: Conv 1 (", 0), 0u) << left;
 }
 
+// A view between two quantized nodes (ShuffleNet's channel split: a Slice) is quantized with its
+// source's scale and zero point, so ONNX Runtime drops the pairs around it (it does only when they
+// are equal) and runs the Slice on the 8-bit values.
+TEST(QuantizeStaticInt8, AViewTakesItsSourceScale) {
+  RewriteOptions r = quantized(calibration("x", {1, 2, 1, 2}, {-3.0f, 1.0f, 0.5f, 2.0f}));
+  r.rtol = 0;
+  r.atol = 0.1;
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,1,2] x) => (float[1,1,1,2] y)
+      <float[2,2,1,1] w1 = {1.0, 0.0, 0.0, 1.0}, float[1,1,1,1] w2 = {1.0},
+       int64[1] starts = {1}, int64[1] ends = {2}, int64[1] axes = {1}> {
+      a = Conv (x, w1)
+      s = Slice (a, starts, ends, axes)
+      y = Conv (s, w2)
+    }
+  )",
+                       r);
+  ASSERT_NE(m, nullptr);
+  std::vector<std::pair<double, int64_t>> around;  // (scale, zero point) of the pairs by the Slice
+  for (const ir::Node* n : m->graph().nodes()) {
+    if (!n->is("Slice")) continue;
+    const ir::Node* before = n->input(0)->producer();
+    const ir::Node* after = n->output(0)->uses()[0].node;
+    ASSERT_TRUE(before->is("DequantizeLinear"));
+    ASSERT_TRUE(after->is("QuantizeLinear"));
+    for (const ir::Node* q : {before, after})
+      around.emplace_back(ir::constant_doubles(q->input(1))->at(0),
+                          ir::constant_ints(q->input(2))->at(0));
+  }
+  ASSERT_EQ(around.size(), 2u);
+  EXPECT_EQ(around[0], around[1]);
+}
+
 // HardSwish after a convolution (MobileNetV3's block) becomes integer arithmetic ONNX Runtime
 // has: x + 3 (QLinearAdd), quantized at scale 6/255 and read back at 1/255 (the clip to [0, 1] of
 // HardSigmoid), times x (QLinearMul). Nothing float is left between the two convolutions, and
