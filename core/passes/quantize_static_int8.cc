@@ -549,6 +549,61 @@ bool quantize_written_hard_swish(ir::Node& n, Config& cfg, Rewriter& rw) {
   return false;
 }
 
+// Mul, Div, Add or Sub of an 8-bit value by a scalar constant (PP-LCNetV3's learnable affine
+// blocks, a scale before a convolution) costs no node: the bytes are read with another scale and
+// zero point. For x = s (q - z): c x = (c s)(q - z), x / c = (s / c)(q - z), and
+// x + b = s (q - (z - b / s)), the zero point rounded to an integer (at most s / 2 off, the
+// rounding every 8-bit value has). c must be positive and the new zero point in the type's range.
+bool relabel_scalar_affine(ir::Node& n, Config& cfg, Rewriter& rw) {
+  const bool scale = n.is("Mul") || n.is("Div");
+  if (!std::binary_search(cfg.ops.begin(), cfg.ops.end(), scale ? "Mul" : "Add") ||
+      excluded_node(n, cfg.exclude_nodes) || n.inputs().size() != 2 || !n.input(0) || !n.input(1) ||
+      !float_output(n))
+    return false;
+  // The constant: either operand of Mul and Add, the second of Div and Sub.
+  const bool commutes = n.is("Mul") || n.is("Add");
+  size_t xi = 0;
+  std::optional<double> c = constant_scalar(n.input(1));
+  if (!c && commutes) {
+    c = constant_scalar(n.input(0));
+    xi = 1;
+  }
+  ir::Value* x = n.input(xi);
+  if (!c || !std::isfinite(*c) || x->elem_type() != TensorProto::FLOAT) return false;
+  if (!quantized_source(x, cfg))
+    return no_match(n, "the input is not computed in 8 bits (a constant, or a float op's output)");
+  if (returned_as_graph_output(n.output(0)))
+    return no_match(n, "the output is returned by the model (it stays float)");
+  for (const auto& use : n.output(0)->uses())
+    if (use.node->is("Clip"))
+      return no_match(n, "read by a Clip (x + 3 of a written-out HardSwish, rewritten whole)");
+  auto q = params_of(x, cfg);
+  if (!q) return no_match(n, "the input has no calibrated range");
+  double s = q->scale, z = q->zero_point;
+  if (scale) {
+    if (!(*c > 0)) return no_match(n, "a scale that is not positive");
+    s = n.is("Mul") ? s * *c : s / *c;
+  } else {
+    z = std::nearbyint(z - (n.is("Add") ? *c : -*c) / s);
+  }
+  const double lo = cfg.act_uint8 ? 0 : -128, hi = cfg.act_uint8 ? 255 : 127;
+  if (!(static_cast<float>(s) >= std::numeric_limits<float>::min()) ||
+      !std::isfinite(static_cast<float>(s)) || !(z >= lo && z <= hi))
+    return no_match(n, "the scale or zero point it would take is out of range");
+  // The bytes of x's pair, read again.
+  ir::Value* xd = dequantized(x, *q, cfg, rw, n);
+  ir::Value* bytes = xd->producer()->input(0);
+  ir::Graph& g = *n.graph();
+  ir::Value* s_value =
+      rw.add_constant(g, ir::make_float_tensor(TensorProto::FLOAT, {}, {s}), n.name() + "_scale");
+  ir::Value* z_value = rw.add_constant(g, zero_point_tensor(act_type(cfg), static_cast<int32_t>(z)),
+                                       n.name() + "_zero_point");
+  ir::Node* dq = rw.add_node(g, "DequantizeLinear", {bytes, s_value, z_value}, 1, &n);
+  if (!rw.replace_node(&n, {dq->output(0)})) return false;
+  rw.erase_unread_producers(xd);
+  return true;
+}
+
 // MaxPool and GlobalMaxPool: the output takes the input's scale and zero point.
 bool quantize_max_pool(ir::Node& n, Config& cfg, Rewriter& rw) {
   if (!allowed(n, cfg)) return no_match(n, "excluded");
@@ -792,6 +847,7 @@ std::vector<Rule> quantize_rules(std::shared_ptr<Config> cfg) {
       {"quantize_max_pool", {"MaxPool", "GlobalMaxPool"}, rule(quantize_max_pool), "", 13},
       {"quantize_hard_sigmoid", {"HardSigmoid", "HardSwish"}, rule(quantize_hard_sigmoid), "", 13},
       {"quantize_written_hard_swish", {"Div", "Mul"}, rule(quantize_written_hard_swish), "", 13},
+      {"relabel_scalar_affine", {"Mul", "Div", "Add", "Sub"}, rule(relabel_scalar_affine), "", 13},
       {"quantize_elementwise",
        {"Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "LeakyRelu", "Sigmoid",
         "Softmax"},
@@ -810,8 +866,8 @@ class QuantizeStaticInt8 : public RulePass {
       : RulePass("quantize_static_int8",
                  [this](ir::Model&, const PassContext&) { return quantize_rules(cfg_); },
                  {"quantize_weighted", "quantize_max_pool", "quantize_hard_sigmoid",
-                  "quantize_written_hard_swish", "quantize_elementwise", "calibrate", kServingCpu,
-                  "left_in_float"}) {}
+                  "quantize_written_hard_swish", "relabel_scalar_affine", "quantize_elementwise",
+                  "calibrate", kServingCpu, "left_in_float"}) {}
 
   absl::StatusOr<PassResult> run(ir::Model& model, PassContext& ctx) override {
     cfg_ = make_config(model, ctx);

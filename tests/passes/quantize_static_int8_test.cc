@@ -480,6 +480,42 @@ TEST(QuantizeStaticInt8, AViewTakesItsSourceScale) {
   EXPECT_EQ(around[0], around[1]);
 }
 
+// A scalar affine after an 8-bit value (PP-LCNetV3's learnable affine block: * a + b) costs no
+// node: the next convolution reads the same bytes with scale s * a and zero point z - b / (s a).
+TEST(QuantizeStaticInt8, ScalarAffineRelabelsTheBytes) {
+  RewriteOptions r = over_the_bend();
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,4] x) => (float[1,1,2,4] y)
+      <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}, float a = {0.5}, float b = {0.25},
+       float d = {2.0}> {
+      c = Conv (x, w1)
+      m = Mul (a, c)
+      s = Add (m, b)
+      t = Div (s, d)
+      y = Conv (t, w2)
+    }
+  )",
+                       r);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(count_ops(*m, "Mul"), 0);
+  EXPECT_EQ(count_ops(*m, "Add"), 0);
+  EXPECT_EQ(count_ops(*m, "Div"), 0);
+  // c's pair is [-4, 4] over uint8: s = 8/255, z = 128 (rounded); read as (c * 0.5 + 0.25) / 2.
+  const ir::Node* last = nullptr;
+  for (const ir::Node* n : m->graph().nodes())
+    if (n->is("Conv") && n->output(0)->is_graph_output()) last = n;
+  ASSERT_NE(last, nullptr);
+  const ir::Node* dq = last->input(0)->producer();
+  ASSERT_TRUE(dq->is("DequantizeLinear"));
+  const ir::Node* q = dq->input(0)->producer();
+  ASSERT_TRUE(q->is("QuantizeLinear"));
+  const double s = ir::constant_doubles(q->input(1))->at(0);
+  const int64_t z = ir::constant_ints(q->input(2))->at(0);
+  EXPECT_NEAR(ir::constant_doubles(dq->input(1))->at(0), s * 0.5 / 2, 1e-9);
+  EXPECT_EQ(ir::constant_ints(dq->input(2))->at(0), std::llround(z - 0.25 / (s * 0.5)));
+}
+
 // HardSwish after a convolution (MobileNetV3's block) becomes integer arithmetic ONNX Runtime
 // has: x + 3 (QLinearAdd), quantized at scale 6/255 and read back at 1/255 (the clip to [0, 1] of
 // HardSigmoid), times x (QLinearMul). Nothing float is left between the two convolutions, and
