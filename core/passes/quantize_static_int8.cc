@@ -212,6 +212,13 @@ ir::Value* existing_pair(const ir::Value* x) {
   return nullptr;
 }
 
+// True when `n`'s output holds only values within its first input's range: a view (Reshape,
+// Transpose, Slice, ...) or a nearest or linear Resize (a cubic one can overshoot).
+bool within_source(const ir::Node& n) {
+  return n.is_onnx_domain() &&
+         (ir::moves_values(n) || (n.is("Resize") && n.attr_string("mode", "nearest") != "cubic"));
+}
+
 // The quantization `x` has or would get: its pair's if it has one (or is a DequantizeLinear's
 // output), else from its calibrated range.
 std::optional<ActivationQuantization> params_of(const ir::Value* x, const Config& cfg,
@@ -220,10 +227,12 @@ std::optional<ActivationQuantization> params_of(const ir::Value* x, const Config
   if (const ir::Value* dq = existing_pair(x)) return pair_params(*dq->producer());
   // A view (Reshape, Transpose, Slice, ...) takes its source's quantization: its values are a
   // subset of the source's, and ONNX Runtime drops the pairs around a view only when their
-  // scales are equal (ShuffleNet's channel split, a Slice, was left float between them).
-  if (const ir::Node* p = x->producer(); p != nullptr && depth < 8 && ir::moves_values(*p) &&
-                                         !p->inputs().empty() && p->input(0) &&
-                                         p->input(0)->elem_type() == TensorProto::FLOAT)
+  // scales are equal (ShuffleNet's channel split, a Slice, was left float between them). So does
+  // a nearest or linear Resize, whose values stay within the source's range (a cubic one can
+  // overshoot it).
+  const ir::Node* p = x->producer();
+  if (p != nullptr && within_source(*p) && depth < 8 && !p->inputs().empty() && p->input(0) &&
+      p->input(0)->elem_type() == TensorProto::FLOAT)
     if (auto q = params_of(p->input(0), cfg, depth + 1)) return q;
   auto it = cfg.ranges.find(x->name());
   if (it == cfg.ranges.end() || it->second.non_finite || !(it->second.lo <= it->second.hi))
@@ -342,14 +351,14 @@ bool allowed(const ir::Node& n, const Config& cfg) {
 
 // True when `v` is computed in 8 bits already or will be: a DequantizeLinear's output, the
 // output of a Conv, Gemm or MatMul the pass quantizes, or of an Add, Mul, Concat or pool whose
-// own inputs are such values (through ops that only move values, and a Relu or Clip the
-// output's quantization absorbs). `depth` bounds the walk.
+// own inputs are such values (through views and nearest or linear Resizes, and a Relu or Clip
+// the output's quantization absorbs). `depth` bounds the walk.
 bool quantized_source(const ir::Value* v, const Config& cfg, int depth = 0) {
   for (; depth < 8 && v != nullptr; ++depth) {
     const ir::Node* p = v->producer();
     if (p == nullptr || !p->is_onnx_domain()) return false;
     if (p->is("DequantizeLinear")) return true;
-    if (p->is("Relu") || p->is("Clip") || ir::moves_values(*p)) {
+    if (p->is("Relu") || p->is("Clip") || within_source(*p)) {
       v = p->inputs().empty() ? nullptr : p->input(0);
       continue;
     }

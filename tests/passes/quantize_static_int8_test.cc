@@ -478,6 +478,37 @@ TEST(QuantizeStaticInt8, AViewTakesItsSourceScale) {
   }
   ASSERT_EQ(around.size(), 2u);
   EXPECT_EQ(around[0], around[1]);
+  // So does a linear Resize (its values stay within the source's range; halved, each output
+  // averages 2x2 inputs, a narrower range); not a cubic one.
+  for (const char* mode : {"linear", "cubic"}) {
+    auto resized =
+        run_rewrite(kPass,
+                    absl::StrCat(R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      g (float[1,1,4,4] x) => (float[1,1,2,2] y)
+        <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}, float[4] scales = {1, 1, 0.5, 0.5}> {
+        a = Conv (x, w1)
+        s = Resize <mode = ")",
+                                 mode, R"("> (a, , scales)
+        y = Conv (s, w2)
+      }
+    )"),
+                    [] {
+                      RewriteOptions r = quantized(calibration(
+                          "x", {1, 1, 4, 4}, {-3, 1, 0, 0, 1, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0}));
+                      r.outputs = Outputs::kNotCompared;  // the scales are checked
+                      return r;
+                    }());
+    ASSERT_NE(resized, nullptr) << mode;
+    const ir::Node* resize = only_node(resized->graph(), "Resize");
+    const ir::Node* before = resize->input(0)->producer();
+    const ir::Node* after = resize->output(0)->uses()[0].node;
+    ASSERT_TRUE(before->is("DequantizeLinear") && after->is("QuantizeLinear")) << mode;
+    EXPECT_EQ(ir::constant_doubles(before->input(1))->at(0) ==
+                  ir::constant_doubles(after->input(1))->at(0),
+              std::string(mode) == "linear")
+        << mode;
+  }
 }
 
 // A scalar affine after an 8-bit value (PP-LCNetV3's learnable affine block: * a + b) costs no
@@ -514,6 +545,32 @@ TEST(QuantizeStaticInt8, ScalarAffineRelabelsTheBytes) {
   const int64_t z = ir::constant_ints(q->input(2))->at(0);
   EXPECT_NEAR(ir::constant_doubles(dq->input(1))->at(0), s * 0.5 / 2, 1e-9);
   EXPECT_EQ(ir::constant_ints(dq->input(2))->at(0), std::llround(z - 0.25 / (s * 0.5)));
+}
+
+// An Add of an upsampled 8-bit value (a feature pyramid's top-down path: Resize, then Add) is
+// between 8-bit values, so it is quantized (QLinearAdd) and the Resize runs on the bytes.
+TEST(QuantizeStaticInt8, AddAfterAResizeIsBetweenEightBitValues) {
+  auto sets = calibration("x", {1, 1, 2, 2}, {-3.0f, 1.0f, 0.5f, 2.0f});
+  sets[0].emplace("z", make<float>(TensorProto::FLOAT, {1, 1, 4, 4},
+                                   {-2, -1, 0, 1, 2, 1, 0, -1, -2, 0, 1, 2, 0, 1, 0, -1}));
+  RewriteOptions r = quantized(std::move(sets));
+  r.rtol = 0;
+  r.atol = 0.2;
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,1,2,2] x, float[1,1,4,4] z) => (float[1,1,4,4] y)
+      <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {0.5}, float[4] scales = {1, 1, 2, 2}> {
+      a = Conv (x, w1)
+      u = Resize <mode = "nearest"> (a, , scales)
+      b = Conv (z, w2)
+      s = Add (u, b)
+      y = Conv (s, w1)
+    }
+  )",
+                       r);
+  ASSERT_NE(m, nullptr);
+  const ir::Node* add = only_node(m->graph(), "Add");
+  for (const ir::Value* in : add->inputs()) EXPECT_TRUE(in->producer()->is("DequantizeLinear"));
 }
 
 // HardSwish after a convolution (MobileNetV3's block) becomes integer arithmetic ONNX Runtime
