@@ -47,12 +47,7 @@ class ConvertOpset : public Pass {
     // The raise itself counts as one rewrite even where no node needed converting.
     result.rewrites = 1;
     for (const auto& [rule, count] : raised->conversions) result.rewrites += count;
-    result.explanations.push_back({.rule = "raise_opset",
-                                   .node = "model",
-                                   .op = "opset_import",
-                                   .graph = "",
-                                   .reason = raised->summary()});
-    result.always_explained = true;
+    result.add_model_finding("raise_opset", raised->summary(), "opset_import");
     return result;
   }
 };

@@ -742,12 +742,7 @@ absl::StatusOr<PassResult> run_at_opset(ir::Model& model, int64_t target, std::s
   }
   model.release(cp);
   if (raised->changed) {
-    result->explanations.push_back({.rule = "raise_opset",
-                                    .node = "model",
-                                    .op = "opset_import",
-                                    .graph = "",
-                                    .reason = raised->summary(why)});
-    result->always_explained = true;
+    result->add_model_finding("raise_opset", raised->summary(why), "opset_import");
   }
   return result;
 }

@@ -48,6 +48,16 @@ struct PassResult {
   // calibration inputs, the float model failed on them), and why. A lossy pass so stopped has
   // its error "not measured", not "changed nothing" (PassStats::unmeasured).
   std::string unmeasured;
+  // Adds a finding about the whole model (node "model") and makes the explanations findings
+  // every report shows.
+  void add_model_finding(std::string rule, std::string reason, std::string op = "") {
+    explanations.push_back({.rule = std::move(rule),
+                            .node = "model",
+                            .op = std::move(op),
+                            .graph = "",
+                            .reason = std::move(reason)});
+    always_explained = true;
+  }
   void add(int64_t n = 1) {
     rewrites += n;
     changed = changed || n > 0;

@@ -143,10 +143,8 @@ std::string int8_cpu_note(Int8Cpu cpu, bool detected) {
 void note_serving_cpu(const PassContext& ctx, absl::StatusOr<PassResult>& result) {
   const Int8Cpu cpu = serving_cpu(ctx);
   std::string note = int8_cpu_note(cpu, cpu == detected_int8_cpu());
-  if (!result.ok() || !result->changed || note.empty()) return;
-  result->explanations.push_back(
-      {.rule = kServingCpu, .node = "model", .op = "", .graph = "", .reason = std::move(note)});
-  result->always_explained = true;
+  if (result.ok() && result->changed && !note.empty())
+    result->add_model_finding(kServingCpu, std::move(note));
 }
 
 }  // namespace graft

@@ -152,9 +152,6 @@ Int8Cpu detected_int8_cpu();
 // "avx2", "avx-vnni", "avx512-vnni", "other"; and back (nullopt for anything else).
 std::string_view int8_cpu_name(Int8Cpu cpu);
 std::optional<Int8Cpu> parse_int8_cpu(std::string_view name);
-inline bool has_int8_dot(Int8Cpu cpu) {
-  return cpu == Int8Cpu::kAvxVnni || cpu == Int8Cpu::kAvx512Vnni;
-}
 // The option naming the serving CPU (kServingCpu), shared by the int8 passes. Its default is the
 // machine Graft runs on, resolved when the pass is described, so a key and a report always hold
 // a CPU, never "auto".

@@ -51,6 +51,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -243,16 +244,22 @@ std::optional<ActivationQuantization> params_of(const ir::Value* x, const Config
 // `x` dequantized: `x` itself if a DequantizeLinear computes it; the pair's output if it has
 // one; else a new QuantizeLinear/DequantizeLinear pair with `q`, which every reader of `x` in
 // its graph (but the new QuantizeLinear) reads instead. Graph outputs keep the float value.
+// A scalar scale and a zero point of the activations' type, as constants named `hint` + "_scale"
+// and "_zero_point".
+std::pair<ir::Value*, ir::Value*> scalar_params(double scale, int32_t zero_point, const Config& cfg,
+                                                Rewriter& rw, ir::Graph& g,
+                                                const std::string& hint) {
+  return {
+      rw.add_constant(g, ir::make_float_tensor(TensorProto::FLOAT, {}, {scale}), hint + "_scale"),
+      rw.add_constant(g, zero_point_tensor(act_type(cfg), zero_point), hint + "_zero_point")};
+}
+
 ir::Value* dequantized(ir::Value* x, const ActivationQuantization& q, const Config& cfg,
                        Rewriter& rw, const ir::Node& origin) {
   if (is_op(x->producer(), "DequantizeLinear")) return x;
   if (ir::Value* dq = existing_pair(x)) return dq;
   ir::Graph& g = *origin.graph();
-  ir::Value* scale = rw.add_constant(
-      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {static_cast<double>(q.scale)}),
-      x->name() + "_scale");
-  ir::Value* zp =
-      rw.add_constant(g, zero_point_tensor(act_type(cfg), q.zero_point), x->name() + "_zero_point");
+  const auto [scale, zp] = scalar_params(q.scale, q.zero_point, cfg, rw, g, x->name());
   const std::vector<ir::Use> readers = x->uses();
   ir::Node* qn = rw.add_node(g, "QuantizeLinear", {x, scale, zp}, 1, &origin);
   ir::Node* dqn = rw.add_node(g, "DequantizeLinear", {qn->output(0), scale, zp}, 1, &origin);
@@ -344,10 +351,14 @@ bool float_output(const ir::Node& n) {
   return n.outputs().size() == 1 && n.output(0) && n.output(0)->elem_type() == TensorProto::FLOAT;
 }
 
-bool allowed(const ir::Node& n, const Config& cfg) {
-  return std::binary_search(cfg.ops.begin(), cfg.ops.end(), n.op_type()) &&
+// Whether node `n` may be quantized as op type `op` (its own, or the one whose option covers a
+// form of it: a written-out HardSwish, a Div or Sub relabelled like a Mul or Add).
+bool allowed_as(const ir::Node& n, std::string_view op, const Config& cfg) {
+  return std::binary_search(cfg.ops.begin(), cfg.ops.end(), op) &&
          !excluded_node(n, cfg.exclude_nodes);
 }
+
+bool allowed(const ir::Node& n, const Config& cfg) { return allowed_as(n, n.op_type(), cfg); }
 
 // True when `v` is computed in 8 bits already or will be: a DequantizeLinear's output, the
 // output of a Conv, Gemm or MatMul the pass quantizes, or of an Add, Mul, Concat or pool whose
@@ -410,24 +421,10 @@ ir::Value* dequantized_scalar(double c, const Config& cfg, Rewriter& rw, ir::Gra
   else
     q = c >= 0 ? 127 : -127;
   ir::Value* data = rw.add_constant(g, zero_point_tensor(type, q), hint + "_quantized");
-  ir::Value* scale = rw.add_constant(
-      g, ir::make_float_tensor(TensorProto::FLOAT, {}, {std::abs(c) / steps}), hint + "_scale");
-  ir::Value* zero = rw.add_constant(g, zero_point_tensor(type, zp), hint + "_zero_point");
+  const auto [scale, zero] = scalar_params(std::abs(c) / steps, zp, cfg, rw, g, hint);
   return rw.add_node(g, "DequantizeLinear", {data, scale, zero}, 1, &origin)->output(0);
 }
 
-// HardSigmoid(v) = clip(alpha v + beta, 0, 1) = clip(alpha (v + beta / alpha), 0, 1), alpha > 0,
-// written as integer arithmetic ONNX Runtime has (it has no integer HardSigmoid or HardSwish):
-//
-//   u = Add(DQ(v), DQ(beta / alpha))                   QLinearAdd
-//   Q(u, scale 1 / (255 alpha), zero point qmin)       saturates at alpha u = 0 and 1: the clip
-//   DQ(., scale 1 / 255, zero point qmin)              the same bytes read as values in [0, 1]
-//
-// DQ(Q(u)) = clamp(round(255 alpha u), 0, 255) / 255: HardSigmoid rounded to 1/255 steps.
-// HardSwish(x) = x * HardSigmoid<1/6, 1/2>(x) becomes that and a Mul of two 8-bit values
-// (QLinearMul), its output quantized with HardSwish's calibrated range. MobileNetV3's blocks then
-// stay integer from one convolution to the next, where they ran in float between a
-// DequantizeLinear and a QuantizeLinear.
 // HardSigmoid's alpha and beta (HardSwish's 1/6 and 1/2) when the rewrite can use them: alpha
 // > 0, and both usable as 8-bit scales and shifts.
 std::optional<std::pair<double, double>> hard_sigmoid_params(const ir::Node& n) {
@@ -445,14 +442,10 @@ std::optional<std::pair<double, double>> hard_sigmoid_params(const ir::Node& n) 
 ir::Value* clipped_pair(ir::Value* u, double alpha, const Config& cfg, Rewriter& rw,
                         const ir::Node& origin) {
   ir::Graph& g = *origin.graph();
-  const int32_t zp = cfg.act_uint8 ? 0 : -128;
-  ir::Value* q_scale =
-      rw.add_constant(g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1 / (255 * alpha)}),
-                      origin.name() + "_scale");
+  const auto [q_scale, zero] =
+      scalar_params(1 / (255 * alpha), cfg.act_uint8 ? 0 : -128, cfg, rw, g, origin.name());
   ir::Value* dq_scale = rw.add_constant(
       g, ir::make_float_tensor(TensorProto::FLOAT, {}, {1.0 / 255}), origin.name() + "_unit_scale");
-  ir::Value* zero =
-      rw.add_constant(g, zero_point_tensor(act_type(cfg), zp), origin.name() + "_zero");
   ir::Node* q = rw.add_node(g, "QuantizeLinear", {u, q_scale, zero}, 1, &origin);
   return rw.add_node(g, "DequantizeLinear", {q->output(0), dq_scale, zero}, 1, &origin)->output(0);
 }
@@ -470,8 +463,21 @@ ir::Node* foldable_hard_sigmoid(const ir::Node& n, const Config& cfg) {
   return h;
 }
 
-// Replaces `n`, which computes HardSigmoid (or with `swish`, HardSwish) of `x` with `alpha` and
-// `beta`, by the integer form above. The checks every form shares come first.
+// HardSigmoid(v) = clip(alpha v + beta, 0, 1) = clip(alpha (v + beta / alpha), 0, 1), alpha > 0,
+// written as integer arithmetic ONNX Runtime has (it has no integer HardSigmoid or HardSwish):
+//
+//   u = Add(DQ(v), DQ(beta / alpha))                   QLinearAdd
+//   Q(u, scale 1 / (255 alpha), zero point qmin)       saturates at alpha u = 0 and 1: the clip
+//   DQ(., scale 1 / 255, zero point qmin)              the same bytes read as values in [0, 1]
+//
+// DQ(Q(u)) = clamp(round(255 alpha u), 0, 255) / 255: HardSigmoid rounded to 1/255 steps.
+// HardSwish(x) = x * HardSigmoid<1/6, 1/2>(x) becomes that and a Mul of two 8-bit values
+// (QLinearMul), its output quantized with HardSwish's calibrated range. MobileNetV3's blocks then
+// stay integer from one convolution to the next, where they ran in float between a
+// DequantizeLinear and a QuantizeLinear.
+//
+// rewrite_hard_sigmoid replaces `n`, which computes HardSigmoid (or with `swish`, HardSwish) of
+// `x` with `alpha` and `beta`, by that form. The checks every form shares come first.
 bool rewrite_hard_sigmoid(ir::Node& n, ir::Value* x, double alpha, double beta, bool swish,
                           Config& cfg, Rewriter& rw) {
   if (!float_output(n) || x->elem_type() != TensorProto::FLOAT)
@@ -530,8 +536,7 @@ ir::Value* shifted_by(const ir::Value* sum, double shift) {
 // product in either order; Clip's bounds as attributes or inputs): the same integer form, the
 // Div (or Mul) replaced and the nodes only it read removed. HardSwish in op_types turns it on.
 bool quantize_written_hard_swish(ir::Node& n, Config& cfg, Rewriter& rw) {
-  if (!std::binary_search(cfg.ops.begin(), cfg.ops.end(), "HardSwish") ||
-      excluded_node(n, cfg.exclude_nodes) || n.inputs().size() != 2 || !n.input(0) || !n.input(1))
+  if (!allowed_as(n, "HardSwish", cfg) || n.inputs().size() != 2 || !n.input(0) || !n.input(1))
     return false;
   auto by = constant_scalar(n.input(1));
   if (!by || !(n.is("Div") ? *by == 6 : std::abs(*by * 6 - 1) < 1e-6)) return false;
@@ -565,9 +570,8 @@ bool quantize_written_hard_swish(ir::Node& n, Config& cfg, Rewriter& rw) {
 // rounding every 8-bit value has). c must be positive and the new zero point in the type's range.
 bool relabel_scalar_affine(ir::Node& n, Config& cfg, Rewriter& rw) {
   const bool scale = n.is("Mul") || n.is("Div");
-  if (!std::binary_search(cfg.ops.begin(), cfg.ops.end(), scale ? "Mul" : "Add") ||
-      excluded_node(n, cfg.exclude_nodes) || n.inputs().size() != 2 || !n.input(0) || !n.input(1) ||
-      !float_output(n))
+  if (!allowed_as(n, scale ? "Mul" : "Add", cfg) || n.inputs().size() != 2 || !n.input(0) ||
+      !n.input(1) || !float_output(n))
     return false;
   // The constant: either operand of Mul and Add, the second of Div and Sub.
   const bool commutes = n.is("Mul") || n.is("Add");
@@ -603,10 +607,7 @@ bool relabel_scalar_affine(ir::Node& n, Config& cfg, Rewriter& rw) {
   ir::Value* xd = dequantized(x, *q, cfg, rw, n);
   ir::Value* bytes = xd->producer()->input(0);
   ir::Graph& g = *n.graph();
-  ir::Value* s_value =
-      rw.add_constant(g, ir::make_float_tensor(TensorProto::FLOAT, {}, {s}), n.name() + "_scale");
-  ir::Value* z_value = rw.add_constant(g, zero_point_tensor(act_type(cfg), static_cast<int32_t>(z)),
-                                       n.name() + "_zero_point");
+  const auto [s_value, z_value] = scalar_params(s, static_cast<int32_t>(z), cfg, rw, g, n.name());
   ir::Node* dq = rw.add_node(g, "DequantizeLinear", {bytes, s_value, z_value}, 1, &n);
   if (!rw.replace_node(&n, {dq->output(0)})) return false;
   rw.erase_unread_producers(xd);
@@ -884,12 +885,7 @@ class QuantizeStaticInt8 : public RulePass {
     auto refuse = [](std::string reason) {
       PassResult r;
       r.unmeasured = reason;
-      r.explanations.push_back({.rule = "calibrate",
-                                .node = "model",
-                                .op = "",
-                                .graph = "",
-                                .reason = "nothing quantized: " + std::move(reason)});
-      r.always_explained = true;
+      r.add_model_finding("calibrate", "nothing quantized: " + std::move(reason));
       return r;
     };
     if (ctx.calibration == nullptr || ctx.calibration->sets == nullptr)
@@ -910,11 +906,8 @@ class QuantizeStaticInt8 : public RulePass {
           auto result = RulePass::run(model, ctx);
           note_serving_cpu(ctx, result);
           if (std::string left = left_in_float(model, cfg_->ops);
-              result.ok() && result->changed && !left.empty()) {
-            result->explanations.push_back(
-                {.rule = "left_in_float", .node = "model", .op = "", .graph = "", .reason = left});
-            result->always_explained = true;
-          }
+              result.ok() && result->changed && !left.empty())
+            result->add_model_finding("left_in_float", std::move(left));
           return result;
         });
     cfg_.reset();
