@@ -698,8 +698,32 @@ class GreedyDecoder(nn.Module):
         return tokens
 
 
-def greedy_loop_export(vocab=64, hidden=32, frames=10, steps=8):
-    net = torch.jit.script(GreedyDecoder(vocab, hidden).eval())
+class ScoringGreedyDecoder(GreedyDecoder):
+    """GreedyDecoder that also keeps a running score and a step count, as generation loops keep
+    them for length penalties and stopping rules, but returns only the tokens: the export
+    carries both through the Loop (TorchScript does not drop them), computed every step for no
+    output."""
+
+    def forward(self, memory: torch.Tensor, start: torch.Tensor, max_length: torch.Tensor):
+        token = start
+        tokens = start
+        score = torch.zeros(1)
+        steps = torch.zeros(1, dtype=torch.long)
+        for _ in range(int(max_length)):
+            keys = self.k(memory)
+            values = self.v(memory)
+            q = self.q(self.embed(token))
+            att = torch.softmax(torch.matmul(q, keys.transpose(1, 2)) * self.scale, dim=-1)
+            logits = self.out(torch.matmul(att, values))
+            score = score + torch.log_softmax(logits, dim=-1).max()
+            steps = steps + 1
+            token = torch.argmax(logits, dim=-1)
+            tokens = torch.cat([tokens, token], dim=1)
+        return tokens
+
+
+def greedy_loop_export(vocab=64, hidden=32, frames=10, steps=8, scored=False):
+    net = torch.jit.script((ScoringGreedyDecoder if scored else GreedyDecoder)(vocab, hidden).eval())
     return Export(net, inputs={"memory": torch.randn(1, frames, hidden),
                                "start": torch.zeros(1, 1, dtype=torch.long),
                                "max_length": torch.tensor(steps)},
@@ -714,6 +738,15 @@ def greedy_decoder_loop():
     # Whisper-base-sized cross-attention (hidden 512 over 1500 encoder frames at serving size),
     # 64 steps: the projections optimize_loops moves out of the Loop dominate each step.
     ex = greedy_loop_export(vocab=1000, hidden=512, frames=16, steps=64)
+    ex.shapes = {"memory": [1, 1500, 512]}
+    return ex
+
+
+@model("scored_decoder_loop")
+def scored_decoder_loop():
+    # The same loop also carrying a score and a step count that nothing returns
+    # (optimize_loops' drop_unread_values).
+    ex = greedy_loop_export(vocab=1000, hidden=512, frames=16, steps=64, scored=True)
     ex.shapes = {"memory": [1, 1500, 512]}
     return ex
 

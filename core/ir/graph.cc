@@ -187,6 +187,28 @@ void Node::truncate_inputs(size_t count) {
   }
 }
 
+bool Node::remove_output(size_t i) {
+  if (i >= outputs_.size()) return false;
+  Value* out = outputs_[i];
+  if (out && (!out->uses_.empty() || !out->output_refs_.empty())) return false;
+  graph_->model()->touch();
+  graph_->model()->on_undo([this, i, out] {
+    outputs_.insert(outputs_.begin() + static_cast<std::ptrdiff_t>(i), out);
+    for (size_t k = i; k < outputs_.size(); ++k)
+      if (outputs_[k]) outputs_[k]->producer_index_ = static_cast<int>(k);
+    if (out) out->producer_ = this;
+  });
+  outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(i));
+  for (size_t k = i; k < outputs_.size(); ++k)
+    if (outputs_[k]) outputs_[k]->producer_index_ = static_cast<int>(k);
+  if (out) {
+    out->producer_ = nullptr;
+    out->producer_index_ = -1;
+    graph_->remove_value(out);
+  }
+  return true;
+}
+
 const onnx::AttributeProto* Node::attr(std::string_view name) const {
   for (const auto& a : proto_.attribute())
     if (a.name() == name) return &a;
@@ -666,6 +688,49 @@ void Graph::set_output(size_t i, Value* value) {
       std::find(refs.begin(), refs.end(), std::pair<Graph*, int>(this, static_cast<int>(i))));
   outputs_[i].value = value;
   value->output_refs_.emplace_back(this, static_cast<int>(i));
+}
+
+bool Graph::remove_input(size_t i) {
+  if (i >= inputs_.size()) return false;
+  Value* v = inputs_[i].value;
+  if (!v->uses_.empty() || !v->output_refs_.empty() || v->initializer_) return false;
+  model_->touch();
+  if (model_->journaling())
+    model_->on_undo([this, i, v, info = inputs_[i].info] {
+      inputs_.insert(inputs_.begin() + static_cast<std::ptrdiff_t>(i), GraphInput{info, v});
+      v->graph_input_ = true;
+    });
+  inputs_.erase(inputs_.begin() + static_cast<std::ptrdiff_t>(i));
+  v->graph_input_ = false;
+  remove_value(v);
+  return true;
+}
+
+void Graph::remove_output(size_t i) {
+  if (i >= outputs_.size()) return;
+  model_->touch();
+  // The reference of the value at output `at` that reads position `from` reads `to`.
+  auto retarget = [this](size_t at, int from, int to) {
+    for (auto& ref : outputs_[at].value->output_refs_)
+      if (ref.first == this && ref.second == from) {
+        ref.second = to;
+        return;
+      }
+  };
+  Value* v = outputs_[i].value;
+  if (model_->journaling())
+    model_->on_undo([this, i, out = outputs_[i], refs = v->output_refs_, retarget] {
+      outputs_.insert(outputs_.begin() + static_cast<std::ptrdiff_t>(i), out);
+      for (size_t k = i + 1; k < outputs_.size(); ++k)
+        retarget(k, static_cast<int>(k - 1), static_cast<int>(k));
+      out.value->output_refs_ = refs;
+    });
+  auto& refs = v->output_refs_;
+  refs.erase(
+      std::find(refs.begin(), refs.end(), std::pair<Graph*, int>(this, static_cast<int>(i))));
+  for (size_t k = i + 1; k < outputs_.size(); ++k)
+    retarget(k, static_cast<int>(k), static_cast<int>(k - 1));
+  outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 void Graph::set_input_type(size_t i, const onnx::TypeProto& type) {

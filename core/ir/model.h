@@ -174,6 +174,10 @@ class Node {
   void add_input(Value* v);
   // Drops trailing inputs past `count`.
   void truncate_inputs(size_t count);
+  // Removes output slot `i` (the later outputs move down one slot) and its value. Refuses
+  // (false, nothing changed) while the value is read or is a graph output. For ops whose
+  // outputs are positional lists (a Loop's or Scan's), the caller keeps the op's meaning.
+  bool remove_output(size_t i);
 
   // Attributes. Graph-valued attributes are exposed as subgraphs().
   const google::protobuf::RepeatedPtrField<onnx::AttributeProto>& attributes() const {
@@ -301,6 +305,12 @@ class Graph {
   void move_output_name(Node* node, int index, Value* value);
   // Points graph output `i` at `value` (its declared type info is kept).
   void set_output(size_t i, Value* value);
+  // Removes graph input `i` (the later inputs move down one) and its value. Refuses (false,
+  // nothing changed) while the value is read or is an initializer too. For subgraphs, whose
+  // inputs are positional (a Loop body's carried values): the interface of a model is its own.
+  bool remove_input(size_t i);
+  // Removes graph output `i` (the later outputs move down one); the value stays, as computed.
+  void remove_output(size_t i);
   // Replaces the declared type of graph input / output `i` (e.g. a precision conversion).
   void set_input_type(size_t i, const onnx::TypeProto& type);
   void set_output_type(size_t i, const onnx::TypeProto& type);

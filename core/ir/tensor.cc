@@ -273,6 +273,13 @@ onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims,
   return t;
 }
 
+onnx::TensorProto make_bool_scalar(bool value) {
+  TensorProto t;
+  t.set_data_type(TensorProto::BOOL);
+  t.set_raw_data(std::string(1, value ? '\1' : '\0'));
+  return t;
+}
+
 float half_to_float(uint16_t h) {
   uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   float v;

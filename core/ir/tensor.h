@@ -74,6 +74,8 @@ onnx::TensorProto make_float32_tensor(const std::vector<int64_t>& dims,
                                       const std::vector<float>& values);
 onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims,
                                     const std::vector<int64_t>& values);
+// A BOOL scalar (a Loop's condition).
+onnx::TensorProto make_bool_scalar(bool value);
 
 float half_to_float(uint16_t h);
 // float16 range: the largest finite value and the smallest positive subnormal.

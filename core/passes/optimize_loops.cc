@@ -285,12 +285,8 @@ bool fold_single_trip(ir::Node& loop, Rewriter& rw) {
   map[body->inputs()[0].value] =
       rw.add_constant(g, ir::make_int64_tensor({}, {0}), body->inputs()[0].value->name());
   ir::Value* cond = loop.input(1);
-  if (cond == nullptr && body->inputs()[1].value->use_count() > 0) {
-    onnx::TensorProto t;
-    t.set_data_type(onnx::TensorProto::BOOL);
-    t.add_int32_data(1);
-    cond = rw.add_constant(g, std::move(t), body->inputs()[1].value->name());
-  }
+  if (cond == nullptr && body->inputs()[1].value->use_count() > 0)
+    cond = rw.add_constant(g, ir::make_bool_scalar(true), body->inputs()[1].value->name());
   map[body->inputs()[1].value] = cond;
   for (size_t k = 0; k < carried; ++k) {
     if (loop.input(2 + k) == nullptr) return no_match(loop, "a carried value has no initial value");
@@ -329,7 +325,13 @@ bool fold_single_trip(ir::Node& loop, Rewriter& rw) {
     if (!rw.replace_all_uses(out, result, /*allow_identity=*/true))
       return no_match(loop, "an output could not be redirected");
   }
-  return rw.erase(&loop);
+  if (!rw.erase(&loop)) return false;
+  // What computed only the body's condition (or values no one read) goes.
+  for (auto it = copied.rbegin(); it != copied.rend(); ++it)
+    if (!(*it)->dead() && std::none_of((*it)->outputs().begin(), (*it)->outputs().end(),
+                                       [](const ir::Value* v) { return v && v->use_count() > 0; }))
+      rw.erase(*it);
+  return true;
 }
 
 bool fold_zero_trip(ir::Node& loop, Rewriter& rw) {
@@ -373,16 +375,234 @@ bool fold_zero_trip(ir::Node& loop, Rewriter& rw) {
   return true;
 }
 
+// Where a Loop's or Scan's carried values and scan outputs sit in its inputs and outputs and in
+// its body's (ONNX lists them by position):
+//   Loop: inputs (M, cond, v...), body inputs (i, cond, v...), body outputs (cond, v..., scan...),
+//         outputs (v..., scan...);
+//   Scan: inputs (s..., x...), body inputs (s..., x...), body outputs (s..., y...), outputs
+//         (s..., y...).
+struct LoopLayout {
+  size_t carried = 0;   // loop-carried values (Scan: state variables)
+  size_t in = 0;        // the first carried value's position among the node's inputs
+  size_t body_in = 0;   // ... among the body's inputs
+  size_t body_out = 0;  // ... among the body's outputs
+  size_t scans = 0;     // scan outputs, after the carried values in the node's outputs
+};
+
+// The layout of `loop`, nullopt (with the reason in `why`) when its body does not match it.
+std::optional<LoopLayout> layout_of(const ir::Node& loop, std::string* why) {
+  const ir::Graph* body = body_of(loop);
+  LoopLayout l;
+  if (loop.is("Loop")) {
+    l.carried = loop.inputs().size() < 2 ? 0 : loop.inputs().size() - 2;
+    l.in = l.body_in = 2;
+    l.body_out = 1;
+  } else {
+    const int64_t x = loop.attr_int("num_scan_inputs", -1);
+    if (loop.opset() < 9 || x < 1 || x > static_cast<int64_t>(loop.inputs().size())) {
+      *why = "a Scan-8 or one whose num_scan_inputs is not a count of its inputs";
+      return std::nullopt;
+    }
+    l.carried = loop.inputs().size() - static_cast<size_t>(x);
+  }
+  if (body == nullptr || body->inputs().size() < l.body_in + l.carried ||
+      body->outputs().size() < l.body_out + l.carried ||
+      loop.outputs().size() != body->outputs().size() - l.body_out) {
+    *why = "its body's inputs and outputs do not match its own";
+    return std::nullopt;
+  }
+  l.scans = loop.outputs().size() - l.carried;
+  return l;
+}
+
+bool is_read(const ir::Value* v) { return v != nullptr && v->use_count() > 0; }
+
+// Values of `body` that the subgraphs of `n` (a node of `body`) read from it.
+void captured_from(const ir::Node& n, const ir::Graph& body, std::vector<const ir::Value*>& out) {
+  for (const auto& sub : n.subgraphs()) {
+    for (const ir::Node* inner : sub.graph->nodes()) {
+      for (const ir::Value* v : inner->inputs())
+        if (v && v->owner() == &body) out.push_back(v);
+      captured_from(*inner, body, out);
+    }
+    for (const auto& o : sub.graph->outputs())
+      if (o.value->owner() == &body) out.push_back(o.value);
+  }
+}
+
+// Carried values whose final value nothing reads, and whose value no iteration reads except to
+// compute their own next value, cost work every iteration for nothing; scan outputs no one reads
+// are stacked for nothing. Both are removed: from the node's inputs and outputs and the body's,
+// with the body nodes that computed only them. A carried value the body returns unchanged (v_out
+// = v_in) is its initial value on every iteration and after the loop: its readers read the
+// initial value, and then it is removed as unread.
+//
+//   tokens, score = Loop (M, cond, start, zero) <body = (i, c, tokens_in, score_in) =>
+//       (c, Concat (tokens_in, next), Add (score_in, ReduceMax (logits)))>   // score unread
+//   -> tokens = Loop (M, cond, start) <body = (i, c, tokens_in) => (c, Concat (tokens_in, next))>
+bool drop_unread_values(ir::Node& loop, Rewriter& rw) {
+  std::string why;
+  const auto l = layout_of(loop, &why);
+  if (!l) return no_match(loop, why);
+  ir::Graph& body = *body_of(loop);
+  bool any_read = false;
+  for (const ir::Value* out : loop.outputs()) any_read = any_read || is_read(out);
+  if (!any_read)
+    return no_match(loop, "no output is read: the loop is dead code (prune removes it)");
+  // Unchanged carried values: readers (in the body and after the loop) read the initial value.
+  bool changed = false;
+  for (size_t k = 0; k < l->carried; ++k) {
+    ir::Value* in = body.inputs()[l->body_in + k].value;
+    ir::Value* initial = loop.input(l->in + k);
+    if (through_identities(body.outputs()[l->body_out + k].value) != in || initial == nullptr)
+      continue;
+    if (in->uses().empty() && !is_read(loop.output(k))) continue;
+    if (body.lookup(initial->name()) != initial) continue;  // shadowed in the body
+    if (!in->uses().empty()) changed = rw.replace_all_uses(in, initial) || changed;
+    if (ir::Value* out = loop.output(k); is_read(out))
+      changed = rw.replace_all_uses(out, initial) || changed;
+  }
+  // What the body must compute: its condition, the scan outputs read, and the carried values
+  // read after the loop or by what it must compute (backwards to a fixed point).
+  std::vector<bool> live(l->carried, false);
+  std::unordered_set<const ir::Node*> needed;
+  std::vector<const ir::Value*> work;
+  auto need = [&](size_t body_output) { work.push_back(body.outputs()[body_output].value); };
+  if (loop.is("Loop")) need(0);
+  for (size_t k = 0; k < l->carried; ++k)
+    if (is_read(loop.output(k))) {
+      live[k] = true;
+      need(l->body_out + k);
+    }
+  for (size_t j = 0; j < l->scans; ++j)
+    if (is_read(loop.output(l->carried + j))) need(l->body_out + l->carried + j);
+  std::unordered_map<const ir::Value*, size_t> carried_in;
+  for (size_t k = 0; k < l->carried; ++k) carried_in[body.inputs()[l->body_in + k].value] = k;
+  std::unordered_set<const ir::Value*> seen;
+  while (!work.empty()) {
+    const ir::Value* v = work.back();
+    work.pop_back();
+    if (v == nullptr || v->owner() != &body || !seen.insert(v).second) continue;
+    if (auto it = carried_in.find(v); it != carried_in.end()) {
+      if (!live[it->second]) {
+        live[it->second] = true;
+        need(l->body_out + it->second);
+      }
+      continue;
+    }
+    const ir::Node* p = v->producer();
+    if (p == nullptr || !needed.insert(p).second) continue;
+    work.insert(work.end(), p->inputs().begin(), p->inputs().end());
+    captured_from(*p, body, work);
+  }
+  std::vector<size_t> carried_gone, scans_gone;
+  for (size_t k = 0; k < l->carried; ++k)
+    if (!live[k]) carried_gone.push_back(k);
+  for (size_t j = 0; j < l->scans; ++j)
+    if (!is_read(loop.output(l->carried + j))) scans_gone.push_back(j);
+  if (carried_gone.empty() && scans_gone.empty())
+    return changed || no_match(loop, "every carried value and scan output is read");
+  // Positions from the back, so that the earlier ones stay where they are.
+  for (auto j = scans_gone.rbegin(); j != scans_gone.rend(); ++j) {
+    if (!rw.remove_graph_output(body, l->body_out + l->carried + *j) ||
+        !rw.remove_output(&loop, l->carried + *j))
+      return no_match(loop, "a scan output could not be removed");
+    for (const char* attr : {"scan_output_axes", "scan_output_directions"})
+      if (auto list = loop.attr_ints(attr); list && *j < list->size()) {
+        list->erase(list->begin() + static_cast<std::ptrdiff_t>(*j));
+        rw.set_attr(&loop, ints_attr(attr, *list));
+      }
+  }
+  for (auto k = carried_gone.rbegin(); k != carried_gone.rend(); ++k)
+    if (!rw.remove_graph_output(body, l->body_out + *k) || !rw.remove_output(&loop, *k))
+      return no_match(loop, "a carried value's output could not be removed");
+  // What computed only the removed values (readers before what they read).
+  std::vector<ir::Node*> nodes = body.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it)
+    if (!(*it)->dead() && !needed.count(*it)) rw.erase(*it);
+  std::vector<ir::Value*> inputs(loop.inputs().begin(), loop.inputs().end());
+  for (auto k = carried_gone.rbegin(); k != carried_gone.rend(); ++k) {
+    if (!rw.remove_graph_input(body, l->body_in + *k))
+      return no_match(loop, "a carried value is still read in the body");
+    inputs.erase(inputs.begin() + static_cast<std::ptrdiff_t>(l->in + *k));
+  }
+  rw.set_inputs(&loop, inputs);
+  return true;
+}
+
+// The body's condition output, seen through Identity nodes: a constant, the body's own
+// condition input passed on, or something computed.
+enum class Condition { kTrue, kFalse, kPassedOn, kComputed };
+Condition body_condition(const ir::Graph& body) {
+  const ir::Value* v = through_identities(body.outputs()[0].value);
+  if (v == body.inputs()[1].value) return Condition::kPassedOn;
+  const auto c = ir::constant_ints(v);
+  if (c && c->size() == 1) return (*c)[0] != 0 ? Condition::kTrue : Condition::kFalse;
+  return Condition::kComputed;
+}
+
+// A Loop whose body's condition is a constant:
+//  - false: the body runs at most once, so a Loop that starts (initial condition absent or a
+//    constant true) with a trip count absent or a constant >= 1 runs exactly once. Its trip
+//    count becomes 1 (fold_single_trip then makes it its body).
+//  - true, or the body passes its condition input on unchanged: only the trip count ends the
+//    loop. With an initial condition that is a constant true, the Loop is a for loop: where the
+//    body computes something from its condition, those reads read a constant true (for the
+//    folding passes), and the condition input is dropped.
+bool constant_condition(ir::Node& loop, Rewriter& rw) {
+  ir::Graph* body = body_of(loop);
+  if (body == nullptr || body->inputs().size() < 2 || body->outputs().empty())
+    return no_match(loop, "no body with an iteration number and a condition");
+  const Condition c = body_condition(*body);
+  if (c == Condition::kComputed) return no_match(loop, "the body computes its condition");
+  const ir::Value* cond = loop.input(1);
+  const auto go = cond ? ir::constant_ints(cond) : std::nullopt;
+  if (cond && !(go && go->size() == 1 && (*go)[0] != 0))
+    return no_match(loop, "the initial condition is not a constant true");
+  const ir::Value* m = loop.input(0);
+  const auto trips = m ? ir::constant_ints(m) : std::nullopt;
+  if (m && !(trips && trips->size() == 1))
+    if (c == Condition::kFalse)
+      return no_match(loop,
+                      "the body's condition is false, but the trip count is not a "
+                      "constant: the loop runs once or not at all");
+  if (c == Condition::kFalse) {
+    if (trips && (*trips)[0] < 1) return no_match(loop, "the trip count is below 1");
+    if (trips && (*trips)[0] == 1 && cond == nullptr)
+      return no_match(loop, "the loop already runs exactly once (fold_single_trip)");
+    rw.set_input(&loop, 0, rw.add_constant(*loop.graph(), ir::make_int64_tensor({}, {1}), "trips"));
+    if (cond) rw.set_input(&loop, 1, nullptr);
+    return true;
+  }
+  if (m == nullptr)
+    return no_match(loop, "no trip count, and the condition stays true: the loop never ends");
+  // What the body reads of its condition other than to pass it on.
+  ir::Value* cond_in = body->inputs()[1].value;
+  bool computed_from = false;
+  for (const ir::Use& u : cond_in->uses())
+    computed_from = computed_from || !u.node->is("Identity") || u.node->graph() != body;
+  if (!computed_from)
+    return no_match(loop, "its condition stays true, and the body computes nothing from it");
+  rw.replace_all_uses(cond_in, rw.add_constant(*body, ir::make_bool_scalar(true), "cond"));
+  if (cond) rw.set_input(&loop, 1, nullptr);
+  return true;
+}
+
 std::vector<Rule> loop_rules() {
-  return {{"hoist_invariants",
-           {"Loop", "Scan"},
-           [](ir::Node& n, Rewriter& rw) { return hoist(n, rw); }},
-          {"fold_single_trip",
-           {"Loop"},
-           [](ir::Node& n, Rewriter& rw) { return fold_single_trip(n, rw); }},
-          {"fold_zero_trip", {"Loop"}, [](ir::Node& n, Rewriter& rw) {
-             return fold_zero_trip(n, rw);
-           }}};
+  return {
+      {"hoist_invariants",
+       {"Loop", "Scan"},
+       [](ir::Node& n, Rewriter& rw) { return hoist(n, rw); }},
+      {"fold_single_trip",
+       {"Loop"},
+       [](ir::Node& n, Rewriter& rw) { return fold_single_trip(n, rw); }},
+      {"fold_zero_trip", {"Loop"}, [](ir::Node& n, Rewriter& rw) { return fold_zero_trip(n, rw); }},
+      {"drop_unread_values",
+       {"Loop", "Scan"},
+       [](ir::Node& n, Rewriter& rw) { return drop_unread_values(n, rw); }},
+      {"constant_condition", {"Loop"}, [](ir::Node& n, Rewriter& rw) {
+         return constant_condition(n, rw);
+       }}};
 }
 
 }  // namespace

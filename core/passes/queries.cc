@@ -104,6 +104,14 @@ bool only_read_by(const ir::Value* v, std::initializer_list<const ir::Node*> rea
   return true;
 }
 
+const ir::Value* through_identities(const ir::Value* v, int depth) {
+  for (int i = 0;
+       i < depth && v && v->producer() && v->producer()->is("Identity") && v->producer()->input(0);
+       ++i)
+    v = v->producer()->input(0);
+  return v;
+}
+
 const ir::Value* viewed_graph_output(const ir::Value* v, int depth) {
   for (int i = 0; i < depth && v; ++i) {
     const ir::Node* p = v->producer();

@@ -81,6 +81,9 @@ ir::Node* chain_producer(const ir::Value* v, std::string_view op, const ir::Node
 // one reader only (single_use): an inner node of a pattern rooted at `root`, which a rewrite
 // replacing the pattern absorbs.
 ir::Node* absorbed_producer(const ir::Value* v, std::string_view op, const ir::Node& root);
+// The value `v` forwards unchanged: `v` itself, or the input of the Identity nodes that compute
+// it (at most `depth` of them, in any graph): a body's condition output Identity(c).
+const ir::Value* through_identities(const ir::Value* v, int depth = 16);
 // The only node reading `v` (nullptr unless single_use).
 ir::Node* only_reader(const ir::Value* v);
 // Every reader of `v` is one of `readers` (a node may read it through several inputs) and `v` is

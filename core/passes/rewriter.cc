@@ -61,6 +61,23 @@ bool Rewriter::replace_all_uses(ir::Value* from, ir::Value* to, bool allow_ident
   ir::Graph* g = from->owner();
   const bool interface = from->is_output_of(*g);
   keep_name = keep_name || (to->producer() && added_.count(to->producer()) > 0);
+  if (interface && (from->is_graph_input() || from->is_initializer())) {
+    // A graph input or initializer its graph also returns keeps its name as what it is. A
+    // subgraph's outputs are positional: they return `to` (through an Identity where `to` is
+    // not the subgraph's own value). A model's output names are its interface: refused.
+    const bool own = to->owner() == g;
+    if (g->parent() == nullptr || (!own && !allow_identity)) return false;
+    touch_readers(from);
+    ir::Graph::replace_all_uses(from, to);
+    touch(g->parent());
+    if (!own) {
+      ir::Node* id = add_node(*g, "Identity", {to}, 1);
+      const auto refs = to->output_refs();
+      for (const auto& [graph, index] : refs)
+        if (graph == g) g->set_output(static_cast<size_t>(index), id->output(0));
+    }
+    return true;
+  }
   if (!interface && !(keep_name && can_take_name(*g, to))) {
     // Outputs of nested graphs follow: they are positional, and `to` is in scope wherever
     // `from` was.
@@ -189,6 +206,27 @@ void Rewriter::set_input(ir::Node* node, size_t index, ir::Value* v) {
   touch(node);
   touch_readers(node->output(0));
   lost_reader(old);
+}
+
+bool Rewriter::remove_output(ir::Node* node, size_t i) {
+  if (!node->remove_output(i)) return false;
+  touch(node);
+  return true;
+}
+
+bool Rewriter::remove_graph_output(ir::Graph& g, size_t i) {
+  if (g.parent() == nullptr || i >= g.outputs().size()) return false;
+  ir::Value* v = g.outputs()[i].value;
+  g.remove_output(i);
+  touch(g.parent());
+  erase_unread_producers(v);
+  return true;
+}
+
+bool Rewriter::remove_graph_input(ir::Graph& g, size_t i) {
+  if (g.parent() == nullptr || !g.remove_input(i)) return false;
+  touch(g.parent());
+  return true;
 }
 
 void Rewriter::set_inputs(ir::Node* node, const std::vector<ir::Value*>& inputs) {

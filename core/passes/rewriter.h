@@ -110,6 +110,16 @@ class Rewriter {
   void set_attr(ir::Node* node, onnx::AttributeProto attr);
   void remove_attr(ir::Node* node, std::string_view name);
 
+  // Positional interfaces of subgraphs and their nodes (a Loop's carried values: its inputs and
+  // outputs, its body's inputs and outputs, removed together; the caller keeps the op's meaning).
+  // Removes unread output `i` of `node` (later outputs move down one); false while it is read.
+  bool remove_output(ir::Node* node, size_t i);
+  // Removes output `i` of subgraph `g`, then the nodes that computed only it (false for a graph
+  // that is not a subgraph: a model's interface is its user's).
+  bool remove_graph_output(ir::Graph& g, size_t i);
+  // Removes unread input `i` of subgraph `g`; false while it is read, or for a main graph.
+  bool remove_graph_input(ir::Graph& g, size_t i);
+
  private:
   void touch(ir::Node* n) {
     if (on_touch && n && !n->dead()) on_touch(n);

@@ -6,6 +6,7 @@
 
 #include "core/eval/executor.h"
 #include "core/ir/model.h"
+#include "core/ir/op_params.h"
 #include "tests/testing.h"
 
 namespace graft::testing {
@@ -307,6 +308,217 @@ TEST(OptimizeLoops, ALoopOfNoTripIsItsInitialValues) {
   PassResult r = run_pass(*kept, kPass);
   EXPECT_EQ(r.rules["fold_zero_trip"], 0);
   EXPECT_EQ(count_ops(*kept, "Loop"), 1);
+}
+
+// A carried value nothing reads after the loop, and that the body reads only to compute its own
+// next value (a running score), goes: from the Loop's inputs and outputs, the body's, and the
+// body nodes that computed it; its initial value goes with its last reader.
+TEST(OptimizeLoops, ACarriedValueNoOneReadsIsRemoved) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, int64 trips) => (float[2] y) <bool go = {1}, float[1] zero = {0}> {
+      y, score = Loop (trips, go, x, zero) <body = body (int64 i, bool c, float[2] v, float[1] s)
+          => (bool co, float[2] vo, float[1] so) {
+        co = Identity (c)
+        vo = Neg (v)
+        m = ReduceMax (v)
+        so = Add (s, m)
+      }>
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, int64 trips) => (float[2] y) <bool go = {1}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        vo = Neg (v)
+      }>
+    }
+  )",
+                 rewrites(1));
+}
+
+// A Scan's state variable read by nothing outside the chain that updates it goes, and so does a
+// scan output no one reads (with its entry in scan_output_axes); the state the read scan output
+// is computed from stays, though its final value is not read either.
+TEST(OptimizeLoops, AScanKeepsOnlyTheStatesAndScanOutputsThatAreRead) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] s0, float[1] t0, float[4,2] xs) => (float[4,2] ys) {
+      s, t, ys, zs = Scan (s0, t0, xs) <num_scan_inputs = 1, scan_output_axes = [0, 1],
+          body = body (float[2] si, float[1] ti, float[2] x)
+          => (float[2] so, float[1] to, float[2] y, float[2] z) {
+        so = Add (si, x)
+        m = ReduceSum (x)
+        to = Add (ti, m)
+        y = Mul (x, so)
+        z = Neg (x)
+      }>
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] s0, float[1] t0, float[4,2] xs) => (float[4,2] ys) {
+      s, ys = Scan (s0, xs) <num_scan_inputs = 1, scan_output_axes = [0],
+          body = body (float[2] si, float[2] x) => (float[2] so, float[2] y) {
+        so = Add (si, x)
+        y = Mul (x, so)
+      }>
+    }
+  )",
+                 rewrites(1));
+}
+
+// A carried value the body returns unchanged is its initial value on every iteration and after
+// the loop: the body reads the initial value, the reader after the loop too, and the carried
+// value goes.
+TEST(OptimizeLoops, ACarriedValueTheBodyNeverChangesIsItsInitialValue) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, float[2] a, int64 trips) => (float[2] y, float[2] b) <bool go = {1}> {
+      y, k = Loop (trips, go, x, a) <body = body (int64 i, bool c, float[2] v, float[2] w)
+          => (bool co, float[2] vo, float[2] wo) {
+        co = Identity (c)
+        vo = Add (v, w)
+        wo = Identity (w)
+      }>
+      b = Abs (k)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, float[2] a, int64 trips) => (float[2] y, float[2] b) <bool go = {1}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        vo = Add (v, a)
+      }>
+      b = Abs (a)
+    }
+  )",
+                 rewrites(1));
+}
+
+// Carried values that are read stay: after the loop (y), or by the body for what it must
+// compute (the token a decoder feeds back, read by the tokens it returns); a Loop whose outputs
+// nobody reads is prune's.
+TEST(OptimizeLoops, CarriedValuesThatAreReadStay) {
+  expect_no_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, int64 trips) => (float[2] y) <bool go = {1}> {
+      y, last = Loop (trips, go, x, x) <body = body (int64 i, bool c, float[2] v, float[2] u)
+          => (bool co, float[2] vo, float[2] uo) {
+        co = Identity (c)
+        uo = Neg (u)
+        vo = Add (v, uo)
+      }>
+    }
+  )");
+  auto m = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, int64 trips) => (float[2] y) <bool go = {1}> {
+      unread = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        vo = Neg (v)
+      }>
+      y = Abs (x)
+    }
+  )");
+  ASSERT_NE(m, nullptr);
+  PassResult r = run_pass(*m, kPass);
+  EXPECT_EQ(r.rules["drop_unread_values"], 0);
+}
+
+// A body whose condition is a constant false runs once: with a constant trip count of at least
+// one the Loop becomes its body (its trip count 1, then fold_single_trip). With a trip count
+// read from an input it may run once or not at all, and stays.
+TEST(OptimizeLoops, ABodyThatStopsAfterOneIterationBecomesTheGraphsNodes) {
+  const std::string loop = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, int64 n) => (float[2] y) <int64 trips = {5}, bool go = {1}> {
+      y = Loop (TRIPS, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo)
+          <bool stop = {0}> {
+        co = Identity (stop)
+        vo = Neg (v)
+      }>
+    }
+  )";
+  auto with = [&](const std::string& trips) {
+    std::string t = loop;
+    t.replace(t.find("TRIPS"), 5, trips);
+    return t;
+  };
+  auto m = run_rewrite(kPass, with("trips"));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(op_types(m->graph()), (std::vector<std::string>{"Neg"}));
+  auto kept = parse_text(with("n"));
+  ASSERT_NE(kept, nullptr);
+  PassResult r = run_pass(*kept, kPass);
+  EXPECT_EQ(r.rules["constant_condition"], 0);
+  EXPECT_EQ(count_ops(*kept, "Loop"), 1);
+}
+
+// A body that passes its condition on unchanged, from a constant true, loops until its trip
+// count: what it computes from the condition reads a constant true, and the condition input
+// goes. Without a trip count such a loop never ends, and is left as it is.
+TEST(OptimizeLoops, AConditionThatStaysTrueIsAConstant) {
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, int64 trips) => (float[2] y) <bool go = {1}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        f = Cast <to = 1> (c)
+        vo = Add (v, f)
+      }>
+    }
+  )");
+  ASSERT_NE(m, nullptr);
+  const ir::Node* loop = only_node(m->graph(), "Loop");
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(loop->input(1), nullptr);
+  const ir::Graph& body = *loop->subgraphs().at(0).graph;
+  EXPECT_TRUE(body.inputs()[1].value->uses().empty());
+  // Computed from a constant, the Cast is now loop invariant: hoist_invariants moves it out.
+  const ir::Node* cast = only_node(m->graph(), "Cast");
+  ASSERT_NE(cast, nullptr);
+  EXPECT_EQ(ir::constant_ints(cast->input(0)), (std::vector<int64_t>{1}));
+  // (ONNX's text syntax cannot leave out the trip count: it is removed below.)
+  auto endless = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, int64 trips) => (float[2] y) <bool go = {1}> {
+      y = Loop (trips, go, x) <body = body (int64 i, bool c, float[2] v) => (bool co, float[2] vo) {
+        co = Identity (c)
+        f = Cast <to = 1> (c)
+        vo = Add (v, f)
+      }>
+    }
+  )");
+  ASSERT_NE(endless, nullptr);
+  only_node(endless->graph(), "Loop")->set_input(0, nullptr);
+  PassResult r = run_pass(*endless, kPass);
+  EXPECT_EQ(r.rules["constant_condition"], 0);
+}
+
+// TorchScript's export of a generation loop that keeps a running score and a step count it does
+// not return (tests/data/make_scored_decoder_loop.py): both carried values go, with the
+// LogSoftmax, ReduceMax and Adds computing them every step; the tokens stay the same.
+TEST(OptimizeLoops, ATorchScriptLoopDropsTheScoreItDoesNotReturn) {
+  auto loaded = ir::Model::load_file(
+      (std::filesystem::path(GRAFT_SOURCE_DIR) / "tests" / "data" / "scored_decoder_loop.onnx")
+          .string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ir::Model& model = **loaded;
+  const ir::Node* loop = only_node(model.graph(), "Loop");
+  ASSERT_NE(loop, nullptr);
+  ASSERT_EQ(loop->outputs().size(), 4u);  // tokens, score, steps, token
+  PassResult r = run_pass_checked(model, kPass);
+  EXPECT_EQ(r.rules["drop_unread_values"], 1);
+  loop = only_node(model.graph(), "Loop");
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(loop->outputs().size(), 2u);  // tokens, and the token fed back
+  EXPECT_EQ(loop->inputs().size(), 4u);
+  const ir::Graph& body = *loop->subgraphs().at(0).graph;
+  for (const ir::Node* n : body.nodes()) EXPECT_FALSE(n->is("LogSoftmax") || n->is("ReduceMax"));
+  EXPECT_EQ(onnx_errors(model), "");
 }
 
 // The ONNX backend test models with Loop or Scan: whatever moves, the outputs stay the same

@@ -1,5 +1,6 @@
 // The rule driver, transactions, explanations and the rewriter (core/passes/rules.h, rewriter.h).
 #include "core/passes/rules.h"
+#include "core/eval/executor.h"
 
 #include "tests/testing.h"
 
@@ -315,6 +316,61 @@ TEST(Transaction, RollbackRestoresEveryKindOfEdit) {
   run_pass(*pristine, "cse");
   EXPECT_EQ(print(*model), print(*pristine));
   EXPECT_EQ(model->to_proto().SerializeAsString(), pristine->to_proto().SerializeAsString());
+}
+
+// The positional removals (a Loop's carried value from the node and its body): refused while
+// read, and undone exactly; a committed removal leaves a model that verifies, whose later
+// outputs moved down one place.
+TEST(Transaction, RollbackRestoresRemovedInputsAndOutputs) {
+  auto model = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x, float[1] z) => (float[2] y) <int64 trips = {3}, bool go = {1}> {
+      y, s, last = Loop (trips, go, x, z) <body = body (int64 i, bool c, float[2] v, float[1] a)
+          => (bool co, float[2] vo, float[1] ao, float[2] each) {
+        co = Identity (c)
+        vo = Neg (v)
+        ao = Abs (a)
+        each = Identity (vo)
+      }>
+    }
+  )");
+  ASSERT_TRUE(model);
+  ir::Node* loop = only_node(model->graph(), "Loop");
+  ASSERT_NE(loop, nullptr);
+  ir::Graph& body = *loop->subgraphs().at(0).graph;
+  const ModelFingerprint before = fingerprint(*model);
+  Rewriter rw(*model);
+  for (bool commit : {false, true}) {
+    Rewriter::Transaction transaction(rw);
+    EXPECT_FALSE(rw.remove_graph_input(body, 3));             // `a` is still read by the Abs
+    EXPECT_FALSE(rw.remove_graph_output(model->graph(), 0));  // a model's interface
+    EXPECT_FALSE(rw.remove_output(loop, 0));                  // y is a graph output
+    EXPECT_TRUE(rw.remove_graph_output(body, 2));             // ao, and the Abs with it
+    EXPECT_TRUE(rw.remove_output(loop, 1));                   // s
+    EXPECT_TRUE(rw.remove_graph_input(body, 3));
+    rw.set_inputs(loop, {loop->input(0), loop->input(1), loop->input(2)});
+    EXPECT_EQ(op_types(body), (std::vector<std::string>{"Identity", "Neg", "Identity"}));
+    EXPECT_EQ(body.outputs().size(), 3u);
+    EXPECT_EQ(body.outputs()[2].value->name(), "each");
+    EXPECT_EQ(loop->output(1)->name(), "last");
+    EXPECT_EQ(loop->output(1)->producer_index(), 1);
+    if (commit) {
+      transaction.commit();
+      break;
+    }
+    transaction.rollback();
+    EXPECT_TRUE(verify_unchanged("rollback", before, fingerprint(*model)).ok()) << print(*model);
+    ASSERT_TRUE(model->verify().ok());
+    EXPECT_EQ(loop->output(2)->producer_index(), 2);
+    EXPECT_TRUE(body.outputs()[3].value->is_output_of(body));
+  }
+  ASSERT_TRUE(model->finalize().ok());
+  ASSERT_TRUE(model->verify().ok());
+  EXPECT_EQ(onnx_errors(*model), "");
+  auto out =
+      eval::run_model(*model, {{"x", *eval::Tensor::zeros(onnx::TensorProto::FLOAT, {2}, 64)},
+                               {"z", *eval::Tensor::zeros(onnx::TensorProto::FLOAT, {1}, 64)}});
+  EXPECT_TRUE(out.ok()) << out.status();
 }
 
 TEST(Transaction, CommitKeepsTheEditsAndNestedRollbackUndoesOnlyItsOwn) {
