@@ -53,6 +53,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -110,7 +111,7 @@ struct Config {
   WeightQuantization weights;
   bool act_uint8 = true;
   bool shared_weights = false;             // quantize weights also read in float elsewhere
-  int64_t min_conv_channels = 0;           // a dense Conv over fewer input channels stays float
+  int64_t min_conv_channels = 4;           // a dense Conv over fewer input channels stays float
   std::vector<std::string> ops;            // sorted
   std::vector<std::string> exclude_nodes;  // sorted
   Ranges ranges;                           // by value name (main graph)
@@ -360,6 +361,40 @@ bool allowed_as(const ir::Node& n, std::string_view op, const Config& cfg) {
 
 bool allowed(const ir::Node& n, const Config& cfg) { return allowed_as(n, n.op_type(), cfg); }
 
+// Whether a stem `n` stays in 8 bits although it is below min_conv_channels, measured under
+// ONNX Runtime (bench/int8_cnn, AVX-512 VNNI):
+//  - its output reaches a MaxPool through activations and normalizations, each read by the next
+//    alone (ResNet, GoogLeNet, DenseNet, SqueezeNet, ShuffleNet): ONNX Runtime moves the
+//    QuantizeLinear after a float stem before the MaxPool and runs an 8-bit MaxPool in NCHW
+//    between Transposes (ResNet-18 0.32x -> 0.62x fp32, SqueezeNet 0.56x -> 1.50x);
+//  - a Transpose reads it (ConvNeXt's patchify stem, normalized channels-last): float, its
+//    output's error went over the gate (rel 0.234 > 0.2) and the whole pass was rolled back.
+bool stem_stays_8_bit(const ir::Node& n) {
+  static const std::unordered_set<std::string> kThrough = {
+      "BatchNormalization", "Clip", "HardSigmoid", "HardSwish", "LeakyRelu", "Relu"};
+  if (n.outputs().empty() || !n.output(0)) return true;
+  for (const ir::Use& u : n.output(0)->uses())
+    if (u.node->is("Transpose")) return true;
+  const ir::Node* at = &n;
+  for (int depth = 0; depth < 4; ++depth) {
+    ir::Node* next = at->outputs().empty() ? nullptr : only_reader(at->output(0));
+    if (next == nullptr || !next->is_onnx_domain()) return false;
+    if (next->is("MaxPool")) return true;
+    if (!kThrough.count(next->op_type())) return false;
+    at = next;
+  }
+  return false;
+}
+
+// A dense Conv over fewer input channels than min_conv_channels (an image stem) stays float
+// unless stem_stays_8_bit: its integer kernel is slower (MobileNetV3-Large's 3x3 stem: 333 us
+// in int8 against 184 us in float, fused with its HardSwish).
+bool float_stem(const ir::Node& n, const Config& cfg) {
+  if (!n.is("Conv") || n.attr_int("group", 1) != 1 || n.inputs().size() < 2) return false;
+  const auto* h = constant_header(n.input(1));
+  return h && h->dims_size() >= 2 && h->dims(1) < cfg.min_conv_channels && !stem_stays_8_bit(n);
+}
+
 // True when `v` is computed in 8 bits already or will be: a DequantizeLinear's output, the
 // output of a Conv, Gemm or MatMul the pass quantizes, or of an Add, Mul, Concat or pool whose
 // own inputs are such values (through views and nearest or linear Resizes, and a Relu or Clip
@@ -373,7 +408,7 @@ bool quantized_source(const ir::Value* v, const Config& cfg, int depth = 0) {
       v = p->inputs().empty() ? nullptr : p->input(0);
       continue;
     }
-    if (!allowed(*p, cfg)) return false;
+    if (!allowed(*p, cfg) || float_stem(*p, cfg)) return false;
     if (p->is("Conv") || p->is("Gemm") || p->is("MatMul")) return true;
     for (const ir::Value* in : p->inputs())
       if (in && !quantized_source(in, cfg, depth + 1)) return false;
@@ -621,6 +656,10 @@ bool quantize_max_pool(ir::Node& n, Config& cfg, Rewriter& rw) {
     return no_match(n, "indices output or not float32");
   if (already_quantized(n)) return no_match(n, "already quantized");
   ir::Value* x = n.input(0);
+  if (!quantized_source(x, cfg))
+    return no_match(n,
+                    "the input is computed in float (an image stem left float): a float "
+                    "MaxPool is faster than quantizing before it");
   auto q = params_of(x, cfg);
   if (!q) return no_match(n, "the input has no calibrated range");
   rw.set_input(&n, 0, dequantized(x, *q, cfg, rw, n));
@@ -750,17 +789,11 @@ bool quantize_weighted(ir::Node& n, Config& cfg, Rewriter& rw) {
         n.attr_float("beta", 1.0f) != 1.0f)
       return no_match(n, "Gemm with transA, alpha or beta");
   }
-  // An image stem (a dense convolution over 3 channels), when asked: MobileNetV3-Large's 3x3 stem
-  // took 333 us in int8 against 184 us in float under ONNX Runtime (AVX-512 VNNI), but leaving
-  // it float made ResNet, GoogLeNet and SqueezeNet far slower (bench/int8_cnn), so it is off by
-  // default.
-  if (n.is("Conv") && n.attr_int("group", 1) == 1) {
-    const auto* h = constant_header(w);
-    if (h && h->dims_size() >= 2 && h->dims(1) < cfg.min_conv_channels)
-      return no_match(n, absl::StrCat("a convolution over ", h->dims(1),
-                                      " input channels (an image stem) stays float: its integer "
-                                      "kernel is slower (option min_conv_channels)"));
-  }
+  if (float_stem(n, cfg))
+    return no_match(n, absl::StrCat("a convolution over ", constant_header(w)->dims(1),
+                                    " input channels (an image stem) stays float: its integer "
+                                    "kernel is slower under ONNX Runtime (option "
+                                    "min_conv_channels)"));
   ir::Value* x = n.input(0);
   if (x->elem_type() != TensorProto::FLOAT) return no_match(n, "the input is not float32");
   auto qx = params_of(x, cfg);
@@ -942,9 +975,9 @@ PassInfo quantize_static_int8_pass() {
            enum_option(kWeightType, "int8", {"int8", "uint8"},
                        "weights: int8 symmetric or uint8 asymmetric"),
            boolean_option(kPerChannel, true, "one weight scale per output channel"),
-           integer_option(kMinConvChannels, 0, 0, std::numeric_limits<int32_t>::max(),
-                          "a dense Conv over fewer input channels (an image stem) stays float "
-                          "(0, the default: quantize every Conv; 4 pays on MobileNetV3 only)"),
+           integer_option(kMinConvChannels, 4, 0, std::numeric_limits<int32_t>::max(),
+                          "a dense Conv over fewer input channels (an image stem) stays float, "
+                          "unless it feeds a MaxPool or a Transpose (0: quantize every Conv)"),
            boolean_option(kSharedWeights, false,
                           "also quantize a weight other nodes read in float (a tied embedding's "
                           "LM head): faster, but the model holds both copies"),
