@@ -582,6 +582,32 @@ TEST(QuantizeStaticInt8, ScalarAffineRelabelsTheBytes) {
   EXPECT_EQ(ir::constant_ints(dq->input(2))->at(0), std::llround(z - 0.25 / (s * 0.5)));
 }
 
+// Only bytes that exist are relabelled: attention scores computed from a KV cache that stays
+// float (GPT-2's, read through a view of the `present` output) are not quantized for their
+// scale, which would add a rounding the model did not have.
+TEST(QuantizeStaticInt8, AScaleOfAFloatValueIsNotQuantizedForIt) {
+  auto sets = calibration("q", {1, 2, 4}, {1, -2, 0.5, 3, -1, 2, 0, -0.5});
+  sets[0].emplace("kin", make<float>(TensorProto::FLOAT, {1, 2, 4}, {2, 1, -1, 0.5, 0, 3, -2, 1}));
+  auto m = parse_text(R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,4] q, float[1,2,4] kin) => (float[1,2,4] present, float[1,2,2] y)
+      <float s = {0.5}> {
+      present = Relu (kin)
+      kt = Transpose <perm = [0, 2, 1]> (present)
+      a = MatMul (q, kt)
+      b = Mul (a, s)
+      y = Softmax (b)
+    }
+  )");
+  ASSERT_NE(m, nullptr);
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  run_pass(*m, kPass, {}, &c);
+  const ir::Value* a = m->graph().find_local("a");
+  ASSERT_NE(a, nullptr);
+  for (const ir::Use& u : a->uses()) EXPECT_TRUE(u.node->is("Mul")) << u.node->op_type();
+  EXPECT_EQ(count_ops(*m, "Mul"), 1);
+}
+
 // An Add of an upsampled 8-bit value (a feature pyramid's top-down path: Resize, then Add) is
 // between 8-bit values, so it is quantized (QLinearAdd) and the Resize runs on the bytes.
 TEST(QuantizeStaticInt8, AddAfterAResizeIsBetweenEightBitValues) {
