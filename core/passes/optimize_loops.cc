@@ -255,6 +255,48 @@ bool hoist(ir::Node& loop, Rewriter& rw, int depth = 0) {
   return true;
 }
 
+// Where a Loop's or Scan's carried values and scan outputs sit in its inputs and outputs and in
+// its body's (ONNX lists them by position):
+//   Loop: inputs (M, cond, v...), body inputs (i, cond, v...), body outputs (cond, v..., scan...),
+//         outputs (v..., scan...);
+//   Scan: inputs (s..., x...), body inputs (s..., x...), body outputs (s..., y...), outputs
+//         (s..., y...).
+struct LoopLayout {
+  size_t carried = 0;   // loop-carried values (Scan: state variables)
+  size_t in = 0;        // the first carried value's position among the node's inputs
+  size_t body_in = 0;   // ... among the body's inputs
+  size_t body_out = 0;  // ... among the body's outputs
+  size_t scans = 0;     // scan outputs, after the carried values in the node's outputs
+};
+
+// The layout of `loop`, nullopt (with the reason in `why`) when its body does not match it.
+std::optional<LoopLayout> layout_of(const ir::Node& loop, std::string* why) {
+  const ir::Graph* body = body_of(loop);
+  LoopLayout l;
+  size_t scan_inputs = 0;
+  if (loop.is("Loop")) {
+    l.carried = loop.inputs().size() < 2 ? 0 : loop.inputs().size() - 2;
+    l.in = l.body_in = 2;
+    l.body_out = 1;
+  } else {
+    const int64_t x = loop.attr_int("num_scan_inputs", -1);
+    if (loop.opset() < 9 || x < 1 || x > static_cast<int64_t>(loop.inputs().size())) {
+      *why = "a Scan-8 or one whose num_scan_inputs is not a count of its inputs";
+      return std::nullopt;
+    }
+    l.carried = loop.inputs().size() - static_cast<size_t>(x);
+    scan_inputs = static_cast<size_t>(x);
+  }
+  if (body == nullptr || body->inputs().size() != l.body_in + l.carried + scan_inputs ||
+      body->outputs().size() < l.body_out + l.carried ||
+      loop.outputs().size() != body->outputs().size() - l.body_out) {
+    *why = "its body's inputs and outputs do not match its own";
+    return std::nullopt;
+  }
+  l.scans = loop.outputs().size() - l.carried;
+  return l;
+}
+
 // Loop(M = 1, cond = true, v...) runs its body exactly once: the body's nodes replace it, with
 // the iteration number 0, the condition and the initial carried values for its inputs; the
 // final carried values are the body's, and each scan output is the body's one value with a
@@ -270,13 +312,13 @@ bool fold_single_trip(ir::Node& loop, Rewriter& rw) {
     if (!go || go->size() != 1 || (*go)[0] == 0)
       return no_match(loop, "the initial condition is not a constant true");
   }
+  std::string why;
+  const auto l = layout_of(loop, &why);
+  if (!l) return no_match(loop, why);
   const ir::Graph* body = body_of(loop);
-  if (body == nullptr || body->rest().sparse_initializer_size() > 0)
-    return no_match(loop, "no body, or a body with sparse initializers");
-  const size_t carried = loop.inputs().size() < 2 ? 0 : loop.inputs().size() - 2;
-  if (body->inputs().size() != carried + 2 || body->outputs().size() < carried + 1 ||
-      loop.outputs().size() != body->outputs().size() - 1)
-    return no_match(loop, "the body's inputs and outputs do not match the Loop's");
+  if (body->rest().sparse_initializer_size() > 0)
+    return no_match(loop, "a body with sparse initializers");
+  const size_t carried = l->carried;
   for (size_t j = carried + 1; j < body->outputs().size(); ++j)
     if (loop.output(j - 1) && body->outputs()[j].value->elem_type() == 0)
       return no_match(loop, "a scan output is not known to be a tensor");
@@ -326,11 +368,10 @@ bool fold_single_trip(ir::Node& loop, Rewriter& rw) {
       return no_match(loop, "an output could not be redirected");
   }
   if (!rw.erase(&loop)) return false;
-  // What computed only the body's condition (or values no one read) goes.
+  // What computed only the body's condition (or values no one read) goes: erase refuses a node
+  // whose outputs are read.
   for (auto it = copied.rbegin(); it != copied.rend(); ++it)
-    if (!(*it)->dead() && std::none_of((*it)->outputs().begin(), (*it)->outputs().end(),
-                                       [](const ir::Value* v) { return v && v->use_count() > 0; }))
-      rw.erase(*it);
+    if (!(*it)->dead()) rw.erase(*it);
   return true;
 }
 
@@ -343,11 +384,11 @@ bool fold_zero_trip(ir::Node& loop, Rewriter& rw) {
   const bool never = go && go->size() == 1 && (*go)[0] == 0;
   if (!no_trip && !never)
     return no_match(loop, "neither a constant trip count of 0 nor a constant false condition");
+  std::string why;
+  const auto l = layout_of(loop, &why);
+  if (!l) return no_match(loop, why);
   const ir::Graph* body = body_of(loop);
-  const size_t carried = loop.inputs().size() < 2 ? 0 : loop.inputs().size() - 2;
-  if (body == nullptr || body->inputs().size() != carried + 2 ||
-      body->outputs().size() < carried + 1 || loop.outputs().size() != body->outputs().size() - 1)
-    return no_match(loop, "the body's inputs and outputs do not match the Loop's");
+  const size_t carried = l->carried;
   ir::Graph& g = *loop.graph();
   std::vector<ir::Value*> results(loop.outputs().size(), nullptr);
   for (size_t k = 0; k < carried; ++k) {
@@ -373,46 +414,6 @@ bool fold_zero_trip(ir::Node& loop, Rewriter& rw) {
   if (!rw.replace_node(&loop, results))
     return no_match(loop, "an output could not be replaced by its initial value");
   return true;
-}
-
-// Where a Loop's or Scan's carried values and scan outputs sit in its inputs and outputs and in
-// its body's (ONNX lists them by position):
-//   Loop: inputs (M, cond, v...), body inputs (i, cond, v...), body outputs (cond, v..., scan...),
-//         outputs (v..., scan...);
-//   Scan: inputs (s..., x...), body inputs (s..., x...), body outputs (s..., y...), outputs
-//         (s..., y...).
-struct LoopLayout {
-  size_t carried = 0;   // loop-carried values (Scan: state variables)
-  size_t in = 0;        // the first carried value's position among the node's inputs
-  size_t body_in = 0;   // ... among the body's inputs
-  size_t body_out = 0;  // ... among the body's outputs
-  size_t scans = 0;     // scan outputs, after the carried values in the node's outputs
-};
-
-// The layout of `loop`, nullopt (with the reason in `why`) when its body does not match it.
-std::optional<LoopLayout> layout_of(const ir::Node& loop, std::string* why) {
-  const ir::Graph* body = body_of(loop);
-  LoopLayout l;
-  if (loop.is("Loop")) {
-    l.carried = loop.inputs().size() < 2 ? 0 : loop.inputs().size() - 2;
-    l.in = l.body_in = 2;
-    l.body_out = 1;
-  } else {
-    const int64_t x = loop.attr_int("num_scan_inputs", -1);
-    if (loop.opset() < 9 || x < 1 || x > static_cast<int64_t>(loop.inputs().size())) {
-      *why = "a Scan-8 or one whose num_scan_inputs is not a count of its inputs";
-      return std::nullopt;
-    }
-    l.carried = loop.inputs().size() - static_cast<size_t>(x);
-  }
-  if (body == nullptr || body->inputs().size() < l.body_in + l.carried ||
-      body->outputs().size() < l.body_out + l.carried ||
-      loop.outputs().size() != body->outputs().size() - l.body_out) {
-    *why = "its body's inputs and outputs do not match its own";
-    return std::nullopt;
-  }
-  l.scans = loop.outputs().size() - l.carried;
-  return l;
 }
 
 bool is_read(const ir::Value* v) { return v != nullptr && v->use_count() > 0; }
@@ -561,12 +562,11 @@ bool constant_condition(ir::Node& loop, Rewriter& rw) {
     return no_match(loop, "the initial condition is not a constant true");
   const ir::Value* m = loop.input(0);
   const auto trips = m ? ir::constant_ints(m) : std::nullopt;
-  if (m && !(trips && trips->size() == 1))
-    if (c == Condition::kFalse)
+  if (c == Condition::kFalse) {
+    if (m && !(trips && trips->size() == 1))
       return no_match(loop,
                       "the body's condition is false, but the trip count is not a "
                       "constant: the loop runs once or not at all");
-  if (c == Condition::kFalse) {
     if (trips && (*trips)[0] < 1) return no_match(loop, "the trip count is below 1");
     if (trips && (*trips)[0] == 1 && cond == nullptr)
       return no_match(loop, "the loop already runs exactly once (fold_single_trip)");
