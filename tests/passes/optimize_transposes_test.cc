@@ -887,5 +887,82 @@ TEST(OptimizeTransposes, TiedEmbeddingInsideFunctionBodies) {
   EXPECT_TRUE(reloaded.ok()) << reloaded.status();
 }
 
+// ShuffleNet's channel shuffle: [N, G*K, H, W] -> [N, G, K, H, W] -> [N, K, G, H, W] -> back is
+// a permutation of the channels, one Gather (channel c*G + g reads g*K + c). A symbolic batch
+// and the Reshapes' 0 and -1 are read through the shape facts.
+TEST(OptimizeTransposes, ChannelShuffleBecomesAGather) {
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,6,4,4] x) => (float[N,6,4,4] y) <int64[5] s1 = {0, 2, 3, 4, -1}, int64[4] s2 = {0, -1, 4, 4}> {
+      r = Reshape (x, s1)
+      t = Transpose <perm = [0, 2, 1, 3, 4]> (r)
+      y = Reshape (t, s2)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N,6,4,4] x) => (float[N,6,4,4] y) <int64[6] idx = {0, 3, 1, 4, 2, 5}> {
+      y = Gather <axis = 1> (x, idx)
+    }
+  )",
+                 rewrites(1));
+  // Three factors, the middle axis of a rank-3 value: [2, 3*2*2, 16] split [3, 2, 2], permuted
+  // (2, 0, 1): output index (c, a, b) over dims (2, 3, 2) reads a*4 + b*2 + c.
+  expect_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,12,16] x) => (float[2,12,16] y) <int64[5] s1 = {2, 3, 2, 2, 16}, int64[3] s2 = {2, 12, 16}> {
+      r = Reshape (x, s1)
+      t = Transpose <perm = [0, 3, 1, 2, 4]> (r)
+      y = Reshape (t, s2)
+    }
+  )",
+                 R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[2,12,16] x) => (float[2,12,16] y)
+      <int64[12] idx = {0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11}> {
+      y = Gather <axis = 1> (x, idx)
+    }
+  )",
+                 rewrites(1));
+}
+
+// What stays: a shuffle of the innermost axis (each index would move one element: a Gather
+// there measured slower than the Transpose), a Transpose that also moves another axis, a result
+// of another shape, and a split Reshape that other nodes read.
+TEST(OptimizeTransposes, ChannelShuffleStaysWhereAGatherDoesNotFit) {
+  auto unchanged = [](const std::string& body, const std::string& shapes) {
+    const std::string text = R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      g (float[1,6,4,4] x) => (float[1,6,4,4] y, float[1,2,3,4,4] extra) <)" +
+                             shapes + R"(> {
+        )" + body + R"(
+      }
+    )";
+    auto model = parse_text(text);
+    if (!model) return false;
+    const PassResult r = run_pass(*model, kPass);
+    return r.rewrites == 0 && count_ops(*model, "Gather") == 0;
+  };
+  const std::string shapes =
+      "int64[5] s1 = {1, 2, 3, 4, 4}, int64[4] s2 = {1, 6, 4, 4}, int64[5] s3 = {1, 6, 4, 2, 2}";
+  // Innermost: [1, 6, 4, 4] -> [1, 6, 4, 2, 2], swap the last two.
+  EXPECT_TRUE(unchanged(R"(r = Reshape (x, s3)
+        t = Transpose <perm = [0, 1, 2, 4, 3]> (r)
+        y = Reshape (t, s2)
+        extra = Reshape (x, s1))",
+                        shapes));
+  // The Transpose also swaps H and W.
+  EXPECT_TRUE(unchanged(R"(r = Reshape (x, s1)
+        t = Transpose <perm = [0, 2, 1, 4, 3]> (r)
+        y = Reshape (t, s2)
+        extra = Identity (r))",
+                        shapes));
+  // The split value is also an output.
+  EXPECT_TRUE(unchanged(R"(extra = Reshape (x, s1)
+        t = Transpose <perm = [0, 2, 1, 3, 4]> (extra)
+        y = Reshape (t, s2))",
+                        shapes));
+}
+
 }  // namespace
 }  // namespace graft::testing

@@ -546,6 +546,79 @@ TEST(QuantizeStaticInt8, AViewTakesItsSourceScale) {
   }
 }
 
+// A Gather of an 8-bit value (a channel shuffle, optimize_transposes' channel_shuffle; here one
+// channel of narrower range than the whole) gets its source's scale and zero point on both sides:
+// ONNX Runtime moves pairs across Reshape and Transpose itself but not across a Gather, and runs it
+// on the bytes only between equal pairs. A Gather of a constant table stays float, and the report
+// does not count it as left in float.
+TEST(QuantizeStaticInt8, AGatherOfEightBitValuesTakesItsSourceScale) {
+  RewriteOptions r = quantized(calibration("x", {1, 2, 1, 2}, {-3.0f, 2.0f, -2.0f, 2.0f}));
+  r.rtol = 0;
+  r.atol = 0.1;
+  // The shuffle's Gather feeds a Split (a reader that is not quantized): the pass pairs the
+  // Gather's output itself. The other Gather, of one channel of narrower range than the whole,
+  // is read by a Conv.
+  auto m = run_rewrite(kPass, R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[1,2,1,2] x) => (float[1,1,1,2] y, float[1,1,1,2] z, float[1,1,1,2] u)
+      <float[2,2,1,1] w1 = {1.0, 0.0, 0.0, 1.0}, float[1,1,1,1] w2 = {1.0},
+       int64[2] shuffle = {1, 0}, int64[1] one = {1}> {
+      a = Conv (x, w1)
+      s = Gather <axis = 1> (a, shuffle)
+      s0, s1 = Split <axis = 1> (s)
+      y = Conv (s0, w2)
+      z = Conv (s1, w2)
+      c = Gather <axis = 1> (a, one)
+      u = Conv (c, w2)
+    }
+  )",
+                       r);
+  ASSERT_NE(m, nullptr);
+  int gathers = 0;
+  for (const ir::Node* gather : m->graph().nodes()) {
+    if (!gather->is("Gather")) continue;
+    ++gathers;
+    const ir::Node* before = gather->input(0)->producer();
+    ASSERT_EQ(gather->output(0)->uses().size(), 1u);
+    const ir::Node* after = gather->output(0)->uses()[0].node;
+    ASSERT_TRUE(before != nullptr && before->is("DequantizeLinear"));
+    ASSERT_TRUE(after->is("QuantizeLinear")) << after->op_type();
+    EXPECT_EQ(ir::constant_doubles(before->input(1))->at(0),
+              ir::constant_doubles(after->input(1))->at(0));
+    EXPECT_EQ(ir::constant_ints(before->input(2))->at(0),
+              ir::constant_ints(after->input(2))->at(0));
+  }
+  EXPECT_EQ(gathers, 2);
+
+  // An embedding: the Gather reads a constant table, the MatMul after it is quantized.
+  const std::string embedding = R"(
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int64[1,2] ids, float[1,2] x) => (float[1,2,2] y)
+      <float[3,2] table = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, float[2,2] w = {1, 0, 0, 1}> {
+      e = Gather (table, ids)
+      a = Add (e, x)
+      y = MatMul (a, w)
+    }
+  )";
+  std::vector<std::map<std::string, eval::Tensor>> sets(1);
+  sets[0].emplace("ids", make<int64_t>(TensorProto::INT64, {1, 2}, {0, 2}));
+  sets[0].emplace("x", make<float>(TensorProto::FLOAT, {1, 2}, {0.5f, -0.5f}));
+  auto e = parse_text(embedding);
+  ASSERT_NE(e, nullptr);
+  CalibrationInputs c{.sets = &sets, .limits = {}};
+  const PassResult result = run_pass(*e, kPass, {}, &c);
+  EXPECT_TRUE(result.changed);
+  const ir::Node* table_gather = only_node(e->graph(), "Gather");
+  ASSERT_NE(table_gather, nullptr);
+  EXPECT_FALSE(table_gather->input(0)->producer() != nullptr &&
+               table_gather->input(0)->producer()->is("DequantizeLinear"));
+  for (const auto& x : result.explanations) {
+    if (x.rule == "left_in_float") {
+      EXPECT_EQ(x.reason.find("Gather"), std::string::npos) << x.reason;
+    }
+  }
+}
+
 // A scalar affine after an 8-bit value (PP-LCNetV3's learnable affine block: * a + b) costs no
 // node: the next convolution reads the same bytes with scale s * a and zero point z - b / (s a).
 TEST(QuantizeStaticInt8, ScalarAffineRelabelsTheBytes) {
