@@ -26,6 +26,8 @@ using onnx::TensorProto;
 
 constexpr char kPass[] = "quantize_static_int8";
 
+bool is_op(const ir::Node* n, const char* op) { return n != nullptr && n->is(op); }
+
 // One calibration set: input `name` of `dims` holding `values`.
 std::vector<std::map<std::string, eval::Tensor>> calibration(const std::string& name,
                                                              std::vector<int64_t> dims,
@@ -56,6 +58,16 @@ RewriteOptions quantized(std::vector<std::map<std::string, eval::Tensor>> sets,
 RewriteOptions over_the_bend(PassOptions options = {}) {
   RewriteOptions r = quantized(
       calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}),
+      std::move(options));
+  r.rtol = 0;
+  r.atol = 0.06;
+  return r;
+}
+
+// The same with x in [-2.5, 4]: HardSwish's input never reaches -3, where it is cut to 0.
+RewriteOptions above_minus_three(PassOptions options = {}) {
+  RewriteOptions r = quantized(
+      calibration("x", {1, 1, 2, 4}, {-2.5f, -2.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}),
       std::move(options));
   r.rtol = 0;
   r.atol = 0.06;
@@ -707,12 +719,10 @@ TEST(QuantizeStaticInt8, AddAfterAResizeIsBetweenEightBitValues) {
   for (const ir::Value* in : add->inputs()) EXPECT_TRUE(in->producer()->is("DequantizeLinear"));
 }
 
-// HardSwish after a convolution (MobileNetV3's block) becomes integer arithmetic ONNX Runtime
-// has: x + 3 (QLinearAdd), quantized at scale 6/255 and read back at 1/255 (the clip to [0, 1] of
-// HardSigmoid), times x (QLinearMul). Nothing float is left between the two convolutions, and
-// the result is within a few 8-bit steps of the float model's.
+// HardSwish whose input stays above -3 (here [-2.5, 4]): x + 3 as QLinearAdd, quantized over
+// [0, 6] (the clip) and read back over [0, 1], then QLinearMul by x.
 TEST(QuantizeStaticInt8, HardSwishBecomesIntegerArithmetic) {
-  RewriteOptions r = over_the_bend();
+  RewriteOptions r = above_minus_three();
   auto m = run_rewrite(kPass, R"(
     <ir_version: 8, opset_import: ["" : 14]>
     g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
@@ -750,39 +760,95 @@ TEST(QuantizeStaticInt8, HardSwishBecomesIntegerArithmetic) {
   }
 }
 
+// HardSwish whose input reaches -3 ([-4, 4] and [-4, 2]): x's pair is re-scaled to [-3, hi] with
+// zero point k = 3 / s, and HardSwish is one Mul of those bytes read twice, with zero point k
+// (x) and with zero point 0 at s / 6 after a Clip of the bytes to [0, 2k] (min(x + 3, 6) / 6;
+// none when 2k > 255). No Add.
+TEST(QuantizeStaticInt8, HardSwishReachingMinusThreeIsOneMul) {
+  struct Case {
+    std::vector<float> calibration;
+    int64_t k;
+    bool clip;
+  };
+  for (const Case& c : {Case{{-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}, 109, true},
+                        Case{{-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 1.5f, 2.0f}, 153, false}}) {
+    RewriteOptions r = quantized(calibration("x", {1, 1, 2, 4}, c.calibration));
+    r.rtol = 0;
+    r.atol = 0.06;
+    auto m = run_rewrite(kPass, R"(
+      <ir_version: 8, opset_import: ["" : 14]>
+      g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
+        a = Conv (x, w1)
+        h = HardSwish (a)
+        y = Conv (h, w2)
+      }
+    )",
+                         r);
+    ASSERT_NE(m, nullptr) << c.k;
+    EXPECT_EQ(count_ops(*m, "HardSwish"), 0);
+    EXPECT_EQ(count_ops(*m, "Add"), 0);
+    EXPECT_EQ(count_ops(*m, "Clip"), c.clip ? 1 : 0);
+    const ir::Node* mul = only_node(m->graph(), "Mul");
+    ASSERT_NE(mul, nullptr);
+    const ir::Node* xd = mul->input(0)->producer();
+    const ir::Node* gate = mul->input(1)->producer();
+    ASSERT_TRUE(is_op(xd, "DequantizeLinear") && is_op(gate, "DequantizeLinear"));
+    EXPECT_NEAR(ir::constant_doubles(xd->input(1))->at(0), 3.0 / c.k, 1e-7);
+    EXPECT_EQ(ir::constant_ints(xd->input(2))->at(0), c.k);
+    EXPECT_NEAR(ir::constant_doubles(gate->input(1))->at(0), 0.5 / c.k, 1e-7);
+    EXPECT_EQ(ir::constant_ints(gate->input(2))->at(0), 0);
+    const ir::Value* bytes = gate->input(0);
+    if (c.clip) {
+      ASSERT_TRUE(is_op(bytes->producer(), "Clip"));
+      EXPECT_EQ(ir::constant_ints(bytes->producer()->input(2))->at(0), 2 * c.k);
+      bytes = bytes->producer()->input(0);
+    }
+    EXPECT_EQ(bytes, xd->input(0));  // the same bytes
+    // The Conv's output pair carries the new scale: its QuantizeLinear made those bytes.
+    EXPECT_TRUE(is_op(bytes->producer(), "QuantizeLinear"));
+    EXPECT_NEAR(ir::constant_doubles(bytes->producer()->input(1))->at(0), 3.0 / c.k, 1e-7);
+  }
+}
+
 // HardSwish as Paddle (opset 9) and older exporters write it, x * Clip(x + 3, 0, 6) / 6, and with
 // * (1/6) and the product's operands swapped: the same integer arithmetic, nothing of the float
 // form left.
 TEST(QuantizeStaticInt8, WrittenOutHardSwishBecomesIntegerArithmetic) {
-  for (const char* form :
-       {"c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (a, c)\n h = Div (m, six)",
-        "c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (c, a)\n h = Mul (m, sixth)"}) {
-    RewriteOptions r = over_the_bend();
-    auto m = run_rewrite(kPass,
-                         absl::StrCat(R"(
-      <ir_version: 7, opset_import: ["" : 9]>
-      g (float[1,1,2,4] x) => (float[1,1,2,4] y)
-        <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}, float three = {3.0},
-         float six = {6.0}, float sixth = {0.16666667}> {
-        a = Conv (x, w1)
-        s = Add (a, three)
-        )",
-                                      form, R"(
-        y = Conv (h, w2)
+  for (const bool reaches : {false, true})
+    for (const char* form :
+         {"c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (a, c)\n h = Div (m, six)",
+          "c = Clip <min = 0.0, max = 6.0> (s)\n m = Mul (c, a)\n h = Mul (m, sixth)"}) {
+      RewriteOptions r = reaches ? over_the_bend() : above_minus_three();
+      auto m = run_rewrite(kPass,
+                           absl::StrCat(R"(
+        <ir_version: 7, opset_import: ["" : 9]>
+        g (float[1,1,2,4] x) => (float[1,1,2,4] y)
+          <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}, float three = {3.0},
+           float six = {6.0}, float sixth = {0.16666667}> {
+          a = Conv (x, w1)
+          s = Add (a, three)
+          )",
+                                        form, R"(
+          y = Conv (h, w2)
+        }
+      )"),
+                           r);
+      ASSERT_NE(m, nullptr) << form;
+      EXPECT_EQ(count_ops(*m, "Div"), 0) << form;
+      EXPECT_EQ(count_ops(*m, "Mul"), 1) << form;
+      // Reaching -3, the one Mul of the shifted bytes (HardSwishReachingMinusThreeIsOneMul);
+      // else x + 3 as an Add.
+      EXPECT_EQ(count_ops(*m, "Add"), reaches ? 0 : 1) << form;
+      EXPECT_EQ(count_ops(*m, "Clip"), reaches ? 1 : 0) << form;
+      for (const ir::Node* n : m->graph().nodes()) {
+        if (n->is("Clip")) {
+          EXPECT_EQ(n->input(0)->elem_type(), TensorProto::UINT8) << form;
+        }
+        if (!n->is("Add") && !n->is("Mul")) continue;
+        for (const ir::Value* in : n->inputs())
+          EXPECT_TRUE(in->producer()->is("DequantizeLinear")) << form;
       }
-    )"),
-                         r);
-    ASSERT_NE(m, nullptr) << form;
-    EXPECT_EQ(count_ops(*m, "Clip"), 0) << form;
-    EXPECT_EQ(count_ops(*m, "Div"), 0) << form;
-    EXPECT_EQ(count_ops(*m, "Mul"), 1) << form;
-    EXPECT_EQ(count_ops(*m, "Add"), 1) << form;
-    for (const ir::Node* n : m->graph().nodes()) {
-      if (!n->is("Add") && !n->is("Mul")) continue;
-      for (const ir::Value* in : n->inputs())
-        EXPECT_TRUE(in->producer()->is("DequantizeLinear")) << form;
     }
-  }
 }
 
 // HardSigmoid with its own alpha and beta (Paddle's squeeze-excitation: 0.2, 0.5), read by a
