@@ -53,25 +53,24 @@ RewriteOptions quantized(std::vector<std::map<std::string, eval::Tensor>> sets,
   return r;
 }
 
-// Calibrated on x in [-4, 4], a 1x1 Conv's output over HardSwish's bend (steps: x 8/255,
-// HardSigmoid 1/255), compared within a few 8-bit steps of the float model.
-RewriteOptions over_the_bend(PassOptions options = {}) {
-  RewriteOptions r = quantized(
-      calibration("x", {1, 1, 2, 4}, {-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}),
-      std::move(options));
+// Calibrated on x [1, 1, 2, 4] holding `values`, compared within a few 8-bit steps of the float
+// model.
+RewriteOptions calibrated_on(std::vector<float> values, PassOptions options = {}) {
+  RewriteOptions r =
+      quantized(calibration("x", {1, 1, 2, 4}, std::move(values)), std::move(options));
   r.rtol = 0;
   r.atol = 0.06;
   return r;
 }
 
-// The same with x in [-2.5, 4]: HardSwish's input never reaches -3, where it is cut to 0.
-RewriteOptions above_minus_three(PassOptions options = {}) {
-  RewriteOptions r = quantized(
-      calibration("x", {1, 1, 2, 4}, {-2.5f, -2.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}),
-      std::move(options));
-  r.rtol = 0;
-  r.atol = 0.06;
-  return r;
+// x in [-4, 4], a 1x1 Conv's output over HardSwish's bend (steps: x 8/255, HardSigmoid 1/255).
+RewriteOptions over_the_bend(PassOptions options = {}) {
+  return calibrated_on({-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}, std::move(options));
+}
+
+// x in [-2.5, 4]: HardSwish's input never reaches -3, where it is cut to 0.
+RewriteOptions above_minus_three() {
+  return calibrated_on({-2.5f, -2.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f});
 }
 
 // a [1, 2] in [0, 2.55] (scale 0.01, zero point 0); W columns max 1.27 and 0.635 (int8 scales
@@ -772,9 +771,6 @@ TEST(QuantizeStaticInt8, HardSwishReachingMinusThreeIsOneMul) {
   };
   for (const Case& c : {Case{{-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}, 109, true},
                         Case{{-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 1.5f, 2.0f}, 153, false}}) {
-    RewriteOptions r = quantized(calibration("x", {1, 1, 2, 4}, c.calibration));
-    r.rtol = 0;
-    r.atol = 0.06;
     auto m = run_rewrite(kPass, R"(
       <ir_version: 8, opset_import: ["" : 14]>
       g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
@@ -783,7 +779,7 @@ TEST(QuantizeStaticInt8, HardSwishReachingMinusThreeIsOneMul) {
         y = Conv (h, w2)
       }
     )",
-                         r);
+                         calibrated_on(c.calibration));
     ASSERT_NE(m, nullptr) << c.k;
     EXPECT_EQ(count_ops(*m, "HardSwish"), 0);
     EXPECT_EQ(count_ops(*m, "Add"), 0);
