@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <absl/strings/str_cat.h>
+
 #include "tests/eval/kernel_testing.h"
 
 namespace graft::eval {
@@ -45,6 +47,15 @@ TEST(ExtraKernelsTest, LegacyBroadcastAlignsFromAxis) {
                 {&a, &b}, &out)
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // An axis past the end, up to the largest int64 (found by the kernel fuzzer: the check added
+  // B's rank to it and overflowed), is an error, not a wrapped comparison.
+  for (const char* axis : {"2", "9223372036854775807"})
+    EXPECT_EQ(run(model(6, "(float[2,3,2] a, float[3] b) => (float[2,3,2] y)",
+                        absl::StrCat("y = Add <broadcast = 1, axis = ", axis, "> (a, b)")),
+                  {&a, &b}, &out)
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << axis;
 }
 
 TEST(ExtraKernelsTest, ConsumedInputsIsIgnored) {

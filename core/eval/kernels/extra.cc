@@ -70,7 +70,8 @@ absl::Status legacy_binary(KernelContext& ctx) {
   }
   // A one-element B is a scalar whatever its shape.
   if (b->size() == 1) axis = rank_a - rank_b;
-  if (axis < 0 || axis + rank_b > rank_a) return invalid(ctx, "axis out of range");
+  // Compared without adding: `axis` comes from the model (an int64 attribute) and may be huge.
+  if (axis < 0 || axis > rank_a - rank_b) return invalid(ctx, "axis out of range");
   std::vector<int64_t> dims(static_cast<size_t>(rank_a - axis), 1);
   for (int64_t i = 0; i < rank_b; ++i) dims[i] = b->dims()[i];
   if (b->dtype() == TensorProto::STRING) return unimplemented(ctx, "string input");
