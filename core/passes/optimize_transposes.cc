@@ -38,11 +38,11 @@
 // over several axes visits the same elements in another memory order, so a float sum may round
 // differently (reassociation, as ONNX Runtime's transpose optimizer accepts).
 //
-// A third rule, channel_shuffle, turns ShuffleNet's Reshape-Transpose-Reshape channel shuffle
-// into a Gather along the channel axis (see the rule).
-//
 // A second rule, transpose_tied_constant, stores a weight that is read both transposed and by
 // row Gathers (a language model's tied embedding) transposed instead (see the rule).
+//
+// A third rule, channel_shuffle, turns ShuffleNet's Reshape-Transpose-Reshape channel shuffle
+// into a Gather along the channel axis (see the rule).
 //
 // Ranks come from the facts of x and of absorbed Transposes' inputs;
 // permutations are checked (ir::transpose_perm); axes are normalized against the known rank.
@@ -851,6 +851,9 @@ bool transpose_tied_constant(ir::Node& t, Rewriter& rw) {
 // index) a Gather copies element by element and measured slower than the Transpose it replaces
 // (ShuffleNetV2's shuffle in NHWC under ONNX Runtime 1.30: 1.35x the model's float time).
 constexpr int64_t kMinShuffleRun = 16;
+// Most indices a channel_shuffle Gather holds (its constant is built in memory from the model's
+// declared dims, which are hostile): far above any channel count (ShuffleNetV2: 116 to 464).
+constexpr int64_t kMaxShuffleIndices = int64_t{1} << 16;
 
 // channel_shuffle: Reshape(Transpose(Reshape(x, s1), p), s2) where the first Reshape splits one
 // axis `a` of x into factors f0..fk-1, the Transpose permutes only those factors, and the last
@@ -903,6 +906,9 @@ bool channel_shuffle(ir::Node& r2, Rewriter& rw) {
     factors[j] = d.value;
   }
   if (product != fx.dims[a].value) return false;
+  if (product > kMaxShuffleIndices)
+    return no_match(r2, absl::StrCat("the shuffled axis has ", product, " entries, more than ",
+                                     kMaxShuffleIndices, " indices"));
   auto p = ir::transpose_perm(*t, static_cast<int64_t>(fs.dims.size()));
   if (!p || p->size() != fs.dims.size()) return false;
   bool moves = false;

@@ -930,11 +930,14 @@ TEST(OptimizeTransposes, ChannelShuffleBecomesAGather) {
 // there measured slower than the Transpose), a Transpose that also moves another axis, a result
 // of another shape, and a split Reshape that other nodes read.
 TEST(OptimizeTransposes, ChannelShuffleStaysWhereAGatherDoesNotFit) {
-  auto unchanged = [](const std::string& body, const std::string& shapes) {
+  auto unchanged = [](const std::string& body, const std::string& shapes,
+                      const std::string& x_dims = "1,6,4,4",
+                      const std::string& split_dims = "1,2,3,4,4") {
     const std::string text = R"(
       <ir_version: 8, opset_import: ["" : 13]>
-      g (float[1,6,4,4] x) => (float[1,6,4,4] y, float[1,2,3,4,4] extra) <)" +
-                             shapes + R"(> {
+      g (float[)" + x_dims + R"(] x) => (float[)" +
+                             x_dims + R"(] y, float[)" + split_dims + R"(] extra) <)" + shapes +
+                             R"(> {
         )" + body + R"(
       }
     )";
@@ -955,8 +958,16 @@ TEST(OptimizeTransposes, ChannelShuffleStaysWhereAGatherDoesNotFit) {
   EXPECT_TRUE(unchanged(R"(r = Reshape (x, s1)
         t = Transpose <perm = [0, 2, 1, 4, 3]> (r)
         y = Reshape (t, s2)
-        extra = Identity (r))",
+        extra = Reshape (x, s1))",
                         shapes));
+  // An axis of more entries than a Gather's indices may hold (dims a model declares are hostile:
+  // the constant would be built from them).
+  EXPECT_TRUE(unchanged(R"(r = Reshape (x, s1)
+        t = Transpose <perm = [0, 2, 1, 3, 4]> (r)
+        y = Reshape (t, s2)
+        extra = Reshape (x, s1))",
+                        "int64[5] s1 = {1, 2, 100000, 4, 4}, int64[4] s2 = {1, 200000, 4, 4}",
+                        "1,200000,4,4", "1,2,100000,4,4"));
   // The split value is also an output.
   EXPECT_TRUE(unchanged(R"(extra = Reshape (x, s1)
         t = Transpose <perm = [0, 2, 1, 3, 4]> (extra)
