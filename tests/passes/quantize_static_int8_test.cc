@@ -718,19 +718,21 @@ TEST(QuantizeStaticInt8, AddAfterAResizeIsBetweenEightBitValues) {
   for (const ir::Value* in : add->inputs()) EXPECT_TRUE(in->producer()->is("DequantizeLinear"));
 }
 
+// HardSwish between two 1x1 convolutions (MobileNetV3's block).
+const char kConvHardSwishConv[] = R"(
+  <ir_version: 8, opset_import: ["" : 14]>
+  g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
+    a = Conv (x, w1)
+    h = HardSwish (a)
+    y = Conv (h, w2)
+  }
+)";
+
 // HardSwish whose input stays above -3 (here [-2.5, 4]): x + 3 as QLinearAdd, quantized over
 // [0, 6] (the clip) and read back over [0, 1], then QLinearMul by x.
 TEST(QuantizeStaticInt8, HardSwishBecomesIntegerArithmetic) {
   RewriteOptions r = above_minus_three();
-  auto m = run_rewrite(kPass, R"(
-    <ir_version: 8, opset_import: ["" : 14]>
-    g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
-      a = Conv (x, w1)
-      h = HardSwish (a)
-      y = Conv (h, w2)
-    }
-  )",
-                       r);
+  auto m = run_rewrite(kPass, kConvHardSwishConv, r);
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(count_ops(*m, "HardSwish"), 0);
   EXPECT_EQ(count_ops(*m, "Add"), 1);
@@ -771,15 +773,7 @@ TEST(QuantizeStaticInt8, HardSwishReachingMinusThreeIsOneMul) {
   };
   for (const Case& c : {Case{{-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 2.5f, 4.0f}, 109, true},
                         Case{{-4.0f, -3.0f, -1.5f, -0.5f, 0.0f, 1.0f, 1.5f, 2.0f}, 153, false}}) {
-    auto m = run_rewrite(kPass, R"(
-      <ir_version: 8, opset_import: ["" : 14]>
-      g (float[1,1,2,4] x) => (float[1,1,2,4] y) <float[1,1,1,1] w1 = {1.0}, float[1,1,1,1] w2 = {1.0}> {
-        a = Conv (x, w1)
-        h = HardSwish (a)
-        y = Conv (h, w2)
-      }
-    )",
-                         calibrated_on(c.calibration));
+    auto m = run_rewrite(kPass, kConvHardSwishConv, calibrated_on(c.calibration));
     ASSERT_NE(m, nullptr) << c.k;
     EXPECT_EQ(count_ops(*m, "HardSwish"), 0);
     EXPECT_EQ(count_ops(*m, "Add"), 0);
