@@ -345,30 +345,24 @@ class InlineFunctions final : public Pass {
     // requires, comes from its graph's imports (in a graph that did not import the default
     // domain, a copied Max had no version and no rules until the import gave it both).
     const ir::Graph* root = root_of(&g);
-    auto edit_missing = [&](bool add) {
+    if (!missing.empty())
       model_->edit_opset_imports(root, [&](ir::Model::OpsetImports& imports) {
         for (const auto& [domain, version] : missing) {
-          if (add) {
-            auto* op = imports.Add();
-            op->set_domain(domain);
-            op->set_version(version);
-            continue;
-          }
-          for (int i = imports.size() - 1; i >= 0; --i)
-            if (imports.Get(i).domain() == domain && imports.Get(i).version() == version) {
-              imports.DeleteSubrange(i, 1);
-              break;
-            }
+          auto* op = imports.Add();
+          op->set_domain(domain);
+          op->set_version(version);
         }
       });
-    };
-    if (!missing.empty()) edit_missing(true);
     // A formal the call leaves absent may feed an input the body's op requires (a call that is
     // not valid ONNX, or a hostile one): the copies would not be a valid model. They and the
-    // imports go again and the call stays.
+    // imports just added (the last ones) go again and the call stays.
     if (!operands_fit(copies)) {
       for (auto it = copies.rbegin(); it != copies.rend(); ++it) rw_->erase(*it);
-      if (!missing.empty()) edit_missing(false);
+      if (!missing.empty())
+        model_->edit_opset_imports(root, [&](ir::Model::OpsetImports& imports) {
+          const int added = static_cast<int>(missing.size());
+          imports.DeleteSubrange(imports.size() - added, added);
+        });
       return false;
     }
     std::unordered_set<const ir::Node*> created;

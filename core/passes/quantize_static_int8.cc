@@ -599,23 +599,18 @@ bool rewrite_hard_sigmoid(ir::Node& n, ir::Value* x, double alpha, double beta, 
     if (!qy) return no_match(n, "the output has no calibrated range");
   }
   ir::Graph& g = *n.graph();
-  if (swish) {
-    if (auto [xs, gate] = shifted_hard_swish(x, *qx, readers, cfg, rw, n); xs && gate) {
-      ir::Node* mul = rw.add_node(g, "Mul", {xs, gate}, 1, &n);
-      if (!rw.replace_node(&n, {mul->output(0)})) return false;
-      ir::Value* y = mul->output(0);
-      if (!existing_pair(y) && !y->uses().empty() && !returned_as_graph_output(y))
-        dequantized(y, *qy, cfg, rw, *mul);
-      return true;
+  // x dequantized and HardSigmoid(x): the shifted bytes where they apply, else the Add form.
+  auto [xd, hs] =
+      swish ? shifted_hard_swish(x, *qx, readers, cfg, rw, n) : std::pair<ir::Value*, ir::Value*>{};
+  if (!xd || !hs) {
+    xd = dequantized(x, *qx, cfg, rw, n);
+    ir::Value* u = xd;
+    if (beta != 0) {
+      ir::Value* shift = dequantized_scalar(beta / alpha, cfg, rw, g, n, n.name() + "_shift");
+      u = rw.add_node(g, "Add", {xd, shift}, 1, &n)->output(0);
     }
+    hs = clipped_pair(u, alpha, cfg, rw, n);
   }
-  ir::Value* xd = dequantized(x, *qx, cfg, rw, n);
-  ir::Value* u = xd;
-  if (beta != 0) {
-    ir::Value* shift = dequantized_scalar(beta / alpha, cfg, rw, g, n, n.name() + "_shift");
-    u = rw.add_node(g, "Add", {xd, shift}, 1, &n)->output(0);
-  }
-  ir::Value* hs = clipped_pair(u, alpha, cfg, rw, n);
   if (!swish) return rw.replace_node(&n, {hs});
   ir::Node* mul = rw.add_node(g, "Mul", {xd, hs}, 1, &n);
   if (!rw.replace_node(&n, {mul->output(0)})) return false;
@@ -926,8 +921,6 @@ bool quantize_weighted(ir::Node& n, Config& cfg, Rewriter& rw) {
   return quantize_output(n.output(0), cfg, rw, n);
 }
 
-// True when some node the rules would take is not quantized yet (calibration is skipped when
-// none is: a later round of the pipeline finds its own output).
 // A node of the quantized op types that is still float: a Gather only when it reads a float
 // activation (not a constant table, not shape arithmetic).
 bool float_candidate(const ir::Node& n, const std::vector<std::string>& ops) {
@@ -937,6 +930,8 @@ bool float_candidate(const ir::Node& n, const std::vector<std::string>& ops) {
   return !n.is("Gather") || (float_output(n) && n.input(0) && !is_constant_value(n.input(0)));
 }
 
+// True when some node the rules would take is not quantized yet (calibration is skipped when
+// none is: a later round of the pipeline finds its own output).
 bool has_work(const ir::Model& model, const std::vector<std::string>& ops) {
   for (const ir::Node* n : model.graph().nodes())
     if (float_candidate(*n, ops)) return true;

@@ -891,39 +891,41 @@ TEST(OptimizeTransposes, TiedEmbeddingInsideFunctionBodies) {
 // a permutation of the channels, one Gather (channel c*G + g reads g*K + c). A symbolic batch
 // and the Reshapes' 0 and -1 are read through the shape facts.
 TEST(OptimizeTransposes, ChannelShuffleBecomesAGather) {
-  expect_rewrite(kPass, R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[N,6,4,4] x) => (float[N,6,4,4] y) <int64[5] s1 = {0, 2, 3, 4, -1}, int64[4] s2 = {0, -1, 4, 4}> {
-      r = Reshape (x, s1)
-      t = Transpose <perm = [0, 2, 1, 3, 4]> (r)
-      y = Reshape (t, s2)
-    }
-  )",
-                 R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[N,6,4,4] x) => (float[N,6,4,4] y) <int64[6] idx = {0, 3, 1, 4, 2, 5}> {
-      y = Gather <axis = 1> (x, idx)
-    }
-  )",
-                 rewrites(1));
-  // Three factors, the middle axis of a rank-3 value: [2, 3*2*2, 16] split [3, 2, 2], permuted
-  // (2, 0, 1): output index (c, a, b) over dims (2, 3, 2) reads a*4 + b*2 + c.
-  expect_rewrite(kPass, R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[2,12,16] x) => (float[2,12,16] y) <int64[5] s1 = {2, 3, 2, 2, 16}, int64[3] s2 = {2, 12, 16}> {
-      r = Reshape (x, s1)
-      t = Transpose <perm = [0, 3, 1, 2, 4]> (r)
-      y = Reshape (t, s2)
-    }
-  )",
-                 R"(
-    <ir_version: 8, opset_import: ["" : 13]>
-    g (float[2,12,16] x) => (float[2,12,16] y)
-      <int64[12] idx = {0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11}> {
-      y = Gather <axis = 1> (x, idx)
-    }
-  )",
-                 rewrites(1));
+  struct Case {
+    std::string x;        // the value's type, the result's too
+    std::string shapes;   // the two Reshapes' targets, s1 and s2
+    std::string perm;     // the Transpose's
+    std::string indices;  // the Gather's constant
+  };
+  const Case cases[] = {
+      {"float[N,6,4,4]", "int64[5] s1 = {0, 2, 3, 4, -1}, int64[4] s2 = {0, -1, 4, 4}",
+       "[0, 2, 1, 3, 4]", "int64[6] idx = {0, 3, 1, 4, 2, 5}"},
+      // Three factors, the middle axis of a rank-3 value: [2, 3*2*2, 16] split [3, 2, 2],
+      // permuted (2, 0, 1): output index (c, a, b) over dims (2, 3, 2) reads a*4 + b*2 + c.
+      {"float[2,12,16]", "int64[5] s1 = {2, 3, 2, 2, 16}, int64[3] s2 = {2, 12, 16}",
+       "[0, 3, 1, 2, 4]", "int64[12] idx = {0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11}"}};
+  for (const Case& c : cases) {
+    const std::string signature = "g (" + c.x + " x) => (" + c.x + " y) <";
+    expect_rewrite(kPass,
+                   R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      )" + signature + c.shapes +
+                       R"(> {
+        r = Reshape (x, s1)
+        t = Transpose <perm = )" +
+                       c.perm + R"(> (r)
+        y = Reshape (t, s2)
+      }
+    )",
+                   R"(
+      <ir_version: 8, opset_import: ["" : 13]>
+      )" + signature + c.indices +
+                       R"(> {
+        y = Gather <axis = 1> (x, idx)
+      }
+    )",
+                   rewrites(1));
+  }
 }
 
 // What stays: a shuffle of the innermost axis (each index would move one element: a Gather
